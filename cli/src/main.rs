@@ -1,0 +1,77 @@
+//! The `holdfast` binary: parses flags, wires the crates. Nothing else.
+
+mod database;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+/// Holdfast: a durable runtime for LLM agents on PostgreSQL.
+#[derive(Parser)]
+#[command(name = "holdfast", version)]
+struct Cli {
+    /// Postgres URL. Unset: a private embedded cluster in .holdfast/pg.
+    #[arg(long = "database-url", env = "HOLDFAST_DATABASE_URL", global = true)]
+    database_url: Option<String>,
+    /// Log filter (e.g. `info`, `holdfast=debug`).
+    #[arg(
+        long = "log",
+        env = "HOLDFAST_LOG",
+        default_value = "info",
+        global = true
+    )]
+    log: String,
+    /// Log as JSON lines.
+    #[arg(long = "log-json", global = true)]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Apply the SQL migrations in sql/ (idempotent; safe to run concurrently).
+    Migrate,
+    /// Queue overview: agents by state, leases by worker, stuck agents.
+    Status,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    init_tracing(&cli.log, cli.log_json);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let db = database::Database::open(cli.database_url.as_deref()).await?;
+        match cli.command {
+            Command::Migrate => {
+                let applied = db.migrate().await?;
+                if applied.is_empty() {
+                    println!("schema is up to date");
+                } else {
+                    for name in applied {
+                        println!("applied {name}");
+                    }
+                }
+            }
+            Command::Status => {
+                db.migrate().await?;
+                database::print_status(&db).await?;
+            }
+        }
+        Ok(())
+    })
+}
+
+fn init_tracing(filter: &str, json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

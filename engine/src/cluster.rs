@@ -1,0 +1,372 @@
+//! A private Postgres cluster from the binaries on this machine.
+//!
+//! Used when no `HOLDFAST_DATABASE_URL` is set (`holdfast up`, `demo`,
+//! `migrate`, `status`), by the test harness, and by fault tests that need a
+//! cluster of their own to restart. The server listens on a Unix socket only.
+//!
+//! Postgres refuses to run as root. When this process is root, the cluster is
+//! initialised and run as an unprivileged OS user (`postgres` if it exists,
+//! else `nobody`), and its directories are handed to that user.
+
+use std::fs;
+use std::os::unix::fs::{chown, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+
+/// Settings written into a new cluster's `postgresql.conf`.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    /// Trade crash durability of the OS for speed (tests, benches, demo).
+    /// A Postgres crash (`pg_ctl stop -m immediate`) still recovers from WAL;
+    /// only a machine crash could lose committed work.
+    pub fast_unsafe_fsync_off: bool,
+    pub max_connections: u32,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            fast_unsafe_fsync_off: false,
+            max_connections: 200,
+        }
+    }
+}
+
+/// A Postgres cluster in `base_dir` (data in `base_dir/data`, log in
+/// `base_dir/postgres.log`), listening on a socket in `socket_dir`.
+#[derive(Debug)]
+pub struct LocalCluster {
+    base_dir: PathBuf,
+    socket_dir: PathBuf,
+    bin_dir: PathBuf,
+    run_as: Option<OsUser>,
+    /// Stop the server when this value is dropped (false when it was already
+    /// running before we came, e.g. another `holdfast` process started it).
+    stop_on_drop: bool,
+}
+
+#[derive(Clone, Debug)]
+struct OsUser {
+    name: String,
+    uid: u32,
+    gid: u32,
+}
+
+/// The superuser every local cluster is created with.
+pub const SUPERUSER: &str = "holdfast";
+const PORT: u16 = 5432;
+
+impl LocalCluster {
+    /// Start (creating it first if needed) the cluster in `base_dir`. If a
+    /// server is already running there, it is reused and not stopped on drop.
+    pub fn start(base_dir: &Path, options: &ClusterOptions) -> Result<LocalCluster> {
+        let bin_dir = find_bin_dir()?;
+        let run_as = if running_as_root() {
+            Some(unprivileged_user()?)
+        } else {
+            None
+        };
+        fs::create_dir_all(base_dir).map_err(io_err("create", base_dir))?;
+        let base_dir = base_dir
+            .canonicalize()
+            .map_err(io_err("resolve", base_dir))?;
+        let socket_dir = socket_dir_for(&base_dir);
+        let mut cluster = LocalCluster {
+            base_dir,
+            socket_dir,
+            bin_dir,
+            run_as,
+            stop_on_drop: false,
+        };
+        cluster.prepare_dirs()?;
+        if !cluster.data_dir().join("PG_VERSION").exists() {
+            cluster.initdb(options)?;
+        }
+        if cluster.is_running() {
+            return Ok(cluster);
+        }
+        cluster.start_server()?;
+        cluster.stop_on_drop = true;
+        Ok(cluster)
+    }
+
+    /// Keep the server running after this value is dropped.
+    pub fn detach(&mut self) {
+        self.stop_on_drop = false;
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.base_dir.join("data")
+    }
+
+    pub fn socket_dir(&self) -> &Path {
+        &self.socket_dir
+    }
+
+    pub fn log_file(&self) -> PathBuf {
+        self.base_dir.join("postgres.log")
+    }
+
+    /// A libpq-style connection string for `dbname` on this cluster.
+    pub fn connection_string(&self, dbname: &str) -> String {
+        format!(
+            "host={} port={} user={} dbname={}",
+            self.socket_dir.display(),
+            PORT,
+            SUPERUSER,
+            dbname
+        )
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.pg_ctl(&["status", "-D", &self.data_dir().to_string_lossy()])
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    }
+
+    /// Stop the server and wait for it (`pg_ctl stop -m fast`).
+    pub fn stop(&self) -> Result<()> {
+        self.stop_mode("fast")
+    }
+
+    /// Crash the server (`pg_ctl stop -m immediate`: no checkpoint, recovery
+    /// from WAL on the next start) — for fault tests.
+    pub fn crash(&self) -> Result<()> {
+        self.stop_mode("immediate")
+    }
+
+    /// Start the server again after [`stop`](Self::stop) or [`crash`](Self::crash).
+    pub fn restart(&self) -> Result<()> {
+        self.start_server()
+    }
+
+    /// A tool from the cluster's binaries (e.g. `pgbench`, `psql`), if present.
+    pub fn tool(&self, name: &str) -> Option<PathBuf> {
+        let p = self.bin_dir.join(name);
+        p.exists().then_some(p)
+    }
+
+    fn stop_mode(&self, mode: &str) -> Result<()> {
+        let out = self.pg_ctl(&[
+            "stop",
+            "-D",
+            &self.data_dir().to_string_lossy(),
+            "-m",
+            mode,
+            "-w",
+        ])?;
+        if !out.status.success() && self.is_running() {
+            return Err(Error::EmbeddedPostgres(format!(
+                "pg_ctl stop failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(())
+    }
+
+    fn prepare_dirs(&self) -> Result<()> {
+        fs::create_dir_all(&self.socket_dir).map_err(io_err("create", &self.socket_dir))?;
+        fs::set_permissions(&self.socket_dir, fs::Permissions::from_mode(0o755))
+            .map_err(io_err("chmod", &self.socket_dir))?;
+        if let Some(user) = &self.run_as {
+            for dir in [&self.base_dir, &self.socket_dir] {
+                chown(dir, Some(user.uid), Some(user.gid)).map_err(io_err("chown", dir))?;
+            }
+            if let Ok(entries) = fs::read_dir(&self.base_dir) {
+                for entry in entries.flatten() {
+                    let _ = chown(entry.path(), Some(user.uid), Some(user.gid));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn initdb(&self, options: &ClusterOptions) -> Result<()> {
+        let data = self.data_dir();
+        let out = self
+            .command("initdb")
+            .args(["-D", &data.to_string_lossy()])
+            .args([
+                "-U",
+                SUPERUSER,
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-instructions",
+            ])
+            .args(["--locale=C"])
+            .output()
+            .map_err(|e| Error::EmbeddedPostgres(format!("could not run initdb: {e}")))?;
+        if !out.status.success() {
+            return Err(Error::EmbeddedPostgres(format!(
+                "initdb failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        let mut conf = format!(
+            "\n# Added by Holdfast: a private cluster on a Unix socket.\n\
+             listen_addresses = ''\n\
+             unix_socket_directories = '{}'\n\
+             port = {}\n\
+             max_connections = {}\n",
+            self.socket_dir.display(),
+            PORT,
+            options.max_connections
+        );
+        if options.fast_unsafe_fsync_off {
+            conf.push_str("fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n");
+        }
+        let conf_path = data.join("postgresql.conf");
+        let mut existing = fs::read_to_string(&conf_path).map_err(io_err("read", &conf_path))?;
+        existing.push_str(&conf);
+        fs::write(&conf_path, existing).map_err(io_err("write", &conf_path))?;
+        Ok(())
+    }
+
+    fn start_server(&self) -> Result<()> {
+        // A crash (or a killed test run) can leave a stale socket lock file
+        // behind; Postgres removes stale ones itself when the pid is gone.
+        let out = self.pg_ctl(&[
+            "start",
+            "-D",
+            &self.data_dir().to_string_lossy(),
+            "-l",
+            &self.log_file().to_string_lossy(),
+            "-w",
+            "-t",
+            "60",
+        ])?;
+        if !out.status.success() {
+            let log = fs::read_to_string(self.log_file()).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(15).collect();
+            return Err(Error::EmbeddedPostgres(format!(
+                "pg_ctl start failed: {}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            )));
+        }
+        Ok(())
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> Result<Output> {
+        self.command("pg_ctl")
+            .args(args)
+            .output()
+            .map_err(|e| Error::EmbeddedPostgres(format!("could not run pg_ctl: {e}")))
+    }
+
+    /// A command for one of the cluster's binaries, as the unprivileged user
+    /// when we are root.
+    fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new(self.bin_dir.join(program));
+        cmd.current_dir(&self.base_dir);
+        // The server must outlive a Ctrl-C sent to our process group, so that
+        // we (not the terminal) decide when and how it stops.
+        cmd.process_group(0);
+        if let Some(user) = &self.run_as {
+            cmd.uid(user.uid).gid(user.gid);
+            cmd.env("USER", &user.name).env("HOME", &self.base_dir);
+        }
+        cmd
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        if self.stop_on_drop {
+            if let Err(e) = self.stop() {
+                tracing::warn!(error = %e, "stopping embedded postgres");
+            }
+        }
+    }
+}
+
+/// Where the Postgres binaries are: `$PATH` first, then Debian's layout
+/// (`/usr/lib/postgresql/<version>/bin`, newest first).
+pub fn find_bin_dir() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            if dir.join("initdb").is_file() && dir.join("pg_ctl").is_file() {
+                // Resolve symlinks so sibling tools (pgbench) are found too.
+                let resolved = dir.join("initdb").canonicalize().ok();
+                return Ok(resolved
+                    .and_then(|p| p.parent().map(Path::to_path_buf))
+                    .unwrap_or(dir));
+            }
+        }
+    }
+    let mut versions: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let version = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").is_file().then_some((version, bin))
+        })
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, bin)| bin).ok_or_else(|| {
+        Error::EmbeddedPostgres(
+            "no PostgreSQL server binaries found (initdb, pg_ctl) on PATH or in \
+             /usr/lib/postgresql/*/bin. Install them (Debian/Ubuntu: \
+             `apt-get install postgresql`), or set HOLDFAST_DATABASE_URL to use an \
+             existing server."
+                .into(),
+        )
+    })
+}
+
+/// Socket paths are limited to ~107 bytes, so the socket lives in a short
+/// directory under /tmp named after the cluster's path.
+fn socket_dir_for(base_dir: &Path) -> PathBuf {
+    let hash = Sha256::digest(base_dir.to_string_lossy().as_bytes());
+    PathBuf::from(format!("/tmp/holdfast-{}", &hex::encode(hash)[..12]))
+}
+
+fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // /proc/self belongs to the effective user of this process.
+    fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}
+
+/// `postgres` if that user exists, else `nobody`, from /etc/passwd.
+fn unprivileged_user() -> Result<OsUser> {
+    let passwd = fs::read_to_string("/etc/passwd")
+        .map_err(|e| Error::EmbeddedPostgres(format!("read /etc/passwd: {e}")))?;
+    let users: Vec<OsUser> = passwd
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            Some(OsUser {
+                name: fields.first()?.to_string(),
+                uid: fields.get(2)?.parse().ok()?,
+                gid: fields.get(3)?.parse().ok()?,
+            })
+        })
+        .collect();
+    ["postgres", "nobody"]
+        .iter()
+        .find_map(|want| users.iter().find(|u| u.name == *want && u.uid != 0))
+        .cloned()
+        .ok_or_else(|| {
+            Error::EmbeddedPostgres(
+                "running as root, and Postgres refuses to: no unprivileged user \
+                 (postgres or nobody) to run it as. Create one (`useradd postgres`) \
+                 or run Holdfast as a normal user."
+                    .into(),
+            )
+        })
+}
+
+fn io_err<'a>(what: &'a str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |e| Error::EmbeddedPostgres(format!("{what} {}: {e}", path.display()))
+}

@@ -1,0 +1,96 @@
+//! The engine's error type, and the one place SQLSTATEs become Rust variants.
+
+use tokio_postgres::error::SqlState;
+
+/// Errors from the engine. SQL functions raise Holdfast's own SQLSTATEs
+/// (`HF001`, `HF404`, `HF409`, `HF422`); [`Error::from`] maps them here and
+/// nowhere else, so callers branch on variants, not on codes.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `HF001`: the caller's lease on the agent is gone (expired, reaped,
+    /// re-claimed). The step must stop and save nothing.
+    #[error("lease lost: {0}")]
+    LeaseLost(String),
+    /// `HF404`: no such agent, tool call, project, ...
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// `HF409`: already decided, or the object is in a state that forbids it.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// `HF422`: invalid input; `field` names the offending field when known.
+    #[error("invalid {}: {message}", field.as_deref().unwrap_or("input"))]
+    Invalid {
+        field: Option<String>,
+        message: String,
+    },
+    /// Any other database error (connection lost, serialization failure, ...).
+    #[error("database: {0}")]
+    Database(#[source] tokio_postgres::Error),
+    #[error("connection pool: {0}")]
+    Pool(String),
+    #[error("migration: {0}")]
+    Migration(String),
+    #[error("embedded postgres: {0}")]
+    EmbeddedPostgres(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// True when the same call may succeed if tried again later: the
+    /// connection dropped, the server restarted, a serialization conflict.
+    /// Lease loss and input errors are never retryable.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Database(e) => match e.code() {
+                None => true, // IO / closed connection
+                Some(code) => {
+                    *code == SqlState::T_R_SERIALIZATION_FAILURE
+                        || *code == SqlState::T_R_DEADLOCK_DETECTED
+                        || *code == SqlState::ADMIN_SHUTDOWN
+                        || *code == SqlState::CRASH_SHUTDOWN
+                        || *code == SqlState::CANNOT_CONNECT_NOW
+                        || code.code().starts_with("08")
+                }
+            },
+            Error::Pool(_) => true,
+            _ => false,
+        }
+    }
+
+    /// The field an [`Error::Invalid`] names, if any.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            Error::Invalid { field, .. } => field.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for Error {
+    fn from(e: tokio_postgres::Error) -> Self {
+        let Some(db) = e.as_db_error() else {
+            return Error::Database(e);
+        };
+        let message = db.message().to_owned();
+        match db.code().code() {
+            "HF001" => Error::LeaseLost(message),
+            "HF404" => Error::NotFound(message),
+            "HF409" => Error::Conflict(message),
+            "HF422" => Error::Invalid {
+                field: db.column().map(str::to_owned),
+                message,
+            },
+            _ => Error::Database(e),
+        }
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for Error {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        match e {
+            deadpool_postgres::PoolError::Backend(e) => Error::from(e),
+            other => Error::Pool(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! Holdfast's engine: the typed SQL surface (the only Rust that names SQL
+//! functions), the domain types, the migration runner and the embedded
+//! Postgres helper. Workers, the API and the CLI are thin layers over this.
+
+pub mod cluster;
+pub mod connect;
+pub mod domain;
+pub mod duration;
+pub mod error;
+pub mod migrate;
+pub mod store;
+
+pub use error::{Error, Result};

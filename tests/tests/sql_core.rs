@@ -1,0 +1,977 @@
+//! The SQL durability core against real Postgres: claims, fencing, leases,
+//! atomic commits, idempotent inputs, the reaper, the claim plan, migrations.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use futures::future::join_all;
+use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
+use holdfast_engine::{migrate, store, Error};
+use holdfast_tests::{new_agent, project_and_agent, wait_until, TestDb};
+use serde_json::{json, Value};
+use tokio_postgres::{AsyncMessage, Client, NoTls};
+use uuid::Uuid;
+
+const TTL: Duration = Duration::from_secs(60);
+
+fn sqlstate(e: &tokio_postgres::Error) -> String {
+    e.code().map(|c| c.code().to_owned()).unwrap_or_default()
+}
+
+/// Make `agent` ready by giving it an input.
+async fn ready(client: &Client, agent: Uuid) {
+    store::create_input(client, agent, &json!("hello"), None)
+        .await
+        .unwrap();
+}
+
+async fn count(client: &Client, sql: &str, agent: Uuid) -> i64 {
+    client.query_one(sql, &[&agent]).await.unwrap().get(0)
+}
+
+async fn agent_state(client: &Client, agent: Uuid) -> String {
+    client
+        .query_one("SELECT state FROM holdfast.agents WHERE id = $1", &[&agent])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+fn text_step(input_ids: Vec<Uuid>) -> ModelStep {
+    ModelStep {
+        input_ids,
+        message: vec![json!({"type": "text", "text": "hi there"})],
+        tool_calls: vec![],
+        usage: json!({"input_tokens": 3, "output_tokens": 2}),
+        stop_reason: Some("end_turn".into()),
+    }
+}
+
+fn tool_step(input_ids: Vec<Uuid>, kinds: &[ToolKind]) -> ModelStep {
+    ModelStep {
+        input_ids,
+        message: vec![json!({"type": "text", "text": "calling tools"})],
+        tool_calls: kinds
+            .iter()
+            .enumerate()
+            .map(|(i, kind)| NewToolCall {
+                provider_id: format!("toolu_{i}"),
+                name: format!("tool_{i}"),
+                input: json!({"i": i}),
+                kind: *kind,
+            })
+            .collect(),
+        usage: json!({}),
+        stop_reason: Some("tool_use".into()),
+    }
+}
+
+async fn pending_inputs(client: &Client, agent: Uuid) -> Vec<Uuid> {
+    client
+        .query(
+            "SELECT id FROM holdfast.inputs WHERE agent_id = $1 AND consumed_at IS NULL ORDER BY created_at",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_concurrent_claimers_never_share_an_agent_and_claim_all() {
+    let db = TestDb::new().await;
+    let setup = db.connect().await;
+    let (project, _) = project_and_agent(&setup).await;
+    setup
+        .execute(
+            "SELECT holdfast.create_input(holdfast.create_agent($1, $2), '\"go\"')
+               FROM generate_series(1, 1000)",
+            &[&project, &holdfast_tests::default_config()],
+        )
+        .await
+        .unwrap();
+
+    let claimers = (0..8).map(|w| {
+        let db = &db;
+        async move {
+            let client = db.connect().await;
+            let mut mine = Vec::new();
+            loop {
+                let batch = store::claim_agents(&client, &format!("w{w}"), 7, TTL)
+                    .await
+                    .unwrap();
+                if batch.is_empty() {
+                    break;
+                }
+                mine.extend(batch.into_iter().map(|c| c.agent_id));
+            }
+            mine
+        }
+    });
+    let results = join_all(claimers).await;
+    let mut seen = HashSet::new();
+    for id in results.iter().flatten() {
+        assert!(seen.insert(*id), "agent {id} claimed twice");
+    }
+    assert_eq!(seen.len(), 1000, "every ready agent is claimed");
+    assert!(
+        results.iter().filter(|r| !r.is_empty()).count() > 1,
+        "claims were spread"
+    );
+    let held: i64 = setup
+        .query_one(
+            "SELECT count(*) FROM holdfast.agents WHERE state = 'running' AND lease_owner IS NOT NULL",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(held, 1000);
+}
+
+#[tokio::test]
+async fn writes_with_a_superseded_epoch_fail_hf001_and_leave_nothing() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, agent) = project_and_agent(&client).await;
+    ready(&client, agent).await;
+    let old = store::claim_agents(&client, "w-old", 1, TTL).await.unwrap()[0];
+    let inputs = pending_inputs(&client, agent).await;
+
+    // The old lease expires (the clock moves past it) and maintenance
+    // releases it; a new worker claims with a bumped epoch.
+    let reaper = db.connect().await;
+    reaper
+        .batch_execute("SET holdfast.clock_offset = '2 minutes'")
+        .await
+        .unwrap();
+    let report = store::maintenance_tick(&reaper).await.unwrap();
+    assert_eq!(report.expired, 1);
+    let new = store::claim_agents(&reaper, "w-new", 1, TTL).await.unwrap()[0];
+    assert_eq!(
+        new.epoch,
+        old.epoch + 2,
+        "reap and re-claim both bump the epoch"
+    );
+
+    let events_before = count(
+        &client,
+        "SELECT count(*) FROM holdfast.events WHERE agent_id = $1",
+        agent,
+    )
+    .await;
+    // Every fenced write with the old epoch is refused.
+    let commit = store::commit_model_step(&client, old, &text_step(inputs.clone())).await;
+    assert!(
+        matches!(commit, Err(Error::LeaseLost(_))),
+        "commit: {commit:?}"
+    );
+    let release = store::release_agent(&client, old, None).await;
+    assert!(
+        matches!(release, Err(Error::LeaseLost(_))),
+        "release: {release:?}"
+    );
+    let renew = store::renew_leases(&client, "w-old", &[old], TTL)
+        .await
+        .unwrap();
+    assert!(
+        !renew[0].renewed,
+        "renewal of a superseded lease reports it lost"
+    );
+    let raw = client
+        .query(
+            "SELECT holdfast.release_agent($1, $2)",
+            &[&agent, &old.epoch],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&raw), "HF001");
+
+    // Nothing the old holder tried is visible; the new holder is intact.
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM holdfast.events WHERE agent_id = $1",
+            agent
+        )
+        .await,
+        events_before
+    );
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM holdfast.messages WHERE agent_id = $1",
+            agent
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM holdfast.steps WHERE agent_id = $1",
+            agent
+        )
+        .await,
+        0
+    );
+    let row = client
+        .query_one(
+            "SELECT state, lease_owner, lease_epoch FROM holdfast.agents WHERE id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "running");
+    assert_eq!(row.get::<_, String>(1), "w-new");
+    assert_eq!(row.get::<_, i64>(2), new.epoch);
+    // The new holder's commit goes through.
+    store::commit_model_step(&reaper, new, &text_step(inputs))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn renew_leases_extends_live_leases_and_reports_lost_ones() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, a) = project_and_agent(&client).await;
+    let b = new_agent(&client, project).await;
+    ready(&client, a).await;
+    ready(&client, b).await;
+    let claims = store::claim_agents(&client, "w1", 2, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(claims.len(), 2);
+    let (live, lost) = (claims[0], claims[1]);
+    // Lose one lease: it is released by its holder's other task... here, by a
+    // release with the right epoch (as a drain would).
+    store::release_agent(&client, lost, None).await.unwrap();
+
+    let before: chrono::DateTime<chrono::Utc> = client
+        .query_one(
+            "SELECT lease_expires_at FROM holdfast.agents WHERE id = $1",
+            &[&live.agent_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let renewals = store::renew_leases(&client, "w1", &[live, lost], TTL)
+        .await
+        .unwrap();
+    let by_id = |id: Uuid| renewals.iter().find(|r| r.agent_id == id).unwrap();
+    assert!(by_id(live.agent_id).renewed);
+    assert!(!by_id(lost.agent_id).renewed);
+    let after: chrono::DateTime<chrono::Utc> = client
+        .query_one(
+            "SELECT lease_expires_at FROM holdfast.agents WHERE id = $1",
+            &[&live.agent_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        after > before + chrono::Duration::seconds(30),
+        "expiry moved by the new ttl"
+    );
+    // Another worker's name never renews a lease it does not hold.
+    let foreign = store::renew_leases(&client, "w2", &[live], TTL)
+        .await
+        .unwrap();
+    assert!(!foreign[0].renewed);
+}
+
+#[tokio::test]
+async fn a_model_step_commit_killed_mid_transaction_leaves_nothing() {
+    let db = TestDb::new().await;
+    let setup = db.connect().await;
+    let (_, agent) = project_and_agent(&setup).await;
+    ready(&setup, agent).await;
+    let worker = db.connect().await;
+    let claim = store::claim_agents(&worker, "w", 1, TTL).await.unwrap()[0];
+    let inputs = pending_inputs(&setup, agent).await;
+    let events_before = count(
+        &setup,
+        "SELECT count(*) FROM holdfast.events WHERE agent_id = $1",
+        agent,
+    )
+    .await;
+
+    let pid: i32 = worker
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    worker.batch_execute("BEGIN").await.unwrap();
+    store::commit_model_step(
+        &worker,
+        claim,
+        &tool_step(inputs, &[ToolKind::External, ToolKind::Custom]),
+    )
+    .await
+    .unwrap();
+    // The session dies before COMMIT.
+    setup
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    assert!(worker.batch_execute("COMMIT").await.is_err());
+
+    for (table, sql) in [
+        (
+            "messages",
+            "SELECT count(*) FROM holdfast.messages WHERE agent_id = $1",
+        ),
+        (
+            "tool_calls",
+            "SELECT count(*) FROM holdfast.tool_calls WHERE agent_id = $1",
+        ),
+        (
+            "steps",
+            "SELECT count(*) FROM holdfast.steps WHERE agent_id = $1",
+        ),
+    ] {
+        assert_eq!(count(&setup, sql, agent).await, 0, "{table} is empty");
+    }
+    assert_eq!(
+        count(
+            &setup,
+            "SELECT count(*) FROM holdfast.events WHERE agent_id = $1",
+            agent
+        )
+        .await,
+        events_before
+    );
+    assert_eq!(
+        count(
+            &setup,
+            "SELECT count(*) FROM holdfast.inputs WHERE agent_id = $1 AND consumed_at IS NULL",
+            agent
+        )
+        .await,
+        1,
+        "the input is still pending"
+    );
+}
+
+#[tokio::test]
+async fn a_model_step_commit_saves_history_tool_calls_and_events_together() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, agent) = project_and_agent(&client).await;
+    ready(&client, agent).await;
+    let claim = store::claim_agents(&client, "w", 1, TTL).await.unwrap()[0];
+    let inputs = pending_inputs(&client, agent).await;
+    store::commit_model_step(
+        &client,
+        claim,
+        &tool_step(inputs, &[ToolKind::External, ToolKind::Custom]),
+    )
+    .await
+    .unwrap();
+
+    let roles: Vec<String> = client
+        .query(
+            "SELECT role FROM holdfast.messages WHERE agent_id = $1 ORDER BY seq",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(roles, ["user", "assistant"]);
+    let statuses: Vec<String> = client
+        .query(
+            "SELECT status FROM holdfast.tool_calls WHERE agent_id = $1 ORDER BY position",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(statuses, ["pending", "waiting"]);
+    let types: Vec<String> = client
+        .query(
+            "SELECT type FROM holdfast.events WHERE agent_id = $1 ORDER BY seq",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "input.received",
+            "turn.started",
+            "model.response",
+            "tool_call.created",
+            "tool_call.created"
+        ]
+    );
+    // A runnable external call makes the agent ready for a tool batch.
+    assert_eq!(agent_state(&client, agent).await, "ready");
+}
+
+#[tokio::test]
+async fn a_turn_runs_from_input_through_tools_to_completion() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, agent) = project_and_agent(&client).await;
+    ready(&client, agent).await;
+
+    let claim = store::claim_agents(&client, "w", 1, TTL).await.unwrap()[0];
+    let inputs = pending_inputs(&client, agent).await;
+    store::commit_model_step(&client, claim, &tool_step(inputs, &[ToolKind::External]))
+        .await
+        .unwrap();
+
+    let claim = store::claim_agents(&client, "w", 1, TTL).await.unwrap()[0];
+    let call: Uuid = client
+        .query_one(
+            "SELECT id FROM holdfast.tool_calls WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    store::start_tool_call(&client, claim, call).await.unwrap();
+    store::commit_tool_result(&client, claim, call, &json!("42"), false)
+        .await
+        .unwrap();
+    // A second result for the same call is refused.
+    let again = store::commit_tool_result(&client, claim, call, &json!("43"), false).await;
+    assert!(matches!(again, Err(Error::Conflict(_))), "{again:?}");
+    let state = store::release_agent(&client, claim, None).await.unwrap();
+    assert_eq!(
+        state.as_str(),
+        "ready",
+        "all results in: the model must answer"
+    );
+
+    let claim = store::claim_agents(&client, "w", 1, TTL).await.unwrap()[0];
+    store::commit_model_step(&client, claim, &text_step(vec![]))
+        .await
+        .unwrap();
+    assert_eq!(agent_state(&client, agent).await, "idle");
+    let last: String = client
+        .query_one(
+            "SELECT type FROM holdfast.events WHERE agent_id = $1 ORDER BY seq DESC LIMIT 1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(last, "turn.completed");
+    // Gap-free sequence 1..n.
+    let gaps: i64 = client
+        .query_one(
+            "SELECT count(*) FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS n
+               FROM holdfast.events WHERE agent_id = $1) s WHERE seq <> n",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(gaps, 0);
+}
+
+#[tokio::test]
+async fn an_input_during_a_step_is_kept_for_the_next_model_call() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, agent) = project_and_agent(&client).await;
+    ready(&client, agent).await;
+    let claim = store::claim_agents(&client, "w", 1, TTL).await.unwrap()[0];
+    let seen = pending_inputs(&client, agent).await;
+    // A steering message arrives while the model call runs.
+    store::create_input(&client, agent, &json!("also this"), None)
+        .await
+        .unwrap();
+    store::commit_model_step(&client, claim, &text_step(seen))
+        .await
+        .unwrap();
+    assert_eq!(
+        pending_inputs(&client, agent).await.len(),
+        1,
+        "the late input is not consumed"
+    );
+    assert_eq!(
+        agent_state(&client, agent).await,
+        "ready",
+        "a new turn starts for it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn create_input_is_idempotent_per_key_even_from_twenty_connections() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, agent) = project_and_agent(&client).await;
+
+    let first = store::create_input(&client, agent, &json!("hi"), Some("k1"))
+        .await
+        .unwrap();
+    let replay = store::create_input(&client, agent, &json!("hi"), Some("k1"))
+        .await
+        .unwrap();
+    assert!(!first.replayed);
+    assert!(replay.replayed);
+    assert_eq!(first.input_id, replay.input_id);
+    let reused = store::create_input(&client, agent, &json!("other"), Some("k1")).await;
+    match reused {
+        Err(Error::Invalid { field, message }) => {
+            assert_eq!(field.as_deref(), Some("idempotency_key"));
+            assert!(message.contains("idempotency_key_reused"), "{message}");
+        }
+        other => panic!("expected HF422, got {other:?}"),
+    }
+
+    let racers = (0..20).map(|_| {
+        let db = &db;
+        async move {
+            let c = db.connect().await;
+            store::create_input(&c, agent, &json!("race"), Some("race"))
+                .await
+                .unwrap()
+        }
+    });
+    let results = join_all(racers).await;
+    let ids: HashSet<Uuid> = results.iter().map(|r| r.input_id).collect();
+    assert_eq!(ids.len(), 1, "one input for one key");
+    assert_eq!(results.iter().filter(|r| !r.replayed).count(), 1);
+    let rows: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.inputs WHERE idempotency_key = 'race'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1);
+}
+
+#[tokio::test]
+async fn bad_input_is_rejected_with_the_field_named_and_nothing_written() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, agent) = project_and_agent(&client).await;
+    let agents_before: i64 = client
+        .query_one("SELECT count(*) FROM holdfast.agents", &[])
+        .await
+        .unwrap()
+        .get(0);
+
+    let cases: Vec<(Value, &str)> = vec![
+        (json!("not an object"), "config"),
+        (json!({}), "model"),
+        (
+            json!({"model": {"provider": "acme", "name": "m"}}),
+            "model.provider",
+        ),
+        (json!({"model": {"provider": "openai"}}), "model.name"),
+        (
+            json!({"model": {"provider": "openai", "name": ""}}),
+            "model.name",
+        ),
+        (
+            json!({"model": {"provider": "openai", "name": "m", "max_tokens": -1}}),
+            "model.max_tokens",
+        ),
+        (
+            json!({"model": {"provider": "openai", "name": "m", "base_url": "ftp://x"}}),
+            "model.base_url",
+        ),
+        (
+            json!({"model": {"provider": "openai", "name": "m"}, "tools": {}}),
+            "tools",
+        ),
+        (
+            json!({"model": {"provider": "openai", "name": "m"},
+                   "tools": [{"type": "custom", "name": "a"}, {"type": "custom", "name": "a"}]}),
+            "tools[1].name",
+        ),
+        (
+            json!({"model": {"provider": "openai", "name": "m"}, "system": 5}),
+            "system",
+        ),
+    ];
+    for (config, field) in cases {
+        match store::create_agent(&client, project, &config).await {
+            Err(Error::Invalid { field: f, .. }) => {
+                assert_eq!(f.as_deref(), Some(field), "{config}")
+            }
+            other => panic!("{config}: expected HF422 naming {field}, got {other:?}"),
+        }
+    }
+    let agents_after: i64 = client
+        .query_one("SELECT count(*) FROM holdfast.agents", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(agents_before, agents_after);
+
+    let unknown = Uuid::now_v7();
+    assert!(matches!(
+        store::create_input(&client, unknown, &json!("hi"), None).await,
+        Err(Error::NotFound(_))
+    ));
+    assert!(matches!(
+        store::create_agent(&client, unknown, &holdfast_tests::default_config()).await,
+        Err(Error::NotFound(_))
+    ));
+    for content in [json!(""), json!([]), json!(7), json!([1])] {
+        match store::create_input(&client, agent, &content, None).await {
+            Err(Error::Invalid { field, .. }) => assert_eq!(field.as_deref(), Some("content")),
+            other => panic!("{content}: {other:?}"),
+        }
+    }
+    let too_long = "k".repeat(256);
+    assert!(matches!(
+        store::create_input(&client, agent, &json!("hi"), Some(&too_long)).await,
+        Err(Error::Invalid { .. })
+    ));
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM holdfast.inputs WHERE agent_id = $1",
+            agent
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM holdfast.events WHERE agent_id = $1",
+            agent
+        )
+        .await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn an_agent_becoming_ready_notifies_workers_once_per_transaction() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, agent) = project_and_agent(&client).await;
+    let other = new_agent(&client, project).await;
+    let mut session = holdfast_engine::connect::listen(&db.config, &["holdfast_ready"])
+        .await
+        .unwrap();
+
+    client.batch_execute("BEGIN").await.unwrap();
+    ready(&client, agent).await;
+    ready(&client, other).await;
+    client.batch_execute("COMMIT").await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(5), session.notifications.recv())
+        .await
+        .expect("a ready notification")
+        .unwrap();
+    assert_eq!(first.channel(), "holdfast_ready");
+    // Both agents became ready in one transaction: one hint, not two. A
+    // marker notification sent afterwards arrives next, proving nothing else
+    // was queued in between.
+    client
+        .batch_execute("NOTIFY holdfast_ready, 'marker'")
+        .await
+        .unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), session.notifications.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.payload(), "marker");
+}
+
+#[tokio::test]
+async fn maintenance_releases_a_dead_sessions_claims_at_once() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, agent) = project_and_agent(&client).await;
+    ready(&client, agent).await;
+    let worker = db.connect().await;
+    let claim = store::claim_agents(&worker, "w", 1, TTL).await.unwrap()[0];
+    let pid: i32 = worker
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+
+    // While the session lives, nothing is released (the lease has 60 s left).
+    assert_eq!(
+        store::maintenance_tick(&client).await.unwrap().session_gone,
+        0
+    );
+    client
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        "the worker session to be gone",
+        || async {
+            client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
+                    &[&pid],
+                )
+                .await
+                .map(|r| r.get::<_, i64>(0) == 0)
+                .unwrap_or(false)
+        },
+    )
+    .await;
+    let report = store::maintenance_tick(&client).await.unwrap();
+    assert_eq!(report.session_gone, 1);
+    assert_eq!(agent_state(&client, agent).await, "ready");
+    let epoch: i64 = client
+        .query_one(
+            "SELECT lease_epoch FROM holdfast.agents WHERE id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(epoch, claim.epoch + 1);
+}
+
+#[tokio::test]
+async fn a_reaped_external_call_is_interrupted_never_rerun() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, agent) = project_and_agent(&client).await;
+    ready(&client, agent).await;
+    let claim = store::claim_agents(&client, "w", 1, TTL).await.unwrap()[0];
+    let inputs = pending_inputs(&client, agent).await;
+    store::commit_model_step(
+        &client,
+        claim,
+        &tool_step(inputs, &[ToolKind::External, ToolKind::External]),
+    )
+    .await
+    .unwrap();
+    let claim = store::claim_agents(&client, "w", 1, TTL).await.unwrap()[0];
+    let calls: Vec<Uuid> = client
+        .query(
+            "SELECT id FROM holdfast.tool_calls WHERE agent_id = $1 ORDER BY position",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // The first call finished; the second was in flight when the worker died.
+    store::start_tool_call(&client, claim, calls[0])
+        .await
+        .unwrap();
+    store::commit_tool_result(&client, claim, calls[0], &json!("ok"), false)
+        .await
+        .unwrap();
+    store::start_tool_call(&client, claim, calls[1])
+        .await
+        .unwrap();
+
+    client
+        .batch_execute("SET holdfast.clock_offset = '2 minutes'")
+        .await
+        .unwrap();
+    assert_eq!(store::maintenance_tick(&client).await.unwrap().expired, 1);
+    let rows = client
+        .query("SELECT status, output, is_error FROM holdfast.tool_calls WHERE agent_id = $1 ORDER BY position", &[&agent])
+        .await
+        .unwrap();
+    assert_eq!(
+        rows[0].get::<_, Value>(1),
+        json!("ok"),
+        "the finished call keeps its result"
+    );
+    assert_eq!(rows[1].get::<_, String>(0), "completed");
+    assert_eq!(
+        rows[1].get::<_, Value>(1),
+        json!("Tool call was interrupted; its external outcome is unknown.")
+    );
+    assert!(rows[1].get::<_, bool>(2));
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM holdfast.events WHERE agent_id = $1 AND type = 'tool_call.interrupted'", agent).await,
+        1
+    );
+    // Nothing is left to run: the next step is the model's.
+    assert_eq!(agent_state(&client, agent).await, "ready");
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM holdfast.tool_calls WHERE agent_id = $1 AND status IN ('pending', 'running')", agent).await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn the_claim_uses_the_ready_index_with_100k_idle_agents() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, agent) = project_and_agent(&client).await;
+    client
+        .execute(
+            "INSERT INTO holdfast.agents (project_id, config)
+             SELECT $1, $2 FROM generate_series(1, 100000)",
+            &[&project, &holdfast_tests::default_config()],
+        )
+        .await
+        .unwrap();
+    client
+        .batch_execute("ANALYZE holdfast.agents")
+        .await
+        .unwrap();
+    ready(&client, agent).await;
+
+    // auto_explain logs the plan of the statement inside claim_agents; with
+    // client_min_messages = log it arrives on this connection as a notice.
+    let (plan_client, mut connection) = db.config.connect(NoTls).await.unwrap();
+    let (tx, mut notices) = tokio::sync::mpsc::unbounded_channel();
+    let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+    tokio::spawn(async move {
+        use futures::StreamExt;
+        while let Some(Ok(message)) = messages.next().await {
+            if let AsyncMessage::Notice(n) = message {
+                let _ = tx.send(n.message().to_owned());
+            }
+        }
+    });
+    plan_client
+        .batch_execute(
+            "LOAD 'auto_explain';
+             SET auto_explain.log_min_duration = 0;
+             SET auto_explain.log_nested_statements = on;
+             SET client_min_messages = log;",
+        )
+        .await
+        .unwrap();
+    let claimed = store::claim_agents(&plan_client, "w", 10, TTL)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    drop(plan_client);
+    let mut plans = String::new();
+    while let Some(n) = notices.recv().await {
+        plans.push_str(&n);
+        plans.push('\n');
+    }
+    let candidate_plan = plans
+        .split("duration:")
+        .find(|p| p.contains("SKIP LOCKED"))
+        .unwrap_or_else(|| panic!("no plan for the claim query in:\n{plans}"));
+    assert!(
+        candidate_plan.contains("agents_ready_idx"),
+        "claim must read the partial ready index:\n{candidate_plan}"
+    );
+    assert!(
+        !candidate_plan.contains("Seq Scan on agents"),
+        "claim must not scan all agents:\n{candidate_plan}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrations_apply_once_even_with_two_concurrent_runners() {
+    let db = TestDb::new().await;
+    let admin = db.connect().await;
+    let fresh = format!("{}_fresh", db.name);
+    admin
+        .batch_execute(&format!("CREATE DATABASE {fresh}"))
+        .await
+        .unwrap();
+    let mut config = db.config.clone();
+    config.dbname(&fresh);
+
+    let run = || {
+        let config = config.clone();
+        async move {
+            let (mut client, connection) = config.connect(NoTls).await.unwrap();
+            tokio::spawn(connection);
+            migrate::migrate(&mut client).await.unwrap()
+        }
+    };
+    let (a, b) = tokio::join!(run(), run());
+    assert_eq!(
+        a.len() + b.len(),
+        migrate::MIGRATIONS.len(),
+        "each migration applied by exactly one runner: {a:?} {b:?}"
+    );
+    assert!(run().await.is_empty(), "a third run is a no-op");
+
+    // A changed file is refused.
+    let (mut client, connection) = config.connect(NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(
+            "UPDATE holdfast.schema_migrations SET checksum = 'tampered' WHERE version = 1",
+        )
+        .await
+        .unwrap();
+    let err = migrate::migrate(&mut client).await.unwrap_err();
+    assert!(
+        err.to_string().contains("was changed after it was applied"),
+        "{err}"
+    );
+    drop(client);
+    admin
+        .batch_execute(&format!("DROP DATABASE {fresh} WITH (FORCE)"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_dba_views_show_who_holds_what() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, a) = project_and_agent(&client).await;
+    let b = new_agent(&client, project).await;
+    ready(&client, a).await;
+    ready(&client, b).await;
+    let claim: Claim = store::claim_agents(&client, "w-view", 1, TTL)
+        .await
+        .unwrap()[0];
+
+    let depth: std::collections::HashMap<String, i64> = store::queue_depth(&client)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(depth["running"], 1);
+    assert_eq!(depth["ready"], 1);
+    let leases = client
+        .query_one(
+            "SELECT worker, agents_held FROM holdfast.worker_leases",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(leases.get::<_, String>(0), "w-view");
+    assert_eq!(leases.get::<_, i64>(1), 1);
+    let overview = client
+        .query_one(
+            "SELECT state, lease_owner, pending_inputs FROM holdfast.agent_overview WHERE agent_id = $1",
+            &[&claim.agent_id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(overview.get::<_, String>(0), "running");
+    assert_eq!(overview.get::<_, i64>(2), 1);
+    // A lease past expiry shows up as stuck.
+    client
+        .batch_execute("SET holdfast.clock_offset = '2 minutes'")
+        .await
+        .unwrap();
+    let stuck: Vec<Uuid> = client
+        .query("SELECT agent_id FROM holdfast.stuck_agents", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(stuck.contains(&claim.agent_id));
+}
