@@ -8,6 +8,7 @@ pub mod domain;
 pub mod duration;
 pub mod error;
 pub mod migrate;
+pub mod provider;
 pub mod store;
 
 pub use error::{Error, Result};

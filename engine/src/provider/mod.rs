@@ -1,0 +1,120 @@
+//! Model providers: the provider-neutral request and response types.
+//!
+//! A [`ModelRequest`] is rebuilt from the database at every attempt (so inputs
+//! and config changes that arrived meanwhile apply to a retry); the provider
+//! clients map it to the Anthropic Messages or OpenAI Chat Completions wire
+//! format, stream the answer, forward text deltas, and classify failures into
+//! [`ModelError`] so the worker knows whether to retry, compact or fail the turn.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `config.model` of an agent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelConfig {
+    pub provider: Provider,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    Anthropic,
+    Openai,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+/// A content block, in the shape saved in `holdfast.messages.content`
+/// (Anthropic-shaped; the OpenAI client maps it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    ToolResult {
+        tool_use_id: String,
+        /// The tool's output: a string, or any JSON (sent as its JSON text).
+        content: Value,
+        #[serde(default)]
+        is_error: bool,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: Vec<ContentBlock>,
+}
+
+/// A tool the model may call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolDefinition {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the tool's input (an object schema).
+    pub input_schema: Value,
+}
+
+/// Everything one model call needs, provider-neutral.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelRequest {
+    pub model: ModelConfig,
+    pub system: Option<String>,
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolDefinition>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// A finished model response: text and tool_use blocks, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelResponse {
+    pub content: Vec<ContentBlock>,
+    /// Normalised: `end_turn`, `tool_use`, `max_tokens`, `stop_sequence`
+    /// (OpenAI's `stop` / `tool_calls` / `length` map to these).
+    pub stop_reason: Option<String>,
+    pub usage: Usage,
+}
+
+/// Why a model call failed, classified for the worker.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ModelError {
+    /// Try again later: 429, 529/overloaded, 5xx, timeouts, connection
+    /// errors, a stream cut mid-way. `retry_after` is the provider's hint
+    /// (Retry-After in seconds or as an HTTP date, or a reset header).
+    #[error("{kind}: {message}")]
+    Retryable {
+        kind: String,
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// The context is too long for the model: compact, do not retry as is.
+    #[error("context too long: {message}")]
+    ContextTooLong { message: String },
+    /// End the turn now: `authentication_error` (401/403), `billing_error`
+    /// (402), `invalid_request_error` (400).
+    #[error("{error_type}: {message}")]
+    Fatal { error_type: String, message: String },
+}
