@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod connect;
+pub mod context;
 pub mod domain;
 pub mod duration;
 pub mod error;

@@ -10,6 +10,7 @@ use serde_json::Value;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
+use crate::context::{HistoryMessage, PendingInput, StepContext, ToolCallRecord};
 use crate::domain::{
     AgentState, Claim, Event, InputCreated, MaintenanceReport, ModelStep, Renewal,
 };
@@ -235,4 +236,201 @@ fn parse_state(text: String) -> Result<AgentState> {
         field: Some("state".into()),
         message,
     })
+}
+
+/// Record a retryable model failure and release the agent until `delay` has
+/// passed; past `max_retries` the turn fails (`retries_exhausted`).
+/// Returns true while retrying, false when the budget is exhausted.
+pub async fn commit_model_retry(
+    client: &impl GenericClient,
+    claim: Claim,
+    error: &Value,
+    delay: Duration,
+    max_retries: i32,
+) -> Result<bool> {
+    let row = client
+        .query_one(
+            "SELECT holdfast.commit_model_retry($1, $2, $3, $4::text::interval, $5)",
+            &[
+                &claim.agent_id,
+                &claim.epoch,
+                error,
+                &to_interval(delay),
+                &max_retries,
+            ],
+        )
+        .await?;
+    Ok(row.get::<_, String>(0) == "retrying")
+}
+
+/// End the turn with a fatal model error (no retry).
+pub async fn fail_turn(
+    client: &impl GenericClient,
+    claim: Claim,
+    error_type: &str,
+    message: &str,
+    input_ids: &[Uuid],
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.fail_turn($1, $2, $3, $4, $5)",
+            &[
+                &claim.agent_id,
+                &claim.epoch,
+                &error_type,
+                &message,
+                &input_ids,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// The worker half of a cancel: close the turn as cancelled and release.
+pub async fn complete_cancel(client: &impl GenericClient, claim: Claim) -> Result<AgentState> {
+    let row = client
+        .query_one(
+            "SELECT holdfast.complete_cancel($1, $2)",
+            &[&claim.agent_id, &claim.epoch],
+        )
+        .await?;
+    parse_state(row.get(0))
+}
+
+/// Send a live text delta to stream listeners (never saved).
+pub async fn stream_delta(client: &impl GenericClient, claim: Claim, text: &str) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.stream_delta($1, $2, $3)",
+            &[&claim.agent_id, &claim.epoch, &text],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Everything a step is decided and built from, read fresh at every attempt.
+pub async fn load_step_context(client: &impl GenericClient, agent: Uuid) -> Result<StepContext> {
+    let row = client
+        .query_opt(
+            "SELECT config, turn_open, model_attempts, cancel_requested_at IS NOT NULL \
+               FROM holdfast.agents WHERE id = $1",
+            &[&agent],
+        )
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("agent {agent} not found")))?;
+    let (config, turn_open, model_attempts, cancel_requested) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
+    let messages = client
+        .query(
+            "SELECT seq, role, content, step_id FROM holdfast.messages \
+              WHERE agent_id = $1 ORDER BY seq",
+            &[&agent],
+        )
+        .await?
+        .iter()
+        .map(|r| HistoryMessage {
+            seq: r.get(0),
+            role: r.get(1),
+            content: r.get(2),
+            step_id: r.get(3),
+        })
+        .collect();
+    let tool_calls = client
+        .query(
+            "SELECT id, step_id, position, provider_id, name, input, kind, status, output, is_error \
+               FROM holdfast.tool_calls WHERE agent_id = $1 ORDER BY created_at, step_id, position",
+            &[&agent],
+        )
+        .await?
+        .iter()
+        .map(|r| ToolCallRecord {
+            id: r.get(0),
+            step_id: r.get(1),
+            position: r.get(2),
+            provider_id: r.get(3),
+            name: r.get(4),
+            input: r.get(5),
+            kind: r.get(6),
+            status: r.get(7),
+            output: r.get(8),
+            is_error: r.get(9),
+        })
+        .collect();
+    let pending_inputs = client
+        .query(
+            "SELECT id, content FROM holdfast.inputs \
+              WHERE agent_id = $1 AND consumed_at IS NULL ORDER BY created_at, id",
+            &[&agent],
+        )
+        .await?
+        .iter()
+        .map(|r| PendingInput {
+            id: r.get(0),
+            content: r.get(1),
+        })
+        .collect();
+    Ok(StepContext {
+        agent_id: agent,
+        config,
+        turn_open,
+        model_attempts,
+        cancel_requested,
+        messages,
+        tool_calls,
+        pending_inputs,
+    })
+}
+
+/// Decide an approval (`approve` | `deny`): first decision wins; the same
+/// decision again by the same person is accepted again. Returns the
+/// approval's status after the call.
+pub async fn answer_approval(
+    client: &impl GenericClient,
+    approval: Uuid,
+    decision: &str,
+    by: &str,
+    reason: Option<&str>,
+) -> Result<String> {
+    let row = client
+        .query_one(
+            "SELECT (holdfast.answer_approval($1, $2, $3, $4)).status",
+            &[&approval, &decision, &by, &reason],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Answer a question: first answer wins; the same answer again by the same
+/// person is accepted again.
+pub async fn answer_question(
+    client: &impl GenericClient,
+    question: Uuid,
+    answer: &str,
+    by: &str,
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.answer_question($1, $2, $3)",
+            &[&question, &answer, &by],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Create a subagent for a pending `spawn_subagent` call (one transaction);
+/// returns the child's id.
+pub async fn spawn_subagent(
+    client: &impl GenericClient,
+    claim: Claim,
+    tool_call: Uuid,
+    config: &Value,
+    prompt: &str,
+) -> Result<Uuid> {
+    let row = client
+        .query_one(
+            "SELECT holdfast.spawn_subagent($1, $2, $3, $4, $5)",
+            &[&claim.agent_id, &claim.epoch, &tool_call, config, &prompt],
+        )
+        .await?;
+    Ok(row.get(0))
 }

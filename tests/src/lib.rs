@@ -22,6 +22,8 @@ use holdfast_engine::{connect, migrate};
 use tokio_postgres::{Client, Config, NoTls};
 use uuid::Uuid;
 
+pub mod process;
+
 /// The server the tests use: a connection config for its admin database.
 struct Server {
     admin: Config,

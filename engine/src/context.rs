@@ -1,0 +1,296 @@
+//! A step's context: the agent's saved state, read fresh at every attempt,
+//! and the decisions made from it (what the next step is, and the model
+//! request it needs). Pure functions over [`StepContext`], so they are
+//! tested without a database.
+
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::provider::{ContentBlock, Message, ModelConfig, ModelRequest, Role, ToolDefinition};
+
+/// One message of the saved history.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryMessage {
+    pub seq: i64,
+    pub role: String,
+    pub content: Value,
+    /// The model step that produced it (assistant), or consumed it (user).
+    pub step_id: Option<Uuid>,
+}
+
+/// A saved tool call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolCallRecord {
+    pub id: Uuid,
+    pub step_id: Uuid,
+    pub position: i32,
+    pub provider_id: String,
+    pub name: String,
+    pub input: Value,
+    pub kind: String,
+    pub status: String,
+    pub output: Option<Value>,
+    pub is_error: Option<bool>,
+}
+
+/// An input not yet seen by a committed model call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PendingInput {
+    pub id: Uuid,
+    pub content: Value,
+}
+
+/// Everything a step is decided and built from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepContext {
+    pub agent_id: Uuid,
+    pub config: Value,
+    pub turn_open: bool,
+    pub model_attempts: i32,
+    pub cancel_requested: bool,
+    pub messages: Vec<HistoryMessage>,
+    pub tool_calls: Vec<ToolCallRecord>,
+    pub pending_inputs: Vec<PendingInput>,
+}
+
+/// What a claimed agent needs next.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NextAction {
+    /// Run these tool calls (a batch), in order.
+    Tools(Vec<ToolCallRecord>),
+    /// Call the model.
+    Model,
+    /// Nothing to do (the claim raced a change): release.
+    Nothing,
+}
+
+/// What the model is told about a call its turn's cancel closed.
+const CANCELLED_OUTPUT: &str = "Tool call was cancelled.";
+
+impl StepContext {
+    /// Decided from saved state only: runnable tool calls first (their
+    /// results must exist before the model is asked again), then the model.
+    pub fn next_action(&self) -> NextAction {
+        let runnable: Vec<ToolCallRecord> = self
+            .tool_calls
+            .iter()
+            .filter(|c| c.status == "pending")
+            .cloned()
+            .collect();
+        if !runnable.is_empty() {
+            NextAction::Tools(runnable)
+        } else if self.turn_open || !self.pending_inputs.is_empty() {
+            NextAction::Model
+        } else {
+            NextAction::Nothing
+        }
+    }
+
+    pub fn model_config(&self) -> Result<ModelConfig> {
+        serde_json::from_value(self.config.get("model").cloned().unwrap_or(Value::Null)).map_err(
+            |e| Error::Invalid {
+                field: Some("model".into()),
+                message: e.to_string(),
+            },
+        )
+    }
+
+    /// The ids of the inputs a model request built now would include.
+    pub fn pending_input_ids(&self) -> Vec<Uuid> {
+        self.pending_inputs.iter().map(|i| i.id).collect()
+    }
+
+    /// The provider-neutral request: the history, each assistant message
+    /// followed by its tool results, then the pending inputs (steering).
+    pub fn model_request(&self, tools: Vec<ToolDefinition>) -> Result<ModelRequest> {
+        let mut messages = Vec::new();
+        for message in &self.messages {
+            let role = match message.role.as_str() {
+                "assistant" => Role::Assistant,
+                _ => Role::User,
+            };
+            messages.push(Message {
+                role,
+                content: blocks(&message.content),
+            });
+            if role == Role::Assistant {
+                let results: Vec<ContentBlock> = self
+                    .tool_calls
+                    .iter()
+                    .filter(|c| Some(c.step_id) == message.step_id)
+                    .map(tool_result_block)
+                    .collect();
+                if !results.is_empty() {
+                    messages.push(Message {
+                        role: Role::User,
+                        content: results,
+                    });
+                }
+            }
+        }
+        for input in &self.pending_inputs {
+            messages.push(Message {
+                role: Role::User,
+                content: input_blocks(&input.content),
+            });
+        }
+        Ok(ModelRequest {
+            model: self.model_config()?,
+            system: self
+                .config
+                .get("system")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            messages,
+            tools,
+        })
+    }
+}
+
+fn tool_result_block(call: &ToolCallRecord) -> ContentBlock {
+    let (content, is_error) = match (call.status.as_str(), &call.output) {
+        ("completed", Some(output)) => (output.clone(), call.is_error.unwrap_or(false)),
+        ("cancelled", _) => (json!(CANCELLED_OUTPUT), true),
+        // Not reachable at model time (settle_agent only readies the model
+        // when every call is terminal), but a request must still pair every
+        // tool_use with a result.
+        _ => (json!("Tool call has no result."), true),
+    };
+    ContentBlock::ToolResult {
+        tool_use_id: call.provider_id.clone(),
+        content,
+        is_error,
+    }
+}
+
+/// Saved content blocks; a block this version does not model is passed to
+/// the model as its JSON text rather than dropped.
+fn blocks(content: &Value) -> Vec<ContentBlock> {
+    content
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|b| {
+                    serde_json::from_value(b.clone()).unwrap_or_else(|_| ContentBlock::Text {
+                        text: b.to_string(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn input_blocks(content: &Value) -> Vec<ContentBlock> {
+    match content {
+        Value::String(text) => vec![ContentBlock::Text { text: text.clone() }],
+        other => blocks(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context() -> StepContext {
+        StepContext {
+            agent_id: Uuid::nil(),
+            config: json!({"model": {"provider": "anthropic", "name": "m"}, "system": "be brief"}),
+            turn_open: true,
+            model_attempts: 0,
+            cancel_requested: false,
+            messages: vec![],
+            tool_calls: vec![],
+            pending_inputs: vec![],
+        }
+    }
+
+    fn call(step: Uuid, status: &str, output: Option<Value>) -> ToolCallRecord {
+        ToolCallRecord {
+            id: Uuid::now_v7(),
+            step_id: step,
+            position: 0,
+            provider_id: "toolu_1".into(),
+            name: "t".into(),
+            input: json!({}),
+            kind: "custom".into(),
+            status: status.into(),
+            output,
+            is_error: Some(false),
+        }
+    }
+
+    #[test]
+    fn pending_tool_calls_come_before_the_model() {
+        let mut ctx = context();
+        ctx.tool_calls.push(call(Uuid::nil(), "pending", None));
+        assert!(matches!(ctx.next_action(), NextAction::Tools(c) if c.len() == 1));
+        ctx.tool_calls[0].status = "completed".into();
+        assert_eq!(ctx.next_action(), NextAction::Model);
+        ctx.turn_open = false;
+        assert_eq!(ctx.next_action(), NextAction::Nothing);
+    }
+
+    #[test]
+    fn tool_results_follow_their_assistant_message_and_inputs_come_last() {
+        let step = Uuid::now_v7();
+        let mut ctx = context();
+        ctx.messages = vec![
+            HistoryMessage {
+                seq: 1,
+                role: "user".into(),
+                content: json!([{"type": "text", "text": "hi"}]),
+                step_id: Some(step),
+            },
+            HistoryMessage {
+                seq: 2,
+                role: "assistant".into(),
+                content: json!([{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}}]),
+                step_id: Some(step),
+            },
+        ];
+        ctx.tool_calls
+            .push(call(step, "completed", Some(json!("42"))));
+        ctx.pending_inputs.push(PendingInput {
+            id: Uuid::now_v7(),
+            content: json!("steer"),
+        });
+        let request = ctx.model_request(vec![]).unwrap();
+        assert_eq!(request.system.as_deref(), Some("be brief"));
+        let roles: Vec<Role> = request.messages.iter().map(|m| m.role).collect();
+        assert_eq!(roles, [Role::User, Role::Assistant, Role::User, Role::User]);
+        assert_eq!(
+            request.messages[2].content,
+            [ContentBlock::ToolResult {
+                tool_use_id: "toolu_1".into(),
+                content: json!("42"),
+                is_error: false
+            }]
+        );
+        assert_eq!(
+            request.messages[3].content,
+            [ContentBlock::Text {
+                text: "steer".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_cancelled_call_is_reported_to_the_model_as_an_error() {
+        let step = Uuid::now_v7();
+        let mut ctx = context();
+        ctx.messages.push(HistoryMessage {
+            seq: 1,
+            role: "assistant".into(),
+            content: json!([{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}}]),
+            step_id: Some(step),
+        });
+        ctx.tool_calls.push(call(step, "cancelled", None));
+        let request = ctx.model_request(vec![]).unwrap();
+        assert!(matches!(
+            &request.messages[1].content[0],
+            ContentBlock::ToolResult { is_error: true, .. }
+        ));
+    }
+}

@@ -1,0 +1,106 @@
+//! Real `holdfast` processes for tests: spawn, signal, wait.
+//!
+//! The binary is built once per test process (`cargo build -p holdfast`, a
+//! no-op when fresh) so tests in this package can run it even though it
+//! belongs to another package. Each process's stderr goes to a log file
+//! under /tmp, named in panics, for post-mortems.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tokio::process::{Child, Command as AsyncCommand};
+
+static BINARY: OnceLock<PathBuf> = OnceLock::new();
+
+/// The `holdfast` binary of this workspace, built if needed.
+pub fn holdfast_bin() -> PathBuf {
+    BINARY
+        .get_or_init(|| {
+            let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .expect("workspace root")
+                .to_path_buf();
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let status = Command::new(cargo)
+                .args(["build", "--quiet", "-p", "holdfast", "--bin", "holdfast"])
+                .current_dir(&workspace)
+                .status()
+                .expect("run cargo build");
+            assert!(status.success(), "cargo build -p holdfast failed");
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| workspace.join("target"));
+            target.join("debug").join("holdfast")
+        })
+        .clone()
+}
+
+/// A running `holdfast` process, killed (SIGKILL) when dropped.
+pub struct HoldfastProcess {
+    pub name: String,
+    pub log: PathBuf,
+    child: Child,
+}
+
+impl HoldfastProcess {
+    /// Start `holdfast ARGS` with `envs` (on top of a clean set of HOLDFAST_*
+    /// defaults suited to tests).
+    pub fn spawn(name: &str, args: &[&str], envs: &[(&str, String)]) -> HoldfastProcess {
+        let log = PathBuf::from(format!(
+            "/tmp/holdfast-test-{}-{}.log",
+            name,
+            uuid::Uuid::new_v4().simple()
+        ));
+        let log_file = std::fs::File::create(&log).expect("create process log");
+        let mut command = AsyncCommand::new(holdfast_bin());
+        command
+            .args(args)
+            .env("HOLDFAST_LOG", "info,holdfast_worker=debug")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("clone log handle"))
+            .stderr(log_file)
+            .kill_on_drop(true);
+        for (key, value) in envs {
+            command.env(key, value);
+        }
+        let child = command.spawn().expect("spawn holdfast");
+        HoldfastProcess {
+            name: name.to_owned(),
+            log,
+            child,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("process is running")
+    }
+
+    /// Send a signal by name (`KILL`, `TERM`, `INT`, `STOP`, `CONT`).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {} failed", self.name);
+    }
+
+    /// Wait for the process to exit; returns its exit code (None: killed by
+    /// a signal). Panics after `timeout`.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        match tokio::time::timeout(timeout, self.child.wait()).await {
+            Ok(status) => status.expect("wait for process").code(),
+            Err(_) => panic!(
+                "{} did not exit within {timeout:?}; log: {}",
+                self.name,
+                self.log.display()
+            ),
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
