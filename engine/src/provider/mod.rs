@@ -11,6 +11,23 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod anthropic;
+mod backoff;
+mod classify;
+mod client;
+mod compaction;
+mod history;
+mod openai;
+mod sse;
+
+pub use anthropic::DEFAULT_MAX_TOKENS;
+pub use backoff::{backoff_ceiling, backoff_delay, BACKOFF_BASE, BACKOFF_CAP};
+pub use client::{
+    ProviderSettings, ProviderSetupError, Providers, DEFAULT_ANTHROPIC_BASE_URL,
+    DEFAULT_OPENAI_BASE_URL,
+};
+pub use compaction::{compaction_split, estimate_tokens, summary_message, summary_request};
+
 /// `config.model` of an agent.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
