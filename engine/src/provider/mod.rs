@@ -5,11 +5,36 @@
 //! clients map it to the Anthropic Messages or OpenAI Chat Completions wire
 //! format, stream the answer, forward text deltas, and classify failures into
 //! [`ModelError`] so the worker knows whether to retry, compact or fail the turn.
+//!
+//! The worker's side, per attempt:
+//! - [`Providers::should_compact`] before sending (estimated size against
+//!   the model's context window), and on [`ModelError::ContextTooLong`]:
+//!   [`compaction_split`] / [`summary_request`] / [`summary_message`];
+//! - [`Providers::complete`] to make the call (drop the future to cancel);
+//! - on [`ModelError::Retryable`]: [`backoff_delay`]`(attempt, retry_after)`
+//!   for the durable `run_after`.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+mod anthropic;
+mod backoff;
+mod classify;
+mod client;
+mod compaction;
+mod history;
+mod openai;
+mod sse;
+
+pub use anthropic::DEFAULT_MAX_TOKENS;
+pub use backoff::{backoff_ceiling, backoff_delay, BACKOFF_BASE, BACKOFF_CAP};
+pub use client::{
+    ProviderSettings, ProviderSetupError, Providers, DEFAULT_ANTHROPIC_BASE_URL,
+    DEFAULT_OPENAI_BASE_URL,
+};
+pub use compaction::{compaction_split, estimate_tokens, summary_message, summary_request};
 
 /// `config.model` of an agent.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -104,6 +129,11 @@ pub enum ModelError {
     /// Try again later: 429, 529/overloaded, 5xx, timeouts, connection
     /// errors, a stream cut mid-way. `retry_after` is the provider's hint
     /// (Retry-After in seconds or as an HTTP date, or a reset header).
+    /// `kind` is one of `rate_limit_error`, `overloaded_error`, `api_error`
+    /// (other 5xx, 409, 425), `timeout_error` (408, 504, connect or idle
+    /// timeout), `connection_error`, `incomplete_stream_error` (no
+    /// `message_stop` / `[DONE]`), `invalid_response_error` (e.g. tool input
+    /// that is not JSON), or the type of an error event inside the stream.
     #[error("{kind}: {message}")]
     Retryable {
         kind: String,
@@ -111,10 +141,13 @@ pub enum ModelError {
         retry_after: Option<Duration>,
     },
     /// The context is too long for the model: compact, do not retry as is.
+    /// Recognised by what the error body says, whatever the status (a
+    /// gateway may wrap it in a 5xx), and for 413.
     #[error("context too long: {message}")]
     ContextTooLong { message: String },
     /// End the turn now: `authentication_error` (401/403), `billing_error`
-    /// (402), `invalid_request_error` (400).
+    /// (402, and a 429 that is an exhausted quota or spend limit),
+    /// `invalid_request_error` (400 and other 4xx, a malformed base URL).
     #[error("{error_type}: {message}")]
     Fatal { error_type: String, message: String },
 }

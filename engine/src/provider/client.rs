@@ -1,0 +1,367 @@
+//! [`Providers`]: the HTTP client both provider protocols share, with its
+//! settings, timeouts and streaming loop.
+//!
+//! Cancellation is by drop: the worker drops the [`Providers::complete`]
+//! future (lease lost, cancel, shutdown), which drops the in-flight request
+//! or response body, and with it the connection, so the provider stops
+//! generating for nobody.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use reqwest::RequestBuilder;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::time::timeout;
+
+use super::anthropic::{self, AnthropicStream};
+use super::classify::{classify_status, idle_timeout, transport_error, ERROR_BODY_LIMIT};
+use super::compaction::estimate_tokens;
+use super::openai::{self, OpenAiStream};
+use super::sse::{SseDecoder, SseEvent};
+use super::{ModelError, ModelRequest, ModelResponse, Provider};
+use crate::duration::parse_duration;
+
+pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// How the provider clients connect, and how big a context may grow.
+#[derive(Clone)]
+pub struct ProviderSettings {
+    /// `ANTHROPIC_BASE_URL`; `/v1/messages` is appended.
+    pub anthropic_base_url: String,
+    /// `ANTHROPIC_API_KEY`, sent as `x-api-key` (not sent when unset, for
+    /// compatible servers that need none).
+    pub anthropic_api_key: Option<String>,
+    /// `OPENAI_BASE_URL`, including the `/v1`; `/chat/completions` is appended.
+    pub openai_base_url: String,
+    /// `OPENAI_API_KEY`, sent as `Authorization: Bearer` (when set).
+    pub openai_api_key: Option<String>,
+    /// Time allowed to establish a connection (TCP and TLS).
+    /// `HOLDFAST_MODEL_CONNECT_TIMEOUT`, default 10 s.
+    pub connect_timeout: Duration,
+    /// Longest silence tolerated: for the response headers after sending,
+    /// then between two chunks of the stream. A call may stream for as long
+    /// as it keeps streaming; a stalled one fails as retryable.
+    /// `HOLDFAST_MODEL_IDLE_TIMEOUT`, default 120 s (reasoning models can
+    /// think silently for a while; Anthropic sends pings meanwhile).
+    pub idle_timeout: Duration,
+    /// Context window assumed for models not in `context_windows`.
+    /// `HOLDFAST_MODEL_CONTEXT_WINDOW`, default 128 000 tokens.
+    pub default_context_window: u64,
+    /// Context windows by exact model name.
+    pub context_windows: HashMap<String, u64>,
+    /// [`Providers::should_compact`] is true once the estimated request plus
+    /// its output reservation exceeds this fraction of the context window.
+    /// Below 1 because [`estimate_tokens`] is a rough estimate. Default 0.9.
+    pub compact_threshold: f64,
+}
+
+impl Default for ProviderSettings {
+    fn default() -> Self {
+        ProviderSettings {
+            anthropic_base_url: DEFAULT_ANTHROPIC_BASE_URL.into(),
+            anthropic_api_key: None,
+            openai_base_url: DEFAULT_OPENAI_BASE_URL.into(),
+            openai_api_key: None,
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
+            default_context_window: 128_000,
+            context_windows: HashMap::new(),
+            compact_threshold: 0.9,
+        }
+    }
+}
+
+impl std::fmt::Debug for ProviderSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let key = |k: &Option<String>| if k.is_some() { "<set>" } else { "<unset>" };
+        f.debug_struct("ProviderSettings")
+            .field("anthropic_base_url", &self.anthropic_base_url)
+            .field("anthropic_api_key", &key(&self.anthropic_api_key))
+            .field("openai_base_url", &self.openai_base_url)
+            .field("openai_api_key", &key(&self.openai_api_key))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("default_context_window", &self.default_context_window)
+            .field("context_windows", &self.context_windows)
+            .field("compact_threshold", &self.compact_threshold)
+            .finish()
+    }
+}
+
+impl ProviderSettings {
+    /// Settings from the environment; unset or empty variables keep the
+    /// defaults.
+    pub fn from_env() -> Result<Self, ProviderSetupError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Settings from any variable lookup (the environment, a test's map).
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ProviderSetupError> {
+        let var = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let duration = |name: &str, default: Duration| match var(name) {
+            None => Ok(default),
+            Some(v) => parse_duration(&v).map_err(|message| ProviderSetupError::InvalidSetting {
+                name: name.to_owned(),
+                message,
+            }),
+        };
+        let defaults = ProviderSettings::default();
+        let default_context_window = match var("HOLDFAST_MODEL_CONTEXT_WINDOW") {
+            None => defaults.default_context_window,
+            Some(v) => v
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| ProviderSetupError::InvalidSetting {
+                    name: "HOLDFAST_MODEL_CONTEXT_WINDOW".into(),
+                    message: format!("{v:?} is not a positive number of tokens"),
+                })?,
+        };
+        Ok(ProviderSettings {
+            anthropic_base_url: var("ANTHROPIC_BASE_URL").unwrap_or(defaults.anthropic_base_url),
+            anthropic_api_key: var("ANTHROPIC_API_KEY"),
+            openai_base_url: var("OPENAI_BASE_URL").unwrap_or(defaults.openai_base_url),
+            openai_api_key: var("OPENAI_API_KEY"),
+            connect_timeout: duration("HOLDFAST_MODEL_CONNECT_TIMEOUT", defaults.connect_timeout)?,
+            idle_timeout: duration("HOLDFAST_MODEL_IDLE_TIMEOUT", defaults.idle_timeout)?,
+            default_context_window,
+            ..defaults
+        })
+    }
+}
+
+/// Why the provider clients could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderSetupError {
+    #[error("{name}: {message}")]
+    InvalidSetting { name: String, message: String },
+    #[error("building the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
+/// The model provider clients. Cheap to clone; share one per process (it
+/// pools connections).
+#[derive(Clone, Debug)]
+pub struct Providers {
+    http: reqwest::Client,
+    settings: Arc<ProviderSettings>,
+}
+
+/// Turns a protocol's SSE events into a [`ModelResponse`].
+pub(crate) trait StreamAssembler {
+    /// Take one event; `Ok(true)` when the provider said the response is
+    /// complete (`message_stop`, `[DONE]`).
+    fn event(
+        &mut self,
+        event: SseEvent,
+        deltas: Option<&UnboundedSender<String>>,
+    ) -> Result<bool, ModelError>;
+
+    /// The assembled response; an error if the stream never completed.
+    fn finish(self) -> Result<ModelResponse, ModelError>;
+}
+
+impl Providers {
+    pub fn new(settings: ProviderSettings) -> Result<Self, ProviderSetupError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(settings.connect_timeout)
+            .user_agent(concat!("holdfast/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(ProviderSetupError::Client)?;
+        Ok(Providers {
+            http,
+            settings: Arc::new(settings),
+        })
+    }
+
+    /// [`Providers::new`] with [`ProviderSettings::from_env`].
+    pub fn from_env() -> Result<Self, ProviderSetupError> {
+        Self::new(ProviderSettings::from_env()?)
+    }
+
+    pub fn settings(&self) -> &ProviderSettings {
+        &self.settings
+    }
+
+    /// One streaming model call. Each text delta goes to `deltas` as it
+    /// arrives (send errors are ignored: nobody watching is fine); the
+    /// result is the assembled response, or the failure classified.
+    /// `request.model.base_url` overrides the provider's base URL. Drop the
+    /// future to cancel: the connection is closed.
+    pub async fn complete(
+        &self,
+        request: &ModelRequest,
+        deltas: Option<&UnboundedSender<String>>,
+    ) -> Result<ModelResponse, ModelError> {
+        let settings = &self.settings;
+        match request.model.provider {
+            Provider::Anthropic => {
+                let base = request
+                    .model
+                    .base_url
+                    .as_deref()
+                    .unwrap_or(&settings.anthropic_base_url);
+                let mut http = self
+                    .http
+                    .post(endpoint(base, "/v1/messages"))
+                    .header("anthropic-version", anthropic::API_VERSION)
+                    .json(&anthropic::request_body(request));
+                if let Some(key) = &settings.anthropic_api_key {
+                    http = http.header("x-api-key", key);
+                }
+                self.stream(http, AnthropicStream::default(), deltas).await
+            }
+            Provider::Openai => {
+                let base = request
+                    .model
+                    .base_url
+                    .as_deref()
+                    .unwrap_or(&settings.openai_base_url);
+                let mut http = self
+                    .http
+                    .post(endpoint(base, "/chat/completions"))
+                    .json(&openai::request_body(request));
+                if let Some(key) = &settings.openai_api_key {
+                    http = http.bearer_auth(key);
+                }
+                self.stream(http, OpenAiStream::default(), deltas).await
+            }
+        }
+    }
+
+    /// The context window assumed for `model_name`, in tokens.
+    pub fn context_window(&self, model_name: &str) -> u64 {
+        self.settings
+            .context_windows
+            .get(model_name)
+            .copied()
+            .unwrap_or(self.settings.default_context_window)
+    }
+
+    /// True when `request` should be compacted before sending: its
+    /// estimated size plus the output it reserves (`max_tokens`) exceeds
+    /// `compact_threshold` of the model's context window.
+    pub fn should_compact(&self, request: &ModelRequest) -> bool {
+        let output = request
+            .model
+            .max_tokens
+            .unwrap_or(anthropic::DEFAULT_MAX_TOKENS);
+        let needed = estimate_tokens(request) + u64::from(output);
+        let window = self.context_window(&request.model.name) as f64;
+        needed as f64 > window * self.settings.compact_threshold
+    }
+
+    /// Send, then read the SSE stream into `assembler`, with the idle
+    /// timeout on the headers and on every chunk.
+    async fn stream(
+        &self,
+        http: RequestBuilder,
+        mut assembler: impl StreamAssembler,
+        deltas: Option<&UnboundedSender<String>>,
+    ) -> Result<ModelResponse, ModelError> {
+        let idle = self.settings.idle_timeout;
+        let response = timeout(idle, http.send())
+            .await
+            .map_err(|_| idle_timeout("response", idle))?
+            .map_err(|e| transport_error(&e))?;
+        let status = response.status();
+        if !status.is_success() {
+            let headers = response.headers().clone();
+            let body = read_error_body(response, idle).await;
+            return Err(classify_status(status.as_u16(), &headers, &body));
+        }
+        let mut body = response.bytes_stream();
+        let mut decoder = SseDecoder::default();
+        loop {
+            let chunk = match timeout(idle, body.next()).await {
+                Err(_) => return Err(idle_timeout("stream data", idle)),
+                Ok(None) => return assembler.finish(),
+                Ok(Some(Err(e))) => return Err(transport_error(&e)),
+                Ok(Some(Ok(chunk))) => chunk,
+            };
+            for event in decoder.push(&chunk) {
+                if assembler.event(event, deltas)? {
+                    // Read the body's end (normally already buffered) so the
+                    // connection can be reused; never wait long for it.
+                    let _ = timeout(Duration::from_millis(100).min(idle), async {
+                        while let Some(Ok(_)) = body.next().await {}
+                    })
+                    .await;
+                    return assembler.finish();
+                }
+            }
+        }
+    }
+}
+
+/// `base` + `path`, tolerating a trailing slash on `base`.
+fn endpoint(base: &str, path: &str) -> String {
+    format!("{}{path}", base.trim_end_matches('/'))
+}
+
+/// The start of an error response's body; whatever arrived if reading fails.
+async fn read_error_body(response: reqwest::Response, idle: Duration) -> String {
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while body.len() < ERROR_BODY_LIMIT {
+        match timeout(idle, stream.next()).await {
+            Ok(Some(Ok(chunk))) => body.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    body.truncate(ERROR_BODY_LIMIT);
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_come_from_the_environment_with_defaults() {
+        let env: HashMap<&str, &str> = [
+            ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/"),
+            ("OPENAI_API_KEY", "sk-test"),
+            ("ANTHROPIC_API_KEY", ""),
+            ("HOLDFAST_MODEL_IDLE_TIMEOUT", "30s"),
+            ("HOLDFAST_MODEL_CONTEXT_WINDOW", "8192"),
+        ]
+        .into_iter()
+        .collect();
+        let s = ProviderSettings::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap();
+        assert_eq!(s.anthropic_base_url, "http://127.0.0.1:9/");
+        assert_eq!(s.anthropic_api_key, None, "empty means unset");
+        assert_eq!(s.openai_base_url, DEFAULT_OPENAI_BASE_URL);
+        assert_eq!(s.openai_api_key.as_deref(), Some("sk-test"));
+        assert_eq!(s.idle_timeout, Duration::from_secs(30));
+        assert_eq!(s.connect_timeout, Duration::from_secs(10));
+        assert_eq!(s.default_context_window, 8192);
+        assert!(!format!("{s:?}").contains("sk-test"), "keys are not logged");
+
+        let bad = ProviderSettings::from_lookup(|k| {
+            (k == "HOLDFAST_MODEL_IDLE_TIMEOUT").then(|| "soon".to_owned())
+        });
+        assert!(matches!(
+            bad,
+            Err(ProviderSetupError::InvalidSetting { .. })
+        ));
+    }
+
+    #[test]
+    fn endpoint_joins_with_or_without_a_trailing_slash() {
+        assert_eq!(
+            endpoint("https://api.openai.com/v1/", "/chat/completions"),
+            "https://api.openai.com/v1/chat/completions"
+        );
+        assert_eq!(
+            endpoint("https://api.anthropic.com", "/v1/messages"),
+            "https://api.anthropic.com/v1/messages"
+        );
+    }
+}

@@ -1,0 +1,243 @@
+//! OpenAI Chat Completions: `POST {base}/chat/completions` with
+//! `Authorization: Bearer`, `stream: true` and
+//! `stream_options: {"include_usage": true}`.
+//!
+//! The stream is unnamed `data:` chunks (`chat.completion.chunk` objects)
+//! ending with `data: [DONE]`. Text arrives in `choices[0].delta.content`;
+//! tool calls in `choices[0].delta.tool_calls[]`, keyed by `index`, the
+//! first fragment carrying `id` and `function.name`, later ones appending
+//! to `function.arguments`. `finish_reason` comes on the last choice chunk;
+//! with `include_usage`, a final chunk with empty `choices` carries `usage`.
+//!
+//! Holdfast's history is Anthropic-shaped; here the system prompt becomes a
+//! `system` message, assistant tool calls become `tool_calls`, and each tool
+//! result a `role: tool` message answering its `tool_call_id`.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::anthropic::parse_tool_input;
+use super::classify::{classify_stream_error, incomplete_stream, invalid_response};
+use super::client::StreamAssembler;
+use super::history::{normalise, tool_result_text};
+use super::sse::SseEvent;
+use super::{ContentBlock, ModelError, ModelRequest, ModelResponse, Role, Usage};
+
+/// The request body.
+pub(crate) fn request_body(request: &ModelRequest) -> Value {
+    let mut messages = Vec::new();
+    if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    for message in normalise(&request.messages) {
+        let texts: Vec<&str> = message
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        let text = (!texts.is_empty()).then(|| texts.join("\n\n"));
+        match message.role {
+            Role::User => {
+                // normalise() put tool results first, so each `tool` message
+                // directly follows the assistant message that made the call.
+                for block in &message.content {
+                    if let ContentBlock::ToolResult {
+                        tool_use_id,
+                        content,
+                        is_error,
+                    } = block
+                    {
+                        // Chat Completions has no error flag for tool results.
+                        let output = tool_result_text(content);
+                        let content = if *is_error {
+                            format!("Error: {output}")
+                        } else {
+                            output
+                        };
+                        messages.push(json!({
+                            "role": "tool",
+                            "tool_call_id": tool_use_id,
+                            "content": content,
+                        }));
+                    }
+                }
+                if let Some(text) = text {
+                    messages.push(json!({"role": "user", "content": text}));
+                }
+            }
+            Role::Assistant => {
+                let calls: Vec<Value> = message
+                    .content
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::ToolUse { id, name, input } => Some(json!({
+                            "id": id,
+                            "type": "function",
+                            "function": {"name": name, "arguments": input.to_string()},
+                        })),
+                        _ => None,
+                    })
+                    .collect();
+                let mut assistant = json!({"role": "assistant", "content": text});
+                if !calls.is_empty() {
+                    assistant["tool_calls"] = Value::Array(calls);
+                }
+                messages.push(assistant);
+            }
+        }
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), json!(request.model.name));
+    body.insert("messages".into(), Value::Array(messages));
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.input_schema,
+                    },
+                })
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(max_tokens) = request.model.max_tokens {
+        // `max_tokens` is deprecated by OpenAI and rejected by its
+        // reasoning models; this is its replacement.
+        body.insert("max_completion_tokens".into(), json!(max_tokens));
+    }
+    body.insert("stream".into(), json!(true));
+    body.insert("stream_options".into(), json!({"include_usage": true}));
+    Value::Object(body)
+}
+
+#[derive(Default)]
+struct ToolCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Assembles the streamed chunks into a [`ModelResponse`].
+#[derive(Default)]
+pub(crate) struct OpenAiStream {
+    text: String,
+    calls: BTreeMap<u64, ToolCall>,
+    finish_reason: Option<String>,
+    usage: Usage,
+    complete: bool,
+}
+
+impl StreamAssembler for OpenAiStream {
+    fn event(
+        &mut self,
+        event: SseEvent,
+        deltas: Option<&UnboundedSender<String>>,
+    ) -> Result<bool, ModelError> {
+        if event.data.trim() == "[DONE]" {
+            self.complete = true;
+            return Ok(true);
+        }
+        let chunk: Value = serde_json::from_str(&event.data)
+            .map_err(|e| invalid_response(format!("chunk is not JSON ({e}): {}", event.data)))?;
+        if let Some(error) = chunk.get("error") {
+            return Err(classify_stream_error(error));
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            let field = |name: &str| usage.get(name).and_then(Value::as_u64).unwrap_or(0);
+            self.usage = Usage {
+                input_tokens: field("prompt_tokens"),
+                output_tokens: field("completion_tokens"),
+            };
+        }
+        let choices = chunk.get("choices").and_then(Value::as_array);
+        let Some(choice) = choices.and_then(|c| {
+            c.iter()
+                .find(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0)
+        }) else {
+            return Ok(false);
+        };
+        let delta = choice.get("delta").unwrap_or(&Value::Null);
+        if let Some(piece) = delta.get("content").and_then(Value::as_str) {
+            if !piece.is_empty() {
+                self.text.push_str(piece);
+                if let Some(tx) = deltas {
+                    // A receiver gone away only means nobody watches live.
+                    let _ = tx.send(piece.to_owned());
+                }
+            }
+        }
+        let fragments = delta.get("tool_calls").and_then(Value::as_array);
+        for (position, fragment) in fragments.into_iter().flatten().enumerate() {
+            let index = fragment
+                .get("index")
+                .and_then(Value::as_u64)
+                .unwrap_or(position as u64);
+            let call = self.calls.entry(index).or_default();
+            let text = |pointer: &str| fragment.pointer(pointer).and_then(Value::as_str);
+            // id and name come whole in the first fragment; some compatible
+            // servers repeat them in every fragment, so later copies are ignored.
+            if let (true, Some(id)) = (call.id.is_empty(), text("/id")) {
+                call.id = id.to_owned();
+            }
+            if let (true, Some(name)) = (call.name.is_empty(), text("/function/name")) {
+                call.name = name.to_owned();
+            }
+            if let Some(arguments) = text("/function/arguments") {
+                call.arguments.push_str(arguments);
+            }
+        }
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish_reason = Some(reason.to_owned());
+        }
+        Ok(false)
+    }
+
+    fn finish(self) -> Result<ModelResponse, ModelError> {
+        if !self.complete {
+            return Err(incomplete_stream("data: [DONE]"));
+        }
+        let mut content = Vec::new();
+        if !self.text.is_empty() {
+            content.push(ContentBlock::Text { text: self.text });
+        }
+        let has_calls = !self.calls.is_empty();
+        for (index, call) in self.calls {
+            if call.name.is_empty() {
+                return Err(invalid_response(format!("tool call {index} has no name")));
+            }
+            content.push(ContentBlock::ToolUse {
+                id: if call.id.is_empty() {
+                    format!("call_{}", uuid::Uuid::new_v4().simple())
+                } else {
+                    call.id
+                },
+                name: call.name,
+                input: parse_tool_input(&call.arguments)?,
+            });
+        }
+        // Some compatible servers say `stop` even when they called tools.
+        let stop_reason = match self.finish_reason.as_deref() {
+            Some("tool_calls" | "function_call") => Some("tool_use".to_owned()),
+            _ if has_calls => Some("tool_use".to_owned()),
+            Some("stop") => Some("end_turn".to_owned()),
+            Some("length") => Some("max_tokens".to_owned()),
+            other => other.map(str::to_owned),
+        };
+        Ok(ModelResponse {
+            content,
+            stop_reason,
+            usage: self.usage,
+        })
+    }
+}

@@ -1,0 +1,666 @@
+//! The provider clients against the fake provider, over real sockets: wire
+//! shapes, streaming assembly, error classes, retry hints, timeouts and
+//! cancellation, for both the Anthropic and the OpenAI protocol.
+
+use std::time::{Duration, SystemTime};
+
+use holdfast_engine::provider::{
+    ContentBlock, Message, ModelConfig, ModelError, ModelRequest, ModelResponse, Provider,
+    ProviderSettings, Providers, Role, ToolDefinition,
+};
+use holdfast_fakes::{FakeProvider, Protocol, Reply};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+const BOTH: [Provider; 2] = [Provider::Anthropic, Provider::Openai];
+
+fn settings(fake: &FakeProvider) -> ProviderSettings {
+    ProviderSettings {
+        anthropic_base_url: fake.base_url_anthropic(),
+        anthropic_api_key: Some("sk-ant-test".into()),
+        openai_base_url: fake.base_url_openai(),
+        openai_api_key: Some("sk-openai-test".into()),
+        idle_timeout: Duration::from_secs(10),
+        ..ProviderSettings::default()
+    }
+}
+
+fn providers(fake: &FakeProvider) -> Providers {
+    Providers::new(settings(fake)).unwrap()
+}
+
+fn text(role: Role, t: &str) -> Message {
+    Message {
+        role,
+        content: vec![ContentBlock::Text { text: t.into() }],
+    }
+}
+
+fn request(provider: Provider) -> ModelRequest {
+    ModelRequest {
+        model: ModelConfig {
+            provider,
+            name: "test-model".into(),
+            base_url: None,
+            max_tokens: None,
+        },
+        system: Some("You are terse.".into()),
+        messages: vec![text(Role::User, "What is the weather in Zürich?")],
+        tools: vec![ToolDefinition {
+            name: "get_weather".into(),
+            description: "Current weather for a city".into(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            }),
+        }],
+    }
+}
+
+/// Run one call, collecting the live deltas it sent.
+async fn complete(
+    providers: &Providers,
+    request: &ModelRequest,
+) -> (Result<ModelResponse, ModelError>, Vec<String>) {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let result = providers.complete(request, Some(&tx)).await;
+    drop(tx);
+    let mut deltas = Vec::new();
+    while let Some(delta) = rx.recv().await {
+        deltas.push(delta);
+    }
+    (result, deltas)
+}
+
+fn expect_retryable(result: Result<ModelResponse, ModelError>, kind: &str) -> Option<Duration> {
+    match result {
+        Err(ModelError::Retryable {
+            kind: got,
+            retry_after,
+            message,
+        }) => {
+            assert_eq!(got, kind, "kind (message: {message})");
+            retry_after
+        }
+        other => panic!("expected Retryable {kind}, got {other:?}"),
+    }
+}
+
+fn expect_fatal(result: Result<ModelResponse, ModelError>, error_type: &str) {
+    match result {
+        Err(ModelError::Fatal {
+            error_type: got, ..
+        }) => assert_eq!(got, error_type),
+        other => panic!("expected Fatal {error_type}, got {other:?}"),
+    }
+}
+
+fn expect_context_too_long(result: Result<ModelResponse, ModelError>) {
+    assert!(
+        matches!(result, Err(ModelError::ContextTooLong { .. })),
+        "expected ContextTooLong, got {result:?}"
+    );
+}
+
+#[tokio::test]
+async fn text_deltas_concatenate_to_the_final_text() {
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    let answer = "It is sunny and 21 °C in Zürich today.";
+    for provider in BOTH {
+        fake.push(Reply::text(answer).usage(120, 11));
+        let (result, deltas) = complete(&providers, &request(provider)).await;
+        let response = result.unwrap();
+        assert!(deltas.len() > 3, "{provider:?} streamed {deltas:?}");
+        assert_eq!(deltas.concat(), answer);
+        assert_eq!(
+            response.content,
+            vec![ContentBlock::Text {
+                text: answer.into()
+            }]
+        );
+        assert_eq!(response.stop_reason.as_deref(), Some("end_turn"));
+        assert_eq!(response.usage.input_tokens, 120);
+        assert_eq!(response.usage.output_tokens, 11);
+    }
+}
+
+async fn assert_tool_calls_assemble(provider: Provider) {
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    let weather = json!({"city": "Zürich", "units": {"temp": "celsius"}, "days": [1, 2, 3]});
+    let search = json!({"query": "quoted \"text\" and \\ backslash", "limit": 5});
+    fake.push(Reply::text_and_tool_calls(
+        "Let me check.",
+        vec![("get_weather", weather.clone()), ("search", search.clone())],
+    ));
+    let (result, deltas) = complete(&providers, &request(provider)).await;
+    let response = result.unwrap();
+    assert_eq!(deltas.concat(), "Let me check.", "only text goes live");
+    assert_eq!(response.stop_reason.as_deref(), Some("tool_use"));
+    assert_eq!(response.content.len(), 3);
+    assert_eq!(
+        response.content[0],
+        ContentBlock::Text {
+            text: "Let me check.".into()
+        }
+    );
+    let calls: Vec<(&str, &str, &Value)> = response.content[1..]
+        .iter()
+        .map(|b| match b {
+            ContentBlock::ToolUse { id, name, input } => (id.as_str(), name.as_str(), input),
+            other => panic!("expected tool_use, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(calls[0].1, "get_weather");
+    assert_eq!(calls[0].2, &weather);
+    assert_eq!(calls[1].1, "search");
+    assert_eq!(calls[1].2, &search);
+    assert!(
+        !calls[0].0.is_empty() && calls[0].0 != calls[1].0,
+        "distinct ids"
+    );
+}
+
+#[tokio::test]
+async fn anthropic_input_json_delta_fragments_assemble_into_json() {
+    assert_tool_calls_assemble(Provider::Anthropic).await;
+}
+
+#[tokio::test]
+async fn openai_tool_call_fragments_assemble_into_json() {
+    assert_tool_calls_assemble(Provider::Openai).await;
+}
+
+#[tokio::test]
+async fn tool_calls_without_text_and_stop_reasons_are_normalised() {
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    for provider in BOTH {
+        fake.push(Reply::tool_calls(vec![("get_weather", json!({}))]));
+        let response = providers.complete(&request(provider), None).await.unwrap();
+        assert!(matches!(
+            &response.content[..],
+            [ContentBlock::ToolUse { input, .. }] if *input == json!({})
+        ));
+        assert_eq!(response.stop_reason.as_deref(), Some("tool_use"));
+
+        fake.push(Reply::text("truncated").stop_reason("max_tokens"));
+        let response = providers.complete(&request(provider), None).await.unwrap();
+        assert_eq!(
+            response.stop_reason.as_deref(),
+            Some("max_tokens"),
+            "{provider:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn error_statuses_map_to_their_error_classes() {
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    for provider in BOTH {
+        let req = request(provider);
+        let before = fake.request_count();
+        for (status, class) in [(401, "authentication_error"), (403, "authentication_error")] {
+            fake.push(Reply::status(status));
+            expect_fatal(providers.complete(&req, None).await, class);
+        }
+        fake.push(Reply::status(402));
+        expect_fatal(providers.complete(&req, None).await, "billing_error");
+        for status in [400, 404, 422] {
+            fake.push(Reply::status(status));
+            expect_fatal(
+                providers.complete(&req, None).await,
+                "invalid_request_error",
+            );
+        }
+        fake.push(Reply::status(429));
+        expect_retryable(providers.complete(&req, None).await, "rate_limit_error");
+        fake.push(Reply::status(529));
+        expect_retryable(providers.complete(&req, None).await, "overloaded_error");
+        for status in [500, 502, 503] {
+            fake.push(Reply::status(status));
+            expect_retryable(providers.complete(&req, None).await, "api_error");
+        }
+        fake.push(Reply::status(504));
+        expect_retryable(providers.complete(&req, None).await, "timeout_error");
+        // No hidden retries inside the client: one request per call.
+        assert_eq!(fake.request_count() - before, 12, "{provider:?}");
+    }
+}
+
+#[tokio::test]
+async fn context_too_long_is_recognised_for_each_provider_and_behind_gateways() {
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    for provider in BOTH {
+        let req = request(provider);
+        fake.push(Reply::context_too_long());
+        expect_context_too_long(providers.complete(&req, None).await);
+        fake.push(Reply::status(413));
+        expect_context_too_long(providers.complete(&req, None).await);
+    }
+    // A gateway wrapping Anthropic's error in its own 5xx.
+    let wrapped = json!({"error": {"message": json!({"type": "error", "error": {
+        "type": "invalid_request_error",
+        "message": "prompt is too long: 250000 tokens > 200000 maximum"}}).to_string(),
+        "type": "None", "code": "500"}});
+    fake.push(Reply::status(500).body(wrapped.to_string()));
+    expect_context_too_long(providers.complete(&request(Provider::Openai), None).await);
+    // An OpenAI-compatible server answering 503 with OpenAI's code.
+    fake.push(Reply::status(503).body(
+        r#"{"error":{"message":"too long","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
+    ));
+    expect_context_too_long(
+        providers
+            .complete(&request(Provider::Anthropic), None)
+            .await,
+    );
+}
+
+#[tokio::test]
+async fn an_exhausted_quota_429_is_billing_not_rate_limit() {
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    fake.push(Reply::status(429).body(
+        r#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#,
+    ));
+    expect_fatal(
+        providers.complete(&request(Provider::Openai), None).await,
+        "billing_error",
+    );
+}
+
+#[tokio::test]
+async fn retry_after_seconds_and_http_dates_are_parsed() {
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    for provider in BOTH {
+        let req = request(provider);
+        fake.push(Reply::status(429).retry_after_secs(7));
+        let hint = expect_retryable(providers.complete(&req, None).await, "rate_limit_error");
+        assert_eq!(hint, Some(Duration::from_secs(7)));
+
+        fake.push(Reply::status(529).retry_after_date(SystemTime::now() + Duration::from_secs(30)));
+        let hint = expect_retryable(providers.complete(&req, None).await, "overloaded_error")
+            .expect("a hint from the HTTP date");
+        // HTTP dates have whole seconds.
+        assert!(
+            hint > Duration::from_secs(28) && hint <= Duration::from_secs(30),
+            "{hint:?}"
+        );
+
+        fake.push(Reply::status(503));
+        let hint = expect_retryable(providers.complete(&req, None).await, "api_error");
+        assert_eq!(hint, None, "no header, no hint");
+    }
+}
+
+#[tokio::test]
+async fn rate_limit_reset_headers_give_the_retry_hint() {
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    let reset = chrono::Utc::now() + chrono::Duration::seconds(45);
+    fake.push(
+        Reply::status(429)
+            .header("anthropic-ratelimit-requests-remaining", "0")
+            .header("anthropic-ratelimit-requests-reset", reset.to_rfc3339())
+            .header("anthropic-ratelimit-tokens-remaining", "90000")
+            .header(
+                "anthropic-ratelimit-tokens-reset",
+                (reset + chrono::Duration::seconds(600)).to_rfc3339(),
+            ),
+    );
+    let hint = expect_retryable(
+        providers
+            .complete(&request(Provider::Anthropic), None)
+            .await,
+        "rate_limit_error",
+    )
+    .expect("a hint from the exhausted bucket's reset");
+    assert!(
+        hint > Duration::from_secs(40) && hint <= Duration::from_secs(45),
+        "{hint:?}"
+    );
+
+    fake.push(
+        Reply::status(429)
+            .header("x-ratelimit-remaining-requests", "59")
+            .header("x-ratelimit-reset-requests", "1s")
+            .header("x-ratelimit-remaining-tokens", "0")
+            .header("x-ratelimit-reset-tokens", "6m0s"),
+    );
+    let hint = expect_retryable(
+        providers.complete(&request(Provider::Openai), None).await,
+        "rate_limit_error",
+    );
+    assert_eq!(hint, Some(Duration::from_secs(360)));
+}
+
+#[tokio::test]
+async fn an_overloaded_error_mid_stream_is_retryable() {
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    for (provider, kind) in [
+        (Provider::Anthropic, "overloaded_error"),
+        (Provider::Openai, "server_error"),
+    ] {
+        fake.push(Reply::text("one two three four").error_after_deltas(2));
+        let (result, deltas) = complete(&providers, &request(provider)).await;
+        expect_retryable(result, kind);
+        assert_eq!(
+            deltas.concat(),
+            "one two ",
+            "deltas before the error went live"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_stream_cut_before_its_end_marker_is_retryable() {
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    for provider in BOTH {
+        fake.push(Reply::text("one two three four").cut_after_deltas(2));
+        let (result, _) = complete(&providers, &request(provider)).await;
+        expect_retryable(result, "incomplete_stream_error");
+
+        // Cut in the middle of a tool call's input JSON.
+        fake.push(
+            Reply::tool_calls(vec![("get_weather", json!({"city": "Bern"}))]).cut_after_deltas(2),
+        );
+        let (result, _) = complete(&providers, &request(provider)).await;
+        expect_retryable(result, "incomplete_stream_error");
+
+        fake.push(Reply::text("one two three four").reset_after_deltas(1));
+        let (result, _) = complete(&providers, &request(provider)).await;
+        expect_retryable(result, "connection_error");
+    }
+}
+
+#[tokio::test]
+async fn a_hang_is_cut_by_the_idle_timeout() {
+    let fake = FakeProvider::start().await;
+    let providers = Providers::new(ProviderSettings {
+        idle_timeout: Duration::from_millis(300),
+        ..settings(&fake)
+    })
+    .unwrap();
+    for provider in BOTH {
+        // No response headers at all.
+        fake.push(Reply::hang());
+        let (result, _) = complete(&providers, &request(provider)).await;
+        expect_retryable(result, "timeout_error");
+        // Headers and some text, then silence.
+        fake.push(Reply::text("one two three").hold_after_deltas(1));
+        let (result, deltas) = complete(&providers, &request(provider)).await;
+        expect_retryable(result, "timeout_error");
+        assert_eq!(deltas, ["one "]);
+    }
+}
+
+#[tokio::test]
+async fn a_slow_stream_that_keeps_streaming_is_not_timed_out() {
+    let fake = FakeProvider::start().await;
+    let providers = Providers::new(ProviderSettings {
+        idle_timeout: Duration::from_millis(300),
+        ..settings(&fake)
+    })
+    .unwrap();
+    // ~14 frames 100 ms apart: well over the idle timeout in total.
+    let answer = "a slow but steady stream of words";
+    fake.push(Reply::text(answer).trickle(Duration::from_millis(100)));
+    let started = std::time::Instant::now();
+    let (result, deltas) = complete(&providers, &request(Provider::Anthropic)).await;
+    assert!(started.elapsed() > Duration::from_millis(600));
+    assert_eq!(deltas.concat(), answer);
+    assert!(result.is_ok(), "{result:?}");
+}
+
+#[tokio::test]
+async fn dropping_the_call_closes_the_connection() {
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    let mut aborted = 0;
+    for provider in BOTH {
+        for reply in [
+            Reply::hang(),
+            Reply::text("one two three").hold_after_deltas(1),
+        ] {
+            fake.push(reply);
+            let call = {
+                let providers = providers.clone();
+                tokio::spawn(async move { providers.complete(&request(provider), None).await })
+            };
+            fake.wait_until_held(1).await;
+            call.abort();
+            aborted += 1;
+            fake.wait_for_aborted(aborted).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_retryable() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let providers = Providers::new(ProviderSettings {
+        anthropic_base_url: base.clone(),
+        openai_base_url: format!("{base}/v1"),
+        ..ProviderSettings::default()
+    })
+    .unwrap();
+    for provider in BOTH {
+        let (result, _) = complete(&providers, &request(provider)).await;
+        expect_retryable(result, "connection_error");
+    }
+}
+
+#[tokio::test]
+async fn the_agent_base_url_overrides_the_settings() {
+    let fake = FakeProvider::start().await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let providers = Providers::new(ProviderSettings {
+        anthropic_base_url: dead.clone(),
+        openai_base_url: dead,
+        ..ProviderSettings::default()
+    })
+    .unwrap();
+    for (provider, base) in [
+        (Provider::Anthropic, fake.base_url_anthropic()),
+        (Provider::Openai, format!("{}/", fake.base_url_openai())),
+    ] {
+        let mut req = request(provider);
+        req.model.base_url = Some(base);
+        let response = providers.complete(&req, None).await.unwrap();
+        assert_eq!(
+            response.content,
+            vec![ContentBlock::Text { text: "ok".into() }]
+        );
+    }
+    assert_eq!(fake.request_count(), 2);
+}
+
+/// A history with everything the mapping must handle: text, a tool call
+/// answered by two results (one an error with JSON output), and a steering
+/// message saved after the results (two consecutive user messages).
+fn rich_request(provider: Provider) -> ModelRequest {
+    let mut req = request(provider);
+    req.model.max_tokens = Some(1000);
+    req.messages = vec![
+        text(Role::User, "Weather in Zürich and Bern?"),
+        Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::Text {
+                    text: "Checking both.".into(),
+                },
+                ContentBlock::ToolUse {
+                    id: "call_1".into(),
+                    name: "get_weather".into(),
+                    input: json!({"city": "Zürich"}),
+                },
+                ContentBlock::ToolUse {
+                    id: "call_2".into(),
+                    name: "get_weather".into(),
+                    input: json!({"city": "Bern"}),
+                },
+            ],
+        },
+        Message {
+            role: Role::User,
+            content: vec![
+                ContentBlock::ToolResult {
+                    tool_use_id: "call_1".into(),
+                    content: json!("21 °C, sunny"),
+                    is_error: false,
+                },
+                ContentBlock::ToolResult {
+                    tool_use_id: "call_2".into(),
+                    content: json!({"error": "station offline"}),
+                    is_error: true,
+                },
+            ],
+        },
+        text(Role::User, "Also Geneva, please."),
+    ];
+    req
+}
+
+#[tokio::test]
+async fn anthropic_requests_have_the_documented_wire_shape() {
+    let fake = FakeProvider::start().await;
+    providers(&fake)
+        .complete(&rich_request(Provider::Anthropic), None)
+        .await
+        .unwrap();
+    let seen = fake.last_request().unwrap();
+    assert_eq!(seen.protocol, Protocol::Anthropic);
+    assert_eq!(seen.header("x-api-key"), Some("sk-ant-test"));
+    assert_eq!(seen.header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(
+        seen.body,
+        json!({
+            "model": "test-model",
+            "max_tokens": 1000,
+            "system": "You are terse.",
+            "stream": true,
+            "tools": [{
+                "name": "get_weather",
+                "description": "Current weather for a city",
+                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            }],
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "Weather in Zürich and Bern?"}]},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "Checking both."},
+                    {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Zürich"}},
+                    {"type": "tool_use", "id": "call_2", "name": "get_weather", "input": {"city": "Bern"}},
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "call_1", "content": "21 °C, sunny"},
+                    {"type": "tool_result", "tool_use_id": "call_2", "content": "{\"error\":\"station offline\"}", "is_error": true},
+                    {"type": "text", "text": "Also Geneva, please."},
+                ]},
+            ],
+        })
+    );
+}
+
+#[tokio::test]
+async fn anthropic_max_tokens_defaults_to_4096() {
+    let fake = FakeProvider::start().await;
+    providers(&fake)
+        .complete(&request(Provider::Anthropic), None)
+        .await
+        .unwrap();
+    assert_eq!(fake.last_request().unwrap().body["max_tokens"], 4096);
+}
+
+#[tokio::test]
+async fn openai_requests_have_the_documented_wire_shape() {
+    let fake = FakeProvider::start().await;
+    providers(&fake)
+        .complete(&rich_request(Provider::Openai), None)
+        .await
+        .unwrap();
+    let seen = fake.last_request().unwrap();
+    assert_eq!(seen.protocol, Protocol::Openai);
+    assert_eq!(seen.header("authorization"), Some("Bearer sk-openai-test"));
+    assert_eq!(
+        seen.body,
+        json!({
+            "model": "test-model",
+            "max_completion_tokens": 1000,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "tools": [{"type": "function", "function": {
+                "name": "get_weather",
+                "description": "Current weather for a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            }}],
+            "messages": [
+                {"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "Weather in Zürich and Bern?"},
+                {"role": "assistant", "content": "Checking both.", "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Zürich\"}"}},
+                    {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Bern\"}"}},
+                ]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "21 °C, sunny"},
+                {"role": "tool", "tool_call_id": "call_2", "content": "Error: {\"error\":\"station offline\"}"},
+                {"role": "user", "content": "Also Geneva, please."},
+            ],
+        })
+    );
+}
+
+#[tokio::test]
+async fn the_fake_logs_what_a_retried_request_contained() {
+    // The worker rebuilds the request at every attempt; the log shows each.
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    fake.push(Reply::status(529));
+    let mut req = request(Provider::Anthropic);
+    expect_retryable(providers.complete(&req, None).await, "overloaded_error");
+    req.messages.push(text(Role::User, "steer: Celsius only"));
+    providers.complete(&req, None).await.unwrap();
+    let seen = fake.requests();
+    assert_eq!(seen.len(), 2);
+    let last_text = |i: usize| {
+        seen[i].body["messages"][0]["content"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(last_text(0), 1);
+    assert_eq!(
+        last_text(1),
+        2,
+        "the steering message merged into the user turn"
+    );
+}
+
+#[tokio::test]
+async fn compaction_is_advised_once_the_estimate_nears_the_window() {
+    let fake = FakeProvider::start().await;
+    let mut settings = settings(&fake);
+    settings
+        .context_windows
+        .insert("small-model".into(), 10_000);
+    let providers = Providers::new(settings).unwrap();
+    assert_eq!(providers.context_window("small-model"), 10_000);
+    assert_eq!(providers.context_window("other-model"), 128_000);
+    let mut req = request(Provider::Anthropic);
+    req.model.name = "small-model".into();
+    req.model.max_tokens = Some(1000);
+    assert!(!providers.should_compact(&req));
+    // ~9 000 tokens of history + 1 000 reserved for output > 90% of 10 000.
+    req.messages
+        .push(text(Role::User, &"lorem ipsum ".repeat(3000)));
+    assert!(providers.should_compact(&req));
+}
