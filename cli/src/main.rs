@@ -1,6 +1,7 @@
 //! The `holdfast` binary: parses flags, wires the crates. Nothing else.
 
 mod database;
+mod run_worker;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -33,6 +34,8 @@ enum Command {
     Migrate,
     /// Queue overview: agents by state, leases by worker, stuck agents.
     Status,
+    /// Claim agents and run their steps until SIGTERM/SIGINT (then drain).
+    Worker(run_worker::WorkerArgs),
 }
 
 fn main() -> Result<()> {
@@ -58,6 +61,7 @@ fn main() -> Result<()> {
                 db.migrate().await?;
                 database::print_status(&db).await?;
             }
+            Command::Worker(args) => run_worker::run(&db, &args).await?,
         }
         Ok(())
     })

@@ -21,9 +21,11 @@ use crate::error::{Error, Result};
 /// Settings written into a new cluster's `postgresql.conf`.
 #[derive(Clone, Debug)]
 pub struct ClusterOptions {
-    /// Trade crash durability of the OS for speed (tests, benches, demo).
-    /// A Postgres crash (`pg_ctl stop -m immediate`) still recovers from WAL;
-    /// only a machine crash could lose committed work.
+    /// Trade durability against an OS crash for speed (tests, benches,
+    /// demo): `fsync = off`. Commits still write their WAL to the OS at
+    /// COMMIT (`synchronous_commit` stays on), so a Postgres crash
+    /// (`pg_ctl stop -m immediate`) loses nothing committed — fault tests
+    /// rely on that; only a machine crash could.
     pub fast_unsafe_fsync_off: bool,
     pub max_connections: u32,
 }
@@ -220,7 +222,7 @@ impl LocalCluster {
             options.max_connections
         );
         if options.fast_unsafe_fsync_off {
-            conf.push_str("fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n");
+            conf.push_str("fsync = off\nfull_page_writes = off\n");
         }
         let conf_path = data.join("postgresql.conf");
         let mut existing = fs::read_to_string(&conf_path).map_err(io_err("read", &conf_path))?;

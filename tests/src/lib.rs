@@ -320,3 +320,38 @@ pub async fn new_agent(client: &Client, project: Uuid) -> Uuid {
 pub fn default_config() -> serde_json::Value {
     serde_json::json!({"model": {"provider": "anthropic", "name": "claude-test"}, "tools": []})
 }
+
+/// Runs `holdfast.maintenance_tick()` every 50 ms in this process (the same
+/// SQL the maintenance process runs), reconnecting when Postgres restarts.
+/// Stops when dropped.
+pub struct MaintenanceLoop {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MaintenanceLoop {
+    pub fn start(config: &Config) -> MaintenanceLoop {
+        let config = config.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                if let Ok((client, connection)) = config.connect(NoTls).await {
+                    let connection = tokio::spawn(connection);
+                    while holdfast_engine::store::maintenance_tick(&client)
+                        .await
+                        .is_ok()
+                    {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    connection.abort();
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        MaintenanceLoop { task }
+    }
+}
+
+impl Drop for MaintenanceLoop {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

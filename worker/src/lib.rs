@@ -1,1 +1,11 @@
+//! Holdfast's long-running processes: the worker (claims agents and runs
+//! their steps), and the maintenance loop.
 
+pub mod deltas;
+pub mod settings;
+pub mod step;
+pub mod stop;
+pub mod toolbox;
+pub mod worker;
+
+pub use settings::WorkerSettings;

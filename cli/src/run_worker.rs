@@ -1,0 +1,102 @@
+//! `holdfast worker`: flags, signals, and the worker loop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::Args;
+use holdfast_engine::duration::parse_duration;
+use holdfast_engine::provider::Providers;
+use holdfast_worker::WorkerSettings;
+use tokio_util::sync::CancellationToken;
+
+use crate::database::Database;
+
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    /// Steps run at once.
+    #[arg(
+        long = "concurrency",
+        env = "HOLDFAST_WORKER_CONCURRENCY",
+        default_value_t = 16
+    )]
+    concurrency: usize,
+    /// Lease time-to-live: how long a silent worker keeps an agent.
+    #[arg(long = "lease-ttl", env = "HOLDFAST_LEASE_TTL", default_value = "60s", value_parser = parse_duration)]
+    lease_ttl: Duration,
+    /// How often leases are renewed (one batched call).
+    #[arg(long = "lease-renew-interval", env = "HOLDFAST_LEASE_RENEW_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    lease_renew_interval: Duration,
+    /// On SIGTERM/SIGINT, how long in-flight steps may take to finish.
+    #[arg(long = "drain-timeout", env = "HOLDFAST_WORKER_DRAIN_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    drain_timeout: Duration,
+    /// Poll for ready agents this often, besides LISTEN.
+    #[arg(long = "poll-interval", env = "HOLDFAST_POLL_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    poll_interval: Duration,
+    /// Retries of a failing model call before the turn fails.
+    #[arg(
+        long = "model-max-retries",
+        env = "HOLDFAST_MODEL_MAX_RETRIES",
+        default_value_t = 8
+    )]
+    model_max_retries: u32,
+    /// This worker's name in leases (default: host-pid-nonce).
+    #[arg(long = "name", env = "HOLDFAST_WORKER_NAME")]
+    name: Option<String>,
+}
+
+impl WorkerArgs {
+    pub fn settings(&self) -> Result<WorkerSettings> {
+        anyhow::ensure!(
+            self.concurrency > 0,
+            "HOLDFAST_WORKER_CONCURRENCY must be at least 1"
+        );
+        anyhow::ensure!(
+            self.lease_renew_interval < self.lease_ttl,
+            "HOLDFAST_LEASE_RENEW_INTERVAL must be shorter than HOLDFAST_LEASE_TTL"
+        );
+        Ok(WorkerSettings {
+            name: self
+                .name
+                .clone()
+                .unwrap_or_else(WorkerSettings::default_name),
+            concurrency: self.concurrency,
+            lease_ttl: self.lease_ttl,
+            renew_interval: self.lease_renew_interval,
+            drain_timeout: self.drain_timeout,
+            poll_interval: self.poll_interval,
+            model_max_retries: self.model_max_retries,
+        })
+    }
+}
+
+pub async fn run(db: &Database, args: &WorkerArgs) -> Result<()> {
+    db.migrate().await?;
+    let settings = args.settings()?;
+    let providers = Arc::new(Providers::from_env()?);
+    let shutdown = shutdown_on_signal();
+    holdfast_worker::worker::run(settings, db.config.clone(), providers, shutdown).await?;
+    Ok(())
+}
+
+/// A token cancelled by the first SIGTERM or SIGINT.
+pub fn shutdown_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let fired = token.clone();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            tracing::error!("cannot install signal handlers");
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+        fired.cancel();
+    });
+    token
+}

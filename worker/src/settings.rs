@@ -1,0 +1,47 @@
+//! The worker's settings (DESIGN §8: each is an env var and a flag).
+
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct WorkerSettings {
+    /// This worker's name in leases (`lease_owner`): host, pid and a nonce,
+    /// so a restarted process never mistakes an old lease for its own.
+    pub name: String,
+    /// Steps run at once (`HOLDFAST_WORKER_CONCURRENCY`).
+    pub concurrency: usize,
+    pub lease_ttl: Duration,
+    pub renew_interval: Duration,
+    pub drain_timeout: Duration,
+    pub poll_interval: Duration,
+    pub model_max_retries: u32,
+}
+
+impl WorkerSettings {
+    /// A unique worker name: `host-pid-nonce`.
+    pub fn default_name() -> String {
+        let host = std::fs::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_owned())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "worker".into());
+        format!(
+            "{host}-{}-{:04x}",
+            std::process::id(),
+            rand::random::<u16>()
+        )
+    }
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        WorkerSettings {
+            name: WorkerSettings::default_name(),
+            concurrency: 16,
+            lease_ttl: Duration::from_secs(60),
+            renew_interval: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(20),
+            poll_interval: Duration::from_secs(1),
+            model_max_retries: 8,
+        }
+    }
+}

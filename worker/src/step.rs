@@ -1,0 +1,214 @@
+//! One step for one claimed agent: load its saved state, decide, run, save.
+
+use std::sync::Arc;
+
+use deadpool_postgres::Pool;
+use holdfast_engine::context::{NextAction, StepContext};
+use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
+use holdfast_engine::provider::{backoff_delay, ContentBlock, ModelError, Providers};
+use holdfast_engine::{store, Error, Result};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::settings::WorkerSettings;
+use crate::stop::{StopReason, StopSignal};
+use crate::{deltas, toolbox};
+
+/// What every step needs, shared by a worker's steps.
+pub struct StepDeps {
+    pub pool: Pool,
+    pub providers: Arc<Providers>,
+    pub settings: WorkerSettings,
+}
+
+/// How a step ended, for metrics and logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepOutcome {
+    Committed,
+    Retrying,
+    Failed,
+    Cancelled,
+    Released,
+    LeaseLost,
+    Nothing,
+}
+
+impl StepOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepOutcome::Committed => "committed",
+            StepOutcome::Retrying => "retrying",
+            StepOutcome::Failed => "failed",
+            StepOutcome::Cancelled => "cancelled",
+            StepOutcome::Released => "released",
+            StepOutcome::LeaseLost => "lease_lost",
+            StepOutcome::Nothing => "nothing",
+        }
+    }
+}
+
+/// Run one step for `claim` until it is saved or `stop` fires. On a stop
+/// the in-flight work is dropped (an HTTP stream is closed, nothing partial
+/// is saved) and the reason decides what is written: nothing (lease lost),
+/// `turn.cancelled` (cancel), or an explicit release (drain).
+pub async fn run(deps: Arc<StepDeps>, claim: Claim, stop: StopSignal) -> StepOutcome {
+    let result = tokio::select! {
+        result = execute(&deps, claim, &stop) => result,
+        _ = stop.stopped() => Ok(StepOutcome::Nothing),
+    };
+    let outcome = match (stop.reason(), result) {
+        (None, Ok(outcome)) => outcome,
+        (None, Err(Error::LeaseLost(_))) => StepOutcome::LeaseLost,
+        (None, Err(e)) => {
+            // A database error mid-step: give the agent back so it is retried
+            // from saved state (if the lease is still ours).
+            tracing::warn!(error = %e, "step failed; releasing the agent");
+            release(&deps, claim).await
+        }
+        (Some(StopReason::LeaseLost), _) => StepOutcome::LeaseLost,
+        (Some(StopReason::Cancel), _) => match deps.pool.get().await {
+            Ok(client) => match store::complete_cancel(&**client, claim).await {
+                Ok(_) => StepOutcome::Cancelled,
+                Err(e) => {
+                    tracing::warn!(error = %e, "completing a cancel");
+                    StepOutcome::LeaseLost
+                }
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "completing a cancel: no connection");
+                StepOutcome::LeaseLost
+            }
+        },
+        (Some(StopReason::Drain), _) => release(&deps, claim).await,
+    };
+    metrics::counter!("holdfast_steps_total", "outcome" => outcome.as_str()).increment(1);
+    if outcome == StepOutcome::LeaseLost {
+        metrics::counter!("holdfast_lease_losses_total").increment(1);
+    }
+    outcome
+}
+
+async fn release(deps: &StepDeps, claim: Claim) -> StepOutcome {
+    let released = match deps.pool.get().await {
+        Ok(client) => store::release_agent(&**client, claim, None).await,
+        Err(e) => Err(e.into()),
+    };
+    match released {
+        Ok(_) => StepOutcome::Released,
+        Err(e) => {
+            tracing::warn!(error = %e, "releasing an agent");
+            StepOutcome::LeaseLost
+        }
+    }
+}
+
+async fn execute(deps: &StepDeps, claim: Claim, stop: &StopSignal) -> Result<StepOutcome> {
+    let context = {
+        let client = deps.pool.get().await?;
+        store::load_step_context(&**client, claim.agent_id).await?
+    };
+    if context.cancel_requested {
+        stop.stop(StopReason::Cancel);
+        return Ok(StepOutcome::Cancelled);
+    }
+    match context.next_action() {
+        NextAction::Nothing => {
+            let client = deps.pool.get().await?;
+            store::release_agent(&**client, claim, None).await?;
+            Ok(StepOutcome::Nothing)
+        }
+        NextAction::Tools(calls) => {
+            tracing::debug!(calls = calls.len(), "tool batch");
+            toolbox::run_batch(deps, claim, &context, calls).await?;
+            let client = deps.pool.get().await?;
+            store::release_agent(&**client, claim, None).await?;
+            Ok(StepOutcome::Committed)
+        }
+        NextAction::Model => model_step(deps, claim, &context).await,
+    }
+}
+
+async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Result<StepOutcome> {
+    let request = context.model_request(toolbox::definitions(&context.config))?;
+    let input_ids = context.pending_input_ids();
+
+    let (delta_tx, delta_rx) = mpsc::unbounded_channel();
+    let publisher = tokio::spawn(deltas::publish(deps.pool.clone(), claim, delta_rx));
+    let started = std::time::Instant::now();
+    let response = deps.providers.complete(&request, Some(&delta_tx)).await;
+    drop(delta_tx);
+    // Deltas go out before the saved response, so a live client never sees
+    // a delta after the model.response event it belongs to.
+    let _ = publisher.await;
+    metrics::histogram!("holdfast_model_call_seconds").record(started.elapsed().as_secs_f64());
+
+    let client = deps.pool.get().await?;
+    match response {
+        Ok(response) => {
+            let tool_calls = response
+                .content
+                .iter()
+                .filter_map(|block| match block {
+                    ContentBlock::ToolUse { id, name, input } => Some(NewToolCall {
+                        provider_id: id.clone(),
+                        name: name.clone(),
+                        input: input.clone(),
+                        // A tool the agent does not have runs as an internal
+                        // call that answers with an error.
+                        kind: toolbox::kind_of(&context.config, name).unwrap_or(ToolKind::Internal),
+                    }),
+                    _ => None,
+                })
+                .collect();
+            let message = response
+                .content
+                .iter()
+                .map(|b| serde_json::to_value(b).unwrap_or(Value::Null))
+                .collect();
+            let step = ModelStep {
+                input_ids,
+                message,
+                tool_calls,
+                usage: serde_json::to_value(response.usage).unwrap_or(Value::Null),
+                stop_reason: response.stop_reason,
+            };
+            store::commit_model_step(&**client, claim, &step).await?;
+            Ok(StepOutcome::Committed)
+        }
+        Err(ModelError::Retryable {
+            kind,
+            message,
+            retry_after,
+        }) => {
+            let attempt = u32::try_from(context.model_attempts).unwrap_or(0) + 1;
+            let delay = backoff_delay(attempt, retry_after);
+            let error = json!({"type": kind, "message": message});
+            let max = i32::try_from(deps.settings.model_max_retries).unwrap_or(i32::MAX);
+            let retrying = store::commit_model_retry(&**client, claim, &error, delay, max).await?;
+            tracing::info!(attempt, ?delay, retrying, error = %message, "model call failed");
+            Ok(if retrying {
+                StepOutcome::Retrying
+            } else {
+                StepOutcome::Failed
+            })
+        }
+        Err(ModelError::Fatal {
+            error_type,
+            message,
+        }) => {
+            store::fail_turn(&**client, claim, &error_type, &message, &input_ids).await?;
+            Ok(StepOutcome::Failed)
+        }
+        Err(ModelError::ContextTooLong { message }) => {
+            store::fail_turn(
+                &**client,
+                claim,
+                "context_length_exceeded",
+                &message,
+                &input_ids,
+            )
+            .await?;
+            Ok(StepOutcome::Failed)
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! The worker loop: claim agents, run one step each as its own task, renew
+//! their leases in one batched call, stop steps whose lease is lost or whose
+//! turn is cancelled, and drain on shutdown.
+//!
+//! Claims and renewals go through one dedicated session (never a pooled
+//! connection): its backend pid is recorded on every claim, so when this
+//! process dies, maintenance sees the session gone and releases its agents
+//! at once. The same session LISTENs on `holdfast_ready` and
+//! `holdfast_cancel`; notifications are hints, so the loop also polls.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use holdfast_engine::connect::{self, Session};
+use holdfast_engine::domain::Claim;
+use holdfast_engine::provider::Providers;
+use holdfast_engine::{store, Result};
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_postgres::Config;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use uuid::Uuid;
+
+use crate::settings::WorkerSettings;
+use crate::step::{self, StepDeps};
+use crate::stop::{StopReason, StopSignal};
+
+/// A step in flight.
+struct InFlight {
+    claim: Claim,
+    stop: StopSignal,
+    /// Until when the lease is surely still ours, on this process's
+    /// monotonic clock: measured from *before* the claim or renewal was
+    /// sent, so clock skew and slow replies only make it more cautious.
+    valid_until: Instant,
+}
+
+/// Run a worker until `shutdown` fires, then drain: stop claiming, give
+/// in-flight steps `drain_timeout` to finish, stop the rest (they release
+/// their agents explicitly), and return once every step task has ended.
+pub async fn run(
+    settings: WorkerSettings,
+    db: Config,
+    providers: Arc<Providers>,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let pool = connect::pool(db.clone(), settings.concurrency + 2)?;
+    let deps = Arc::new(StepDeps {
+        pool,
+        providers,
+        settings: settings.clone(),
+    });
+    let mut worker = Worker {
+        settings,
+        db,
+        deps,
+        in_flight: HashMap::new(),
+        tasks: tokio::task::JoinSet::new(),
+        session: None,
+        reconnect_attempt: 0,
+    };
+    worker.run(shutdown).await;
+    Ok(())
+}
+
+struct Worker {
+    settings: WorkerSettings,
+    db: Config,
+    deps: Arc<StepDeps>,
+    in_flight: HashMap<Uuid, InFlight>,
+    tasks: tokio::task::JoinSet<Uuid>,
+    session: Option<Session>,
+    reconnect_attempt: u32,
+}
+
+impl Worker {
+    async fn run(&mut self, shutdown: CancellationToken) {
+        let mut poll = tokio::time::interval(self.settings.poll_interval);
+        poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut renew = tokio::time::interval(self.settings.renew_interval);
+        renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        renew.reset();
+        // Lease validity is checked often, independent of renewal success.
+        let mut lease_check = tokio::time::interval(Duration::from_millis(250));
+        lease_check.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut drain_deadline: Option<Instant> = None;
+        let mut want_claim = true;
+
+        tracing::info!(worker = %self.settings.name, concurrency = self.settings.concurrency, "worker started");
+        loop {
+            if drain_deadline.is_none() {
+                if self.session.is_none() {
+                    self.reconnect(&shutdown).await;
+                    want_claim = true;
+                }
+                if want_claim {
+                    want_claim = false;
+                    self.claim().await;
+                }
+            } else if self.in_flight.is_empty() {
+                break;
+            }
+
+            let notification = async {
+                match self.session.as_mut() {
+                    Some(session) => session.notifications.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled(), if drain_deadline.is_none() => {
+                    tracing::info!(in_flight = self.in_flight.len(), "draining");
+                    drain_deadline = Some(Instant::now() + self.settings.drain_timeout);
+                }
+                _ = sleep_until_opt(drain_deadline) => {
+                    tracing::info!(in_flight = self.in_flight.len(), "drain timeout: releasing the rest");
+                    for flight in self.in_flight.values() {
+                        flight.stop.stop(StopReason::Drain);
+                    }
+                    // Wait for the step tasks to release; they end promptly.
+                    drain_deadline = Some(Instant::now() + Duration::from_secs(3600));
+                }
+                message = notification => match message {
+                    Some(n) if n.channel() == "holdfast_cancel" => {
+                        if let Ok(agent) = n.payload().parse::<Uuid>() {
+                            if let Some(flight) = self.in_flight.get(&agent) {
+                                tracing::info!(%agent, "cancel requested");
+                                flight.stop.stop(StopReason::Cancel);
+                            }
+                        }
+                    }
+                    Some(_) => want_claim = true,
+                    None => {
+                        tracing::warn!("listen session lost; reconnecting");
+                        self.session = None;
+                    }
+                },
+                _ = poll.tick() => want_claim = true,
+                Some(done) = self.tasks.join_next() => {
+                    if let Ok(agent) = done {
+                        self.in_flight.remove(&agent);
+                    }
+                    want_claim = true;
+                }
+                _ = renew.tick() => self.renew().await,
+                _ = lease_check.tick() => self.stop_expired_leases(),
+            }
+        }
+        while self.tasks.join_next().await.is_some() {}
+        tracing::info!(worker = %self.settings.name, "worker stopped");
+    }
+
+    async fn reconnect(&mut self, shutdown: &CancellationToken) {
+        while self.session.is_none() && !shutdown.is_cancelled() {
+            match connect::listen(&self.db, &["holdfast_ready", "holdfast_cancel"]).await {
+                Ok(session) => {
+                    self.session = Some(session);
+                    self.reconnect_attempt = 0;
+                }
+                Err(e) => {
+                    self.reconnect_attempt += 1;
+                    let delay = reconnect_delay(self.reconnect_attempt);
+                    tracing::warn!(error = %e, ?delay, "cannot reach Postgres; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = shutdown.cancelled() => {}
+                    }
+                }
+            }
+        }
+    }
+
+    async fn claim(&mut self) {
+        let free = self
+            .settings
+            .concurrency
+            .saturating_sub(self.in_flight.len());
+        let Some(session) = self.session.as_ref() else {
+            return;
+        };
+        if free == 0 {
+            return;
+        }
+        let sent_at = Instant::now();
+        let max = i32::try_from(free).unwrap_or(i32::MAX);
+        let claims = match store::claim_agents(
+            &session.client,
+            &self.settings.name,
+            max,
+            self.settings.lease_ttl,
+        )
+        .await
+        {
+            Ok(claims) => claims,
+            Err(e) => {
+                tracing::warn!(error = %e, "claim failed");
+                if e.is_retryable() {
+                    self.session = None;
+                }
+                return;
+            }
+        };
+        metrics::counter!("holdfast_claims_total").increment(claims.len() as u64);
+        for claim in claims {
+            let stop = StopSignal::default();
+            let span = tracing::info_span!("step", agent_id = %claim.agent_id, epoch = claim.epoch);
+            let deps = self.deps.clone();
+            let task_stop = stop.clone();
+            self.tasks.spawn(
+                async move {
+                    let started = std::time::Instant::now();
+                    let outcome = step::run(deps, claim, task_stop).await;
+                    metrics::histogram!("holdfast_step_seconds")
+                        .record(started.elapsed().as_secs_f64());
+                    tracing::debug!(outcome = outcome.as_str(), "step ended");
+                    claim.agent_id
+                }
+                .instrument(span),
+            );
+            self.in_flight.insert(
+                claim.agent_id,
+                InFlight {
+                    claim,
+                    stop,
+                    valid_until: sent_at + self.settings.lease_ttl,
+                },
+            );
+        }
+    }
+
+    /// One batched renewal of every lease in flight.
+    async fn renew(&mut self) {
+        let Some(session) = self.session.as_ref() else {
+            return;
+        };
+        if self.in_flight.is_empty() {
+            return;
+        }
+        let claims: Vec<Claim> = self.in_flight.values().map(|f| f.claim).collect();
+        let sent_at = Instant::now();
+        let renewed = tokio::time::timeout(
+            self.settings.renew_interval,
+            store::renew_leases(
+                &session.client,
+                &self.settings.name,
+                &claims,
+                self.settings.lease_ttl,
+            ),
+        )
+        .await;
+        let renewals = match renewed {
+            Ok(Ok(renewals)) => renewals,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "lease renewal failed");
+                if e.is_retryable() {
+                    self.session = None;
+                }
+                return;
+            }
+            Err(_) => {
+                tracing::warn!("lease renewal timed out");
+                self.session = None;
+                return;
+            }
+        };
+        for renewal in renewals {
+            let Some(flight) = self.in_flight.get_mut(&renewal.agent_id) else {
+                continue;
+            };
+            if !renewal.renewed {
+                tracing::warn!(agent = %renewal.agent_id, "lease lost");
+                flight.stop.stop(StopReason::LeaseLost);
+            } else {
+                flight.valid_until = sent_at + self.settings.lease_ttl;
+                if renewal.cancel_requested {
+                    flight.stop.stop(StopReason::Cancel);
+                }
+            }
+        }
+    }
+
+    /// Stop every step whose lease may have expired by now (renewals could
+    /// not reach Postgres): better to stop than to overrun another worker.
+    fn stop_expired_leases(&self) {
+        let now = Instant::now();
+        for flight in self.in_flight.values() {
+            if now >= flight.valid_until && flight.stop.reason().is_none() {
+                tracing::warn!(agent = %flight.claim.agent_id, "lease could not be renewed in time; stopping the step");
+                flight.stop.stop(StopReason::LeaseLost);
+            }
+        }
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Exponential backoff with full jitter for reconnects: up to 100 ms × 2^n,
+/// capped at 5 s.
+fn reconnect_delay(attempt: u32) -> Duration {
+    let cap = Duration::from_millis(100)
+        .saturating_mul(1 << attempt.min(6))
+        .min(Duration::from_secs(5));
+    cap.mul_f64(rand::random::<f64>())
+        .max(Duration::from_millis(10))
+}
