@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::Args;
 use holdfast_engine::duration::parse_duration;
-use holdfast_engine::provider::Providers;
+use holdfast_engine::provider::{Backoff, Providers};
 use holdfast_worker::WorkerSettings;
 use tokio_util::sync::CancellationToken;
 
@@ -40,6 +40,12 @@ pub struct WorkerArgs {
         default_value_t = 8
     )]
     model_max_retries: u32,
+    /// The first model retry waits up to this long (jittered); it doubles per retry.
+    #[arg(long = "model-backoff-base", env = "HOLDFAST_MODEL_BACKOFF_BASE", default_value = "1s", value_parser = parse_duration)]
+    model_backoff_base: Duration,
+    /// No computed model retry delay exceeds this (a provider's Retry-After may).
+    #[arg(long = "model-backoff-max", env = "HOLDFAST_MODEL_BACKOFF_MAX", default_value = "60s", value_parser = parse_duration)]
+    model_backoff_max: Duration,
     /// This worker's name in leases (default: host-pid-nonce).
     #[arg(long = "name", env = "HOLDFAST_WORKER_NAME")]
     name: Option<String>,
@@ -66,6 +72,10 @@ impl WorkerArgs {
             drain_timeout: self.drain_timeout,
             poll_interval: self.poll_interval,
             model_max_retries: self.model_max_retries,
+            model_backoff: Backoff {
+                base: self.model_backoff_base,
+                cap: self.model_backoff_max,
+            },
         })
     }
 }

@@ -7,7 +7,10 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
-use crate::provider::{ContentBlock, Message, ModelConfig, ModelRequest, Role, ToolDefinition};
+use crate::provider::{
+    compaction_split, summary_message, summary_request, ContentBlock, Message, ModelConfig,
+    ModelRequest, Role, ToolDefinition,
+};
 
 /// One message of the saved history.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,6 +52,9 @@ pub struct StepContext {
     pub turn_open: bool,
     pub model_attempts: i32,
     pub cancel_requested: bool,
+    /// The summary of messages compacted away (those before the first of
+    /// `messages`), if the context was ever compacted.
+    pub context_summary: Option<String>,
     pub messages: Vec<HistoryMessage>,
     pub tool_calls: Vec<ToolCallRecord>,
     pub pending_inputs: Vec<PendingInput>,
@@ -101,10 +107,61 @@ impl StepContext {
         self.pending_inputs.iter().map(|i| i.id).collect()
     }
 
-    /// The provider-neutral request: the history, each assistant message
-    /// followed by its tool results, then the pending inputs (steering).
+    /// The provider-neutral request: the compaction summary (if any), the
+    /// history, each assistant message followed by its tool results, then
+    /// the pending inputs (steering).
     pub fn model_request(&self, tools: Vec<ToolDefinition>) -> Result<ModelRequest> {
+        let (messages, _) = self.rendered_messages();
+        Ok(ModelRequest {
+            model: self.model_config()?,
+            system: self
+                .config
+                .get("system")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            messages,
+            tools,
+        })
+    }
+
+    /// How to compact this context keeping about the last `keep_last`
+    /// messages: the summarisation request, and the first saved message
+    /// kept verbatim. `None` when nothing saved can be summarised (the
+    /// context is all pending inputs, or the tail cannot be split).
+    pub fn compaction_plan(
+        &self,
+        request: &ModelRequest,
+        keep_last: usize,
+    ) -> Option<CompactionPlan> {
+        let (messages, seqs) = self.rendered_messages();
+        let split = compaction_split(&messages, keep_last);
+        if split == 0 {
+            return None;
+        }
+        let next_seq = self.messages.last().map_or(0, |m| m.seq) + 1;
+        // The first kept message's seq; a pending input (no seq yet) or the
+        // end means every saved message is summarised.
+        let keep_from_seq = seqs.get(split).copied().flatten().unwrap_or(next_seq);
+        let first_saved = self.messages.first().map(|m| m.seq)?;
+        if keep_from_seq <= first_saved {
+            return None;
+        }
+        Some(CompactionPlan {
+            request: summary_request(request, keep_last),
+            keep_from_seq,
+        })
+    }
+
+    /// The messages of a request, each with the saved seq it came from
+    /// (tool results carry their assistant message's seq; the summary and
+    /// pending inputs have none).
+    fn rendered_messages(&self) -> (Vec<Message>, Vec<Option<i64>>) {
         let mut messages = Vec::new();
+        let mut seqs = Vec::new();
+        if let Some(summary) = &self.context_summary {
+            messages.push(summary_message(summary));
+            seqs.push(None);
+        }
         for message in &self.messages {
             let role = match message.role.as_str() {
                 "assistant" => Role::Assistant,
@@ -114,6 +171,7 @@ impl StepContext {
                 role,
                 content: blocks(&message.content),
             });
+            seqs.push(Some(message.seq));
             if role == Role::Assistant {
                 let results: Vec<ContentBlock> = self
                     .tool_calls
@@ -126,6 +184,7 @@ impl StepContext {
                         role: Role::User,
                         content: results,
                     });
+                    seqs.push(Some(message.seq));
                 }
             }
         }
@@ -134,18 +193,19 @@ impl StepContext {
                 role: Role::User,
                 content: input_blocks(&input.content),
             });
+            seqs.push(None);
         }
-        Ok(ModelRequest {
-            model: self.model_config()?,
-            system: self
-                .config
-                .get("system")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            messages,
-            tools,
-        })
+        (messages, seqs)
     }
+}
+
+/// A planned compaction (see [`StepContext::compaction_plan`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompactionPlan {
+    /// The model call that writes the summary.
+    pub request: ModelRequest,
+    /// Messages from this seq on stay verbatim.
+    pub keep_from_seq: i64,
 }
 
 fn tool_result_block(call: &ToolCallRecord) -> ContentBlock {
@@ -200,6 +260,7 @@ mod tests {
             turn_open: true,
             model_attempts: 0,
             cancel_requested: false,
+            context_summary: None,
             messages: vec![],
             tool_calls: vec![],
             pending_inputs: vec![],

@@ -31,6 +31,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../sql/0003_worker.sql"),
     },
     Migration {
+        version: 4,
+        name: "0004_models.sql",
+        sql: include_str!("../../sql/0004_models.sql"),
+    },
+    Migration {
         version: 5,
         name: "0005_tools.sql",
         sql: include_str!("../../sql/0005_tools.sql"),

@@ -239,7 +239,8 @@ fn parse_state(text: String) -> Result<AgentState> {
 }
 
 /// Record a retryable model failure and release the agent until `delay` has
-/// passed; past `max_retries` the turn fails (`retries_exhausted`).
+/// passed; past `max_retries` the turn fails (`retries_exhausted`) and the
+/// inputs the call saw (`input_ids`) become history with the error.
 /// Returns true while retrying, false when the budget is exhausted.
 pub async fn commit_model_retry(
     client: &impl GenericClient,
@@ -247,16 +248,18 @@ pub async fn commit_model_retry(
     error: &Value,
     delay: Duration,
     max_retries: i32,
+    input_ids: &[Uuid],
 ) -> Result<bool> {
     let row = client
         .query_one(
-            "SELECT holdfast.commit_model_retry($1, $2, $3, $4::text::interval, $5)",
+            "SELECT holdfast.commit_model_retry($1, $2, $3, $4::text::interval, $5, $6)",
             &[
                 &claim.agent_id,
                 &claim.epoch,
                 error,
                 &to_interval(delay),
                 &max_retries,
+                &input_ids,
             ],
         )
         .await?;
@@ -312,19 +315,21 @@ pub async fn stream_delta(client: &impl GenericClient, claim: Claim, text: &str)
 pub async fn load_step_context(client: &impl GenericClient, agent: Uuid) -> Result<StepContext> {
     let row = client
         .query_opt(
-            "SELECT config, turn_open, model_attempts, cancel_requested_at IS NOT NULL \
+            "SELECT config, turn_open, model_attempts, cancel_requested_at IS NOT NULL, \
+                    context_summary, context_start_seq \
                FROM holdfast.agents WHERE id = $1",
             &[&agent],
         )
         .await?
         .ok_or_else(|| Error::NotFound(format!("agent {agent} not found")))?;
-    let (config, turn_open, model_attempts, cancel_requested) =
-        (row.get(0), row.get(1), row.get(2), row.get(3));
+    let (config, turn_open, model_attempts, cancel_requested, context_summary) =
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    let context_start_seq: i64 = row.get(5);
     let messages = client
         .query(
             "SELECT seq, role, content, step_id FROM holdfast.messages \
-              WHERE agent_id = $1 ORDER BY seq",
-            &[&agent],
+              WHERE agent_id = $1 AND seq >= $2 ORDER BY seq",
+            &[&agent, &context_start_seq],
         )
         .await?
         .iter()
@@ -375,6 +380,7 @@ pub async fn load_step_context(client: &impl GenericClient, agent: Uuid) -> Resu
         turn_open,
         model_attempts,
         cancel_requested,
+        context_summary,
         messages,
         tool_calls,
         pending_inputs,
@@ -433,4 +439,28 @@ pub async fn spawn_subagent(
         )
         .await?;
     Ok(row.get(0))
+}
+
+/// Save a compaction summary covering every message before `keep_from_seq`,
+/// and release the agent for its next model call.
+pub async fn commit_compaction(
+    client: &impl GenericClient,
+    claim: Claim,
+    summary: &str,
+    keep_from_seq: i64,
+    usage: &Value,
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.commit_compaction($1, $2, $3, $4, $5)",
+            &[
+                &claim.agent_id,
+                &claim.epoch,
+                &summary,
+                &keep_from_seq,
+                usage,
+            ],
+        )
+        .await?;
+    Ok(())
 }

@@ -23,6 +23,7 @@ use tokio_postgres::{Client, Config, NoTls};
 use uuid::Uuid;
 
 pub mod process;
+pub mod scenario;
 
 /// The server the tests use: a connection config for its admin database.
 struct Server {

@@ -3,59 +3,18 @@
 
 use std::time::{Duration, Instant};
 
-use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::process::HoldfastProcess;
-use holdfast_tests::{config_to_url, wait_until, MaintenanceLoop, PrivateCluster, TestDb};
+use holdfast_tests::scenario::{
+    agent_with_input, count_events, event_types, saved_text, spawn_worker, wait_for_event,
+};
+use holdfast_tests::{wait_until, MaintenanceLoop, PrivateCluster, TestDb};
 use serde_json::{json, Value};
 use tokio_postgres::{Client, Config};
 use uuid::Uuid;
 
 fn worker(name: &str, db: &Config, fake: &FakeProvider, extra: &[(&str, &str)]) -> HoldfastProcess {
-    let mut envs = vec![
-        ("HOLDFAST_DATABASE_URL", config_to_url(db)),
-        ("ANTHROPIC_BASE_URL", fake.base_url_anthropic()),
-        ("ANTHROPIC_API_KEY", "test-key".to_owned()),
-        ("HOLDFAST_WORKER_NAME", name.to_owned()),
-        ("HOLDFAST_POLL_INTERVAL", "200ms".to_owned()),
-    ];
-    envs.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
-    HoldfastProcess::spawn(name, &["worker"], &envs)
-}
-
-async fn agent_with_input(client: &Client, text: &str) -> Uuid {
-    let project: Uuid = client
-        .query_one(
-            "SELECT holdfast.ensure_project($1)",
-            &[&format!("p{}", Uuid::new_v4().simple())],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    let config = json!({"model": {"provider": "anthropic", "name": "claude-test"}});
-    let agent = store::create_agent(client, project, &config).await.unwrap();
-    store::create_input(client, agent, &json!(text), None)
-        .await
-        .unwrap();
-    agent
-}
-
-async fn count_events(client: &Client, agent: Uuid, kind: &str) -> i64 {
-    client
-        .query_one(
-            "SELECT count(*) FROM holdfast.events WHERE agent_id = $1 AND type = $2",
-            &[&agent, &kind],
-        )
-        .await
-        .unwrap()
-        .get(0)
-}
-
-async fn wait_for_event(client: &Client, agent: Uuid, kind: &str, timeout: Duration) {
-    wait_until(timeout, &format!("{kind} on {agent}"), || async {
-        count_events(client, agent, kind).await > 0
-    })
-    .await;
+    spawn_worker(name, db, fake, extra)
 }
 
 async fn lease_owner(client: &Client, agent: Uuid) -> Option<String> {
@@ -70,17 +29,7 @@ async fn lease_owner(client: &Client, agent: Uuid) -> Option<String> {
 }
 
 async fn history_text(client: &Client, agent: Uuid) -> String {
-    client
-        .query(
-            "SELECT content::text FROM holdfast.messages WHERE agent_id = $1 ORDER BY seq",
-            &[&agent],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get::<_, String>(0))
-        .collect::<Vec<_>>()
-        .join("\n")
+    saved_text(client, agent).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -92,16 +41,7 @@ async fn a_worker_runs_a_turn_to_completion() {
     let _w = worker("w-basic", &db.config, &fake, &[]);
     let agent = agent_with_input(&client, "hi").await;
     wait_for_event(&client, agent, "turn.completed", Duration::from_secs(30)).await;
-    let types: Vec<String> = client
-        .query(
-            "SELECT type FROM holdfast.events WHERE agent_id = $1 ORDER BY seq",
-            &[&agent],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let types = event_types(&client, agent).await;
     assert_eq!(
         types,
         [

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use holdfast_engine::provider::Backoff;
+
 #[derive(Clone, Debug)]
 pub struct WorkerSettings {
     /// This worker's name in leases (`lease_owner`): host, pid and a nonce,
@@ -14,6 +16,8 @@ pub struct WorkerSettings {
     pub drain_timeout: Duration,
     pub poll_interval: Duration,
     pub model_max_retries: u32,
+    /// Delays between model retries (durable: saved as `run_after`).
+    pub model_backoff: Backoff,
 }
 
 impl WorkerSettings {
@@ -42,6 +46,7 @@ impl Default for WorkerSettings {
             drain_timeout: Duration::from_secs(20),
             poll_interval: Duration::from_secs(1),
             model_max_retries: 8,
+            model_backoff: Backoff::default(),
         }
     }
 }

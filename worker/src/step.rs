@@ -5,7 +5,7 @@ use std::sync::Arc;
 use deadpool_postgres::Pool;
 use holdfast_engine::context::{NextAction, StepContext};
 use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
-use holdfast_engine::provider::{backoff_delay, ContentBlock, ModelError, Providers};
+use holdfast_engine::provider::{ContentBlock, ModelError, ModelRequest, Providers};
 use holdfast_engine::{store, Error, Result};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -128,8 +128,15 @@ async fn execute(deps: &StepDeps, claim: Claim, stop: &StopSignal) -> Result<Ste
     }
 }
 
+/// Messages kept verbatim when compacting (the rest are summarised).
+const COMPACTION_KEEP_LAST: usize = 4;
+
 async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Result<StepOutcome> {
     let request = context.model_request(toolbox::definitions(&context.config))?;
+    if deps.providers.should_compact(&request) {
+        tracing::info!("context near the model's window: compacting first");
+        return compact(deps, claim, context, &request).await;
+    }
     let input_ids = context.pending_input_ids();
 
     let (delta_tx, delta_rx) = mpsc::unbounded_channel();
@@ -142,49 +149,135 @@ async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Res
     let _ = publisher.await;
     metrics::histogram!("holdfast_model_call_seconds").record(started.elapsed().as_secs_f64());
 
-    let client = deps.pool.get().await?;
-    match response {
-        Ok(response) => {
-            let tool_calls = response
-                .content
-                .iter()
-                .filter_map(|block| match block {
-                    ContentBlock::ToolUse { id, name, input } => Some(NewToolCall {
-                        provider_id: id.clone(),
-                        name: name.clone(),
-                        input: input.clone(),
-                        // A tool the agent does not have runs as an internal
-                        // call that answers with an error.
-                        kind: toolbox::kind_of(&context.config, name).unwrap_or(ToolKind::Internal),
-                    }),
-                    _ => None,
-                })
-                .collect();
-            let message = response
-                .content
-                .iter()
-                .map(|b| serde_json::to_value(b).unwrap_or(Value::Null))
-                .collect();
-            let step = ModelStep {
-                input_ids,
-                message,
-                tool_calls,
-                usage: serde_json::to_value(response.usage).unwrap_or(Value::Null),
-                stop_reason: response.stop_reason,
-            };
-            store::commit_model_step(&**client, claim, &step).await?;
-            Ok(StepOutcome::Committed)
+    let response = match response {
+        Ok(response) => response,
+        Err(ModelError::ContextTooLong { message }) => {
+            tracing::info!(%message, "context too long: compacting");
+            return compact(deps, claim, context, &request).await;
         }
-        Err(ModelError::Retryable {
+        Err(error) => return model_failed(deps, claim, context, error).await,
+    };
+    let tool_calls = response
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::ToolUse { id, name, input } => Some(NewToolCall {
+                provider_id: id.clone(),
+                name: name.clone(),
+                input: input.clone(),
+                // A tool the agent does not have runs as an internal call
+                // that answers with an error.
+                kind: toolbox::kind_of(&context.config, name).unwrap_or(ToolKind::Internal),
+            }),
+            _ => None,
+        })
+        .collect();
+    let message = response
+        .content
+        .iter()
+        .map(|b| serde_json::to_value(b).unwrap_or(Value::Null))
+        .collect();
+    let step = ModelStep {
+        input_ids,
+        message,
+        tool_calls,
+        usage: serde_json::to_value(response.usage).unwrap_or(Value::Null),
+        stop_reason: response.stop_reason,
+    };
+    let client = deps.pool.get().await?;
+    store::commit_model_step(&**client, claim, &step).await?;
+    Ok(StepOutcome::Committed)
+}
+
+/// Summarise the older history with a model call and save the summary; the
+/// agent is released ready, and its next step makes the real call with the
+/// compacted context. The summary call is a step like any other: its
+/// failures are retried, or fail the turn, the same way.
+async fn compact(
+    deps: &StepDeps,
+    claim: Claim,
+    context: &StepContext,
+    request: &ModelRequest,
+) -> Result<StepOutcome> {
+    let plan = context
+        .compaction_plan(request, COMPACTION_KEEP_LAST)
+        .or_else(|| context.compaction_plan(request, 0));
+    let Some(plan) = plan else {
+        let client = deps.pool.get().await?;
+        store::fail_turn(
+            &**client,
+            claim,
+            "context_length_exceeded",
+            "the context is too long for the model and nothing older is left to summarise",
+            &context.pending_input_ids(),
+        )
+        .await?;
+        return Ok(StepOutcome::Failed);
+    };
+    let summary = match deps.providers.complete(&plan.request, None).await {
+        Ok(response) => response,
+        Err(ModelError::ContextTooLong { message }) => {
+            let client = deps.pool.get().await?;
+            store::fail_turn(
+                &**client,
+                claim,
+                "context_length_exceeded",
+                &format!("even the summary request is too long: {message}"),
+                &context.pending_input_ids(),
+            )
+            .await?;
+            return Ok(StepOutcome::Failed);
+        }
+        Err(error) => return model_failed(deps, claim, context, error).await,
+    };
+    let text: Vec<&str> = summary
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    let usage = serde_json::to_value(summary.usage).unwrap_or(Value::Null);
+    let client = deps.pool.get().await?;
+    store::commit_compaction(
+        &**client,
+        claim,
+        &text.join("\n"),
+        plan.keep_from_seq,
+        &usage,
+    )
+    .await?;
+    Ok(StepOutcome::Committed)
+}
+
+/// A model call failed: retry later (durably), or end the turn.
+async fn model_failed(
+    deps: &StepDeps,
+    claim: Claim,
+    context: &StepContext,
+    error: ModelError,
+) -> Result<StepOutcome> {
+    let client = deps.pool.get().await?;
+    match error {
+        ModelError::Retryable {
             kind,
             message,
             retry_after,
-        }) => {
+        } => {
             let attempt = u32::try_from(context.model_attempts).unwrap_or(0) + 1;
-            let delay = backoff_delay(attempt, retry_after);
+            let delay = deps.settings.model_backoff.delay(attempt, retry_after);
             let error = json!({"type": kind, "message": message});
             let max = i32::try_from(deps.settings.model_max_retries).unwrap_or(i32::MAX);
-            let retrying = store::commit_model_retry(&**client, claim, &error, delay, max).await?;
+            let retrying = store::commit_model_retry(
+                &**client,
+                claim,
+                &error,
+                delay,
+                max,
+                &context.pending_input_ids(),
+            )
+            .await?;
             tracing::info!(attempt, ?delay, retrying, error = %message, "model call failed");
             Ok(if retrying {
                 StepOutcome::Retrying
@@ -192,20 +285,27 @@ async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Res
                 StepOutcome::Failed
             })
         }
-        Err(ModelError::Fatal {
+        ModelError::Fatal {
             error_type,
             message,
-        }) => {
-            store::fail_turn(&**client, claim, &error_type, &message, &input_ids).await?;
+        } => {
+            store::fail_turn(
+                &**client,
+                claim,
+                &error_type,
+                &message,
+                &context.pending_input_ids(),
+            )
+            .await?;
             Ok(StepOutcome::Failed)
         }
-        Err(ModelError::ContextTooLong { message }) => {
+        ModelError::ContextTooLong { message } => {
             store::fail_turn(
                 &**client,
                 claim,
                 "context_length_exceeded",
                 &message,
-                &input_ids,
+                &context.pending_input_ids(),
             )
             .await?;
             Ok(StepOutcome::Failed)

@@ -11,7 +11,7 @@
 //!   the model's context window), and on [`ModelError::ContextTooLong`]:
 //!   [`compaction_split`] / [`summary_request`] / [`summary_message`];
 //! - [`Providers::complete`] to make the call (drop the future to cancel);
-//! - on [`ModelError::Retryable`]: [`backoff_delay`]`(attempt, retry_after)`
+//! - on [`ModelError::Retryable`]: [`Backoff::delay`]`(attempt, retry_after)`
 //!   for the durable `run_after`.
 
 use std::time::Duration;
@@ -29,7 +29,7 @@ mod openai;
 mod sse;
 
 pub use anthropic::DEFAULT_MAX_TOKENS;
-pub use backoff::{backoff_ceiling, backoff_delay, BACKOFF_BASE, BACKOFF_CAP};
+pub use backoff::Backoff;
 pub use client::{
     ProviderSettings, ProviderSetupError, Providers, DEFAULT_ANTHROPIC_BASE_URL,
     DEFAULT_OPENAI_BASE_URL,

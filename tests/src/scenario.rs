@@ -1,0 +1,127 @@
+//! Building blocks for end-to-end scenarios: workers pointed at a fake
+//! provider, agents with inputs, and reads of the timeline.
+
+use std::time::Duration;
+
+use holdfast_engine::store;
+use holdfast_fakes::FakeProvider;
+use serde_json::{json, Value};
+use tokio_postgres::{Client, Config};
+use uuid::Uuid;
+
+use crate::process::HoldfastProcess;
+use crate::{config_to_url, wait_until};
+
+/// A `holdfast worker` process on `db`, talking to `fake` as its Anthropic
+/// and OpenAI endpoint, with `extra` env on top.
+pub fn spawn_worker(
+    name: &str,
+    db: &Config,
+    fake: &FakeProvider,
+    extra: &[(&str, &str)],
+) -> HoldfastProcess {
+    let mut envs = vec![
+        ("HOLDFAST_DATABASE_URL", config_to_url(db)),
+        ("ANTHROPIC_BASE_URL", fake.base_url_anthropic()),
+        ("ANTHROPIC_API_KEY", "test-key".to_owned()),
+        ("OPENAI_BASE_URL", fake.base_url_openai()),
+        ("OPENAI_API_KEY", "test-key".to_owned()),
+        ("HOLDFAST_WORKER_NAME", name.to_owned()),
+        ("HOLDFAST_POLL_INTERVAL", "200ms".to_owned()),
+    ];
+    envs.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    HoldfastProcess::spawn(name, &["worker"], &envs)
+}
+
+/// A new project with one agent of `config`.
+pub async fn agent_with_config(client: &Client, config: &Value) -> Uuid {
+    let project: Uuid = client
+        .query_one(
+            "SELECT holdfast.ensure_project($1)",
+            &[&format!("p{}", Uuid::new_v4().simple())],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    store::create_agent(client, project, config).await.unwrap()
+}
+
+/// A new Anthropic agent with one input.
+pub async fn agent_with_input(client: &Client, text: &str) -> Uuid {
+    let config = json!({"model": {"provider": "anthropic", "name": "claude-test"}});
+    let agent = agent_with_config(client, &config).await;
+    store::create_input(client, agent, &json!(text), None)
+        .await
+        .unwrap();
+    agent
+}
+
+pub async fn count_events(client: &Client, agent: Uuid, kind: &str) -> i64 {
+    client
+        .query_one(
+            "SELECT count(*) FROM holdfast.events WHERE agent_id = $1 AND type = $2",
+            &[&agent, &kind],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Wait until the agent's timeline has at least `n` events of `kind`.
+pub async fn wait_for_events(client: &Client, agent: Uuid, kind: &str, n: i64, timeout: Duration) {
+    wait_until(timeout, &format!("{n} × {kind} on {agent}"), || async {
+        count_events(client, agent, kind).await >= n
+    })
+    .await;
+}
+
+pub async fn wait_for_event(client: &Client, agent: Uuid, kind: &str, timeout: Duration) {
+    wait_for_events(client, agent, kind, 1, timeout).await;
+}
+
+pub async fn event_types(client: &Client, agent: Uuid) -> Vec<String> {
+    client
+        .query(
+            "SELECT type FROM holdfast.events WHERE agent_id = $1 ORDER BY seq",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// The data of the agent's last event of `kind`.
+pub async fn last_event_data(client: &Client, agent: Uuid, kind: &str) -> Value {
+    client
+        .query_one(
+            "SELECT data FROM holdfast.events WHERE agent_id = $1 AND type = $2 ORDER BY seq DESC LIMIT 1",
+            &[&agent, &kind],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Every saved message and event of the agent as one text, to search for
+/// what must (not) have been saved.
+pub async fn saved_text(client: &Client, agent: Uuid) -> String {
+    client
+        .query_one(
+            "SELECT coalesce((SELECT string_agg(content::text, E'\\n' ORDER BY seq) FROM holdfast.messages WHERE agent_id = $1), '')
+                 || coalesce((SELECT string_agg(data::text, E'\\n' ORDER BY seq) FROM holdfast.events WHERE agent_id = $1), '')",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+pub async fn agent_state(client: &Client, agent: Uuid) -> String {
+    client
+        .query_one("SELECT state FROM holdfast.agents WHERE id = $1", &[&agent])
+        .await
+        .unwrap()
+        .get(0)
+}
