@@ -23,7 +23,7 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
     Implementation, ResourceContents,
 };
-use rmcp::service::RunningService;
+use rmcp::service::{ClientInitializeError, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{RoleClient, ServiceError, ServiceExt};
@@ -511,7 +511,10 @@ async fn open_session(config: &McpServerConfig, limits: &McpLimits) -> Result<Se
         .await
         .map_err(|e| McpError::Server {
             server: config.name.clone(),
-            message: format!("could not open a session: {e}"),
+            message: format!(
+                "could not open a session: {}",
+                describe_initialize_error(&e)
+            ),
         })
 }
 
@@ -533,20 +536,36 @@ fn install_crypto_provider() {
     });
 }
 
+fn describe_initialize_error(error: &ClientInitializeError) -> String {
+    match error {
+        // The transport's own error, without the transport's type name.
+        ClientInitializeError::TransportError { error, .. } => error_chain(error.error.as_ref()),
+        other => other.to_string(),
+    }
+}
+
 fn describe_service_error(error: &ServiceError) -> String {
     match error {
         ServiceError::McpError(e) => format!("{} (code {})", e.message, e.code.0),
-        other => {
-            let mut text = other.to_string();
-            let mut source = std::error::Error::source(other);
-            while let Some(cause) = source {
-                text.push_str(": ");
-                text.push_str(&cause.to_string());
-                source = cause.source();
-            }
-            text
-        }
+        ServiceError::TransportSend(error) => error_chain(error.error.as_ref()),
+        other => error_chain(other),
     }
+}
+
+/// An error and its causes, each cause once ("error sending request for
+/// url (…): client error (Connect): Connection refused (os error 111)").
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let message = cause.to_string();
+        if !text.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 #[cfg(test)]
