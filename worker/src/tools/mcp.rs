@@ -255,10 +255,6 @@ impl McpRegistry {
         }
     }
 
-    pub fn limits(&self) -> &McpLimits {
-        &self.limits
-    }
-
     /// The server's tools as the model sees them (`<prefix>__<tool>`),
     /// from the cache when listed less than `list_ttl` ago.
     pub async fn list_tools(
