@@ -12,6 +12,9 @@
 //! Fault tests that restart Postgres use [`private_cluster`] for a cluster of
 //! their own.
 
+pub mod counting_http;
+pub mod mcp_server;
+
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -6,6 +6,7 @@ pub mod settings;
 pub mod step;
 pub mod stop;
 pub mod toolbox;
+pub mod tools;
 pub mod worker;
 
 pub use settings::WorkerSettings;

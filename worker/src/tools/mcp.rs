@@ -1,0 +1,628 @@
+//! MCP servers over Streamable HTTP, with the official `rmcp` SDK as client.
+//!
+//! An agent config names a server with a tool entry
+//! `{"type": "mcp", "name": "<prefix>", "url": "https://…", "headers"?: {…}}`.
+//! The model sees each of the server's tools as `<prefix>__<tool>`; the
+//! prefix keeps tools of different servers (and built-in tools) apart, and
+//! [`split_tool_name`] maps a call back to its server and tool.
+//!
+//! Each operation opens its own MCP session (initialize handshake, one
+//! request, close): no connection state outlives a step, so any worker can
+//! run any call, and a server restart between two calls costs nothing. Tool
+//! lists are cached per (url, headers) by [`McpRegistry`] for
+//! [`McpLimits::list_ttl`]: listed at first use, reused after that.
+//! Every operation is bounded by a timeout and a response size cap.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, Once};
+use std::time::{Duration, Instant};
+
+use holdfast_engine::provider::ToolDefinition;
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
+    Implementation, ResourceContents,
+};
+use rmcp::service::{ClientInitializeError, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{RoleClient, ServiceError, ServiceExt};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// Between the server prefix and the tool name in the name the model sees.
+pub const MCP_NAME_SEPARATOR: &str = "__";
+
+/// Headers the MCP transport sets itself; a config may not override them.
+const RESERVED_HEADERS: &[&str] = &[
+    "accept",
+    "content-type",
+    "content-length",
+    "host",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+];
+
+/// One MCP server of an agent's config.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpServerConfig {
+    /// The prefix of this server's tools: `[A-Za-z0-9_-]{1,32}`, no `__`.
+    pub name: String,
+    /// The Streamable HTTP endpoint (http or https).
+    pub url: String,
+    /// Sent with every request (e.g. `Authorization`).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// The config tool entry, as written in `config.tools`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct McpToolEntry {
+    #[serde(rename = "type")]
+    kind: String,
+    name: String,
+    url: String,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    /// The config entry is unusable (reported at agent creation or config change).
+    #[error("invalid MCP server config: {0}")]
+    InvalidConfig(String),
+    /// The server could not be reached, refused the session, or failed the request.
+    #[error("MCP server {server:?}: {message}")]
+    Server { server: String, message: String },
+    #[error("MCP server {server:?} did not answer within {} s", timeout.as_secs_f64())]
+    Timeout { server: String, timeout: Duration },
+}
+
+impl McpServerConfig {
+    /// Parses and checks one `{"type": "mcp", …}` tool entry of an agent config.
+    pub fn from_tool_entry(entry: &Value) -> Result<McpServerConfig, McpError> {
+        let entry = McpToolEntry::deserialize(entry)
+            .map_err(|e| McpError::InvalidConfig(format!("MCP tool entry: {e}")))?;
+        if entry.kind != "mcp" {
+            return Err(McpError::InvalidConfig(format!(
+                "tool entry of type {:?} is not an MCP server",
+                entry.kind
+            )));
+        }
+        let config = McpServerConfig {
+            name: entry.name,
+            url: entry.url,
+            headers: entry.headers,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Every MCP server in an agent config (`config.tools[*]` with
+    /// `type: "mcp"`), checked, with distinct prefixes.
+    pub fn all_in_agent_config(config: &Value) -> Result<Vec<McpServerConfig>, McpError> {
+        let entries = config
+            .get("tools")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let mut servers: Vec<McpServerConfig> = Vec::new();
+        for entry in entries {
+            if entry.get("type").and_then(Value::as_str) != Some("mcp") {
+                continue;
+            }
+            let server = McpServerConfig::from_tool_entry(entry)?;
+            if servers.iter().any(|s| s.name == server.name) {
+                return Err(McpError::InvalidConfig(format!(
+                    "two MCP servers are named {:?}; names are tool prefixes and must differ",
+                    server.name
+                )));
+            }
+            servers.push(server);
+        }
+        Ok(servers)
+    }
+
+    /// Checks the prefix, the URL and the headers.
+    pub fn validate(&self) -> Result<(), McpError> {
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= 32
+            && self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            && !self.name.contains(MCP_NAME_SEPARATOR);
+        if !name_ok {
+            return Err(McpError::InvalidConfig(format!(
+                "name {:?} must be 1-32 characters of A-Z, a-z, 0-9, _ and -, without \"__\"",
+                self.name
+            )));
+        }
+        match reqwest::Url::parse(&self.url) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => {}
+            _ => {
+                return Err(McpError::InvalidConfig(format!(
+                    "url {:?} of MCP server {:?} must be an absolute http(s) URL",
+                    self.url, self.name
+                )))
+            }
+        }
+        self.header_map()?;
+        Ok(())
+    }
+
+    fn header_map(&self) -> Result<HashMap<HeaderName, HeaderValue>, McpError> {
+        let mut map = HashMap::new();
+        for (name, value) in &self.headers {
+            let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                McpError::InvalidConfig(format!("{name:?} is not a valid HTTP header name"))
+            })?;
+            if RESERVED_HEADERS.contains(&header.as_str()) {
+                return Err(McpError::InvalidConfig(format!(
+                    "header {name:?} is set by the MCP transport and cannot be configured"
+                )));
+            }
+            let value = HeaderValue::from_str(value).map_err(|_| {
+                McpError::InvalidConfig(format!("the value of header {name:?} is not valid"))
+            })?;
+            map.insert(header, value);
+        }
+        Ok(map)
+    }
+
+    /// What the tool list depends on: the URL and the headers (hashed, so
+    /// credentials are not kept as a key). The prefix is not part of it.
+    fn cache_key(&self) -> CacheKey {
+        let mut hasher = Sha256::new();
+        for (name, value) in &self.headers {
+            hasher.update(name.to_ascii_lowercase().as_bytes());
+            hasher.update([0]);
+            hasher.update(value.as_bytes());
+            hasher.update([0]);
+        }
+        (self.url.clone(), hasher.finalize().into())
+    }
+}
+
+/// The name the model sees for `tool` of the server with prefix `prefix`.
+pub fn prefixed_tool_name(prefix: &str, tool: &str) -> String {
+    format!("{prefix}{MCP_NAME_SEPARATOR}{tool}")
+}
+
+/// `"<prefix>__<tool>"` → `("<prefix>", "<tool>")`; `None` for names
+/// without the separator (not an MCP tool). Prefixes never contain `__`,
+/// so the first separator is the one.
+pub fn split_tool_name(name: &str) -> Option<(&str, &str)> {
+    let (prefix, tool) = name.split_once(MCP_NAME_SEPARATOR)?;
+    (!prefix.is_empty() && !tool.is_empty()).then_some((prefix, tool))
+}
+
+/// Bounds of MCP operations.
+#[derive(Clone, Debug)]
+pub struct McpLimits {
+    /// Opening a session and listing the tools, all pages.
+    pub list_timeout: Duration,
+    /// Opening a session and one tool call.
+    pub call_timeout: Duration,
+    /// How long a listed tool set is reused.
+    pub list_ttl: Duration,
+    /// Largest JSON response or SSE event accepted from a server.
+    pub max_response_bytes: usize,
+    /// Bytes of joined text content returned to the model at most.
+    pub max_text_bytes: usize,
+}
+
+impl Default for McpLimits {
+    fn default() -> Self {
+        McpLimits {
+            list_timeout: Duration::from_secs(30),
+            call_timeout: Duration::from_secs(120),
+            list_ttl: Duration::from_secs(300),
+            max_response_bytes: 4 * 1024 * 1024,
+            max_text_bytes: 100 * 1024,
+        }
+    }
+}
+
+/// The worker's MCP client: tool lists cached per (url, headers) with a
+/// TTL, so a server is listed at first use and not at every model call.
+/// Concurrent first uses of one server share a single listing. Failed
+/// listings are not cached. Cheap to share (`Arc`).
+pub struct McpRegistry {
+    limits: McpLimits,
+    lists: Mutex<HashMap<CacheKey, ListSlot>>,
+}
+
+/// (url, SHA-256 of the headers).
+type CacheKey = (String, [u8; 32]);
+/// One server's list; its async lock is held while the list is fetched.
+type ListSlot = Arc<tokio::sync::Mutex<Option<CachedList>>>;
+
+struct CachedList {
+    listed_at: Instant,
+    /// Unprefixed: the same server may be named differently by two agents.
+    tools: Vec<ToolDefinition>,
+}
+
+impl McpRegistry {
+    pub fn new(limits: McpLimits) -> McpRegistry {
+        McpRegistry {
+            limits,
+            lists: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The server's tools as the model sees them (`<prefix>__<tool>`),
+    /// from the cache when listed less than `list_ttl` ago.
+    pub async fn list_tools(
+        &self,
+        config: &McpServerConfig,
+    ) -> Result<Vec<ToolDefinition>, McpError> {
+        let slot = {
+            let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
+            lists.entry(config.cache_key()).or_default().clone()
+        };
+        // Held across the listing: concurrent callers wait and reuse it.
+        let mut cached = slot.lock().await;
+        let fresh = cached
+            .as_ref()
+            .filter(|c| c.listed_at.elapsed() < self.limits.list_ttl);
+        let tools = match fresh {
+            Some(list) => list.tools.clone(),
+            None => {
+                let tools = list_server_tools(config, &self.limits).await?;
+                *cached = Some(CachedList {
+                    listed_at: Instant::now(),
+                    tools: tools.clone(),
+                });
+                tools
+            }
+        };
+        Ok(prefix_tools(config, tools))
+    }
+
+    /// The tools of every server, in config order; the first failing
+    /// server's error otherwise.
+    pub async fn list_all_tools(
+        &self,
+        configs: &[McpServerConfig],
+    ) -> Result<Vec<ToolDefinition>, McpError> {
+        let lists = futures::future::join_all(configs.iter().map(|c| self.list_tools(c))).await;
+        let mut tools = Vec::new();
+        for list in lists {
+            tools.extend(list?);
+        }
+        Ok(tools)
+    }
+
+    /// Forgets the cached list of this server (e.g. after a call named a
+    /// tool the server no longer has).
+    pub fn invalidate(&self, config: &McpServerConfig) {
+        let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
+        lists.remove(&config.cache_key());
+    }
+
+    /// Calls `tool` (the server's own name, without prefix); see [`call_tool`].
+    pub async fn call_tool(
+        &self,
+        config: &McpServerConfig,
+        tool: &str,
+        arguments: &Value,
+    ) -> super::ToolOutput {
+        call_tool(config, tool, arguments, &self.limits).await
+    }
+}
+
+/// Lists the server's tools, uncached, as the model sees them
+/// (`<prefix>__<tool>`). Tools whose prefixed name a model provider would
+/// refuse (`[A-Za-z0-9_-]{1,64}`) are left out, with a warning.
+pub async fn list_tools(
+    config: &McpServerConfig,
+    limits: &McpLimits,
+) -> Result<Vec<ToolDefinition>, McpError> {
+    Ok(prefix_tools(
+        config,
+        list_server_tools(config, limits).await?,
+    ))
+}
+
+fn prefix_tools(config: &McpServerConfig, tools: Vec<ToolDefinition>) -> Vec<ToolDefinition> {
+    tools
+        .into_iter()
+        .filter_map(|tool| {
+            let name = prefixed_tool_name(&config.name, &tool.name);
+            let usable = name.len() <= 64
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !usable {
+                tracing::warn!(server = %config.name, tool = %tool.name,
+                    "MCP tool left out: its prefixed name is not a valid model tool name");
+                return None;
+            }
+            Some(ToolDefinition { name, ..tool })
+        })
+        .collect()
+}
+
+/// One session: initialize, list every page, close.
+async fn list_server_tools(
+    config: &McpServerConfig,
+    limits: &McpLimits,
+) -> Result<Vec<ToolDefinition>, McpError> {
+    let server = config.name.clone();
+    let listing = async {
+        let session = open_session(config, limits).await?;
+        let listed = session.peer().list_all_tools().await;
+        close_in_background(session);
+        listed.map_err(|e| McpError::Server {
+            server: server.clone(),
+            message: format!("listing tools failed: {}", describe_service_error(&e)),
+        })
+    };
+    let tools = tokio::time::timeout(limits.list_timeout, listing)
+        .await
+        .map_err(|_| McpError::Timeout {
+            server: server.clone(),
+            timeout: limits.list_timeout,
+        })??;
+    Ok(tools
+        .into_iter()
+        .map(|tool| ToolDefinition {
+            description: tool
+                .description
+                .map(|d| d.into_owned())
+                .or(tool.title)
+                .unwrap_or_default(),
+            input_schema: Value::Object((*tool.input_schema).clone()),
+            name: tool.name.into_owned(),
+        })
+        .collect())
+}
+
+/// Calls `tool` (the server's own name, without prefix) with `arguments`
+/// (a JSON object, or null for none), in a session of its own, within
+/// `limits.call_timeout`. Never `Err`: every failure is an error output.
+///
+/// Output: the text content blocks joined with newlines (other blocks as
+/// short placeholders) as a JSON string; when the server sends
+/// `structuredContent`, `{"content": <that text>, "structured_content": …}`.
+/// `is_error` is the server's `isError`, or true when the call failed
+/// (protocol error, unreachable server, timeout).
+pub async fn call_tool(
+    config: &McpServerConfig,
+    tool: &str,
+    arguments: &Value,
+    limits: &McpLimits,
+) -> super::ToolOutput {
+    use super::ToolOutput;
+    let arguments = match arguments {
+        Value::Object(map) => Some(map.clone()),
+        Value::Null => None,
+        other => {
+            return ToolOutput::error(format!(
+                "the input of {} must be a JSON object, not {other}",
+                prefixed_tool_name(&config.name, tool)
+            ))
+        }
+    };
+    let mut params = CallToolRequestParams::new(tool.to_string());
+    params.arguments = arguments;
+    let call = async {
+        let session = open_session(config, limits).await?;
+        let result = session.peer().call_tool(params).await;
+        close_in_background(session);
+        Ok::<_, McpError>(result)
+    };
+    match tokio::time::timeout(limits.call_timeout, call).await {
+        Ok(Ok(Ok(result))) => tool_output(result, limits.max_text_bytes),
+        Ok(Ok(Err(ServiceError::McpError(error)))) => ToolOutput::error(format!(
+            "MCP server {:?} refused the call to {tool:?}: {} (code {})",
+            config.name, error.message, error.code.0
+        )),
+        Ok(Ok(Err(e))) => ToolOutput::error(format!(
+            "the call to {tool:?} on MCP server {:?} failed: {}; whether the tool ran is unknown",
+            config.name,
+            describe_service_error(&e)
+        )),
+        Ok(Err(e)) => ToolOutput::error(format!("{e}; the tool was not called")),
+        Err(_) => ToolOutput::error(format!(
+            "the call to {tool:?} on MCP server {:?} timed out after {} s; whether the tool ran is unknown",
+            config.name,
+            limits.call_timeout.as_secs_f64()
+        )),
+    }
+}
+
+fn tool_output(result: CallToolResult, max_text_bytes: usize) -> super::ToolOutput {
+    let text = result
+        .content
+        .iter()
+        .map(content_text)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let text = cap_text(text, max_text_bytes);
+    let output = match result.structured_content {
+        Some(structured) => json!({"content": text, "structured_content": structured}),
+        None => Value::String(text),
+    };
+    super::ToolOutput {
+        output,
+        is_error: result.is_error == Some(true),
+    }
+}
+
+/// Text blocks as they are; other blocks as a short placeholder (the model
+/// gets no base64).
+fn content_text(block: &ContentBlock) -> String {
+    match block {
+        ContentBlock::Text(text) => text.text.clone(),
+        ContentBlock::Image(image) => format!("[image: {}]", image.mime_type),
+        ContentBlock::Audio(audio) => format!("[audio: {}]", audio.mime_type),
+        ContentBlock::Resource(embedded) => match &embedded.resource {
+            ResourceContents::TextResourceContents { text, .. } => text.clone(),
+            ResourceContents::BlobResourceContents { uri, mime_type, .. } => format!(
+                "[resource {uri}: {}]",
+                mime_type.as_deref().unwrap_or("binary")
+            ),
+            _ => "[resource]".to_string(),
+        },
+        ContentBlock::ResourceLink(resource) => format!("[resource link: {}]", resource.uri),
+        _ => "[non-text content]".to_string(),
+    }
+}
+
+fn cap_text(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text.push_str("\n[output truncated]");
+    text
+}
+
+type Session = RunningService<RoleClient, ClientConfig>;
+
+/// Connects and runs the initialize handshake.
+async fn open_session(config: &McpServerConfig, limits: &McpLimits) -> Result<Session, McpError> {
+    install_crypto_provider();
+    let transport_config = StreamableHttpClientTransportConfig::with_uri(config.url.clone())
+        .custom_headers(config.header_map()?)
+        .max_json_response_size(limits.max_response_bytes)
+        .max_sse_event_size(limits.max_response_bytes);
+    let transport = StreamableHttpClientTransport::from_config(transport_config);
+    let client_info = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("holdfast", env!("CARGO_PKG_VERSION")),
+    );
+    client_info
+        .serve(transport)
+        .await
+        .map_err(|e| McpError::Server {
+            server: config.name.clone(),
+            message: format!(
+                "could not open a session: {}",
+                describe_initialize_error(&e)
+            ),
+        })
+}
+
+/// Ends the session (the transport tells the server) without making the
+/// caller wait for it: the result is already in hand.
+fn close_in_background(mut session: Session) {
+    tokio::spawn(async move {
+        let _ = session.close_with_timeout(Duration::from_secs(5)).await;
+    });
+}
+
+/// rmcp's HTTP client runs on rustls without a bundled crypto provider;
+/// the process-wide default is ring, as for the rest of the workspace.
+/// Installing fails harmlessly when a provider is already installed.
+fn install_crypto_provider() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+fn describe_initialize_error(error: &ClientInitializeError) -> String {
+    match error {
+        // The transport's own error, without the transport's type name.
+        ClientInitializeError::TransportError { error, .. } => error_chain(error.error.as_ref()),
+        other => other.to_string(),
+    }
+}
+
+fn describe_service_error(error: &ServiceError) -> String {
+    match error {
+        ServiceError::McpError(e) => format!("{} (code {})", e.message, e.code.0),
+        ServiceError::TransportSend(error) => error_chain(error.error.as_ref()),
+        other => error_chain(other),
+    }
+}
+
+/// An error and its causes, each cause once ("error sending request for
+/// url (…): client error (Connect): Connection refused (os error 111)").
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let message = cause.to_string();
+        if !text.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_split_at_the_first_separator() {
+        assert_eq!(split_tool_name("docs__search"), Some(("docs", "search")));
+        assert_eq!(
+            split_tool_name("docs__deep__name"),
+            Some(("docs", "deep__name"))
+        );
+        assert_eq!(split_tool_name("web_fetch"), None);
+        assert_eq!(split_tool_name("__x"), None);
+    }
+
+    #[test]
+    fn config_entries_are_checked() {
+        let ok = McpServerConfig::from_tool_entry(&json!({
+            "type": "mcp", "name": "docs", "url": "https://mcp.example.com/mcp",
+            "headers": {"Authorization": "Bearer t"}
+        }))
+        .unwrap();
+        assert_eq!(ok.headers["Authorization"], "Bearer t");
+        for bad in [
+            json!({"type": "mcp", "name": "a__b", "url": "https://x/mcp"}),
+            json!({"type": "mcp", "name": "", "url": "https://x/mcp"}),
+            json!({"type": "mcp", "name": "a", "url": "file:///etc/passwd"}),
+            json!({"type": "mcp", "name": "a", "url": "https://x/mcp", "headers": {"Accept": "x"}}),
+            json!({"type": "mcp", "name": "a", "url": "https://x/mcp", "headers": {"bad name": "x"}}),
+            json!({"type": "mcp", "name": "a", "url": "https://x/mcp", "extra": 1}),
+            json!({"type": "custom", "name": "a", "url": "https://x/mcp"}),
+        ] {
+            assert!(
+                McpServerConfig::from_tool_entry(&bad).is_err(),
+                "accepted {bad}"
+            );
+        }
+        let twice = json!({"tools": [
+            {"type": "mcp", "name": "a", "url": "https://x/mcp"},
+            {"type": "custom", "name": "c", "description": "", "input_schema": {}},
+            {"type": "mcp", "name": "a", "url": "https://y/mcp"}
+        ]});
+        assert!(McpServerConfig::all_in_agent_config(&twice).is_err());
+    }
+
+    #[test]
+    fn cache_key_ignores_the_prefix_but_not_headers() {
+        let a = McpServerConfig {
+            name: "a".into(),
+            url: "https://x/mcp".into(),
+            headers: BTreeMap::new(),
+        };
+        let b = McpServerConfig {
+            name: "b".into(),
+            ..a.clone()
+        };
+        let mut c = a.clone();
+        c.headers.insert("authorization".into(), "Bearer 2".into());
+        assert_eq!(a.cache_key(), b.cache_key());
+        assert_ne!(a.cache_key(), c.cache_key());
+    }
+}

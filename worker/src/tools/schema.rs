@@ -1,0 +1,56 @@
+//! Validation of a tool call's input against the tool's declared JSON Schema.
+//!
+//! Models send malformed input now and then; the answer is a tool error
+//! result that names what is wrong and where, so the model can fix its call
+//! on the next turn. A broken schema in an agent's config is reported the
+//! same way (never a panic: config comes from users). Remote `$ref`s are not
+//! fetched (the crate's resolver features are off): a tool schema must be
+//! self-contained.
+
+use serde_json::Value;
+
+/// At most this many problems are listed; one is usually enough to fix a call.
+const MAX_REPORTED_ERRORS: usize = 5;
+/// Each problem's text is cut to this many characters (it may quote the input).
+const MAX_ERROR_CHARS: usize = 300;
+
+/// Checks `input` against `schema`. `Err` is a message for the model, e.g.
+/// `invalid input: at /items/0/count: "3" is not of type "integer"`;
+/// the path is a JSON Pointer into the input (`(root)` for the input itself).
+pub fn validate_input(schema: &Value, input: &Value) -> Result<(), String> {
+    let validator = jsonschema::validator_for(schema)
+        .map_err(|e| format!("the tool's input_schema is not a valid JSON Schema: {e}"))?;
+    let problems: Vec<String> = validator
+        .iter_errors(input)
+        .take(MAX_REPORTED_ERRORS + 1)
+        .map(|error| {
+            let path = error.instance_path().to_string();
+            let at = if path.is_empty() { "(root)" } else { &path };
+            format!("at {at}: {}", shorten(&error.to_string()))
+        })
+        .collect();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let more = if problems.len() > MAX_REPORTED_ERRORS {
+        "; and more"
+    } else {
+        ""
+    };
+    let listed = problems
+        .into_iter()
+        .take(MAX_REPORTED_ERRORS)
+        .collect::<Vec<_>>()
+        .join("; ");
+    Err(format!(
+        "invalid input: {listed}{more}. Fix the input to match the tool's input_schema and call it again."
+    ))
+}
+
+fn shorten(text: &str) -> String {
+    if text.chars().count() <= MAX_ERROR_CHARS {
+        return text.to_string();
+    }
+    let cut: String = text.chars().take(MAX_ERROR_CHARS).collect();
+    format!("{cut}…")
+}

@@ -1,0 +1,544 @@
+//! `web_fetch`: GET one http(s) URL and give the model its text.
+//!
+//! Bounded in every direction, because the URL comes from a model: only
+//! http and https; only public addresses unless
+//! [`WebFetchLimits::allow_private_networks`] (so a prompt-injected model
+//! cannot reach cloud metadata, localhost or the internal network: IP
+//! literals are checked before the request, host names at resolution, so
+//! DNS rebinding gains nothing, and redirects the same way); a connect
+//! timeout and a total timeout (headers and body);
+//! at most [`WebFetchLimits::max_redirects`] redirects; the body is streamed
+//! and reading stops at the byte cap, with `truncated: true`; the returned
+//! text is capped again after extraction. HTML becomes readable text
+//! (see `html_text`), JSON and other text types are returned as they are,
+//! and binary types are described, not downloaded.
+//!
+//! Output: `{"url", "status", "content_type", "text", "truncated"}`, where
+//! `url` is the final URL after redirects. A 4xx/5xx response is still a
+//! full output (the page often says what is wrong) with `is_error: true`.
+//! Input errors, refused schemes, timeouts and connection failures are an
+//! error output whose message says what to change.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use holdfast_engine::provider::ToolDefinition;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use reqwest::header::CONTENT_TYPE;
+use reqwest::{redirect, Url};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::html_text::html_to_text;
+use super::ToolOutput;
+
+pub const WEB_FETCH_TOOL_NAME: &str = "web_fetch";
+
+/// How far one fetch may go. The defaults suit a model reading web pages.
+#[derive(Clone, Debug)]
+pub struct WebFetchLimits {
+    /// Time to establish the TCP (and TLS) connection.
+    pub connect_timeout: Duration,
+    /// Time for the whole fetch: redirects, headers and body.
+    pub total_timeout: Duration,
+    /// Redirects followed before giving up.
+    pub max_redirects: usize,
+    /// Body bytes read at most (the model's `max_bytes` may lower it).
+    pub max_body_bytes: usize,
+    /// Bytes of extracted text returned at most.
+    pub max_text_bytes: usize,
+    pub user_agent: String,
+    /// Reach loopback, private, link-local and other non-public addresses.
+    /// Off by default; tests and single-host setups turn it on.
+    pub allow_private_networks: bool,
+}
+
+impl Default for WebFetchLimits {
+    fn default() -> Self {
+        WebFetchLimits {
+            connect_timeout: Duration::from_secs(10),
+            total_timeout: Duration::from_secs(30),
+            max_redirects: 5,
+            max_body_bytes: 2 * 1024 * 1024,
+            max_text_bytes: 100 * 1024,
+            user_agent: concat!("holdfast/", env!("CARGO_PKG_VERSION"), " (web_fetch)").into(),
+            allow_private_networks: false,
+        }
+    }
+}
+
+/// The HTTP client `web_fetch` expects: connect timeout, redirect policy,
+/// user agent and (unless private networks are allowed) a resolver that
+/// only returns public addresses, all from `limits`. Build it once and share
+/// it (it pools connections); the total timeout and size caps are applied
+/// per call.
+pub fn web_fetch_client(limits: &WebFetchLimits) -> reqwest::Result<reqwest::Client> {
+    let max_redirects = limits.max_redirects;
+    let allow_private = limits.allow_private_networks;
+    let policy = redirect::Policy::custom(move |attempt| {
+        if attempt.previous().len() > max_redirects {
+            let message = format!("too many redirects (more than {max_redirects})");
+            return attempt.error(message);
+        }
+        if !matches!(attempt.url().scheme(), "http" | "https") {
+            let message = format!("redirected to {}, which is not http(s)", attempt.url());
+            return attempt.error(message);
+        }
+        if !allow_private && literal_ip(attempt.url()).is_some_and(|ip| !is_public(ip)) {
+            let message = format!(
+                "redirected to {}, a private or local address",
+                attempt.url()
+            );
+            return attempt.error(message);
+        }
+        attempt.follow()
+    });
+    let builder = reqwest::Client::builder()
+        .connect_timeout(limits.connect_timeout)
+        .redirect(policy)
+        .user_agent(limits.user_agent.clone());
+    let builder = match allow_private {
+        true => builder,
+        false => builder.dns_resolver(Arc::new(PublicOnlyResolver)),
+    };
+    builder.build()
+}
+
+/// Resolves like the system does, then keeps only public addresses.
+struct PublicOnlyResolver;
+
+impl Resolve for PublicOnlyResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            let public: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+                .await?
+                .filter(|addr| is_public(addr.ip()))
+                .collect();
+            if public.is_empty() {
+                return Err(format!(
+                    "{host} resolves only to private or local addresses, which web_fetch does not reach"
+                )
+                .into());
+            }
+            Ok(Box::new(public.into_iter()) as Addrs)
+        })
+    }
+}
+
+/// The host as an IP address, if it is one. The URL parser has already
+/// normalised other spellings (`0x7f.1`, `2130706433`) to dotted form.
+fn literal_ip(url: &Url) -> Option<IpAddr> {
+    let host = url.host_str()?;
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+        .parse()
+        .ok()
+}
+
+/// Whether `ip` is on the public internet: not loopback, private,
+/// link-local, shared (CGNAT), unspecified, documentation, benchmarking,
+/// multicast or reserved; IPv6 unique-local and link-local too, and
+/// IPv4-mapped or NAT64 addresses by their IPv4 part.
+fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => is_public_v4(v4),
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public_v4(v4);
+            }
+            let s = v6.segments();
+            if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] {
+                let [a, b] = s[6].to_be_bytes();
+                let [c, d] = s[7].to_be_bytes();
+                return is_public_v4(Ipv4Addr::new(a, b, c, d));
+            }
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00
+                || (s[0] & 0xffc0) == 0xfe80
+                || (s[0] == 0x2001 && s[1] == 0x0db8))
+        }
+    }
+}
+
+fn is_public_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, c, _] = ip.octets();
+    !(ip.is_private()
+        || ip.is_loopback()
+        || ip.is_link_local()
+        || ip.is_unspecified()
+        || ip.is_broadcast()
+        || ip.is_documentation()
+        || ip.is_multicast()
+        || a == 0
+        || (a == 100 && (b & 0xc0) == 64)
+        || (a == 192 && b == 0 && c == 0)
+        || (a == 198 && (b & 0xfe) == 18)
+        || a >= 240)
+}
+
+/// The tool as the model sees it.
+pub fn web_fetch_definition() -> ToolDefinition {
+    ToolDefinition {
+        name: WEB_FETCH_TOOL_NAME.into(),
+        description: "Fetch a web page or file over http(s) with a GET request and return its \
+            content as text. HTML is converted to readable text (headings as #, lists, \
+            links as [text](url)); JSON and plain text are returned as they are; binary \
+            files are only described. Long content is cut off and marked truncated: true. \
+            Returns {url, status, content_type, text, truncated}."
+            .into(),
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "url": {
+                    "type": "string",
+                    "description": "The absolute http:// or https:// URL to fetch."
+                },
+                "max_bytes": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "Read at most this many bytes of the response body (the runtime's limit applies when larger or absent)."
+                }
+            },
+            "required": ["url"],
+            "additionalProperties": false
+        }),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WebFetchInput {
+    url: String,
+    max_bytes: Option<u64>,
+}
+
+/// Fetches `input.url` within `limits`; never panics, never returns `Err`:
+/// every failure is a [`ToolOutput`] with `is_error: true`. `client` should
+/// come from [`web_fetch_client`].
+pub async fn web_fetch(
+    client: &reqwest::Client,
+    input: &Value,
+    limits: &WebFetchLimits,
+) -> ToolOutput {
+    let input = match WebFetchInput::deserialize(input) {
+        Ok(input) => input,
+        Err(e) => {
+            return ToolOutput::error(format!(
+                "web_fetch: invalid input ({e}). Expected {{\"url\": \"https://...\", \"max_bytes\"?: positive integer}}."
+            ))
+        }
+    };
+    let url = match Url::parse(input.url.trim()) {
+        Ok(url) => url,
+        Err(e) => {
+            return ToolOutput::error(format!(
+                "web_fetch: {:?} is not a valid absolute URL ({e}). Give a full URL such as https://example.com/page.",
+                input.url
+            ))
+        }
+    };
+    if !matches!(url.scheme(), "http" | "https") {
+        return ToolOutput::error(format!(
+            "web_fetch: the {:?} scheme is not supported; only http:// and https:// URLs can be fetched.",
+            url.scheme()
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return ToolOutput::error(format!("web_fetch: {url} has no host."));
+    }
+    if !limits.allow_private_networks && literal_ip(&url).is_some_and(|ip| !is_public(ip)) {
+        return ToolOutput::error(format!(
+            "web_fetch: {url} is a private or local address; only public addresses can be fetched."
+        ));
+    }
+    let body_cap = match input.max_bytes {
+        Some(0) => return ToolOutput::error("web_fetch: max_bytes must be at least 1."),
+        Some(n) => usize::try_from(n)
+            .unwrap_or(usize::MAX)
+            .min(limits.max_body_bytes),
+        None => limits.max_body_bytes,
+    };
+    match tokio::time::timeout(
+        limits.total_timeout,
+        fetch(client, url.clone(), body_cap, limits),
+    )
+    .await
+    {
+        Ok(Ok(output)) => output,
+        Ok(Err(e)) => ToolOutput::error(format!(
+            "web_fetch: fetching {url} failed: {}",
+            describe(&e)
+        )),
+        Err(_) => ToolOutput::error(format!(
+            "web_fetch: fetching {url} timed out after {} s.",
+            limits.total_timeout.as_secs_f64()
+        )),
+    }
+}
+
+/// How the body is turned into text, decided from the Content-Type (and,
+/// when there is none, from the first bytes).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum BodyKind {
+    Html,
+    Text,
+    Binary,
+}
+
+async fn fetch(
+    client: &reqwest::Client,
+    url: Url,
+    body_cap: usize,
+    limits: &WebFetchLimits,
+) -> reqwest::Result<ToolOutput> {
+    let mut response = client.get(url).send().await?;
+    let status = response.status();
+    let final_url = response.url().clone();
+    let content_type = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let mime = content_type.as_deref().map(|ct| {
+        ct.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase()
+    });
+    let declared_kind = mime.as_deref().map(kind_of_mime);
+
+    let (text, truncated) = if declared_kind == Some(BodyKind::Binary) {
+        // Not downloaded: the model cannot use the bytes.
+        let size = response
+            .content_length()
+            .map(|n| format!(", {n} bytes"))
+            .unwrap_or_default();
+        let mime = mime.as_deref().unwrap_or("unknown");
+        (
+            format!("[binary content ({mime}{size}) not downloaded: web_fetch returns text only]"),
+            false,
+        )
+    } else {
+        let mut body = Vec::new();
+        let mut truncated = false;
+        while let Some(chunk) = response.chunk().await? {
+            body.extend_from_slice(&chunk);
+            if body.len() > body_cap {
+                body.truncate(body_cap);
+                truncated = true;
+                break;
+            }
+        }
+        let kind = declared_kind.unwrap_or_else(|| sniff(&body));
+        let text = match kind {
+            BodyKind::Binary => format!(
+                "[binary content ({} bytes read) not shown: web_fetch returns text only]",
+                body.len()
+            ),
+            BodyKind::Html => {
+                let decoded = decode_body(&body, content_type.as_deref());
+                html_to_text(&decoded, Some(&final_url))
+            }
+            BodyKind::Text => decode_body(&body, content_type.as_deref()),
+        };
+        let (text, cut) = cap_text(text, limits.max_text_bytes);
+        (text, truncated || cut)
+    };
+
+    let output = json!({
+        "url": final_url.as_str(),
+        "status": status.as_u16(),
+        "content_type": content_type,
+        "text": text,
+        "truncated": truncated,
+    });
+    Ok(ToolOutput {
+        output,
+        is_error: status.is_client_error() || status.is_server_error(),
+    })
+}
+
+fn kind_of_mime(mime: &str) -> BodyKind {
+    match mime {
+        "text/html" | "application/xhtml+xml" => BodyKind::Html,
+        _ if mime.starts_with("text/") => BodyKind::Text,
+        "application/json"
+        | "application/xml"
+        | "application/javascript"
+        | "application/ecmascript"
+        | "application/x-javascript"
+        | "application/x-ndjson"
+        | "application/ndjson"
+        | "application/yaml"
+        | "application/x-yaml"
+        | "application/toml"
+        | "application/graphql"
+        | "application/x-www-form-urlencoded"
+        | "image/svg+xml" => BodyKind::Text,
+        _ if mime.ends_with("+json") || mime.ends_with("+xml") => BodyKind::Text,
+        _ => BodyKind::Binary,
+    }
+}
+
+/// No Content-Type: text if the start decodes as UTF-8 without NULs, HTML
+/// if it also looks like a document.
+fn sniff(body: &[u8]) -> BodyKind {
+    let head = &body[..body.len().min(1024)];
+    let text = match std::str::from_utf8(head) {
+        Ok(text) => text,
+        // A multi-byte character cut by the 1 KiB window is still text.
+        Err(e) if e.error_len().is_none() => {
+            std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or("")
+        }
+        Err(_) => return BodyKind::Binary,
+    };
+    if text.contains('\0') {
+        return BodyKind::Binary;
+    }
+    let start = text
+        .trim_start()
+        .get(..15)
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if start.starts_with("<!doctype html") || start.starts_with("<html") {
+        BodyKind::Html
+    } else {
+        BodyKind::Text
+    }
+}
+
+/// Bytes to text: UTF-8 by default; Latin-1 family charsets map byte for
+/// byte. A character cut by the size cap is dropped, not replaced.
+fn decode_body(body: &[u8], content_type: Option<&str>) -> String {
+    let charset = content_type.and_then(|ct| {
+        ct.split(';').skip(1).find_map(|param| {
+            let (key, value) = param.split_once('=')?;
+            key.trim()
+                .eq_ignore_ascii_case("charset")
+                .then(|| value.trim().trim_matches('"').to_ascii_lowercase())
+        })
+    });
+    if let Some("iso-8859-1" | "latin1" | "latin-1" | "windows-1252" | "cp1252" | "us-ascii") =
+        charset.as_deref()
+    {
+        return body.iter().map(|&b| char::from(b)).collect();
+    }
+    let body = match std::str::from_utf8(body) {
+        Err(e) if e.error_len().is_none() => &body[..e.valid_up_to()],
+        _ => body,
+    };
+    String::from_utf8_lossy(body).into_owned()
+}
+
+/// Cuts `text` to at most `max` bytes at a character boundary.
+fn cap_text(mut text: String, max: usize) -> (String, bool) {
+    if text.len() <= max {
+        return (text, false);
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    (text, true)
+}
+
+/// A reqwest error in words a model can act on.
+fn describe(error: &reqwest::Error) -> String {
+    if error.is_redirect() {
+        return root_cause(error);
+    }
+    if error.is_timeout() {
+        return "timed out".into();
+    }
+    if error.is_connect() {
+        return format!("could not connect ({})", root_cause(error));
+    }
+    root_cause(error)
+}
+
+fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut current = error;
+    while let Some(source) = current.source() {
+        current = source;
+    }
+    current.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mime_kinds() {
+        assert_eq!(kind_of_mime("text/html"), BodyKind::Html);
+        assert_eq!(kind_of_mime("text/csv"), BodyKind::Text);
+        assert_eq!(kind_of_mime("application/vnd.api+json"), BodyKind::Text);
+        assert_eq!(kind_of_mime("image/png"), BodyKind::Binary);
+        assert_eq!(kind_of_mime("application/octet-stream"), BodyKind::Binary);
+    }
+
+    #[test]
+    fn sniffing_without_content_type() {
+        assert_eq!(sniff(b"  <!DOCTYPE html><p>x"), BodyKind::Html);
+        assert_eq!(sniff(b"plain words"), BodyKind::Text);
+        assert_eq!(sniff(b"\x89PNG\r\n\x1a\n\0\0"), BodyKind::Binary);
+    }
+
+    #[test]
+    fn decoding_drops_a_cut_character_and_maps_latin1() {
+        let cut = "héllo".as_bytes()[..2].to_vec(); // "h" + half of "é"
+        assert_eq!(decode_body(&cut, Some("text/plain")), "h");
+        assert_eq!(
+            decode_body(b"caf\xe9", Some("text/plain; charset=ISO-8859-1")),
+            "café"
+        );
+    }
+
+    #[test]
+    fn public_addresses() {
+        for public in [
+            "8.8.8.8",
+            "1.1.1.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+        ] {
+            assert!(is_public(public.parse().unwrap()), "{public}");
+        }
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "255.255.255.255",
+            "224.0.0.1",
+            "198.18.0.1",
+            "240.0.0.1",
+            "::1",
+            "::",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "64:ff9b::a00:1",
+            "2001:db8::1",
+        ] {
+            assert!(!is_public(private.parse().unwrap()), "{private}");
+        }
+    }
+
+    #[test]
+    fn text_cap_respects_char_boundaries() {
+        assert_eq!(cap_text("aé".into(), 2), ("a".to_string(), true));
+        assert_eq!(cap_text("ab".into(), 2), ("ab".to_string(), false));
+    }
+}
