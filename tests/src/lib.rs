@@ -318,3 +318,6 @@ pub async fn new_agent(client: &Client, project: Uuid) -> Uuid {
 pub fn default_config() -> serde_json::Value {
     serde_json::json!({"model": {"provider": "anthropic", "name": "claude-test"}, "tools": []})
 }
+
+pub mod api_server;
+pub mod api_sse;
