@@ -97,7 +97,8 @@ pub async fn stream_events(
     }
     let subscription = state.fanout().subscribe(id).await?;
     let (tx, mut rx) = mpsc::channel(CLIENT_BUFFER);
-    tokio::spawn(pump(state.clone(), id, after, subscription, tx));
+    let client = StreamClient::connect();
+    tokio::spawn(pump(state.clone(), id, after, subscription, tx, client));
     let body = futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|e| e.map(Ok)));
     Ok(Sse::new(body).keep_alive(
         KeepAlive::new()
@@ -124,14 +125,16 @@ struct Pump {
     slow_after: Duration,
 }
 
+/// Feed one client until it goes, falls behind, or the server stops.
+/// `_client` counts it as open until then.
 async fn pump(
     state: AppState,
     agent: Uuid,
     after: i64,
     mut subscription: Subscription,
     tx: mpsc::Sender<Event>,
+    _client: StreamClient,
 ) {
-    let _client = StreamClient::connect();
     let shutdown = state.shutdown().clone();
     let mut pump = Pump {
         slow_after: state.config().slow_client_timeout,

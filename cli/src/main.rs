@@ -1,6 +1,9 @@
 //! The `holdfast` binary: parses flags, wires the crates. Nothing else.
 
 mod database;
+mod keys;
+mod serve_api;
+mod signals;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -33,6 +36,13 @@ enum Command {
     Migrate,
     /// Queue overview: agents by state, leases by worker, stuck agents.
     Status,
+    /// Serve the HTTP API until SIGTERM/SIGINT.
+    Api(serve_api::ApiArgs),
+    /// Create or revoke API keys.
+    Keys {
+        #[command(subcommand)]
+        command: keys::KeysCommand,
+    },
 }
 
 fn main() -> Result<()> {
@@ -58,6 +68,8 @@ fn main() -> Result<()> {
                 db.migrate().await?;
                 database::print_status(&db).await?;
             }
+            Command::Api(args) => serve_api::run(&db, args).await?,
+            Command::Keys { command } => keys::run(&db, command).await?,
         }
         Ok(())
     })
