@@ -21,7 +21,7 @@
 -- plain hash (no salt, no stretching) is enough and lets lookups use the
 -- unique index on key_hash.
 CREATE FUNCTION holdfast.api_key_hash(p_key text) RETURNS bytea
-LANGUAGE sql IMMUTABLE STRICT AS $$
+LANGUAGE sql STABLE STRICT AS $$
     SELECT sha256(convert_to(p_key, 'UTF8'))
 $$;
 
