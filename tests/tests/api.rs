@@ -954,3 +954,47 @@ async fn a_stream_of_a_missing_agent_is_404_not_an_empty_stream() {
     assert_eq!(first.seq(), Some(1));
     assert_eq!(first.event.as_deref(), Some("input.received"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_the_timeout_is_503_and_its_retry_with_the_key_replays() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, key) = project_key(&client).await;
+    let agent = store::create_agent(&client, project, &default_config())
+        .await
+        .unwrap();
+    let server =
+        ApiServer::start_with(&db, |c| c.request_timeout = Duration::from_millis(300)).await;
+    // Hold the agent's row lock so the input cannot be written in time.
+    let mut holder = db.connect().await;
+    let tx = holder.transaction().await.unwrap();
+    tx.execute("SELECT holdfast.lock_agent($1)", &[&agent])
+        .await
+        .unwrap();
+    let post = || {
+        server
+            .request(Method::POST, &format!("/v1/agents/{agent}/inputs"), &key)
+            .header("Idempotency-Key", "retry-me")
+            .json(&json!({"content": "hello"}))
+            .send()
+    };
+    let (status, kind, _, _) = error_of(post().await.unwrap()).await;
+    assert_eq!(
+        (status, kind.as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, "timeout")
+    );
+    tx.rollback().await.unwrap();
+    // The timed-out call may still have been written once the lock was
+    // free; a retry with the same key returns it instead of a second input.
+    let retry = post().await.unwrap();
+    assert_eq!(retry.status(), StatusCode::CREATED);
+    let inputs: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.inputs WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(inputs, 1);
+}
