@@ -1,1 +1,111 @@
+//! Holdfast's HTTP API: a thin shell over the SQL functions. It
+//! authenticates, validates, calls SQL through `holdfast_engine::store`, and
+//! maps SQLSTATEs to HTTP. Live streams are fed by one LISTEN connection per
+//! process ([`fanout`]).
+//!
+//! Embedding: [`serve`] runs the whole server on a listener until a
+//! cancellation token fires. For a custom stack, build the state with
+//! [`AppState::start`] and the routes with [`router`].
 
+pub mod agents;
+pub mod auth;
+pub mod error;
+pub mod events;
+pub mod extract;
+pub mod fanout;
+pub mod inputs;
+pub mod metrics;
+pub mod observe;
+pub mod openapi;
+pub mod probes;
+pub mod state;
+pub mod stream;
+pub mod tool_calls;
+
+use axum::http::StatusCode;
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub use error::ApiError;
+pub use state::{ApiConfig, AppState};
+
+/// Why [`serve`] stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Engine(#[from] holdfast_engine::Error),
+    #[error("serving HTTP: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Serve the API on `listener` until `shutdown` is cancelled; then stop
+/// accepting, let in-flight requests finish, end every stream, close the
+/// LISTEN connection, and return.
+pub async fn serve(
+    config: ApiConfig,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let (state, fanout) = AppState::start(config, shutdown.clone())?;
+    let app = router(state);
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "HTTP API listening");
+    }
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+        .await;
+    // Served with an error: stop the fan-out too.
+    shutdown.cancel();
+    let _ = fanout.await;
+    tracing::info!("HTTP API stopped");
+    Ok(served?)
+}
+
+/// Every route with its handler and its OpenAPI entry, registered together.
+fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(agents::create_agent, agents::list_agents))
+        .routes(routes!(agents::get_agent, agents::patch_agent))
+        .routes(routes!(agents::cancel_agent))
+        .routes(routes!(agents::archive_agent))
+        .routes(routes!(inputs::create_input))
+        .routes(routes!(events::list_events))
+        .routes(routes!(stream::stream_events))
+        .routes(routes!(tool_calls::list_tool_calls))
+        .routes(routes!(tool_calls::submit_tool_result))
+        .routes(routes!(probes::healthz))
+        .routes(routes!(probes::readyz))
+        .routes(routes!(metrics::metrics))
+        .routes(routes!(openapi::openapi_json))
+}
+
+/// The OpenAPI 3.1 document of every route [`router`] serves.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    routes().into_openapi()
+}
+
+/// The API's routes with their layers: tracing, metrics, the error shape
+/// for every error (axum's and tower-http's included), the request timeout,
+/// the body limit.
+pub fn router(state: AppState) -> Router {
+    let config = state.config().clone();
+    let (router, _) = routes().split_for_parts();
+    router
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(RequestBodyLimitLayer::new(config.max_body_bytes))
+        .layer(RequestBodyTimeoutLayer::new(config.request_timeout))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            config.request_timeout,
+        ))
+        .layer(axum::middleware::map_response(error::ensure_error_shape))
+        .layer(axum::middleware::from_fn(observe::record_metrics))
+        .layer(observe::trace_layer())
+        .with_state(state)
+}

@@ -1,7 +1,10 @@
 //! The `holdfast` binary: parses flags, wires the crates. Nothing else.
 
 mod database;
+mod keys;
 mod run_worker;
+mod serve_api;
+mod signals;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -36,6 +39,13 @@ enum Command {
     Status,
     /// Claim agents and run their steps until SIGTERM/SIGINT (then drain).
     Worker(run_worker::WorkerArgs),
+    /// Serve the HTTP API until SIGTERM/SIGINT.
+    Api(serve_api::ApiArgs),
+    /// Create or revoke API keys.
+    Keys {
+        #[command(subcommand)]
+        command: keys::KeysCommand,
+    },
 }
 
 fn main() -> Result<()> {
@@ -62,6 +72,8 @@ fn main() -> Result<()> {
                 database::print_status(&db).await?;
             }
             Command::Worker(args) => run_worker::run(&db, &args).await?,
+            Command::Api(args) => serve_api::run(&db, args).await?,
+            Command::Keys { command } => keys::run(&db, command).await?,
         }
         Ok(())
     })

@@ -127,3 +127,166 @@ pub struct MaintenanceReport {
     /// Delayed agents that came due (one wake hint covers them all).
     pub woken: i64,
 }
+
+impl std::str::FromStr for ToolKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "external" => ToolKind::External,
+            "internal" => ToolKind::Internal,
+            "custom" => ToolKind::Custom,
+            "question" => ToolKind::Question,
+            "command" => ToolKind::Command,
+            other => return Err(format!("unknown tool kind {other:?}")),
+        })
+    }
+}
+
+impl ToolKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolKind::External => "external",
+            ToolKind::Internal => "internal",
+            ToolKind::Custom => "custom",
+            ToolKind::Question => "question",
+            ToolKind::Command => "command",
+        }
+    }
+}
+
+/// A tool call's status (docs/state-machines.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCallStatus {
+    /// A worker may run it.
+    Pending,
+    /// Waits for approve/deny.
+    AwaitingApproval,
+    /// Waits on the outside: a client result, an answer, a machine.
+    Waiting,
+    /// An external call in flight under a lease.
+    Running,
+    Completed,
+    /// Its turn was cancelled.
+    Cancelled,
+}
+
+impl ToolCallStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolCallStatus::Pending => "pending",
+            ToolCallStatus::AwaitingApproval => "awaiting_approval",
+            ToolCallStatus::Waiting => "waiting",
+            ToolCallStatus::Running => "running",
+            ToolCallStatus::Completed => "completed",
+            ToolCallStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Every status of a call that has not finished.
+    pub const UNFINISHED: [ToolCallStatus; 4] = [
+        ToolCallStatus::Pending,
+        ToolCallStatus::AwaitingApproval,
+        ToolCallStatus::Waiting,
+        ToolCallStatus::Running,
+    ];
+}
+
+impl std::str::FromStr for ToolCallStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "pending" => ToolCallStatus::Pending,
+            "awaiting_approval" => ToolCallStatus::AwaitingApproval,
+            "waiting" => ToolCallStatus::Waiting,
+            "running" => ToolCallStatus::Running,
+            "completed" => ToolCallStatus::Completed,
+            "cancelled" => ToolCallStatus::Cancelled,
+            other => return Err(format!("unknown tool call status {other:?}")),
+        })
+    }
+}
+
+/// A saved tool call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: Uuid,
+    pub agent_id: Uuid,
+    /// The model step that asked for it.
+    pub step_id: Uuid,
+    /// Its place in that step's batch.
+    pub position: i32,
+    pub provider_id: String,
+    pub name: String,
+    pub input: Value,
+    pub kind: ToolKind,
+    pub status: ToolCallStatus,
+    /// Set once completed.
+    pub output: Option<Value>,
+    pub is_error: Option<bool>,
+    pub created_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+/// An agent as saved: its config and where it stands.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Agent {
+    pub id: Uuid,
+    pub project_id: Uuid,
+    pub config: Value,
+    pub state: AgentState,
+    /// A turn runs from the input that starts it to turn.completed/failed/cancelled.
+    pub turn_open: bool,
+    /// Set while a cancel waits for the worker holding the agent to stop.
+    pub cancel_requested_at: Option<DateTime<Utc>>,
+    /// The seq of its latest event (0: none yet).
+    pub last_event_seq: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub state_changed_at: DateTime<Utc>,
+}
+
+/// A saved input.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Input {
+    pub id: Uuid,
+    pub agent_id: Uuid,
+    pub content: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A new API key, in clear: shown once, stored only as a hash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiKeyCreated {
+    pub key_id: Uuid,
+    pub project_id: Uuid,
+    /// The first characters of the key, kept in clear to tell keys apart.
+    pub prefix: String,
+    pub key: String,
+}
+
+/// Who an API key speaks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApiKeyOwner {
+    pub key_id: Uuid,
+    pub project_id: Uuid,
+}
+
+/// A revoked API key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiKeyRevoked {
+    pub key_id: Uuid,
+    pub project_id: Uuid,
+    pub prefix: String,
+    pub revoked_at: DateTime<Utc>,
+}
+
+/// What `request_cancel` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CancelOutcome {
+    /// A worker holds the agent: it was asked to stop; `turn.cancelled` follows.
+    Requested,
+    /// The turn ended at once (`turn.cancelled` is saved).
+    Cancelled,
+}

@@ -26,6 +26,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../sql/0001_core.sql"),
     },
     Migration {
+        version: 2,
+        name: "0002_api.sql",
+        sql: include_str!("../../sql/0002_api.sql"),
+    },
+    Migration {
         version: 3,
         name: "0003_worker.sql",
         sql: include_str!("../../sql/0003_worker.sql"),
@@ -39,6 +44,11 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 5,
         name: "0005_tools.sql",
         sql: include_str!("../../sql/0005_tools.sql"),
+    },
+    Migration {
+        version: 6,
+        name: "0006_cancel.sql",
+        sql: include_str!("../../sql/0006_cancel.sql"),
     },
 ];
 

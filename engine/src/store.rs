@@ -12,7 +12,8 @@ use uuid::Uuid;
 
 use crate::context::{HistoryMessage, PendingInput, StepContext, ToolCallRecord};
 use crate::domain::{
-    AgentState, Claim, Event, InputCreated, MaintenanceReport, ModelStep, Renewal,
+    Agent, AgentState, ApiKeyCreated, ApiKeyOwner, ApiKeyRevoked, CancelOutcome, Claim, Event,
+    Input, InputCreated, MaintenanceReport, ModelStep, Renewal, ToolCall, ToolCallStatus, ToolKind,
 };
 use crate::duration::to_interval;
 use crate::error::{Error, Result};
@@ -236,6 +237,335 @@ fn parse_state(text: String) -> Result<AgentState> {
         field: Some("state".into()),
         message,
     })
+}
+
+// ---------------------------------------------------------------------------
+// API keys, agent changes, cancellation, custom tool results (0002_api.sql),
+// and the reads the HTTP API serves. Reads are scoped by project where a
+// client names the object, so another project's object reads as missing.
+// ---------------------------------------------------------------------------
+
+/// Create an API key for `project_name` (the project is created if needed).
+/// The clear key is in the result and nowhere else.
+pub async fn create_api_key(
+    client: &impl GenericClient,
+    project_name: &str,
+) -> Result<ApiKeyCreated> {
+    let row = client
+        .query_one(
+            "SELECT key_id, project_id, prefix, key FROM holdfast.create_api_key($1)",
+            &[&project_name],
+        )
+        .await?;
+    Ok(ApiKeyCreated {
+        key_id: row.get(0),
+        project_id: row.get(1),
+        prefix: row.get(2),
+        key: row.get(3),
+    })
+}
+
+/// Who `key` speaks for; `None` when it is unknown or revoked.
+pub async fn authenticate_api_key(
+    client: &impl GenericClient,
+    key: &str,
+) -> Result<Option<ApiKeyOwner>> {
+    let row = client
+        .query_opt(
+            "SELECT key_id, project_id FROM holdfast.authenticate_api_key($1)",
+            &[&key],
+        )
+        .await?;
+    Ok(row.map(|r| ApiKeyOwner {
+        key_id: r.get(0),
+        project_id: r.get(1),
+    }))
+}
+
+/// Revoke the key named by its id, prefix or full text (idempotent).
+pub async fn revoke_api_key(client: &impl GenericClient, key_ref: &str) -> Result<ApiKeyRevoked> {
+    let row = client
+        .query_one(
+            "SELECT key_id, project_id, prefix, revoked_at FROM holdfast.revoke_api_key($1)",
+            &[&key_ref],
+        )
+        .await?;
+    Ok(ApiKeyRevoked {
+        key_id: row.get(0),
+        project_id: row.get(1),
+        prefix: row.get(2),
+        revoked_at: row.get(3),
+    })
+}
+
+const AGENT_COLUMNS: &str = "id, project_id, config, state, turn_open, cancel_requested_at, \
+                             last_event_seq, created_at, updated_at, state_changed_at";
+
+fn agent_from_row(row: &tokio_postgres::Row) -> Result<Agent> {
+    Ok(Agent {
+        id: row.get(0),
+        project_id: row.get(1),
+        config: row.get(2),
+        state: parse_state(row.get(3))?,
+        turn_open: row.get(4),
+        cancel_requested_at: row.get(5),
+        last_event_seq: row.get(6),
+        created_at: row.get(7),
+        updated_at: row.get(8),
+        state_changed_at: row.get(9),
+    })
+}
+
+/// An agent of `project`; `None` when it does not exist or belongs to
+/// another project.
+pub async fn get_agent(
+    client: &impl GenericClient,
+    project: Uuid,
+    agent: Uuid,
+) -> Result<Option<Agent>> {
+    let row = client
+        .query_opt(
+            &format!(
+                "SELECT {AGENT_COLUMNS} FROM holdfast.agents WHERE id = $1 AND project_id = $2"
+            ),
+            &[&agent, &project],
+        )
+        .await?;
+    row.as_ref().map(agent_from_row).transpose()
+}
+
+/// True when `agent` exists in `project` (a cheap scope check before a write).
+pub async fn agent_in_project(
+    client: &impl GenericClient,
+    project: Uuid,
+    agent: Uuid,
+) -> Result<bool> {
+    let row = client
+        .query_opt(
+            "SELECT 1 FROM holdfast.agents WHERE id = $1 AND project_id = $2",
+            &[&agent, &project],
+        )
+        .await?;
+    Ok(row.is_some())
+}
+
+/// Agents of `project`, oldest first (ids are UUIDv7), after the id `after`,
+/// in `state` when given, at most `limit`.
+pub async fn list_agents(
+    client: &impl GenericClient,
+    project: Uuid,
+    state: Option<AgentState>,
+    after: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<Agent>> {
+    let state = state.map(AgentState::as_str);
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {AGENT_COLUMNS} FROM holdfast.agents \
+                  WHERE project_id = $1 AND ($2::text IS NULL OR state = $2) \
+                    AND ($3::uuid IS NULL OR id > $3) \
+                  ORDER BY id LIMIT $4"
+            ),
+            &[&project, &state, &after, &limit],
+        )
+        .await?;
+    rows.iter().map(agent_from_row).collect()
+}
+
+/// The seq of an agent's latest event; `None` when the agent does not exist.
+pub async fn last_event_seq(client: &impl GenericClient, agent: Uuid) -> Result<Option<i64>> {
+    let row = client
+        .query_opt(
+            "SELECT last_event_seq FROM holdfast.agents WHERE id = $1",
+            &[&agent],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// Replace an agent's config (`config.updated`); returns the config in force.
+pub async fn update_agent_config(
+    client: &impl GenericClient,
+    agent: Uuid,
+    config: &Value,
+) -> Result<Value> {
+    let row = client
+        .query_one(
+            "SELECT holdfast.update_agent_config($1, $2)",
+            &[&agent, config],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Change an agent's config by an RFC 7396 merge patch, applied under the
+/// agent's row lock; returns the config in force.
+pub async fn patch_agent_config(
+    client: &impl GenericClient,
+    agent: Uuid,
+    patch: &Value,
+) -> Result<Value> {
+    let row = client
+        .query_one(
+            "SELECT holdfast.patch_agent_config($1, $2)",
+            &[&agent, patch],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Archive an idle agent (no new inputs); [`Error::Conflict`] otherwise.
+pub async fn archive_agent(client: &impl GenericClient, agent: Uuid) -> Result<()> {
+    client
+        .execute("SELECT holdfast.archive_agent($1)", &[&agent])
+        .await?;
+    Ok(())
+}
+
+/// Cancel an agent's current turn: at once, or by asking its worker to stop.
+pub async fn request_cancel(client: &impl GenericClient, agent: Uuid) -> Result<CancelOutcome> {
+    let row = client
+        .query_one("SELECT holdfast.request_cancel($1)", &[&agent])
+        .await?;
+    let outcome: String = row.get(0);
+    match outcome.as_str() {
+        "requested" => Ok(CancelOutcome::Requested),
+        "cancelled" => Ok(CancelOutcome::Cancelled),
+        other => Err(Error::Invalid {
+            field: Some("request_cancel".into()),
+            message: format!("unexpected outcome {other:?}"),
+        }),
+    }
+}
+
+const TOOL_CALL_COLUMNS: &str = "id, agent_id, step_id, position, provider_id, name, input, kind, \
+                                 status, output, is_error, created_at, completed_at";
+
+fn tool_call_from_row(row: &tokio_postgres::Row) -> Result<ToolCall> {
+    let invalid = |field: &str, message: String| Error::Invalid {
+        field: Some(field.into()),
+        message,
+    };
+    Ok(ToolCall {
+        id: row.get(0),
+        agent_id: row.get(1),
+        step_id: row.get(2),
+        position: row.get(3),
+        provider_id: row.get(4),
+        name: row.get(5),
+        input: row.get(6),
+        kind: row
+            .get::<_, &str>(7)
+            .parse()
+            .map_err(|m| invalid("kind", m))?,
+        status: row
+            .get::<_, &str>(8)
+            .parse()
+            .map_err(|m| invalid("status", m))?,
+        output: row.get(9),
+        is_error: row.get(10),
+        created_at: row.get(11),
+        completed_at: row.get(12),
+    })
+}
+
+/// Post a custom tool call's result (first result wins: a later one is
+/// [`Error::Conflict`]); returns the completed call.
+pub async fn submit_tool_result(
+    client: &impl GenericClient,
+    tool_call: Uuid,
+    output: &Value,
+    is_error: bool,
+) -> Result<ToolCall> {
+    let row = client
+        .query_one(
+            &format!("SELECT {TOOL_CALL_COLUMNS} FROM holdfast.submit_tool_result($1, $2, $3)"),
+            &[&tool_call, output, &is_error],
+        )
+        .await?;
+    tool_call_from_row(&row)
+}
+
+/// A tool call of `project`'s agents; `None` when missing or another project's.
+pub async fn get_tool_call(
+    client: &impl GenericClient,
+    project: Uuid,
+    tool_call: Uuid,
+) -> Result<Option<ToolCall>> {
+    let row = client
+        .query_opt(
+            &format!(
+                "SELECT {} FROM holdfast.tool_calls t JOIN holdfast.agents a ON a.id = t.agent_id \
+                  WHERE t.id = $1 AND a.project_id = $2",
+                qualified(TOOL_CALL_COLUMNS, "t")
+            ),
+            &[&tool_call, &project],
+        )
+        .await?;
+    row.as_ref().map(tool_call_from_row).transpose()
+}
+
+/// An agent's tool calls in `statuses` (all when empty), of `kind` when
+/// given, in the order the model asked for them.
+pub async fn list_tool_calls(
+    client: &impl GenericClient,
+    agent: Uuid,
+    statuses: &[ToolCallStatus],
+    kind: Option<ToolKind>,
+    limit: i64,
+) -> Result<Vec<ToolCall>> {
+    let statuses: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+    let kind = kind.map(ToolKind::as_str);
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {TOOL_CALL_COLUMNS} FROM holdfast.tool_calls \
+                  WHERE agent_id = $1 AND (cardinality($2::text[]) = 0 OR status = ANY ($2)) \
+                    AND ($3::text IS NULL OR kind = $3) \
+                  ORDER BY created_at, step_id, position LIMIT $4"
+            ),
+            &[&agent, &statuses, &kind, &limit],
+        )
+        .await?;
+    rows.iter().map(tool_call_from_row).collect()
+}
+
+/// One input by id.
+pub async fn get_input(client: &impl GenericClient, input: Uuid) -> Result<Option<Input>> {
+    let row = client
+        .query_opt(
+            "SELECT id, agent_id, content, created_at FROM holdfast.inputs WHERE id = $1",
+            &[&input],
+        )
+        .await?;
+    Ok(row.map(|r| Input {
+        id: r.get(0),
+        agent_id: r.get(1),
+        content: r.get(2),
+        created_at: r.get(3),
+    }))
+}
+
+/// Events written so far, over all agents: the sum of the per-agent gap-free
+/// sequences, exact and monotonic (for the `/metrics` counter).
+pub async fn events_written(client: &impl GenericClient) -> Result<i64> {
+    let row = client
+        .query_one(
+            "SELECT coalesce(sum(last_event_seq), 0)::bigint FROM holdfast.agents",
+            &[],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// `a, b` → `t.a, t.b`.
+fn qualified(columns: &str, alias: &str) -> String {
+    columns
+        .split(',')
+        .map(|c| format!("{alias}.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Record a retryable model failure and release the agent until `delay` has

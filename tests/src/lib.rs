@@ -359,3 +359,5 @@ impl Drop for MaintenanceLoop {
         self.task.abort();
     }
 }
+pub mod api_server;
+pub mod api_sse;

@@ -259,3 +259,46 @@ async fn workers_survive_a_postgres_crash_restart_and_every_agent_finishes() {
         .get(0);
     assert_eq!(held, 0, "no lease left held");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancel_stops_a_hanging_model_call_within_a_second() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    fake.push(Reply::hang());
+    fake.push(Reply::text("Next turn works."));
+    let _w = worker("w-cancel", &db.config, &fake, &[]);
+    let agent = agent_with_input(&client, "hi").await;
+    fake.wait_for_requests(1).await;
+
+    let requested = Instant::now();
+    let outcome = holdfast_engine::store::request_cancel(&client, agent)
+        .await
+        .unwrap();
+    assert_eq!(outcome, holdfast_engine::domain::CancelOutcome::Requested);
+    fake.wait_for_aborted(1).await;
+    let stopped = requested.elapsed();
+    wait_for_event(&client, agent, "turn.cancelled", Duration::from_secs(10)).await;
+    assert!(
+        stopped < Duration::from_secs(1),
+        "the model call stopped after {stopped:?}"
+    );
+    let types = event_types(&client, agent).await;
+    assert_eq!(types.last().map(String::as_str), Some("turn.cancelled"));
+    assert_eq!(count_events(&client, agent, "model.response").await, 0);
+    let state: String = client
+        .query_one("SELECT state FROM holdfast.agents WHERE id = $1", &[&agent])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(state, "idle");
+
+    // The next input starts a normal turn.
+    holdfast_engine::store::create_input(&client, agent, &json!("again"), None)
+        .await
+        .unwrap();
+    wait_for_event(&client, agent, "turn.completed", Duration::from_secs(30)).await;
+    assert!(saved_text(&client, agent)
+        .await
+        .contains("Next turn works."));
+}

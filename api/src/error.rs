@@ -1,0 +1,207 @@
+//! The API's one error type and its one `IntoResponse`. Every error a client
+//! sees is `{"error": {"type", "message", "field"?}}` with a fitting status.
+//! Engine errors are mapped here; their details (SQL text, pool state) are
+//! logged, never sent.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use holdfast_engine::Error;
+use serde::Serialize;
+use serde_json::{json, Value};
+use utoipa::ToSchema;
+
+/// An error answer: status, machine-readable type, human message.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+    field: Option<String>,
+    /// One more top-level member of the body, e.g. `tool_call` on a 409 so
+    /// the client sees the state that won.
+    context: Option<(&'static str, Value)>,
+}
+
+/// The error body (for the OpenAPI document).
+#[derive(Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Machine-readable: `invalid_request`, `invalid_json`, `unauthorized`,
+    /// `not_found`, `conflict`, `idempotency_key_reused`, `payload_too_large`,
+    /// `unavailable`, `internal`, ...
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message: String,
+    /// The offending field, for `invalid_request`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            kind,
+            message: message.into(),
+            field: None,
+            context: None,
+        }
+    }
+
+    /// 400 `invalid_request` naming `field`.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message).with_field(field)
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// The 404 for an agent that is missing or another project's: the two
+    /// must be indistinguishable.
+    pub fn agent_not_found(agent: uuid::Uuid) -> ApiError {
+        ApiError::not_found(format!("agent {agent} not found"))
+    }
+
+    pub fn tool_call_not_found(tool_call: uuid::Uuid) -> ApiError {
+        ApiError::not_found(format!("tool call {tool_call} not found"))
+    }
+
+    pub fn payload_too_large(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message)
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+    }
+
+    pub fn internal() -> ApiError {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error; see the server log",
+        )
+    }
+
+    pub fn with_field(mut self, field: impl Into<String>) -> ApiError {
+        self.field = Some(field.into());
+        self
+    }
+
+    pub fn with_context(mut self, name: &'static str, value: Value) -> ApiError {
+        self.context = Some((name, value));
+        self
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> ApiError {
+        match e {
+            Error::NotFound(message) => ApiError::not_found(message),
+            Error::Conflict(message) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
+            // The SQL raises this token first in its message on purpose, so
+            // that the one reuse case is told apart from other bad keys.
+            Error::Invalid { field, message } if message.starts_with("idempotency_key_reused") => {
+                let error = ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "idempotency_key_reused",
+                    message,
+                );
+                match field {
+                    Some(field) => error.with_field(field),
+                    None => error,
+                }
+            }
+            Error::Invalid { field, message } => match field {
+                // The message names the field too, for people reading it.
+                Some(field) if !message.contains(&field) => ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    format!("{field}: {message}"),
+                )
+                .with_field(field),
+                Some(field) => ApiError::invalid(field, message),
+                None => ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message),
+            },
+            ref e @ (Error::Database(_) | Error::Pool(_)) if e.is_retryable() => {
+                tracing::warn!(error = %e, "database unavailable");
+                ApiError::unavailable("the database is unavailable; retry later")
+            }
+            other => {
+                // LeaseLost never comes from the API's calls; anything else
+                // here is a defect or an outage worth a look.
+                tracing::error!(error = %other, "request failed");
+                ApiError::internal()
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut error = json!({"type": self.kind, "message": self.message});
+        if let Some(field) = self.field {
+            error["field"] = Value::String(field);
+        }
+        let mut body = json!({ "error": error });
+        if let Some((name, value)) = self.context {
+            body[name] = value;
+        }
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// Give every error response the error shape, including those made by axum
+/// and tower-http layers (405, 413 by Content-Length, the timeout's 503),
+/// which answer in plain text or with an empty body.
+pub async fn ensure_error_shape(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if status.as_u16() < 400 || is_json {
+        return response;
+    }
+    let (kind, message) = match status {
+        StatusCode::METHOD_NOT_ALLOWED => {
+            ("method_not_allowed", "method not allowed on this route")
+        }
+        StatusCode::PAYLOAD_TOO_LARGE => ("payload_too_large", "request body too large"),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+            ("unsupported_media_type", "expected application/json")
+        }
+        // Our own 503s are JSON; a bare one is the request timeout.
+        StatusCode::SERVICE_UNAVAILABLE => ("timeout", "the request took too long"),
+        StatusCode::NOT_FOUND => ("not_found", "no such route"),
+        _ if status.is_client_error() => ("bad_request", "bad request"),
+        _ => ("internal", "internal error; see the server log"),
+    };
+    let (mut parts, _) = response.into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let body = ApiError::new(status, kind, message).into_response();
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, body.into_body())
+}

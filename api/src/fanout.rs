@@ -1,0 +1,414 @@
+//! One LISTEN connection per API process, fanned out to every SSE stream.
+//!
+//! Two channels: `holdfast_events` (payload: an agent id; one per agent per
+//! committing transaction) says "this agent has new saved events", and
+//! `holdfast_stream` (payload: `{"agent_id", "epoch", "text"}`, sent by
+//! workers, never saved) carries live text deltas.
+//!
+//! Each agent with at least one open stream has a *feed*: a task that, on an
+//! events hint, reads the agent's new events from the table once and
+//! broadcasts them to all its streams, and passes deltas through in arrival
+//! order (so a delta never overtakes the events committed before it). A
+//! thousand streams on one agent cost one read per commit, not a thousand.
+//! Notifications are hints: the feed reads the table from its own position,
+//! so an event is never skipped or doubled, and after a lost LISTEN
+//! connection every feed re-reads. Streams check that what they receive
+//! continues their own sequence and re-read the table on any gap.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use holdfast_engine::{connect, store};
+use rand::Rng;
+use serde::Deserialize;
+use tokio::sync::{broadcast, mpsc};
+use tokio::task::JoinHandle;
+use tokio_postgres::{Config, Notification};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// Saved events: the agent id in the payload.
+pub const EVENTS_CHANNEL: &str = "holdfast_events";
+/// Live deltas: `{"agent_id", "epoch", "text"}`.
+pub const STREAM_CHANNEL: &str = "holdfast_stream";
+/// The LISTEN session's application_name (visible in pg_stat_activity).
+pub const LISTEN_APPLICATION_NAME: &str = "holdfast-api-listen";
+
+/// Messages a feed keeps for its slowest stream; a stream further behind
+/// is dropped (it resumes from the table with Last-Event-ID).
+const FEED_CAPACITY: usize = 1024;
+/// Hints and deltas waiting for a feed's reader.
+const INBOX_CAPACITY: usize = 1024;
+/// Events per read.
+const READ_PAGE: i64 = 500;
+/// How often the LISTEN connection is checked with a query: a connection
+/// dropped silently by the network would otherwise look idle forever.
+const PROBE_INTERVAL: Duration = Duration::from_secs(30);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// One saved event, serialized once for all streams.
+#[derive(Debug)]
+pub struct WireEvent {
+    pub seq: i64,
+    pub kind: String,
+    /// The event as DESIGN §7 JSON.
+    pub json: String,
+}
+
+/// What a stream receives.
+#[derive(Clone, Debug)]
+pub enum Signal {
+    /// New saved events, contiguous, oldest first.
+    Events(Arc<[WireEvent]>),
+    /// A live text delta: `{"text", "epoch"}` JSON.
+    Delta(Arc<str>),
+    /// The feed could not read the table: the stream reads it itself.
+    Resync,
+}
+
+enum Inbound {
+    Saved,
+    Delta(Arc<str>),
+}
+
+/// The fan-out: cheap to clone.
+#[derive(Clone)]
+pub struct Fanout {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    feeds: Mutex<HashMap<Uuid, Feed>>,
+    connected: AtomicBool,
+}
+
+struct Feed {
+    signals: broadcast::Sender<Signal>,
+    inbox: mpsc::Sender<Inbound>,
+    /// Set when a hint found the inbox full: the reader reads anyway.
+    behind: Arc<AtomicBool>,
+}
+
+#[derive(Deserialize)]
+struct StreamPayload {
+    agent_id: Uuid,
+    epoch: i64,
+    text: String,
+}
+
+impl Fanout {
+    /// Start the LISTEN task; it runs until `shutdown` is cancelled.
+    pub fn start(
+        pool: Pool,
+        database: &Config,
+        shutdown: CancellationToken,
+    ) -> (Fanout, JoinHandle<()>) {
+        let inner = Arc::new(Inner {
+            pool,
+            feeds: Mutex::new(HashMap::new()),
+            connected: AtomicBool::new(false),
+        });
+        let mut config = database.clone();
+        config.application_name(LISTEN_APPLICATION_NAME);
+        let task = tokio::spawn(listen(inner.clone(), config, shutdown));
+        (Fanout { inner }, task)
+    }
+
+    /// True while the LISTEN connection is up.
+    pub fn is_connected(&self) -> bool {
+        self.inner.connected.load(Ordering::Relaxed)
+    }
+
+    /// Follow an agent's feed. Subscribe before reading the table: whatever
+    /// commits after the subscription reaches the stream through it.
+    pub async fn subscribe(&self, agent: Uuid) -> holdfast_engine::Result<Subscription> {
+        if let Some(receiver) = self.inner.join(agent) {
+            return Ok(self.subscription(agent, receiver));
+        }
+        // The feed starts at the agent's latest event, read before the feed
+        // exists: an event committed later is hinted to the feed or read by
+        // the stream's own first read, which comes after this one.
+        let start = {
+            let db = self.inner.pool.get().await?;
+            store::last_event_seq(&**db, agent).await?.unwrap_or(0)
+        };
+        let mut feeds = lock(&self.inner.feeds);
+        if let Some(feed) = feeds.get(&agent) {
+            let receiver = feed.signals.subscribe();
+            drop(feeds);
+            return Ok(self.subscription(agent, receiver));
+        }
+        let (signals, receiver) = broadcast::channel(FEED_CAPACITY);
+        let (inbox, inbox_rx) = mpsc::channel(INBOX_CAPACITY);
+        let behind = Arc::new(AtomicBool::new(false));
+        tokio::spawn(read_feed(
+            self.inner.pool.clone(),
+            agent,
+            start,
+            inbox_rx,
+            signals.clone(),
+            behind.clone(),
+        ));
+        feeds.insert(
+            agent,
+            Feed {
+                signals,
+                inbox,
+                behind,
+            },
+        );
+        drop(feeds);
+        Ok(self.subscription(agent, receiver))
+    }
+
+    fn subscription(&self, agent: Uuid, receiver: broadcast::Receiver<Signal>) -> Subscription {
+        Subscription {
+            agent,
+            receiver: Some(receiver),
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl Inner {
+    fn join(&self, agent: Uuid) -> Option<broadcast::Receiver<Signal>> {
+        lock(&self.feeds)
+            .get(&agent)
+            .map(|feed| feed.signals.subscribe())
+    }
+
+    fn dispatch(&self, notification: &Notification) {
+        match notification.channel() {
+            EVENTS_CHANNEL => match notification.payload().parse::<Uuid>() {
+                Ok(agent) => self.hint(agent),
+                Err(_) => tracing::debug!(
+                    payload = notification.payload(),
+                    "events hint without an agent id"
+                ),
+            },
+            STREAM_CHANNEL => match serde_json::from_str::<StreamPayload>(notification.payload()) {
+                Ok(delta) => {
+                    let json =
+                        serde_json::json!({"text": delta.text, "epoch": delta.epoch}).to_string();
+                    let feeds = lock(&self.feeds);
+                    if let Some(feed) = feeds.get(&delta.agent_id) {
+                        // A full inbox means the reader is stuck on the
+                        // database; a delta is worth nothing late.
+                        let _ = feed.inbox.try_send(Inbound::Delta(json.into()));
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "malformed stream delta"),
+            },
+            other => tracing::debug!(channel = other, "notification on an unexpected channel"),
+        }
+    }
+
+    fn hint(&self, agent: Uuid) {
+        if let Some(feed) = lock(&self.feeds).get(&agent) {
+            feed.wake();
+        }
+    }
+
+    /// After a (re)connect: anything may have committed unheard.
+    fn wake_all(&self) {
+        for feed in lock(&self.feeds).values() {
+            feed.wake();
+        }
+    }
+}
+
+impl Feed {
+    fn wake(&self) {
+        if self.inbox.try_send(Inbound::Saved).is_err() {
+            self.behind.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// A stream's place on an agent's feed. Dropping the last one stops the feed.
+pub struct Subscription {
+    agent: Uuid,
+    /// Always `Some` until drop (taken there so the count excludes it).
+    receiver: Option<broadcast::Receiver<Signal>>,
+    inner: Arc<Inner>,
+}
+
+impl Subscription {
+    pub async fn recv(&mut self) -> Result<Signal, broadcast::error::RecvError> {
+        match self.receiver.as_mut() {
+            Some(receiver) => receiver.recv().await,
+            None => Err(broadcast::error::RecvError::Closed),
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut feeds = lock(&self.inner.feeds);
+        // Under the lock, so no one joins between the count and the removal.
+        drop(self.receiver.take());
+        if feeds
+            .get(&self.agent)
+            .is_some_and(|feed| feed.signals.receiver_count() == 0)
+        {
+            // Dropping the feed closes its inbox; its reader then ends.
+            feeds.remove(&self.agent);
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere while holding the lock leaves the map consistent
+    // (every critical section is a single map operation).
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// An agent's feed: read new events on each hint, pass deltas through.
+async fn read_feed(
+    pool: Pool,
+    agent: Uuid,
+    mut position: i64,
+    mut inbox: mpsc::Receiver<Inbound>,
+    signals: broadcast::Sender<Signal>,
+    behind: Arc<AtomicBool>,
+) {
+    while let Some(message) = inbox.recv().await {
+        match message {
+            Inbound::Saved => read_new_events(&pool, agent, &mut position, &signals).await,
+            Inbound::Delta(json) => {
+                let _ = signals.send(Signal::Delta(json));
+            }
+        }
+        if behind.swap(false, Ordering::AcqRel) {
+            read_new_events(&pool, agent, &mut position, &signals).await;
+        }
+    }
+}
+
+async fn read_new_events(
+    pool: &Pool,
+    agent: Uuid,
+    position: &mut i64,
+    signals: &broadcast::Sender<Signal>,
+) {
+    loop {
+        let page = async {
+            let db = pool.get().await?;
+            store::events_after(&**db, agent, *position, READ_PAGE).await
+        }
+        .await;
+        let events = match page {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::warn!(%agent, error = %e, "reading new events failed; streams re-read");
+                let _ = signals.send(Signal::Resync);
+                return;
+            }
+        };
+        let Some(last) = events.last() else { return };
+        *position = last.seq;
+        let full = events.len() as i64 == READ_PAGE;
+        let wire: Vec<WireEvent> = events.iter().map(wire_event).collect();
+        let _ = signals.send(Signal::Events(wire.into()));
+        if !full {
+            return;
+        }
+    }
+}
+
+/// An event as streams send it.
+pub fn wire_event(event: &holdfast_engine::domain::Event) -> WireEvent {
+    WireEvent {
+        seq: event.seq,
+        kind: event.kind.clone(),
+        // Serializing a struct of plain fields and a JSON value cannot fail.
+        json: serde_json::to_string(event).unwrap_or_default(),
+    }
+}
+
+/// The LISTEN loop: connect, LISTEN, dispatch; on loss, reconnect with
+/// backoff and jitter and wake every feed.
+async fn listen(inner: Arc<Inner>, config: Config, shutdown: CancellationToken) {
+    let mut failures: u32 = 0;
+    let mut connected_before = false;
+    loop {
+        let session = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            session = connect::listen(&config, &[EVENTS_CHANNEL, STREAM_CHANNEL]) => session,
+        };
+        let mut session = match session {
+            Ok(session) => session,
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                let delay = backoff(failures);
+                tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "LISTEN connection failed");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(delay) => continue,
+                }
+            }
+        };
+        failures = 0;
+        inner.connected.store(true, Ordering::Relaxed);
+        if connected_before {
+            metrics::counter!("holdfast_api_listen_reconnects_total").increment(1);
+            tracing::info!("LISTEN connection re-established");
+        }
+        connected_before = true;
+        inner.wake_all();
+        let mut probe = tokio::time::interval(PROBE_INTERVAL);
+        probe.tick().await;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => {
+                    inner.connected.store(false, Ordering::Relaxed);
+                    return;
+                }
+                notification = session.notifications.recv() => match notification {
+                    Some(notification) => inner.dispatch(&notification),
+                    None => break,
+                },
+                _ = probe.tick() => {
+                    let alive = tokio::time::timeout(PROBE_TIMEOUT, session.client.simple_query("SELECT 1")).await;
+                    if !matches!(alive, Ok(Ok(_))) {
+                        break;
+                    }
+                }
+            }
+        }
+        inner.connected.store(false, Ordering::Relaxed);
+        tracing::warn!("LISTEN connection lost; reconnecting");
+    }
+}
+
+/// Exponential backoff with equal jitter: half fixed, half random.
+fn backoff(failures: u32) -> Duration {
+    let exp = BACKOFF_MIN.saturating_mul(1 << failures.min(16));
+    let cap = exp.min(BACKOFF_MAX);
+    let half = cap / 2;
+    half + rand::rng().random_range(Duration::ZERO..=half)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_stays_capped_and_jitters() {
+        for failures in 1..40 {
+            let d = backoff(failures);
+            assert!(d <= BACKOFF_MAX, "{d:?}");
+            assert!(d >= BACKOFF_MIN, "{d:?}");
+        }
+        assert!(backoff(1) <= Duration::from_millis(200));
+        assert!(backoff(20) >= BACKOFF_MAX / 2);
+    }
+}

@@ -1,0 +1,121 @@
+//! `POST /v1/agents/{id}/inputs`, idempotent by `Idempotency-Key`.
+//!
+//! The response is built only from the saved input row, so a replay returns
+//! exactly the first response (plus `Idempotent-Replayed: true`). The key's
+//! uniqueness and the same-body check are SQL's (`create_input_or_replay`):
+//! concurrent requests with one key serialize there and create one input.
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::IntoResponse;
+use axum::Json;
+use chrono::{DateTime, Utc};
+use holdfast_engine::domain::Input;
+use holdfast_engine::store;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{ApiJson, ApiPath};
+use crate::observe::record_agent;
+use crate::state::AppState;
+
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+
+/// A message for the agent. Mid-turn, it steers the next model call.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InputRequest {
+    /// A non-empty string, or a non-empty array of content blocks (objects
+    /// with a string `type`, e.g. `{"type": "text", "text": "..."}`).
+    #[schema(value_type = Object)]
+    content: Value,
+}
+
+/// A saved input.
+#[derive(Serialize, ToSchema)]
+pub struct InputView {
+    id: Uuid,
+    agent_id: Uuid,
+    #[schema(value_type = Object)]
+    content: Value,
+    created_at: DateTime<Utc>,
+}
+
+impl From<Input> for InputView {
+    fn from(input: Input) -> InputView {
+        InputView {
+            id: input.id,
+            agent_id: input.agent_id,
+            content: input.content,
+            created_at: input.created_at,
+        }
+    }
+}
+
+/// Send an input to an agent.
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/inputs",
+    tag = "agents",
+    params(
+        ("id" = Uuid, Path, description = "agent id"),
+        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 characters; a replay returns the first response"),
+    ),
+    request_body = InputRequest,
+    responses(
+        (status = 201, body = InputView, headers(("Idempotent-Replayed" = String, description = "`true` on a replay"))),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "the agent is archived", body = ErrorBody),
+        (status = 413, body = ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`: the key was used with another body", body = ErrorBody),
+    )
+)]
+pub async fn create_input(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    headers: HeaderMap,
+    ApiJson(request): ApiJson<InputRequest>,
+) -> Result<impl IntoResponse, ApiError> {
+    record_agent(id);
+    let key = idempotency_key(&headers)?;
+    let db = state.db().await?;
+    if !store::agent_in_project(&**db, caller.project_id, id).await? {
+        return Err(ApiError::agent_not_found(id));
+    }
+    let created = store::create_input(&**db, id, &request.content, key).await?;
+    let input = store::get_input(&**db, created.input_id)
+        .await?
+        .ok_or_else(ApiError::internal)?;
+    let mut response = (StatusCode::CREATED, Json(InputView::from(input))).into_response();
+    if created.replayed {
+        response
+            .headers_mut()
+            .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    }
+    Ok(response)
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let key = value.to_str().map_err(|_| {
+        ApiError::invalid("Idempotency-Key", "Idempotency-Key must be visible ASCII")
+    })?;
+    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_LEN {
+        return Err(ApiError::invalid(
+            "Idempotency-Key",
+            format!("Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} characters"),
+        ));
+    }
+    Ok(Some(key))
+}

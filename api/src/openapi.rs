@@ -1,0 +1,66 @@
+//! `GET /openapi.json`: the OpenAPI 3.1 document, generated from the
+//! handlers' annotations as they are registered (utoipa-axum), so a route
+//! cannot exist without being documented.
+
+use std::sync::OnceLock;
+
+use axum::http::header;
+use axum::response::IntoResponse;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Holdfast",
+        description = "A durable runtime for LLM agents on PostgreSQL. Every route under /v1 takes `Authorization: Bearer <api key>`; another project's objects answer 404. Errors are `{\"error\": {\"type\", \"message\", \"field\"?}}`.",
+    ),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+    tags(
+        (name = "agents", description = "agents, inputs, cancel, archive"),
+        (name = "events", description = "the timeline and its live stream"),
+        (name = "tool-calls", description = "custom tool calls the client answers"),
+        (name = "operations", description = "health, readiness, metrics, this document"),
+    )
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("hf_…")
+                    .build(),
+            ),
+        );
+    }
+}
+
+static DOCUMENT: OnceLock<String> = OnceLock::new();
+
+/// This document.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "the OpenAPI 3.1 document", content_type = "application/json", body = Object))
+)]
+pub async fn openapi_json() -> impl IntoResponse {
+    let document = DOCUMENT.get_or_init(|| {
+        crate::openapi().to_json().unwrap_or_else(|e| {
+            format!("{{\"error\": {{\"type\": \"internal\", \"message\": \"{e}\"}}}}")
+        })
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        document.as_str(),
+    )
+}

@@ -1,0 +1,130 @@
+//! A real HTTP API server for tests: `holdfast_api::serve` on 127.0.0.1 at an
+//! ephemeral port, over the test's own database, stopped when dropped.
+
+use std::net::SocketAddr;
+
+use holdfast_api::{ApiConfig, ServeError};
+use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
+use holdfast_engine::store;
+use reqwest::{Method, RequestBuilder};
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_postgres::Client;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::TestDb;
+
+pub struct ApiServer {
+    pub addr: SocketAddr,
+    pub http: reqwest::Client,
+    pub shutdown: CancellationToken,
+    task: Option<JoinHandle<Result<(), ServeError>>>,
+}
+
+impl ApiServer {
+    /// A server with the default configuration.
+    pub async fn start(db: &TestDb) -> ApiServer {
+        ApiServer::start_with(db, |_| {}).await
+    }
+
+    /// A server whose configuration `tune` adjusts first.
+    pub async fn start_with(db: &TestDb, tune: impl FnOnce(&mut ApiConfig)) -> ApiServer {
+        let mut config = ApiConfig::new(db.config.clone());
+        tune(&mut config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind an ephemeral port");
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(holdfast_api::serve(config, listener, shutdown.clone()));
+        ApiServer {
+            addr,
+            http: reqwest::Client::new(),
+            shutdown,
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// A request with `key` as its bearer token.
+    pub fn request(&self, method: Method, path: &str, key: &str) -> RequestBuilder {
+        self.http.request(method, self.url(path)).bearer_auth(key)
+    }
+
+    /// Cancel the shutdown token and wait for `serve` to return.
+    pub async fn stop(mut self) -> Result<(), ServeError> {
+        self.shutdown.cancel();
+        match self.task.take() {
+            Some(task) => task.await.expect("serve task panicked"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// A new project with an API key: (project id, key).
+pub async fn project_key(client: &Client) -> (Uuid, String) {
+    let created = store::create_api_key(client, &format!("p{}", Uuid::new_v4().simple()))
+        .await
+        .expect("create an API key");
+    (created.project_id, created.key)
+}
+
+/// Give `agent` a turn whose model step asks for one custom tool call, so
+/// the agent waits for the client's result; returns the call's id.
+pub async fn waiting_custom_call(client: &Client, agent: Uuid) -> Uuid {
+    store::create_input(client, agent, &json!("use the tool"), None)
+        .await
+        .unwrap();
+    let claim: Claim =
+        store::claim_agents(client, "test-worker", 1, std::time::Duration::from_secs(60))
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|c| c.agent_id == agent)
+            .expect("the agent is claimable");
+    let inputs: Vec<Uuid> = client
+        .query(
+            "SELECT id FROM holdfast.inputs WHERE agent_id = $1 AND consumed_at IS NULL",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let step = ModelStep {
+        input_ids: inputs,
+        message: vec![
+            json!({"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": 1}}),
+        ],
+        tool_calls: vec![NewToolCall {
+            provider_id: "toolu_1".into(),
+            name: "lookup".into(),
+            input: json!({"q": 1}),
+            kind: ToolKind::Custom,
+        }],
+        usage: json!({}),
+        stop_reason: Some("tool_use".into()),
+    };
+    let step_id = store::commit_model_step(client, claim, &step)
+        .await
+        .unwrap();
+    client
+        .query_one(
+            "SELECT id FROM holdfast.tool_calls WHERE step_id = $1",
+            &[&step_id],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}

@@ -1,0 +1,237 @@
+//! Health, readiness, metrics and the OpenAPI document. One test per
+//! concern that reads process-wide metrics lives here alone, so no other
+//! test in this binary moves the numbers it checks.
+
+use std::time::Duration;
+
+use holdfast_api::ApiConfig;
+use holdfast_engine::store;
+use holdfast_tests::api_server::{project_key, ApiServer};
+use holdfast_tests::api_sse::SseReader;
+use holdfast_tests::{default_config, wait_until, TestDb};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Every route this API serves, as (method, OpenAPI path).
+const ROUTES: &[(&str, &str)] = &[
+    ("post", "/v1/agents"),
+    ("get", "/v1/agents"),
+    ("get", "/v1/agents/{id}"),
+    ("patch", "/v1/agents/{id}"),
+    ("post", "/v1/agents/{id}/inputs"),
+    ("post", "/v1/agents/{id}/cancel"),
+    ("post", "/v1/agents/{id}/archive"),
+    ("get", "/v1/agents/{id}/events"),
+    ("get", "/v1/agents/{id}/stream"),
+    ("get", "/v1/agents/{id}/tool-calls"),
+    ("post", "/v1/tool-calls/{id}/result"),
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+    ("get", "/metrics"),
+    ("get", "/openapi.json"),
+];
+
+#[tokio::test]
+async fn the_openapi_document_is_3_1_and_lists_every_route() {
+    let db = TestDb::new().await;
+    let server = ApiServer::start(&db).await;
+    let response = server
+        .http
+        .get(server.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let document: Value = response.json().await.expect("the document parses as JSON");
+    let version = document["openapi"].as_str().unwrap();
+    assert!(version.starts_with("3.1."), "openapi {version}");
+    let paths = document["paths"].as_object().unwrap();
+    let mut listed: Vec<(String, String)> = paths
+        .iter()
+        .flat_map(|(path, item)| {
+            item.as_object()
+                .unwrap()
+                .keys()
+                .filter(|k| ["get", "post", "patch", "put", "delete"].contains(&k.as_str()))
+                .map(move |method| (method.clone(), path.clone()))
+        })
+        .collect();
+    listed.sort();
+    let mut expected: Vec<(String, String)> = ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    expected.sort();
+    assert_eq!(listed, expected);
+    // The error shape and the bearer scheme are documented.
+    assert!(document["components"]["schemas"]["ErrorBody"].is_object());
+    assert_eq!(
+        document["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    // Every route documented is served (a document route that is not
+    // served would be a 404 here, not a 401/400/200).
+    let key = "hf_unknown";
+    for (method, path) in ROUTES {
+        let path = path.replace("{id}", "00000000-0000-0000-0000-000000000000");
+        let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        let status = server
+            .request(method.clone(), &path, key)
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_ne!(status, StatusCode::NOT_FOUND, "{method} {path} is served");
+        assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_and_metrics_report_the_process_and_the_database() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, key) = project_key(&client).await;
+    for _ in 0..3 {
+        store::create_agent(&client, project, &default_config())
+            .await
+            .unwrap();
+    }
+    let busy = store::create_agent(&client, project, &default_config())
+        .await
+        .unwrap();
+    store::create_input(&client, busy, &json!("go"), None)
+        .await
+        .unwrap();
+    let server = ApiServer::start(&db).await;
+
+    let health: Value = server
+        .http
+        .get(server.url("/healthz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health, json!({"status": "ok"}));
+    wait_until(WAIT, "ready with the LISTEN connection up", || async {
+        let response = server.http.get(server.url("/readyz")).send().await.unwrap();
+        response.status() == StatusCode::OK
+            && response.json::<Value>().await.unwrap()
+                == json!({"status": "ready", "listener": "connected"})
+    })
+    .await;
+
+    let agent_path = format!("/v1/agents/{busy}");
+    server
+        .request(Method::GET, &agent_path, &key)
+        .send()
+        .await
+        .unwrap();
+    let _stream = SseReader::new(
+        server
+            .request(Method::GET, &format!("{agent_path}/stream"), &key)
+            .send()
+            .await
+            .unwrap(),
+    );
+    let metrics = server
+        .http
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(metrics.status(), StatusCode::OK);
+    assert!(metrics.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
+    let text = metrics.text().await.unwrap();
+    let value = |name: &str, labels: &[&str]| -> f64 {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find(|l| {
+                l.split(['{', ' ']).next() == Some(name)
+                    && labels.iter().all(|label| l.contains(label))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} {labels:?} in:\n{text}"))
+    };
+    assert_eq!(value("holdfast_agents", &["state=\"idle\""]), 3.0);
+    assert_eq!(value("holdfast_agents", &["state=\"ready\""]), 1.0);
+    assert_eq!(value("holdfast_events_written_total", &[]), 2.0);
+    assert!(
+        value(
+            "holdfast_api_requests_total",
+            &[
+                "method=\"GET\"",
+                "route=\"/v1/agents/{id}\"",
+                "status=\"200\""
+            ]
+        ) >= 1.0
+    );
+    assert!(
+        value(
+            "holdfast_api_request_duration_seconds_count",
+            &["route=\"/v1/agents/{id}\""]
+        ) >= 1.0
+    );
+    assert_eq!(value("holdfast_api_stream_clients", &[]), 1.0);
+}
+
+#[tokio::test]
+async fn readiness_fails_when_postgres_is_unreachable() {
+    // A port with nothing listening: the pool and the LISTEN loop keep
+    // trying; liveness holds, readiness says 503 in the error shape.
+    let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = unused.local_addr().unwrap().port();
+    drop(unused);
+    let mut database = tokio_postgres::Config::new();
+    database
+        .host("127.0.0.1")
+        .port(port)
+        .user("nobody")
+        .dbname("nothing")
+        .connect_timeout(Duration::from_millis(500));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let served = tokio::spawn(holdfast_api::serve(
+        ApiConfig::new(database),
+        listener,
+        shutdown.clone(),
+    ));
+    let http = reqwest::Client::new();
+    let health = http
+        .get(format!("http://{addr}/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), StatusCode::OK);
+    let ready = http
+        .get(format!("http://{addr}/readyz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = ready.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "unavailable");
+    let request = http
+        .get(format!("http://{addr}/v1/agents"))
+        .bearer_auth("hf_x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(request.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = request.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "unavailable");
+    shutdown.cancel();
+    tokio::time::timeout(WAIT, served)
+        .await
+        .expect("serve stops")
+        .unwrap()
+        .unwrap();
+}

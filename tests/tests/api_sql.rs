@@ -1,0 +1,242 @@
+//! The SQL behind the HTTP API (`sql/0002_api.sql`), called directly: keys,
+//! merge patches under the row lock, results and cancels around a lease.
+
+use std::time::Duration;
+
+use holdfast_engine::domain::{CancelOutcome, ModelStep, NewToolCall, ToolKind};
+use holdfast_engine::{store, Error};
+use holdfast_tests::api_server::waiting_custom_call;
+use holdfast_tests::{default_config, project_and_agent, wait_for_lock_wait, TestDb};
+use serde_json::json;
+use tokio_postgres::Client;
+use uuid::Uuid;
+
+const TTL: Duration = Duration::from_secs(60);
+
+async fn agent_state(client: &Client, agent: Uuid) -> String {
+    client
+        .query_one("SELECT state FROM holdfast.agents WHERE id = $1", &[&agent])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+async fn event_types(client: &Client, agent: Uuid) -> Vec<String> {
+    client
+        .query(
+            "SELECT type FROM holdfast.events WHERE agent_id = $1 ORDER BY seq",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+#[tokio::test]
+async fn api_keys_are_stored_hashed_and_revoked_by_id_prefix_or_key() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let created = store::create_api_key(&client, "acme").await.unwrap();
+    assert!(created.key.starts_with("hf_") && created.key.len() == 67);
+    assert!(created.key.starts_with(&created.prefix));
+    let clear: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.api_keys k
+              WHERE position(convert_to($1, 'UTF8') IN k.key_hash) > 0
+                 OR k.prefix = $1 OR k.key_hash <> sha256(convert_to($1, 'UTF8'))",
+            &[&created.key],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(clear, 0, "only the hash and the prefix are stored");
+    let owner = store::authenticate_api_key(&client, &created.key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(owner.project_id, created.project_id);
+    assert_eq!(owner.key_id, created.key_id);
+    // A second key for the same project: the project is reused.
+    let second = store::create_api_key(&client, "acme").await.unwrap();
+    assert_eq!(second.project_id, created.project_id);
+    let third = store::create_api_key(&client, "acme").await.unwrap();
+
+    let by_prefix = store::revoke_api_key(&client, &created.prefix)
+        .await
+        .unwrap();
+    assert_eq!(by_prefix.key_id, created.key_id);
+    let by_id = store::revoke_api_key(&client, &second.key_id.to_string())
+        .await
+        .unwrap();
+    assert_eq!(by_id.key_id, second.key_id);
+    let by_key = store::revoke_api_key(&client, &third.key).await.unwrap();
+    assert_eq!(by_key.key_id, third.key_id);
+    for key in [&created.key, &second.key, &third.key] {
+        assert_eq!(
+            store::authenticate_api_key(&client, key).await.unwrap(),
+            None
+        );
+    }
+    let again = store::revoke_api_key(&client, &created.prefix)
+        .await
+        .unwrap();
+    assert_eq!(again.revoked_at, by_prefix.revoked_at, "idempotent");
+    let unknown = store::revoke_api_key(&client, "hf_nothing").await;
+    assert!(matches!(unknown, Err(Error::NotFound(_))), "{unknown:?}");
+    let bad_project = store::create_api_key(&client, "no spaces").await;
+    assert!(
+        matches!(&bad_project, Err(Error::Invalid { field: Some(f), .. }) if f == "project"),
+        "{bad_project:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_patch_waiting_on_the_row_lock_applies_to_the_config_it_finds() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, agent) = project_and_agent(&client).await;
+    let mut first = db.connect().await;
+    let tx = first.transaction().await.unwrap();
+    store::patch_agent_config(&tx, agent, &json!({"system": "first"}))
+        .await
+        .unwrap();
+    let second = db.connect().await;
+    let waiting = tokio::spawn(async move {
+        store::patch_agent_config(&second, agent, &json!({"metadata": {"by": "second"}})).await
+    });
+    wait_for_lock_wait(&client, &db.name).await;
+    tx.commit().await.unwrap();
+    let config = waiting.await.unwrap().unwrap();
+    assert_eq!(config["system"], "first", "the first patch is kept");
+    assert_eq!(config["metadata"], json!({"by": "second"}));
+    assert_eq!(config["model"], default_config()["model"]);
+    assert_eq!(
+        event_types(&client, agent).await,
+        vec!["config.updated", "config.updated"]
+    );
+}
+
+#[tokio::test]
+async fn a_result_while_a_worker_holds_the_agent_is_settled_by_its_release() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, agent) = project_and_agent(&client).await;
+    store::create_input(&client, agent, &json!("go"), None)
+        .await
+        .unwrap();
+    let claim = store::claim_agents(&client, "w", 1, TTL).await.unwrap()[0];
+    let inputs: Vec<Uuid> = client
+        .query(
+            "SELECT id FROM holdfast.inputs WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let call = |name: &str, kind| NewToolCall {
+        provider_id: format!("toolu_{name}"),
+        name: name.into(),
+        input: json!({}),
+        kind,
+    };
+    let step = ModelStep {
+        input_ids: inputs,
+        message: vec![json!({"type": "text", "text": "two tools"})],
+        tool_calls: vec![
+            call("fetch", ToolKind::External),
+            call("lookup", ToolKind::Custom),
+        ],
+        usage: json!({}),
+        stop_reason: Some("tool_use".into()),
+    };
+    store::commit_model_step(&client, claim, &step)
+        .await
+        .unwrap();
+    // The external call is runnable: a worker holds the agent for it.
+    let claim = store::claim_agents(&client, "w", 1, TTL).await.unwrap()[0];
+    let custom: Uuid = client
+        .query_one(
+            "SELECT id FROM holdfast.tool_calls WHERE agent_id = $1 AND kind = 'custom'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let done = store::submit_tool_result(&client, custom, &json!({"found": true}), false)
+        .await
+        .unwrap();
+    assert_eq!(done.status.as_str(), "completed");
+    assert_eq!(
+        agent_state(&client, agent).await,
+        "running",
+        "the holder's lease is untouched"
+    );
+    let external: Uuid = client
+        .query_one(
+            "SELECT id FROM holdfast.tool_calls WHERE agent_id = $1 AND kind = 'external'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    store::start_tool_call(&client, claim, external)
+        .await
+        .unwrap();
+    store::commit_tool_result(&client, claim, external, &json!("page"), false)
+        .await
+        .unwrap();
+    let state = store::release_agent(&client, claim, None).await.unwrap();
+    assert_eq!(
+        state.as_str(),
+        "ready",
+        "both results in: the model answers"
+    );
+}
+
+#[tokio::test]
+async fn cancelling_a_waiting_agent_retires_the_inputs_sent_before_the_cancel() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, agent) = project_and_agent(&client).await;
+    let call = waiting_custom_call(&client, agent).await;
+    // A steering message arrives while the agent waits.
+    store::create_input(&client, agent, &json!("actually, stop"), None)
+        .await
+        .unwrap();
+    let outcome = store::request_cancel(&client, agent).await.unwrap();
+    assert_eq!(outcome, CancelOutcome::Cancelled);
+    let status: String = client
+        .query_one(
+            "SELECT status FROM holdfast.tool_calls WHERE id = $1",
+            &[&call],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "cancelled");
+    let types = event_types(&client, agent).await;
+    assert_eq!(
+        types.last().map(String::as_str),
+        Some("turn.cancelled"),
+        "the input sent before the cancel does not restart the turn"
+    );
+    assert_eq!(agent_state(&client, agent).await, "idle");
+    let kept: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.messages m JOIN holdfast.inputs i ON i.id = m.input_id \
+              WHERE i.agent_id = $1 AND i.content = '\"actually, stop\"'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 1, "the input is kept in history, not lost");
+    let late = store::submit_tool_result(&client, call, &json!("late"), false).await;
+    assert!(matches!(late, Err(Error::Conflict(_))), "{late:?}");
+    let missing = store::submit_tool_result(&client, Uuid::new_v4(), &json!(1), false).await;
+    assert!(matches!(missing, Err(Error::NotFound(_))), "{missing:?}");
+}

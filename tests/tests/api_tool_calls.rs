@@ -1,0 +1,364 @@
+//! Custom tool results and cancellation over HTTP: first result wins,
+//! cancelled calls refuse later answers, a running agent's worker is asked
+//! to stop.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use holdfast_engine::store;
+use holdfast_tests::api_server::{project_key, waiting_custom_call, ApiServer};
+use holdfast_tests::{default_config, TestDb};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use tokio_postgres::{AsyncMessage, Client, NoTls};
+use uuid::Uuid;
+
+async fn event_types(client: &Client, agent: Uuid) -> Vec<String> {
+    client
+        .query(
+            "SELECT type FROM holdfast.events WHERE agent_id = $1 ORDER BY seq",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+async fn agent_state(client: &Client, agent: Uuid) -> String {
+    client
+        .query_one("SELECT state FROM holdfast.agents WHERE id = $1", &[&agent])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_concurrent_results_for_one_custom_call_exactly_one_wins() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, key) = project_key(&client).await;
+    let agent = store::create_agent(&client, project, &default_config())
+        .await
+        .unwrap();
+    let call = waiting_custom_call(&client, agent).await;
+    assert_eq!(agent_state(&client, agent).await, "waiting");
+    let server = ApiServer::start(&db).await;
+
+    let path = format!("/v1/tool-calls/{call}/result");
+    let posts = (0..20).map(|i| {
+        server
+            .request(Method::POST, &path, &key)
+            .json(&json!({"output": {"answer": i}}))
+            .send()
+    });
+    let mut winners = Vec::new();
+    let mut conflicts = Vec::new();
+    for response in join_all(posts).await {
+        let response = response.unwrap();
+        let status = response.status();
+        let body: Value = response.json().await.unwrap();
+        match status {
+            StatusCode::OK => winners.push(body),
+            StatusCode::CONFLICT => conflicts.push(body),
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one result wins");
+    assert_eq!(conflicts.len(), 19);
+    let winner = &winners[0];
+    assert_eq!(winner["status"], "completed");
+    for conflict in &conflicts {
+        assert_eq!(conflict["error"]["type"], "conflict");
+        // The 409 shows the call as it stands: the winner's output.
+        assert_eq!(conflict["tool_call"]["status"], "completed");
+        assert_eq!(conflict["tool_call"]["output"], winner["output"]);
+    }
+    let completed: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.events WHERE agent_id = $1 AND type = 'tool_call.completed'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(completed, 1);
+    assert_eq!(
+        agent_state(&client, agent).await,
+        "ready",
+        "all results in: the model must answer"
+    );
+
+    // The same payload again is still a 409: first result wins, no replays.
+    let again = server
+        .request(Method::POST, &path, &key)
+        .json(&json!({"output": winner["output"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+}
+
+#[tokio::test]
+async fn cancelling_a_waiting_agent_cancels_its_calls_and_later_results_get_409() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, key) = project_key(&client).await;
+    let agent = store::create_agent(&client, project, &default_config())
+        .await
+        .unwrap();
+    let call = waiting_custom_call(&client, agent).await;
+    let server = ApiServer::start(&db).await;
+
+    let pending: Value = server
+        .request(
+            Method::GET,
+            &format!("/v1/agents/{agent}/tool-calls?status=pending"),
+            &key,
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(pending["tool_calls"][0]["id"], json!(call));
+    assert_eq!(pending["tool_calls"][0]["kind"], "custom");
+    assert_eq!(pending["tool_calls"][0]["status"], "waiting");
+
+    let cancel = server
+        .request(Method::POST, &format!("/v1/agents/{agent}/cancel"), &key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status(), StatusCode::OK);
+    let cancel: Value = cancel.json().await.unwrap();
+    assert_eq!(cancel["status"], "cancelled");
+    assert_eq!(cancel["agent"]["state"], "idle");
+    assert_eq!(cancel["agent"]["turn_open"], false);
+    assert_eq!(
+        event_types(&client, agent).await.last().map(String::as_str),
+        Some("turn.cancelled")
+    );
+    let cancelled: Value = client
+        .query_one(
+            "SELECT data FROM holdfast.events WHERE agent_id = $1 AND type = 'turn.cancelled'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(cancelled["cancelled_tool_calls"], json!([call]));
+
+    let late = server
+        .request(Method::POST, &format!("/v1/tool-calls/{call}/result"), &key)
+        .json(&json!({"output": "too late"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(late.status(), StatusCode::CONFLICT);
+    let late: Value = late.json().await.unwrap();
+    assert_eq!(late["tool_call"]["status"], "cancelled");
+    assert_eq!(late["tool_call"]["output"], Value::Null);
+
+    let pending: Value = server
+        .request(
+            Method::GET,
+            &format!("/v1/agents/{agent}/tool-calls?status=pending"),
+            &key,
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(pending["tool_calls"], json!([]));
+    let all: Value = server
+        .request(
+            Method::GET,
+            &format!("/v1/agents/{agent}/tool-calls?status=cancelled&kind=custom"),
+            &key,
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(all["tool_calls"][0]["id"], json!(call));
+
+    // Nothing left to cancel.
+    let again = server
+        .request(Method::POST, &format!("/v1/agents/{agent}/cancel"), &key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+}
+
+#[tokio::test]
+async fn cancelling_a_running_agent_asks_its_worker_to_stop() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, key) = project_key(&client).await;
+    let agent = store::create_agent(&client, project, &default_config())
+        .await
+        .unwrap();
+    store::create_input(&client, agent, &json!("think hard"), None)
+        .await
+        .unwrap();
+    let claim = store::claim_agents(&client, "w", 1, Duration::from_secs(60))
+        .await
+        .unwrap()[0];
+    let server = ApiServer::start(&db).await;
+
+    // The worker's view: a LISTEN on holdfast_cancel.
+    let (worker, mut connection) = db.config.connect(NoTls).await.unwrap();
+    let (tx, mut notifications) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = futures::StreamExt::next(&mut messages).await {
+            if let AsyncMessage::Notification(n) = message {
+                let _ = tx.send((n.channel().to_owned(), n.payload().to_owned()));
+            }
+        }
+    });
+    worker
+        .batch_execute("LISTEN holdfast_cancel")
+        .await
+        .unwrap();
+
+    let cancel = server
+        .request(Method::POST, &format!("/v1/agents/{agent}/cancel"), &key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status(), StatusCode::ACCEPTED);
+    let cancel: Value = cancel.json().await.unwrap();
+    assert_eq!(cancel["status"], "requested");
+    assert_eq!(cancel["agent"]["state"], "running");
+    assert_eq!(cancel["agent"]["cancel_requested"], true);
+    let (channel, payload) = tokio::time::timeout(Duration::from_secs(10), notifications.recv())
+        .await
+        .expect("a cancel notification")
+        .unwrap();
+    assert_eq!(
+        (channel.as_str(), payload),
+        ("holdfast_cancel", agent.to_string())
+    );
+    let renewal = store::renew_leases(&client, "w", &[claim], Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(
+        renewal[0].cancel_requested,
+        "renewals report it too (a missed notification)"
+    );
+    assert!(
+        !event_types(&client, agent)
+            .await
+            .contains(&"turn.cancelled".to_owned()),
+        "turn.cancelled waits for the worker to stop"
+    );
+}
+
+#[tokio::test]
+async fn an_oversized_output_is_413_and_nothing_is_written() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, key) = project_key(&client).await;
+    let agent = store::create_agent(&client, project, &default_config())
+        .await
+        .unwrap();
+    let call = waiting_custom_call(&client, agent).await;
+    let server = ApiServer::start_with(&db, |config| config.max_tool_output_bytes = 1000).await;
+    let path = format!("/v1/tool-calls/{call}/result");
+    let big = server
+        .request(Method::POST, &path, &key)
+        .json(&json!({"output": "x".repeat(1000)}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(big.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let big: Value = big.json().await.unwrap();
+    assert_eq!(big["error"]["type"], "output_too_large");
+    let status: String = client
+        .query_one(
+            "SELECT status FROM holdfast.tool_calls WHERE id = $1",
+            &[&call],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "waiting");
+    let fits = server
+        .request(Method::POST, &path, &key)
+        .json(&json!({"output": "x".repeat(900), "is_error": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fits.status(), StatusCode::OK);
+    let fits: Value = fits.json().await.unwrap();
+    assert_eq!(fits["is_error"], true);
+}
+
+#[tokio::test]
+async fn only_a_custom_call_accepts_a_client_result() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, key) = project_key(&client).await;
+    let agent = store::create_agent(&client, project, &default_config())
+        .await
+        .unwrap();
+    store::create_input(&client, agent, &json!("go"), None)
+        .await
+        .unwrap();
+    let claim = store::claim_agents(&client, "w", 1, Duration::from_secs(60))
+        .await
+        .unwrap()[0];
+    let inputs: Vec<Uuid> = client
+        .query(
+            "SELECT id FROM holdfast.inputs WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let step = holdfast_engine::domain::ModelStep {
+        input_ids: inputs,
+        message: vec![json!({"type": "text", "text": "fetching"})],
+        tool_calls: vec![holdfast_engine::domain::NewToolCall {
+            provider_id: "toolu_x".into(),
+            name: "web_fetch".into(),
+            input: json!({}),
+            kind: holdfast_engine::domain::ToolKind::External,
+        }],
+        usage: json!({}),
+        stop_reason: Some("tool_use".into()),
+    };
+    store::commit_model_step(&client, claim, &step)
+        .await
+        .unwrap();
+    let call: Uuid = client
+        .query_one(
+            "SELECT id FROM holdfast.tool_calls WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let server = ApiServer::start(&db).await;
+    let response = server
+        .request(Method::POST, &format!("/v1/tool-calls/{call}/result"), &key)
+        .json(&json!({"output": "forged"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CONFLICT);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["tool_call"]["kind"], "external");
+    assert_eq!(body["tool_call"]["status"], "pending");
+}
