@@ -19,11 +19,18 @@ pub struct Migration {
 }
 
 /// Every migration, in order. Add new files here (and only append).
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "0001_core.sql",
-    sql: include_str!("../../sql/0001_core.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_core.sql",
+        sql: include_str!("../../sql/0001_core.sql"),
+    },
+    Migration {
+        version: 7,
+        name: "0007_webhooks.sql",
+        sql: include_str!("../../sql/0007_webhooks.sql"),
+    },
+];
 
 /// An arbitrary constant key for `pg_advisory_lock`: "HOLDFAST" in ASCII.
 const MIGRATION_LOCK_KEY: i64 = 0x484F_4C44_4641_5354;
