@@ -1,6 +1,7 @@
 //! The `holdfast` binary: parses flags, wires the crates. Nothing else.
 
 mod database;
+mod maintenance;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -33,6 +34,8 @@ enum Command {
     Migrate,
     /// Queue overview: agents by state, leases by worker, stuck agents.
     Status,
+    /// Release dead leases, wake delayed agents, deliver webhooks (safe to run several).
+    Maintenance(maintenance::MaintenanceArgs),
 }
 
 fn main() -> Result<()> {
@@ -58,6 +61,7 @@ fn main() -> Result<()> {
                 db.migrate().await?;
                 database::print_status(&db).await?;
             }
+            Command::Maintenance(args) => maintenance::run(&db, args).await?,
         }
         Ok(())
     })
