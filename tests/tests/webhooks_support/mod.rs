@@ -412,7 +412,7 @@ pub fn spawn_maintenance(database_url: &str, env: &[(&str, &str)]) -> Child {
     command
         .arg("maintenance")
         .env("HOLDFAST_DATABASE_URL", database_url)
-        .env("HOLDFAST_LOG", "info")
+        .env("HOLDFAST_LOG", "warn")
         .stdin(Stdio::null())
         .kill_on_drop(true);
     for (name, value) in env {
