@@ -60,8 +60,15 @@ pub async fn run(
         retry_window = ?dispatcher_settings.retry_window,
         "maintenance started"
     );
-    let ticks = tick_loop(settings.interval, pool.clone(), shutdown.clone());
-    let dispatcher = webhooks::run(dispatcher_settings, pool, db, shutdown.clone());
+    // A dispatcher that cannot start stops the ticks too, so `run` returns
+    // its error instead of running half a maintenance process.
+    let stop = shutdown.child_token();
+    let ticks = tick_loop(settings.interval, pool.clone(), stop.clone());
+    let dispatcher = async {
+        let result = webhooks::run(dispatcher_settings, pool, db, stop.clone()).await;
+        stop.cancel();
+        result
+    };
     let ((), dispatched) = tokio::join!(ticks, dispatcher);
     tracing::info!("maintenance stopped");
     dispatched

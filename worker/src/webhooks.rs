@@ -185,10 +185,10 @@ pub async fn run(
     // back its claim, or finishes recording an answer it already has.
     let mut unfinished = Vec::new();
     while let Some(done) = requests.join_next().await {
-        if let Ok(Some(claim)) = done {
-            unfinished.push(claim);
-        } else {
-            report_panic(done.map(|_| None));
+        match done {
+            Ok(Some(claim)) => unfinished.push(claim),
+            Ok(None) => {}
+            Err(e) => report_panic(Err(e)),
         }
     }
     release(&ctx.pool, &unfinished).await;
