@@ -285,7 +285,7 @@ struct Attempt {
 async fn deliver(
     ctx: Arc<Context>,
     delivery: ClaimedWebhookDelivery,
-    _slot: OwnedSemaphorePermit,
+    slot: OwnedSemaphorePermit,
 ) -> Option<(Uuid, i32)> {
     let lag = (Utc::now() - delivery.due_at).num_milliseconds().max(0) as f64 / 1000.0;
     metrics::histogram!("holdfast_webhook_queue_lag_seconds").record(lag);
@@ -294,6 +294,7 @@ async fn deliver(
         attempt = send(&ctx, &delivery) => attempt,
         _ = ctx.shutdown.cancelled() => {
             tracing::debug!("shutdown interrupted the request");
+            drop(slot);
             ctx.progress.notify_one();
             return Some((delivery.delivery_id, delivery.attempt));
         }
@@ -305,6 +306,8 @@ async fn deliver(
     metrics::counter!("holdfast_webhook_attempts_total", "result" => class).increment(1);
     metrics::histogram!("holdfast_webhook_attempt_seconds").record(started.elapsed().as_secs_f64());
     record(&ctx, &delivery, &attempt).await;
+    // Free the slot before waking the loop, so it finds the slot free.
+    drop(slot);
     ctx.progress.notify_one();
     None
 }
