@@ -2,6 +2,7 @@
 
 mod database;
 mod keys;
+mod maintenance;
 mod run_worker;
 mod serve_api;
 mod signals;
@@ -46,6 +47,8 @@ enum Command {
         #[command(subcommand)]
         command: keys::KeysCommand,
     },
+    /// Release dead leases, wake delayed agents, deliver webhooks (safe to run several).
+    Maintenance(maintenance::MaintenanceArgs),
 }
 
 fn main() -> Result<()> {
@@ -74,6 +77,7 @@ fn main() -> Result<()> {
             Command::Worker(args) => run_worker::run(&db, &args).await?,
             Command::Api(args) => serve_api::run(&db, args).await?,
             Command::Keys { command } => keys::run(&db, command).await?,
+            Command::Maintenance(args) => maintenance::run(&db, args).await?,
         }
         Ok(())
     })

@@ -50,6 +50,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0006_cancel.sql",
         sql: include_str!("../../sql/0006_cancel.sql"),
     },
+    Migration {
+        version: 7,
+        name: "0007_webhooks.sql",
+        sql: include_str!("../../sql/0007_webhooks.sql"),
+    },
 ];
 
 /// An arbitrary constant key for `pg_advisory_lock`: "HOLDFAST" in ASCII.

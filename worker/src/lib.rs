@@ -2,11 +2,13 @@
 //! their steps), and the maintenance loop.
 
 pub mod deltas;
+pub mod maintenance;
 pub mod settings;
 pub mod step;
 pub mod stop;
 pub mod toolbox;
 pub mod tools;
+pub mod webhooks;
 pub mod worker;
 
 pub use settings::WorkerSettings;

@@ -1,0 +1,98 @@
+//! `holdfast maintenance`: release dead leases, wake delayed agents, deliver
+//! webhooks. Flags mirror the environment variables of DESIGN §8.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::builder::BoolishValueParser;
+use clap::ArgAction;
+use holdfast_engine::domain::webhook_private_urls_allowed;
+use holdfast_engine::duration::parse_duration;
+use holdfast_worker::maintenance::{self, Settings};
+use holdfast_worker::webhooks::DispatcherSettings;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+
+use crate::database::Database;
+
+#[derive(clap::Args)]
+pub struct MaintenanceArgs {
+    /// Time between maintenance passes (expired leases, dead sessions, delays).
+    #[arg(long = "maintenance-interval", env = "HOLDFAST_MAINTENANCE_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    interval: Duration,
+    /// Retry a webhook delivery until this long after its event, then mark it failed.
+    #[arg(long = "webhook-retry-window", env = "HOLDFAST_WEBHOOK_RETRY_WINDOW", default_value = "10m", value_parser = parse_duration)]
+    webhook_retry_window: Duration,
+    /// Give up on one webhook request after this long.
+    #[arg(long = "webhook-timeout", env = "HOLDFAST_WEBHOOK_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
+    webhook_timeout: Duration,
+    /// Webhook requests in flight at once in this process.
+    #[arg(
+        long = "webhook-concurrency",
+        env = "HOLDFAST_WEBHOOK_CONCURRENCY",
+        default_value_t = 64
+    )]
+    webhook_concurrency: usize,
+    /// Webhook requests in flight at once per endpoint, across all processes.
+    #[arg(
+        long = "webhook-max-per-endpoint",
+        env = "HOLDFAST_WEBHOOK_MAX_PER_ENDPOINT",
+        default_value_t = 16
+    )]
+    webhook_max_per_endpoint: i32,
+    /// Delay before the first webhook retry; doubles per retry (with jitter).
+    #[arg(long = "webhook-backoff-base", env = "HOLDFAST_WEBHOOK_BACKOFF_BASE", default_value = "1s", value_parser = parse_duration)]
+    webhook_backoff_base: Duration,
+    /// Longest delay between two webhook retries.
+    #[arg(long = "webhook-backoff-max", env = "HOLDFAST_WEBHOOK_BACKOFF_MAX", default_value = "2m", value_parser = parse_duration)]
+    webhook_backoff_max: Duration,
+    /// Let webhooks reach private and loopback addresses. Unset: only when
+    /// Holdfast listens on loopback (HOLDFAST_LISTEN).
+    #[arg(long = "webhook-allow-private", env = "HOLDFAST_WEBHOOK_ALLOW_PRIVATE", action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    webhook_allow_private: Option<bool>,
+    /// The API's listen address; decides the private-address default above.
+    #[arg(
+        long = "listen",
+        env = "HOLDFAST_LISTEN",
+        default_value = "127.0.0.1:8080"
+    )]
+    listen: String,
+}
+
+impl MaintenanceArgs {
+    fn settings(&self) -> Settings {
+        Settings {
+            interval: self.interval,
+            webhooks: DispatcherSettings {
+                retry_window: self.webhook_retry_window,
+                request_timeout: self.webhook_timeout,
+                concurrency: self.webhook_concurrency,
+                max_per_endpoint: self.webhook_max_per_endpoint,
+                backoff_base: self.webhook_backoff_base,
+                backoff_max: self.webhook_backoff_max,
+                allow_private: webhook_private_urls_allowed(
+                    &self.listen,
+                    self.webhook_allow_private,
+                ),
+                poll_interval: self.interval,
+            },
+        }
+    }
+}
+
+/// Run until SIGTERM or SIGINT, then stop every task and return.
+pub async fn run(db: &Database, args: MaintenanceArgs) -> Result<()> {
+    db.migrate().await?;
+    let shutdown = CancellationToken::new();
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => tracing::info!("SIGTERM: stopping"),
+            _ = interrupt.recv() => tracing::info!("SIGINT: stopping"),
+        }
+        on_signal.cancel();
+    });
+    maintenance::run(args.settings(), db.config.clone(), shutdown).await
+}
