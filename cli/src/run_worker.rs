@@ -46,6 +46,12 @@ pub struct WorkerArgs {
     /// No computed model retry delay exceeds this (a provider's Retry-After may).
     #[arg(long = "model-backoff-max", env = "HOLDFAST_MODEL_BACKOFF_MAX", default_value = "60s", value_parser = parse_duration)]
     model_backoff_max: Duration,
+    /// Let web_fetch reach loopback and private network addresses.
+    #[arg(
+        long = "web-fetch-allow-private",
+        env = "HOLDFAST_WEB_FETCH_ALLOW_PRIVATE"
+    )]
+    web_fetch_allow_private: bool,
     /// This worker's name in leases (default: host-pid-nonce).
     #[arg(long = "name", env = "HOLDFAST_WORKER_NAME")]
     name: Option<String>,
@@ -72,6 +78,7 @@ impl WorkerArgs {
             drain_timeout: self.drain_timeout,
             poll_interval: self.poll_interval,
             model_max_retries: self.model_max_retries,
+            web_fetch_allow_private: self.web_fetch_allow_private,
             model_backoff: Backoff {
                 base: self.model_backoff_base,
                 cap: self.model_backoff_max,

@@ -18,6 +18,10 @@ pub struct WorkerSettings {
     pub model_max_retries: u32,
     /// Delays between model retries (durable: saved as `run_after`).
     pub model_backoff: Backoff,
+    /// Let `web_fetch` reach loopback and private addresses (single-host
+    /// setups, tests). Off: a model cannot be steered into the internal
+    /// network or a cloud metadata endpoint.
+    pub web_fetch_allow_private: bool,
 }
 
 impl WorkerSettings {
@@ -47,6 +51,7 @@ impl Default for WorkerSettings {
             poll_interval: Duration::from_secs(1),
             model_max_retries: 8,
             model_backoff: Backoff::default(),
+            web_fetch_allow_private: false,
         }
     }
 }

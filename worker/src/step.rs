@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 use holdfast_engine::context::{NextAction, StepContext};
-use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
+use holdfast_engine::domain::{Claim, ModelStep, NewToolCall};
 use holdfast_engine::provider::{ContentBlock, ModelError, ModelRequest, Providers};
 use holdfast_engine::{store, Error, Result};
 use serde_json::{json, Value};
@@ -12,6 +12,8 @@ use tokio::sync::mpsc;
 
 use crate::settings::WorkerSettings;
 use crate::stop::{StopReason, StopSignal};
+use crate::tools::mcp::McpRegistry;
+use crate::tools::web_fetch::WebFetchLimits;
 use crate::{deltas, toolbox};
 
 /// What every step needs, shared by a worker's steps.
@@ -19,6 +21,11 @@ pub struct StepDeps {
     pub pool: Pool,
     pub providers: Arc<Providers>,
     pub settings: WorkerSettings,
+    /// Built once from `settings.web_fetch` (it pools connections).
+    pub web_fetch_client: reqwest::Client,
+    pub web_fetch_limits: WebFetchLimits,
+    /// MCP tool lists, cached across steps.
+    pub mcp: McpRegistry,
 }
 
 /// How a step ended, for metrics and logs.
@@ -132,7 +139,7 @@ async fn execute(deps: &StepDeps, claim: Claim, stop: &StopSignal) -> Result<Ste
 const COMPACTION_KEEP_LAST: usize = 4;
 
 async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Result<StepOutcome> {
-    let request = context.model_request(toolbox::definitions(&context.config))?;
+    let request = context.model_request(toolbox::definitions(deps, &context.config).await)?;
     if deps.providers.should_compact(&request) {
         tracing::info!("context near the model's window: compacting first");
         return compact(deps, claim, context, &request).await;
@@ -165,9 +172,7 @@ async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Res
                 provider_id: id.clone(),
                 name: name.clone(),
                 input: input.clone(),
-                // A tool the agent does not have runs as an internal call
-                // that answers with an error.
-                kind: toolbox::kind_of(&context.config, name).unwrap_or(ToolKind::Internal),
+                kind: toolbox::commit_kind(&context.config, name, input),
             }),
             _ => None,
         })

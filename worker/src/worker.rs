@@ -15,7 +15,7 @@ use std::time::Duration;
 use holdfast_engine::connect::{self, Session};
 use holdfast_engine::domain::Claim;
 use holdfast_engine::provider::Providers;
-use holdfast_engine::{store, Result};
+use holdfast_engine::{store, Error, Result};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_postgres::Config;
 use tokio_util::sync::CancellationToken;
@@ -25,6 +25,8 @@ use uuid::Uuid;
 use crate::settings::WorkerSettings;
 use crate::step::{self, StepDeps};
 use crate::stop::{StopReason, StopSignal};
+use crate::tools::mcp::{McpLimits, McpRegistry};
+use crate::tools::web_fetch::{web_fetch_client, WebFetchLimits};
 
 /// A step in flight.
 struct InFlight {
@@ -46,10 +48,21 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<()> {
     let pool = connect::pool(db.clone(), settings.concurrency + 2)?;
+    let web_fetch_limits = WebFetchLimits {
+        allow_private_networks: settings.web_fetch_allow_private,
+        ..WebFetchLimits::default()
+    };
+    let web_fetch_client = web_fetch_client(&web_fetch_limits).map_err(|e| Error::Invalid {
+        field: Some("web_fetch".into()),
+        message: e.to_string(),
+    })?;
     let deps = Arc::new(StepDeps {
         pool,
         providers,
         settings: settings.clone(),
+        web_fetch_client,
+        web_fetch_limits,
+        mcp: McpRegistry::new(McpLimits::default()),
     });
     let mut worker = Worker {
         settings,
