@@ -21,6 +21,7 @@ pub mod probes;
 pub mod state;
 pub mod stream;
 pub mod tool_calls;
+pub mod webhooks;
 
 use axum::http::StatusCode;
 use axum::Router;
@@ -79,6 +80,9 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(stream::stream_events))
         .routes(routes!(tool_calls::list_tool_calls))
         .routes(routes!(tool_calls::submit_tool_result))
+        .routes(routes!(webhooks::create_webhook, webhooks::list_webhooks))
+        .routes(routes!(webhooks::delete_webhook))
+        .routes(routes!(webhooks::list_deliveries))
         .routes(routes!(probes::healthz))
         .routes(routes!(probes::readyz))
         .routes(routes!(metrics::metrics))

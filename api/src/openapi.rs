@@ -21,6 +21,7 @@ use utoipa::{Modify, OpenApi};
         (name = "agents", description = "agents, inputs, cancel, archive"),
         (name = "events", description = "the timeline and its live stream"),
         (name = "tool-calls", description = "custom tool calls the client answers"),
+        (name = "webhooks", description = "endpoints that receive every event, signed per Standard Webhooks"),
         (name = "operations", description = "health, readiness, metrics, this document"),
     )
 )]

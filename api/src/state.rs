@@ -37,6 +37,10 @@ pub struct ApiConfig {
     /// An SSE client that does not take the next message within this time
     /// is disconnected (it resumes with Last-Event-ID).
     pub slow_client_timeout: Duration,
+    /// Webhook endpoints may point at private and loopback addresses. A
+    /// hosted deployment keeps this off so it is not an SSRF tool; see
+    /// `holdfast_engine::domain::webhook_private_urls_allowed`.
+    pub webhook_allow_private: bool,
 }
 
 impl ApiConfig {
@@ -50,6 +54,7 @@ impl ApiConfig {
             pool_wait: Duration::from_secs(5),
             sse_heartbeat: Duration::from_secs(15),
             slow_client_timeout: Duration::from_secs(10),
+            webhook_allow_private: false,
         }
     }
 }

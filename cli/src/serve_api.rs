@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 
 use anyhow::{Context, Result};
 use holdfast_api::ApiConfig;
+use holdfast_engine::domain::webhook_private_urls_allowed;
 use tokio_util::sync::CancellationToken;
 
 use crate::database::Database;
@@ -18,6 +19,10 @@ pub struct ApiArgs {
         default_value = "127.0.0.1:8080"
     )]
     listen: SocketAddr,
+    /// Allow webhook endpoints on private/loopback addresses (default: only
+    /// when listening on loopback).
+    #[arg(long = "webhook-allow-private", env = "HOLDFAST_WEBHOOK_ALLOW_PRIVATE")]
+    webhook_allow_private: Option<bool>,
 }
 
 pub async fn run(db: &Database, args: ApiArgs) -> Result<()> {
@@ -27,6 +32,13 @@ pub async fn run(db: &Database, args: ApiArgs) -> Result<()> {
         .with_context(|| format!("binding {}", args.listen))?;
     let shutdown = CancellationToken::new();
     cancel_on_signal(shutdown.clone())?;
-    holdfast_api::serve(ApiConfig::new(db.config.clone()), listener, shutdown).await?;
+    let config = ApiConfig {
+        webhook_allow_private: webhook_private_urls_allowed(
+            &args.listen.to_string(),
+            args.webhook_allow_private,
+        ),
+        ..ApiConfig::new(db.config.clone())
+    };
+    holdfast_api::serve(config, listener, shutdown).await?;
     Ok(())
 }

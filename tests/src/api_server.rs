@@ -38,12 +38,39 @@ impl ApiServer {
         let addr = listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(holdfast_api::serve(config, listener, shutdown.clone()));
-        ApiServer {
+        let server = ApiServer {
             addr,
             http: reqwest::Client::new(),
             shutdown,
             task: Some(task),
-        }
+        };
+        server.wait_listening(db).await;
+        server
+    }
+
+    /// Wait until the server's LISTEN session is up. Live deltas are never
+    /// saved, so one sent before the server listens is gone by design;
+    /// tests that send deltas must not race the server's start.
+    async fn wait_listening(&self, db: &TestDb) {
+        let observer = db.connect().await;
+        crate::wait_until(
+            std::time::Duration::from_secs(10),
+            "the API's LISTEN session",
+            || async {
+                observer
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity \
+                          WHERE datname = current_database() \
+                            AND application_name = 'holdfast-api-listen' \
+                            AND (query ILIKE 'LISTEN holdfast_stream%' OR query = 'SELECT 1')",
+                        &[],
+                    )
+                    .await
+                    .map(|r| r.get::<_, i64>(0) > 0)
+                    .unwrap_or(false)
+            },
+        )
+        .await;
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -1,7 +1,7 @@
 //! Real `holdfast` processes for tests: spawn, signal, wait.
 //!
-//! The binary is built once per test process (`cargo build -p holdfast`, a
-//! no-op when fresh) so tests in this package can run it even though it
+//! The binary is built once per test process (`cargo build --workspace
+//! --bins`, a no-op when fresh) so tests in this package can run it even though it
 //! belongs to another package. Each process's stderr goes to a log file
 //! under /tmp, named in panics, for post-mortems.
 
@@ -24,11 +24,14 @@ pub fn holdfast_bin() -> PathBuf {
                 .to_path_buf();
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let status = Command::new(cargo)
-                .args(["build", "--quiet", "-p", "holdfast", "--bin", "holdfast"])
+                // --workspace: the same feature unification as `cargo test
+                // --workspace`, so this reuses the test build's artifacts
+                // instead of recompiling dependencies with other features.
+                .args(["build", "--quiet", "--workspace", "--bins"])
                 .current_dir(&workspace)
                 .status()
                 .expect("run cargo build");
-            assert!(status.success(), "cargo build -p holdfast failed");
+            assert!(status.success(), "cargo build --workspace --bins failed");
             let target = std::env::var_os("CARGO_TARGET_DIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| workspace.join("target"));

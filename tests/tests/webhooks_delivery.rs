@@ -276,6 +276,12 @@ async fn a_slow_endpoint_does_not_delay_the_others() {
     inputs(&client, &agents, 2).await;
 
     wait_all(&client, fast_endpoint, "delivered", Duration::from_secs(30)).await;
+    // The slow endpoint's two slots fill (its requests may still be on
+    // their way when the fast endpoint is done), and never more than two.
+    holdfast_tests::wait_until(Duration::from_secs(10), "2 held requests", || async {
+        slow.count() >= 2
+    })
+    .await;
     assert_eq!(
         slow.count(),
         2,

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD;
@@ -383,27 +383,9 @@ pub async fn assert_every_event_received(client: &Client, endpoint: Uuid, receiv
     }
 }
 
-/// The `holdfast` binary, built once per test process (`cargo build -p
-/// holdfast`: it lives in another package, so `CARGO_BIN_EXE_holdfast` is not
-/// available here).
+/// The `holdfast` binary of this workspace (built once per test process).
 pub fn holdfast_binary() -> PathBuf {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY
-        .get_or_init(|| {
-            let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let status = std::process::Command::new(cargo)
-                .args(["build", "--quiet", "-p", "holdfast"])
-                .current_dir(workspace)
-                .status()
-                .expect("run cargo build -p holdfast");
-            assert!(status.success(), "cargo build -p holdfast failed");
-            let target = std::env::var_os("CARGO_TARGET_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| workspace.join("target"));
-            target.join("debug/holdfast")
-        })
-        .clone()
+    holdfast_tests::process::holdfast_bin()
 }
 
 /// Start `holdfast maintenance` on `database_url` with extra environment.

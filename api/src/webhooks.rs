@@ -1,0 +1,265 @@
+//! Webhook endpoints: register (the signing secret is shown once), list,
+//! delete, and read an endpoint's deliveries. Delivery itself is the
+//! maintenance process's dispatcher (worker/src/webhooks.rs); this module is
+//! a shell over the SQL in sql/0007_webhooks.sql.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use chrono::{DateTime, Utc};
+use holdfast_engine::domain::{
+    WebhookDelivery, WebhookDeliveryFilter, WebhookDeliveryStatus, WebhookEndpoint,
+};
+use holdfast_engine::store;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::state::AppState;
+
+/// A new endpoint.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateWebhookRequest {
+    /// An http(s) URL. Private and loopback addresses are refused unless the
+    /// deployment allows them (see `HOLDFAST_WEBHOOK_ALLOW_PRIVATE`).
+    url: String,
+    /// `["*"]` for every event, or event types (DESIGN §7).
+    events: Vec<String>,
+    description: Option<String>,
+}
+
+/// An endpoint as listed (never with its secret).
+#[derive(Serialize, ToSchema)]
+pub struct WebhookView {
+    id: Uuid,
+    url: String,
+    events: Vec<String>,
+    description: Option<String>,
+    created_at: DateTime<Utc>,
+}
+
+/// A new endpoint with the secret receivers verify signatures with
+/// (`whsec_…`, Standard Webhooks). Shown only in this response.
+#[derive(Serialize, ToSchema)]
+pub struct CreatedWebhookView {
+    #[serde(flatten)]
+    endpoint: WebhookView,
+    secret: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct WebhookList {
+    webhooks: Vec<WebhookView>,
+}
+
+impl From<WebhookEndpoint> for WebhookView {
+    fn from(e: WebhookEndpoint) -> WebhookView {
+        WebhookView {
+            id: e.id,
+            url: e.url,
+            events: e.events,
+            description: e.description,
+            created_at: e.created_at,
+        }
+    }
+}
+
+/// Register a webhook endpoint for the key's project.
+#[utoipa::path(
+    post,
+    path = "/v1/webhooks",
+    tag = "webhooks",
+    request_body = CreateWebhookRequest,
+    responses(
+        (status = 201, body = CreatedWebhookView),
+        (status = 400, description = "bad URL or unknown event type; `field` names it", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+    )
+)]
+pub async fn create_webhook(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(request): ApiJson<CreateWebhookRequest>,
+) -> Result<(StatusCode, Json<CreatedWebhookView>), ApiError> {
+    let db = state.db().await?;
+    let events = Value::from(request.events);
+    let created = store::create_webhook_endpoint(
+        &**db,
+        caller.project_id,
+        &request.url,
+        &events,
+        request.description.as_deref(),
+        state.config().webhook_allow_private,
+    )
+    .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedWebhookView {
+            endpoint: created.endpoint.into(),
+            secret: created.secret,
+        }),
+    ))
+}
+
+/// The project's webhook endpoints.
+#[utoipa::path(
+    get,
+    path = "/v1/webhooks",
+    tag = "webhooks",
+    responses((status = 200, body = WebhookList), (status = 401, body = ErrorBody))
+)]
+pub async fn list_webhooks(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<WebhookList>, ApiError> {
+    let db = state.db().await?;
+    let endpoints = store::list_webhook_endpoints(&**db, caller.project_id).await?;
+    Ok(Json(WebhookList {
+        webhooks: endpoints.into_iter().map(WebhookView::from).collect(),
+    }))
+}
+
+/// Delete an endpoint; its pending deliveries are failed.
+#[utoipa::path(
+    delete,
+    path = "/v1/webhooks/{id}",
+    tag = "webhooks",
+    params(("id" = Uuid, Path, description = "webhook endpoint id")),
+    responses((status = 204), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody))
+)]
+pub async fn delete_webhook(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<StatusCode, ApiError> {
+    let db = state.db().await?;
+    store::delete_webhook_endpoint(&**db, caller.project_id, id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A delivery's state.
+#[derive(Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryStatusName {
+    Pending,
+    Delivered,
+    Failed,
+}
+
+impl From<DeliveryStatusName> for WebhookDeliveryStatus {
+    fn from(s: DeliveryStatusName) -> Self {
+        match s {
+            DeliveryStatusName::Pending => WebhookDeliveryStatus::Pending,
+            DeliveryStatusName::Delivered => WebhookDeliveryStatus::Delivered,
+            DeliveryStatusName::Failed => WebhookDeliveryStatus::Failed,
+        }
+    }
+}
+
+impl From<WebhookDeliveryStatus> for DeliveryStatusName {
+    fn from(s: WebhookDeliveryStatus) -> Self {
+        match s {
+            WebhookDeliveryStatus::Pending => DeliveryStatusName::Pending,
+            WebhookDeliveryStatus::Delivered => DeliveryStatusName::Delivered,
+            WebhookDeliveryStatus::Failed => DeliveryStatusName::Failed,
+        }
+    }
+}
+
+/// One delivery of one event to one endpoint.
+#[derive(Serialize, ToSchema)]
+pub struct DeliveryView {
+    /// Also the `webhook-id` header of every attempt (dedupe on it).
+    id: Uuid,
+    agent_id: Uuid,
+    event_seq: i64,
+    event_id: Uuid,
+    event_type: String,
+    status: DeliveryStatusName,
+    attempts: i32,
+    last_status_code: Option<i32>,
+    last_error: Option<String>,
+    next_attempt_at: Option<DateTime<Utc>>,
+    last_attempt_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    delivered_at: Option<DateTime<Utc>>,
+    failed_at: Option<DateTime<Utc>>,
+}
+
+impl From<WebhookDelivery> for DeliveryView {
+    fn from(d: WebhookDelivery) -> DeliveryView {
+        DeliveryView {
+            id: d.id,
+            agent_id: d.agent_id,
+            event_seq: d.event_seq,
+            event_id: d.event_id,
+            event_type: d.event_type,
+            status: d.status.into(),
+            attempts: d.attempts,
+            last_status_code: d.last_status_code,
+            last_error: d.last_error,
+            next_attempt_at: d.next_attempt_at,
+            last_attempt_at: d.last_attempt_at,
+            created_at: d.created_at,
+            delivered_at: d.delivered_at,
+            failed_at: d.failed_at,
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct DeliveryList {
+    deliveries: Vec<DeliveryView>,
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DeliveriesQuery {
+    #[param(inline)]
+    status: Option<DeliveryStatusName>,
+    /// At most this many, newest first (default 100, at most 1000).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<i32>,
+    /// Page: deliveries older than this delivery id.
+    before: Option<Uuid>,
+}
+
+/// An endpoint's deliveries, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/webhooks/{id}/deliveries",
+    tag = "webhooks",
+    params(("id" = Uuid, Path, description = "webhook endpoint id"), DeliveriesQuery),
+    responses((status = 200, body = DeliveryList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody))
+)]
+pub async fn list_deliveries(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiQuery(query): ApiQuery<DeliveriesQuery>,
+) -> Result<Json<DeliveryList>, ApiError> {
+    let limit = query.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "limit must be between 1 and 1000",
+        )
+        .with_field("limit"));
+    }
+    let db = state.db().await?;
+    let filter = WebhookDeliveryFilter {
+        status: query.status.map(Into::into),
+        limit,
+        before: query.before,
+    };
+    let deliveries = store::list_webhook_deliveries(&**db, caller.project_id, id, filter).await?;
+    Ok(Json(DeliveryList {
+        deliveries: deliveries.into_iter().map(DeliveryView::from).collect(),
+    }))
+}

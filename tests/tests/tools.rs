@@ -1,0 +1,322 @@
+//! Tools through real worker processes: external IO never rerun after a
+//! crash, waits that hold no worker, subagents created once, bad tool input.
+
+use std::time::Duration;
+
+use holdfast_engine::store;
+use holdfast_fakes::{FakeProvider, Reply};
+use holdfast_tests::counting_http::CountingServer;
+use holdfast_tests::mcp_server::McpTestServer;
+use holdfast_tests::scenario::{
+    agent_state, agent_with_config, count_events, saved_text, spawn_worker, wait_for_event,
+};
+use holdfast_tests::{wait_for_lock_wait, wait_until, MaintenanceLoop, TestDb};
+use serde_json::{json, Value};
+use tokio_postgres::Client;
+use uuid::Uuid;
+
+const T: Duration = Duration::from_secs(30);
+const ALLOW_LOOPBACK_FETCH: (&str, &str) = ("HOLDFAST_WEB_FETCH_ALLOW_PRIVATE", "true");
+
+fn config(tools: Value) -> Value {
+    json!({"model": {"provider": "anthropic", "name": "claude-test"}, "tools": tools})
+}
+
+async fn start_turn(client: &Client, tools: Value, text: &str) -> Uuid {
+    let agent = agent_with_config(client, &config(tools)).await;
+    store::create_input(client, agent, &json!(text), None)
+        .await
+        .unwrap();
+    agent
+}
+
+async fn tool_call(client: &Client, agent: Uuid, name: &str) -> (Uuid, String, Option<Value>) {
+    let row = client
+        .query_one(
+            "SELECT id, status, output FROM holdfast.tool_calls WHERE agent_id = $1 AND name = $2",
+            &[&agent, &name],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_mid_web_fetch_never_fetches_again_and_the_model_is_told() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    let site = CountingServer::start().await;
+    fake.push(Reply::tool_calls(vec![(
+        "web_fetch",
+        json!({"url": site.url("/hold/page")}),
+    )]));
+    fake.push(Reply::text("I could not tell whether that worked."));
+    let _maintenance = MaintenanceLoop::start(&db.config);
+    let w1 = spawn_worker("w-fetch-1", &db.config, &fake, &[ALLOW_LOOPBACK_FETCH]);
+    let agent = start_turn(&client, json!([{"type": "web_fetch"}]), "fetch it").await;
+    site.wait_for_hits("/hold/page", 1).await;
+    let (_, status, _) = tool_call(&client, agent, "web_fetch").await;
+    assert_eq!(status, "running", "marked running before the IO");
+    w1.signal("KILL");
+
+    let _w2 = spawn_worker("w-fetch-2", &db.config, &fake, &[ALLOW_LOOPBACK_FETCH]);
+    wait_for_event(&client, agent, "turn.completed", T).await;
+    site.release_held();
+    assert_eq!(
+        site.hits("/hold/page"),
+        1,
+        "the fetch happened once, never again"
+    );
+    assert_eq!(
+        count_events(&client, agent, "tool_call.interrupted").await,
+        1
+    );
+    let retried = fake.last_request().unwrap().body.to_string();
+    assert!(
+        retried.contains("Tool call was interrupted; its external outcome is unknown."),
+        "{retried}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_mid_mcp_call_never_calls_again_and_the_model_is_told() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    let mcp = McpTestServer::start().await;
+    mcp.hold_calls();
+    fake.push(Reply::tool_calls(vec![(
+        "counter__increment",
+        json!({"by": 1}),
+    )]));
+    fake.push(Reply::text("Done, maybe."));
+    let _maintenance = MaintenanceLoop::start(&db.config);
+    let w1 = spawn_worker("w-mcp-1", &db.config, &fake, &[]);
+    let agent = start_turn(
+        &client,
+        json!([{"type": "mcp", "name": "counter", "url": mcp.url}]),
+        "count",
+    )
+    .await;
+    mcp.wait_for_increment_calls(1).await;
+    w1.signal("KILL");
+
+    let _w2 = spawn_worker("w-mcp-2", &db.config, &fake, &[]);
+    wait_for_event(&client, agent, "turn.completed", T).await;
+    mcp.release_calls();
+    assert_eq!(
+        mcp.increment_calls(),
+        1,
+        "the MCP tool was called once, never again"
+    );
+    assert_eq!(
+        count_events(&client, agent, "tool_call.interrupted").await,
+        1
+    );
+    // The model saw the server's tools under the prefix, and the interruption.
+    let first = fake.requests()[0].body.to_string();
+    assert!(first.contains("counter__increment"), "{first}");
+    let retried = fake.last_request().unwrap().body.to_string();
+    assert!(retried.contains("Tool call was interrupted"), "{retried}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waits_survive_a_worker_kill_hold_no_worker_and_answers_resume_the_agent() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    fake.push(Reply::tool_calls(vec![
+        ("lookup", json!({"id": 7})),
+        ("ask_user", json!({"question": "Which region?"})),
+        ("deploy", json!({})),
+    ]));
+    fake.push(Reply::text("All three answered."));
+    let tools = json!([
+        {"type": "custom", "name": "lookup", "input_schema": {"type": "object", "properties": {"id": {"type": "integer"}}}},
+        {"type": "ask_user"},
+        {"type": "custom", "name": "deploy"}
+    ]);
+    let agent = agent_with_config(
+        &client,
+        &json!({"model": {"provider": "anthropic", "name": "claude-test"}, "tools": tools,
+                "approvals": {"require_for": ["deploy"]}}),
+    )
+    .await;
+    let _maintenance = MaintenanceLoop::start(&db.config);
+    let w1 = spawn_worker("w-wait-1", &db.config, &fake, &[]);
+    store::create_input(&client, agent, &json!("go"), None)
+        .await
+        .unwrap();
+    wait_for_event(&client, agent, "approval.requested", T).await;
+    assert_eq!(agent_state(&client, agent).await, "waiting");
+    let held: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.agents WHERE state = 'running'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(held, 0, "no worker is busy while the agent waits");
+    w1.signal("KILL");
+    let events_before = count_events(&client, agent, "model.response").await;
+
+    // Answers arrive later, with a new worker.
+    let _w2 = spawn_worker("w-wait-2", &db.config, &fake, &[]);
+    let (lookup, _, _) = tool_call(&client, agent, "lookup").await;
+    store::submit_tool_result(&client, lookup, &json!({"name": "seven"}), false)
+        .await
+        .unwrap();
+    let question: Uuid = client
+        .query_one(
+            "SELECT id FROM holdfast.questions WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    store::answer_question(&client, question, "eu-west", "ann")
+        .await
+        .unwrap();
+    assert_eq!(
+        agent_state(&client, agent).await,
+        "waiting",
+        "the approval still waits"
+    );
+    let approval: Uuid = client
+        .query_one(
+            "SELECT id FROM holdfast.approvals WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    store::answer_approval(&client, approval, "approve", "ann", None)
+        .await
+        .unwrap();
+    let (deploy, _, _) = tool_call(&client, agent, "deploy").await;
+    store::submit_tool_result(&client, deploy, &json!("deployed"), false)
+        .await
+        .unwrap();
+
+    wait_for_event(&client, agent, "turn.completed", T).await;
+    assert_eq!(
+        count_events(&client, agent, "model.response").await,
+        events_before + 1
+    );
+    let last = fake.last_request().unwrap().body.to_string();
+    for expected in ["seven", "eu-west", "deployed"] {
+        assert!(last.contains(expected), "{expected} missing from {last}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_spawn_cut_by_a_crash_creates_exactly_one_child_whose_answer_arrives_once() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    fake.push(Reply::tool_calls(vec![(
+        "spawn_subagent",
+        json!({"prompt": "count to three"}),
+    )]));
+    // Every later call (the child's, the parent's last) answers with the
+    // same text; which call a crash cut short does not matter.
+    fake.set_default(Reply::text("CHILD-ANSWER"));
+    let _maintenance = MaintenanceLoop::start(&db.config);
+    let parent = start_turn(&client, json!([{"type": "spawn_subagent"}]), "delegate").await;
+
+    // Hold the parent's row so the worker blocks on it (in the spawn
+    // transaction, or in the release right after it), then kill the worker
+    // while it is blocked: whichever it was, its transaction never commits.
+    let w1 = spawn_worker("w-spawn-1", &db.config, &fake, &[]);
+    wait_until(T, "the spawn call to be committed", || async {
+        count_events(&client, parent, "tool_call.created").await == 1
+    })
+    .await;
+    let blocker = db.connect().await;
+    blocker.batch_execute("BEGIN").await.unwrap();
+    blocker
+        .execute(
+            "SELECT 1 FROM holdfast.agents WHERE id = $1 FOR UPDATE",
+            &[&parent],
+        )
+        .await
+        .unwrap();
+    wait_for_lock_wait(&client, &db.name).await;
+    w1.signal("KILL");
+    blocker.batch_execute("COMMIT").await.unwrap();
+
+    let _w2 = spawn_worker("w-spawn-2", &db.config, &fake, &[]);
+    wait_for_event(&client, parent, "turn.completed", T).await;
+    let children: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.agents a JOIN holdfast.tool_calls t ON t.id = a.parent_tool_call_id
+              WHERE t.agent_id = $1",
+            &[&parent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(children, 1, "exactly one child");
+    assert_eq!(count_events(&client, parent, "subagent.finished").await, 1);
+    let (_, status, output) = tool_call(&client, parent, "spawn_subagent").await;
+    assert_eq!(status, "completed");
+    assert_eq!(output, Some(json!("CHILD-ANSWER")));
+    // The parent's final model call saw the child's answer once, as the
+    // spawn call's result.
+    let parent_final = fake
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.body.to_string().contains("delegate"))
+        .unwrap()
+        .body
+        .to_string();
+    assert_eq!(
+        parent_final.matches("CHILD-ANSWER").count(),
+        1,
+        "{parent_final}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn invalid_tool_input_from_the_model_is_a_tool_error_and_the_turn_goes_on() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    fake.push(Reply::tool_calls(vec![("lookup", json!({"id": "seven"}))]));
+    fake.push(Reply::tool_calls(vec![("no_such_tool", json!({}))]));
+    fake.push(Reply::text("Sorry, I will fix my call."));
+    let _w = spawn_worker("w-invalid", &db.config, &fake, &[]);
+    let tools = json!([{"type": "custom", "name": "lookup",
+        "input_schema": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}}]);
+    let agent = start_turn(&client, tools, "look it up").await;
+    wait_for_event(&client, agent, "turn.completed", T).await;
+
+    let (_, status, output) = tool_call(&client, agent, "lookup").await;
+    assert_eq!(
+        status, "completed",
+        "never handed to the client with invalid input"
+    );
+    let output = output.unwrap().to_string();
+    assert!(
+        output.contains("/id"),
+        "the error names the failing path: {output}"
+    );
+    let (_, _, unknown) = tool_call(&client, agent, "no_such_tool").await;
+    assert!(unknown.unwrap().to_string().contains("Unknown tool"));
+    let waited: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.events WHERE agent_id = $1 AND type = 'tool_call.completed'
+                AND (data ->> 'is_error')::boolean",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(waited, 2);
+    assert!(saved_text(&client, agent)
+        .await
+        .contains("Sorry, I will fix my call."));
+}
