@@ -61,9 +61,14 @@ impl ReceivedRequest {
     }
 }
 
+/// Computes a reply from a request's JSON body (scripts that depend on the
+/// conversation so far, e.g. one multi-turn script per agent).
+pub type Responder = Arc<dyn Fn(&serde_json::Value) -> Reply + Send + Sync>;
+
 struct Shared {
     queue: Mutex<VecDeque<Reply>>,
     default_reply: Mutex<Reply>,
+    responder: Mutex<Option<Responder>>,
     requests: Mutex<Vec<ReceivedRequest>>,
     serial: AtomicU64,
     /// Requests received.
@@ -95,6 +100,7 @@ impl FakeProvider {
         let shared = Arc::new(Shared {
             queue: Mutex::new(VecDeque::new()),
             default_reply: Mutex::new(Reply::text("ok")),
+            responder: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
             serial: AtomicU64::new(0),
             arrived: watch::Sender::new(0),
@@ -145,6 +151,15 @@ impl FakeProvider {
     /// instant "ok" text).
     pub fn set_default(&self, reply: Reply) {
         *lock(&self.shared.default_reply) = reply;
+    }
+
+    /// Answer requests that find the queue empty with `responder(body)`
+    /// instead of the default reply.
+    pub fn set_responder(
+        &self,
+        responder: impl Fn(&serde_json::Value) -> Reply + Send + Sync + 'static,
+    ) {
+        *lock(&self.shared.responder) = Some(Arc::new(responder));
     }
 
     /// Replies queued and not yet used.
@@ -281,6 +296,8 @@ async fn serve(
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
     };
+    let responder = lock(&shared.responder).clone();
+    let scripted = responder.map(|respond| respond(&json));
     lock(&shared.requests).push(ReceivedRequest {
         protocol,
         headers: headers
@@ -295,8 +312,9 @@ async fn serve(
         body: json,
     });
     shared.arrived.send_modify(|n| *n += 1);
-    let reply = lock(&shared.queue)
-        .pop_front()
+    let queued = lock(&shared.queue).pop_front();
+    let reply = queued
+        .or(scripted)
         .unwrap_or_else(|| lock(&shared.default_reply).clone());
 
     if reply.hold == Some(Hold::BeforeHeaders) {

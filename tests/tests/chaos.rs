@@ -1,0 +1,620 @@
+//! The chaos soak: many agents run a multi-turn script (model calls, an
+//! external web_fetch, a custom tool, a question, webhooks) while a chaos
+//! loop SIGKILLs workers and crash-restarts Postgres. Then an invariant
+//! checker reads the database and the counters: nothing lost, nothing run
+//! twice.
+//!
+//! `chaos_short` runs in the default suite; the full soak is
+//! `cargo test --release -p holdfast-tests --test chaos -- --ignored soak`.
+
+#[path = "webhooks_support/mod.rs"]
+mod webhooks_support;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use holdfast_engine::store;
+use holdfast_fakes::{FakeProvider, Reply};
+use holdfast_tests::counting_http::CountingServer;
+use holdfast_tests::process::HoldfastProcess;
+use holdfast_tests::scenario::spawn_worker;
+use holdfast_tests::{config_to_url, PrivateCluster};
+use rand::Rng;
+use serde_json::{json, Value};
+use tokio_postgres::{Client, Config, NoTls};
+use uuid::Uuid;
+use webhooks_support::{assert_every_event_received, hook, Behaviour, Receiver};
+
+/// How hard to push.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    agents: usize,
+    turns: usize,
+    workers: usize,
+    /// Worker kills the run must have survived (the chaos loop kills every
+    /// 1–3 s until the work is done; Postgres restarts are spread over them).
+    min_kills: usize,
+    /// Delay between streamed chunks of every model reply, so the work
+    /// outlasts the chaos.
+    trickle: Duration,
+    postgres_restarts: usize,
+    deadline: Duration,
+}
+
+const TOOLS_PER_TURN: usize = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chaos_short() {
+    run(Plan {
+        agents: 8,
+        turns: 2,
+        workers: 2,
+        min_kills: 2,
+        postgres_restarts: 1,
+        trickle: Duration::from_millis(120),
+        deadline: Duration::from_secs(240),
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "the full soak: cargo test --release -p holdfast-tests --test chaos -- --ignored soak"]
+async fn soak() {
+    let agents = std::env::var("HOLDFAST_SOAK_AGENTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    run(Plan {
+        agents,
+        turns: 5,
+        workers: 3,
+        min_kills: 30,
+        postgres_restarts: 2,
+        trickle: Duration::from_millis(250),
+        deadline: Duration::from_secs(1800),
+    })
+    .await;
+}
+
+/// The model's script, computed from each request: a turn is web_fetch,
+/// then the custom tool `confirm`, then `ask_user`, then a final text.
+fn script(site: String, trickle: Duration) -> impl Fn(&Value) -> Reply + Send + Sync + 'static {
+    move |body: &Value| reply_for(&site, body).trickle(trickle)
+}
+
+fn reply_for(site: &str, body: &Value) -> Reply {
+    {
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        let blocks = |m: &Value| m["content"].as_array().cloned().unwrap_or_default();
+        let results = messages
+            .iter()
+            .flat_map(blocks)
+            .filter(|b| b["type"] == "tool_result")
+            .count();
+        let marker = messages
+            .iter()
+            .flat_map(blocks)
+            .filter_map(|b| b["text"].as_str().map(str::to_owned))
+            .filter(|t| t.starts_with("agent="))
+            .last()
+            .unwrap_or_default();
+        let last_is_input = messages
+            .last()
+            .map(|m| blocks(m).iter().any(|b| b["type"] == "text"))
+            .unwrap_or(false);
+        let path = marker.replace(['=', ' '], "-");
+        if last_is_input {
+            return Reply::tool_calls(vec![(
+                "web_fetch",
+                json!({"url": format!("{site}/page/{path}")}),
+            )]);
+        }
+        match results % TOOLS_PER_TURN {
+            1 => Reply::tool_calls(vec![("confirm", json!({"marker": marker}))]),
+            2 => Reply::tool_calls(vec![(
+                "ask_user",
+                json!({"question": format!("continue {marker}?")}),
+            )]),
+            _ => Reply::text(format!("done {marker}")),
+        }
+    }
+}
+
+/// A client that survives Postgres restarts: reconnects on each use after
+/// an error.
+struct Db {
+    config: Config,
+    client: tokio::sync::Mutex<Option<Client>>,
+}
+
+impl Db {
+    async fn with<T, F, Fut>(&self, f: F) -> Option<T>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: std::future::Future<Output = (Client, Result<T, holdfast_engine::Error>)>,
+    {
+        let mut slot = self.client.lock().await;
+        let client = match slot.take() {
+            Some(c) if !c.is_closed() => c,
+            _ => {
+                let (client, connection) = self.config.connect(NoTls).await.ok()?;
+                tokio::spawn(connection);
+                client
+            }
+        };
+        let (client, result) = f(client).await;
+        *slot = Some(client);
+        result.ok()
+    }
+}
+
+#[derive(Default)]
+struct Chaos {
+    kills: AtomicUsize,
+    restarts: AtomicUsize,
+    recoveries: Mutex<Vec<Duration>>,
+}
+
+async fn run(plan: Plan) {
+    let started = Instant::now();
+    let cluster = Arc::new(PrivateCluster::start().await);
+    let config = cluster.config();
+    let url = config_to_url(&config);
+    let fake = FakeProvider::start().await;
+    let site = CountingServer::start().await;
+    fake.set_responder(script(site.url(""), plan.trickle));
+    let receiver = Receiver::start(Behaviour::Accept).await;
+
+    let (setup, connection) = config.connect(NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let project = store::ensure_project(&setup, "chaos").await.unwrap();
+    let endpoint = hook(&setup, project, &receiver, json!(["*"])).await;
+    let agent_config = json!({
+        "model": {"provider": "anthropic", "name": "claude-test"},
+        "tools": [
+            {"type": "web_fetch"},
+            {"type": "custom", "name": "confirm", "input_schema": {"type": "object"}},
+            {"type": "ask_user"}
+        ]
+    });
+    let mut agents = Vec::new();
+    for k in 0..plan.agents {
+        let agent = store::create_agent(&setup, project, &agent_config)
+            .await
+            .unwrap();
+        agents.push((k, agent));
+    }
+
+    let maintenance_env = [
+        ("HOLDFAST_MAINTENANCE_INTERVAL", "200ms"),
+        ("HOLDFAST_WEBHOOK_ALLOW_PRIVATE", "true"),
+        ("HOLDFAST_WEBHOOK_BACKOFF_BASE", "100ms"),
+        ("HOLDFAST_WEBHOOK_BACKOFF_MAX", "1s"),
+    ];
+    let _maintenance = webhooks_support::spawn_maintenance(&url, &maintenance_env);
+    let worker_env = [
+        ("HOLDFAST_WEB_FETCH_ALLOW_PRIVATE", "true"),
+        ("HOLDFAST_WORKER_CONCURRENCY", "32"),
+        ("HOLDFAST_MODEL_BACKOFF_BASE", "50ms"),
+        ("HOLDFAST_MODEL_BACKOFF_MAX", "500ms"),
+    ];
+    let next_worker = AtomicUsize::new(0);
+    let spawn = || {
+        let n = next_worker.fetch_add(1, Ordering::SeqCst);
+        spawn_worker(&format!("chaos-w{n}"), &config, &fake, &worker_env)
+    };
+    let workers: Arc<Mutex<Vec<HoldfastProcess>>> =
+        Arc::new(Mutex::new((0..plan.workers).map(|_| spawn()).collect()));
+
+    // Turn 1 for everyone; the driver sends later turns and answers tools.
+    for (k, agent) in &agents {
+        store::create_input(
+            &setup,
+            *agent,
+            &json!(format!("agent={k} turn=1")),
+            Some(&format!("a{k}-t1")),
+        )
+        .await
+        .unwrap();
+    }
+    drop(setup);
+
+    let db = Arc::new(Db {
+        config: config.clone(),
+        client: tokio::sync::Mutex::new(None),
+    });
+    let done = Arc::new(AtomicBool::new(false));
+    let chaos = Arc::new(Chaos::default());
+
+    // The chaos loop: SIGKILL a random worker every 1–3 s (and start a
+    // replacement), crash-restart Postgres at spread-out kills.
+    let chaos_task = {
+        let (workers, chaos, done, cluster, db) = (
+            workers.clone(),
+            chaos.clone(),
+            done.clone(),
+            cluster.clone(),
+            db.clone(),
+        );
+        let restart_at: Vec<usize> = (1..=plan.postgres_restarts)
+            .map(|i| i * plan.min_kills / (plan.postgres_restarts + 1))
+            .collect();
+        let next_worker = &next_worker;
+        let (config, fake) = (config.clone(), &fake);
+        async move {
+            loop {
+                let pause = rand::rng().random_range(1000..3000);
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                let kills = chaos.kills.load(Ordering::SeqCst);
+                if done.load(Ordering::SeqCst) {
+                    break;
+                }
+                let victim = {
+                    let mut list = workers.lock().unwrap();
+                    let i = rand::rng().random_range(0..list.len());
+                    list.remove(i)
+                };
+                let held: Vec<Uuid> = db
+                    .with(|c| async {
+                        let r = c
+                            .query(
+                                "SELECT id FROM holdfast.agents WHERE lease_owner = $1",
+                                &[&victim.name],
+                            )
+                            .await
+                            .map(|rows| rows.iter().map(|r| r.get(0)).collect())
+                            .map_err(holdfast_engine::Error::from);
+                        (c, r)
+                    })
+                    .await
+                    .unwrap_or_default();
+                victim.signal("KILL");
+                let killed_at = Instant::now();
+                chaos.kills.fetch_add(1, Ordering::SeqCst);
+                let n = next_worker.fetch_add(1, Ordering::SeqCst);
+                workers.lock().unwrap().push(spawn_worker(
+                    &format!("chaos-w{n}"),
+                    &config,
+                    fake,
+                    &worker_env,
+                ));
+                let name = victim.name.clone();
+                drop(victim);
+                if !held.is_empty() {
+                    let (db, chaos) = (db.clone(), chaos.clone());
+                    tokio::spawn(async move {
+                        loop {
+                            let still: Option<i64> = db
+                                .with(|c| async {
+                                    let r = c
+                                        .query_one(
+                                            "SELECT count(*) FROM holdfast.agents WHERE lease_owner = $1",
+                                            &[&name],
+                                        )
+                                        .await
+                                        .map(|r| r.get(0))
+                                        .map_err(holdfast_engine::Error::from);
+                                    (c, r)
+                                })
+                                .await;
+                            if still == Some(0) {
+                                chaos.recoveries.lock().unwrap().push(killed_at.elapsed());
+                                return;
+                            }
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                    });
+                }
+                if restart_at.contains(&(kills + 1)) {
+                    let cluster = cluster.clone();
+                    tokio::task::spawn_blocking(move || {
+                        cluster.cluster.crash().expect("crash postgres");
+                        cluster.cluster.restart().expect("restart postgres");
+                    })
+                    .await
+                    .unwrap();
+                    chaos.restarts.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+    };
+
+    // The driver: answers custom tools and questions, sends the next turn.
+    let driver_task = {
+        let (db, done, agents) = (db.clone(), done.clone(), agents.clone());
+        async move {
+            let deadline = Instant::now() + plan.deadline;
+            loop {
+                if Instant::now() > deadline {
+                    panic!("the soak did not finish within {:?}", plan.deadline);
+                }
+                drive_once(&db, &agents, plan.turns).await;
+                let finished: Option<i64> = db
+                    .with(|c| async {
+                        let r = c
+                            .query_one(
+                                "SELECT count(*) FROM holdfast.events WHERE type = 'turn.completed'",
+                                &[],
+                            )
+                            .await
+                            .map(|r| r.get(0))
+                            .map_err(holdfast_engine::Error::from);
+                        (c, r)
+                    })
+                    .await;
+                if finished == Some((agents.len() * plan.turns) as i64) {
+                    done.store(true, Ordering::SeqCst);
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    tokio::join!(chaos_task, driver_task);
+    let elapsed = started.elapsed();
+
+    // Let maintenance deliver the webhooks of the last events and settle.
+    let (client, connection) = config.connect(NoTls).await.unwrap();
+    tokio::spawn(connection);
+    holdfast_tests::wait_until(
+        Duration::from_secs(120),
+        "every webhook delivered",
+        || async {
+            client
+                .query_one(
+                    "SELECT count(*) FROM holdfast.webhook_deliveries WHERE status <> 'delivered'",
+                    &[],
+                )
+                .await
+                .map(|r| r.get::<_, i64>(0) == 0)
+                .unwrap_or(false)
+        },
+    )
+    .await;
+
+    let violations = check_invariants(&client, &site, &agents, plan.turns).await;
+    assert_every_event_received(&client, endpoint, &receiver).await;
+
+    let steps: i64 = client
+        .query_one("SELECT count(*) FROM holdfast.steps", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let recoveries = chaos.recoveries.lock().unwrap().clone();
+    let max_recovery = recoveries.iter().max().copied().unwrap_or_default();
+    println!();
+    println!("chaos summary");
+    println!("  agents              {}", agents.len());
+    println!("  turns per agent     {}", plan.turns);
+    println!("  steps committed     {steps}");
+    println!(
+        "  worker kills        {}",
+        chaos.kills.load(Ordering::SeqCst)
+    );
+    println!(
+        "  postgres restarts   {}",
+        chaos.restarts.load(Ordering::SeqCst)
+    );
+    println!("  recoveries measured {}", recoveries.len());
+    println!("  max recovery        {max_recovery:?}");
+    println!("  webhook deliveries  {}", receiver.count());
+    println!("  wall time           {elapsed:?}");
+    println!("  violations          {}", violations.len());
+    for v in &violations {
+        println!("    - {v}");
+    }
+    assert!(
+        violations.is_empty(),
+        "{} invariant violations",
+        violations.len()
+    );
+    assert!(
+        chaos.kills.load(Ordering::SeqCst) >= plan.min_kills,
+        "the work outlasted at least {} worker kills",
+        plan.min_kills
+    );
+    assert_eq!(
+        chaos.restarts.load(Ordering::SeqCst),
+        plan.postgres_restarts
+    );
+}
+
+/// One pass of the driver; errors (Postgres restarting) are retried on the
+/// next pass.
+async fn drive_once(db: &Db, agents: &[(usize, Uuid)], turns: usize) {
+    db.with(|c| async {
+        let r = async {
+            let waiting = c
+                .query(
+                    "SELECT id FROM holdfast.tool_calls WHERE status = 'waiting' AND kind = 'custom'",
+                    &[],
+                )
+                .await?;
+            for row in waiting {
+                let call: Uuid = row.get(0);
+                // First result wins: a repeat after a lost reply is 409, fine.
+                let _ = store::submit_tool_result(&c, call, &json!("confirmed"), false).await;
+            }
+            let questions = c
+                .query("SELECT id FROM holdfast.questions WHERE status = 'pending'", &[])
+                .await?;
+            for row in questions {
+                let question: Uuid = row.get(0);
+                let _ = store::answer_question(&c, question, "yes", "driver").await;
+            }
+            let idle = c
+                .query(
+                    "SELECT a.id, (SELECT count(*) FROM holdfast.inputs i WHERE i.agent_id = a.id)
+                       FROM holdfast.agents a WHERE a.state = 'idle'",
+                    &[],
+                )
+                .await?;
+            let index: HashMap<Uuid, usize> = agents.iter().map(|(k, a)| (*a, *k)).collect();
+            for row in idle {
+                let agent: Uuid = row.get(0);
+                let inputs: i64 = row.get(1);
+                let (Some(k), true) = (index.get(&agent), (inputs as usize) < turns) else {
+                    continue;
+                };
+                let turn = inputs + 1;
+                // The idempotency key makes a resend after a lost reply safe.
+                store::create_input(
+                    &c,
+                    agent,
+                    &json!(format!("agent={k} turn={turn}")),
+                    Some(&format!("a{k}-t{turn}")),
+                )
+                .await?;
+            }
+            Ok::<(), holdfast_engine::Error>(())
+        }
+        .await;
+        (c, r)
+    })
+    .await;
+}
+
+/// Every invariant of "nothing lost, nothing run twice", read from the
+/// database and the counters. Returns the violations.
+async fn check_invariants(
+    client: &Client,
+    site: &CountingServer,
+    agents: &[(usize, Uuid)],
+    turns: usize,
+) -> Vec<String> {
+    let mut violations = Vec::new();
+    for (k, agent) in agents {
+        let types: Vec<String> = client
+            .query(
+                "SELECT type FROM holdfast.events WHERE agent_id = $1 ORDER BY seq",
+                &[agent],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let count = |t: &str| types.iter().filter(|x| *x == t).count();
+        if count("turn.completed") != turns {
+            violations.push(format!(
+                "agent {k}: {} turns completed, want {turns}",
+                count("turn.completed")
+            ));
+        }
+        if count("turn.failed") + count("turn.cancelled") != 0 {
+            violations.push(format!("agent {k}: a turn failed or was cancelled"));
+        }
+        // Inputs: each delivered once (consumed once into history).
+        let inputs: i64 = client
+            .query_one(
+                "SELECT count(*) FROM holdfast.inputs WHERE agent_id = $1",
+                &[agent],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        let consumed: i64 = client
+            .query_one(
+                "SELECT count(*) FROM holdfast.messages WHERE agent_id = $1 AND input_id IS NOT NULL",
+                &[agent],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if inputs != turns as i64 || consumed != inputs {
+            violations.push(format!(
+                "agent {k}: {inputs} inputs, {consumed} in history, want {turns}"
+            ));
+        }
+        // Gap-free seq 1..n.
+        let gaps: i64 = client
+            .query_one(
+                "SELECT count(*) FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS n
+                   FROM holdfast.events WHERE agent_id = $1) s WHERE seq <> n",
+                &[agent],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if gaps != 0 {
+            violations.push(format!("agent {k}: event seq has gaps"));
+        }
+        // Each model step has exactly one result event, and vice versa.
+        let model_steps: i64 = client
+            .query_one(
+                "SELECT count(*) FROM holdfast.steps WHERE agent_id = $1 AND kind = 'model'",
+                &[agent],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if model_steps as usize != count("model.response") {
+            violations.push(format!(
+                "agent {k}: {model_steps} model steps but {} model.response events",
+                count("model.response")
+            ));
+        }
+        if count("model.response") != turns * (TOOLS_PER_TURN + 1) {
+            violations.push(format!(
+                "agent {k}: {} model responses, want {}",
+                count("model.response"),
+                turns * (TOOLS_PER_TURN + 1)
+            ));
+        }
+        // Each tool call ends exactly once.
+        let ends = count("tool_call.completed") + count("tool_call.interrupted");
+        if ends != turns * TOOLS_PER_TURN {
+            violations.push(format!(
+                "agent {k}: {ends} tool call results, want {}",
+                turns * TOOLS_PER_TURN
+            ));
+        }
+        // External side effects: at most once each; exactly once when no
+        // crash interrupted the call.
+        let fetches = client
+            .query(
+                "SELECT input ->> 'url', output = to_jsonb('Tool call was interrupted; its external outcome is unknown.'::text)
+                   FROM holdfast.tool_calls WHERE agent_id = $1 AND name = 'web_fetch'",
+                &[agent],
+            )
+            .await
+            .unwrap();
+        for row in fetches {
+            let url: String = row.get(0);
+            let interrupted: bool = row.get(1);
+            let path = url
+                .splitn(4, '/')
+                .nth(3)
+                .map(|p| format!("/{p}"))
+                .unwrap_or_default();
+            let hits = site.hits(&path);
+            if hits > 1 || (!interrupted && hits != 1) {
+                violations.push(format!(
+                    "agent {k}: {path} fetched {hits} times (interrupted: {interrupted})"
+                ));
+            }
+        }
+    }
+    let held: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.agents WHERE state = 'running'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    if held != 0 {
+        violations.push(format!("{held} leases left held"));
+    }
+    let stuck: i64 = client
+        .query_one("SELECT count(*) FROM holdfast.stuck_agents", &[])
+        .await
+        .unwrap()
+        .get(0);
+    if stuck != 0 {
+        violations.push(format!("{stuck} stuck agents"));
+    }
+    violations
+}
