@@ -97,8 +97,7 @@ fn reply_for(site: &str, body: &Value) -> Reply {
             .iter()
             .flat_map(blocks)
             .filter_map(|b| b["text"].as_str().map(str::to_owned))
-            .filter(|t| t.starts_with("agent="))
-            .last()
+            .rfind(|t| t.starts_with("agent="))
             .unwrap_or_default();
         let last_is_input = messages
             .last()
