@@ -118,7 +118,15 @@ async fn execute(deps: &StepDeps, claim: Claim, stop: &StopSignal) -> Result<Ste
         stop.stop(StopReason::Cancel);
         return Ok(StepOutcome::Cancelled);
     }
-    match context.next_action() {
+    let action = context.next_action();
+    let kind = match &action {
+        NextAction::Nothing => "nothing",
+        NextAction::Tools(_) => "tools",
+        NextAction::Model => "model",
+    };
+    tracing::Span::current().record("kind", kind);
+    metrics::counter!("holdfast_steps_started_total", "kind" => kind).increment(1);
+    match action {
         NextAction::Nothing => {
             let client = deps.pool.get().await?;
             store::release_agent(&**client, claim, None).await?;

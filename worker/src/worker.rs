@@ -217,7 +217,12 @@ impl Worker {
         metrics::counter!("holdfast_claims_total").increment(claims.len() as u64);
         for claim in claims {
             let stop = StopSignal::default();
-            let span = tracing::info_span!("step", agent_id = %claim.agent_id, epoch = claim.epoch);
+            let span = tracing::info_span!(
+                "step",
+                agent_id = %claim.agent_id,
+                epoch = claim.epoch,
+                kind = tracing::field::Empty
+            );
             let deps = self.deps.clone();
             let task_stop = stop.clone();
             self.tasks.spawn(
