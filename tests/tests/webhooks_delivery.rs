@@ -34,6 +34,7 @@ fn fast(retry_window: Duration) -> Settings {
             allow_private: true,
             poll_interval: Duration::from_millis(50),
         },
+        ..Settings::default()
     }
 }
 
