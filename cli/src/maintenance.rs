@@ -93,6 +93,10 @@ impl MaintenanceArgs {
 
 /// Run until SIGTERM or SIGINT, then stop every task and return.
 pub async fn run(db: &Database, args: MaintenanceArgs) -> Result<()> {
+    anyhow::ensure!(
+        !args.command_accept_timeout.is_zero() && !args.machine_offline_after.is_zero(),
+        "HOLDFAST_COMMAND_ACCEPT_TIMEOUT and HOLDFAST_MACHINE_OFFLINE_AFTER must be positive"
+    );
     db.migrate().await?;
     let shutdown = CancellationToken::new();
     let mut terminate = signal(SignalKind::terminate())?;

@@ -515,3 +515,29 @@ async fn a_command_past_its_timeout_is_killed_with_everything_it_started_and_its
     };
     assert!(gone, "the background sleep outlived the timeout");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_terminated_daemon_finishes_and_reports_its_running_command_before_exiting() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let (machine, token) = rig.register("box").await;
+    let mut daemon = rig.daemon("daemon", &token, &rig.dir.state("state"));
+    let _worker = rig.worker("w");
+    let agent = rig
+        .agent_running(machine, &marked_command("output-drain"))
+        .await;
+    rig.wait_for_marker().await;
+
+    daemon.signal("TERM");
+    rig.dir.release();
+    assert_eq!(
+        daemon.wait_exit(WAIT).await,
+        Some(0),
+        "{}",
+        daemon.log_text()
+    );
+    // It exited only once the result was acknowledged.
+    let output = rig.command_output(agent).await;
+    assert_eq!(output["stdout"], "output-drain\n", "{output}");
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+}
