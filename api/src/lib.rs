@@ -14,6 +14,7 @@ pub mod events;
 pub mod extract;
 pub mod fanout;
 pub mod inputs;
+pub mod machines;
 pub mod metrics;
 pub mod observe;
 pub mod openapi;
@@ -83,6 +84,14 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(webhooks::create_webhook, webhooks::list_webhooks))
         .routes(routes!(webhooks::delete_webhook))
         .routes(routes!(webhooks::list_deliveries))
+        .routes(routes!(
+            machines::manage::register_machine,
+            machines::manage::list_machines
+        ))
+        .routes(routes!(machines::manage::wake_machine))
+        .routes(routes!(machines::daemon::heartbeat))
+        .routes(routes!(machines::daemon::claim_commands))
+        .routes(routes!(machines::daemon::submit_result))
         .routes(routes!(probes::healthz))
         .routes(routes!(probes::readyz))
         .routes(routes!(metrics::metrics))

@@ -2,6 +2,7 @@
 
 mod database;
 mod keys;
+mod machine;
 mod maintenance;
 mod run_worker;
 mod serve_api;
@@ -49,6 +50,8 @@ enum Command {
     },
     /// Release dead leases, wake delayed agents, deliver webhooks (safe to run several).
     Maintenance(maintenance::MaintenanceArgs),
+    /// Run commands for agents on this machine (the machine daemon; needs no database).
+    Machine(machine::MachineArgs),
 }
 
 fn main() -> Result<()> {
@@ -58,8 +61,14 @@ fn main() -> Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        // The daemon runs on a user's machine and speaks HTTP only: it must
+        // not open, let alone start, a database.
+        let command = match cli.command {
+            Command::Machine(args) => return machine::run(args).await,
+            command => command,
+        };
         let db = database::Database::open(cli.database_url.as_deref()).await?;
-        match cli.command {
+        match command {
             Command::Migrate => {
                 let applied = db.migrate().await?;
                 if applied.is_empty() {
@@ -78,6 +87,7 @@ fn main() -> Result<()> {
             Command::Api(args) => serve_api::run(&db, args).await?,
             Command::Keys { command } => keys::run(&db, command).await?,
             Command::Maintenance(args) => maintenance::run(&db, args).await?,
+            Command::Machine(_) => unreachable!("the machine daemon returned above"),
         }
         Ok(())
     })

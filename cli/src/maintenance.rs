@@ -1,5 +1,6 @@
-//! `holdfast maintenance`: release dead leases, wake delayed agents, deliver
-//! webhooks. Flags mirror the environment variables of DESIGN §8.
+//! `holdfast maintenance`: release dead leases, wake delayed agents, time
+//! out commands and machines, deliver webhooks. Flags mirror the
+//! environment variables of DESIGN §8.
 
 use std::time::Duration;
 
@@ -20,6 +21,14 @@ pub struct MaintenanceArgs {
     /// Time between maintenance passes (expired leases, dead sessions, delays).
     #[arg(long = "maintenance-interval", env = "HOLDFAST_MAINTENANCE_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     interval: Duration,
+    /// A command its machine has not accepted within this time fails (never runs late).
+    #[arg(long = "command-accept-timeout", env = "HOLDFAST_COMMAND_ACCEPT_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+    command_accept_timeout: Duration,
+    /// A machine with no heartbeat for this long is offline: its queued commands
+    /// fail (unless a wake attempt is in progress) and agents waiting on its
+    /// accepted commands get machine_unreachable.
+    #[arg(long = "machine-offline-after", env = "HOLDFAST_MACHINE_OFFLINE_AFTER", default_value = "30s", value_parser = parse_duration)]
+    machine_offline_after: Duration,
     /// Retry a webhook delivery until this long after its event, then mark it failed.
     #[arg(long = "webhook-retry-window", env = "HOLDFAST_WEBHOOK_RETRY_WINDOW", default_value = "10m", value_parser = parse_duration)]
     webhook_retry_window: Duration,
@@ -63,6 +72,8 @@ impl MaintenanceArgs {
     fn settings(&self) -> Settings {
         Settings {
             interval: self.interval,
+            command_accept_timeout: self.command_accept_timeout,
+            machine_offline_after: self.machine_offline_after,
             webhooks: DispatcherSettings {
                 retry_window: self.webhook_retry_window,
                 request_timeout: self.webhook_timeout,
@@ -82,6 +93,10 @@ impl MaintenanceArgs {
 
 /// Run until SIGTERM or SIGINT, then stop every task and return.
 pub async fn run(db: &Database, args: MaintenanceArgs) -> Result<()> {
+    anyhow::ensure!(
+        !args.command_accept_timeout.is_zero() && !args.machine_offline_after.is_zero(),
+        "HOLDFAST_COMMAND_ACCEPT_TIMEOUT and HOLDFAST_MACHINE_OFFLINE_AFTER must be positive"
+    );
     db.migrate().await?;
     let shutdown = CancellationToken::new();
     let mut terminate = signal(SignalKind::terminate())?;

@@ -55,6 +55,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0007_webhooks.sql",
         sql: include_str!("../../sql/0007_webhooks.sql"),
     },
+    Migration {
+        version: 8,
+        name: "0008_machines.sql",
+        sql: include_str!("../../sql/0008_machines.sql"),
+    },
 ];
 
 /// An arbitrary constant key for `pg_advisory_lock`: "HOLDFAST" in ASCII.

@@ -25,6 +25,7 @@ fn settings(interval: Duration) -> Settings {
             allow_private: true,
             ..DispatcherSettings::default()
         },
+        ..Settings::default()
     }
 }
 

@@ -1,7 +1,8 @@
 //! Holdfast's long-running processes: the worker (claims agents and runs
-//! their steps), and the maintenance loop.
+//! their steps), the maintenance loop, and the machine daemon.
 
 pub mod deltas;
+pub mod machine;
 pub mod maintenance;
 pub mod settings;
 pub mod step;

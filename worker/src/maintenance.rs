@@ -1,7 +1,8 @@
 //! The maintenance process (`holdfast maintenance`): a loop that calls
 //! `holdfast.maintenance_tick()` every interval (release expired leases and
-//! the leases of dead sessions, wake delayed agents), and the webhook
-//! dispatcher, side by side.
+//! the leases of dead sessions, wake delayed agents) and
+//! `holdfast.machine_tick()` (commands not accepted in time, offline and
+//! unreachable machines), and the webhook dispatcher, side by side.
 //!
 //! Several instances may run at once: the tick's sweeps and the dispatcher's
 //! claims take their rows with SKIP LOCKED. Postgres going away is not fatal:
@@ -24,6 +25,12 @@ pub struct Settings {
     /// Time between two maintenance ticks (`HOLDFAST_MAINTENANCE_INTERVAL`).
     /// The dispatcher also polls for due retries at this rate.
     pub interval: Duration,
+    /// A queued command not accepted by its machine within this time fails
+    /// (`HOLDFAST_COMMAND_ACCEPT_TIMEOUT`).
+    pub command_accept_timeout: Duration,
+    /// A machine with no heartbeat for this long is offline
+    /// (`HOLDFAST_MACHINE_OFFLINE_AFTER`).
+    pub machine_offline_after: Duration,
     pub webhooks: DispatcherSettings,
 }
 
@@ -31,6 +38,8 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             interval: Duration::from_secs(1),
+            command_accept_timeout: Duration::from_secs(300),
+            machine_offline_after: Duration::from_secs(30),
             webhooks: DispatcherSettings::default(),
         }
     }
@@ -63,7 +72,7 @@ pub async fn run(
     // A dispatcher that cannot start stops the ticks too, so `run` returns
     // its error instead of running half a maintenance process.
     let stop = shutdown.child_token();
-    let ticks = tick_loop(settings.interval, pool.clone(), stop.clone());
+    let ticks = tick_loop(settings.clone(), pool.clone(), stop.clone());
     let dispatcher = async {
         let result = webhooks::run(dispatcher_settings, pool, db, stop.clone()).await;
         stop.cancel();
@@ -74,11 +83,13 @@ pub async fn run(
     dispatched
 }
 
-/// Call `maintenance_tick` every `interval`, and report what it did.
-async fn tick_loop(interval: Duration, pool: Pool, shutdown: CancellationToken) {
+/// Call `maintenance_tick` (and `machine_tick`) every interval, and report
+/// what they did.
+async fn tick_loop(settings: Settings, pool: Pool, shutdown: CancellationToken) {
+    let interval = settings.interval;
     let mut failures: u32 = 0;
     loop {
-        let wait = match tick(&pool).await {
+        let wait = match tick(&pool, &settings).await {
             Ok(()) => {
                 failures = 0;
                 interval
@@ -102,20 +113,44 @@ async fn tick_loop(interval: Duration, pool: Pool, shutdown: CancellationToken) 
     }
 }
 
-async fn tick(pool: &Pool) -> anyhow::Result<()> {
+async fn tick(pool: &Pool, settings: &Settings) -> anyhow::Result<()> {
     let work = async {
         let client = pool.get().await?;
         let report = store::maintenance_tick(&**client).await?;
+        let machines = store::machine_tick(
+            &**client,
+            settings.command_accept_timeout,
+            settings.machine_offline_after,
+        )
+        .await?;
         let queue = store::webhook_queue_stats(&**client).await?;
-        Ok::<_, holdfast_engine::Error>((report, queue))
+        Ok::<_, holdfast_engine::Error>((report, machines, queue))
     };
-    let (report, queue) = tokio::time::timeout(DB_CALL_TIMEOUT, work).await??;
+    let (report, machines, queue) = tokio::time::timeout(DB_CALL_TIMEOUT, work).await??;
     metrics::counter!("holdfast_maintenance_ticks_total").increment(1);
     metrics::counter!("holdfast_maintenance_released_total", "reason" => "lease_expired")
         .increment(report.expired.unsigned_abs());
     metrics::counter!("holdfast_maintenance_released_total", "reason" => "session_gone")
         .increment(report.session_gone.unsigned_abs());
     metrics::counter!("holdfast_maintenance_woken_total").increment(report.woken.unsigned_abs());
+    for (outcome, count) in [
+        ("lost", machines.lost),
+        ("accept_timeout", machines.accept_timeout),
+        ("machine_offline", machines.machine_offline),
+        ("unreachable", machines.unreachable),
+    ] {
+        metrics::counter!("holdfast_maintenance_commands_total", "outcome" => outcome)
+            .increment(count.unsigned_abs());
+    }
+    if machines != holdfast_engine::domain::MachineTickReport::default() {
+        tracing::info!(
+            lost = machines.lost,
+            accept_timeout = machines.accept_timeout,
+            machine_offline = machines.machine_offline,
+            unreachable = machines.unreachable,
+            "resolved commands of absent machines"
+        );
+    }
     metrics::gauge!("holdfast_webhook_oldest_due_seconds").set(queue.oldest_due_seconds);
     metrics::gauge!("holdfast_webhook_in_flight").set(queue.in_flight as f64);
     if report.expired > 0 || report.session_gone > 0 {

@@ -1,0 +1,334 @@
+//! `/v1/machine/...`, the daemon's routes, with its machine token:
+//! heartbeats, long-poll claims (each returned command is accepted, and no
+//! claim returns it again), and results.
+//!
+//! The claim long-poll re-runs the claim every [`CLAIM_POLL_INTERVAL`]
+//! inside the request, without holding a connection in between, until a
+//! command is accepted or `wait` runs out: commands are rare next to
+//! heartbeats, and this keeps one pooled connection per claim attempt
+//! instead of one LISTEN connection per waiting daemon.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::Json;
+use chrono::{DateTime, Utc};
+use holdfast_engine::domain::{
+    ClaimedCommand, CommandResult, CommandResultOutcome, CommandResultState, DaemonCommandState,
+    Heartbeat, ReportedCommand,
+};
+use holdfast_engine::store;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use super::token::MachineCaller;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::state::AppState;
+
+/// The longest long-poll a claim may ask for.
+pub const MAX_CLAIM_WAIT_SECS: u64 = 20;
+/// How often a waiting claim looks for new commands.
+pub const CLAIM_POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// Commands per claim, unless the daemon asks for fewer.
+const DEFAULT_CLAIM_MAX: i32 = 10;
+
+/// Where a command stands on the daemon.
+#[derive(Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DaemonStateName {
+    /// Journaled; its process has not started.
+    Accepted,
+    /// Its process runs.
+    Running,
+    /// Its result waits for the server to acknowledge it.
+    Finished,
+}
+
+/// One command the daemon's journal holds.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReportedCommandBody {
+    id: Uuid,
+    state: DaemonStateName,
+    /// The process id, while it runs.
+    pid: Option<u32>,
+}
+
+/// A heartbeat.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatRequest {
+    /// The daemon process: a new random id at every process start.
+    session: Uuid,
+    /// True on the first heartbeat of a process start: this session takes
+    /// the machine over (an older session's heartbeats and claims get 409),
+    /// and any accepted command missing from `commands` is one the daemon
+    /// has no record of, resolved as `unknown`. Send it before claiming.
+    #[serde(default)]
+    started: bool,
+    /// Every command the daemon's journal holds (kept as their last known
+    /// state). At most 1000.
+    #[serde(default)]
+    commands: Vec<ReportedCommandBody>,
+}
+
+impl From<HeartbeatRequest> for Heartbeat {
+    fn from(request: HeartbeatRequest) -> Heartbeat {
+        Heartbeat {
+            session: request.session,
+            started: request.started,
+            commands: request
+                .commands
+                .into_iter()
+                .map(|c| ReportedCommand {
+                    id: c.id,
+                    state: match c.state {
+                        DaemonStateName::Accepted => DaemonCommandState::Accepted,
+                        DaemonStateName::Running => DaemonCommandState::Running,
+                        DaemonStateName::Finished => DaemonCommandState::Finished,
+                    },
+                    pid: c.pid,
+                })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct HeartbeatView {
+    machine_id: Uuid,
+    heartbeat_at: DateTime<Utc>,
+}
+
+/// Record a heartbeat: the machine is online, and a wake attempt (if any)
+/// has succeeded.
+#[utoipa::path(
+    post,
+    path = "/v1/machine/heartbeat",
+    tag = "machine daemon",
+    request_body = HeartbeatRequest,
+    responses(
+        (status = 200, body = HeartbeatView),
+        (status = 400, body = ErrorBody),
+        (status = 401, description = "not a machine token (API keys are refused)", body = ErrorBody),
+        (status = 409, description = "another daemon process has taken the machine over", body = ErrorBody),
+    )
+)]
+pub async fn heartbeat(
+    State(state): State<AppState>,
+    machine: MachineCaller,
+    ApiJson(request): ApiJson<HeartbeatRequest>,
+) -> Result<Json<HeartbeatView>, ApiError> {
+    let db = state.db().await?;
+    let heartbeat_at =
+        store::machine_heartbeat(&**db, machine.machine_id, &Heartbeat::from(request)).await?;
+    Ok(Json(HeartbeatView {
+        machine_id: machine.machine_id,
+        heartbeat_at,
+    }))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ClaimQuery {
+    /// The daemon's session, as its `started` heartbeat named it.
+    session: Uuid,
+    /// Wait up to this many seconds for a command (0 to 20, default 0).
+    #[param(minimum = 0, maximum = 20)]
+    wait: Option<u64>,
+    /// At most this many commands (1 to 100, default 10).
+    #[param(minimum = 1, maximum = 100)]
+    max: Option<i32>,
+}
+
+/// A command handed to this machine: run it once.
+#[derive(Serialize, ToSchema)]
+pub struct ClaimedCommandView {
+    id: Uuid,
+    tool_call_id: Uuid,
+    agent_id: Uuid,
+    /// Run with `sh -c`.
+    command: String,
+    /// Kill it after this many seconds.
+    timeout_secs: i32,
+    accepted_at: DateTime<Utc>,
+}
+
+impl From<ClaimedCommand> for ClaimedCommandView {
+    fn from(command: ClaimedCommand) -> ClaimedCommandView {
+        ClaimedCommandView {
+            id: command.id,
+            tool_call_id: command.tool_call_id,
+            agent_id: command.agent_id,
+            command: command.command,
+            timeout_secs: command.timeout_secs,
+            accepted_at: command.accepted_at,
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ClaimedList {
+    commands: Vec<ClaimedCommandView>,
+}
+
+/// Claim queued commands, waiting up to `wait` seconds for one. Every
+/// command returned is accepted (`command.accepted`) and is never returned
+/// again, to this or any claim: journal it before running it.
+#[utoipa::path(
+    post,
+    path = "/v1/machine/commands/claim",
+    tag = "machine daemon",
+    params(ClaimQuery),
+    responses(
+        (status = 200, body = ClaimedList),
+        (status = 400, body = ErrorBody),
+        (status = 401, description = "not a machine token (API keys are refused)", body = ErrorBody),
+        (status = 409, description = "the session does not serve this machine (send a `started` heartbeat first, or another daemon took over)", body = ErrorBody),
+    )
+)]
+pub async fn claim_commands(
+    State(state): State<AppState>,
+    machine: MachineCaller,
+    ApiQuery(query): ApiQuery<ClaimQuery>,
+) -> Result<Json<ClaimedList>, ApiError> {
+    let wait = query.wait.unwrap_or(0);
+    if wait > MAX_CLAIM_WAIT_SECS {
+        return Err(ApiError::invalid(
+            "wait",
+            format!("wait must be at most {MAX_CLAIM_WAIT_SECS} seconds"),
+        ));
+    }
+    let max = query.max.unwrap_or(DEFAULT_CLAIM_MAX);
+    // Answer before the server's own request timeout would (503).
+    let wait = Duration::from_secs(wait).min(
+        state
+            .config()
+            .request_timeout
+            .saturating_sub(Duration::from_secs(1)),
+    );
+    let deadline = Instant::now() + wait;
+    loop {
+        let claimed = {
+            let db = state.db().await?;
+            store::claim_commands(&**db, machine.machine_id, max, Some(query.session)).await?
+        };
+        let now = Instant::now();
+        if !claimed.is_empty() || now >= deadline {
+            return Ok(Json(ClaimedList {
+                commands: claimed.into_iter().map(ClaimedCommandView::from).collect(),
+            }));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(CLAIM_POLL_INTERVAL.min(deadline - now)) => {}
+            _ = state.shutdown().cancelled() => {
+                return Ok(Json(ClaimedList { commands: Vec::new() }));
+            }
+        }
+    }
+}
+
+/// How a command ended on the machine.
+#[derive(Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ResultStateName {
+    /// The process exited, or was killed at its timeout (`timed_out`).
+    Finished,
+    /// The daemon lost the process without an exit status (e.g. it was
+    /// restarted while the command ran).
+    Unknown,
+}
+
+/// A command's result. Text is UTF-8 (invalid bytes replaced); the daemon
+/// bounds it and says so with the `*_truncated` flags.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResultRequest {
+    state: ResultStateName,
+    exit_code: Option<i32>,
+    /// The signal that ended the process, if one did.
+    signal: Option<i32>,
+    #[serde(default)]
+    timed_out: bool,
+    #[serde(default)]
+    stdout: String,
+    #[serde(default)]
+    stderr: String,
+    #[serde(default)]
+    stdout_truncated: bool,
+    #[serde(default)]
+    stderr_truncated: bool,
+}
+
+impl From<ResultRequest> for CommandResult {
+    fn from(request: ResultRequest) -> CommandResult {
+        // Postgres text cannot hold NUL; a command's output can.
+        let text = |s: String| {
+            if s.contains('\0') {
+                s.replace('\0', "\u{FFFD}")
+            } else {
+                s
+            }
+        };
+        CommandResult {
+            state: match request.state {
+                ResultStateName::Finished => CommandResultState::Finished,
+                ResultStateName::Unknown => CommandResultState::Unknown,
+            },
+            exit_code: request.exit_code,
+            signal: request.signal,
+            timed_out: request.timed_out,
+            stdout: text(request.stdout),
+            stderr: text(request.stderr),
+            stdout_truncated: request.stdout_truncated,
+            stderr_truncated: request.stderr_truncated,
+        }
+    }
+}
+
+/// What became of a result.
+#[derive(Serialize, ToSchema)]
+pub struct ResultView {
+    command_id: Uuid,
+    /// `delivered`: the agent continues with it. `late`: the agent had
+    /// already moved on (machine_unreachable, a cancelled turn); it is
+    /// recorded as an event only. `duplicate`: this result was recorded
+    /// before.
+    #[schema(value_type = String, example = "delivered")]
+    outcome: CommandResultOutcome,
+}
+
+/// Report a command's result. Idempotent: the same result again is
+/// `duplicate`; a different one is 409.
+#[utoipa::path(
+    post,
+    path = "/v1/machine/commands/{id}/result",
+    tag = "machine daemon",
+    params(("id" = Uuid, Path, description = "command id")),
+    request_body = ResultRequest,
+    responses(
+        (status = 200, body = ResultView),
+        (status = 400, body = ErrorBody),
+        (status = 401, description = "not a machine token (API keys are refused)", body = ErrorBody),
+        (status = 404, description = "no such command on this machine", body = ErrorBody),
+        (status = 409, description = "a different result was recorded, or the command was never accepted", body = ErrorBody),
+        (status = 413, body = ErrorBody),
+    )
+)]
+pub async fn submit_result(
+    State(state): State<AppState>,
+    machine: MachineCaller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiJson(request): ApiJson<ResultRequest>,
+) -> Result<Json<ResultView>, ApiError> {
+    let db = state.db().await?;
+    let result = CommandResult::from(request);
+    let outcome = store::submit_command_result(&**db, machine.machine_id, id, &result).await?;
+    Ok(Json(ResultView {
+        command_id: id,
+        outcome,
+    }))
+}

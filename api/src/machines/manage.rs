@@ -1,0 +1,270 @@
+//! `/v1/machines`, with a project's API key: register a machine (its token
+//! is in the answer, once), list machines with their online state, start a
+//! wake attempt.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::Json;
+use chrono::{DateTime, Utc};
+use holdfast_engine::domain::{MachineStatus, MachineWake};
+use holdfast_engine::store;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{parse_json, ApiJson, ApiPath};
+use crate::state::AppState;
+
+/// A wake attempt lasts this long unless the request says otherwise.
+const DEFAULT_WAKE_WINDOW_SECS: u64 = 300;
+/// How long the API waits for a machine's wake_url to answer.
+const WAKE_URL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A machine to register.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterMachineRequest {
+    /// Unique in the project: 1 to 100 letters, digits, `.`, `_` or `-`.
+    /// Agents name the machine by it (or by id) in their `run_command`
+    /// tool entry.
+    name: String,
+    /// POSTed when a wake attempt starts (`{"machine_id", "name",
+    /// "wake_until"}`): e.g. a Wake-on-LAN relay on the machine's network.
+    wake_url: Option<String>,
+}
+
+/// A registered machine with its token. The token is shown here only:
+/// give it to the machine's daemon (`HOLDFAST_MACHINE_TOKEN`).
+#[derive(Serialize, ToSchema)]
+pub struct MachineCreated {
+    id: Uuid,
+    name: String,
+    wake_url: Option<String>,
+    /// The token's first characters, to tell tokens apart later.
+    token_prefix: String,
+    /// `hfm_…`: authenticates the daemon on `/v1/machine/...`.
+    token: String,
+    created_at: DateTime<Utc>,
+}
+
+/// A machine and where it stands.
+#[derive(Serialize, ToSchema)]
+pub struct MachineView {
+    id: Uuid,
+    name: String,
+    wake_url: Option<String>,
+    /// A heartbeat arrived within the offline window
+    /// (`HOLDFAST_MACHINE_OFFLINE_AFTER`, 30 s).
+    online: bool,
+    last_heartbeat_at: Option<DateTime<Utc>>,
+    /// Set while a wake attempt is in progress: queued commands wait until
+    /// then instead of failing as offline.
+    wake_until: Option<DateTime<Utc>>,
+    /// Commands waiting for the machine to claim them.
+    queued_commands: i64,
+    /// Accepted commands: `{"id", "agent_id", "tool_call_id", "command",
+    /// "accepted_at", "last_known_state"}` (the state the daemon last
+    /// reported: `accepted`, `running` with its `pid`, or `finished`).
+    #[schema(value_type = Vec<Object>)]
+    running_commands: Value,
+    created_at: DateTime<Utc>,
+}
+
+impl From<MachineStatus> for MachineView {
+    fn from(machine: MachineStatus) -> MachineView {
+        MachineView {
+            id: machine.id,
+            name: machine.name,
+            wake_url: machine.wake_url,
+            online: machine.online,
+            last_heartbeat_at: machine.last_heartbeat_at,
+            wake_until: machine.wake_until,
+            queued_commands: machine.queued_commands,
+            running_commands: machine.running_commands,
+            created_at: machine.created_at,
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct MachineList {
+    machines: Vec<MachineView>,
+}
+
+/// How long to wait for the machine to come up.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WakeRequest {
+    /// The wake attempt's window in seconds (1 to 86400, default 300). A
+    /// heartbeat ends it early: the machine is up.
+    #[schema(minimum = 1, maximum = 86400)]
+    window_secs: Option<u64>,
+}
+
+/// A wake attempt, started.
+#[derive(Serialize, ToSchema)]
+pub struct WakeView {
+    machine_id: Uuid,
+    /// Queued commands wait until then.
+    wake_until: DateTime<Utc>,
+    /// The machine's wake_url was POSTed.
+    wake_url_called: bool,
+    /// Its answer's status, when it answered.
+    wake_url_status: Option<u16>,
+    /// Why the call failed, when it did (the attempt is recorded anyway).
+    wake_url_error: Option<String>,
+}
+
+/// Register a machine; the answer carries its token, shown only once.
+#[utoipa::path(
+    post,
+    path = "/v1/machines",
+    tag = "machines",
+    request_body = RegisterMachineRequest,
+    responses(
+        (status = 201, body = MachineCreated),
+        (status = 400, description = "bad name or wake_url; `field` names it", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 409, description = "the project already has a machine of that name", body = ErrorBody),
+    )
+)]
+pub async fn register_machine(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(request): ApiJson<RegisterMachineRequest>,
+) -> Result<impl IntoResponse, ApiError> {
+    let db = state.db().await?;
+    let created = store::register_machine(
+        &**db,
+        caller.project_id,
+        &request.name,
+        request.wake_url.as_deref(),
+    )
+    .await?;
+    let id = created.machine_id;
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, format!("/v1/machines/{id}"))],
+        Json(MachineCreated {
+            id,
+            name: created.name,
+            wake_url: created.wake_url,
+            token_prefix: created.token_prefix,
+            token: created.token,
+            created_at: created.created_at,
+        }),
+    ))
+}
+
+/// List the project's machines, oldest first, with their online state and
+/// commands.
+#[utoipa::path(
+    get,
+    path = "/v1/machines",
+    tag = "machines",
+    responses((status = 200, body = MachineList), (status = 401, body = ErrorBody))
+)]
+pub async fn list_machines(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<MachineList>, ApiError> {
+    let db = state.db().await?;
+    let machines = store::list_machines(&**db, caller.project_id).await?;
+    Ok(Json(MachineList {
+        machines: machines.into_iter().map(MachineView::from).collect(),
+    }))
+}
+
+/// Start a wake attempt: for its window, the machine's queued commands wait
+/// instead of failing as offline, and its wake_url (if any) is POSTed. A
+/// wake_url that fails or does not answer in 5 s is reported, not retried.
+#[utoipa::path(
+    post,
+    path = "/v1/machines/{id}/wake",
+    tag = "machines",
+    params(("id" = Uuid, Path, description = "machine id")),
+    request_body(content = Option<WakeRequest>, description = "optional"),
+    responses(
+        (status = 200, body = WakeView),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+    )
+)]
+pub async fn wake_machine(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    body: Bytes,
+) -> Result<Json<WakeView>, ApiError> {
+    let request = if body.iter().all(u8::is_ascii_whitespace) {
+        WakeRequest { window_secs: None }
+    } else {
+        parse_json::<WakeRequest>(&body)?
+    };
+    let window_secs = request.window_secs.unwrap_or(DEFAULT_WAKE_WINDOW_SECS);
+    if !(1..=86_400).contains(&window_secs) {
+        return Err(ApiError::invalid(
+            "window_secs",
+            "window_secs must be between 1 and 86400",
+        ));
+    }
+    let wake = {
+        let db = state.db().await?;
+        store::start_machine_wake(
+            &**db,
+            caller.project_id,
+            id,
+            Duration::from_secs(window_secs),
+        )
+        .await?
+    };
+    let (wake_url_status, wake_url_error) = match &wake.wake_url {
+        Some(url) => call_wake_url(url, &wake).await,
+        None => (None, None),
+    };
+    Ok(Json(WakeView {
+        machine_id: wake.machine_id,
+        wake_until: wake.wake_until,
+        wake_url_called: wake.wake_url.is_some(),
+        wake_url_status,
+        wake_url_error,
+    }))
+}
+
+/// POST the wake request; its status, or why it failed. Redirects are not
+/// followed. Private addresses are allowed on purpose: a wake endpoint
+/// usually lives on the sleeping machine's own network.
+async fn call_wake_url(url: &str, wake: &MachineWake) -> (Option<u16>, Option<String>) {
+    let client = match reqwest::Client::builder()
+        .timeout(WAKE_URL_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+    {
+        Ok(client) => client,
+        Err(e) => return (None, Some(e.to_string())),
+    };
+    let body = json!({
+        "machine_id": wake.machine_id,
+        "name": wake.name,
+        "wake_until": wake.wake_until,
+    });
+    match client.post(url).json(&body).send().await {
+        Ok(response) => {
+            let status = response.status();
+            let error = (!status.is_success()).then(|| format!("wake_url answered {status}"));
+            (Some(status.as_u16()), error)
+        }
+        Err(e) => {
+            tracing::warn!(machine = %wake.machine_id, error = %e, "calling a wake_url");
+            (None, Some(e.to_string()))
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! Machine tokens: every `/v1/machine/...` route takes a [`MachineCaller`],
+//! the machine the bearer token belongs to. API keys are refused here, and
+//! machine tokens are refused on the API-key routes (they are not keys).
+
+use axum::extract::FromRequestParts;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use holdfast_engine::store;
+use uuid::Uuid;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Longer than any token Holdfast issues; refused without a database lookup.
+const MAX_TOKEN_LEN: usize = 256;
+
+/// The machine whose daemon makes the request.
+#[derive(Clone, Copy, Debug)]
+pub struct MachineCaller {
+    pub machine_id: Uuid,
+    pub project_id: Uuid,
+}
+
+impl FromRequestParts<AppState> for MachineCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let header = parts.headers.get(AUTHORIZATION).ok_or_else(|| {
+            ApiError::unauthorized("missing Authorization: Bearer <machine token>")
+        })?;
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+            .filter(|token| !token.is_empty() && token.len() <= MAX_TOKEN_LEN)
+            .ok_or_else(|| {
+                ApiError::unauthorized("expected Authorization: Bearer <machine token>")
+            })?;
+        if token.starts_with("hf_") {
+            return Err(ApiError::unauthorized(
+                "an API key cannot call machine routes; use the machine's token (hfm_…)",
+            ));
+        }
+        let db = state.db().await?;
+        let machine = store::authenticate_machine(&**db, token)
+            .await?
+            .ok_or_else(|| ApiError::unauthorized("invalid machine token"))?;
+        Ok(MachineCaller {
+            machine_id: machine.machine_id,
+            project_id: machine.project_id,
+        })
+    }
+}

@@ -1,0 +1,498 @@
+//! The machine routes over real sockets: registration and listing with an
+//! API key, the daemon's routes with a machine token, credentials that do
+//! not cross, long-poll claims, idempotent results, wake attempts.
+
+use std::time::{Duration, Instant};
+
+use holdfast_engine::domain::{ModelStep, NewToolCall, ToolKind};
+use holdfast_engine::store;
+use holdfast_tests::api_server::{project_key, ApiServer};
+use holdfast_tests::counting_http::CountingServer;
+use holdfast_tests::TestDb;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use tokio_postgres::Client;
+use uuid::Uuid;
+
+/// Register a machine over HTTP: (id, token).
+async fn register(server: &ApiServer, key: &str, body: Value) -> (Uuid, String) {
+    let response = server
+        .request(Method::POST, "/v1/machines", key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let created: Value = response.json().await.unwrap();
+    (
+        created["id"].as_str().unwrap().parse().unwrap(),
+        created["token"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// A `started` heartbeat for a new daemon session; returns the session.
+async fn start_session(server: &ApiServer, token: &str) -> Uuid {
+    let session = Uuid::new_v4();
+    let response = server
+        .request(Method::POST, "/v1/machine/heartbeat", token)
+        .json(&json!({"session": session, "started": true, "commands": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    session
+}
+
+async fn claim(server: &ApiServer, token: &str, session: Uuid, wait: u64) -> (StatusCode, Value) {
+    let response = server
+        .request(
+            Method::POST,
+            &format!("/v1/machine/commands/claim?session={session}&wait={wait}"),
+            token,
+        )
+        .send()
+        .await
+        .unwrap();
+    (response.status(), response.json().await.unwrap())
+}
+
+/// An agent of `project` whose model step asked run_command on `machine`;
+/// returns (agent, tool call).
+async fn agent_waiting_on_command(client: &Client, project: Uuid, machine: Uuid) -> (Uuid, Uuid) {
+    let config = json!({
+        "model": {"provider": "anthropic", "name": "m"},
+        "tools": [{"type": "run_command", "machine": machine}],
+    });
+    let agent = store::create_agent(client, project, &config).await.unwrap();
+    let input = store::create_input(client, agent, &json!("go"), None)
+        .await
+        .unwrap();
+    let claim = store::claim_agents(client, "w", 10, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|c| c.agent_id == agent)
+        .unwrap();
+    let call_input = json!({"command": "echo hi"});
+    let step = ModelStep {
+        input_ids: vec![input.input_id],
+        message: vec![
+            json!({"type": "tool_use", "id": "toolu_1", "name": "run_command", "input": call_input}),
+        ],
+        tool_calls: vec![NewToolCall {
+            provider_id: "toolu_1".into(),
+            name: "run_command".into(),
+            input: call_input,
+            kind: ToolKind::Command,
+        }],
+        usage: json!({}),
+        stop_reason: Some("tool_use".into()),
+    };
+    let step_id = store::commit_model_step(client, claim, &step)
+        .await
+        .unwrap();
+    let call = client
+        .query_one(
+            "SELECT id FROM holdfast.tool_calls WHERE step_id = $1",
+            &[&step_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    (agent, call)
+}
+
+#[tokio::test]
+async fn machines_are_registered_listed_and_come_online_with_a_heartbeat() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, key) = project_key(&client).await;
+    let server = ApiServer::start(&db).await;
+
+    let (id, token) = register(&server, &key, json!({"name": "laptop"})).await;
+    assert!(token.starts_with("hfm_"));
+    let list = |server: &ApiServer| server.request(Method::GET, "/v1/machines", &key).send();
+    let listed: Value = list(&server).await.unwrap().json().await.unwrap();
+    let machine = &listed["machines"][0];
+    assert_eq!(machine["id"], json!(id));
+    assert_eq!(machine["online"], false);
+    assert_eq!(machine["last_heartbeat_at"], Value::Null);
+    assert!(
+        machine.get("token").is_none(),
+        "the token is shown only once"
+    );
+
+    start_session(&server, &token).await;
+    let listed: Value = list(&server).await.unwrap().json().await.unwrap();
+    assert_eq!(listed["machines"][0]["online"], true);
+    assert_eq!(listed["machines"][0]["running_commands"], json!([]));
+
+    for (body, status, field) in [
+        (json!({"name": "laptop"}), StatusCode::CONFLICT, None),
+        (
+            json!({"name": "has space"}),
+            StatusCode::BAD_REQUEST,
+            Some("name"),
+        ),
+        (
+            json!({"name": "x", "wake_url": "gopher://x"}),
+            StatusCode::BAD_REQUEST,
+            Some("wake_url"),
+        ),
+        (
+            json!({"name": "x", "owner": "me"}),
+            StatusCode::BAD_REQUEST,
+            None,
+        ),
+    ] {
+        let response = server
+            .request(Method::POST, "/v1/machines", &key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "{body}");
+        let error: Value = response.json().await.unwrap();
+        if let Some(field) = field {
+            assert_eq!(error["error"]["field"], field, "{error}");
+        }
+    }
+    // Another project sees none of them.
+    let (_, stranger) = project_key(&client).await;
+    let theirs: Value = server
+        .request(Method::GET, "/v1/machines", &stranger)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(theirs["machines"], json!([]));
+}
+
+#[tokio::test]
+async fn api_keys_and_machine_tokens_do_not_open_each_others_routes() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, key) = project_key(&client).await;
+    let server = ApiServer::start(&db).await;
+    let (_, token) = register(&server, &key, json!({"name": "m"})).await;
+    let command = Uuid::new_v4();
+
+    let machine_routes = [
+        (
+            Method::POST,
+            "/v1/machine/heartbeat".to_owned(),
+            json!({"session": Uuid::new_v4()}),
+        ),
+        (
+            Method::POST,
+            format!("/v1/machine/commands/claim?session={}", Uuid::new_v4()),
+            Value::Null,
+        ),
+        (
+            Method::POST,
+            format!("/v1/machine/commands/{command}/result"),
+            json!({"state": "finished", "exit_code": 0}),
+        ),
+    ];
+    for (method, path, body) in &machine_routes {
+        let response = server
+            .request(method.clone(), path, &key)
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::UNAUTHORIZED,
+            "API key on {path}"
+        );
+        let error: Value = response.json().await.unwrap();
+        assert!(
+            error["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("machine's token"),
+            "{error}"
+        );
+        let anonymous = server
+            .http
+            .request(method.clone(), server.url(path))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    }
+    for (method, path) in [
+        (Method::GET, "/v1/machines"),
+        (Method::GET, "/v1/agents"),
+        (Method::POST, "/v1/machines"),
+    ] {
+        let response = server
+            .request(method, path, &token)
+            .json(&json!({"name": "sneaky"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::UNAUTHORIZED,
+            "machine token on {path}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_claimed_commands_result_is_its_machines_alone_and_idempotent() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, key) = project_key(&client).await;
+    let server = ApiServer::start(&db).await;
+    let (machine, token) = register(&server, &key, json!({"name": "a"})).await;
+    let (_, other_token) = register(&server, &key, json!({"name": "b"})).await;
+    let session = start_session(&server, &token).await;
+    let (agent, call) = agent_waiting_on_command(&client, project, machine).await;
+
+    let (status, claimed) = claim(&server, &token, session, 0).await;
+    assert_eq!(status, StatusCode::OK);
+    let commands = claimed["commands"].as_array().unwrap();
+    assert_eq!(commands.len(), 1);
+    assert_eq!(commands[0]["command"], "echo hi");
+    assert_eq!(commands[0]["tool_call_id"], json!(call));
+    let command = commands[0]["id"].as_str().unwrap().to_owned();
+    let (_, again) = claim(&server, &token, session, 0).await;
+    assert_eq!(again["commands"], json!([]), "a command is handed out once");
+
+    let path = format!("/v1/machine/commands/{command}/result");
+    let result = json!({"state": "finished", "exit_code": 0, "stdout": "hi\n", "stderr": ""});
+    let post =
+        |token: &str, body: &Value| server.request(Method::POST, &path, token).json(body).send();
+    let response = post(&other_token, &result).await.unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::NOT_FOUND,
+        "another machine's command"
+    );
+
+    let response = post(&token, &result).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["outcome"], "delivered");
+    let response = post(&token, &result).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["outcome"],
+        "duplicate"
+    );
+    let different = json!({"state": "finished", "exit_code": 1});
+    assert_eq!(
+        post(&token, &different).await.unwrap().status(),
+        StatusCode::CONFLICT
+    );
+    for bad in [
+        json!({"state": "exploded"}),
+        json!({"state": "finished", "extra": 1}),
+    ] {
+        assert_eq!(
+            post(&token, &bad).await.unwrap().status(),
+            StatusCode::BAD_REQUEST,
+            "{bad}"
+        );
+    }
+
+    let output: Value = client
+        .query_one(
+            "SELECT output FROM holdfast.tool_calls WHERE id = $1",
+            &[&call],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(output["stdout"], "hi\n");
+    let state: String = client
+        .query_one("SELECT state FROM holdfast.agents WHERE id = $1", &[&agent])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(state, "ready");
+
+    // Output with NUL bytes (Postgres text cannot hold them) is kept, marked.
+    let (_, call) = agent_waiting_on_command(&client, project, machine).await;
+    let (_, claimed) = claim(&server, &token, session, 0).await;
+    let command = claimed["commands"][0]["id"].as_str().unwrap().to_owned();
+    let response = server
+        .request(
+            Method::POST,
+            &format!("/v1/machine/commands/{command}/result"),
+            &token,
+        )
+        .json(&json!({"state": "finished", "exit_code": 0, "stdout": "a\u{0}b"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let output: Value = client
+        .query_one(
+            "SELECT output FROM holdfast.tool_calls WHERE id = $1",
+            &[&call],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(output["stdout"], "a\u{FFFD}b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_long_polls_for_commands_within_its_bounds() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, key) = project_key(&client).await;
+    let server = ApiServer::start(&db).await;
+    let (machine, token) = register(&server, &key, json!({"name": "m"})).await;
+    let session = start_session(&server, &token).await;
+
+    // Nothing to claim: the answer comes when the wait is over, empty.
+    let started = Instant::now();
+    let (status, empty) = claim(&server, &token, session, 1).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(empty["commands"], json!([]));
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A command queued while a claim waits is returned by that claim.
+    let waiting = tokio::spawn({
+        let url = server.url(&format!(
+            "/v1/machine/commands/claim?session={session}&wait=15"
+        ));
+        let http = server.http.clone();
+        let token = token.clone();
+        async move {
+            let started = Instant::now();
+            let body: Value = http
+                .post(url)
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            (body, started.elapsed())
+        }
+    });
+    let (_, call) = agent_waiting_on_command(&client, project, machine).await;
+    let (body, elapsed) = waiting.await.unwrap();
+    assert_eq!(body["commands"][0]["tool_call_id"], json!(call));
+    assert!(
+        elapsed < Duration::from_secs(15),
+        "returned at once: {elapsed:?}"
+    );
+
+    // Out of bounds, or without the daemon's current session.
+    let (status, _) = claim(&server, &token, session, 21).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let missing_session = server
+        .request(Method::POST, "/v1/machine/commands/claim", &token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing_session.status(), StatusCode::BAD_REQUEST);
+    let (status, _) = claim(&server, &token, Uuid::new_v4(), 0).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+}
+
+#[tokio::test]
+async fn a_wake_attempt_is_recorded_and_calls_the_wake_url_tolerating_failure() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, key) = project_key(&client).await;
+    let server = ApiServer::start(&db).await;
+    let waker = CountingServer::start().await;
+    waker.set_response("/wake", 202, "text/plain", "waking");
+    let closed_port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let (woken, _) = register(
+        &server,
+        &key,
+        json!({"name": "w", "wake_url": waker.url("/wake")}),
+    )
+    .await;
+    let (broken, _) = register(
+        &server,
+        &key,
+        json!({"name": "b", "wake_url": format!("http://127.0.0.1:{closed_port}/wake")}),
+    )
+    .await;
+    let (plain, _) = register(&server, &key, json!({"name": "p"})).await;
+    let wake = |id: Uuid, body: Option<Value>| {
+        let request = server.request(Method::POST, &format!("/v1/machines/{id}/wake"), &key);
+        let request = match body {
+            Some(body) => request.json(&body),
+            None => request,
+        };
+        request.send()
+    };
+
+    let response = wake(woken, Some(json!({"window_secs": 600})))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["wake_url_called"], true);
+    assert_eq!(body["wake_url_status"], 202);
+    assert_eq!(body["wake_url_error"], Value::Null);
+    assert_eq!(waker.hits("/wake"), 1);
+
+    let body: Value = wake(broken, None).await.unwrap().json().await.unwrap();
+    assert_eq!(body["wake_url_called"], true);
+    assert!(body["wake_url_error"].is_string(), "{body}");
+
+    let body: Value = wake(plain, None).await.unwrap().json().await.unwrap();
+    assert_eq!(body["wake_url_called"], false);
+
+    let listed: Value = server
+        .request(Method::GET, "/v1/machines", &key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for machine in listed["machines"].as_array().unwrap() {
+        assert!(machine["wake_until"].is_string(), "{machine}");
+    }
+
+    assert_eq!(
+        wake(Uuid::new_v4(), None).await.unwrap().status(),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        wake(plain, Some(json!({"window_secs": 0})))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::BAD_REQUEST
+    );
+    let (_, stranger) = project_key(&client).await;
+    let response = server
+        .request(
+            Method::POST,
+            &format!("/v1/machines/{woken}/wake"),
+            &stranger,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::NOT_FOUND,
+        "another project's machine"
+    );
+}

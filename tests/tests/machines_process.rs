@@ -1,0 +1,543 @@
+//! Commands end to end, with real processes: `holdfast machine` daemons,
+//! `holdfast worker`s and `holdfast maintenance` against a real API server
+//! and the fake model provider. Processes are killed, stopped and restarted;
+//! what ran is read from a marker file each command appends to, and what
+//! the agent saw from the database.
+//!
+//! A running command waits for a `go` file in its working directory (a
+//! bounded loop), so a test can act while it runs and then let it finish.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use holdfast_fakes::{FakeProvider, Reply};
+use holdfast_tests::api_server::{project_key, ApiServer};
+use holdfast_tests::process::HoldfastProcess;
+use holdfast_tests::scenario::{count_events, last_event_data, spawn_worker, wait_for_event};
+use holdfast_tests::{config_to_url, wait_until, TestDb};
+use reqwest::Method;
+use serde_json::{json, Value};
+use tokio_postgres::Client;
+use uuid::Uuid;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Everything a scenario runs against.
+struct Rig {
+    db: TestDb,
+    client: Client,
+    server: ApiServer,
+    fake: FakeProvider,
+    project: Uuid,
+    key: String,
+    dir: Scratch,
+}
+
+impl Rig {
+    async fn start() -> Rig {
+        let db = TestDb::new().await;
+        let client = db.connect().await;
+        let (project, key) = project_key(&client).await;
+        let server = ApiServer::start(&db).await;
+        let fake = FakeProvider::start().await;
+        Rig {
+            db,
+            client,
+            server,
+            fake,
+            project,
+            key,
+            dir: Scratch::new(),
+        }
+    }
+
+    /// `holdfast maintenance`, ticking every 100 ms with these timeouts.
+    fn maintenance(&self, accept_timeout: &str, offline_after: &str) -> HoldfastProcess {
+        HoldfastProcess::spawn(
+            "maintenance",
+            &["maintenance"],
+            &[
+                ("HOLDFAST_DATABASE_URL", config_to_url(&self.db.config)),
+                ("HOLDFAST_MAINTENANCE_INTERVAL", "100ms".into()),
+                ("HOLDFAST_COMMAND_ACCEPT_TIMEOUT", accept_timeout.into()),
+                ("HOLDFAST_MACHINE_OFFLINE_AFTER", offline_after.into()),
+            ],
+        )
+    }
+
+    fn worker(&self, name: &str) -> HoldfastProcess {
+        spawn_worker(name, &self.db.config, &self.fake, &[])
+    }
+
+    /// Register a machine over HTTP: (id, token).
+    async fn register(&self, name: &str) -> (Uuid, String) {
+        let created: Value = self
+            .server
+            .request(Method::POST, "/v1/machines", &self.key)
+            .json(&json!({"name": name}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        (
+            created["id"].as_str().unwrap().parse().unwrap(),
+            created["token"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    /// `holdfast machine` for `token`, keeping its journal in `state`, running
+    /// commands in the scratch directory, heartbeating every 200 ms.
+    fn daemon(&self, name: &str, token: &str, state: &Path) -> HoldfastProcess {
+        HoldfastProcess::spawn(
+            name,
+            &["machine"],
+            &[
+                ("HOLDFAST_URL", self.server.url("")),
+                ("HOLDFAST_MACHINE_TOKEN", token.to_owned()),
+                ("HOLDFAST_MACHINE_STATE_DIR", state.display().to_string()),
+                (
+                    "HOLDFAST_MACHINE_WORK_DIR",
+                    self.dir.path.display().to_string(),
+                ),
+                ("HOLDFAST_MACHINE_HEARTBEAT_INTERVAL", "200ms".into()),
+                ("HOLDFAST_MACHINE_CLAIM_WAIT", "2s".into()),
+            ],
+        )
+    }
+
+    /// An agent on `machine` whose model calls run_command with `command`
+    /// once, then answers "done".
+    async fn agent_running(&self, machine: Uuid, command: &str) -> Uuid {
+        self.agent_calling(machine, json!({"command": command}))
+            .await
+    }
+
+    /// An agent on `machine` whose model calls run_command with `input`
+    /// once, then answers "done".
+    async fn agent_calling(&self, machine: Uuid, input: Value) -> Uuid {
+        self.fake
+            .push(Reply::tool_calls(vec![("run_command", input)]));
+        self.fake.set_default(Reply::text("done"));
+        let config = json!({
+            "model": {"provider": "anthropic", "name": "claude-test"},
+            "tools": [{"type": "run_command", "machine": machine}],
+        });
+        let agent = holdfast_engine::store::create_agent(&self.client, self.project, &config)
+            .await
+            .unwrap();
+        holdfast_engine::store::create_input(&self.client, agent, &json!("run it"), None)
+            .await
+            .unwrap();
+        agent
+    }
+
+    /// The output of the agent's run_command call (once completed).
+    async fn command_output(&self, agent: Uuid) -> Value {
+        self.client
+            .query_one(
+                "SELECT output FROM holdfast.tool_calls WHERE agent_id = $1 AND name = 'run_command'",
+                &[&agent],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    async fn command_state(&self, agent: Uuid) -> String {
+        self.client
+            .query_one(
+                "SELECT state FROM holdfast.commands WHERE agent_id = $1",
+                &[&agent],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    /// Wait until the command's process has started (its first line is in
+    /// the marker file).
+    async fn wait_for_marker(&self) {
+        let marker = self.dir.marker();
+        wait_until(WAIT, "the command started", || {
+            let marker = marker.clone();
+            async move { marker.exists() }
+        })
+        .await;
+    }
+}
+
+/// A scratch directory: the commands' working directory, the daemons'
+/// state directories, the marker. Dropping it releases any command still
+/// waiting (the `go` file) and removes it.
+struct Scratch {
+    path: PathBuf,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        let path = PathBuf::from(format!(
+            "/tmp/holdfast-machines-{}",
+            Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&path).unwrap();
+        Scratch { path }
+    }
+
+    fn marker(&self) -> PathBuf {
+        self.path.join("marker")
+    }
+
+    fn state(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    fn marker_lines(&self) -> usize {
+        std::fs::read_to_string(self.marker())
+            .map(|text| text.lines().count())
+            .unwrap_or(0)
+    }
+
+    fn release(&self) {
+        std::fs::write(self.path.join("go"), b"").unwrap();
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.path.join("go"), b"");
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A command that appends one line to the marker, waits (at most a minute)
+/// for the go file, then prints `tag`.
+fn marked_command(tag: &str) -> String {
+    format!(
+        "echo ran >> marker; i=0; while [ ! -e go ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; echo {tag}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_command_outlives_a_killed_worker_runs_once_and_the_agent_continues_with_its_output() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let (machine, token) = rig.register("box").await;
+    let _daemon = rig.daemon("daemon", &token, &rig.dir.state("state"));
+    let mut first = rig.worker("w1");
+    let agent = rig
+        .agent_running(machine, &marked_command("output-7f3a"))
+        .await;
+    rig.wait_for_marker().await;
+
+    first.signal("KILL");
+    first.wait_exit(WAIT).await;
+    rig.dir.release();
+    let _second = rig.worker("w2");
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+
+    assert_eq!(rig.dir.marker_lines(), 1, "the command ran exactly once");
+    let output = rig.command_output(agent).await;
+    assert_eq!(output["state"], "finished", "{output}");
+    assert_eq!(output["exit_code"], 0);
+    assert_eq!(output["stdout"], "output-7f3a\n");
+    // The model's next call was built with the command's output.
+    let request = rig.fake.last_request().unwrap();
+    assert!(
+        request.body.to_string().contains("output-7f3a"),
+        "{}",
+        request.body
+    );
+    assert_eq!(
+        count_events(&rig.client, agent, "command.accepted").await,
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_daemon_killed_mid_command_and_restarted_runs_nothing_twice_and_the_turn_ends() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let (machine, token) = rig.register("box").await;
+    let state = rig.dir.state("state");
+    let mut first = rig.daemon("daemon-1", &token, &state);
+    let _worker = rig.worker("w");
+    let agent = rig
+        .agent_running(machine, &marked_command("output-91c2"))
+        .await;
+    rig.wait_for_marker().await;
+
+    first.signal("KILL");
+    first.wait_exit(WAIT).await;
+    let _second = rig.daemon("daemon-2", &token, &state);
+    rig.dir.release();
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+
+    assert_eq!(rig.dir.marker_lines(), 1, "the side effect happened once");
+    let output = rig.command_output(agent).await;
+    match output["state"].as_str() {
+        // The process lost its reader with the first daemon: its exit status is gone.
+        Some("unknown") => assert_eq!(output["exit_code"], Value::Null),
+        Some("finished") => assert_eq!(output["stdout"], "output-91c2\n"),
+        other => panic!("unexpected result {other:?}: {output}"),
+    }
+    assert_eq!(
+        count_events(&rig.client, agent, "command.accepted").await,
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_daemon_restarted_with_a_wiped_state_dir_runs_nothing_twice() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let (machine, token) = rig.register("box").await;
+    let state = rig.dir.state("state");
+    let mut first = rig.daemon("daemon-1", &token, &state);
+    let _worker = rig.worker("w");
+    let agent = rig
+        .agent_running(machine, &marked_command("output-wiped"))
+        .await;
+    rig.wait_for_marker().await;
+
+    first.signal("KILL");
+    first.wait_exit(WAIT).await;
+    std::fs::remove_dir_all(&state).unwrap();
+    let _second = rig.daemon("daemon-2", &token, &state);
+    // The new daemon has no record of the command: it is resolved as
+    // unknown, never handed out again, and the turn goes on.
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+    let output = rig.command_output(agent).await;
+    assert_eq!(output["state"], "unknown", "{output}");
+    assert_eq!(output["reason"], "daemon_lost_record");
+    rig.dir.release();
+
+    // The second daemon is up and claiming, and still nothing ran twice.
+    wait_until(WAIT, "the second daemon heartbeats", || async {
+        let listed: Value = rig
+            .server
+            .request(Method::GET, "/v1/machines", &rig.key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        listed["machines"][0]["online"] == json!(true)
+    })
+    .await;
+    assert_eq!(rig.dir.marker_lines(), 1);
+    assert_eq!(
+        count_events(&rig.client, agent, "command.accepted").await,
+        1
+    );
+    assert_eq!(rig.command_state(agent).await, "unknown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_machine_that_never_comes_up_fails_the_command_after_the_accept_timeout() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("1s", "30s");
+    let (machine, token) = rig.register("absent").await;
+    let _worker = rig.worker("w");
+    let agent = rig.agent_running(machine, &marked_command("never")).await;
+
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+    let output = rig.command_output(agent).await;
+    assert_eq!(output["state"], "failed", "{output}");
+    assert_eq!(output["reason"], "accept_timeout");
+    assert_eq!(rig.command_state(agent).await, "failed");
+
+    // The machine shows up late: nothing is handed to it, nothing runs.
+    let session = Uuid::new_v4();
+    let heartbeat = rig
+        .server
+        .request(Method::POST, "/v1/machine/heartbeat", &token)
+        .json(&json!({"session": session, "started": true}))
+        .send()
+        .await
+        .unwrap();
+    assert!(heartbeat.status().is_success());
+    let claimed: Value = rig
+        .server
+        .request(
+            Method::POST,
+            &format!("/v1/machine/commands/claim?session={session}&wait=1"),
+            &token,
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(claimed["commands"], json!([]));
+    assert!(!rig.dir.marker().exists(), "the command never ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_silent_daemon_gives_the_agent_machine_unreachable_and_its_late_result_is_only_recorded()
+{
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "2s");
+    let (machine, token) = rig.register("box").await;
+    let daemon = rig.daemon("daemon", &token, &rig.dir.state("state"));
+    let _worker = rig.worker("w");
+    let agent = rig
+        .agent_running(machine, &marked_command("output-late"))
+        .await;
+    rig.wait_for_marker().await;
+    wait_until(WAIT, "the daemon reports the command running", || async {
+        let reported: Value = rig
+            .client
+            .query_one(
+                "SELECT reported_commands FROM holdfast.machines WHERE id = $1",
+                &[&machine],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        reported[0]["state"] == json!("running")
+    })
+    .await;
+
+    daemon.signal("STOP");
+    wait_for_event(&rig.client, agent, "machine.unreachable", WAIT).await;
+    let output = rig.command_output(agent).await;
+    assert_eq!(output["error"], "machine_unreachable", "{output}");
+    assert_eq!(output["retryable"], true);
+    assert_eq!(output["last_known_state"]["state"], "running");
+    assert!(output["last_known_state"]["pid"].is_number(), "{output}");
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+
+    // The command finishes and the daemon wakes: its result is recorded as
+    // a late event, and what the agent was given stays.
+    rig.dir.release();
+    daemon.signal("CONT");
+    wait_for_event(&rig.client, agent, "command.finished", WAIT).await;
+    let late = last_event_data(&rig.client, agent, "command.finished").await;
+    assert_eq!(late["late"], true);
+    assert_eq!(late["stdout"], "output-late\n");
+    assert_eq!(rig.command_output(agent).await, output);
+    assert_eq!(rig.command_state(agent).await, "finished");
+    assert_eq!(rig.dir.marker_lines(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wake_attempt_keeps_queued_commands_alive_past_the_offline_window() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "1s");
+    let (asleep, token) = rig.register("asleep").await;
+    let (witness, _) = rig.register("witness").await;
+    let woke = rig
+        .server
+        .request(
+            Method::POST,
+            &format!("/v1/machines/{asleep}/wake"),
+            &rig.key,
+        )
+        .json(&json!({"window_secs": 600}))
+        .send()
+        .await
+        .unwrap();
+    assert!(woke.status().is_success());
+    let _worker = rig.worker("w");
+    let waiting = rig.agent_running(asleep, "echo woke-up").await;
+    wait_for_event(&rig.client, waiting, "command.queued", WAIT).await;
+
+    // A machine registered later, with no wake attempt, has its command
+    // failed as offline: the sweep that did it saw the first one past its
+    // offline window too, and left it queued.
+    let failed = rig.agent_running(witness, "echo witness").await;
+    wait_for_event(&rig.client, failed, "command.failed", WAIT).await;
+    assert_eq!(
+        last_event_data(&rig.client, failed, "command.failed").await["reason"],
+        "machine_offline"
+    );
+    assert_eq!(rig.command_state(waiting).await, "queued");
+
+    // The machine comes up and runs it.
+    let _daemon = rig.daemon("daemon", &token, &rig.dir.state("state"));
+    wait_for_event(&rig.client, waiting, "turn.completed", WAIT).await;
+    let output = rig.command_output(waiting).await;
+    assert_eq!(output["state"], "finished", "{output}");
+    assert_eq!(output["stdout"], "woke-up\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_command_past_its_timeout_is_killed_with_everything_it_started_and_its_output_is_bounded()
+{
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let (machine, token) = rig.register("box").await;
+    let _daemon = rig.daemon("daemon", &token, &rig.dir.state("state"));
+    let _worker = rig.worker("w");
+    // A background process, 300 000 bytes of output, then a long sleep.
+    let command = "sleep 300 & echo $! > background; \
+                   head -c 300000 /dev/zero | tr '\\0' x; sleep 300";
+    let agent = rig
+        .agent_calling(machine, json!({"command": command, "timeout_secs": 1}))
+        .await;
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+
+    let output = rig.command_output(agent).await;
+    assert_eq!(output["timed_out"], true, "{output}");
+    assert_eq!(output["signal"], 9);
+    assert_eq!(output["exit_code"], Value::Null);
+    assert_eq!(output["stdout_truncated"], true);
+    let stdout = output["stdout"].as_str().unwrap();
+    assert!(stdout.len() < 110 * 1024, "kept {} bytes", stdout.len());
+    assert!(stdout.starts_with("xxxx") && stdout.ends_with("xxxx"));
+    assert!(stdout.contains("bytes omitted"));
+    let is_error: bool = rig
+        .client
+        .query_one(
+            "SELECT is_error FROM holdfast.tool_calls WHERE agent_id = $1 AND name = 'run_command'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(is_error, "a timed-out command is an error for the model");
+
+    // The background process went with the command's process group.
+    let background = std::fs::read_to_string(rig.dir.path.join("background")).unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", background.trim()));
+    let gone = match stat {
+        Err(_) => true,
+        Ok(stat) => {
+            let state = stat[stat.rfind(')').unwrap() + 1..]
+                .split_whitespace()
+                .next();
+            matches!(state, Some("Z") | Some("X"))
+        }
+    };
+    assert!(gone, "the background sleep outlived the timeout");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_terminated_daemon_finishes_and_reports_its_running_command_before_exiting() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let (machine, token) = rig.register("box").await;
+    let mut daemon = rig.daemon("daemon", &token, &rig.dir.state("state"));
+    let _worker = rig.worker("w");
+    let agent = rig
+        .agent_running(machine, &marked_command("output-drain"))
+        .await;
+    rig.wait_for_marker().await;
+
+    daemon.signal("TERM");
+    rig.dir.release();
+    assert_eq!(
+        daemon.wait_exit(WAIT).await,
+        Some(0),
+        "{}",
+        daemon.log_text()
+    );
+    // It exited only once the result was acknowledged.
+    let output = rig.command_output(agent).await;
+    assert_eq!(output["stdout"], "output-drain\n", "{output}");
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+}

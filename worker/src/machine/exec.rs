@@ -1,0 +1,273 @@
+//! Running one command: `sh -c` in the working directory, stdin closed, in
+//! a process group of its own (so its timeout kills everything it started,
+//! and a signal aimed at the daemon does not reach it), stdout and stderr
+//! captured up to a bound each.
+//!
+//! A process started by an earlier run of the daemon (which then died) is
+//! not this process's child: it can only be watched through /proc until it
+//! is gone, and its exit status is lost.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use holdfast_engine::domain::{ClaimedCommand, CommandResult, CommandResultState};
+use nix::errno::Errno;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
+
+use super::journal::Process;
+
+/// After the command's process exits, how long its output pipes may stay
+/// open (a background process it left holds them) before reading stops.
+const OUTPUT_GRACE: Duration = Duration::from_secs(2);
+/// How often a process of an earlier daemon run is looked at.
+const ORPHAN_POLL: Duration = Duration::from_millis(200);
+
+/// Run `command` to its end (or its timeout). `started` is told the process
+/// before any output is read; if it fails (the journal cannot be written),
+/// the process group is killed and the error returned.
+pub async fn run(
+    command: &ClaimedCommand,
+    work_dir: &Path,
+    max_output_bytes: usize,
+    started: impl FnOnce(Process) -> io::Result<()>,
+) -> io::Result<CommandResult> {
+    let spawned = Command::new("sh")
+        .arg("-c")
+        .arg(&command.command)
+        .current_dir(work_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            // It never ran: say so in the output the model reads.
+            return Ok(CommandResult {
+                state: CommandResultState::Finished,
+                stderr: format!(
+                    "holdfast machine: could not start sh -c in {}: {e}",
+                    work_dir.display()
+                ),
+                ..CommandResult::unknown()
+            });
+        }
+    };
+    let pid = child
+        .id()
+        .ok_or_else(|| io::Error::other("the command's process exited before its pid was read"))?;
+    let process = Process {
+        pid,
+        start_ticks: process_start_ticks(pid),
+        started_at: Utc::now(),
+    };
+    if let Err(e) = started(process) {
+        kill_group(pid);
+        let _ = child.wait().await;
+        return Err(e);
+    }
+
+    let stop_reading = CancellationToken::new();
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        kill_group(pid);
+        return Err(io::Error::other("the command's output pipes are missing"));
+    };
+    let stdout = tokio::spawn(read_bounded(stdout, max_output_bytes, stop_reading.clone()));
+    let stderr = tokio::spawn(read_bounded(stderr, max_output_bytes, stop_reading.clone()));
+
+    let timeout = Duration::from_secs(u64::try_from(command.timeout_secs).unwrap_or(1).max(1));
+    let (status, timed_out) = tokio::select! {
+        status = child.wait() => (status?, false),
+        _ = tokio::time::sleep(timeout) => {
+            kill_group(pid);
+            (child.wait().await?, true)
+        }
+    };
+    // Killed at the timeout, the whole group is gone and the pipes close at
+    // once. Exited by itself, it may have left a background process holding
+    // them: read a little longer, then stop.
+    let grace = tokio::spawn({
+        let stop_reading = stop_reading.clone();
+        async move {
+            tokio::time::sleep(OUTPUT_GRACE).await;
+            stop_reading.cancel();
+        }
+    });
+    let (stdout, stderr) = (stdout.await, stderr.await);
+    grace.abort();
+    let (stdout, stdout_truncated) =
+        stdout.map_or_else(|_| (String::new(), false), Capture::finish);
+    let (stderr, stderr_truncated) =
+        stderr.map_or_else(|_| (String::new(), false), Capture::finish);
+    Ok(CommandResult {
+        state: CommandResultState::Finished,
+        exit_code: status.code(),
+        signal: status.signal(),
+        timed_out,
+        stdout,
+        stderr,
+        stdout_truncated,
+        stderr_truncated,
+    })
+}
+
+/// Wait until a process started by an earlier run of the daemon is gone.
+/// Past `deadline` (its command's timeout), its process group is killed.
+pub async fn wait_for_orphan(process: Process, deadline: DateTime<Utc>) {
+    while is_alive(&process) {
+        if Utc::now() >= deadline {
+            kill_group(process.pid);
+        }
+        tokio::time::sleep(ORPHAN_POLL).await;
+    }
+}
+
+/// True while `process` runs: its pid exists, is not a zombie, and started
+/// at the recorded time (a pid reused by another process does not count).
+pub fn is_alive(process: &Process) -> bool {
+    let Some((state, start_ticks)) = read_stat(process.pid) else {
+        return false;
+    };
+    if state == 'Z' || state == 'X' {
+        return false;
+    }
+    process.start_ticks.is_none_or(|ticks| ticks == start_ticks)
+}
+
+/// Kill a command's process group (its pid is its group id). A group that
+/// is already gone is fine.
+pub fn kill_group(pid: u32) {
+    let Ok(pid) = i32::try_from(pid) else {
+        return;
+    };
+    match killpg(Pid::from_raw(pid), Signal::SIGKILL) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(e) => tracing::warn!(pid, error = %e, "killing a command's process group"),
+    }
+}
+
+/// The start time (clock ticks after boot) of a process, from /proc.
+pub fn process_start_ticks(pid: u32) -> Option<u64> {
+    read_stat(pid).map(|(_, ticks)| ticks)
+}
+
+/// (state, starttime) from /proc/PID/stat. The command name (field 2) is in
+/// parentheses and may hold spaces, so fields are counted after the last ')'.
+fn read_stat(pid: u32) -> Option<(char, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // Field 22 of the line; the state is field 3, so 19 more.
+    let start_ticks = fields.nth(18)?.parse().ok()?;
+    Some((state, start_ticks))
+}
+
+/// Read a pipe to its end (or until `stop`), keeping at most `limit` bytes:
+/// the first half and the last half, so both the start of the output and
+/// its end (where errors usually are) survive.
+async fn read_bounded(
+    mut pipe: impl AsyncRead + Unpin,
+    limit: usize,
+    stop: CancellationToken,
+) -> Capture {
+    let mut capture = Capture::new(limit);
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        tokio::select! {
+            read = pipe.read(&mut buf) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => capture.push(&buf[..n]),
+            },
+            _ = stop.cancelled() => break,
+        }
+    }
+    capture
+}
+
+/// A bounded capture of one output stream.
+struct Capture {
+    head_limit: usize,
+    tail_limit: usize,
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    total: u64,
+}
+
+impl Capture {
+    fn new(limit: usize) -> Capture {
+        let head_limit = limit / 2;
+        Capture {
+            head_limit,
+            tail_limit: limit - head_limit,
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            total: 0,
+        }
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        let room = self.head_limit.saturating_sub(self.head.len());
+        let (to_head, rest) = bytes.split_at(room.min(bytes.len()));
+        self.head.extend_from_slice(to_head);
+        bytes = rest;
+        if bytes.len() >= self.tail_limit {
+            self.tail.clear();
+            self.tail.extend(&bytes[bytes.len() - self.tail_limit..]);
+        } else {
+            self.tail.extend(bytes);
+            let excess = self.tail.len().saturating_sub(self.tail_limit);
+            self.tail.drain(..excess);
+        }
+    }
+
+    /// The text (invalid UTF-8 replaced) and whether bytes were left out.
+    fn finish(mut self) -> (String, bool) {
+        let kept = (self.head.len() + self.tail.len()) as u64;
+        let head = String::from_utf8_lossy(&self.head).into_owned();
+        let tail = String::from_utf8_lossy(self.tail.make_contiguous()).into_owned();
+        if kept == self.total {
+            return (head + &tail, false);
+        }
+        let omitted = self.total - kept;
+        (
+            format!("{head}\n[... {omitted} bytes omitted ...]\n{tail}"),
+            true,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capture_within_its_limit_is_exact() {
+        let mut capture = Capture::new(10);
+        capture.push(b"abc");
+        capture.push(b"defghij");
+        assert_eq!(capture.finish(), ("abcdefghij".to_owned(), false));
+    }
+
+    #[test]
+    fn a_capture_past_its_limit_keeps_the_head_and_the_tail() {
+        let mut capture = Capture::new(10);
+        for chunk in [&b"0123"[..], b"456789", b"abcdefghij", b"XYZ"] {
+            capture.push(chunk);
+        }
+        let (text, truncated) = capture.finish();
+        assert!(truncated);
+        assert_eq!(text, "01234\n[... 13 bytes omitted ...]\nijXYZ");
+    }
+}
