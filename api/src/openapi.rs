@@ -21,6 +21,7 @@ use utoipa::{Modify, OpenApi};
         (name = "agents", description = "agents, inputs, cancel, archive"),
         (name = "events", description = "the timeline and its live stream"),
         (name = "tool-calls", description = "custom tool calls the client answers"),
+        (name = "approvals", description = "approvals and questions a person answers"),
         (name = "operations", description = "health, readiness, metrics, this document"),
     )
 )]
