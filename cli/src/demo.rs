@@ -134,6 +134,13 @@ struct Stack {
 impl Stack {
     async fn start(dir: &Path, out: &mut Timeline) -> Result<Stack> {
         let dir = dir.to_path_buf();
+        out.line(
+            "postgres",
+            format!(
+                "starting a private cluster in {} (created on the first run)",
+                dir.display()
+            ),
+        );
         let cluster = tokio::task::spawn_blocking({
             let dir = dir.clone();
             move || {
@@ -147,14 +154,11 @@ impl Stack {
             }
         })
         .await??;
+        let database = fresh_database(&cluster).await?;
         out.line(
             "postgres",
-            format!(
-                "private cluster in {} is up (fsync off: a demo)",
-                dir.display()
-            ),
+            format!("up, with a fresh database {DATABASE} (fsync off: a demo, not production)"),
         );
-        let database = fresh_database(&cluster).await?;
         let (client, connection) = database.connect(NoTls).await?;
         tokio::spawn(connection);
 
