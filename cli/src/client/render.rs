@@ -38,12 +38,13 @@ impl Timeline {
     pub fn saved(&mut self, event: &SavedEvent) {
         let streamed = self.streaming;
         self.break_line();
-        let detail = describe(event, streamed);
-        println!(
-            "{:>6}  {:<20} {detail}",
+        let line = format!(
+            "{:>6}  {:<20} {}",
             format!("#{}", event.seq),
-            event.kind
+            event.kind,
+            describe(event, streamed)
         );
+        println!("{}", line.trim_end());
     }
 }
 
