@@ -8,6 +8,7 @@
 //! [`AppState::start`] and the routes with [`router`].
 
 pub mod agents;
+pub mod approvals;
 pub mod auth;
 pub mod error;
 pub mod events;
@@ -92,6 +93,10 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(machines::daemon::heartbeat))
         .routes(routes!(machines::daemon::claim_commands))
         .routes(routes!(machines::daemon::submit_result))
+        .routes(routes!(approvals::list_approvals))
+        .routes(routes!(approvals::decide_approval))
+        .routes(routes!(approvals::list_questions))
+        .routes(routes!(approvals::answer_question))
         .routes(routes!(probes::healthz))
         .routes(routes!(probes::readyz))
         .routes(routes!(metrics::metrics))

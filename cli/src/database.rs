@@ -5,6 +5,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use holdfast_engine::cluster::{ClusterOptions, LocalCluster};
 use holdfast_engine::{connect, migrate, store};
+use tokio_postgres::config::Host;
 use tokio_postgres::{Config, NoTls};
 
 /// The embedded cluster's home, relative to the working directory.
@@ -52,6 +53,30 @@ impl Database {
         })
     }
 
+    /// Where the data lives, for people: the embedded cluster's directory,
+    /// or the server's host and database (never the password).
+    pub fn location(&self) -> String {
+        if let Some(cluster) = &self._cluster {
+            return format!("embedded Postgres in {}", cluster.data_dir().display());
+        }
+        let host = match self.config.get_hosts().first() {
+            Some(Host::Tcp(host)) => host.clone(),
+            Some(Host::Unix(path)) => path.display().to_string(),
+            None => "localhost".into(),
+        };
+        format!(
+            "Postgres at {host}, database {}",
+            self.config.get_dbname().unwrap_or("(default)")
+        )
+    }
+
+    /// Close: stop the embedded cluster if this process started it, and
+    /// wait until it has stopped.
+    pub async fn close(self) -> Result<()> {
+        tokio::task::spawn_blocking(move || drop(self)).await?;
+        Ok(())
+    }
+
     pub async fn migrate(&self) -> Result<Vec<&'static str>> {
         let (mut client, connection) = self
             .config
@@ -63,37 +88,47 @@ impl Database {
     }
 }
 
-pub async fn print_status(db: &Database) -> Result<()> {
+/// The queue overview from the DBA views: agents by state, leases by
+/// worker, stuck agents. `json`: one document for scripts.
+pub async fn print_status(db: &Database, json: bool) -> Result<()> {
     let (client, connection) = db.config.connect(NoTls).await?;
     tokio::spawn(connection);
+    let depth = store::queue_depth(&client).await?;
+    let workers = store::worker_leases(&client).await?;
+    let stuck = store::stuck_agents(&client, STUCK_SHOWN).await?;
+    if json {
+        let by_state: serde_json::Map<String, serde_json::Value> = depth
+            .iter()
+            .map(|(state, agents)| (state.clone(), (*agents).into()))
+            .collect();
+        let document = serde_json::json!({
+            "queue_depth": by_state,
+            "workers": workers,
+            "stuck_agents": stuck,
+        });
+        println!("{}", serde_json::to_string_pretty(&document)?);
+        return Ok(());
+    }
     println!("agents by state:");
-    for (state, agents) in store::queue_depth(&client).await? {
+    for (state, agents) in depth {
         println!("  {state:<9} {agents}");
     }
-    let leases = client
-        .query(
-            "SELECT worker, agents_held, oldest_lease_expires_at::text FROM holdfast.worker_leases ORDER BY worker",
-            &[],
-        )
-        .await?;
-    println!("workers holding leases: {}", leases.len());
-    for row in leases {
+    println!("workers holding leases: {}", workers.len());
+    for worker in workers {
+        let expiry = worker
+            .oldest_lease_expires_at
+            .map_or_else(|| "-".to_owned(), |t| t.to_rfc3339());
         println!(
-            "  {:<30} {:>5} agents, next expiry {}",
-            row.get::<_, String>(0),
-            row.get::<_, i64>(1),
-            row.get::<_, String>(2)
+            "  {:<30} {:>5} agents, next expiry {expiry}",
+            worker.worker, worker.agents_held
         );
     }
-    let stuck = client
-        .query(
-            "SELECT agent_id::text, reason FROM holdfast.stuck_agents LIMIT 20",
-            &[],
-        )
-        .await?;
     println!("stuck agents: {}", stuck.len());
-    for row in stuck {
-        println!("  {}  {}", row.get::<_, String>(0), row.get::<_, String>(1));
+    for agent in stuck {
+        println!("  {}  {}", agent.agent_id, agent.reason);
     }
     Ok(())
 }
+
+/// Stuck agents listed by `status` (the view itself has them all).
+const STUCK_SHOWN: i64 = 20;

@@ -1,12 +1,15 @@
 //! The `holdfast` binary: parses flags, wires the crates. Nothing else.
 
+mod client;
 mod database;
+mod demo;
 mod keys;
 mod machine;
 mod maintenance;
 mod run_worker;
 mod serve_api;
 mod signals;
+mod up;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -18,14 +21,10 @@ struct Cli {
     /// Postgres URL. Unset: a private embedded cluster in .holdfast/pg.
     #[arg(long = "database-url", env = "HOLDFAST_DATABASE_URL", global = true)]
     database_url: Option<String>,
-    /// Log filter (e.g. `info`, `holdfast=debug`).
-    #[arg(
-        long = "log",
-        env = "HOLDFAST_LOG",
-        default_value = "info",
-        global = true
-    )]
-    log: String,
+    /// Log filter (e.g. `info`, `holdfast=debug`); default `info`, and
+    /// `warn` for the demo and the client commands, whose output is for people.
+    #[arg(long = "log", env = "HOLDFAST_LOG", global = true)]
+    log: Option<String>,
     /// Log as JSON lines.
     #[arg(long = "log-json", global = true)]
     log_json: bool,
@@ -38,7 +37,11 @@ enum Command {
     /// Apply the SQL migrations in sql/ (idempotent; safe to run concurrently).
     Migrate,
     /// Queue overview: agents by state, leases by worker, stuck agents.
-    Status,
+    Status {
+        /// One JSON document: {"queue_depth", "workers", "stuck_agents"}.
+        #[arg(long)]
+        json: bool,
+    },
     /// Claim agents and run their steps until SIGTERM/SIGINT (then drain).
     Worker(run_worker::WorkerArgs),
     /// Serve the HTTP API until SIGTERM/SIGINT.
@@ -52,25 +55,55 @@ enum Command {
     Maintenance(maintenance::MaintenanceArgs),
     /// Run commands for agents on this machine (the machine daemon; needs no database).
     Machine(machine::MachineArgs),
+    /// Run everything on one host: API, workers, maintenance (embedded Postgres by default).
+    Up(up::UpArgs),
+    /// A self-contained showcase: a crash mid-answer and the recovery (no API key, no network).
+    Demo(demo::DemoArgs),
+    /// Create, show and list agents (client: HOLDFAST_URL, HOLDFAST_API_KEY).
+    Agents {
+        #[command(subcommand)]
+        command: client::AgentsCommand,
+    },
+    /// Send a message to an agent, with an Idempotency-Key.
+    Send(client::SendArgs),
+    /// Follow an agent's timeline live (resumes after reconnects).
+    Tail(client::TailArgs),
+    /// What waits on you: pending approvals, questions and custom tool calls.
+    Pending(client::PendingArgs),
+    /// Approve a tool call that needs approval.
+    Approve(client::DecideArgs),
+    /// Deny a tool call that needs approval.
+    Deny(client::DecideArgs),
+    /// Answer an agent's question.
+    Answer(client::AnswerArgs),
+    /// Post a custom tool call's result.
+    Result(client::ResultArgs),
 }
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    init_tracing(&cli.log, cli.log_json);
+    let speaks_to_people = !matches!(
+        cli.command,
+        Command::Migrate
+            | Command::Status { .. }
+            | Command::Worker(_)
+            | Command::Api(_)
+            | Command::Keys { .. }
+            | Command::Maintenance(_)
+            | Command::Up(_)
+            | Command::Machine(_)
+    );
+    let default_log = if speaks_to_people { "warn" } else { "info" };
+    init_tracing(cli.log.as_deref().unwrap_or(default_log), cli.log_json);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        // The daemon runs on a user's machine and speaks HTTP only: it must
-        // not open, let alone start, a database.
-        let command = match cli.command {
-            Command::Machine(args) => return machine::run(args).await,
-            command => command,
-        };
-        let db = database::Database::open(cli.database_url.as_deref()).await?;
-        match command {
+        let url = cli.database_url.as_deref();
+        let open = || database::Database::open(url);
+        match cli.command {
             Command::Migrate => {
-                let applied = db.migrate().await?;
+                let applied = open().await?.migrate().await?;
                 if applied.is_empty() {
                     println!("schema is up to date");
                 } else {
@@ -78,18 +111,32 @@ fn main() -> Result<()> {
                         println!("applied {name}");
                     }
                 }
+                Ok(())
             }
-            Command::Status => {
+            Command::Status { json } => {
+                let db = open().await?;
                 db.migrate().await?;
-                database::print_status(&db).await?;
+                database::print_status(&db, json).await
             }
-            Command::Worker(args) => run_worker::run(&db, &args).await?,
-            Command::Api(args) => serve_api::run(&db, args).await?,
-            Command::Keys { command } => keys::run(&db, command).await?,
-            Command::Maintenance(args) => maintenance::run(&db, args).await?,
-            Command::Machine(_) => unreachable!("the machine daemon returned above"),
+            Command::Worker(args) => run_worker::run(&open().await?, &args).await,
+            Command::Api(args) => serve_api::run(&open().await?, args).await,
+            Command::Keys { command } => keys::run(&open().await?, command).await,
+            Command::Maintenance(args) => maintenance::run(&open().await?, args).await,
+            Command::Up(args) => up::run(open().await?, args).await,
+            // The demo brings its own Postgres; the client speaks HTTP.
+            Command::Demo(args) => demo::run(args).await,
+            Command::Agents { command } => client::agents(command).await,
+            Command::Send(args) => client::send(args).await,
+            Command::Tail(args) => client::tail(args).await,
+            Command::Pending(args) => client::pending(args).await,
+            Command::Approve(args) => client::decide(args, "approve").await,
+            Command::Deny(args) => client::decide(args, "deny").await,
+            Command::Answer(args) => client::answer(args).await,
+            Command::Result(args) => client::result(args).await,
+            // The daemon runs on a user's machine and speaks HTTP only: it
+            // never opens, let alone starts, a database.
+            Command::Machine(args) => machine::run(args).await,
         }
-        Ok(())
     })
 }
 

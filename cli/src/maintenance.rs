@@ -69,7 +69,13 @@ pub struct MaintenanceArgs {
 }
 
 impl MaintenanceArgs {
-    fn settings(&self) -> Settings {
+    /// The API's listen address (`HOLDFAST_LISTEN`): `holdfast up` serves
+    /// the API on it too.
+    pub fn listen(&self) -> &str {
+        &self.listen
+    }
+
+    pub fn settings(&self) -> Settings {
         Settings {
             interval: self.interval,
             command_accept_timeout: self.command_accept_timeout,

@@ -641,3 +641,120 @@ pub struct MachineTickReport {
     /// Accepted commands of machines gone silent (machine_unreachable).
     pub unreachable: i64,
 }
+/// An approval's status: `pending` until someone decides; `cancelled` when
+/// its turn was cancelled first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalStatus {
+    Pending,
+    Approved,
+    Denied,
+    Cancelled,
+}
+
+impl ApprovalStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Denied => "denied",
+            ApprovalStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::str::FromStr for ApprovalStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "pending" => ApprovalStatus::Pending,
+            "approved" => ApprovalStatus::Approved,
+            "denied" => ApprovalStatus::Denied,
+            "cancelled" => ApprovalStatus::Cancelled,
+            other => return Err(format!("unknown approval status {other:?}")),
+        })
+    }
+}
+
+/// A tool call waiting for approve/deny (`approvals.require_for`), with
+/// what the call would do, so a person can decide from this row alone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Approval {
+    pub id: Uuid,
+    pub agent_id: Uuid,
+    pub tool_call_id: Uuid,
+    pub tool_name: String,
+    pub tool_input: Value,
+    pub status: ApprovalStatus,
+    pub decided_by: Option<String>,
+    pub reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub decided_at: Option<DateTime<Utc>>,
+}
+
+/// A question's status: `pending` until answered; `cancelled` with its turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuestionStatus {
+    Pending,
+    Answered,
+    Cancelled,
+}
+
+impl QuestionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuestionStatus::Pending => "pending",
+            QuestionStatus::Answered => "answered",
+            QuestionStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::str::FromStr for QuestionStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "pending" => QuestionStatus::Pending,
+            "answered" => QuestionStatus::Answered,
+            "cancelled" => QuestionStatus::Cancelled,
+            other => return Err(format!("unknown question status {other:?}")),
+        })
+    }
+}
+
+/// A question an agent asked (`ask_user`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Question {
+    pub id: Uuid,
+    pub agent_id: Uuid,
+    pub tool_call_id: Uuid,
+    pub question: String,
+    pub status: QuestionStatus,
+    pub answer: Option<String>,
+    pub answered_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub answered_at: Option<DateTime<Utc>>,
+}
+
+/// One row of `holdfast.worker_leases`: what a worker holds.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WorkerLeases {
+    pub worker: String,
+    pub agents_held: i64,
+    pub oldest_lease_expires_at: Option<DateTime<Utc>>,
+    pub last_claim_at: Option<DateTime<Utc>>,
+    /// The Postgres backends its claims were made on.
+    pub backend_pids: Vec<i32>,
+}
+
+/// One row of `holdfast.stuck_agents`: an agent that needs a look.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StuckAgent {
+    pub agent_id: Uuid,
+    pub state: String,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub state_changed_at: DateTime<Utc>,
+    pub reason: String,
+}

@@ -1235,3 +1235,183 @@ pub async fn machine_tick(
     serde_json::from_value(report)
         .map_err(|e| Error::Migration(format!("machine_tick report: {e}")))
 }
+// ---------------------------------------------------------------------------
+// Approvals and questions (sql/0005_tools.sql) as clients read them, and the
+// DBA views the status command shows. Reads are scoped by project where a
+// client names the object, so another project's object reads as missing.
+// ---------------------------------------------------------------------------
+
+use crate::domain::{Approval, ApprovalStatus, Question, QuestionStatus, StuckAgent, WorkerLeases};
+
+const APPROVAL_COLUMNS: &str = "p.id, p.agent_id, p.tool_call_id, t.name, t.input, p.status, \
+                                p.decided_by, p.reason, p.created_at, p.decided_at";
+
+fn approval_from_row(row: &tokio_postgres::Row) -> Result<Approval> {
+    Ok(Approval {
+        id: row.get(0),
+        agent_id: row.get(1),
+        tool_call_id: row.get(2),
+        tool_name: row.get(3),
+        tool_input: row.get(4),
+        status: row
+            .get::<_, &str>(5)
+            .parse()
+            .map_err(|message| Error::Invalid {
+                field: Some("status".into()),
+                message,
+            })?,
+        decided_by: row.get(6),
+        reason: row.get(7),
+        created_at: row.get(8),
+        decided_at: row.get(9),
+    })
+}
+
+/// An approval of `project`'s agents; `None` when missing or another project's.
+pub async fn get_approval(
+    client: &impl GenericClient,
+    project: Uuid,
+    approval: Uuid,
+) -> Result<Option<Approval>> {
+    let row = client
+        .query_opt(
+            &format!(
+                "SELECT {APPROVAL_COLUMNS} FROM holdfast.approvals p \
+                   JOIN holdfast.tool_calls t ON t.id = p.tool_call_id \
+                   JOIN holdfast.agents a ON a.id = p.agent_id \
+                  WHERE p.id = $1 AND a.project_id = $2"
+            ),
+            &[&approval, &project],
+        )
+        .await?;
+    row.as_ref().map(approval_from_row).transpose()
+}
+
+/// An agent's approvals in `status` (all when `None`), oldest first.
+pub async fn list_approvals(
+    client: &impl GenericClient,
+    agent: Uuid,
+    status: Option<ApprovalStatus>,
+    limit: i64,
+) -> Result<Vec<Approval>> {
+    let status = status.map(ApprovalStatus::as_str);
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {APPROVAL_COLUMNS} FROM holdfast.approvals p \
+                   JOIN holdfast.tool_calls t ON t.id = p.tool_call_id \
+                  WHERE p.agent_id = $1 AND ($2::text IS NULL OR p.status = $2) \
+                  ORDER BY p.created_at, p.id LIMIT $3"
+            ),
+            &[&agent, &status, &limit],
+        )
+        .await?;
+    rows.iter().map(approval_from_row).collect()
+}
+
+const QUESTION_COLUMNS: &str = "q.id, q.agent_id, q.tool_call_id, q.question, q.status, q.answer, \
+                                q.answered_by, q.created_at, q.answered_at";
+
+fn question_from_row(row: &tokio_postgres::Row) -> Result<Question> {
+    Ok(Question {
+        id: row.get(0),
+        agent_id: row.get(1),
+        tool_call_id: row.get(2),
+        question: row.get(3),
+        status: row
+            .get::<_, &str>(4)
+            .parse()
+            .map_err(|message| Error::Invalid {
+                field: Some("status".into()),
+                message,
+            })?,
+        answer: row.get(5),
+        answered_by: row.get(6),
+        created_at: row.get(7),
+        answered_at: row.get(8),
+    })
+}
+
+/// A question of `project`'s agents; `None` when missing or another project's.
+pub async fn get_question(
+    client: &impl GenericClient,
+    project: Uuid,
+    question: Uuid,
+) -> Result<Option<Question>> {
+    let row = client
+        .query_opt(
+            &format!(
+                "SELECT {QUESTION_COLUMNS} FROM holdfast.questions q \
+                   JOIN holdfast.agents a ON a.id = q.agent_id \
+                  WHERE q.id = $1 AND a.project_id = $2"
+            ),
+            &[&question, &project],
+        )
+        .await?;
+    row.as_ref().map(question_from_row).transpose()
+}
+
+/// An agent's questions in `status` (all when `None`), oldest first.
+pub async fn list_questions(
+    client: &impl GenericClient,
+    agent: Uuid,
+    status: Option<QuestionStatus>,
+    limit: i64,
+) -> Result<Vec<Question>> {
+    let status = status.map(QuestionStatus::as_str);
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {QUESTION_COLUMNS} FROM holdfast.questions q \
+                  WHERE q.agent_id = $1 AND ($2::text IS NULL OR q.status = $2) \
+                  ORDER BY q.created_at, q.id LIMIT $3"
+            ),
+            &[&agent, &status, &limit],
+        )
+        .await?;
+    rows.iter().map(question_from_row).collect()
+}
+
+/// Per worker: agents held, the soonest lease expiry (`holdfast.worker_leases`).
+pub async fn worker_leases(client: &impl GenericClient) -> Result<Vec<WorkerLeases>> {
+    let rows = client
+        .query(
+            "SELECT worker, agents_held, oldest_lease_expires_at, last_claim_at, \
+                    array_remove(backend_pids, NULL) \
+               FROM holdfast.worker_leases ORDER BY worker",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| WorkerLeases {
+            worker: r.get(0),
+            agents_held: r.get(1),
+            oldest_lease_expires_at: r.get(2),
+            last_claim_at: r.get(3),
+            backend_pids: r.get(4),
+        })
+        .collect())
+}
+
+/// Agents that need a look (`holdfast.stuck_agents`), at most `limit`.
+pub async fn stuck_agents(client: &impl GenericClient, limit: i64) -> Result<Vec<StuckAgent>> {
+    let rows = client
+        .query(
+            "SELECT agent_id, state, lease_owner, lease_expires_at, state_changed_at, reason \
+               FROM holdfast.stuck_agents ORDER BY state_changed_at, agent_id LIMIT $1",
+            &[&limit],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| StuckAgent {
+            agent_id: r.get(0),
+            state: r.get(1),
+            lease_owner: r.get(2),
+            lease_expires_at: r.get(3),
+            state_changed_at: r.get(4),
+            reason: r.get(5),
+        })
+        .collect())
+}

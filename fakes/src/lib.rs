@@ -95,8 +95,16 @@ impl Drop for FakeProvider {
 }
 
 impl FakeProvider {
-    /// Start on an ephemeral port of 127.0.0.1.
+    /// Start on an ephemeral port of 127.0.0.1 (panics if it cannot bind:
+    /// for tests).
     pub async fn start() -> FakeProvider {
+        FakeProvider::try_start()
+            .await
+            .expect("bind the fake provider on 127.0.0.1")
+    }
+
+    /// Start on an ephemeral port of 127.0.0.1, or say why it could not.
+    pub async fn try_start() -> std::io::Result<FakeProvider> {
         let shared = Arc::new(Shared {
             queue: Mutex::new(VecDeque::new()),
             default_reply: Mutex::new(Reply::text("ok")),
@@ -112,19 +120,17 @@ impl FakeProvider {
             .route("/v1/messages", post(anthropic))
             .route("/v1/chat/completions", post(openai))
             .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the fake provider");
-        let addr = listener.local_addr().expect("fake provider address");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
         let server = tokio::spawn(async move {
             // Only ends when aborted (on drop); an accept error is the test's end anyway.
             let _ = axum::serve(listener, app).await;
         });
-        FakeProvider {
+        Ok(FakeProvider {
             addr,
             shared,
             server,
-        }
+        })
     }
 
     /// `http://127.0.0.1:PORT`: serves both protocols.
@@ -193,6 +199,12 @@ impl FakeProvider {
         self.shared
             .release
             .send_modify(|generation| *generation += 1);
+    }
+
+    /// The number of replies stopped at their hold point, to await without
+    /// a time limit (the demo waits on it alongside other things).
+    pub fn held_watch(&self) -> watch::Receiver<usize> {
+        self.shared.held.subscribe()
     }
 
     /// Wait until at least `n` requests have arrived (panics after 30 s).

@@ -1,0 +1,574 @@
+//! The client CLI: Holdfast's HTTP API from a shell (`HOLDFAST_URL`,
+//! `HOLDFAST_API_KEY`). Human output by default; `--json` prints the API's
+//! JSON (one document, or one event per line for `tail`), and on an error
+//! the API's error body, so scripts can branch on `.error.type`.
+
+pub mod follow;
+pub mod http;
+mod render;
+pub mod sse;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::signals::cancel_on_signal;
+use follow::{follow, StreamItem};
+use http::{ApiClient, CallError};
+
+/// Where the API is and who is calling.
+#[derive(Args, Clone)]
+pub struct Endpoint {
+    /// The API's base URL.
+    #[arg(
+        long = "url",
+        env = "HOLDFAST_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    url: String,
+    /// An API key (`holdfast keys create`, or the one `holdfast up` printed).
+    #[arg(long = "api-key", env = "HOLDFAST_API_KEY", hide_env_values = true)]
+    api_key: String,
+}
+
+impl Endpoint {
+    fn client(&self) -> Result<ApiClient> {
+        ApiClient::new(&self.url, &self.api_key).context("building the HTTP client")
+    }
+}
+
+#[derive(Subcommand)]
+pub enum AgentsCommand {
+    /// Create an agent.
+    Create(CreateArgs),
+    /// Show an agent.
+    Get {
+        agent: Uuid,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        endpoint: Endpoint,
+    },
+    /// List the project's agents, oldest first.
+    List {
+        /// Only agents in this state (idle, ready, running, waiting, archived).
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        endpoint: Endpoint,
+    },
+}
+
+#[derive(Args)]
+pub struct CreateArgs {
+    /// PROVIDER/NAME, e.g. anthropic/claude-sonnet-4-5 or openai/gpt-4.1.
+    #[arg(long)]
+    model: String,
+    /// An Anthropic- or OpenAI-compatible server for this agent.
+    #[arg(long = "base-url")]
+    base_url: Option<String>,
+    #[arg(long = "max-tokens")]
+    max_tokens: Option<u32>,
+    /// The system prompt.
+    #[arg(long)]
+    system: Option<String>,
+    /// A tool: a type (`web_fetch`, `ask_user`, `spawn_subagent`),
+    /// `custom:NAME` (your backend answers it), `mcp:NAME=URL`, or a JSON
+    /// object. Repeat for several.
+    #[arg(long = "tool", value_name = "SPEC")]
+    tools: Vec<String>,
+    /// A tool name that needs approve/deny before it runs. Repeat for several.
+    #[arg(long = "require-approval", value_name = "TOOL")]
+    require_approval: Vec<String>,
+    /// Free-form JSON object kept with the agent.
+    #[arg(long)]
+    metadata: Option<String>,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    endpoint: Endpoint,
+}
+
+#[derive(Args)]
+pub struct SendArgs {
+    agent: Uuid,
+    /// The message.
+    text: String,
+    /// Sent as `Idempotency-Key` (default: a fresh UUID, reused by this
+    /// command's own retries, so a retried send is recorded once).
+    #[arg(long = "idempotency-key")]
+    idempotency_key: Option<String>,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    endpoint: Endpoint,
+}
+
+#[derive(Args)]
+pub struct TailArgs {
+    agent: Uuid,
+    /// Start after this event seq (0: from the first event).
+    #[arg(long, default_value_t = 0)]
+    after: i64,
+    /// Exit after the first event of this type (e.g. `turn.completed`).
+    #[arg(long, value_name = "EVENT_TYPE")]
+    until: Option<String>,
+    /// One JSON document per line: saved events as the API sends them, and
+    /// live deltas as `{"type": "delta", "text", "epoch"}`.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    endpoint: Endpoint,
+}
+
+#[derive(Args)]
+pub struct PendingArgs {
+    agent: Uuid,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    endpoint: Endpoint,
+}
+
+#[derive(Args)]
+pub struct DecideArgs {
+    approval: Uuid,
+    /// Who decides (default: $USER).
+    #[arg(long)]
+    by: Option<String>,
+    /// Why (the model sees it on a denial).
+    #[arg(long)]
+    reason: Option<String>,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    endpoint: Endpoint,
+}
+
+#[derive(Args)]
+pub struct AnswerArgs {
+    question: Uuid,
+    answer: String,
+    /// Who answers (default: $USER).
+    #[arg(long)]
+    by: Option<String>,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    endpoint: Endpoint,
+}
+
+#[derive(Args)]
+pub struct ResultArgs {
+    tool_call: Uuid,
+    /// The tool's output as JSON (a string needs quotes: '"done"').
+    output: String,
+    /// The tool failed; the model is told so.
+    #[arg(long)]
+    error: bool,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    endpoint: Endpoint,
+}
+
+pub async fn agents(command: AgentsCommand) -> Result<()> {
+    match command {
+        AgentsCommand::Create(args) => create_agent(args).await,
+        AgentsCommand::Get {
+            agent,
+            json,
+            endpoint,
+        } => {
+            let api = endpoint.client()?;
+            let answer = api
+                .get(&format!("/v1/agents/{agent}"))
+                .await
+                .or_else(|e| fail(e, json))?;
+            if json {
+                print_json(&answer.body);
+            } else {
+                render::agent(&answer.body);
+            }
+            Ok(())
+        }
+        AgentsCommand::List {
+            state,
+            json,
+            endpoint,
+        } => list_agents(endpoint, state, json).await,
+    }
+}
+
+async fn create_agent(args: CreateArgs) -> Result<()> {
+    let (provider, name) = args
+        .model
+        .split_once('/')
+        .filter(|(p, n)| !p.is_empty() && !n.is_empty())
+        .context("--model must be PROVIDER/NAME, e.g. anthropic/claude-sonnet-4-5")?;
+    let mut model = json!({"provider": provider, "name": name});
+    if let Some(base_url) = &args.base_url {
+        model["base_url"] = json!(base_url);
+    }
+    if let Some(max_tokens) = args.max_tokens {
+        model["max_tokens"] = json!(max_tokens);
+    }
+    let tools = args
+        .tools
+        .iter()
+        .map(|spec| tool_from_spec(spec))
+        .collect::<Result<Vec<_>>>()?;
+    let mut config = json!({"model": model, "tools": tools});
+    if let Some(system) = &args.system {
+        config["system"] = json!(system);
+    }
+    if !args.require_approval.is_empty() {
+        config["approvals"] = json!({"require_for": args.require_approval});
+    }
+    if let Some(metadata) = &args.metadata {
+        let metadata: Map<String, Value> =
+            serde_json::from_str(metadata).context("--metadata must be a JSON object")?;
+        config["metadata"] = Value::Object(metadata);
+    }
+    let api = args.endpoint.client()?;
+    // Not retried: a repeat after a lost answer would create a second agent.
+    let answer = api
+        .post_once("/v1/agents", &config)
+        .await
+        .or_else(|e| fail(e, args.json))?;
+    if args.json {
+        print_json(&answer.body);
+    } else {
+        render::agent_created(&answer.body);
+    }
+    Ok(())
+}
+
+/// A `--tool` spec as a tool entry of the agent config.
+fn tool_from_spec(spec: &str) -> Result<Value> {
+    let spec = spec.trim();
+    if spec.starts_with('{') {
+        let tool: Map<String, Value> = serde_json::from_str(spec)
+            .with_context(|| format!("--tool {spec}: not a JSON object"))?;
+        return Ok(Value::Object(tool));
+    }
+    if let Some(name) = spec.strip_prefix("custom:") {
+        return Ok(json!({"type": "custom", "name": name, "input_schema": {"type": "object"}}));
+    }
+    if let Some(server) = spec.strip_prefix("mcp:") {
+        let (name, url) = server
+            .split_once('=')
+            .with_context(|| format!("--tool {spec}: expected mcp:NAME=URL"))?;
+        return Ok(json!({"type": "mcp", "name": name, "url": url}));
+    }
+    if spec.is_empty() || spec.contains([':', '=', ' ']) {
+        bail!("--tool {spec}: expected a tool type, custom:NAME, mcp:NAME=URL or a JSON object");
+    }
+    Ok(json!({"type": spec}))
+}
+
+async fn list_agents(endpoint: Endpoint, state: Option<String>, json: bool) -> Result<()> {
+    let api = endpoint.client()?;
+    let mut agents = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut path = "/v1/agents?limit=1000".to_owned();
+        if let Some(state) = &state {
+            path.push_str(&format!("&state={state}"));
+        }
+        if let Some(after) = &after {
+            path.push_str(&format!("&after={after}"));
+        }
+        let page = api.get(&path).await.or_else(|e| fail(e, json))?.body;
+        let batch = page["agents"].as_array().cloned().unwrap_or_default();
+        after = batch
+            .last()
+            .and_then(|a| a["id"].as_str())
+            .map(str::to_owned);
+        agents.extend(batch);
+        if page["has_more"] != json!(true) || after.is_none() {
+            break;
+        }
+    }
+    if json {
+        print_json(&json!({"agents": agents}));
+    } else {
+        render::agent_list(&agents);
+    }
+    Ok(())
+}
+
+pub async fn send(args: SendArgs) -> Result<()> {
+    let api = args.endpoint.client()?;
+    let key = args
+        .idempotency_key
+        .clone()
+        .unwrap_or_else(|| Uuid::new_v4().to_string());
+    let answer = api
+        .post(
+            &format!("/v1/agents/{}/inputs", args.agent),
+            &json!({"content": args.text}),
+            Some(&key),
+        )
+        .await
+        .or_else(|e| fail(e, args.json))?;
+    if args.json {
+        print_json(&json!({
+            "input": answer.body,
+            "idempotency_key": key,
+            "replayed": answer.replayed,
+        }));
+    } else {
+        let id = answer.body["id"].as_str().unwrap_or("?");
+        let replay = if answer.replayed {
+            " — a replay: the first send with this key was recorded"
+        } else {
+            ""
+        };
+        println!(
+            "input {id} sent to agent {} (Idempotency-Key: {key}){replay}",
+            args.agent
+        );
+    }
+    Ok(())
+}
+
+pub async fn tail(args: TailArgs) -> Result<()> {
+    let api = args.endpoint.client()?;
+    let stop = CancellationToken::new();
+    cancel_on_signal(stop.clone())?;
+    let (tx, mut rx) = mpsc::channel(256);
+    let follower = tokio::spawn(follow(
+        api.clone(),
+        args.agent,
+        args.after,
+        tx,
+        stop.clone(),
+    ));
+    let mut printer = render::Timeline::default();
+    while let Some(item) = rx.recv().await {
+        match item {
+            StreamItem::Saved(event) => {
+                if args.json {
+                    print_json_line(&event.json);
+                } else {
+                    printer.saved(&event);
+                }
+                if args.until.as_deref() == Some(event.kind.as_str()) {
+                    stop.cancel();
+                    break;
+                }
+            }
+            StreamItem::Delta { text, epoch } => {
+                if args.json {
+                    print_json_line(&json!({"type": "delta", "text": text, "epoch": epoch}));
+                } else {
+                    printer.delta(&text);
+                }
+            }
+            StreamItem::Reconnected { after } => {
+                printer.break_line();
+                eprintln!("stream reconnected; resumed after event #{after}");
+                // Whatever was waiting may have been answered meanwhile: the
+                // stream carries those events too, but a person should see
+                // what still waits now.
+                if !args.json {
+                    if let Ok(waiting) = pending_items(&api, args.agent).await {
+                        render::pending(&waiting, true);
+                    }
+                }
+            }
+        }
+    }
+    printer.break_line();
+    drop(rx);
+    match follower.await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => fail(e, args.json),
+        Err(e) => bail!("the stream task failed: {e}"),
+    }
+}
+
+pub async fn pending(args: PendingArgs) -> Result<()> {
+    let api = args.endpoint.client()?;
+    let waiting = pending_items(&api, args.agent)
+        .await
+        .or_else(|e| fail(e, args.json))?;
+    if args.json {
+        print_json(&waiting);
+    } else {
+        render::pending(&waiting, false);
+    }
+    Ok(())
+}
+
+/// What waits on people and on the client: pending approvals, questions,
+/// and custom tool calls waiting for a result.
+async fn pending_items(api: &ApiClient, agent: Uuid) -> Result<Value, CallError> {
+    let approvals = api
+        .get(&format!("/v1/agents/{agent}/approvals?status=pending"))
+        .await?;
+    let questions = api
+        .get(&format!("/v1/agents/{agent}/questions?status=pending"))
+        .await?;
+    let calls = api
+        .get(&format!(
+            "/v1/agents/{agent}/tool-calls?status=waiting&kind=custom"
+        ))
+        .await?;
+    Ok(json!({
+        "approvals": approvals.body["approvals"],
+        "questions": questions.body["questions"],
+        "tool_calls": calls.body["tool_calls"],
+    }))
+}
+
+pub async fn decide(args: DecideArgs, decision: &str) -> Result<()> {
+    let api = args.endpoint.client()?;
+    let mut body = json!({"decision": decision, "by": who(args.by)});
+    if let Some(reason) = &args.reason {
+        body["reason"] = json!(reason);
+    }
+    // Safe to retry: the same decision by the same person is accepted again.
+    let answer = api
+        .post(&format!("/v1/approvals/{}", args.approval), &body, None)
+        .await
+        .or_else(|e| fail(e, args.json))?;
+    if args.json {
+        print_json(&answer.body);
+    } else {
+        let a = &answer.body;
+        println!(
+            "approval {} {} by {} ({} {})",
+            args.approval,
+            a["status"].as_str().unwrap_or("?"),
+            a["decided_by"].as_str().unwrap_or("?"),
+            a["tool_name"].as_str().unwrap_or("?"),
+            a["tool_input"]
+        );
+    }
+    Ok(())
+}
+
+pub async fn answer(args: AnswerArgs) -> Result<()> {
+    let api = args.endpoint.client()?;
+    let body = json!({"answer": args.answer, "by": who(args.by)});
+    // Safe to retry: the same answer by the same person is accepted again.
+    let answer = api
+        .post(
+            &format!("/v1/questions/{}/answer", args.question),
+            &body,
+            None,
+        )
+        .await
+        .or_else(|e| fail(e, args.json))?;
+    if args.json {
+        print_json(&answer.body);
+    } else {
+        println!(
+            "question {} answered by {}: {:?}",
+            args.question,
+            answer.body["answered_by"].as_str().unwrap_or("?"),
+            answer.body["answer"].as_str().unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+pub async fn result(args: ResultArgs) -> Result<()> {
+    let output: Value = serde_json::from_str(&args.output)
+        .context("OUTPUT must be JSON (quote a string: '\"done\"')")?;
+    let api = args.endpoint.client()?;
+    let body = json!({"output": output, "is_error": args.error});
+    let recorded = match api
+        .post(
+            &format!("/v1/tool-calls/{}/result", args.tool_call),
+            &body,
+            None,
+        )
+        .await
+    {
+        Ok(answer) => answer.body,
+        // A 409 means: look at the call. If it holds exactly this result, an
+        // earlier try of ours got through before its answer was lost.
+        Err(CallError::Api {
+            status,
+            body: error,
+        }) if status == reqwest::StatusCode::CONFLICT
+            && error["tool_call"]["output"] == output
+            && error["tool_call"]["is_error"] == json!(args.error) =>
+        {
+            error["tool_call"].clone()
+        }
+        Err(e) => return fail(e, args.json),
+    };
+    if args.json {
+        print_json(&recorded);
+    } else {
+        println!(
+            "result recorded for tool call {} ({}); the agent continues",
+            args.tool_call,
+            recorded["name"].as_str().unwrap_or("?")
+        );
+    }
+    Ok(())
+}
+
+/// `--by` or the OS user's name.
+fn who(by: Option<String>) -> String {
+    by.or_else(|| std::env::var("USER").ok())
+        .filter(|name| !name.trim().is_empty())
+        .unwrap_or_else(|| "holdfast-cli".into())
+}
+
+/// Report a failed call: its error body on stdout for `--json`, and an
+/// error (stderr, exit status 1) either way.
+fn fail<T>(error: CallError, json: bool) -> Result<T> {
+    if json {
+        print_json(&error.json());
+    }
+    Err(error.into())
+}
+
+fn print_json(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    );
+}
+
+fn print_json_line(value: &Value) {
+    println!("{value}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_specs_become_config_entries() {
+        assert_eq!(
+            tool_from_spec("web_fetch").unwrap(),
+            json!({"type": "web_fetch"})
+        );
+        assert_eq!(
+            tool_from_spec("custom:lookup").unwrap(),
+            json!({"type": "custom", "name": "lookup", "input_schema": {"type": "object"}})
+        );
+        assert_eq!(
+            tool_from_spec("mcp:docs=http://127.0.0.1:9000/mcp").unwrap(),
+            json!({"type": "mcp", "name": "docs", "url": "http://127.0.0.1:9000/mcp"})
+        );
+        assert_eq!(
+            tool_from_spec(r#"{"type": "run_command", "machine": "m1"}"#).unwrap(),
+            json!({"type": "run_command", "machine": "m1"})
+        );
+        assert!(tool_from_spec("mcp:nourl").is_err());
+        assert!(tool_from_spec("what ever").is_err());
+    }
+}

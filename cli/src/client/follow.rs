@@ -1,0 +1,138 @@
+//! Following an agent's stream for as long as the caller wants: saved
+//! events in order, each exactly once, and live text deltas; after a broken
+//! connection (server restart, proxy timeout, silence past three
+//! heartbeats) it reconnects with `Last-Event-ID` and continues where it
+//! stopped. Used by `holdfast tail` and by the demo.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::http::{ApiClient, CallError};
+use super::sse::{SseDecoder, SseEvent};
+
+/// The API sends a heartbeat comment every 15 s; a stream silent for this
+/// long is taken for dead and reopened.
+const SILENCE_LIMIT: Duration = Duration::from_secs(45);
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// A saved event (DESIGN §7).
+#[derive(Clone, Debug)]
+pub struct SavedEvent {
+    pub seq: i64,
+    pub kind: String,
+    pub data: Value,
+    /// The event as the server sent it: `{"seq", "id", "agent_id", "type", "data", "created_at"}`.
+    pub json: Value,
+}
+
+/// What the follower hands on.
+#[derive(Clone, Debug)]
+pub enum StreamItem {
+    Saved(SavedEvent),
+    /// Live text of the model call in flight under lease `epoch` (never saved).
+    Delta {
+        text: String,
+        epoch: i64,
+    },
+    /// The connection broke and was reopened after `after`. Anything that
+    /// was waiting may have been answered meanwhile: re-read it.
+    Reconnected {
+        after: i64,
+    },
+}
+
+/// Follow `agent` from after seq `after` until `stop` fires or `items` is
+/// closed. Returns an error only for answers that another try would not
+/// change (401, 404, 400); everything else is retried with backoff.
+pub async fn follow(
+    api: ApiClient,
+    agent: Uuid,
+    after: i64,
+    items: mpsc::Sender<StreamItem>,
+    stop: CancellationToken,
+) -> Result<(), CallError> {
+    let mut last_seq = after;
+    let mut backoff = BACKOFF_MIN;
+    let mut connected_before = false;
+    loop {
+        let opened = tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            opened = api.open_stream(agent, last_seq) => opened,
+        };
+        match opened {
+            Ok(mut response) => {
+                if connected_before
+                    && items
+                        .send(StreamItem::Reconnected { after: last_seq })
+                        .await
+                        .is_err()
+                {
+                    return Ok(());
+                }
+                connected_before = true;
+                let mut decoder = SseDecoder::default();
+                loop {
+                    let chunk = tokio::select! {
+                        _ = stop.cancelled() => return Ok(()),
+                        _ = items.closed() => return Ok(()),
+                        chunk = tokio::time::timeout(SILENCE_LIMIT, response.chunk()) => chunk,
+                    };
+                    let bytes = match chunk {
+                        Ok(Ok(Some(bytes))) => bytes,
+                        // Ended, broken, or silent: reopen after what we have.
+                        Ok(Ok(None)) | Ok(Err(_)) | Err(_) => break,
+                    };
+                    // Data flowing again: a later break starts from a short wait.
+                    backoff = BACKOFF_MIN;
+                    for event in decoder.push(&bytes) {
+                        let Some(item) = item_of(event, last_seq) else {
+                            continue;
+                        };
+                        if let StreamItem::Saved(saved) = &item {
+                            last_seq = saved.seq;
+                        }
+                        if items.send(item).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+            Err(e) if e.status().is_some_and(|s| s.is_client_error()) => return Err(e),
+            Err(_) => {}
+        }
+        let delay = backoff.mul_f64(0.5 + rand::random::<f64>() / 2.0);
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+        tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// A decoded SSE event as a stream item; `None` for what was seen already
+/// (a resumed stream never repeats, but a client must not rely on that) or
+/// does not parse.
+fn item_of(event: SseEvent, last_seq: i64) -> Option<StreamItem> {
+    let json: Value = serde_json::from_str(&event.data).ok()?;
+    if event.event.as_deref() == Some("delta") {
+        return Some(StreamItem::Delta {
+            text: json["text"].as_str()?.to_owned(),
+            epoch: json["epoch"].as_i64().unwrap_or_default(),
+        });
+    }
+    let seq: i64 = event.id?.parse().ok()?;
+    if seq <= last_seq {
+        return None;
+    }
+    Some(StreamItem::Saved(SavedEvent {
+        seq,
+        kind: json["type"].as_str().unwrap_or_default().to_owned(),
+        data: json["data"].clone(),
+        json,
+    }))
+}
