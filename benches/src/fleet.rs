@@ -30,7 +30,8 @@ impl<'a> Fleet<'a> {
     }
 
     /// `holdfast worker` named `name` (its lease owner and its sessions'
-    /// application_name), at `concurrency`, with `extra` env; returns once
+    /// application_name), at `concurrency`, with `extra` env (then
+    /// `--worker-env`, which wins); returns once
     /// it has run its first claim (its LISTEN is up by then).
     pub async fn worker(
         &self,
@@ -55,6 +56,13 @@ impl<'a> Fleet<'a> {
             ("OPENAI_API_KEY", "bench-key".to_owned()),
         ];
         envs.extend(extra.iter().cloned());
+        envs.extend(
+            self.bench
+                .opts
+                .worker_env
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.clone())),
+        );
         let process = self.bench.holdfast.spawn(name, &["worker"], &envs)?;
         wait_for_session(admin, name, "claim_agents", STARTUP_LIMIT).await?;
         Ok(process)

@@ -109,6 +109,20 @@ pub struct Options {
     #[arg(long)]
     dir: Option<PathBuf>,
 
+    /// Profile Postgres: load pg_stat_statements (nested statements and
+    /// planning included) and add each scenario's top statements to its
+    /// report as `metrics.profile`. Costs some throughput: profile runs
+    /// are for finding where time goes, not for the headline figures.
+    #[arg(long)]
+    pub profile: bool,
+    /// Experiment: run this SQL file in every scenario database after the
+    /// migrations (e.g. a candidate fix, before it becomes a migration).
+    #[arg(long)]
+    sql: Option<PathBuf>,
+    /// Experiment: extra environment for every worker, KEY=VALUE (repeatable).
+    #[arg(long = "worker-env", value_parser = parse_key_value)]
+    pub worker_env: Vec<(String, String)>,
+
     /// throughput, api_inputs: agents.
     #[arg(long)]
     pub agents: Option<usize>,
@@ -166,6 +180,9 @@ pub struct Options {
     pub pgbench_scale: Option<u32>,
 }
 
+/// Statements listed per scenario with --profile.
+const PROFILE_TOP: i64 = 25;
+
 /// What every scenario gets: its sizes, the cluster, the binary.
 pub struct Bench {
     pub opts: Options,
@@ -192,6 +209,14 @@ impl Bench {
         json!({
             "quick": self.opts.quick,
             "build": self.holdfast.profile,
+            "profiled": self.opts.profile,
+            "sql_experiment": self.opts.sql.as_ref().map(|p| p.display().to_string()),
+            "worker_env_experiment": self
+                .opts
+                .worker_env
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>(),
         })
     }
 }
@@ -235,7 +260,16 @@ async fn run(opts: Options) -> Result<usize> {
         holdfast.bin.display(),
         dir.display()
     );
-    let cluster = BenchCluster::start(&dir.join("pg")).await?;
+    let extra_sql = match &opts.sql {
+        Some(path) => Some(
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let cluster = BenchCluster::start(&dir.join("pg"), extra_sql).await?;
+    if opts.profile {
+        cluster.enable_statement_stats().await?;
+    }
     let postgres_version = cluster.server_version().await?;
     let cpu_count = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut out = std::fs::File::create(&opts.json)
@@ -272,6 +306,10 @@ async fn run(opts: Options) -> Result<usize> {
                 merge(&mut params, outcome.params);
                 report["params"] = params;
                 report["metrics"] = outcome.metrics;
+                if bench.opts.profile {
+                    report["metrics"]["profile"] =
+                        bench.cluster.statement_stats(PROFILE_TOP).await?;
+                }
                 report["baseline"] = outcome.baseline;
                 eprintln!(
                     "holdfast-bench: {} done in {:.1} s\n  metrics: {}\n  baseline: {}",
@@ -316,6 +354,12 @@ async fn run_one(bench: &Bench, scenario: Scenario) -> Result<Outcome> {
         Scenario::ApiInputs => scenarios::api_inputs::run(bench).await,
         Scenario::All => anyhow::bail!("`all` is expanded before running"),
     }
+}
+
+fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("expected KEY=VALUE, got {text:?}"))
 }
 
 /// Add `extra`'s keys to `base` (both objects).

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -26,11 +27,17 @@ pub struct BenchCluster {
     base_dir: PathBuf,
     /// The pgbench scale the `pgbench` database was initialised with.
     pgbench_scale: OnceCell<u32>,
+    /// pg_stat_statements is loaded: each fresh database resets it.
+    statement_stats: AtomicBool,
+    /// SQL run in each fresh database after the migrations (`--sql`).
+    extra_sql: Option<String>,
 }
 
 impl BenchCluster {
-    /// Create and start a new cluster in `base_dir` (which must not hold one).
-    pub async fn start(base_dir: &Path) -> Result<BenchCluster> {
+    /// Create and start a new cluster in `base_dir` (which must not hold
+    /// one). `extra_sql` is applied to every scenario database after the
+    /// migrations: a candidate fix tried without a migration.
+    pub async fn start(base_dir: &Path, extra_sql: Option<String>) -> Result<BenchCluster> {
         if base_dir.exists() {
             bail!(
                 "{} exists: remove it, or pick another --dir",
@@ -52,7 +59,91 @@ impl BenchCluster {
             cluster,
             base_dir: base_dir.to_path_buf(),
             pgbench_scale: OnceCell::new(),
+            statement_stats: AtomicBool::new(false),
+            extra_sql,
         })
+    }
+
+    /// Load pg_stat_statements (restarting the server) and track nested
+    /// statements (those inside the SQL functions) and planning time.
+    pub async fn enable_statement_stats(&self) -> Result<()> {
+        self.admin()
+            .await?
+            .batch_execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+            .await?;
+        self.cluster.stop()?;
+        self.cluster.restart()?;
+        let admin = self.admin().await?;
+        admin
+            .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .await?;
+        // The library's settings exist once it is loaded; one statement
+        // each (ALTER SYSTEM refuses a multi-statement implicit transaction).
+        for setting in [
+            "pg_stat_statements.track = 'all'",
+            "pg_stat_statements.track_planning = on",
+        ] {
+            admin
+                .batch_execute(&format!("ALTER SYSTEM SET {setting}"))
+                .await?;
+        }
+        admin.execute("SELECT pg_reload_conf()", &[]).await?;
+        self.statement_stats.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Statement counts and times since the last fresh database, and the
+    /// `top` statements by time (execution plus planning); the baseline's
+    /// (pgbench) and the driver's admin statements left out. Nested statements (inside the SQL functions) are listed
+    /// besides the top-level calls that ran them (`toplevel` false): their
+    /// time is part of their caller's too.
+    pub async fn statement_stats(&self, top: i64) -> Result<Value> {
+        let admin = self.admin().await?;
+        let totals = admin
+            .query_one(
+                "SELECT coalesce(sum(calls) FILTER (WHERE toplevel), 0)::bigint,
+                        coalesce(sum(calls) FILTER (WHERE NOT toplevel), 0)::bigint,
+                        coalesce(sum(total_exec_time) FILTER (WHERE toplevel), 0),
+                        coalesce(sum(total_plan_time), 0)
+                   FROM pg_stat_statements
+                  WHERE dbid NOT IN (SELECT oid FROM pg_database WHERE datname IN ('pgbench', 'postgres'))",
+                &[],
+            )
+            .await?;
+        let rows = admin
+            .query(
+                "SELECT toplevel, calls, total_exec_time + total_plan_time AS total_ms,
+                        (total_exec_time + total_plan_time) / greatest(calls, 1) AS mean_ms,
+                        total_plan_time AS plan_ms, rows,
+                        regexp_replace(left(query, 240), '\\s+', ' ', 'g') AS query
+                   FROM pg_stat_statements
+                  WHERE dbid NOT IN (SELECT oid FROM pg_database WHERE datname IN ('pgbench', 'postgres'))
+                  ORDER BY total_exec_time + total_plan_time DESC
+                  LIMIT $1",
+                &[&top],
+            )
+            .await?;
+        let top: Vec<Value> = rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "toplevel": r.get::<_, bool>(0),
+                    "calls": r.get::<_, i64>(1),
+                    "total_ms": round3(r.get(2)),
+                    "mean_ms": round3(r.get(3)),
+                    "plan_ms": round3(r.get(4)),
+                    "rows": r.get::<_, i64>(5),
+                    "query": r.get::<_, String>(6),
+                })
+            })
+            .collect();
+        Ok(json!({
+            "toplevel_calls": totals.get::<_, i64>(0),
+            "nested_calls": totals.get::<_, i64>(1),
+            "toplevel_exec_ms": round3(totals.get(2)),
+            "plan_ms": round3(totals.get(3)),
+            "top": top,
+        }))
     }
 
     /// Stop the server and delete the cluster's files.
@@ -96,8 +187,18 @@ impl BenchCluster {
         let (mut client, connection) = config.connect(NoTls).await?;
         let task = tokio::spawn(connection);
         migrate::migrate(&mut client).await?;
+        if let Some(sql) = &self.extra_sql {
+            client.batch_execute(sql).await.context("applying --sql")?;
+        }
         drop(client);
         let _ = task.await;
+        if self.statement_stats.load(Ordering::SeqCst) {
+            // The scenario's statements only, from here on.
+            self.admin()
+                .await?
+                .execute("SELECT pg_stat_statements_reset()", &[])
+                .await?;
+        }
         Ok(config)
     }
 
@@ -248,4 +349,62 @@ pub async fn next_xid(client: &Client) -> Result<i64> {
         )
         .await?;
     Ok(row.get(0))
+}
+
+/// Samples of what the sessions tagged `application_name LIKE pattern` are
+/// doing while in a statement: `wait_event_type: wait_event`, or `CPU` when
+/// they wait on nothing (running, or runnable and waiting for a core).
+pub struct WaitSampler {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<std::collections::HashMap<String, u64>>>,
+}
+
+/// Time between two looks at pg_stat_activity.
+const WAIT_SAMPLE_EVERY: Duration = Duration::from_millis(20);
+
+impl WaitSampler {
+    pub async fn start(config: &Config, pattern: &str) -> Result<WaitSampler> {
+        let client = connect_to(config).await?;
+        let pattern = pattern.to_owned();
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut counts = std::collections::HashMap::new();
+            let mut tick = tokio::time::interval(WAIT_SAMPLE_EVERY);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stopped.changed() => break,
+                }
+                let rows = client
+                    .query(
+                        "SELECT coalesce(wait_event_type || ': ' || wait_event, 'CPU')
+                           FROM pg_stat_activity
+                          WHERE application_name LIKE $1 AND state = 'active'",
+                        &[&pattern],
+                    )
+                    .await?;
+                for row in rows {
+                    *counts.entry(row.get::<_, String>(0)).or_insert(0) += 1;
+                }
+            }
+            anyhow::Ok(counts)
+        });
+        Ok(WaitSampler { stop, task })
+    }
+
+    /// Stop; the share of samples per wait, largest first.
+    pub async fn finish(self) -> Result<Value> {
+        let _ = self.stop.send(true);
+        let counts = self.task.await??;
+        let total: u64 = counts.values().sum();
+        let mut counts: Vec<(String, u64)> = counts.into_iter().collect();
+        counts.sort_by_key(|c| std::cmp::Reverse(c.1));
+        Ok(json!({
+            "samples": total,
+            "share": counts
+                .into_iter()
+                .map(|(wait, n)| json!({"wait": wait, "share": round3(n as f64 / total.max(1) as f64)}))
+                .collect::<Vec<_>>(),
+        }))
+    }
 }

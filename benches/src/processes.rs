@@ -212,6 +212,35 @@ pub fn children_cpu_ticks(parent: u32) -> u64 {
         .sum()
 }
 
+/// Proportional set size (Pss) of every live child of `parent`: what the
+/// Postgres backends of a postmaster cost in memory, shared buffers split
+/// among the processes that touched them rather than counted for each.
+pub fn children_pss_bytes(parent: u32) -> u64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let ppid: u32 = stat_fields(&stat).get(1)?.parse().ok()?;
+            if ppid != parent {
+                return None;
+            }
+            let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+            let kib: u64 = rollup
+                .lines()
+                .find_map(|line| line.strip_prefix("Pss:"))?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()?;
+            Some(kib * 1024)
+        })
+        .sum()
+}
+
 /// The /proc/PID/stat fields after `(comm)` (which may contain spaces).
 fn stat_fields(stat: &str) -> Vec<&str> {
     stat.rsplit_once(')')

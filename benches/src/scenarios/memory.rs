@@ -1,7 +1,8 @@
 //! `memory`: resident memory (VmRSS) of one `holdfast worker` idle and with
 //! N steps in flight at once (concurrency N, N agents, the fake provider
 //! holding every model reply), and of `holdfast api` idle and with N open
-//! SSE streams on one agent.
+//! SSE streams on one agent. Also what the worker's sessions cost Postgres:
+//! the summed Pss of the cluster's backends, idle and in flight.
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,7 @@ use tokio_postgres::Client;
 use super::{agent_config, target};
 use crate::fleet::Fleet;
 use crate::postgres::connect_to;
-use crate::processes::Proc;
+use crate::processes::{children_pss_bytes, Proc};
 use crate::sse::StreamClients;
 use crate::stats::round3;
 use crate::{Bench, Outcome};
@@ -37,8 +38,10 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let fleet = Fleet::new(bench, DB, Some(&fake));
 
     // Worker: idle, then with every step waiting on its model reply.
+    let postmaster = bench.cluster.postmaster_pid();
     let worker = fleet.worker(&admin, WORKER, in_flight, &[]).await?;
     let worker_idle = peak_rss(&worker).await?;
+    let postgres_idle = postmaster.map_or(0, children_pss_bytes);
     let key = store::create_api_key(&admin, "bench").await?;
     let mut inputs_client = connect_to(&config).await?;
     let tx = inputs_client.transaction().await?;
@@ -60,6 +63,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let all_in_flight_after = started.elapsed();
     let worker_busy = peak_rss(&worker).await?;
     let worker_sessions = sessions(&admin, WORKER).await?;
+    let postgres_busy = postmaster.map_or(0, children_pss_bytes);
     let mut worker = worker;
     worker.kill()?;
     worker.wait_exit(Duration::from_secs(10)).await?;
@@ -78,6 +82,8 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
         "worker_rss_in_flight_mib": round3(worker_busy as f64 / MIB),
         "worker_rss_per_in_flight_step_kib": round3(worker_busy.saturating_sub(worker_idle) as f64 / 1024.0 / in_flight as f64),
         "worker_db_sessions_in_flight": worker_sessions,
+        "postgres_pss_worker_idle_mib": round3(postgres_idle as f64 / MIB),
+        "postgres_pss_in_flight_mib": round3(postgres_busy as f64 / MIB),
         "seconds_until_all_in_flight": round3(all_in_flight_after.as_secs_f64()),
         "api_rss_idle_mib": round3(api_idle as f64 / MIB),
         "api_rss_with_streams_mib": round3(api_streams as f64 / MIB),

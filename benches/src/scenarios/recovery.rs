@@ -9,12 +9,15 @@
 //! once. SIGSTOP keeps the sessions open (a partition, a stalled VM): the
 //! lease must expire first, so that round runs with a short
 //! `HOLDFAST_LEASE_TTL`, and the stopped worker is continued afterwards.
+//! Each round first waits a random 0–1 s, so faults land at random points
+//! of the maintenance cycle.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
+use rand::Rng;
 use serde_json::json;
 use tokio_postgres::Client;
 use uuid::Uuid;
@@ -128,6 +131,11 @@ async fn rounds(
             .iter()
             .position(|p| p.name == holder)
             .ok_or_else(|| anyhow!("round {round}: holder {holder} is not one of ours"))?;
+        // A random phase against the maintenance ticks (and renewals):
+        // rounds would otherwise start at the same point of the cycle each
+        // time (right after the tick that ended the previous round).
+        let phase = rand::rng().random_range(0..MAINTENANCE_INTERVAL_MS);
+        tokio::time::sleep(Duration::from_millis(phase)).await;
         let before = fake.request_count();
         let started = Instant::now();
         match fault {

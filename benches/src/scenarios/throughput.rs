@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use super::{agent_config, target, LOOKUP_TOOL};
 use crate::fleet::Fleet;
-use crate::postgres::{connect_to, next_xid};
+use crate::postgres::{connect_to, next_xid, WaitSampler};
 use crate::processes::{children_cpu_ticks, ticks_per_second};
 use crate::stats::{ratio, round3, Samples};
 use crate::{Bench, Outcome};
@@ -71,6 +71,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
         worker_ticks_before += p.cpu_ticks()?;
     }
     let xid_before = next_xid(&admin).await?;
+    let waits = WaitSampler::start(&config, "bench-tp-w%").await?;
     let started = Instant::now();
 
     // Every agent gets its input in one transaction: one wake-up for all.
@@ -82,6 +83,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     tx.commit().await?;
     let tool_results = answer_tool_calls(&config, agents, steps).await?;
     let wall = started.elapsed();
+    let waits = waits.finish().await?;
 
     let xid_after = next_xid(&admin).await?;
     // Live children of the postmaster: the workers' sessions and the
@@ -160,6 +162,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
         "model_step_latency": latency.summary(),
         "worker_cpu_ms_per_step": round3(worker_ticks as f64 / ticks * 1000.0 / total_steps),
         "postgres_cpu_ms_per_step": round3(pg_ticks as f64 / ticks * 1000.0 / total_steps),
+        "worker_sessions_in_statement": waits,
         "ratio_steps_per_sec_to_pgbench_tps": ratio(steps_per_sec, pgbench_tps),
         "ratio_model_steps_per_sec_to_pgbench_tps": ratio(model_steps_per_sec, pgbench_tps),
     });
