@@ -1,0 +1,410 @@
+//! The bench's private Postgres: one cluster per bench run (fsync off, the
+//! same helper the tests and `holdfast up` use), a fresh migrated database
+//! per scenario, and the same-run baselines taken on it (pgbench, raw
+//! NOTIFY round trips).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use holdfast_engine::cluster::{ClusterOptions, LocalCluster, SUPERUSER};
+use holdfast_engine::{connect, migrate};
+use serde_json::{json, Value};
+use tokio::sync::OnceCell;
+use tokio_postgres::{Client, Config, NoTls};
+
+use crate::stats::{round3, Samples};
+
+/// Room for a worker at concurrency 1,000 (its pool grows to concurrency +
+/// 2 connections), 1,000 SSE clients' API, and the driver.
+const MAX_CONNECTIONS: u32 = 1500;
+const PGBENCH_DB: &str = "pgbench";
+
+pub struct BenchCluster {
+    cluster: LocalCluster,
+    base_dir: PathBuf,
+    /// The pgbench scale the `pgbench` database was initialised with.
+    pgbench_scale: OnceCell<u32>,
+    /// pg_stat_statements is loaded: each fresh database resets it.
+    statement_stats: AtomicBool,
+    /// SQL run in each fresh database after the migrations (`--sql`).
+    extra_sql: Option<String>,
+}
+
+impl BenchCluster {
+    /// Create and start a new cluster in `base_dir` (which must not hold
+    /// one). `extra_sql` is applied to every scenario database after the
+    /// migrations: a candidate fix tried without a migration.
+    pub async fn start(base_dir: &Path, extra_sql: Option<String>) -> Result<BenchCluster> {
+        if base_dir.exists() {
+            bail!(
+                "{} exists: remove it, or pick another --dir",
+                base_dir.display()
+            );
+        }
+        let dir = base_dir.to_path_buf();
+        let cluster = tokio::task::spawn_blocking(move || {
+            LocalCluster::start(
+                &dir,
+                &ClusterOptions {
+                    fast_unsafe_fsync_off: true,
+                    max_connections: MAX_CONNECTIONS,
+                },
+            )
+        })
+        .await??;
+        Ok(BenchCluster {
+            cluster,
+            base_dir: base_dir.to_path_buf(),
+            pgbench_scale: OnceCell::new(),
+            statement_stats: AtomicBool::new(false),
+            extra_sql,
+        })
+    }
+
+    /// Load pg_stat_statements (restarting the server) and track nested
+    /// statements (those inside the SQL functions) and planning time.
+    pub async fn enable_statement_stats(&self) -> Result<()> {
+        self.admin()
+            .await?
+            .batch_execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+            .await?;
+        self.cluster.stop()?;
+        self.cluster.restart()?;
+        let admin = self.admin().await?;
+        admin
+            .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .await?;
+        // The library's settings exist once it is loaded; one statement
+        // each (ALTER SYSTEM refuses a multi-statement implicit transaction).
+        for setting in [
+            "pg_stat_statements.track = 'all'",
+            "pg_stat_statements.track_planning = on",
+        ] {
+            admin
+                .batch_execute(&format!("ALTER SYSTEM SET {setting}"))
+                .await?;
+        }
+        admin.execute("SELECT pg_reload_conf()", &[]).await?;
+        self.statement_stats.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Statement counts and times since the last fresh database, and the
+    /// `top` statements by time (execution plus planning); the baseline's
+    /// (pgbench) and the driver's admin statements left out. Nested statements (inside the SQL functions) are listed
+    /// besides the top-level calls that ran them (`toplevel` false): their
+    /// time is part of their caller's too.
+    pub async fn statement_stats(&self, top: i64) -> Result<Value> {
+        let admin = self.admin().await?;
+        let totals = admin
+            .query_one(
+                "SELECT coalesce(sum(calls) FILTER (WHERE toplevel), 0)::bigint,
+                        coalesce(sum(calls) FILTER (WHERE NOT toplevel), 0)::bigint,
+                        coalesce(sum(total_exec_time) FILTER (WHERE toplevel), 0),
+                        coalesce(sum(total_plan_time), 0)
+                   FROM pg_stat_statements
+                  WHERE dbid NOT IN (SELECT oid FROM pg_database WHERE datname IN ('pgbench', 'postgres'))",
+                &[],
+            )
+            .await?;
+        let rows = admin
+            .query(
+                "SELECT toplevel, calls, total_exec_time + total_plan_time AS total_ms,
+                        (total_exec_time + total_plan_time) / greatest(calls, 1) AS mean_ms,
+                        total_plan_time AS plan_ms, rows,
+                        regexp_replace(left(query, 240), '\\s+', ' ', 'g') AS query
+                   FROM pg_stat_statements
+                  WHERE dbid NOT IN (SELECT oid FROM pg_database WHERE datname IN ('pgbench', 'postgres'))
+                  ORDER BY total_exec_time + total_plan_time DESC
+                  LIMIT $1",
+                &[&top],
+            )
+            .await?;
+        let top: Vec<Value> = rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "toplevel": r.get::<_, bool>(0),
+                    "calls": r.get::<_, i64>(1),
+                    "total_ms": round3(r.get(2)),
+                    "mean_ms": round3(r.get(3)),
+                    "plan_ms": round3(r.get(4)),
+                    "rows": r.get::<_, i64>(5),
+                    "query": r.get::<_, String>(6),
+                })
+            })
+            .collect();
+        Ok(json!({
+            "toplevel_calls": totals.get::<_, i64>(0),
+            "nested_calls": totals.get::<_, i64>(1),
+            "toplevel_exec_ms": round3(totals.get(2)),
+            "plan_ms": round3(totals.get(3)),
+            "top": top,
+        }))
+    }
+
+    /// Stop the server and delete the cluster's files.
+    pub fn destroy(self) -> Result<()> {
+        let BenchCluster {
+            cluster, base_dir, ..
+        } = self;
+        cluster.stop()?;
+        drop(cluster);
+        std::fs::remove_dir_all(&base_dir)
+            .with_context(|| format!("removing {}", base_dir.display()))
+    }
+
+    /// A libpq key/value URL for child processes; `application_name` tags
+    /// their sessions in pg_stat_activity (how the driver sees them ready).
+    pub fn url(&self, dbname: &str, application_name: &str) -> String {
+        format!(
+            "{} application_name={application_name}",
+            self.cluster.connection_string(dbname)
+        )
+    }
+
+    pub fn config(&self, dbname: &str) -> Result<Config> {
+        Ok(connect::parse_config(
+            &self.cluster.connection_string(dbname),
+        )?)
+    }
+
+    pub async fn admin(&self) -> Result<Client> {
+        connect_to(&self.config("postgres")?).await
+    }
+
+    /// Drop `name` if it exists, create it, and apply the migrations.
+    pub async fn fresh_database(&self, name: &str) -> Result<Config> {
+        self.drop_database(name).await?;
+        self.admin()
+            .await?
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await?;
+        let config = self.config(name)?;
+        let (mut client, connection) = config.connect(NoTls).await?;
+        let task = tokio::spawn(connection);
+        migrate::migrate(&mut client).await?;
+        if let Some(sql) = &self.extra_sql {
+            client.batch_execute(sql).await.context("applying --sql")?;
+        }
+        drop(client);
+        let _ = task.await;
+        if self.statement_stats.load(Ordering::SeqCst) {
+            // The scenario's statements only, from here on.
+            self.admin()
+                .await?
+                .execute("SELECT pg_stat_statements_reset()", &[])
+                .await?;
+        }
+        Ok(config)
+    }
+
+    pub async fn drop_database(&self, name: &str) -> Result<()> {
+        self.admin()
+            .await?
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .await?;
+        Ok(())
+    }
+
+    pub async fn server_version(&self) -> Result<String> {
+        let row = self
+            .admin()
+            .await?
+            .query_one("SHOW server_version", &[])
+            .await?;
+        Ok(row.get(0))
+    }
+
+    /// The postmaster's pid (first line of `postmaster.pid`): its children
+    /// are the backends whose CPU time the throughput scenario adds up.
+    pub fn postmaster_pid(&self) -> Option<u32> {
+        let text = std::fs::read_to_string(self.cluster.data_dir().join("postmaster.pid")).ok()?;
+        text.lines().next()?.trim().parse().ok()
+    }
+
+    /// `pgbench -N` (simple-update: one UPDATE, one SELECT, one INSERT per
+    /// transaction) on this cluster now. The database is initialised at
+    /// `scale` on first use. Returns the tps and the command line.
+    pub async fn pgbench(&self, scale: u32, clients: u32, seconds: u32) -> Result<Value> {
+        let pgbench = self
+            .cluster
+            .tool("pgbench")
+            .ok_or_else(|| anyhow!("pgbench not found next to the Postgres binaries"))?;
+        let initialised = *self
+            .pgbench_scale
+            .get_or_try_init(|| async {
+                self.admin()
+                    .await?
+                    .batch_execute(&format!("CREATE DATABASE {PGBENCH_DB}"))
+                    .await?;
+                let scale_arg = scale.to_string();
+                self.run_pgbench(&pgbench, &["-i", "-q", "-s", &scale_arg])
+                    .await?;
+                anyhow::Ok(scale)
+            })
+            .await?;
+        let clients_arg = clients.to_string();
+        let threads_arg = clients.clamp(1, 2).to_string();
+        let seconds_arg = seconds.to_string();
+        let args = [
+            "-N",
+            "-n",
+            "-M",
+            "prepared",
+            "-c",
+            &clients_arg,
+            "-j",
+            &threads_arg,
+            "-T",
+            &seconds_arg,
+        ];
+        let out = self.run_pgbench(&pgbench, &args).await?;
+        let tps = out
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix("tps = ")?
+                    .split_whitespace()
+                    .next()?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .ok_or_else(|| anyhow!("no tps line in pgbench output:\n{out}"))?;
+        Ok(json!({
+            "pgbench_tps": round3(tps),
+            "pgbench_command": format!("pgbench {} {PGBENCH_DB}", args.join(" ")),
+            "pgbench_scale": initialised,
+        }))
+    }
+
+    async fn run_pgbench(&self, pgbench: &Path, args: &[&str]) -> Result<String> {
+        let out = tokio::process::Command::new(pgbench)
+            .args(args)
+            .args(["-h", &self.cluster.socket_dir().to_string_lossy()])
+            .args(["-p", "5432", "-U", SUPERUSER, PGBENCH_DB])
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .context("running pgbench")?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() {
+            bail!(
+                "pgbench {} failed:\n{stdout}{}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(stdout)
+    }
+}
+
+/// A new session on `config`, its connection driven by a task.
+pub async fn connect_to(config: &Config) -> Result<Client> {
+    let (client, connection) = config.connect(NoTls).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+/// What Postgres alone gives: `NOTIFY` committed on one session until the
+/// notification reaches a LISTENing session of this process, `samples`
+/// times. The floor under wake latency and stream fan-out delay.
+pub async fn notify_round_trip(config: &Config, samples: usize) -> Result<Samples> {
+    let mut listener = connect::listen(config, &["bench_ping"]).await?;
+    let sender = connect_to(config).await?;
+    let mut out = Samples::new();
+    for i in 0..samples {
+        let payload = i.to_string();
+        let started = Instant::now();
+        sender
+            .execute("SELECT pg_notify('bench_ping', $1)", &[&payload])
+            .await?;
+        loop {
+            let n = tokio::time::timeout(Duration::from_secs(5), listener.notifications.recv())
+                .await
+                .context("waiting for a NOTIFY")?
+                .ok_or_else(|| anyhow!("listen session closed"))?;
+            if n.payload() == payload {
+                break;
+            }
+        }
+        out.push(started.elapsed());
+    }
+    Ok(out)
+}
+
+/// The next transaction id to be assigned, read at a quiet moment (no
+/// writer in flight: the snapshot's xmax is then the next xid). Its
+/// difference over a run is the number of transactions that wrote
+/// (committed or not): read-only transactions take no xid; NOTIFY takes one.
+pub async fn next_xid(client: &Client) -> Result<i64> {
+    let row = client
+        .query_one(
+            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint",
+            &[],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Samples of what the sessions tagged `application_name LIKE pattern` are
+/// doing while in a statement: `wait_event_type: wait_event`, or `CPU` when
+/// they wait on nothing (running, or runnable and waiting for a core).
+pub struct WaitSampler {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<std::collections::HashMap<String, u64>>>,
+}
+
+/// Time between two looks at pg_stat_activity.
+const WAIT_SAMPLE_EVERY: Duration = Duration::from_millis(20);
+
+impl WaitSampler {
+    pub async fn start(config: &Config, pattern: &str) -> Result<WaitSampler> {
+        let client = connect_to(config).await?;
+        let pattern = pattern.to_owned();
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut counts = std::collections::HashMap::new();
+            let mut tick = tokio::time::interval(WAIT_SAMPLE_EVERY);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stopped.changed() => break,
+                }
+                let rows = client
+                    .query(
+                        "SELECT coalesce(wait_event_type || ': ' || wait_event, 'CPU')
+                           FROM pg_stat_activity
+                          WHERE application_name LIKE $1 AND state = 'active'",
+                        &[&pattern],
+                    )
+                    .await?;
+                for row in rows {
+                    *counts.entry(row.get::<_, String>(0)).or_insert(0) += 1;
+                }
+            }
+            anyhow::Ok(counts)
+        });
+        Ok(WaitSampler { stop, task })
+    }
+
+    /// Stop; the share of samples per wait, largest first.
+    pub async fn finish(self) -> Result<Value> {
+        let _ = self.stop.send(true);
+        let counts = self.task.await??;
+        let total: u64 = counts.values().sum();
+        let mut counts: Vec<(String, u64)> = counts.into_iter().collect();
+        counts.sort_by_key(|c| std::cmp::Reverse(c.1));
+        Ok(json!({
+            "samples": total,
+            "share": counts
+                .into_iter()
+                .map(|(wait, n)| json!({"wait": wait, "share": round3(n as f64 / total.max(1) as f64)}))
+                .collect::<Vec<_>>(),
+        }))
+    }
+}

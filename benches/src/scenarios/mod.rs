@@ -1,0 +1,39 @@
+//! The scenarios of issue 11 (and the API's input throughput of issue 3).
+//! Each runs in a fresh database of the bench cluster and returns its
+//! params, metrics and same-run baseline.
+
+pub mod api_inputs;
+pub mod claim_scaling;
+pub mod fanout;
+pub mod memory;
+pub mod recovery;
+pub mod throughput;
+pub mod wake_latency;
+
+use serde_json::{json, Value};
+
+/// An agent config on the fake provider (Anthropic protocol) with one
+/// custom tool, `lookup`, that the driver answers.
+pub fn agent_config() -> Value {
+    json!({
+        "model": {"provider": "anthropic", "name": "bench-model", "max_tokens": 256},
+        "system": "You are a benchmark agent.",
+        "tools": [{
+            "type": "custom",
+            "name": LOOKUP_TOOL,
+            "description": "Look something up.",
+            "input_schema": {
+                "type": "object",
+                "properties": {"q": {"type": "string"}},
+                "required": ["q"]
+            }
+        }]
+    })
+}
+
+pub const LOOKUP_TOOL: &str = "lookup";
+
+/// A target from the issue and whether this run met it.
+pub fn target(description: &str, met: bool) -> Value {
+    json!({"description": description, "met": met})
+}

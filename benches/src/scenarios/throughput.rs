@@ -1,0 +1,246 @@
+//! `throughput`: A agents × S model steps, with a custom tool step between
+//! each two, on W worker processes at concurrency C, against the instant
+//! fake model. Every model reply calls the custom tool `lookup`; the driver
+//! answers each call through `holdfast.submit_tool_result` (what a client's
+//! backend does) until the agent has had its S model steps.
+//!
+//! A *step* is one durable unit of an agent's progress: a model step
+//! (claimed, run and committed by a worker) or a tool step (a tool result
+//! committed). Timing and counts come from the database (event timestamps,
+//! rows), not from the driver's view of them.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use futures::{StreamExt, TryStreamExt};
+use holdfast_engine::{connect, store};
+use holdfast_fakes::{FakeProvider, Reply};
+use serde_json::json;
+use tokio_postgres::Config;
+use uuid::Uuid;
+
+use super::{agent_config, target, LOOKUP_TOOL};
+use crate::fleet::Fleet;
+use crate::postgres::{connect_to, next_xid, WaitSampler};
+use crate::processes::{children_cpu_ticks, ticks_per_second};
+use crate::stats::{ratio, round3, Samples};
+use crate::{Bench, Outcome};
+
+const DB: &str = "bench_throughput";
+/// The driver's connections answering tool calls.
+const ANSWERERS: usize = 8;
+const RUN_LIMIT: Duration = Duration::from_secs(900);
+
+pub async fn run(bench: &Bench) -> Result<Outcome> {
+    let agents = bench.pick(bench.opts.agents, 128, 16);
+    let steps = bench.pick(bench.opts.steps, 20, 3).max(1);
+    let workers = bench.pick(bench.opts.workers, 2, 2);
+    let concurrency = bench.pick(bench.opts.concurrency, 32, 8);
+
+    let config = bench.cluster.fresh_database(DB).await?;
+    // The baseline first, on an idle cluster, right before the run.
+    let baseline = bench.pgbench().await?;
+
+    let fake = FakeProvider::start().await;
+    fake.set_default(Reply::tool_calls(vec![(
+        LOOKUP_TOOL,
+        json!({"q": "bench"}),
+    )]));
+    let admin = connect_to(&config).await?;
+    let project = store::ensure_project(&admin, "bench").await?;
+    let mut ids = Vec::with_capacity(agents);
+    for _ in 0..agents {
+        ids.push(store::create_agent(&admin, project, &agent_config()).await?);
+    }
+
+    let fleet = Fleet::new(bench, DB, Some(&fake));
+    let mut procs = Vec::new();
+    for i in 0..workers {
+        procs.push(
+            fleet
+                .worker(&admin, &format!("bench-tp-w{i}"), concurrency, &[])
+                .await?,
+        );
+    }
+
+    let postmaster = bench.cluster.postmaster_pid();
+    let pg_ticks_before = postmaster.map_or(0, children_cpu_ticks);
+    let mut worker_ticks_before = 0;
+    for p in &procs {
+        worker_ticks_before += p.cpu_ticks()?;
+    }
+    let xid_before = next_xid(&admin).await?;
+    let waits = WaitSampler::start(&config, "bench-tp-w%").await?;
+    let started = Instant::now();
+
+    // Every agent gets its input in one transaction: one wake-up for all.
+    let mut inputs_client = connect_to(&config).await?;
+    let tx = inputs_client.transaction().await?;
+    for id in &ids {
+        store::create_input(&tx, *id, &json!("Start the benchmark task."), None).await?;
+    }
+    tx.commit().await?;
+    let tool_results = answer_tool_calls(&config, agents, steps).await?;
+    let wall = started.elapsed();
+    let waits = waits.finish().await?;
+
+    let xid_after = next_xid(&admin).await?;
+    // Live children of the postmaster: the workers' sessions and the
+    // background processes. The driver's answering sessions have closed by
+    // now, so their CPU (the client side of tool steps) is not counted.
+    let pg_ticks = postmaster
+        .map_or(0, children_cpu_ticks)
+        .saturating_sub(pg_ticks_before);
+    let mut worker_ticks = 0;
+    for p in &procs {
+        worker_ticks += p.cpu_ticks()?;
+    }
+    let worker_ticks = worker_ticks.saturating_sub(worker_ticks_before);
+    for p in procs {
+        p.stop(Duration::from_secs(30)).await?;
+    }
+
+    let counts = admin
+        .query_one(
+            "SELECT (SELECT count(*) FROM holdfast.steps WHERE kind = 'model'),
+                    (SELECT count(*) FROM holdfast.tool_calls WHERE status = 'completed'),
+                    (SELECT count(*) FROM holdfast.events WHERE type IN ('model.retry', 'turn.failed')),
+                    (SELECT extract(epoch FROM max(created_at) FILTER (WHERE type = 'model.response')
+                                            - min(created_at) FILTER (WHERE type = 'input.received'))::float8
+                       FROM holdfast.events)",
+            &[],
+        )
+        .await?;
+    let model_steps: i64 = counts.get(0);
+    let tool_steps: i64 = counts.get(1);
+    let failures: i64 = counts.get(2);
+    let seconds: f64 = counts.get(3);
+    let expected = (agents * steps) as i64;
+    if model_steps != expected {
+        bail!("expected {expected} model steps, the database has {model_steps}");
+    }
+    let total_steps = (model_steps + tool_steps) as f64;
+
+    // Ready → saved, per model step: from the event that made the agent
+    // ready (turn.started, or the tool result) to its model.response.
+    let rows = admin
+        .query(
+            "SELECT extract(epoch FROM wait)::float8 * 1000 FROM (
+                 SELECT type, created_at - lag(created_at) OVER (PARTITION BY agent_id ORDER BY seq) AS wait
+                   FROM holdfast.events) e
+              WHERE type = 'model.response'",
+            &[],
+        )
+        .await?;
+    let mut latency = Samples::new();
+    for row in rows {
+        latency.push_ms(row.get(0));
+    }
+
+    // Write transactions: every worker commit (claims, deltas, steps,
+    // releases) plus the driver's (one for the inputs, one per tool result).
+    let writes = (xid_after - xid_before) as f64;
+    let driver_writes = 1.0 + tool_results as f64;
+    let ticks = ticks_per_second();
+    let steps_per_sec = total_steps / seconds;
+    let model_steps_per_sec = model_steps as f64 / seconds;
+    let pgbench_tps = baseline["pgbench_tps"].as_f64().unwrap_or(f64::NAN);
+    let step_ratio = steps_per_sec / pgbench_tps;
+
+    let mut metrics = json!({
+        "steps": total_steps,
+        "model_steps": model_steps,
+        "tool_steps": tool_steps,
+        "retries_or_failures": failures,
+        "seconds": round3(seconds),
+        "driver_wall_seconds": round3(wall.as_secs_f64()),
+        "steps_per_sec": round3(steps_per_sec),
+        "model_steps_per_sec": round3(model_steps_per_sec),
+        "commits_per_step": round3(writes / total_steps),
+        "worker_commits_per_model_step": round3((writes - driver_writes) / model_steps as f64),
+        "model_step_latency": latency.summary(),
+        "worker_cpu_ms_per_step": round3(worker_ticks as f64 / ticks * 1000.0 / total_steps),
+        "postgres_cpu_ms_per_step": round3(pg_ticks as f64 / ticks * 1000.0 / total_steps),
+        "worker_sessions_in_statement": waits,
+        "ratio_steps_per_sec_to_pgbench_tps": ratio(steps_per_sec, pgbench_tps),
+        "ratio_model_steps_per_sec_to_pgbench_tps": ratio(model_steps_per_sec, pgbench_tps),
+    });
+    metrics["target"] = target(
+        "steps/s >= 0.5 x pgbench -N tps of the same run",
+        step_ratio >= 0.5,
+    );
+    Ok(Outcome {
+        params: json!({
+            "agents": agents,
+            "model_steps_per_agent": steps,
+            "tool_steps_per_agent": steps - 1,
+            "workers": workers,
+            "concurrency": concurrency,
+            "model": "instant fake (Anthropic protocol, streamed)",
+            "tool": "custom tool answered by the driver via holdfast.submit_tool_result",
+        }),
+        metrics,
+        baseline,
+    })
+}
+
+/// Answer every waiting `lookup` call until each agent has had `steps`
+/// model steps (its last call is left waiting). Woken by the events
+/// channel, polling as a fallback. Returns the number of results submitted.
+async fn answer_tool_calls(config: &Config, agents: usize, steps: usize) -> Result<u64> {
+    let mut listen = connect::listen(config, &["holdfast_events"]).await?;
+    let pool = connect::pool(config.clone(), ANSWERERS)?;
+    let mut calls_seen: HashMap<Uuid, usize> = HashMap::new();
+    let mut handled: HashSet<Uuid> = HashSet::new();
+    let mut done = 0;
+    let mut submitted = 0u64;
+    let deadline = Instant::now() + RUN_LIMIT;
+    while done < agents {
+        while listen.notifications.try_recv().is_ok() {}
+        let rows = listen
+            .client
+            .query(
+                "SELECT id, agent_id FROM holdfast.tool_calls WHERE status = 'waiting'",
+                &[],
+            )
+            .await?;
+        let mut answer = Vec::new();
+        for row in rows {
+            let call: Uuid = row.get(0);
+            if !handled.insert(call) {
+                continue;
+            }
+            let seen = calls_seen.entry(row.get(1)).or_insert(0);
+            *seen += 1;
+            if *seen >= steps {
+                done += 1;
+            } else {
+                answer.push(call);
+            }
+        }
+        if answer.is_empty() {
+            if Instant::now() > deadline {
+                bail!("{done} of {agents} agents finished within {RUN_LIMIT:?}");
+            }
+            let _ =
+                tokio::time::timeout(Duration::from_millis(50), listen.notifications.recv()).await;
+            continue;
+        }
+        submitted += answer.len() as u64;
+        futures::stream::iter(answer)
+            .map(|call| {
+                let pool = pool.clone();
+                async move {
+                    let client = pool.get().await?;
+                    store::submit_tool_result(&**client, call, &json!({"answer": 42}), false)
+                        .await?;
+                    anyhow::Ok(())
+                }
+            })
+            .buffer_unordered(ANSWERERS)
+            .try_collect::<Vec<()>>()
+            .await?;
+    }
+    Ok(submitted)
+}
