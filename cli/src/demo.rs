@@ -347,27 +347,11 @@ impl Stack {
     ) -> Result<()> {
         match item {
             StreamItem::Delta { text, epoch } => {
-                if let Some(crash) = &mut story.crash {
-                    if epoch <= crash.epoch {
-                        // Late words of the killed call: not shown twice.
-                        return Ok(());
-                    }
-                    if crash.recovered_after.is_none() {
-                        let after = crash.at.elapsed();
-                        crash.recovered_after = Some(after);
-                        let holder = self.lease_holder(story.agent).await?;
-                        out.line(
-                            "recovered",
-                            format!(
-                                "{} took the agent over {:.1}s later (lease epoch {} → {epoch}) and retries the answer from saved step {}",
-                                holder.map_or("another worker".into(), |(name, _, _)| name),
-                                after.as_secs_f64(),
-                                crash.epoch,
-                                crash.last_saved_step
-                            ),
-                        );
-                    }
+                if story.crash.as_ref().is_some_and(|c| epoch <= c.epoch) {
+                    // Late words of the killed call: not shown twice.
+                    return Ok(());
                 }
+                self.note_recovery(story, Some(epoch), out).await?;
                 story.streaming_epoch = Some(epoch);
                 out.delta(&text);
             }
@@ -399,6 +383,7 @@ impl Stack {
             ),
             "turn.started" => out.line("turn", "started"),
             "model.response" => {
+                self.note_recovery(story, None, out).await?;
                 story.streaming_epoch = None;
                 story.responses += 1;
                 let calls = d["tool_calls"].as_array().map_or(0, Vec::len);
@@ -452,6 +437,40 @@ impl Stack {
             }
             _ => {}
         }
+        Ok(())
+    }
+
+    /// The first sign of the agent moving again after the crash: the
+    /// retried answer streaming under a new lease `epoch` (or, should no
+    /// delta come through, its saved response).
+    async fn note_recovery(
+        &self,
+        story: &mut Story,
+        epoch: Option<i64>,
+        out: &mut Timeline,
+    ) -> Result<()> {
+        let agent = story.agent;
+        let Some(crash) = story.crash.as_mut().filter(|c| c.recovered_after.is_none()) else {
+            return Ok(());
+        };
+        let after = crash.at.elapsed();
+        crash.recovered_after = Some(after);
+        let holder = self
+            .lease_holder(agent)
+            .await?
+            .map_or_else(|| "another worker".to_owned(), |(name, _, _)| name);
+        let epochs = match epoch {
+            Some(epoch) => format!(" (lease epoch {} → {epoch})", crash.epoch),
+            None => String::new(),
+        };
+        out.line(
+            "recovered",
+            format!(
+                "{holder} took the agent over {:.1}s later{epochs} and retries the answer from saved step {}",
+                after.as_secs_f64(),
+                crash.last_saved_step
+            ),
+        );
         Ok(())
     }
 

@@ -47,8 +47,9 @@ pub enum StreamItem {
 }
 
 /// Follow `agent` from after seq `after` until `stop` fires or `items` is
-/// closed. Returns an error only for answers that another try would not
-/// change (401, 404, 400); everything else is retried with backoff.
+/// closed. Returns an error when the first connection fails, or for
+/// answers that another try would not change (401, 404, 400); once
+/// connected, every break is retried with backoff.
 pub async fn follow(
     api: ApiClient,
     agent: Uuid,
@@ -59,6 +60,7 @@ pub async fn follow(
     let mut last_seq = after;
     let mut backoff = BACKOFF_MIN;
     let mut connected_before = false;
+    let mut outage_reported = false;
     loop {
         let opened = tokio::select! {
             _ = stop.cancelled() => return Ok(()),
@@ -66,6 +68,7 @@ pub async fn follow(
         };
         match opened {
             Ok(mut response) => {
+                outage_reported = false;
                 if connected_before
                     && items
                         .send(StreamItem::Reconnected { after: last_seq })
@@ -102,8 +105,16 @@ pub async fn follow(
                     }
                 }
             }
+            // Refused outright (401, 404), or never reachable at all (a
+            // wrong URL): another try would not help.
             Err(e) if e.status().is_some_and(|s| s.is_client_error()) => return Err(e),
-            Err(_) => {}
+            Err(e) if !connected_before => return Err(e),
+            Err(e) => {
+                if !outage_reported {
+                    eprintln!("stream interrupted ({e}); reconnecting");
+                    outage_reported = true;
+                }
+            }
         }
         let delay = backoff.mul_f64(0.5 + rand::random::<f64>() / 2.0);
         backoff = (backoff * 2).min(BACKOFF_MAX);
