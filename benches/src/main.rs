@@ -109,6 +109,10 @@ pub struct Options {
     #[arg(long)]
     dir: Option<PathBuf>,
 
+    /// Run each scenario this many times (one report each; take medians:
+    /// the machines are shared and noisy).
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// Profile Postgres: load pg_stat_statements (nested statements and
     /// planning included) and add each scenario's top statements to its
     /// report as `metrics.profile`. Costs some throughput: profile runs
@@ -274,7 +278,13 @@ async fn run(opts: Options) -> Result<usize> {
     let cpu_count = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut out = std::fs::File::create(&opts.json)
         .with_context(|| format!("creating {}", opts.json.display()))?;
-    let scenarios = opts.scenario.expand();
+    let scenarios: Vec<(Scenario, usize)> = opts
+        .scenario
+        .expand()
+        .into_iter()
+        .flat_map(|s| (1..=opts.repeat.max(1)).map(move |i| (s, i)))
+        .collect();
+    let repeat = opts.repeat.max(1);
     let bench = Bench {
         opts,
         cluster,
@@ -282,9 +292,13 @@ async fn run(opts: Options) -> Result<usize> {
     };
 
     let mut failed = 0;
-    for scenario in scenarios {
+    for (scenario, run_index) in scenarios {
         let started_at = chrono::Utc::now().to_rfc3339();
-        eprintln!("holdfast-bench: {} ...", scenario.name());
+        let load_before = load_average();
+        eprintln!(
+            "holdfast-bench: {} ({run_index}/{repeat}) ...",
+            scenario.name()
+        );
         let clock = std::time::Instant::now();
         let result = tokio::select! {
             result = run_one(&bench, scenario) => result,
@@ -299,10 +313,12 @@ async fn run(opts: Options) -> Result<usize> {
             "postgres_version": postgres_version,
             "cpu_count": cpu_count,
             "started_at": started_at,
+            "load_average_1m": [load_before, load_average()],
         });
         match result {
             Ok(outcome) => {
                 let mut params = bench.common_params();
+                params["run"] = json!(format!("{run_index}/{repeat}"));
                 merge(&mut params, outcome.params);
                 report["params"] = params;
                 report["metrics"] = outcome.metrics;
@@ -354,6 +370,16 @@ async fn run_one(bench: &Bench, scenario: Scenario) -> Result<Outcome> {
         Scenario::ApiInputs => scenarios::api_inputs::run(bench).await,
         Scenario::All => anyhow::bail!("`all` is expanded before running"),
     }
+}
+
+/// The 1-minute load average (how busy the shared machine was), if known.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 fn parse_key_value(text: &str) -> Result<(String, String), String> {

@@ -1,7 +1,9 @@
 //! `fanout`: N SSE clients on one agent through the real `holdfast api`.
 //! The driver commits an input (one `input.received` event; the first one
-//! also opens a turn) and times, per client, from just before the commit
-//! is sent until the client has the commit's first event. Commits are
+//! also opens a turn) and times, per client, until the client has the
+//! commit's first event: from just before the statement is sent
+//! (`commit_to_client`), and from the commit's acknowledgement
+//! (`commit_ack_to_client`). Commits are
 //! sequential: the next one waits until every client has the previous.
 //! No worker runs: the agent only collects inputs.
 
@@ -40,15 +42,16 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let rss_streams = api.rss_bytes()?;
 
     let committer = connect_to(&config).await?;
-    // The first seq each commit produced, and when it was sent.
-    let mut sent: Vec<(i64, Instant)> = Vec::with_capacity(commits);
+    // The first seq each commit produced, when it was sent, and when its
+    // commit was acknowledged.
+    let mut sent: Vec<(i64, Instant, Instant)> = Vec::with_capacity(commits);
     let mut last_seq = 0;
     let mut undelivered = 0;
     for k in 0..commits {
         tokio::time::sleep(COMMIT_GAP).await;
         let started = Instant::now();
         store::create_input(&committer, agent, &json!(format!("ping {k}")), None).await?;
-        sent.push((last_seq + 1, started));
+        sent.push((last_seq + 1, started, Instant::now()));
         // Nothing else writes to this agent: the new seqs are this commit's.
         last_seq = store::last_event_seq(&admin, agent).await?.unwrap_or(0);
         undelivered += streams.wait_all_received(last_seq, DELIVERY_LIMIT).await;
@@ -64,15 +67,17 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     }
 
     let mut delay = Samples::new();
+    let mut after_ack = Samples::new();
     let mut slowest_client = Samples::new();
     let mut per_commit: HashMap<i64, f64> = HashMap::new();
     for client in &arrivals {
         let first_arrival: HashMap<i64, Instant> =
             client.iter().rev().map(|(seq, at)| (*seq, *at)).collect();
-        for (seq, started) in &sent {
+        for (seq, started, acked) in &sent {
             if let Some(at) = first_arrival.get(seq) {
                 let ms = at.duration_since(*started).as_secs_f64() * 1000.0;
                 delay.push_ms(ms);
+                after_ack.push(at.saturating_duration_since(*acked));
                 let slowest = per_commit.entry(*seq).or_insert(0.0);
                 *slowest = slowest.max(ms);
             }
@@ -93,6 +98,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
             "streams_opened": opened,
             "open_all_streams_seconds": round3(connect_time.as_secs_f64()),
             "commit_to_client": delay.summary(),
+            "commit_ack_to_client": after_ack.summary(),
             "commit_to_last_client": slowest_client.summary(),
             "api_rss_idle_mib": round3(rss_idle as f64 / mib),
             "api_rss_with_streams_mib": round3(rss_streams as f64 / mib),
