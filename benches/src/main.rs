@@ -213,6 +213,7 @@ impl Bench {
         json!({
             "quick": self.opts.quick,
             "build": self.holdfast.profile,
+            "holdfast_bin": self.holdfast.bin.display().to_string(),
             "profiled": self.opts.profile,
             "sql_experiment": self.opts.sql.as_ref().map(|p| p.display().to_string()),
             "worker_env_experiment": self

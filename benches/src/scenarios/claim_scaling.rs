@@ -216,14 +216,15 @@ async fn claim_cycles(claimer: &Client, samples: usize) -> Result<(Samples, Samp
 }
 
 /// EXPLAIN ANALYZE of claim_agents' candidate query (in a rolled-back
-/// transaction: it locks what it finds).
+/// transaction: it locks what it finds). `now()` stands in for the
+/// function's `v_now`, a plan parameter there as here.
 async fn claim_plan(admin: &Client) -> Result<Value> {
     admin.batch_execute("BEGIN").await?;
     let rows = admin
         .query(
             "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF)
              SELECT a.id FROM holdfast.agents a
-              WHERE a.state = 'ready' AND a.run_after <= holdfast.now()
+              WHERE a.state = 'ready' AND a.run_after <= now()
               ORDER BY a.run_after, a.id
               LIMIT 1
                 FOR UPDATE SKIP LOCKED",
