@@ -47,7 +47,10 @@ pub async fn run(
     providers: Arc<Providers>,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    let pool = connect::pool(db.clone(), settings.concurrency + 2)?;
+    // Steps hold a connection only to load and to commit, never across a
+    // model or tool call: a small pool serves many in-flight steps
+    // (1,000 steps on 1,001 sessions cost Postgres 1.5 GB; see BENCHMARKS.md).
+    let pool = connect::pool(db.clone(), settings.concurrency.min(16) + 2)?;
     let web_fetch_limits = WebFetchLimits {
         allow_private_networks: settings.web_fetch_allow_private,
         ..WebFetchLimits::default()
