@@ -15,6 +15,15 @@ use crate::domain::{
     Agent, AgentState, ApiKeyCreated, ApiKeyOwner, ApiKeyRevoked, CancelOutcome, Claim, Event,
     Input, InputCreated, MaintenanceReport, ModelStep, Renewal, ToolCall, ToolCallStatus, ToolKind,
 };
+use crate::domain::{Approval, ApprovalStatus, Question, QuestionStatus, StuckAgent, WorkerLeases};
+use crate::domain::{
+    ClaimedCommand, CommandResult, CommandResultOutcome, Heartbeat, MachineIdentity,
+    MachineRegistered, MachineStatus, MachineTickReport, MachineWake,
+};
+use crate::domain::{
+    ClaimedWebhookDelivery, CreatedWebhookEndpoint, RecordedAttempt, WebhookDelivery,
+    WebhookDeliveryFilter, WebhookDeliveryStatus, WebhookEndpoint, WebhookQueueStats,
+};
 use crate::duration::to_interval;
 use crate::error::{Error, Result};
 
@@ -795,10 +804,6 @@ pub async fn commit_compaction(
     Ok(())
 }
 // Webhooks (sql/0007_webhooks.sql).
-use crate::domain::{
-    ClaimedWebhookDelivery, CreatedWebhookEndpoint, RecordedAttempt, WebhookDelivery,
-    WebhookDeliveryFilter, WebhookDeliveryStatus, WebhookEndpoint, WebhookQueueStats,
-};
 
 /// Create a webhook endpoint in `project`; the answer carries the signing
 /// secret (show it once). `allow_private` is the deployment's setting
@@ -1032,10 +1037,6 @@ pub async fn webhook_queue_stats(client: &impl GenericClient) -> Result<WebhookQ
 }
 
 // Machines and commands (sql/0008_machines.sql).
-use crate::domain::{
-    ClaimedCommand, CommandResult, CommandResultOutcome, Heartbeat, MachineIdentity,
-    MachineRegistered, MachineStatus, MachineTickReport, MachineWake,
-};
 
 /// Register a machine in `project`; the answer carries its token (show it
 /// once). A taken name is [`Error::Conflict`]; a bad name or wake URL is
@@ -1240,8 +1241,6 @@ pub async fn machine_tick(
 // DBA views the status command shows. Reads are scoped by project where a
 // client names the object, so another project's object reads as missing.
 // ---------------------------------------------------------------------------
-
-use crate::domain::{Approval, ApprovalStatus, Question, QuestionStatus, StuckAgent, WorkerLeases};
 
 const APPROVAL_COLUMNS: &str = "p.id, p.agent_id, p.tool_call_id, t.name, t.input, p.status, \
                                 p.decided_by, p.reason, p.created_at, p.decided_at";
