@@ -23,11 +23,18 @@ pub fn holdfast_bin() -> PathBuf {
                 .expect("workspace root")
                 .to_path_buf();
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let status = Command::new(cargo)
-                // --workspace: the same feature unification as `cargo test
-                // --workspace`, so this reuses the test build's artifacts
-                // instead of recompiling dependencies with other features.
-                .args(["build", "--quiet", "--workspace", "--bins"])
+            // The processes are built with the tests' own profile, so
+            // `cargo test --release` (the soak) runs release processes.
+            let release = !cfg!(debug_assertions);
+            let mut build = Command::new(cargo);
+            // --workspace: the same feature unification as `cargo test
+            // --workspace`, so this reuses the test build's artifacts
+            // instead of recompiling dependencies with other features.
+            build.args(["build", "--quiet", "--workspace", "--bins"]);
+            if release {
+                build.arg("--release");
+            }
+            let status = build
                 .current_dir(&workspace)
                 .status()
                 .expect("run cargo build");
@@ -35,7 +42,9 @@ pub fn holdfast_bin() -> PathBuf {
             let target = std::env::var_os("CARGO_TARGET_DIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| workspace.join("target"));
-            target.join("debug").join("holdfast")
+            target
+                .join(if release { "release" } else { "debug" })
+                .join("holdfast")
         })
         .clone()
 }

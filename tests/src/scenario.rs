@@ -33,6 +33,39 @@ pub fn spawn_worker(
     HoldfastProcess::spawn(name, &["worker"], &envs)
 }
 
+/// A `holdfast api` process on `db`, on a free loopback port; returns it
+/// with its base URL once `/healthz` answers.
+pub async fn spawn_api(name: &str, db: &Config) -> (HoldfastProcess, String) {
+    // Bind port 0 to be handed a free port, then give it to the process.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("find a free port")
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let api = HoldfastProcess::spawn(
+        name,
+        &["api"],
+        &[
+            ("HOLDFAST_DATABASE_URL", config_to_url(db)),
+            ("HOLDFAST_LISTEN", format!("127.0.0.1:{port}")),
+        ],
+    );
+    let http = reqwest::Client::new();
+    let health = format!("{url}/healthz");
+    wait_until(
+        Duration::from_secs(60),
+        "the API answers /healthz",
+        || async {
+            http.get(&health)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        },
+    )
+    .await;
+    (api, url)
+}
+
 /// A new project with one agent of `config`.
 pub async fn agent_with_config(client: &Client, config: &Value) -> Uuid {
     let project: Uuid = client

@@ -1,8 +1,8 @@
 //! The chaos soak: many agents run a multi-turn script (model calls, an
-//! external web_fetch, a custom tool, a question, webhooks) while a chaos
-//! loop SIGKILLs workers and crash-restarts Postgres. Then an invariant
-//! checker reads the database and the counters: nothing lost, nothing run
-//! twice.
+//! external web_fetch, a custom tool, a command on a machine, a question,
+//! webhooks) while a chaos loop SIGKILLs workers, crash-restarts Postgres
+//! and kills the machine daemon. Then an invariant checker reads the
+//! database and the counters: nothing lost, nothing run twice.
 //!
 //! `chaos_short` runs in the default suite; the full soak is
 //! `cargo test --release -p holdfast-tests --test chaos -- --ignored soak`.
@@ -19,7 +19,7 @@ use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::counting_http::CountingServer;
 use holdfast_tests::process::HoldfastProcess;
-use holdfast_tests::scenario::spawn_worker;
+use holdfast_tests::scenario::{spawn_api, spawn_worker};
 use holdfast_tests::{config_to_url, PrivateCluster};
 use rand::Rng;
 use serde_json::{json, Value};
@@ -43,7 +43,7 @@ struct Plan {
     deadline: Duration,
 }
 
-const TOOLS_PER_TURN: usize = 3;
+const TOOLS_PER_TURN: usize = 4;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chaos_short() {
@@ -79,7 +79,9 @@ async fn soak() {
 }
 
 /// The model's script, computed from each request: a turn is web_fetch,
-/// then the custom tool `confirm`, then `ask_user`, then a final text.
+/// then the custom tool `confirm`, then `run_command` (which appends the
+/// turn's marker to the `markers` file in the daemon's work directory),
+/// then `ask_user`, then a final text.
 fn script(site: String, trickle: Duration) -> impl Fn(&Value) -> Reply + Send + Sync + 'static {
     move |body: &Value| reply_for(&site, body).trickle(trickle)
 }
@@ -113,6 +115,10 @@ fn reply_for(site: &str, body: &Value) -> Reply {
         match results % TOOLS_PER_TURN {
             1 => Reply::tool_calls(vec![("confirm", json!({"marker": marker}))]),
             2 => Reply::tool_calls(vec![(
+                "run_command",
+                json!({"command": format!("echo {path} >> markers; sleep 0.2; echo ran {path}")}),
+            )]),
+            3 => Reply::tool_calls(vec![(
                 "ask_user",
                 json!({"question": format!("continue {marker}?")}),
             )]),
@@ -153,6 +159,7 @@ impl Db {
 struct Chaos {
     kills: AtomicUsize,
     restarts: AtomicUsize,
+    daemon_kills: AtomicUsize,
     recoveries: Mutex<Vec<Duration>>,
 }
 
@@ -170,11 +177,15 @@ async fn run(plan: Plan) {
     tokio::spawn(connection);
     let project = store::ensure_project(&setup, "chaos").await.unwrap();
     let endpoint = hook(&setup, project, &receiver, json!(["*"])).await;
+    let machine = store::register_machine(&setup, project, "chaos-box", None)
+        .await
+        .unwrap();
     let agent_config = json!({
         "model": {"provider": "anthropic", "name": "claude-test"},
         "tools": [
             {"type": "web_fetch"},
             {"type": "custom", "name": "confirm", "input_schema": {"type": "object"}},
+            {"type": "run_command", "machine": machine.machine_id},
             {"type": "ask_user"}
         ]
     });
@@ -193,6 +204,25 @@ async fn run(plan: Plan) {
         ("HOLDFAST_WEBHOOK_BACKOFF_MAX", "1s"),
     ];
     let _maintenance = webhooks_support::spawn_maintenance(&url, &maintenance_env);
+    // The machine daemon reaches Holdfast over HTTP, as on a real host.
+    let (_api, api_url) = spawn_api("chaos-api", &config).await;
+    let machine_dir = MachineDir::new();
+    let spawn_daemon = |n: usize| {
+        HoldfastProcess::spawn(
+            &format!("chaos-daemon{n}"),
+            &["machine"],
+            &[
+                ("HOLDFAST_URL", api_url.clone()),
+                ("HOLDFAST_MACHINE_TOKEN", machine.token.clone()),
+                ("HOLDFAST_MACHINE_STATE_DIR", machine_dir.state()),
+                ("HOLDFAST_MACHINE_WORK_DIR", machine_dir.work()),
+                ("HOLDFAST_MACHINE_HEARTBEAT_INTERVAL", "500ms".into()),
+                ("HOLDFAST_MACHINE_CLAIM_WAIT", "2s".into()),
+                ("HOLDFAST_MACHINE_CONCURRENCY", "64".into()),
+            ],
+        )
+    };
+    let daemon = Arc::new(Mutex::new(spawn_daemon(0)));
     let worker_env = [
         ("HOLDFAST_WEB_FETCH_ALLOW_PRIVATE", "true"),
         ("HOLDFAST_WORKER_CONCURRENCY", "32"),
@@ -228,18 +258,22 @@ async fn run(plan: Plan) {
     let chaos = Arc::new(Chaos::default());
 
     // The chaos loop: SIGKILL a random worker every 1–3 s (and start a
-    // replacement), crash-restart Postgres at spread-out kills.
+    // replacement), crash-restart Postgres at spread-out kills, and SIGKILL
+    // the machine daemon once (restarted on its journal).
     let chaos_task = {
-        let (workers, chaos, done, cluster, db) = (
+        let (workers, chaos, done, cluster, db, daemon) = (
             workers.clone(),
             chaos.clone(),
             done.clone(),
             cluster.clone(),
             db.clone(),
+            daemon.clone(),
         );
         let restart_at: Vec<usize> = (1..=plan.postgres_restarts)
             .map(|i| i * plan.min_kills / (plan.postgres_restarts + 1))
             .collect();
+        let daemon_kill_at = (plan.min_kills * 3 / 4).max(1);
+        let spawn_daemon = &spawn_daemon;
         let next_worker = &next_worker;
         let (config, fake) = (config.clone(), &fake);
         async move {
@@ -305,6 +339,12 @@ async fn run(plan: Plan) {
                             tokio::time::sleep(Duration::from_millis(50)).await;
                         }
                     });
+                }
+                if kills + 1 == daemon_kill_at {
+                    let mut daemon = daemon.lock().unwrap();
+                    daemon.signal("KILL");
+                    *daemon = spawn_daemon(1);
+                    chaos.daemon_kills.fetch_add(1, Ordering::SeqCst);
                 }
                 if restart_at.contains(&(kills + 1)) {
                     let cluster = cluster.clone();
@@ -373,7 +413,7 @@ async fn run(plan: Plan) {
     )
     .await;
 
-    let violations = check_invariants(&client, &site, &agents, plan.turns).await;
+    let violations = check_invariants(&client, &site, &machine_dir, &agents, plan.turns).await;
     assert_every_event_received(&client, endpoint, &receiver).await;
 
     let steps: i64 = client
@@ -396,6 +436,11 @@ async fn run(plan: Plan) {
         "  postgres restarts   {}",
         chaos.restarts.load(Ordering::SeqCst)
     );
+    println!(
+        "  daemon kills        {}",
+        chaos.daemon_kills.load(Ordering::SeqCst)
+    );
+    println!("  commands run        {}", machine_dir.markers().len());
     println!("  recoveries measured {}", recoveries.len());
     println!("  max recovery        {max_recovery:?}");
     println!("  webhook deliveries  {}", receiver.count());
@@ -418,6 +463,44 @@ async fn run(plan: Plan) {
         chaos.restarts.load(Ordering::SeqCst),
         plan.postgres_restarts
     );
+    assert_eq!(chaos.daemon_kills.load(Ordering::SeqCst), 1);
+}
+
+/// The machine daemon's directories: its journal (`state`) and where its
+/// commands run (`work`, holding the `markers` file they append to).
+struct MachineDir {
+    root: std::path::PathBuf,
+}
+
+impl MachineDir {
+    fn new() -> MachineDir {
+        let root = std::env::temp_dir().join(format!("holdfast-chaos-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(root.join("work")).unwrap();
+        MachineDir { root }
+    }
+
+    fn state(&self) -> String {
+        self.root.join("state").display().to_string()
+    }
+
+    fn work(&self) -> String {
+        self.root.join("work").display().to_string()
+    }
+
+    /// One line per command that ran, in order.
+    fn markers(&self) -> Vec<String> {
+        std::fs::read_to_string(self.root.join("work").join("markers"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for MachineDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
 }
 
 /// One pass of the driver; errors (Postgres restarting) are retried on the
@@ -480,10 +563,12 @@ async fn drive_once(db: &Db, agents: &[(usize, Uuid)], turns: usize) {
 async fn check_invariants(
     client: &Client,
     site: &CountingServer,
+    machine_dir: &MachineDir,
     agents: &[(usize, Uuid)],
     turns: usize,
 ) -> Vec<String> {
     let mut violations = Vec::new();
+    let markers = machine_dir.markers();
     for (k, agent) in agents {
         let types: Vec<String> = client
             .query(
@@ -592,6 +677,40 @@ async fn check_invariants(
             if hits > 1 || (!interrupted && hits != 1) {
                 violations.push(format!(
                     "agent {k}: {path} fetched {hits} times (interrupted: {interrupted})"
+                ));
+            }
+        }
+        // Commands: each ran at most once; exactly once when its result
+        // was seen (a daemon killed while it ran reports it as unknown).
+        let commands = client
+            .query(
+                "SELECT command, state FROM holdfast.commands WHERE agent_id = $1",
+                &[agent],
+            )
+            .await
+            .unwrap();
+        if commands.len() != turns {
+            violations.push(format!(
+                "agent {k}: {} commands, want {turns}",
+                commands.len()
+            ));
+        }
+        for row in commands {
+            let command: String = row.get(0);
+            let state: String = row.get(1);
+            let marker = command
+                .strip_prefix("echo ")
+                .and_then(|c| c.split(' ').next())
+                .unwrap_or_default();
+            let runs = markers.iter().filter(|m| *m == marker).count();
+            let consistent = match state.as_str() {
+                "finished" => runs == 1,
+                "unknown" => runs <= 1,
+                _ => false,
+            };
+            if !consistent {
+                violations.push(format!(
+                    "agent {k}: command {marker} ran {runs} times, state {state}"
                 ));
             }
         }
