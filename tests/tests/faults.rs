@@ -1,14 +1,18 @@
 //! Deterministic fault scenarios with real processes: maintenance killed in
-//! the middle of a reap, and a deploy that SIGTERMs every worker at once.
+//! the middle of a reap, a worker killed between its step's commit and its
+//! release, and a deploy that SIGTERMs every worker at once.
 
 use std::time::Duration;
 
 use holdfast_engine::domain::{ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
+use holdfast_tests::counting_http::CountingServer;
 use holdfast_tests::process::HoldfastProcess;
-use holdfast_tests::scenario::{agent_with_input, count_events, spawn_worker, wait_for_event};
-use holdfast_tests::{config_to_url, wait_for_lock_wait, wait_until, TestDb};
+use holdfast_tests::scenario::{
+    agent_with_config, agent_with_input, count_events, spawn_worker, wait_for_event,
+};
+use holdfast_tests::{config_to_url, wait_for_lock_wait, wait_until, MaintenanceLoop, TestDb};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -181,4 +185,118 @@ async fn a_deploy_that_sigterms_every_worker_loses_no_step_and_waits_out_no_leas
             "{agent}"
         );
     }
+}
+
+/// The worker's commit goes through but the worker never gets to release:
+/// the commit of its web_fetch result is held on the agent's row lock, the
+/// worker is frozen (SIGSTOP) while blocked, the lock is let go so Postgres
+/// finishes the commit on the worker's behalf, then the worker is
+/// SIGKILLed still holding the lease. The saved result is final: another
+/// worker recovers the agent from the dead session (not by waiting out the
+/// lease), never fetches again, and the model sees the saved result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_between_commit_and_release_never_reruns_the_step() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    let site = CountingServer::start().await;
+    fake.push(Reply::tool_calls(vec![(
+        "web_fetch",
+        json!({"url": site.url("/hold/page")}),
+    )]));
+    fake.push(Reply::text("The page says it was released."));
+    let env = [
+        ("HOLDFAST_LEASE_TTL", "60s"),
+        ("HOLDFAST_WEB_FETCH_ALLOW_PRIVATE", "true"),
+    ];
+    let mut first = spawn_worker("w1", &db.config, &fake, &env);
+    let agent = agent_with_config(
+        &client,
+        &json!({
+            "model": {"provider": "anthropic", "name": "claude-test"},
+            "tools": [{"type": "web_fetch"}]
+        }),
+    )
+    .await;
+    store::create_input(&client, agent, &json!("fetch it"), None)
+        .await
+        .unwrap();
+    site.wait_for_hits("/hold/page", 1).await;
+
+    let mut locker = db.connect().await;
+    let row_lock = locker.transaction().await.unwrap();
+    row_lock
+        .execute(
+            "SELECT 1 FROM holdfast.agents WHERE id = $1 FOR UPDATE",
+            &[&agent],
+        )
+        .await
+        .unwrap();
+    site.release_held();
+    wait_until(
+        Duration::from_secs(30),
+        "the worker's commit waits on the row lock",
+        || async {
+            client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                      WHERE datname = current_database() AND wait_event_type = 'Lock' \
+                        AND query LIKE '%commit_tool_result%'",
+                    &[],
+                )
+                .await
+                .map(|r| r.get::<_, i64>(0) == 1)
+                .unwrap_or(false)
+        },
+    )
+    .await;
+    first.signal("STOP");
+    row_lock.commit().await.unwrap();
+    wait_for_event(
+        &client,
+        agent,
+        "tool_call.completed",
+        Duration::from_secs(30),
+    )
+    .await;
+    first.signal("KILL");
+    first.wait_exit(Duration::from_secs(30)).await;
+    let owner: Option<String> = client
+        .query_one(
+            "SELECT lease_owner FROM holdfast.agents WHERE id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(owner.as_deref(), Some("w1"), "killed before its release");
+
+    let _maintenance = MaintenanceLoop::start(&db.config);
+    let _second = spawn_worker("w2", &db.config, &fake, &env);
+    let recovered = std::time::Instant::now();
+    wait_for_event(&client, agent, "turn.completed", Duration::from_secs(30)).await;
+
+    assert!(
+        recovered.elapsed() < Duration::from_secs(30),
+        "recovered from the dead session, not by the 60 s lease"
+    );
+    assert_eq!(
+        site.hits("/hold/page"),
+        1,
+        "the saved fetch never ran again"
+    );
+    assert_eq!(count_events(&client, agent, "tool_call.completed").await, 1);
+    assert_eq!(
+        count_events(&client, agent, "tool_call.interrupted").await,
+        0
+    );
+    assert_eq!(count_events(&client, agent, "model.response").await, 2);
+    assert_eq!(
+        fake.request_count(),
+        2,
+        "one call before the crash, one after"
+    );
+    // The held page answers "released": the model saw the saved result.
+    let last = fake.last_request().unwrap();
+    assert!(last.body.to_string().contains("released"), "{}", last.body);
 }
