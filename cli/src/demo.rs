@@ -1,13 +1,15 @@
 //! `holdfast demo`: one command, no API key, no network. It starts a whole
 //! stack on this machine — a private Postgres (`.holdfast/demo`, fsync off),
 //! a scripted model server speaking the Anthropic protocol on 127.0.0.1,
-//! the HTTP API and maintenance in this process, and two `holdfast worker`
-//! child processes — and plays one support conversation through the real
-//! HTTP API: the agent streams text, calls a custom tool the demo answers,
-//! asks for an approval the demo grants, and in the middle of its last
-//! answer the worker running it is SIGKILLed; the other worker picks the
-//! agent up from its last saved step. The summary's counts come from the
-//! database, and the demo fails (exit 1) if any tool ran other than once.
+//! the HTTP API and maintenance in this process, two `holdfast worker`
+//! child processes and a `holdfast machine` daemon for this host — and
+//! plays one support conversation through the real HTTP API: the agent
+//! streams text, calls a custom tool the demo answers, asks for an approval
+//! the demo grants, runs a command on this machine, and in the middle of
+//! its last answer the worker running it is SIGKILLed; the other worker
+//! picks the agent up from its last saved step. The summary's counts come
+//! from the database, and the demo fails (exit 1) if any tool ran other
+//! than once.
 
 mod script;
 
@@ -28,6 +30,7 @@ use serde_json::json;
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -37,6 +40,7 @@ use crate::client::http::{ApiClient, CallError};
 
 const DATABASE: &str = "holdfast_demo";
 const WORKERS: [&str; 2] = ["demo-worker-1", "demo-worker-2"];
+const DAEMON: &str = "demo-machine-daemon";
 /// Who the demo approves as.
 const OPERATOR: &str = "demo-operator";
 /// The whole story must be over by then (it takes a few seconds).
@@ -53,7 +57,7 @@ pub struct DemoArgs {
 pub async fn run(args: DemoArgs) -> Result<()> {
     let mut out = Timeline::start();
     println!(
-        "Holdfast demo: one agent, two worker processes, and a scripted model on this machine."
+        "Holdfast demo: one agent, two worker processes, a machine daemon and a scripted model, all on this machine."
     );
     println!();
     let mut stack = Stack::start(&args.dir, &mut out).await?;
@@ -111,8 +115,8 @@ impl Timeline {
     }
 }
 
-/// A `holdfast worker` child process.
-struct WorkerProcess {
+/// A `holdfast worker` or `holdfast machine` child process.
+struct ChildProcess {
     name: &'static str,
     pid: u32,
     child: Child,
@@ -128,7 +132,10 @@ struct Stack {
     api: ApiClient,
     shutdown: CancellationToken,
     services: JoinSet<(&'static str, Result<()>)>,
-    workers: Vec<WorkerProcess>,
+    workers: Vec<ChildProcess>,
+    /// The machine daemon for this host, and the machine's name.
+    daemon: Option<ChildProcess>,
+    machine: String,
 }
 
 impl Stack {
@@ -214,13 +221,24 @@ impl Stack {
             shutdown,
             services,
             workers: Vec::new(),
+            daemon: None,
+            machine: crate::machine::host_machine_name(),
         };
         for name in WORKERS {
             let worker = spawn_worker(name, &connection_string, &dir)?;
             stack.workers.push(worker);
         }
-        for i in 0..stack.workers.len() {
-            stack.wait_until_claiming(i).await?;
+        for worker in &mut stack.workers {
+            let name = worker.name;
+            wait_until(
+                &stack.client,
+                worker,
+                "start claiming",
+                "SELECT count(*) > 0 FROM pg_stat_activity \
+                  WHERE application_name = $1 AND query LIKE '%claim_agents%'",
+                &name,
+            )
+            .await?;
         }
         let names: Vec<String> = stack
             .workers
@@ -231,42 +249,56 @@ impl Stack {
             "workers",
             format!("{} are claiming work", names.join(" and ")),
         );
+        stack.start_machine(&api_url, &dir, out).await?;
         Ok(stack)
     }
 
-    /// Wait until worker `i` runs its claim loop on its own session.
-    async fn wait_until_claiming(&mut self, i: usize) -> Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let worker = &mut self.workers[i];
-            if let Some(status) = worker.child.try_wait()? {
-                bail!(
-                    "{} exited at start ({status}); its log: {}",
-                    worker.name,
-                    worker.log.display()
-                );
+    /// Register this host as a machine over the API and start its daemon,
+    /// `holdfast machine`, with a fresh journal and working directory.
+    async fn start_machine(&mut self, api_url: &str, dir: &Path, out: &mut Timeline) -> Result<()> {
+        let registered = self
+            .api
+            .post_once("/v1/machines", &json!({"name": self.machine}))
+            .await?;
+        let (Some(id), Some(token)) = (
+            registered.body["id"]
+                .as_str()
+                .and_then(|id| id.parse::<Uuid>().ok()),
+            registered.body["token"].as_str(),
+        ) else {
+            bail!("the API answered POST /v1/machines without an id and a token");
+        };
+        let home = dir.join("machine");
+        match std::fs::remove_dir_all(&home) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(anyhow::Error::from(e).context(format!("clearing {}", home.display())))
             }
-            let claiming: i64 = self
-                .client
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity \
-                      WHERE application_name = $1 AND query LIKE '%claim_agents%'",
-                    &[&worker.name],
-                )
-                .await?
-                .get(0);
-            if claiming > 0 {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "{} did not start claiming within a minute; its log: {}",
-                    worker.name,
-                    worker.log.display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        let work = home.join("work");
+        std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+        let daemon = self
+            .daemon
+            .insert(spawn_daemon(api_url, token, &home, dir)?);
+        wait_until(
+            &self.client,
+            daemon,
+            "come online",
+            "SELECT daemon_session IS NOT NULL FROM holdfast.machines WHERE id = $1",
+            &id,
+        )
+        .await?;
+        out.line(
+            "machine",
+            format!(
+                "{} (this host) registered; its daemon {DAEMON} (pid {}) runs commands in {}",
+                self.machine,
+                daemon.pid,
+                work.display()
+            ),
+        );
+        Ok(())
     }
 
     /// The conversation, from creating the agent to its turn's end.
@@ -275,7 +307,7 @@ impl Stack {
             .api
             .post_once(
                 "/v1/agents",
-                &script::agent_config(&self.fake.base_url_anthropic()),
+                &script::agent_config(&self.fake.base_url_anthropic(), &self.machine),
             )
             .await?;
         let agent: Uuid = created.body["id"]
@@ -284,7 +316,11 @@ impl Stack {
             .context("the API answered POST /v1/agents without an id")?;
         out.line(
             "agent",
-            format!("{agent} created: custom tools lookup_order and issue_refund (issue_refund needs approval)"),
+            format!(
+                "{agent} created: custom tools lookup_order and issue_refund (issue_refund needs \
+                 approval), and run_command on {}",
+                self.machine
+            ),
         );
 
         let (items_tx, mut items) = mpsc::channel(256);
@@ -395,7 +431,13 @@ impl Stack {
                 out.line("saved", format!("model step {}: {what}", story.responses));
             }
             "tool_call.created" => {
-                if d["status"] == "awaiting_approval" {
+                if d["kind"] == "command" {
+                    let command = d["input"]["command"].as_str().unwrap_or("?");
+                    out.line(
+                        "tool call",
+                        format!("{name} on {}: {command}", self.machine),
+                    );
+                } else if d["status"] == "awaiting_approval" {
                     out.line(
                         "tool call",
                         format!("{name} {} waits for approval", d["input"]),
@@ -421,6 +463,39 @@ impl Stack {
                 );
                 self.answer_waiting_calls(story, out).await?;
             }
+            "command.accepted" => {
+                let pid = self.daemon.as_ref().map_or(0, |daemon| daemon.pid);
+                out.line(
+                    "machine",
+                    format!("{DAEMON} (pid {pid}) accepted the command and runs it with sh -c"),
+                );
+            }
+            "command.finished" => {
+                let exit = d["exit_code"]
+                    .as_i64()
+                    .map_or_else(|| "no exit code".to_owned(), |code| format!("exit {code}"));
+                out.line("machine", format!("the command finished: {exit}"));
+                for line in d["stdout"].as_str().unwrap_or_default().lines() {
+                    out.line("stdout", format!("│ {line}"));
+                }
+                for line in d["stderr"].as_str().unwrap_or_default().lines() {
+                    out.line("stderr", format!("│ {line}"));
+                }
+            }
+            "command.failed" | "command.unknown" | "machine.unreachable" => {
+                out.line("machine", format!("{} {}", event.kind, d));
+            }
+            "tool_call.completed" if d["output"]["exit_code"].is_i64() => out.line(
+                "tool result",
+                format!(
+                    "{name} ✓ exit {}, stdout {:?} → the model",
+                    d["output"]["exit_code"],
+                    d["output"]["stdout"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .trim_end()
+                ),
+            ),
             "tool_call.completed" => out.line("tool result", format!("{name} ✓ {}", d["output"])),
             "tool_call.interrupted" => out.line("interrupted", format!("{name}: {}", d["output"])),
             "model.retry" => out.line(
@@ -612,7 +687,8 @@ impl Stack {
     /// Stop everything: workers drain (SIGTERM), the API and maintenance
     /// stop, Postgres stops.
     async fn stop(&mut self, out: &mut Timeline) -> Result<()> {
-        for worker in self.workers.iter_mut().filter(|w| !w.killed) {
+        let processes = self.workers.iter_mut().chain(self.daemon.as_mut());
+        for worker in processes.filter(|w| !w.killed) {
             let pid = nix::unistd::Pid::from_raw(i32::try_from(worker.pid)?);
             // Already gone is fine: the wait below reports how it ended.
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
@@ -639,7 +715,7 @@ impl Stack {
         }
         out.line(
             "stopped",
-            "workers drained, API and maintenance stopped, Postgres stopped",
+            "workers drained, machine daemon stopped, API and maintenance stopped, Postgres stopped",
         );
         failure.map_or(Ok(()), Err)
     }
@@ -673,7 +749,7 @@ async fn fresh_database(cluster: &LocalCluster) -> Result<tokio_postgres::Config
 /// Start `holdfast worker` as a child process: this very binary, with a
 /// clean environment (no API keys: the model server is local), its log in
 /// the demo's directory.
-fn spawn_worker(name: &'static str, connection_string: &str, dir: &Path) -> Result<WorkerProcess> {
+fn spawn_worker(name: &'static str, connection_string: &str, dir: &Path) -> Result<ChildProcess> {
     let log = dir.join(format!("{name}.log"));
     let log_file =
         std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
@@ -690,13 +766,88 @@ fn spawn_worker(name: &'static str, connection_string: &str, dir: &Path) -> Resu
         .spawn()
         .with_context(|| format!("starting {name}"))?;
     let pid = child.id().context("the worker exited at once")?;
-    Ok(WorkerProcess {
+    Ok(ChildProcess {
         name,
         pid,
         child,
         log,
         killed: false,
     })
+}
+
+/// Start `holdfast machine` as a child process: its journal in
+/// `home/state`, commands running in `home/work`, the token in its
+/// environment (not on its command line), a heartbeat every second, and
+/// short claims so that it stops quickly. Its log is in `dir`.
+fn spawn_daemon(api_url: &str, token: &str, home: &Path, dir: &Path) -> Result<ChildProcess> {
+    let log = dir.join(format!("{DAEMON}.log"));
+    let log_file =
+        std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    let mut command = Command::new(std::env::current_exe()?);
+    command
+        .args(["machine", "--api", api_url])
+        .arg("--state-dir")
+        .arg(home.join("state"))
+        .arg("--work-dir")
+        .arg(home.join("work"))
+        .args(["--heartbeat-interval", "1s", "--claim-wait", "2s"])
+        .env_clear()
+        .env("HOLDFAST_LOG", "warn")
+        .env("HOLDFAST_MACHINE_TOKEN", token);
+    // The commands it runs get the usual search path and home.
+    for name in ["PATH", "HOME"] {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone()?)
+        .stderr(log_file)
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting the machine daemon")?;
+    let pid = child.id().context("the machine daemon exited at once")?;
+    Ok(ChildProcess {
+        name: DAEMON,
+        pid,
+        child,
+        log,
+        killed: false,
+    })
+}
+
+/// Wait until `query` (one boolean, with `param` as $1) says `process`
+/// is ready; fail if the process exits or a minute goes by.
+async fn wait_until(
+    client: &Client,
+    process: &mut ChildProcess,
+    what: &str,
+    query: &str,
+    param: &(dyn ToSql + Sync),
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = process.child.try_wait()? {
+            bail!(
+                "{} exited at start ({status}); its log: {}",
+                process.name,
+                process.log.display()
+            );
+        }
+        let ready: bool = client.query_one(query, &[param]).await?.get(0);
+        if ready {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{} did not {what} within a minute; its log: {}",
+                process.name,
+                process.log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// What the demo saw and did.
@@ -742,8 +893,10 @@ struct Summary {
     recovered_after: Option<Duration>,
     events: i64,
     last_seq: i64,
-    /// Per tool call: name, times the demo ran it, results saved.
-    tools: Vec<(String, u32, i64)>,
+    /// Per tool call: name, times it ran, results saved.
+    tools: Vec<(String, i64, i64)>,
+    /// Commands that did not finish on the machine (failed, unknown, ...).
+    commands_unfinished: i64,
     interrupted: i64,
     approvals_answered: i64,
 }
@@ -767,11 +920,16 @@ impl Summary {
                 &[&agent],
             )
             .await?;
+        // A custom tool ran as often as the demo ran it; a command as often
+        // as a machine accepted it (a daemon runs what it accepts, once).
         let saved_results = client
             .query(
-                "SELECT t.id, t.name, \
+                "SELECT t.id, t.name, t.kind, \
                         (SELECT count(*) FROM holdfast.events e \
                           WHERE e.agent_id = t.agent_id AND e.type = 'tool_call.completed' \
+                            AND e.data ->> 'tool_call_id' = t.id::text), \
+                        (SELECT count(*) FROM holdfast.events e \
+                          WHERE e.agent_id = t.agent_id AND e.type = 'command.accepted' \
                             AND e.data ->> 'tool_call_id' = t.id::text) \
                    FROM holdfast.tool_calls t WHERE t.agent_id = $1 ORDER BY t.created_at, t.position",
                 &[&agent],
@@ -782,10 +940,21 @@ impl Summary {
             .map(|r| {
                 let id: Uuid = r.get(0);
                 let name: String = r.get(1);
-                let ran = story.executions.get(&id).map_or(0, |(_, n)| *n);
-                (name, ran, r.get::<_, i64>(2))
+                let kind: String = r.get(2);
+                let ran = match kind.as_str() {
+                    "command" => r.get::<_, i64>(4),
+                    _ => story.executions.get(&id).map_or(0, |(_, n)| i64::from(*n)),
+                };
+                (name, ran, r.get::<_, i64>(3))
             })
             .collect();
+        let commands_unfinished: i64 = client
+            .query_one(
+                "SELECT count(*) FROM holdfast.commands WHERE agent_id = $1 AND state <> 'finished'",
+                &[&agent],
+            )
+            .await?
+            .get(0);
         Ok(Summary {
             model_steps,
             model_requests: fake.request_count(),
@@ -796,17 +965,20 @@ impl Summary {
             interrupted: timeline.get(2),
             approvals_answered: timeline.get(3),
             tools,
+            commands_unfinished,
         })
     }
 
-    /// Every tool call ran once and has exactly one saved result, nothing
-    /// was interrupted, the one approval was answered once.
+    /// Every tool call ran once and has exactly one saved result, every
+    /// command finished, nothing was interrupted, the one approval was
+    /// answered once.
     fn each_tool_once(&self) -> bool {
         !self.tools.is_empty()
             && self
                 .tools
                 .iter()
                 .all(|(_, ran, saved)| *ran == 1 && *saved == 1)
+            && self.commands_unfinished == 0
             && self.interrupted == 0
             && self.approvals_answered == 1
     }
@@ -842,8 +1014,9 @@ impl Summary {
                 .map(|(name, ran, saved)| format!("{name}: ran {ran}, results saved {saved}"))
                 .collect();
             println!(
-                "  tools run    NOT each once: {}; interrupted {}; approvals answered {}",
+                "  tools run    NOT each once: {}; commands not finished {}; interrupted {}; approvals answered {}",
                 detail.join("; "),
+                self.commands_unfinished,
                 self.interrupted,
                 self.approvals_answered
             );

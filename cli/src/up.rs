@@ -5,24 +5,36 @@
 //! separate `holdfast worker` processes would be), and maintenance. It
 //! prints the URL, a fresh API key and a command to try.
 //!
-//! Ctrl-C (SIGINT) or SIGTERM drains: the API stops accepting, workers
-//! finish or hand back their steps, maintenance stops; then the embedded
-//! Postgres is stopped. A second Ctrl-C stops at once, as a crash would:
+//! With `--local-machine` it also runs a machine daemon for this host, so
+//! agents can `run_command` here: the machine is registered on the first
+//! such `up` and reused by later ones (its credential is kept in
+//! `.holdfast/local-machine`, see [`LocalMachine`]); commands run in the
+//! directory `up` was started in.
+//!
+//! Ctrl-C (SIGINT) or SIGTERM drains: workers finish or hand back their
+//! steps, maintenance stops, the machine daemon stops claiming and lets
+//! running commands finish (for up to the worker drain timeout) and report
+//! their results; then the API stops and the embedded Postgres is stopped. A second Ctrl-C stops at once, as a crash would:
 //! steps in flight run again from their last saved step on the next start.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use holdfast_api::ApiConfig;
 use holdfast_engine::provider::Providers;
 use holdfast_engine::store;
+use holdfast_worker::machine::Shutdown as MachineShutdown;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::JoinSet;
 use tokio_postgres::NoTls;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 use crate::database::Database;
+use crate::machine::LocalMachine;
 use crate::maintenance::MaintenanceArgs;
 use crate::run_worker::WorkerArgs;
 
@@ -34,12 +46,24 @@ pub struct UpArgs {
     /// The project the printed API key belongs to (created if needed).
     #[arg(long, default_value = "default")]
     project: String,
+    /// Also run a machine daemon for this host, so agents can run_command
+    /// here (registered once, reused by later `up`s in this directory).
+    #[arg(long)]
+    local_machine: bool,
+    /// The local machine's name when it is registered (default: this
+    /// host's name).
+    #[arg(long, requires = "local_machine")]
+    local_machine_name: Option<String>,
     #[command(flatten)]
     worker: WorkerArgs,
     /// Maintenance and webhook settings, and `--listen` for the API.
     #[command(flatten)]
     maintenance: MaintenanceArgs,
 }
+
+/// Where `--local-machine` keeps its machine's credential and journal,
+/// relative to the working directory.
+const LOCAL_MACHINE_DIR: &str = ".holdfast/local-machine";
 
 /// What each task was, for messages about it.
 type Named = (String, Result<()>);
@@ -68,21 +92,40 @@ async fn serve(db: &Database, args: UpArgs) -> Result<()> {
         .with_context(|| format!("binding {listen}"))?;
     let addr = listener.local_addr()?;
     let providers = Arc::new(Providers::from_env()?);
-    let key = {
+    let (key, machine) = {
         let (client, connection) = db.config.connect(NoTls).await?;
         let connection = tokio::spawn(connection);
-        let created = store::create_api_key(&client, &args.project).await?;
+        let key = store::create_api_key(&client, &args.project).await?;
+        let machine = match args.local_machine {
+            true => Some(
+                LocalMachine::ensure(
+                    &client,
+                    key.project_id,
+                    Path::new(LOCAL_MACHINE_DIR),
+                    args.local_machine_name.as_deref(),
+                )
+                .await?,
+            ),
+            false => None,
+        };
         drop(client);
         let _ = connection.await;
-        created
+        (key, machine)
     };
 
+    // Workers and maintenance stop on `shutdown`; the API too, unless a
+    // machine daemon runs: then the API stops when the daemon has stopped,
+    // so the results of its last commands still reach it.
     let shutdown = CancellationToken::new();
+    let api_shutdown = match machine {
+        Some(_) => CancellationToken::new(),
+        None => shutdown.clone(),
+    };
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut tasks: JoinSet<Named> = JoinSet::new();
     {
-        let (config, shutdown) = (ApiConfig::new(db.config.clone()), shutdown.clone());
+        let (config, shutdown) = (ApiConfig::new(db.config.clone()), api_shutdown.clone());
         tasks.spawn(async move {
             let served = holdfast_api::serve(config, listener, shutdown).await;
             ("the API".to_owned(), served.map_err(Into::into))
@@ -113,6 +156,42 @@ async fn serve(db: &Database, args: UpArgs) -> Result<()> {
         });
     }
 
+    if let Some(machine) = &machine {
+        let settings = machine.settings(&loopback_url(addr), Path::new("."));
+        let stop = MachineShutdown {
+            stop: shutdown.clone(),
+            abort: CancellationToken::new(),
+        };
+        let drain = worker_settings.drain_timeout;
+        let (config, project, id) = (db.config.clone(), key.project_id, machine.id);
+        let api_shutdown = api_shutdown.clone();
+        tasks.spawn(async move {
+            let (stopping, abort) = (stop.stop.clone(), stop.abort.clone());
+            let daemon = holdfast_worker::machine::run(settings, stop);
+            tokio::pin!(daemon);
+            // On Ctrl-C the daemon claims nothing more; the commands it
+            // runs get the workers' drain time to finish and report through
+            // the API. Then the API stops, which ends the daemon's claim in
+            // flight, and the daemon stops (its journal keeps anything
+            // left, for the next start).
+            let ran = tokio::select! {
+                ran = &mut daemon => ran,
+                () = async {
+                    stopping.cancelled().await;
+                    let deadline = tokio::time::Instant::now() + drain;
+                    commands_reported(&config, project, id, deadline).await;
+                    api_shutdown.cancel();
+                    tokio::time::sleep_until(deadline).await;
+                } => {
+                    abort.cancel();
+                    daemon.await
+                }
+            };
+            api_shutdown.cancel();
+            ("the machine daemon".to_owned(), ran)
+        });
+    }
+
     print_banner(
         db,
         addr,
@@ -120,6 +199,7 @@ async fn serve(db: &Database, args: UpArgs) -> Result<()> {
         &args.project,
         &worker_names,
         maintenance_settings.interval,
+        machine.as_ref(),
     );
 
     // Every task runs until shutdown; one that ends before (it failed)
@@ -157,13 +237,55 @@ async fn serve(db: &Database, args: UpArgs) -> Result<()> {
     }
 }
 
+/// Wait until every command `machine` accepted has its result recorded,
+/// or until `deadline`. A database that cannot be asked ends the wait.
+async fn commands_reported(
+    config: &tokio_postgres::Config,
+    project: Uuid,
+    machine: Uuid,
+    deadline: tokio::time::Instant,
+) {
+    let Ok((client, connection)) = config.connect(NoTls).await else {
+        return;
+    };
+    let connection = tokio::spawn(connection);
+    while tokio::time::Instant::now() < deadline {
+        let Ok(machines) = store::list_machines(&client, project).await else {
+            break;
+        };
+        let running = machines
+            .iter()
+            .find(|m| m.id == machine)
+            .and_then(|m| m.running_commands.as_array())
+            .is_some_and(|commands| !commands.is_empty());
+        if !running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(client);
+    let _ = connection.await;
+}
+
+/// The API's URL as this host reaches it (a wildcard listen address is
+/// reached on loopback).
+fn loopback_url(addr: SocketAddr) -> String {
+    let ip = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}", SocketAddr::new(ip, addr.port()))
+}
+
 fn print_banner(
     db: &Database,
     addr: SocketAddr,
     key: &str,
     project: &str,
     workers: &[String],
-    maintenance_interval: std::time::Duration,
+    maintenance_interval: Duration,
+    machine: Option<&LocalMachine>,
 ) {
     let url = format!("http://{addr}");
     println!("Holdfast is up on {}.", db.location());
@@ -176,16 +298,46 @@ fn print_banner(
     println!("  API      {url}   (the contract: {url}/openapi.json)");
     println!("  API key  {key}");
     println!("           (project {project:?}; shown once: every `up` prints a new one, old ones stay valid)");
+    if let Some(machine) = machine {
+        let here = std::env::current_dir()
+            .map_or_else(|_| ".".to_owned(), |dir| dir.display().to_string());
+        println!(
+            "  Machine  {}   (this host, id {})",
+            machine.name, machine.id
+        );
+        println!(
+            "           (run_command runs `sh -c` in {here}; journal in {})",
+            machine.state_dir.display()
+        );
+    }
     println!();
     println!("Try it from another terminal:");
     println!("  export HOLDFAST_URL={url} HOLDFAST_API_KEY={key}");
     println!(
         "  curl -s -H \"Authorization: Bearer $HOLDFAST_API_KEY\" -H 'content-type: application/json' \\"
     );
-    println!(
-        "       -d '{{\"model\": {{\"provider\": \"anthropic\", \"name\": \"claude-sonnet-4-5\"}}}}' $HOLDFAST_URL/v1/agents"
-    );
-    println!("  holdfast send AGENT_ID \"Hello\" && holdfast tail AGENT_ID --until turn.completed");
+    match machine {
+        Some(machine) => {
+            println!(
+                "       -d '{{\"model\": {{\"provider\": \"anthropic\", \"name\": \"claude-sonnet-4-5\"}}, \\"
+            );
+            println!(
+                "            \"tools\": [{{\"type\": \"run_command\", \"machine\": \"{}\"}}]}}' $HOLDFAST_URL/v1/agents",
+                machine.name
+            );
+            println!(
+                "  holdfast send AGENT_ID \"Run uname -a and tell me what you see\" && holdfast tail AGENT_ID --until turn.completed"
+            );
+        }
+        None => {
+            println!(
+                "       -d '{{\"model\": {{\"provider\": \"anthropic\", \"name\": \"claude-sonnet-4-5\"}}}}' $HOLDFAST_URL/v1/agents"
+            );
+            println!(
+                "  holdfast send AGENT_ID \"Hello\" && holdfast tail AGENT_ID --until turn.completed"
+            );
+        }
+    }
     let keys: Vec<&str> = ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"]
         .into_iter()
         .filter(|name| std::env::var(name).is_ok_and(|v| !v.trim().is_empty()))

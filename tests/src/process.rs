@@ -116,3 +116,26 @@ impl HoldfastProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
+
+/// The running processes (zombies aside) whose working directory is `dir`
+/// or under it, as `pid command`: what a command started in `dir` left
+/// behind. Postgres works in its data directory and a machine daemon's
+/// commands in theirs, so an empty answer for a scratch home means none of
+/// them is left.
+pub fn processes_working_in(dir: &std::path::Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cwd = std::fs::read_link(entry.path().join("cwd")).ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // The state follows the parenthesised command name.
+            let (name, state) = stat.split_once(" (")?.1.rsplit_once(") ")?;
+            let running = !state.starts_with('Z') && !state.starts_with('X');
+            (running && cwd.starts_with(dir)).then(|| format!("{pid} {name}"))
+        })
+        .collect()
+}

@@ -2,6 +2,9 @@
 //! a URL and a key that work, runs a real agent turn (the fake model via
 //! ANTHROPIC_BASE_URL), stops on SIGINT with exit 0 leaving no Postgres
 //! behind, and a second `up` in the same directory finds the same data.
+//! With `--local-machine` it runs a machine daemon for this host: an
+//! agent's run_command runs here and its output reaches the model, and the
+//! next `up` serves the same machine.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -9,7 +12,7 @@ use std::time::Duration;
 use std::process::Stdio;
 
 use holdfast_fakes::{FakeProvider, Reply};
-use holdfast_tests::process::holdfast_bin;
+use holdfast_tests::process::{holdfast_bin, processes_working_in};
 use holdfast_tests::wait_until;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -55,11 +58,12 @@ impl Up {
     }
 }
 
-async fn start_up(home: &Home, fake: &FakeProvider) -> Up {
+async fn start_up(home: &Home, fake: &FakeProvider, extra_args: &[&str]) -> Up {
     let log = home.0.join(format!("up-{}.log", Uuid::new_v4().simple()));
     let log_file = std::fs::File::create(&log).unwrap();
     let child = Command::new(holdfast_bin())
         .args(["up", "--workers", "2"])
+        .args(extra_args)
         .current_dir(&home.0)
         .env_remove("HOLDFAST_DATABASE_URL")
         .env("HOLDFAST_LISTEN", "127.0.0.1:0")
@@ -172,7 +176,7 @@ async fn up_runs_an_agent_then_stops_postgres_on_sigint_and_keeps_the_data() {
     let home = Home::new();
     let fake = FakeProvider::start().await;
     fake.push(Reply::text("Hello from the fake model"));
-    let mut up = start_up(&home, &fake).await;
+    let mut up = start_up(&home, &fake, &[]).await;
     assert!(up.key.starts_with("hf_"), "{}", up.key);
     assert!(up.log_text().contains("curl"), "a command to try");
 
@@ -216,7 +220,7 @@ async fn up_runs_an_agent_then_stops_postgres_on_sigint_and_keeps_the_data() {
     stop_with_sigint(&mut up, &home).await;
 
     // Again in the same directory: the same cluster, the same agent.
-    let mut again = start_up(&home, &fake).await;
+    let mut again = start_up(&home, &fake, &[]).await;
     assert_ne!(again.key, up.key, "each up prints a fresh key");
     let (status, agent_again) = api(
         &again,
@@ -232,4 +236,183 @@ async fn up_runs_an_agent_then_stops_postgres_on_sigint_and_keeps_the_data() {
         events["events"].as_array().unwrap().len()
     );
     stop_with_sigint(&mut again, &home).await;
+}
+
+/// The agent's events (its whole timeline: these turns are short).
+async fn events(up: &Up, agent: &str) -> Vec<Value> {
+    let (_, events) = api(
+        up,
+        reqwest::Method::GET,
+        &format!("/v1/agents/{agent}/events"),
+        None,
+    )
+    .await;
+    events["events"].as_array().cloned().unwrap_or_default()
+}
+
+async fn send_input(up: &Up, agent: &str, text: &str) {
+    let (status, _) = api(
+        up,
+        reqwest::Method::POST,
+        &format!("/v1/agents/{agent}/inputs"),
+        Some(json!({ "content": text })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+}
+
+/// Wait until `agent` has completed `turns` turns.
+async fn wait_for_turns(up: &Up, agent: &str, turns: usize) {
+    wait_until(WAIT, "the turn with the command completes", || async {
+        let events = events(up, agent).await;
+        events
+            .iter()
+            .filter(|e| e["type"] == "turn.completed")
+            .count()
+            == turns
+    })
+    .await;
+}
+
+/// The events of `kind` in `timeline`.
+fn of_type<'a>(timeline: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    timeline.iter().filter(|e| e["type"] == kind).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_local_machine_runs_a_command_end_to_end_and_the_next_up_reuses_the_machine() {
+    let home = Home::new();
+    let fake = FakeProvider::start().await;
+    fake.push(Reply::tool_calls(vec![(
+        "run_command",
+        json!({"command": "echo \"hello from $(uname -s)\" && pwd"}),
+    )]));
+    fake.push(Reply::text("The command said hello."));
+    let mut up = start_up(&home, &fake, &["--local-machine"]).await;
+    let machine = field(&up.log_text(), "Machine  ").expect("the banner names the machine");
+    assert!(
+        up.log_text().contains(&format!(
+            r#""tools": [{{"type": "run_command", "machine": "{machine}"}}]"#
+        )),
+        "an example agent with run_command on the machine:\n{}",
+        up.log_text()
+    );
+    let credential = home.0.join(".holdfast/local-machine/credential.json");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&credential).unwrap().permissions(),
+    );
+    assert_eq!(
+        mode & 0o777,
+        0o600,
+        "the token is readable by its owner only"
+    );
+
+    let (status, agent) = api(
+        &up,
+        reqwest::Method::POST,
+        "/v1/agents",
+        Some(json!({
+            "model": {"provider": "anthropic", "name": "claude-test"},
+            "tools": [{"type": "run_command", "machine": machine}],
+        })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{agent}");
+    let agent = agent["id"].as_str().unwrap().to_owned();
+    send_input(&up, &agent, "say hello from this machine").await;
+    wait_for_turns(&up, &agent, 1).await;
+
+    // The command ran once, here, in the directory `up` started in.
+    let timeline = events(&up, &agent).await;
+    assert_eq!(
+        of_type(&timeline, "command.accepted").len(),
+        1,
+        "{timeline:#?}"
+    );
+    let finished = of_type(&timeline, "command.finished");
+    assert_eq!(finished.len(), 1, "{timeline:#?}");
+    let here = home.0.canonicalize().unwrap();
+    assert_eq!(finished[0]["data"]["exit_code"], 0);
+    assert_eq!(
+        finished[0]["data"]["stdout"],
+        format!("hello from Linux\n{}\n", here.display())
+    );
+    // Its output is in the tool result the model was given.
+    assert_eq!(
+        fake.request_count(),
+        2,
+        "one call for the tool, one after it"
+    );
+    let second = fake.requests()[1].body.to_string();
+    assert!(second.contains("hello from Linux"), "{second}");
+
+    stop_with_sigint(&mut up, &home).await;
+    assert_eq!(processes_working_in(&home.0), Vec::<String>::new());
+
+    // The next `up` serves the same machine with the stored credential
+    // (no second registration); Ctrl-C while its command runs lets the
+    // command finish and report before the API stops.
+    fake.push(Reply::tool_calls(vec![(
+        "run_command",
+        json!({"command": "touch started && sleep 2 && echo again"}),
+    )]));
+    fake.push(Reply::text("It said again."));
+    let mut again = start_up(&home, &fake, &["--local-machine"]).await;
+    assert_eq!(
+        field(&again.log_text(), "Machine  ").as_deref(),
+        Some(machine.as_str())
+    );
+    let (_, machines) = api(&again, reqwest::Method::GET, "/v1/machines", None).await;
+    let names: Vec<&Value> = machines["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["name"])
+        .collect();
+    assert_eq!(names, [&json!(machine)], "one machine, registered once");
+    send_input(&again, &agent, "once more").await;
+    let started = home.0.join("started");
+    wait_until(WAIT, "the second command runs", || {
+        let started = started.clone();
+        async move { started.exists() }
+    })
+    .await;
+    stop_with_sigint(&mut again, &home).await;
+    assert_eq!(processes_working_in(&home.0), Vec::<String>::new());
+    assert_eq!(
+        journaled_commands(&home),
+        0,
+        "the daemon's result was acknowledged before up stopped"
+    );
+
+    // The third `up` finds that result recorded, and the turn goes on.
+    let mut third = start_up(&home, &fake, &["--local-machine"]).await;
+    wait_for_turns(&third, &agent, 2).await;
+    let timeline = events(&third, &agent).await;
+    assert_eq!(
+        of_type(&timeline, "command.accepted").len(),
+        2,
+        "{timeline:#?}"
+    );
+    let finished = of_type(&timeline, "command.finished");
+    assert_eq!(finished.len(), 2, "{timeline:#?}");
+    assert_eq!(finished[1]["data"]["stdout"], "again\n");
+    assert_eq!(finished[1]["data"]["late"], false);
+    stop_with_sigint(&mut third, &home).await;
+    assert_eq!(processes_working_in(&home.0), Vec::<String>::new());
+}
+
+/// Commands in the local machine's journals: accepted and not yet
+/// acknowledged by the server.
+fn journaled_commands(home: &Home) -> usize {
+    let dir = home.0.join(".holdfast/local-machine");
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| std::fs::read_to_string(entry.path().join("journal.json")).ok())
+        .map(|text| {
+            let journal: Value = serde_json::from_str(&text).unwrap();
+            journal["commands"].as_object().map_or(0, |c| c.len())
+        })
+        .sum()
 }

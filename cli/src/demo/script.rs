@@ -7,13 +7,13 @@
 //!
 //! 1. text + `lookup_order` (a custom tool: the demo answers it over HTTP);
 //! 2. text + `issue_refund` (needs approval; the demo approves, then answers);
-//! 3. the closing text, which stops mid-stream: the demo kills the worker
+//! 3. text + `run_command` on this machine: the demo's `holdfast machine`
+//!    daemon runs [`COMMAND`], which appends the refund to a ledger file in
+//!    its working directory (a side effect that must not happen twice) and
+//!    says where it ran;
+//! 4. the closing text, which stops mid-stream: the demo kills the worker
 //!    there;
-//! 4. the same closing text, for the retry on the other worker.
-//!
-//! When machines land, a `run_command` step on the local machine goes
-//! between 2 and 3: a reply calling `run_command`, the tool in the agent's
-//! config, and a machine daemon started beside the workers.
+//! 5. the same closing text, for the retry on the other worker.
 
 use std::time::Duration;
 
@@ -22,6 +22,11 @@ use serde_json::{json, Value};
 
 /// The customer's message that starts the turn.
 pub const INPUT: &str = "Order #1001 arrived with a cracked kettle. Can you make it right?";
+
+/// What the agent runs on this machine: harmless, and present on any
+/// POSIX system (`sh`, `echo`, `uname`).
+pub const COMMAND: &str =
+    "echo 'R-7731 order=1001 amount=49.00EUR' >> refunds.log && echo \"refund logged on $(uname -n), $(uname -sr)\"";
 
 /// The reply the worker is killed in: it stops after this many deltas.
 pub const DELTAS_BEFORE_CRASH: usize = 4;
@@ -33,7 +38,8 @@ const CLOSING: &str = "Done: refund R-7731 of 49.00 EUR is on its way and usuall
 /// batching, so the text visibly streams word by word.
 const WORD_GAP: Duration = Duration::from_millis(80);
 
-pub fn agent_config(model_base_url: &str) -> Value {
+/// The agent: the two custom tools, and `run_command` on `machine`.
+pub fn agent_config(model_base_url: &str, machine: &str) -> Value {
     json!({
         "model": {"provider": "anthropic", "name": "demo-model", "base_url": model_base_url},
         "system": "You are the support agent of a small shop. Look orders up before acting.",
@@ -57,7 +63,8 @@ pub fn agent_config(model_base_url: &str) -> Value {
                     "properties": {"order_id": {"type": "string"}, "amount": {"type": "string"}},
                     "required": ["order_id", "amount"]
                 }
-            }
+            },
+            {"type": "run_command", "machine": machine}
         ],
         "approvals": {"require_for": ["issue_refund"]}
     })
@@ -78,6 +85,16 @@ pub fn script_model(fake: &FakeProvider) {
             vec![(
                 "issue_refund",
                 json!({"order_id": "1001", "amount": "49.00 EUR"}),
+            )],
+        )
+        .trickle(WORD_GAP),
+    );
+    fake.push(
+        Reply::text_and_tool_calls(
+            "Refund issued. I'll note it in the shop's ledger on this machine.",
+            vec![(
+                "run_command",
+                json!({"command": COMMAND, "timeout_secs": 30}),
             )],
         )
         .trickle(WORD_GAP),
