@@ -1,7 +1,7 @@
 //! `GET /metrics`: Prometheus text. Request counts and latencies and stream
 //! clients are recorded as they happen; agents by state and events written
-//! are read from the database at scrape time, so every API instance reports
-//! the same, exact numbers.
+//! are read from the database at scrape time and written into the response,
+//! so every API instance reports the same, exact numbers.
 
 use std::sync::OnceLock;
 
@@ -50,22 +50,35 @@ pub fn prometheus_handle() -> PrometheusHandle {
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String))
 )]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    // A database outage must not take the rest of the metrics with it.
-    match scrape_database(&state).await {
-        Ok((by_state, events)) => {
-            for (agent_state, count) in by_state {
-                metrics::gauge!("holdfast_agents", "state" => agent_state).set(count as f64);
-            }
-            metrics::counter!("holdfast_events_written_total").absolute(events.max(0) as u64);
-        }
-        Err(e) => tracing::warn!(error = %e, "metrics: reading agents by state failed"),
-    }
     let handle = state.metrics();
     handle.run_upkeep();
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        handle.render(),
-    )
+    let mut text = handle.render();
+    // The database's figures are written straight into this response, not
+    // through the process-wide recorder: each scrape reports what it read,
+    // even when one process serves several APIs (tests, embedders). A
+    // database outage must not take the rest of the metrics with it.
+    match scrape_database(&state).await {
+        Ok((by_state, events)) => text.push_str(&database_metrics(&by_state, events)),
+        Err(e) => tracing::warn!(error = %e, "metrics: reading agents by state failed"),
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}
+
+/// `holdfast_agents{state}` and `holdfast_events_written_total` in the
+/// Prometheus text format.
+fn database_metrics(by_state: &[(String, i64)], events: i64) -> String {
+    let mut text = String::from("# TYPE holdfast_agents gauge\n");
+    for (agent_state, count) in by_state {
+        text.push_str(&format!(
+            "holdfast_agents{{state=\"{agent_state}\"}} {count}\n"
+        ));
+    }
+    text.push_str("# TYPE holdfast_events_written_total counter\n");
+    text.push_str(&format!(
+        "holdfast_events_written_total {}\n",
+        events.max(0)
+    ));
+    text
 }
 
 async fn scrape_database(state: &AppState) -> holdfast_engine::Result<(Vec<(String, i64)>, i64)> {
