@@ -13,24 +13,21 @@ use tokio_postgres::Client;
 /// The `holdfast` binary and where its processes write their logs.
 pub struct Holdfast {
     pub bin: PathBuf,
-    /// `release` or `debug`: the profile the binary was built with.
-    pub profile: &'static str,
+    /// The cargo profile the driver was built with (`release`, `debug`,
+    /// `bench-fast`, ...): the one it builds `holdfast` with.
+    pub profile: String,
     log_dir: PathBuf,
 }
 
 impl Holdfast {
     /// Use `explicit`, or build this workspace's `holdfast` with the
-    /// driver's own profile (`cargo build [--release] -p holdfast`, a no-op
+    /// driver's own profile (`cargo build --profile P -p holdfast`, a no-op
     /// when fresh) so the bench never runs a stale binary.
     pub fn locate(explicit: Option<PathBuf>, log_dir: &Path) -> Result<Holdfast> {
-        let profile = if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        };
+        let profile = own_profile();
         let bin = match explicit {
             Some(path) => path,
-            None => build(profile)?,
+            None => build(&profile)?,
         };
         if !bin.is_file() {
             bail!("no holdfast binary at {}", bin.display());
@@ -77,6 +74,26 @@ impl Holdfast {
     }
 }
 
+/// The cargo profile this driver was built with: the name of the directory
+/// its executable is in when that is a cargo target directory
+/// (`<target>/<profile>/holdfast-bench`), else `debug` or `release` by its
+/// debug assertions (a driver copied elsewhere).
+fn own_profile() -> String {
+    let from_path = std::env::current_exe().ok().and_then(|exe| {
+        let dir = exe.parent()?;
+        dir.parent()?.join("CACHEDIR.TAG").is_file().then_some(())?;
+        Some(dir.file_name()?.to_str()?.to_owned())
+    });
+    from_path.unwrap_or_else(|| {
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+        .to_owned()
+    })
+}
+
 fn build(profile: &str) -> Result<PathBuf> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -87,9 +104,9 @@ fn build(profile: &str) -> Result<PathBuf> {
     command
         .args(["build", "--quiet", "-p", "holdfast", "--bin", "holdfast"])
         .current_dir(&workspace);
-    if profile == "release" {
-        command.arg("--release");
-    }
+    // The `dev` profile builds into target/debug.
+    let cargo_profile = if profile == "debug" { "dev" } else { profile };
+    command.args(["--profile", cargo_profile]);
     let status = command
         .status()
         .context("running cargo build -p holdfast")?;

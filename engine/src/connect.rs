@@ -2,12 +2,14 @@
 //! and for the worker's claims (a pooled connection would drop notifications
 //! and would not give the worker one stable backend pid).
 
+use std::collections::HashMap;
 use std::str::FromStr;
+use std::sync::Mutex;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use futures::StreamExt;
 use tokio::sync::mpsc;
-use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Notification};
+use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Notification, Statement};
 
 use crate::error::{Error, Result};
 
@@ -40,6 +42,35 @@ pub fn pool(config: Config, max_size: usize) -> Result<Pool> {
 pub struct Session {
     pub client: Client,
     pub notifications: mpsc::UnboundedReceiver<Notification>,
+    /// Statements prepared on this session (the worker's claim and renewal
+    /// run every few milliseconds under load: parse them once).
+    statements: Mutex<HashMap<&'static str, Statement>>,
+}
+
+impl Session {
+    /// `sql` prepared on this session, once: later calls reuse it.
+    pub async fn prepared(
+        &self,
+        sql: &'static str,
+    ) -> std::result::Result<Statement, tokio_postgres::Error> {
+        if let Some(statement) = self.cached(sql) {
+            return Ok(statement);
+        }
+        let statement = self.client.prepare(sql).await?;
+        self.statements
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(sql, statement.clone());
+        Ok(statement)
+    }
+
+    fn cached(&self, sql: &str) -> Option<Statement> {
+        self.statements
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(sql)
+            .cloned()
+    }
 }
 
 /// Open a dedicated session and LISTEN on `channels`.
@@ -70,5 +101,6 @@ pub async fn listen(config: &Config, channels: &[&str]) -> Result<Session> {
     Ok(Session {
         client,
         notifications,
+        statements: Mutex::new(HashMap::new()),
     })
 }

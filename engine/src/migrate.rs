@@ -60,6 +60,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0008_machines.sql",
         sql: include_str!("../../sql/0008_machines.sql"),
     },
+    Migration {
+        version: 9,
+        name: "0009_lean_commits.sql",
+        sql: include_str!("../../sql/0009_lean_commits.sql"),
+    },
 ];
 
 /// An arbitrary constant key for `pg_advisory_lock`: "HOLDFAST" in ASCII.

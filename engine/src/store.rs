@@ -3,13 +3,15 @@
 //! wrappers, never ad-hoc SQL. Each takes any client (a pooled connection, a
 //! dedicated session or a transaction).
 
+use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use tokio_postgres::GenericClient;
+use tokio_postgres::{GenericClient, Statement};
 use uuid::Uuid;
 
+use crate::connect::Session;
 use crate::context::{HistoryMessage, PendingInput, StepContext, ToolCallRecord};
 use crate::domain::{
     Agent, AgentState, ApiKeyCreated, ApiKeyOwner, ApiKeyRevoked, CancelOutcome, Claim, Event,
@@ -27,20 +29,83 @@ use crate::domain::{
 use crate::duration::to_interval;
 use crate::error::{Error, Result};
 
+/// A client for the hot path (claims, context loads, commits): it runs a
+/// statement prepared once per connection where it can keep one, so repeated
+/// calls skip the parse round trip and the planning of the top-level query.
+/// A pooled connection wrapped in [`Pooled`] and the worker's claim
+/// [`Session`] keep their statements; any other client (a bare
+/// `tokio_postgres` client or transaction) prepares on each call, as an
+/// unnamed statement would (same round trips), so tests and tools pass
+/// whatever they hold.
+pub trait Prepared {
+    type Client: GenericClient;
+    /// The connection to run the statement on.
+    fn client(&self) -> &Self::Client;
+    /// `sql`, prepared on this connection (from its cache when it has one).
+    fn statement(
+        &self,
+        sql: &'static str,
+    ) -> impl Future<Output = std::result::Result<Statement, tokio_postgres::Error>> + Send;
+}
+
+impl<C: GenericClient> Prepared for C {
+    type Client = C;
+    fn client(&self) -> &C {
+        self
+    }
+    fn statement(
+        &self,
+        sql: &'static str,
+    ) -> impl Future<Output = std::result::Result<Statement, tokio_postgres::Error>> + Send {
+        GenericClient::prepare(self, sql)
+    }
+}
+
+/// A pooled connection whose statements stay prepared for its lifetime
+/// (deadpool's per-connection statement cache).
+pub struct Pooled<'a>(pub &'a deadpool_postgres::ClientWrapper);
+
+impl Prepared for Pooled<'_> {
+    type Client = tokio_postgres::Client;
+    fn client(&self) -> &tokio_postgres::Client {
+        self.0
+    }
+    fn statement(
+        &self,
+        sql: &'static str,
+    ) -> impl Future<Output = std::result::Result<Statement, tokio_postgres::Error>> + Send {
+        self.0.prepare_cached(sql)
+    }
+}
+
+impl Prepared for Session {
+    type Client = tokio_postgres::Client;
+    fn client(&self) -> &tokio_postgres::Client {
+        &self.client
+    }
+    fn statement(
+        &self,
+        sql: &'static str,
+    ) -> impl Future<Output = std::result::Result<Statement, tokio_postgres::Error>> + Send {
+        self.prepared(sql)
+    }
+}
+
 /// Claim up to `max` ready agents for `worker`. Call it on the worker's own
 /// long-lived session: the session's backend pid is recorded on each claim,
 /// and maintenance releases the claims of a session that dies.
 pub async fn claim_agents(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     worker: &str,
     max: i32,
     ttl: Duration,
 ) -> Result<Vec<Claim>> {
+    let statement = client
+        .statement("SELECT agent_id, epoch FROM holdfast.claim_agents($1, $2, $3::text::interval)")
+        .await?;
     let rows = client
-        .query(
-            "SELECT agent_id, epoch FROM holdfast.claim_agents($1, $2, $3::text::interval)",
-            &[&worker, &max, &to_interval(ttl)],
-        )
+        .client()
+        .query(&statement, &[&worker, &max, &to_interval(ttl)])
         .await?;
     Ok(rows
         .iter()
@@ -53,19 +118,22 @@ pub async fn claim_agents(
 
 /// Renew `worker`'s leases on `claims` in one round trip.
 pub async fn renew_leases(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     worker: &str,
     claims: &[Claim],
     ttl: Duration,
 ) -> Result<Vec<Renewal>> {
     let agents: Vec<Uuid> = claims.iter().map(|c| c.agent_id).collect();
     let epochs: Vec<i64> = claims.iter().map(|c| c.epoch).collect();
-    let rows = client
-        .query(
+    let statement = client
+        .statement(
             "SELECT agent_id, renewed, cancel_requested \
                FROM holdfast.renew_leases($1, $2, $3, $4::text::interval)",
-            &[&worker, &agents, &epochs, &to_interval(ttl)],
         )
+        .await?;
+    let rows = client
+        .client()
+        .query(&statement, &[&worker, &agents, &epochs, &to_interval(ttl)])
         .await?;
     Ok(rows
         .iter()
@@ -80,30 +148,28 @@ pub async fn renew_leases(
 /// Give up a lease; the agent's next state is settled from its saved facts.
 /// `run_after` delays the next claim (a durable backoff).
 pub async fn release_agent(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     claim: Claim,
     run_after: Option<DateTime<Utc>>,
 ) -> Result<AgentState> {
+    let statement = client
+        .statement("SELECT holdfast.release_agent($1, $2, $3)")
+        .await?;
     let row = client
-        .query_one(
-            "SELECT holdfast.release_agent($1, $2, $3)",
-            &[&claim.agent_id, &claim.epoch, &run_after],
-        )
+        .client()
+        .query_one(&statement, &[&claim.agent_id, &claim.epoch, &run_after])
         .await?;
     parse_state(row.get(0))
 }
 
 /// Mark an external tool call running before its IO (never rerun after a crash).
-pub async fn start_tool_call(
-    client: &impl GenericClient,
-    claim: Claim,
-    tool_call: Uuid,
-) -> Result<()> {
+pub async fn start_tool_call(client: &impl Prepared, claim: Claim, tool_call: Uuid) -> Result<()> {
+    let statement = client
+        .statement("SELECT holdfast.start_tool_call($1, $2, $3)")
+        .await?;
     client
-        .execute(
-            "SELECT holdfast.start_tool_call($1, $2, $3)",
-            &[&claim.agent_id, &claim.epoch, &tool_call],
-        )
+        .client()
+        .execute(&statement, &[&claim.agent_id, &claim.epoch, &tool_call])
         .await?;
     Ok(())
 }
@@ -111,7 +177,7 @@ pub async fn start_tool_call(
 /// Save a model response with its inputs, tool calls and events, and release
 /// the agent, in one transaction. Returns the step id.
 pub async fn commit_model_step(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     claim: Claim,
     step: &ModelStep,
 ) -> Result<Uuid> {
@@ -120,9 +186,13 @@ pub async fn commit_model_step(
         field: Some("tool_calls".into()),
         message: e.to_string(),
     })?;
+    let statement = client
+        .statement("SELECT holdfast.commit_model_step($1, $2, $3, $4, $5, $6, $7)")
+        .await?;
     let row = client
+        .client()
         .query_one(
-            "SELECT holdfast.commit_model_step($1, $2, $3, $4, $5, $6, $7)",
+            &statement,
             &[
                 &claim.agent_id,
                 &claim.epoch,
@@ -139,15 +209,19 @@ pub async fn commit_model_step(
 
 /// Save one tool call's result and its event (the agent stays leased).
 pub async fn commit_tool_result(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     claim: Claim,
     tool_call: Uuid,
     output: &Value,
     is_error: bool,
 ) -> Result<Uuid> {
+    let statement = client
+        .statement("SELECT holdfast.commit_tool_result($1, $2, $3, $4, $5)")
+        .await?;
     let row = client
+        .client()
         .query_one(
-            "SELECT holdfast.commit_tool_result($1, $2, $3, $4, $5)",
+            &statement,
             &[&claim.agent_id, &claim.epoch, &tool_call, output, &is_error],
         )
         .await?;
@@ -448,8 +522,15 @@ pub async fn request_cancel(client: &impl GenericClient, agent: Uuid) -> Result<
     }
 }
 
-const TOOL_CALL_COLUMNS: &str = "id, agent_id, step_id, position, provider_id, name, input, kind, \
-                                 status, output, is_error, created_at, completed_at";
+/// The columns [`tool_call_from_row`] reads, as a literal (a macro, so that
+/// statements built from it stay `&'static str` and can be prepared once).
+macro_rules! tool_call_columns {
+    () => {
+        "id, agent_id, step_id, position, provider_id, name, input, kind, \
+         status, output, is_error, created_at, completed_at"
+    };
+}
+const TOOL_CALL_COLUMNS: &str = tool_call_columns!();
 
 fn tool_call_from_row(row: &tokio_postgres::Row) -> Result<ToolCall> {
     let invalid = |field: &str, message: String| Error::Invalid {
@@ -482,16 +563,21 @@ fn tool_call_from_row(row: &tokio_postgres::Row) -> Result<ToolCall> {
 /// Post a custom tool call's result (first result wins: a later one is
 /// [`Error::Conflict`]); returns the completed call.
 pub async fn submit_tool_result(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     tool_call: Uuid,
     output: &Value,
     is_error: bool,
 ) -> Result<ToolCall> {
+    let statement = client
+        .statement(concat!(
+            "SELECT ",
+            tool_call_columns!(),
+            " FROM holdfast.submit_tool_result($1, $2, $3)"
+        ))
+        .await?;
     let row = client
-        .query_one(
-            &format!("SELECT {TOOL_CALL_COLUMNS} FROM holdfast.submit_tool_result($1, $2, $3)"),
-            &[&tool_call, output, &is_error],
-        )
+        .client()
+        .query_one(&statement, &[&tool_call, output, &is_error])
         .await?;
     tool_call_from_row(&row)
 }
@@ -640,37 +726,57 @@ pub async fn complete_cancel(client: &impl GenericClient, claim: Claim) -> Resul
 }
 
 /// Send a live text delta to stream listeners (never saved).
-pub async fn stream_delta(client: &impl GenericClient, claim: Claim, text: &str) -> Result<()> {
+pub async fn stream_delta(client: &impl Prepared, claim: Claim, text: &str) -> Result<()> {
+    let statement = client
+        .statement("SELECT holdfast.stream_delta($1, $2, $3)")
+        .await?;
     client
-        .execute(
-            "SELECT holdfast.stream_delta($1, $2, $3)",
-            &[&claim.agent_id, &claim.epoch, &text],
-        )
+        .client()
+        .execute(&statement, &[&claim.agent_id, &claim.epoch, &text])
         .await?;
     Ok(())
 }
 
 /// Everything a step is decided and built from, read fresh at every attempt.
-pub async fn load_step_context(client: &impl GenericClient, agent: Uuid) -> Result<StepContext> {
-    let row = client
-        .query_opt(
+/// The four reads are sent together (pipelined on the one connection), so
+/// the load costs about one round trip, not four. Each read is its own
+/// snapshot, as before: the agent's lease keeps what they read stable.
+pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<StepContext> {
+    let (agent_sql, messages_sql, tool_calls_sql, inputs_sql) = futures::try_join!(
+        client.statement(
             "SELECT config, turn_open, model_attempts, cancel_requested_at IS NOT NULL, \
-                    context_summary, context_start_seq \
+                    context_summary \
                FROM holdfast.agents WHERE id = $1",
-            &[&agent],
-        )
-        .await?
-        .ok_or_else(|| Error::NotFound(format!("agent {agent} not found")))?;
+        ),
+        // The messages from the agent's context start on (the subquery
+        // reads the same row the first statement does).
+        client.statement(
+            "SELECT seq, role, content, step_id FROM holdfast.messages \
+              WHERE agent_id = $1 \
+                AND seq >= (SELECT context_start_seq FROM holdfast.agents WHERE id = $1) \
+              ORDER BY seq",
+        ),
+        client.statement(
+            "SELECT id, step_id, position, provider_id, name, input, kind, status, output, is_error \
+               FROM holdfast.tool_calls WHERE agent_id = $1 ORDER BY created_at, step_id, position",
+        ),
+        client.statement(
+            "SELECT id, content FROM holdfast.inputs \
+              WHERE agent_id = $1 AND consumed_at IS NULL ORDER BY created_at, id",
+        ),
+    )?;
+    let db = client.client();
+    let by_agent: &[&(dyn tokio_postgres::types::ToSql + Sync)] = &[&agent];
+    let (row, messages, tool_calls, pending_inputs) = futures::try_join!(
+        db.query_opt(&agent_sql, by_agent),
+        db.query(&messages_sql, by_agent),
+        db.query(&tool_calls_sql, by_agent),
+        db.query(&inputs_sql, by_agent),
+    )?;
+    let row = row.ok_or_else(|| Error::NotFound(format!("agent {agent} not found")))?;
     let (config, turn_open, model_attempts, cancel_requested, context_summary) =
         (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
-    let context_start_seq: i64 = row.get(5);
-    let messages = client
-        .query(
-            "SELECT seq, role, content, step_id FROM holdfast.messages \
-              WHERE agent_id = $1 AND seq >= $2 ORDER BY seq",
-            &[&agent, &context_start_seq],
-        )
-        .await?
+    let messages = messages
         .iter()
         .map(|r| HistoryMessage {
             seq: r.get(0),
@@ -679,13 +785,7 @@ pub async fn load_step_context(client: &impl GenericClient, agent: Uuid) -> Resu
             step_id: r.get(3),
         })
         .collect();
-    let tool_calls = client
-        .query(
-            "SELECT id, step_id, position, provider_id, name, input, kind, status, output, is_error \
-               FROM holdfast.tool_calls WHERE agent_id = $1 ORDER BY created_at, step_id, position",
-            &[&agent],
-        )
-        .await?
+    let tool_calls = tool_calls
         .iter()
         .map(|r| ToolCallRecord {
             id: r.get(0),
@@ -700,13 +800,7 @@ pub async fn load_step_context(client: &impl GenericClient, agent: Uuid) -> Resu
             is_error: r.get(9),
         })
         .collect();
-    let pending_inputs = client
-        .query(
-            "SELECT id, content FROM holdfast.inputs \
-              WHERE agent_id = $1 AND consumed_at IS NULL ORDER BY created_at, id",
-            &[&agent],
-        )
-        .await?
+    let pending_inputs = pending_inputs
         .iter()
         .map(|r| PendingInput {
             id: r.get(0),

@@ -60,7 +60,7 @@ async fn flush(pool: &Pool, claim: Claim, buffer: &mut String) {
         }
     };
     for chunk in chunks(&text, MAX_TEXT_PER_NOTIFY) {
-        if let Err(e) = store::stream_delta(&**client, claim, chunk).await {
+        if let Err(e) = store::stream_delta(&store::Pooled(&client), claim, chunk).await {
             tracing::debug!(error = %e, "dropping a delta");
         }
     }

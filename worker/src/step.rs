@@ -97,7 +97,7 @@ pub async fn run(deps: Arc<StepDeps>, claim: Claim, stop: StopSignal) -> StepOut
 
 async fn release(deps: &StepDeps, claim: Claim) -> StepOutcome {
     let released = match deps.pool.get().await {
-        Ok(client) => store::release_agent(&**client, claim, None).await,
+        Ok(client) => store::release_agent(&store::Pooled(&client), claim, None).await,
         Err(e) => Err(e.into()),
     };
     match released {
@@ -112,7 +112,7 @@ async fn release(deps: &StepDeps, claim: Claim) -> StepOutcome {
 async fn execute(deps: &StepDeps, claim: Claim, stop: &StopSignal) -> Result<StepOutcome> {
     let context = {
         let client = deps.pool.get().await?;
-        store::load_step_context(&**client, claim.agent_id).await?
+        store::load_step_context(&store::Pooled(&client), claim.agent_id).await?
     };
     if context.cancel_requested {
         stop.stop(StopReason::Cancel);
@@ -129,14 +129,14 @@ async fn execute(deps: &StepDeps, claim: Claim, stop: &StopSignal) -> Result<Ste
     match action {
         NextAction::Nothing => {
             let client = deps.pool.get().await?;
-            store::release_agent(&**client, claim, None).await?;
+            store::release_agent(&store::Pooled(&client), claim, None).await?;
             Ok(StepOutcome::Nothing)
         }
         NextAction::Tools(calls) => {
             tracing::debug!(calls = calls.len(), "tool batch");
             toolbox::run_batch(deps, claim, &context, calls).await?;
             let client = deps.pool.get().await?;
-            store::release_agent(&**client, claim, None).await?;
+            store::release_agent(&store::Pooled(&client), claim, None).await?;
             Ok(StepOutcome::Committed)
         }
         NextAction::Model => model_step(deps, claim, &context).await,
@@ -198,7 +198,7 @@ async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Res
         stop_reason: response.stop_reason,
     };
     let client = deps.pool.get().await?;
-    store::commit_model_step(&**client, claim, &step).await?;
+    store::commit_model_step(&store::Pooled(&client), claim, &step).await?;
     Ok(StepOutcome::Committed)
 }
 

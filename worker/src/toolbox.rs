@@ -198,7 +198,7 @@ pub async fn run_batch(
             Some(ToolKind::External) => {
                 {
                     let client = deps.pool.get().await?;
-                    store::start_tool_call(&**client, claim, call.id).await?;
+                    store::start_tool_call(&store::Pooled(&client), claim, call.id).await?;
                 }
                 let output = run_external(deps, &context.config, &call).await;
                 commit(deps, claim, &call, output).await?;
@@ -237,7 +237,14 @@ async fn commit(
     output: ToolOutput,
 ) -> Result<()> {
     let client = deps.pool.get().await?;
-    store::commit_tool_result(&**client, claim, call.id, &output.output, output.is_error).await?;
+    store::commit_tool_result(
+        &store::Pooled(&client),
+        claim,
+        call.id,
+        &output.output,
+        output.is_error,
+    )
+    .await?;
     Ok(())
 }
 

@@ -200,23 +200,19 @@ impl Worker {
         }
         let sent_at = Instant::now();
         let max = i32::try_from(free).unwrap_or(i32::MAX);
-        let claims = match store::claim_agents(
-            &session.client,
-            &self.settings.name,
-            max,
-            self.settings.lease_ttl,
-        )
-        .await
-        {
-            Ok(claims) => claims,
-            Err(e) => {
-                tracing::warn!(error = %e, "claim failed");
-                if e.is_retryable() {
-                    self.session = None;
+        let claims =
+            match store::claim_agents(session, &self.settings.name, max, self.settings.lease_ttl)
+                .await
+            {
+                Ok(claims) => claims,
+                Err(e) => {
+                    tracing::warn!(error = %e, "claim failed");
+                    if e.is_retryable() {
+                        self.session = None;
+                    }
+                    return;
                 }
-                return;
-            }
-        };
+            };
         metrics::counter!("holdfast_claims_total").increment(claims.len() as u64);
         for claim in claims {
             let stop = StopSignal::default();
@@ -263,7 +259,7 @@ impl Worker {
         let renewed = tokio::time::timeout(
             self.settings.renew_interval,
             store::renew_leases(
-                &session.client,
+                session,
                 &self.settings.name,
                 &claims,
                 self.settings.lease_ttl,
