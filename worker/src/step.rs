@@ -65,7 +65,12 @@ pub async fn run(deps: Arc<StepDeps>, claim: Claim, stop: StopSignal) -> StepOut
     };
     let outcome = match (stop.reason(), result) {
         (None, Ok(outcome)) => outcome,
-        (None, Err(Error::LeaseLost(_))) => StepOutcome::LeaseLost,
+        (None, Err(Error::LeaseLost(message))) => {
+            // Another holder took the agent (this worker was stalled past
+            // its lease): Postgres refused the write and nothing is saved.
+            tracing::warn!(%message, "lease lost: a write was refused");
+            StepOutcome::LeaseLost
+        }
         (None, Err(e)) => {
             // A database error mid-step: give the agent back so it is retried
             // from saved state (if the lease is still ours).
