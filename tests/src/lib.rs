@@ -277,15 +277,21 @@ where
 /// Wait until some session of `db` is blocked on a lock (pg_stat_activity),
 /// to make a race happen on purpose.
 pub async fn wait_for_lock_wait(observer: &Client, db: &str) {
+    wait_for_lock_wait_in(observer, db, "%").await;
+}
+
+/// Wait until a session of `db` whose statement is LIKE `statement` is
+/// blocked on a lock: a specific step held at a specific point.
+pub async fn wait_for_lock_wait_in(observer: &Client, db: &str, statement: &str) {
     wait_until(
         Duration::from_secs(10),
-        "a session blocked on a lock",
+        &format!("a session blocked on a lock (statement LIKE {statement:?})"),
         || async {
             observer
                 .query_one(
                     "SELECT count(*) FROM pg_stat_activity \
-                  WHERE datname = $1 AND wait_event_type = 'Lock'",
-                    &[&db],
+                  WHERE datname = $1 AND wait_event_type = 'Lock' AND query LIKE $2",
+                    &[&db, &statement],
                 )
                 .await
                 .map(|r| r.get::<_, i64>(0) > 0)

@@ -66,6 +66,17 @@ pub async fn spawn_api(name: &str, db: &Config) -> (HoldfastProcess, String) {
     (api, url)
 }
 
+/// A new agent on the fake Anthropic model offering `tools`, with the input
+/// `text` (so its first turn starts).
+pub async fn start_turn(client: &Client, tools: Value, text: &str) -> Uuid {
+    let config = json!({"model": {"provider": "anthropic", "name": "claude-test"}, "tools": tools});
+    let agent = agent_with_config(client, &config).await;
+    store::create_input(client, agent, &json!(text), None)
+        .await
+        .unwrap();
+    agent
+}
+
 /// A new project with one agent of `config`.
 pub async fn agent_with_config(client: &Client, config: &Value) -> Uuid {
     let project: Uuid = client

@@ -10,9 +10,11 @@ use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::counting_http::CountingServer;
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{
-    agent_with_config, agent_with_input, count_events, spawn_worker, wait_for_event,
+    agent_with_input, count_events, spawn_worker, start_turn, wait_for_event,
 };
-use holdfast_tests::{config_to_url, wait_for_lock_wait, wait_until, MaintenanceLoop, TestDb};
+use holdfast_tests::{
+    config_to_url, wait_for_lock_wait, wait_for_lock_wait_in, wait_until, MaintenanceLoop, TestDb,
+};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -210,17 +212,7 @@ async fn a_worker_killed_between_commit_and_release_never_reruns_the_step() {
         ("HOLDFAST_WEB_FETCH_ALLOW_PRIVATE", "true"),
     ];
     let mut first = spawn_worker("w1", &db.config, &fake, &env);
-    let agent = agent_with_config(
-        &client,
-        &json!({
-            "model": {"provider": "anthropic", "name": "claude-test"},
-            "tools": [{"type": "web_fetch"}]
-        }),
-    )
-    .await;
-    store::create_input(&client, agent, &json!("fetch it"), None)
-        .await
-        .unwrap();
+    let agent = start_turn(&client, json!([{"type": "web_fetch"}]), "fetch it").await;
     site.wait_for_hits("/hold/page", 1).await;
 
     let mut locker = db.connect().await;
@@ -233,23 +225,7 @@ async fn a_worker_killed_between_commit_and_release_never_reruns_the_step() {
         .await
         .unwrap();
     site.release_held();
-    wait_until(
-        Duration::from_secs(30),
-        "the worker's commit waits on the row lock",
-        || async {
-            client
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity \
-                      WHERE datname = current_database() AND wait_event_type = 'Lock' \
-                        AND query LIKE '%commit_tool_result%'",
-                    &[],
-                )
-                .await
-                .map(|r| r.get::<_, i64>(0) == 1)
-                .unwrap_or(false)
-        },
-    )
-    .await;
+    wait_for_lock_wait_in(&client, &db.name, "%commit_tool_result%").await;
     first.signal("STOP");
     row_lock.commit().await.unwrap();
     wait_for_event(

@@ -8,7 +8,8 @@ use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::counting_http::CountingServer;
 use holdfast_tests::mcp_server::McpTestServer;
 use holdfast_tests::scenario::{
-    agent_state, agent_with_config, count_events, saved_text, spawn_worker, wait_for_event,
+    agent_state, agent_with_config, count_events, saved_text, spawn_worker, start_turn,
+    wait_for_event,
 };
 use holdfast_tests::{wait_for_lock_wait, wait_until, MaintenanceLoop, TestDb};
 use serde_json::{json, Value};
@@ -17,18 +18,6 @@ use uuid::Uuid;
 
 const T: Duration = Duration::from_secs(30);
 const ALLOW_LOOPBACK_FETCH: (&str, &str) = ("HOLDFAST_WEB_FETCH_ALLOW_PRIVATE", "true");
-
-fn config(tools: Value) -> Value {
-    json!({"model": {"provider": "anthropic", "name": "claude-test"}, "tools": tools})
-}
-
-async fn start_turn(client: &Client, tools: Value, text: &str) -> Uuid {
-    let agent = agent_with_config(client, &config(tools)).await;
-    store::create_input(client, agent, &json!(text), None)
-        .await
-        .unwrap();
-    agent
-}
 
 async fn tool_call(client: &Client, agent: Uuid, name: &str) -> (Uuid, String, Option<Value>) {
     let row = client
