@@ -16,7 +16,7 @@ pub mod counting_http;
 pub mod mcp_server;
 
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -251,6 +251,43 @@ impl Drop for PrivateCluster {
     fn drop(&mut self) {
         let _ = self.cluster.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A fresh directory `/tmp/holdfast-{tag}-{uuid}`, removed with everything
+/// in it when dropped. Derefs to its path.
+pub struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    pub fn new(tag: &str) -> ScratchDir {
+        // /tmp, not $TMPDIR: an embedded Postgres started inside runs as
+        // another user when the tests run as root, and must reach it.
+        let path = PathBuf::from(format!(
+            "/tmp/holdfast-{tag}-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&path).expect("create a scratch directory");
+        ScratchDir(path)
+    }
+}
+
+impl std::ops::Deref for ScratchDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for ScratchDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -20,7 +20,7 @@ use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::counting_http::CountingServer;
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{spawn_api, spawn_worker};
-use holdfast_tests::{config_to_url, PrivateCluster};
+use holdfast_tests::{config_to_url, PrivateCluster, ScratchDir};
 use rand::Rng;
 use serde_json::{json, Value};
 use tokio_postgres::{Client, Config, NoTls};
@@ -469,12 +469,12 @@ async fn run(plan: Plan) {
 /// The machine daemon's directories: its journal (`state`) and where its
 /// commands run (`work`, holding the `markers` file they append to).
 struct MachineDir {
-    root: std::path::PathBuf,
+    root: ScratchDir,
 }
 
 impl MachineDir {
     fn new() -> MachineDir {
-        let root = std::env::temp_dir().join(format!("holdfast-chaos-{}", Uuid::new_v4().simple()));
+        let root = ScratchDir::new("chaos");
         std::fs::create_dir_all(root.join("work")).unwrap();
         MachineDir { root }
     }
@@ -494,12 +494,6 @@ impl MachineDir {
             .lines()
             .map(str::to_owned)
             .collect()
-    }
-}
-
-impl Drop for MachineDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 

@@ -14,7 +14,7 @@ use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{count_events, last_event_data, spawn_worker, wait_for_event};
-use holdfast_tests::{config_to_url, wait_until, TestDb};
+use holdfast_tests::{config_to_url, wait_until, ScratchDir, TestDb};
 use reqwest::Method;
 use serde_json::{json, Value};
 use tokio_postgres::Client;
@@ -172,17 +172,14 @@ impl Rig {
 /// state directories, the marker. Dropping it releases any command still
 /// waiting (the `go` file) and removes it.
 struct Scratch {
-    path: PathBuf,
+    path: ScratchDir,
 }
 
 impl Scratch {
     fn new() -> Scratch {
-        let path = PathBuf::from(format!(
-            "/tmp/holdfast-machines-{}",
-            Uuid::new_v4().simple()
-        ));
-        std::fs::create_dir_all(&path).unwrap();
-        Scratch { path }
+        Scratch {
+            path: ScratchDir::new("machines"),
+        }
     }
 
     fn marker(&self) -> PathBuf {
@@ -205,9 +202,9 @@ impl Scratch {
 }
 
 impl Drop for Scratch {
+    // Before the directory itself goes (ScratchDir's own drop).
     fn drop(&mut self) {
         let _ = std::fs::write(self.path.join("go"), b"");
-        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
 

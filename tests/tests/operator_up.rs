@@ -13,7 +13,7 @@ use std::process::Stdio;
 
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::process::{holdfast_bin, processes_working_in};
-use holdfast_tests::wait_until;
+use holdfast_tests::{wait_until, ScratchDir};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::process::{Child, Command};
@@ -23,23 +23,15 @@ const WAIT: Duration = Duration::from_secs(60);
 
 /// A fresh directory under /tmp (Postgres runs as an unprivileged user
 /// when the tests run as root, and must reach it), removed at the end.
-struct Home(PathBuf);
+struct Home(ScratchDir);
 
 impl Home {
     fn new() -> Home {
-        let dir = PathBuf::from(format!("/tmp/holdfast-up-{}", Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Home(dir)
+        Home(ScratchDir::new("up"))
     }
 
     fn data_dir(&self) -> PathBuf {
         self.0.join(".holdfast/pg/data")
-    }
-}
-
-impl Drop for Home {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
