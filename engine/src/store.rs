@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use tokio_postgres::{GenericClient, Statement};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{GenericClient, Row, Statement};
 use uuid::Uuid;
 
 use crate::connect::Session;
@@ -91,6 +92,37 @@ impl Prepared for Session {
     }
 }
 
+/// `sql` with `params` as a statement prepared on `client` ([`Prepared`]):
+/// the rows.
+async fn query_prepared(
+    client: &impl Prepared,
+    sql: &'static str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Row>> {
+    let statement = client.statement(sql).await?;
+    Ok(client.client().query(&statement, params).await?)
+}
+
+/// As [`query_prepared`], for exactly one row.
+async fn query_one_prepared(
+    client: &impl Prepared,
+    sql: &'static str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Row> {
+    let statement = client.statement(sql).await?;
+    Ok(client.client().query_one(&statement, params).await?)
+}
+
+/// As [`query_prepared`], for the count of rows affected.
+async fn execute_prepared(
+    client: &impl Prepared,
+    sql: &'static str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<u64> {
+    let statement = client.statement(sql).await?;
+    Ok(client.client().execute(&statement, params).await?)
+}
+
 /// Claim up to `max` ready agents for `worker`. Call it on the worker's own
 /// long-lived session: the session's backend pid is recorded on each claim,
 /// and maintenance releases the claims of a session that dies.
@@ -100,13 +132,12 @@ pub async fn claim_agents(
     max: i32,
     ttl: Duration,
 ) -> Result<Vec<Claim>> {
-    let statement = client
-        .statement("SELECT agent_id, epoch FROM holdfast.claim_agents($1, $2, $3::text::interval)")
-        .await?;
-    let rows = client
-        .client()
-        .query(&statement, &[&worker, &max, &to_interval(ttl)])
-        .await?;
+    let rows = query_prepared(
+        client,
+        "SELECT agent_id, epoch FROM holdfast.claim_agents($1, $2, $3::text::interval)",
+        &[&worker, &max, &to_interval(ttl)],
+    )
+    .await?;
     Ok(rows
         .iter()
         .map(|r| Claim {
@@ -125,16 +156,13 @@ pub async fn renew_leases(
 ) -> Result<Vec<Renewal>> {
     let agents: Vec<Uuid> = claims.iter().map(|c| c.agent_id).collect();
     let epochs: Vec<i64> = claims.iter().map(|c| c.epoch).collect();
-    let statement = client
-        .statement(
-            "SELECT agent_id, renewed, cancel_requested \
-               FROM holdfast.renew_leases($1, $2, $3, $4::text::interval)",
-        )
-        .await?;
-    let rows = client
-        .client()
-        .query(&statement, &[&worker, &agents, &epochs, &to_interval(ttl)])
-        .await?;
+    let rows = query_prepared(
+        client,
+        "SELECT agent_id, renewed, cancel_requested \
+           FROM holdfast.renew_leases($1, $2, $3, $4::text::interval)",
+        &[&worker, &agents, &epochs, &to_interval(ttl)],
+    )
+    .await?;
     Ok(rows
         .iter()
         .map(|r| Renewal {
@@ -152,25 +180,23 @@ pub async fn release_agent(
     claim: Claim,
     run_after: Option<DateTime<Utc>>,
 ) -> Result<AgentState> {
-    let statement = client
-        .statement("SELECT holdfast.release_agent($1, $2, $3)")
-        .await?;
-    let row = client
-        .client()
-        .query_one(&statement, &[&claim.agent_id, &claim.epoch, &run_after])
-        .await?;
+    let row = query_one_prepared(
+        client,
+        "SELECT holdfast.release_agent($1, $2, $3)",
+        &[&claim.agent_id, &claim.epoch, &run_after],
+    )
+    .await?;
     parse_state(row.get(0))
 }
 
 /// Mark an external tool call running before its IO (never rerun after a crash).
 pub async fn start_tool_call(client: &impl Prepared, claim: Claim, tool_call: Uuid) -> Result<()> {
-    let statement = client
-        .statement("SELECT holdfast.start_tool_call($1, $2, $3)")
-        .await?;
-    client
-        .client()
-        .execute(&statement, &[&claim.agent_id, &claim.epoch, &tool_call])
-        .await?;
+    execute_prepared(
+        client,
+        "SELECT holdfast.start_tool_call($1, $2, $3)",
+        &[&claim.agent_id, &claim.epoch, &tool_call],
+    )
+    .await?;
     Ok(())
 }
 
@@ -186,24 +212,20 @@ pub async fn commit_model_step(
         field: Some("tool_calls".into()),
         message: e.to_string(),
     })?;
-    let statement = client
-        .statement("SELECT holdfast.commit_model_step($1, $2, $3, $4, $5, $6, $7)")
-        .await?;
-    let row = client
-        .client()
-        .query_one(
-            &statement,
-            &[
-                &claim.agent_id,
-                &claim.epoch,
-                &step.input_ids,
-                &message,
-                &tool_calls,
-                &step.usage,
-                &step.stop_reason,
-            ],
-        )
-        .await?;
+    let row = query_one_prepared(
+        client,
+        "SELECT holdfast.commit_model_step($1, $2, $3, $4, $5, $6, $7)",
+        &[
+            &claim.agent_id,
+            &claim.epoch,
+            &step.input_ids,
+            &message,
+            &tool_calls,
+            &step.usage,
+            &step.stop_reason,
+        ],
+    )
+    .await?;
     Ok(row.get(0))
 }
 
@@ -215,16 +237,12 @@ pub async fn commit_tool_result(
     output: &Value,
     is_error: bool,
 ) -> Result<Uuid> {
-    let statement = client
-        .statement("SELECT holdfast.commit_tool_result($1, $2, $3, $4, $5)")
-        .await?;
-    let row = client
-        .client()
-        .query_one(
-            &statement,
-            &[&claim.agent_id, &claim.epoch, &tool_call, output, &is_error],
-        )
-        .await?;
+    let row = query_one_prepared(
+        client,
+        "SELECT holdfast.commit_tool_result($1, $2, $3, $4, $5)",
+        &[&claim.agent_id, &claim.epoch, &tool_call, output, &is_error],
+    )
+    .await?;
     Ok(row.get(0))
 }
 
@@ -568,17 +586,16 @@ pub async fn submit_tool_result(
     output: &Value,
     is_error: bool,
 ) -> Result<ToolCall> {
-    let statement = client
-        .statement(concat!(
+    let row = query_one_prepared(
+        client,
+        concat!(
             "SELECT ",
             tool_call_columns!(),
             " FROM holdfast.submit_tool_result($1, $2, $3)"
-        ))
-        .await?;
-    let row = client
-        .client()
-        .query_one(&statement, &[&tool_call, output, &is_error])
-        .await?;
+        ),
+        &[&tool_call, output, &is_error],
+    )
+    .await?;
     tool_call_from_row(&row)
 }
 
@@ -727,13 +744,12 @@ pub async fn complete_cancel(client: &impl GenericClient, claim: Claim) -> Resul
 
 /// Send a live text delta to stream listeners (never saved).
 pub async fn stream_delta(client: &impl Prepared, claim: Claim, text: &str) -> Result<()> {
-    let statement = client
-        .statement("SELECT holdfast.stream_delta($1, $2, $3)")
-        .await?;
-    client
-        .client()
-        .execute(&statement, &[&claim.agent_id, &claim.epoch, &text])
-        .await?;
+    execute_prepared(
+        client,
+        "SELECT holdfast.stream_delta($1, $2, $3)",
+        &[&claim.agent_id, &claim.epoch, &text],
+    )
+    .await?;
     Ok(())
 }
 
