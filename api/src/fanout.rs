@@ -21,12 +21,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use holdfast_engine::{connect, store};
+use holdfast_engine::connect::{self, ConnectConfig};
+use holdfast_engine::store;
 use rand::Rng;
 use serde::Deserialize;
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
-use tokio_postgres::{Config, Notification};
+use tokio_postgres::Notification;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -106,7 +107,7 @@ impl Fanout {
     /// Start the LISTEN task; it runs until `shutdown` is cancelled.
     pub fn start(
         pool: Pool,
-        database: &Config,
+        database: &ConnectConfig,
         shutdown: CancellationToken,
     ) -> (Fanout, JoinHandle<()>) {
         let inner = Arc::new(Inner {
@@ -115,7 +116,7 @@ impl Fanout {
             connected: AtomicBool::new(false),
         });
         let mut config = database.clone();
-        config.application_name(LISTEN_APPLICATION_NAME);
+        config.postgres.application_name(LISTEN_APPLICATION_NAME);
         let task = tokio::spawn(listen(inner.clone(), config, shutdown));
         (Fanout { inner }, task)
     }
@@ -336,7 +337,7 @@ pub fn wire_event(event: &holdfast_engine::domain::Event) -> WireEvent {
 
 /// The LISTEN loop: connect, LISTEN, dispatch; on loss, reconnect with
 /// backoff and jitter and wake every feed.
-async fn listen(inner: Arc<Inner>, config: Config, shutdown: CancellationToken) {
+async fn listen(inner: Arc<Inner>, config: ConnectConfig, shutdown: CancellationToken) {
     let mut failures: u32 = 0;
     let mut connected_before = false;
     loop {

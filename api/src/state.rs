@@ -4,10 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool};
-use holdfast_engine::connect;
+use holdfast_engine::connect::{self, ConnectConfig};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
-use tokio_postgres::Config;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
@@ -18,7 +17,7 @@ use crate::fanout::Fanout;
 #[derive(Clone, Debug)]
 pub struct ApiConfig {
     /// The database the API serves.
-    pub database: Config,
+    pub database: ConnectConfig,
     /// Pooled connections for requests and stream reads (the LISTEN
     /// connection is extra, one per process).
     pub pool_size: usize,
@@ -44,7 +43,7 @@ pub struct ApiConfig {
 }
 
 impl ApiConfig {
-    pub fn new(database: Config) -> ApiConfig {
+    pub fn new(database: ConnectConfig) -> ApiConfig {
         ApiConfig {
             database,
             pool_size: 16,

@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use holdfast_engine::cluster::{ClusterOptions, LocalCluster, SUPERUSER};
-use holdfast_engine::{connect, migrate};
+use holdfast_engine::connect::{self, ConnectConfig};
+use holdfast_engine::migrate;
 use serde_json::{json, Value};
 use tokio::sync::OnceCell;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::Client;
 
 use crate::stats::{round3, Samples};
 
@@ -166,8 +167,8 @@ impl BenchCluster {
         )
     }
 
-    pub fn config(&self, dbname: &str) -> Result<Config> {
-        Ok(connect::parse_config(
+    pub fn config(&self, dbname: &str) -> Result<ConnectConfig> {
+        Ok(ConnectConfig::parse(
             &self.cluster.connection_string(dbname),
         )?)
     }
@@ -177,14 +178,14 @@ impl BenchCluster {
     }
 
     /// Drop `name` if it exists, create it, and apply the migrations.
-    pub async fn fresh_database(&self, name: &str) -> Result<Config> {
+    pub async fn fresh_database(&self, name: &str) -> Result<ConnectConfig> {
         self.drop_database(name).await?;
         self.admin()
             .await?
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .await?;
         let config = self.config(name)?;
-        let (mut client, connection) = config.connect(NoTls).await?;
+        let (mut client, connection) = config.connect().await?;
         let task = tokio::spawn(connection);
         migrate::migrate(&mut client).await?;
         if let Some(sql) = &self.extra_sql {
@@ -302,8 +303,8 @@ impl BenchCluster {
 }
 
 /// A new session on `config`, its connection driven by a task.
-pub async fn connect_to(config: &Config) -> Result<Client> {
-    let (client, connection) = config.connect(NoTls).await?;
+pub async fn connect_to(config: &ConnectConfig) -> Result<Client> {
+    let (client, connection) = config.connect().await?;
     tokio::spawn(async move {
         let _ = connection.await;
     });
@@ -313,7 +314,7 @@ pub async fn connect_to(config: &Config) -> Result<Client> {
 /// What Postgres alone gives: `NOTIFY` committed on one session until the
 /// notification reaches a LISTENing session of this process, `samples`
 /// times. The floor under wake latency and stream fan-out delay.
-pub async fn notify_round_trip(config: &Config, samples: usize) -> Result<Samples> {
+pub async fn notify_round_trip(config: &ConnectConfig, samples: usize) -> Result<Samples> {
     let mut listener = connect::listen(config, &["bench_ping"]).await?;
     let sender = connect_to(config).await?;
     let mut out = Samples::new();
@@ -363,7 +364,7 @@ pub struct WaitSampler {
 const WAIT_SAMPLE_EVERY: Duration = Duration::from_millis(20);
 
 impl WaitSampler {
-    pub async fn start(config: &Config, pattern: &str) -> Result<WaitSampler> {
+    pub async fn start(config: &ConnectConfig, pattern: &str) -> Result<WaitSampler> {
         let client = connect_to(config).await?;
         let pattern = pattern.to_owned();
         let (stop, mut stopped) = tokio::sync::watch::channel(false);

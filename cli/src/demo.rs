@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use holdfast_api::ApiConfig;
 use holdfast_engine::cluster::{ClusterOptions, LocalCluster};
-use holdfast_engine::{connect, migrate, store};
+use holdfast_engine::connect::ConnectConfig;
+use holdfast_engine::{migrate, store};
 use holdfast_fakes::FakeProvider;
 use holdfast_worker::maintenance;
 use serde_json::json;
@@ -31,7 +32,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -166,7 +167,11 @@ impl Stack {
             "postgres",
             format!("up, with a fresh database {DATABASE} (fsync off: a demo, not production)"),
         );
-        let (client, connection) = database.connect(NoTls).await?;
+        out.line(
+            "postgres",
+            format!("while the demo runs: {}", cluster.psql_command(DATABASE)),
+        );
+        let (client, connection) = database.connect().await?;
         tokio::spawn(connection);
 
         let fake = FakeProvider::try_start()
@@ -722,9 +727,9 @@ impl Stack {
 }
 
 /// A fresh, migrated demo database in `cluster`; returns its config.
-async fn fresh_database(cluster: &LocalCluster) -> Result<tokio_postgres::Config> {
-    let admin = connect::parse_config(&cluster.connection_string("postgres"))?;
-    let (client, connection) = admin.connect(NoTls).await?;
+async fn fresh_database(cluster: &LocalCluster) -> Result<ConnectConfig> {
+    let admin = ConnectConfig::parse(&cluster.connection_string("postgres"))?;
+    let (client, connection) = admin.connect().await?;
     let connection = tokio::spawn(connection);
     for statement in [
         format!("DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)"),
@@ -737,8 +742,8 @@ async fn fresh_database(cluster: &LocalCluster) -> Result<tokio_postgres::Config
     }
     drop(client);
     let _ = connection.await;
-    let database = connect::parse_config(&cluster.connection_string(DATABASE))?;
-    let (mut client, connection) = database.connect(NoTls).await?;
+    let database = ConnectConfig::parse(&cluster.connection_string(DATABASE))?;
+    let (mut client, connection) = database.connect().await?;
     let connection = tokio::spawn(connection);
     migrate::migrate(&mut client).await?;
     drop(client);

@@ -11,6 +11,8 @@ mod serve_api;
 mod signals;
 mod up;
 
+use std::process::ExitCode;
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
@@ -80,8 +82,20 @@ enum Command {
     Result(client::ResultArgs),
 }
 
-fn main() -> Result<()> {
-    let cli = Cli::parse();
+/// Errors end the process with one line on stderr, causes joined by ": "
+/// (a connection error names what failed: TLS, certificate, password,
+/// host, database), and exit status 1.
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
     let speaks_to_people = !matches!(
         cli.command,
         Command::Migrate

@@ -24,12 +24,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use holdfast_api::ApiConfig;
+use holdfast_engine::connect::ConnectConfig;
 use holdfast_engine::provider::Providers;
 use holdfast_engine::store;
 use holdfast_worker::machine::Shutdown as MachineShutdown;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::JoinSet;
-use tokio_postgres::NoTls;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -93,7 +93,7 @@ async fn serve(db: &Database, args: UpArgs) -> Result<()> {
     let addr = listener.local_addr()?;
     let providers = Arc::new(Providers::from_env()?);
     let (key, machine) = {
-        let (client, connection) = db.config.connect(NoTls).await?;
+        let (client, connection) = db.config.connect().await?;
         let connection = tokio::spawn(connection);
         let key = store::create_api_key(&client, &args.project).await?;
         let machine = match args.local_machine {
@@ -240,12 +240,12 @@ async fn serve(db: &Database, args: UpArgs) -> Result<()> {
 /// Wait until every command `machine` accepted has its result recorded,
 /// or until `deadline`. A database that cannot be asked ends the wait.
 async fn commands_reported(
-    config: &tokio_postgres::Config,
+    config: &ConnectConfig,
     project: Uuid,
     machine: Uuid,
     deadline: tokio::time::Instant,
 ) {
-    let Ok((client, connection)) = config.connect(NoTls).await else {
+    let Ok((client, connection)) = config.connect().await else {
         return;
     };
     let connection = tokio::spawn(connection);
@@ -296,6 +296,9 @@ fn print_banner(
     );
     println!();
     println!("  API      {url}   (the contract: {url}/openapi.json)");
+    if let Some(psql) = db.psql_command() {
+        println!("  Postgres {psql}");
+    }
     println!("  API key  {key}");
     println!("           (project {project:?}; shown once: every `up` prints a new one, old ones stay valid)");
     if let Some(machine) = machine {

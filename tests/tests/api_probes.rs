@@ -203,9 +203,10 @@ async fn readiness_fails_when_postgres_is_unreachable() {
     let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = unused.local_addr().unwrap().port();
     drop(unused);
-    let mut database = tokio_postgres::Config::new();
+    let mut database =
+        holdfast_engine::connect::ConnectConfig::parse("host=127.0.0.1 sslmode=disable").unwrap();
     database
-        .host("127.0.0.1")
+        .postgres
         .port(port)
         .user("nobody")
         .dbname("nothing")

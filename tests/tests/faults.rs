@@ -13,7 +13,7 @@ use holdfast_tests::scenario::{
     agent_with_input, count_events, spawn_worker, start_turn, wait_for_event,
 };
 use holdfast_tests::{
-    config_to_url, wait_for_lock_wait, wait_for_lock_wait_in, wait_until, MaintenanceLoop, TestDb,
+    wait_for_lock_wait, wait_for_lock_wait_in, wait_until, MaintenanceLoop, TestDb,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -23,7 +23,7 @@ fn maintenance(name: &str, db: &TestDb) -> HoldfastProcess {
         name,
         &["maintenance"],
         &[
-            ("HOLDFAST_DATABASE_URL", config_to_url(&db.config)),
+            ("HOLDFAST_DATABASE_URL", db.config.to_connection_string()),
             ("HOLDFAST_MAINTENANCE_INTERVAL", "100ms".into()),
         ],
     )

@@ -14,7 +14,7 @@ use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{count_events, last_event_data, spawn_worker, wait_for_event};
-use holdfast_tests::{config_to_url, wait_until, ScratchDir, TestDb};
+use holdfast_tests::{wait_until, ScratchDir, TestDb};
 use reqwest::Method;
 use serde_json::{json, Value};
 use tokio_postgres::Client;
@@ -57,7 +57,10 @@ impl Rig {
             "maintenance",
             &["maintenance"],
             &[
-                ("HOLDFAST_DATABASE_URL", config_to_url(&self.db.config)),
+                (
+                    "HOLDFAST_DATABASE_URL",
+                    self.db.config.to_connection_string(),
+                ),
                 ("HOLDFAST_MAINTENANCE_INTERVAL", "100ms".into()),
                 ("HOLDFAST_COMMAND_ACCEPT_TIMEOUT", accept_timeout.into()),
                 ("HOLDFAST_MACHINE_OFFLINE_AFTER", offline_after.into()),

@@ -6,12 +6,13 @@ mod webhooks_support;
 
 use std::time::Duration;
 
+use holdfast_engine::connect::ConnectConfig;
 use holdfast_engine::store;
 use holdfast_tests::{project_and_agent, wait_until, PrivateCluster, TestDb};
 use holdfast_worker::maintenance::{self, Settings};
 use holdfast_worker::webhooks::DispatcherSettings;
 use serde_json::json;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 use webhooks_support::{count_status, hook, Behaviour, Receiver};
@@ -40,8 +41,8 @@ async fn agent_state(client: &Client, agent: Uuid) -> (String, i64) {
     (row.get(0), row.get(1))
 }
 
-async fn connect(config: &Config) -> Client {
-    let (client, connection) = config.connect(NoTls).await.unwrap();
+async fn connect(config: &ConnectConfig) -> Client {
+    let (client, connection) = config.connect().await.unwrap();
     tokio::spawn(async move {
         let _ = connection.await;
     });

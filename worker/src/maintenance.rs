@@ -53,11 +53,11 @@ pub(crate) const DB_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// has stopped. Errors only when it cannot start (an invalid setting).
 pub async fn run(
     settings: Settings,
-    mut db: tokio_postgres::Config,
+    mut db: connect::ConnectConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    if db.get_connect_timeout().is_none() {
-        db.connect_timeout(Duration::from_secs(5));
+    if db.postgres.get_connect_timeout().is_none() {
+        db.postgres.connect_timeout(Duration::from_secs(5));
     }
     // The ticks need one connection; the dispatcher records outcomes from
     // many tasks, which queue briefly for a connection rather than hold many.

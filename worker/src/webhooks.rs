@@ -109,7 +109,7 @@ struct Context {
 pub async fn run(
     settings: DispatcherSettings,
     pool: Pool,
-    db: tokio_postgres::Config,
+    db: connect::ConnectConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let http = http_client(&settings)?;
@@ -233,7 +233,7 @@ async fn claim(
 /// Keep a `LISTEN holdfast_webhooks` session open (reconnecting with backoff)
 /// and turn its notifications into wake-ups. A reconnect wakes the loop too:
 /// hints sent while disconnected are lost.
-async fn listen(db: tokio_postgres::Config, wake: Arc<Notify>, shutdown: CancellationToken) {
+async fn listen(db: connect::ConnectConfig, wake: Arc<Notify>, shutdown: CancellationToken) {
     let mut failures: u32 = 0;
     loop {
         let session = tokio::select! {

@@ -12,12 +12,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use holdfast_engine::connect::{self, Session};
+use holdfast_engine::connect::{self, ConnectConfig, Session};
 use holdfast_engine::domain::Claim;
 use holdfast_engine::provider::Providers;
 use holdfast_engine::{store, Error, Result};
 use tokio::time::{Instant, MissedTickBehavior};
-use tokio_postgres::Config;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -43,7 +42,7 @@ struct InFlight {
 /// their agents explicitly), and return once every step task has ended.
 pub async fn run(
     settings: WorkerSettings,
-    db: Config,
+    db: ConnectConfig,
     providers: Arc<Providers>,
     shutdown: CancellationToken,
 ) -> Result<()> {
@@ -82,7 +81,7 @@ pub async fn run(
 
 struct Worker {
     settings: WorkerSettings,
-    db: Config,
+    db: ConnectConfig,
     deps: Arc<StepDeps>,
     in_flight: HashMap<Uuid, InFlight>,
     tasks: tokio::task::JoinSet<Uuid>,

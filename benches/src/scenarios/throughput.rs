@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use futures::{StreamExt, TryStreamExt};
-use holdfast_engine::{connect, store};
+use holdfast_engine::connect::{self, ConnectConfig};
+use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use serde_json::json;
-use tokio_postgres::Config;
 use uuid::Uuid;
 
 use super::{agent_config, target, LOOKUP_TOOL};
@@ -188,7 +188,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
 /// Answer every waiting `lookup` call until each agent has had `steps`
 /// model steps (its last call is left waiting). Woken by the events
 /// channel, polling as a fallback. Returns the number of results submitted.
-async fn answer_tool_calls(config: &Config, agents: usize, steps: usize) -> Result<u64> {
+async fn answer_tool_calls(config: &ConnectConfig, agents: usize, steps: usize) -> Result<u64> {
     let mut listen = connect::listen(config, &["holdfast_events"]).await?;
     let pool = connect::pool(config.clone(), ANSWERERS)?;
     let mut calls_seen: HashMap<Uuid, usize> = HashMap::new();
