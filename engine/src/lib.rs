@@ -9,6 +9,7 @@ pub mod domain;
 pub mod duration;
 pub mod error;
 pub mod migrate;
+pub mod pg_text;
 pub mod provider;
 pub mod store;
 
