@@ -898,8 +898,8 @@ async fn migrations_apply_once_even_with_two_concurrent_runners() {
     let (a, b) = tokio::join!(run(), run());
     assert_eq!(
         a.len() + b.len(),
-        migrate::MIGRATIONS.len(),
-        "each migration applied by exactly one runner: {a:?} {b:?}"
+        migrate::MIGRATIONS.len() + migrate::FUNCTION_FILES.len(),
+        "each migration and function file applied by exactly one runner: {a:?} {b:?}"
     );
     assert!(run().await.is_empty(), "a third run is a no-op");
 
