@@ -56,6 +56,8 @@ CREATE OR REPLACE FUNCTION holdfast.register_machine(p_project uuid, p_name text
 RETURNS TABLE (machine_id uuid, name text, wake_url text, token_prefix text, token text,
                created_at timestamptz)
 LANGUAGE plpgsql AS $$
+-- The conflict target names columns that share names with the output.
+#variable_conflict use_column
 DECLARE
     v_token text;
 BEGIN
