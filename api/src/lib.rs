@@ -90,6 +90,8 @@ fn routes() -> OpenApiRouter<AppState> {
             machines::manage::list_machines
         ))
         .routes(routes!(machines::manage::wake_machine))
+        .routes(routes!(machines::manage::delete_machine))
+        .routes(routes!(machines::manage::rotate_machine_token))
         .routes(routes!(machines::daemon::heartbeat))
         .routes(routes!(machines::daemon::claim_commands))
         .routes(routes!(machines::daemon::submit_result))

@@ -42,6 +42,11 @@ impl Modify for BearerAuth {
                     .build(),
             ),
         );
+        // GET /metrics, when the server sets HOLDFAST_METRICS_TOKEN.
+        components.add_security_scheme(
+            "metrics_token",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
     }
 }
 

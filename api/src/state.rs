@@ -1,7 +1,7 @@
 //! The API's configuration and the state its handlers share.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Object, Pool};
 use holdfast_engine::connect;
@@ -41,6 +41,13 @@ pub struct ApiConfig {
     /// hosted deployment keeps this off so it is not an SSRF tool; see
     /// `holdfast_engine::domain::webhook_private_urls_allowed`.
     pub webhook_allow_private: bool,
+    /// When set, `GET /metrics` needs `Authorization: Bearer <this>`
+    /// (`HOLDFAST_METRICS_TOKEN`); unset, it is open.
+    pub metrics_token: Option<String>,
+    /// How long `/metrics` reuses the figures it read from the database:
+    /// they cost a scan of the agents table, and scrapes come every few
+    /// seconds from every Prometheus that watches.
+    pub metrics_cache: Duration,
 }
 
 impl ApiConfig {
@@ -55,6 +62,8 @@ impl ApiConfig {
             sse_heartbeat: Duration::from_secs(15),
             slow_client_timeout: Duration::from_secs(10),
             webhook_allow_private: false,
+            metrics_token: None,
+            metrics_cache: Duration::from_secs(10),
         }
     }
 }
@@ -70,6 +79,8 @@ struct Shared {
     pool: Pool,
     fanout: Fanout,
     metrics: PrometheusHandle,
+    /// The database's figures for `/metrics`, with when they were read.
+    database_metrics: Mutex<Option<(Instant, Arc<str>)>>,
     shutdown: CancellationToken,
 }
 
@@ -89,6 +100,7 @@ impl AppState {
                 pool,
                 fanout,
                 metrics: crate::metrics::prometheus_handle(),
+                database_metrics: Mutex::new(None),
                 shutdown,
             }),
         };
@@ -105,6 +117,27 @@ impl AppState {
 
     pub fn metrics(&self) -> &PrometheusHandle {
         &self.inner.metrics
+    }
+
+    /// The database's figures for `/metrics` if read within the cache time.
+    pub fn cached_database_metrics(&self) -> Option<Arc<str>> {
+        let cached = self
+            .inner
+            .database_metrics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        cached
+            .as_ref()
+            .filter(|(read_at, _)| read_at.elapsed() < self.inner.config.metrics_cache)
+            .map(|(_, text)| text.clone())
+    }
+
+    pub fn cache_database_metrics(&self, text: Arc<str>) {
+        *self
+            .inner
+            .database_metrics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), text));
     }
 
     pub fn shutdown(&self) -> &CancellationToken {

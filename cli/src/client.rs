@@ -64,6 +64,28 @@ pub enum AgentsCommand {
     },
 }
 
+#[derive(Subcommand)]
+pub enum MachinesCommand {
+    /// Delete a machine: its token stops working, its queued and running
+    /// commands end (the agents waiting on them get `machine_deleted`).
+    Delete {
+        machine: Uuid,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        endpoint: Endpoint,
+    },
+    /// Give a machine a new token (printed once, alone on the last line);
+    /// the old one stops working and its daemon stops.
+    RotateToken {
+        machine: Uuid,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        endpoint: Endpoint,
+    },
+}
+
 #[derive(Args)]
 pub struct CreateArgs {
     /// PROVIDER/NAME, e.g. anthropic/claude-sonnet-4-5 or openai/gpt-4.1.
@@ -202,6 +224,51 @@ pub async fn agents(command: AgentsCommand) -> Result<()> {
             json,
             endpoint,
         } => list_agents(endpoint, state, json).await,
+    }
+}
+
+pub async fn machines(command: MachinesCommand) -> Result<()> {
+    match command {
+        MachinesCommand::Delete {
+            machine,
+            json,
+            endpoint,
+        } => {
+            let api = endpoint.client()?;
+            api.delete_once(&format!("/v1/machines/{machine}"))
+                .await
+                .or_else(|e| fail(e, json))?;
+            if json {
+                print_json(&json!({"id": machine, "deleted": true}));
+            } else {
+                println!("Deleted machine {machine}: its token no longer works, and its unfinished commands ended.");
+            }
+            Ok(())
+        }
+        MachinesCommand::RotateToken {
+            machine,
+            json,
+            endpoint,
+        } => {
+            let api = endpoint.client()?;
+            // Not retried: a repeat after a lost answer would replace the
+            // token this answer carried.
+            let answer = api
+                .post_once(&format!("/v1/machines/{machine}/token"), &json!({}))
+                .await
+                .or_else(|e| fail(e, json))?;
+            if json {
+                print_json(&answer.body);
+            } else {
+                let name = answer.body["name"].as_str().unwrap_or_default();
+                println!("New token for machine {name} ({machine}); the old one no longer works.");
+                println!(
+                    "Start its daemon with it, e.g. in a file: holdfast machine --token-file FILE"
+                );
+                println!("{}", answer.body["token"].as_str().unwrap_or_default());
+            }
+            Ok(())
+        }
     }
 }
 

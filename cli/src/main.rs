@@ -64,6 +64,11 @@ enum Command {
         #[command(subcommand)]
         command: client::AgentsCommand,
     },
+    /// Delete machines and rotate their tokens (client: HOLDFAST_URL, HOLDFAST_API_KEY).
+    Machines {
+        #[command(subcommand)]
+        command: client::MachinesCommand,
+    },
     /// Send a message to an agent, with an Idempotency-Key.
     Send(client::SendArgs),
     /// Follow an agent's timeline live (resumes after reconnects).
@@ -126,6 +131,7 @@ fn main() -> Result<()> {
             // The demo brings its own Postgres; the client speaks HTTP.
             Command::Demo(args) => demo::run(args).await,
             Command::Agents { command } => client::agents(command).await,
+            Command::Machines { command } => client::machines(command).await,
             Command::Send(args) => client::send(args).await,
             Command::Tail(args) => client::tail(args).await,
             Command::Pending(args) => client::pending(args).await,

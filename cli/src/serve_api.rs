@@ -23,6 +23,27 @@ pub struct ApiArgs {
     /// when listening on loopback).
     #[arg(long = "webhook-allow-private", env = "HOLDFAST_WEBHOOK_ALLOW_PRIVATE")]
     webhook_allow_private: Option<bool>,
+    #[command(flatten)]
+    metrics: MetricsArgs,
+}
+
+/// Who may read `GET /metrics` (`holdfast api`, `holdfast up`).
+#[derive(clap::Args)]
+pub struct MetricsArgs {
+    /// Require `Authorization: Bearer <this>` on GET /metrics (its figures
+    /// cover every project). Unset or empty: /metrics is open.
+    #[arg(
+        long = "metrics-token",
+        env = "HOLDFAST_METRICS_TOKEN",
+        hide_env_values = true
+    )]
+    metrics_token: Option<String>,
+}
+
+impl MetricsArgs {
+    pub fn token(&self) -> Option<String> {
+        self.metrics_token.clone().filter(|token| !token.is_empty())
+    }
 }
 
 pub async fn run(db: &Database, args: ApiArgs) -> Result<()> {
@@ -37,6 +58,7 @@ pub async fn run(db: &Database, args: ApiArgs) -> Result<()> {
             &args.listen.to_string(),
             args.webhook_allow_private,
         ),
+        metrics_token: args.metrics.token(),
         ..ApiConfig::new(db.config.clone())
     };
     holdfast_api::serve(config, listener, shutdown).await?;

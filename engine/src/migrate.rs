@@ -78,6 +78,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0009_lean_commits.sql",
         sql: include_str!("../../sql/0009_lean_commits.sql"),
     },
+    Migration {
+        version: 13,
+        name: "0013_machine_credentials.sql",
+        sql: include_str!("../../sql/0013_machine_credentials.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

@@ -1164,14 +1164,55 @@ pub async fn register_machine(
             &[&project, &name, &wake_url],
         )
         .await?;
-    Ok(MachineRegistered {
+    Ok(machine_with_token(&row))
+}
+
+/// Give a machine of `project` a new token (in the result, shown once);
+/// the old one is refused from now on and the daemon session it served
+/// ends. [`Error::NotFound`] for a machine of another project or a deleted one.
+pub async fn rotate_machine_token(
+    client: &impl GenericClient,
+    project: Uuid,
+    machine: Uuid,
+) -> Result<MachineRegistered> {
+    let row = client
+        .query_one(
+            "SELECT machine_id, name, wake_url, token_prefix, token, created_at \
+               FROM holdfast.rotate_machine_token($1, $2)",
+            &[&project, &machine],
+        )
+        .await?;
+    Ok(machine_with_token(&row))
+}
+
+/// A `(machine_id, name, wake_url, token_prefix, token, created_at)` row.
+fn machine_with_token(row: &Row) -> MachineRegistered {
+    MachineRegistered {
         machine_id: row.get(0),
         name: row.get(1),
         wake_url: row.get(2),
         token_prefix: row.get(3),
         token: row.get(4),
         created_at: row.get(5),
-    })
+    }
+}
+
+/// Delete a machine of `project`: its token is refused from now on and its
+/// unfinished commands end (queued ones fail, accepted ones become
+/// unknown), their agents moving on. Returns how many commands ended.
+/// [`Error::NotFound`] for a machine of another project or a deleted one.
+pub async fn delete_machine(
+    client: &impl GenericClient,
+    project: Uuid,
+    machine: Uuid,
+) -> Result<i32> {
+    let row = client
+        .query_one(
+            "SELECT holdfast.delete_machine($1, $2)",
+            &[&project, &machine],
+        )
+        .await?;
+    Ok(row.get(0))
 }
 
 /// The machine `token` belongs to; `None` when it is unknown.

@@ -1,13 +1,17 @@
 //! Running one command: `sh -c` in the working directory, stdin closed, in
 //! a process group of its own (so its timeout kills everything it started,
 //! and a signal aimed at the daemon does not reach it), stdout and stderr
-//! captured up to a bound each.
+//! captured up to a bound each, with a clean environment
+//! ([`command_environment`]): never the daemon's own, which may hold the
+//! machine token and, inside `holdfast up`, provider keys and the database
+//! URL.
 //!
 //! A process started by an earlier run of the daemon (which then died) is
 //! not this process's child: it can only be watched through /proc until it
 //! is gone, and its exit status is lost.
 
 use std::collections::VecDeque;
+use std::ffi::OsString;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -30,13 +34,43 @@ use super::journal::Process;
 const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 /// How often a process of an earlier daemon run is looked at.
 const ORPHAN_POLL: Duration = Duration::from_millis(200);
+/// The daemon's variables every command gets (those that are set).
+pub const BASE_ENVIRONMENT: [&str; 5] = ["PATH", "HOME", "LANG", "TERM", "USER"];
+/// A command's PATH when the daemon has none.
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-/// Run `command` to its end (or its timeout). `started` is told the process
+/// The environment commands run with: [`BASE_ENVIRONMENT`] and the names in
+/// `pass` (`--pass-env`), each with the daemon's value where it has one,
+/// and nothing else.
+pub fn command_environment(pass: &[String]) -> Vec<(OsString, OsString)> {
+    let mut names: Vec<&str> = Vec::new();
+    for name in BASE_ENVIRONMENT
+        .iter()
+        .copied()
+        .chain(pass.iter().map(String::as_str))
+    {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    let mut environment: Vec<(OsString, OsString)> = names
+        .into_iter()
+        .filter_map(|name| std::env::var_os(name).map(|value| (name.into(), value)))
+        .collect();
+    if !environment.iter().any(|(name, _)| name == "PATH") {
+        environment.push(("PATH".into(), DEFAULT_PATH.into()));
+    }
+    environment
+}
+
+/// Run `command` to its end (or its timeout) with exactly `environment`
+/// ([`command_environment`]). `started` is told the process
 /// before any output is read; if it fails (the journal cannot be written),
 /// the process group is killed and the error returned.
 pub async fn run(
     command: &ClaimedCommand,
     work_dir: &Path,
+    environment: &[(OsString, OsString)],
     max_output_bytes: usize,
     started: impl FnOnce(Process) -> io::Result<()>,
 ) -> io::Result<CommandResult> {
@@ -44,6 +78,8 @@ pub async fn run(
         .arg("-c")
         .arg(&command.command)
         .current_dir(work_dir)
+        .env_clear()
+        .envs(environment.iter().map(|(name, value)| (name, value)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
