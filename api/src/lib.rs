@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod observe;
 pub mod openapi;
 pub mod probes;
+pub mod rate_limit;
 pub mod state;
 pub mod stream;
 pub mod tool_calls;

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
 use crate::fanout::Fanout;
+use crate::rate_limit::{KeyRateLimiter, RateLimit};
 
 /// How the API runs. [`ApiConfig::new`] gives the defaults; the fields are
 /// public so that an embedding process (`holdfast up`, tests) can tune them.
@@ -41,6 +42,12 @@ pub struct ApiConfig {
     /// hosted deployment keeps this off so it is not an SSRF tool; see
     /// `holdfast_engine::domain::webhook_private_urls_allowed`.
     pub webhook_allow_private: bool,
+    /// Requests per API key (`None`: unlimited); over it, 429 with
+    /// `Retry-After`. A stream counts once, when it opens.
+    pub rate_limit: Option<RateLimit>,
+    /// An open stream re-checks its key this often and ends once the key is
+    /// revoked (one primary-key read per stream per interval).
+    pub stream_key_recheck: Duration,
 }
 
 impl ApiConfig {
@@ -55,6 +62,8 @@ impl ApiConfig {
             sse_heartbeat: Duration::from_secs(15),
             slow_client_timeout: Duration::from_secs(10),
             webhook_allow_private: false,
+            rate_limit: Some(RateLimit::DEFAULT),
+            stream_key_recheck: Duration::from_secs(2),
         }
     }
 }
@@ -71,6 +80,7 @@ struct Shared {
     fanout: Fanout,
     metrics: PrometheusHandle,
     shutdown: CancellationToken,
+    rate_limiter: Option<KeyRateLimiter>,
 }
 
 impl AppState {
@@ -85,6 +95,7 @@ impl AppState {
         let (fanout, listener) = Fanout::start(pool.clone(), &config.database, shutdown.clone());
         let state = AppState {
             inner: Arc::new(Shared {
+                rate_limiter: config.rate_limit.map(KeyRateLimiter::new),
                 config,
                 pool,
                 fanout,
@@ -105,6 +116,14 @@ impl AppState {
 
     pub fn metrics(&self) -> &PrometheusHandle {
         &self.inner.metrics
+    }
+
+    /// Take one request from the key's bucket; 429 when it is empty.
+    pub fn check_rate(&self, key_id: uuid::Uuid) -> Result<(), ApiError> {
+        match &self.inner.rate_limiter {
+            Some(limiter) => limiter.check(key_id),
+            None => Ok(()),
+        }
     }
 
     pub fn shutdown(&self) -> &CancellationToken {
