@@ -736,6 +736,16 @@ async fn a_burst_over_the_rate_limit_gets_429_with_retry_after_and_other_keys_ar
         .await
         .unwrap();
     assert_eq!(other.status(), StatusCode::OK, "another key is unaffected");
+
+    // The document says so, on every route an API key opens.
+    for (method, path, operation) in operations(&server).await {
+        let keyed = path.starts_with("/v1/") && !is_daemon_route(&path);
+        assert_eq!(
+            !operation["responses"]["429"].is_null(),
+            keyed,
+            "{method} {path}: 429 documented"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
