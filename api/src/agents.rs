@@ -58,7 +58,9 @@ pub struct ModelSettings {
     name: String,
     /// An OpenAI- or Anthropic-compatible server (vLLM, Ollama, a gateway).
     base_url: Option<String>,
-    #[schema(minimum = 1)]
+    /// The most output tokens a call may produce (an integer; the range of
+    /// the worker's u32, checked by SQL's `validate_config`).
+    #[schema(minimum = 1, maximum = 4294967295_u64)]
     max_tokens: Option<u32>,
 }
 

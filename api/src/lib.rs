@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod observe;
 pub mod openapi;
 pub mod probes;
+pub mod rate_limit;
 pub mod state;
 pub mod stream;
 pub mod tool_calls;
@@ -107,7 +108,9 @@ fn routes() -> OpenApiRouter<AppState> {
 
 /// The OpenAPI 3.1 document of every route [`router`] serves.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    routes().into_openapi()
+    let mut document = routes().into_openapi();
+    openapi::document_rate_limit(&mut document);
+    document
 }
 
 /// The API's routes with their layers: tracing, metrics, the error shape

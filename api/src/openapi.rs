@@ -6,7 +6,10 @@ use std::sync::OnceLock;
 
 use axum::http::header;
 use axum::response::IntoResponse;
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 #[derive(OpenApi)]
@@ -47,6 +50,46 @@ impl Modify for BearerAuth {
             "metrics_token",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+    }
+}
+
+/// Add the rate limit's 429 to every operation that takes an API key (every
+/// `/v1` route but the machine daemon's): the limit is applied where a
+/// handler takes its `Caller`, not in each route's annotation.
+pub fn document_rate_limit(openapi: &mut utoipa::openapi::OpenApi) {
+    let too_many = ResponseBuilder::new()
+        .description("over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`)")
+        .header(
+            "Retry-After",
+            HeaderBuilder::new()
+                .schema(ObjectBuilder::new().schema_type(Type::Integer))
+                .description(Some("seconds until a request is accepted again"))
+                .build(),
+        )
+        .content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ErrorBody")))
+                .build(),
+        )
+        .build();
+    for (path, item) in openapi.paths.paths.iter_mut() {
+        if !path.starts_with("/v1/") || path.starts_with("/v1/machine/") {
+            continue;
+        }
+        let operations = [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.patch,
+            &mut item.delete,
+        ];
+        for operation in operations.into_iter().flatten() {
+            operation
+                .responses
+                .responses
+                .insert("429".to_owned(), RefOr::T(too_many.clone()));
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
 use crate::fanout::Fanout;
+use crate::rate_limit::{KeyRateLimiter, RateLimit};
 
 /// How the API runs. [`ApiConfig::new`] gives the defaults; the fields are
 /// public so that an embedding process (`holdfast up`, tests) can tune them.
@@ -48,6 +49,12 @@ pub struct ApiConfig {
     /// they cost a scan of the agents table, and scrapes come every few
     /// seconds from every Prometheus that watches.
     pub metrics_cache: Duration,
+    /// Requests per API key (`None`: unlimited); over it, 429 with
+    /// `Retry-After`. A stream counts once, when it opens.
+    pub rate_limit: Option<RateLimit>,
+    /// An open stream re-checks its key this often and ends once the key is
+    /// revoked (one primary-key read per stream per interval).
+    pub stream_key_recheck: Duration,
 }
 
 impl ApiConfig {
@@ -64,6 +71,8 @@ impl ApiConfig {
             webhook_allow_private: false,
             metrics_token: None,
             metrics_cache: Duration::from_secs(10),
+            rate_limit: Some(RateLimit::DEFAULT),
+            stream_key_recheck: Duration::from_secs(2),
         }
     }
 }
@@ -82,6 +91,7 @@ struct Shared {
     /// The database's figures for `/metrics`, with when they were read.
     database_metrics: Mutex<Option<(Instant, Arc<str>)>>,
     shutdown: CancellationToken,
+    rate_limiter: Option<KeyRateLimiter>,
 }
 
 impl AppState {
@@ -96,6 +106,7 @@ impl AppState {
         let (fanout, listener) = Fanout::start(pool.clone(), &config.database, shutdown.clone());
         let state = AppState {
             inner: Arc::new(Shared {
+                rate_limiter: config.rate_limit.map(KeyRateLimiter::new),
                 config,
                 pool,
                 fanout,
@@ -138,6 +149,14 @@ impl AppState {
             .database_metrics
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), text));
+    }
+
+    /// Take one request from the key's bucket; 429 when it is empty.
+    pub fn check_rate(&self, key_id: uuid::Uuid) -> Result<(), ApiError> {
+        match &self.inner.rate_limiter {
+            Some(limiter) => limiter.check(key_id),
+            None => Ok(()),
+        }
     }
 
     pub fn shutdown(&self) -> &CancellationToken {

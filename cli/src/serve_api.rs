@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 
 use anyhow::{Context, Result};
+use holdfast_api::rate_limit::{parse_rate_limit, RateLimit, DEFAULT_RATE_LIMIT};
 use holdfast_api::ApiConfig;
 use holdfast_engine::domain::webhook_private_urls_allowed;
 use tokio_util::sync::CancellationToken;
@@ -25,6 +26,15 @@ pub struct ApiArgs {
     webhook_allow_private: Option<bool>,
     #[command(flatten)]
     metrics: MetricsArgs,
+    /// Requests per API key: `N/s`, `N/m` or `N/h`, optionally `,burst=B`
+    /// (default burst: twice the rate); `off` or `0` for no limit.
+    #[arg(
+        long = "api-rate-limit",
+        env = "HOLDFAST_API_RATE_LIMIT",
+        default_value = DEFAULT_RATE_LIMIT,
+        value_parser = parse_rate_limit,
+    )]
+    rate_limit: RateLimitSetting,
 }
 
 /// Who may read `GET /metrics` (`holdfast api`, `holdfast up`).
@@ -46,6 +56,10 @@ impl MetricsArgs {
     }
 }
 
+/// `None` is no limit (an alias, so that clap takes the parser's value
+/// whole instead of reading `Option` as "the flag may be absent").
+type RateLimitSetting = Option<RateLimit>;
+
 pub async fn run(db: &Database, args: ApiArgs) -> Result<()> {
     db.migrate().await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -59,6 +73,7 @@ pub async fn run(db: &Database, args: ApiArgs) -> Result<()> {
             args.webhook_allow_private,
         ),
         metrics_token: args.metrics.token(),
+        rate_limit: args.rate_limit,
         ..ApiConfig::new(db.config.clone())
     };
     holdfast_api::serve(config, listener, shutdown).await?;

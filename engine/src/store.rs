@@ -383,6 +383,14 @@ pub async fn authenticate_api_key(
     }))
 }
 
+/// Whether the key `key_id` still authenticates (exists, not revoked).
+pub async fn api_key_active(client: &impl GenericClient, key_id: Uuid) -> Result<bool> {
+    let row = client
+        .query_one("SELECT holdfast.api_key_active($1)", &[&key_id])
+        .await?;
+    Ok(row.get(0))
+}
+
 /// Revoke the key named by its id, prefix or full text (idempotent).
 pub async fn revoke_api_key(client: &impl GenericClient, key_ref: &str) -> Result<ApiKeyRevoked> {
     let row = client

@@ -24,6 +24,9 @@ $$;
 
 -- Validate an agent config; raise HF422 naming the field. The HTTP API maps
 -- this to 400 with the same field, so SQL clients and HTTP clients get one rule.
+-- Locks nothing. Raises HF422 (the field in COLUMN).
+-- model.max_tokens must be an integer in 1..4294967295 (the worker's u32:
+-- 1.0 and 5000000000 used to pass, then failed every model call).
 CREATE OR REPLACE FUNCTION holdfast.validate_config(p_config jsonb)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -51,11 +54,13 @@ BEGIN
             OR p_config #>> '{model,base_url}' !~ '^https?://') THEN
         PERFORM holdfast.raise('HF422', 'model.base_url must be an http(s) URL', 'model.base_url');
     END IF;
+    -- The text of a jsonb number keeps its fraction (1.0 stays "1.0"), so a
+    -- digits-only text is a JSON integer; the range is the worker's u32.
     IF p_config #> '{model,max_tokens}' IS NOT NULL
        AND (jsonb_typeof(p_config #> '{model,max_tokens}') <> 'number'
-            OR (p_config #>> '{model,max_tokens}')::numeric <= 0
-            OR (p_config #>> '{model,max_tokens}')::numeric <> trunc((p_config #>> '{model,max_tokens}')::numeric)) THEN
-        PERFORM holdfast.raise('HF422', 'model.max_tokens must be a positive integer', 'model.max_tokens');
+            OR p_config #>> '{model,max_tokens}' !~ '^[0-9]{1,10}$'
+            OR (p_config #>> '{model,max_tokens}')::bigint NOT BETWEEN 1 AND 4294967295) THEN
+        PERFORM holdfast.raise('HF422', 'model.max_tokens must be an integer from 1 to 4294967295', 'model.max_tokens');
     END IF;
     IF p_config ? 'system' AND jsonb_typeof(p_config -> 'system') <> 'string' THEN
         PERFORM holdfast.raise('HF422', 'system must be a string', 'system');

@@ -30,7 +30,7 @@ use uuid::Uuid;
 
 use super::token::MachineCaller;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::extract::{ApiPath, ApiQuery, MachineJson};
 use crate::state::AppState;
 
 /// The longest long-poll a claim may ask for.
@@ -127,7 +127,7 @@ pub struct HeartbeatView {
 pub async fn heartbeat(
     State(state): State<AppState>,
     machine: MachineCaller,
-    ApiJson(request): ApiJson<HeartbeatRequest>,
+    MachineJson(request): MachineJson<HeartbeatRequest>,
 ) -> Result<Json<HeartbeatView>, ApiError> {
     let db = state.db().await?;
     let heartbeat_at =
@@ -284,14 +284,6 @@ pub struct ResultRequest {
 
 impl From<ResultRequest> for CommandResult {
     fn from(request: ResultRequest) -> CommandResult {
-        // Postgres text cannot hold NUL; a command's output can.
-        let text = |s: String| {
-            if s.contains('\0') {
-                s.replace('\0', "\u{FFFD}")
-            } else {
-                s
-            }
-        };
         CommandResult {
             state: match request.state {
                 ResultStateName::Finished => CommandResultState::Finished,
@@ -300,8 +292,8 @@ impl From<ResultRequest> for CommandResult {
             exit_code: request.exit_code,
             signal: request.signal,
             timed_out: request.timed_out,
-            stdout: text(request.stdout),
-            stderr: text(request.stderr),
+            stdout: request.stdout,
+            stderr: request.stderr,
             stdout_truncated: request.stdout_truncated,
             stderr_truncated: request.stderr_truncated,
         }
@@ -320,7 +312,8 @@ pub struct ResultView {
     outcome: CommandResultOutcome,
 }
 
-/// Report a command's result. Idempotent: the same result again is
+/// Report a command's result (U+0000 in its output is kept as U+FFFD).
+/// Idempotent: the same result again is
 /// `duplicate`; a different one is 409.
 #[utoipa::path(
     post,
@@ -341,7 +334,7 @@ pub async fn submit_result(
     State(state): State<AppState>,
     machine: MachineCaller,
     ApiPath(id): ApiPath<Uuid>,
-    ApiJson(request): ApiJson<ResultRequest>,
+    MachineJson(request): MachineJson<ResultRequest>,
 ) -> Result<Json<ResultView>, ApiError> {
     let db = state.db().await?;
     let result = CommandResult::from(request);
