@@ -65,6 +65,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0009_lean_commits.sql",
         sql: include_str!("../../sql/0009_lean_commits.sql"),
     },
+    Migration {
+        version: 10,
+        name: "0010_step_failures.sql",
+        sql: include_str!("../../sql/0010_step_failures.sql"),
+    },
 ];
 
 /// An arbitrary constant key for `pg_advisory_lock`: "HOLDFAST" in ASCII.
