@@ -46,6 +46,19 @@ pub struct WorkerArgs {
     /// No computed model retry delay exceeds this (a provider's Retry-After may).
     #[arg(long = "model-backoff-max", env = "HOLDFAST_MODEL_BACKOFF_MAX", default_value = "60s", value_parser = parse_duration)]
     model_backoff_max: Duration,
+    /// Failed steps in a row (errors, panics) before the turn fails with internal_error.
+    #[arg(
+        long = "step-max-attempts",
+        env = "HOLDFAST_STEP_MAX_ATTEMPTS",
+        default_value_t = 5
+    )]
+    step_max_attempts: u32,
+    /// A failed step is tried again after up to this long (jittered); it doubles per failure.
+    #[arg(long = "step-backoff-base", env = "HOLDFAST_STEP_BACKOFF_BASE", default_value = "1s", value_parser = parse_duration)]
+    step_backoff_base: Duration,
+    /// No delay before a failed step is tried again exceeds this.
+    #[arg(long = "step-backoff-max", env = "HOLDFAST_STEP_BACKOFF_MAX", default_value = "60s", value_parser = parse_duration)]
+    step_backoff_max: Duration,
     /// Let web_fetch reach loopback and private network addresses.
     #[arg(
         long = "web-fetch-allow-private",
@@ -67,6 +80,10 @@ impl WorkerArgs {
             self.lease_renew_interval < self.lease_ttl,
             "HOLDFAST_LEASE_RENEW_INTERVAL must be shorter than HOLDFAST_LEASE_TTL"
         );
+        anyhow::ensure!(
+            self.step_max_attempts > 0,
+            "HOLDFAST_STEP_MAX_ATTEMPTS must be at least 1"
+        );
         Ok(WorkerSettings {
             name: self
                 .name
@@ -82,6 +99,11 @@ impl WorkerArgs {
             model_backoff: Backoff {
                 base: self.model_backoff_base,
                 cap: self.model_backoff_max,
+            },
+            step_max_attempts: self.step_max_attempts,
+            step_backoff: Backoff {
+                base: self.step_backoff_base,
+                cap: self.step_backoff_max,
             },
         })
     }

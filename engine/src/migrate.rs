@@ -79,6 +79,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../sql/0009_lean_commits.sql"),
     },
     Migration {
+        version: 10,
+        name: "0010_step_failures.sql",
+        sql: include_str!("../../sql/0010_step_failures.sql"),
+    },
+    Migration {
         version: 13,
         name: "0013_machine_credentials.sql",
         sql: include_str!("../../sql/0013_machine_credentials.sql"),

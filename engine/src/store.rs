@@ -29,6 +29,7 @@ use crate::domain::{
 };
 use crate::duration::to_interval;
 use crate::error::{Error, Result};
+use crate::pg_text::{make_storable, storable_str};
 
 /// A client for the hot path (claims, context loads, commits): it runs a
 /// statement prepared once per connection where it can keep one, so repeated
@@ -207,11 +208,17 @@ pub async fn commit_model_step(
     claim: Claim,
     step: &ModelStep,
 ) -> Result<Uuid> {
-    let message = Value::Array(step.message.clone());
-    let tool_calls = serde_json::to_value(&step.tool_calls).map_err(|e| Error::Invalid {
+    // Model output is made storable here, for every caller (pg_text).
+    let mut message = Value::Array(step.message.clone());
+    make_storable(&mut message);
+    let mut tool_calls = serde_json::to_value(&step.tool_calls).map_err(|e| Error::Invalid {
         field: Some("tool_calls".into()),
         message: e.to_string(),
     })?;
+    make_storable(&mut tool_calls);
+    let mut usage = step.usage.clone();
+    make_storable(&mut usage);
+    let stop_reason = step.stop_reason.as_deref().map(storable_str);
     let row = query_one_prepared(
         client,
         "SELECT holdfast.commit_model_step($1, $2, $3, $4, $5, $6, $7)",
@@ -221,8 +228,8 @@ pub async fn commit_model_step(
             &step.input_ids,
             &message,
             &tool_calls,
-            &step.usage,
-            &step.stop_reason,
+            &usage,
+            &stop_reason,
         ],
     )
     .await?;
@@ -237,10 +244,19 @@ pub async fn commit_tool_result(
     output: &Value,
     is_error: bool,
 ) -> Result<Uuid> {
+    // A tool's result is made storable, never refused: it is already in hand.
+    let mut output = output.clone();
+    make_storable(&mut output);
     let row = query_one_prepared(
         client,
         "SELECT holdfast.commit_tool_result($1, $2, $3, $4, $5)",
-        &[&claim.agent_id, &claim.epoch, &tool_call, output, &is_error],
+        &[
+            &claim.agent_id,
+            &claim.epoch,
+            &tool_call,
+            &output,
+            &is_error,
+        ],
     )
     .await?;
     Ok(row.get(0))
@@ -700,13 +716,16 @@ pub async fn commit_model_retry(
     max_retries: i32,
     input_ids: &[Uuid],
 ) -> Result<bool> {
+    // The error text comes from the provider.
+    let mut error = error.clone();
+    make_storable(&mut error);
     let row = client
         .query_one(
             "SELECT holdfast.commit_model_retry($1, $2, $3, $4::text::interval, $5, $6)",
             &[
                 &claim.agent_id,
                 &claim.epoch,
-                error,
+                &error,
                 &to_interval(delay),
                 &max_retries,
                 &input_ids,
@@ -730,13 +749,50 @@ pub async fn fail_turn(
             &[
                 &claim.agent_id,
                 &claim.epoch,
-                &error_type,
-                &message,
+                &storable_str(error_type),
+                &storable_str(message),
                 &input_ids,
             ],
         )
         .await?;
     Ok(())
+}
+
+/// A step failed with something other than a lost lease: count it, and
+/// release the agent until `delay` from now (`true`), or, at the
+/// `max_attempts`-th failure in a row, end the turn with `internal_error`
+/// (`false`). `message` may carry a model's or tool's text: made storable.
+pub async fn fail_step(
+    client: &impl GenericClient,
+    claim: Claim,
+    message: &str,
+    delay: Duration,
+    max_attempts: i32,
+) -> Result<bool> {
+    let row = client
+        .query_one(
+            "SELECT holdfast.fail_step($1, $2, $3, $4::text::interval, $5)",
+            &[
+                &claim.agent_id,
+                &claim.epoch,
+                &storable_str(message),
+                &to_interval(delay),
+                &max_attempts,
+            ],
+        )
+        .await?;
+    Ok(row.get::<_, String>(0) == "retrying")
+}
+
+/// How many steps of `agent` failed in a row (see [`fail_step`]).
+pub async fn step_failures(client: &impl GenericClient, agent: Uuid) -> Result<i32> {
+    let row = client
+        .query_one(
+            "SELECT step_failures FROM holdfast.agents WHERE id = $1",
+            &[&agent],
+        )
+        .await?;
+    Ok(row.get(0))
 }
 
 /// The worker half of a cancel: close the turn as cancelled and release.
@@ -755,7 +811,7 @@ pub async fn stream_delta(client: &impl Prepared, claim: Claim, text: &str) -> R
     execute_prepared(
         client,
         "SELECT holdfast.stream_delta($1, $2, $3)",
-        &[&claim.agent_id, &claim.epoch, &text],
+        &[&claim.agent_id, &claim.epoch, &storable_str(text)],
     )
     .await?;
     Ok(())
@@ -907,15 +963,17 @@ pub async fn commit_compaction(
     keep_from_seq: i64,
     usage: &Value,
 ) -> Result<()> {
+    let mut usage = usage.clone();
+    make_storable(&mut usage);
     client
         .execute(
             "SELECT holdfast.commit_compaction($1, $2, $3, $4, $5)",
             &[
                 &claim.agent_id,
                 &claim.epoch,
-                &summary,
+                &storable_str(summary),
                 &keep_from_seq,
-                usage,
+                &usage,
             ],
         )
         .await?;

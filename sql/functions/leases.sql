@@ -70,11 +70,10 @@ BEGIN
 END
 $$;
 
--- settle_agent with the caller's events and delay folded into its one
--- agent-row UPDATE: appends p_types / p_data (then turn.started when a turn
--- opens), sets run_after when p_run_after is given, and writes the state
--- settle_agent decides (clearing the lease). An archived agent keeps its
--- state; only the events and run_after are written. Returns the state.
+-- settle_agent_with: the settle's one agent-row UPDATE, also resetting
+-- step_failures: every way a
+-- step ends well goes through it (commits, releases, retries, turn ends).
+-- fail_step sets the count again after its settle.
 -- The caller holds the agent's row lock.
 CREATE OR REPLACE FUNCTION holdfast.settle_agent_with(
     p_agent uuid, p_types text[], p_data jsonb[], p_run_after timestamptz)
@@ -113,6 +112,7 @@ BEGIN
            updated_at = holdfast.now(),
            turn_open = turn_open OR v_open_turn,
            model_attempts = CASE WHEN v_open_turn THEN 0 ELSE model_attempts END,
+           step_failures = 0,
            run_after = coalesce(p_run_after, run_after),
            last_event_seq = last_event_seq + cardinality(v_types),
            last_event_at = CASE WHEN cardinality(v_types) > 0 THEN holdfast.now() ELSE last_event_at END

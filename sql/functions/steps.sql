@@ -402,3 +402,40 @@ BEGIN
     PERFORM holdfast.end_turn_with_error(p_agent, p_error_type, p_message, p_input_ids);
 END
 $$;
+
+
+-- A step failed with something other than a lost lease (p_message says
+-- what). Counts the failure; below p_max_attempts the agent is released
+-- (running external calls interrupted, as in release_agent) until
+-- now() + p_delay and 'retrying' is returned; at p_max_attempts the turn
+-- ends with `turn.failed` {"type": "internal_error", "message": ...}, the
+-- cause in history, and 'failed' is returned; the inputs still pending become
+-- history with it (a new turn from them would fail the same way).
+-- Locks the agent row (fenced: HF001 when the lease is not p_epoch's).
+-- Raises HF422 for a negative delay or a max below 1.
+CREATE OR REPLACE FUNCTION holdfast.fail_step(
+    p_agent uuid, p_epoch bigint, p_message text, p_delay interval, p_max_attempts integer)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_failures integer;
+BEGIN
+    IF p_delay IS NULL OR p_delay < '0'::interval THEN
+        PERFORM holdfast.raise('HF422', 'delay must not be negative', 'delay');
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        PERFORM holdfast.raise('HF422', 'max attempts must be at least 1', 'max_attempts');
+    END IF;
+    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
+    SELECT step_failures + 1 INTO v_failures FROM holdfast.agents WHERE id = p_agent;
+    PERFORM holdfast.interrupt_running_calls(p_agent);
+    IF v_failures >= p_max_attempts THEN
+        PERFORM holdfast.end_turn_with_error(p_agent, 'internal_error',
+            format('a step failed %s times in a row; last error: %s', v_failures, p_message),
+            ARRAY(SELECT id FROM holdfast.inputs WHERE agent_id = p_agent AND consumed_at IS NULL));
+        RETURN 'failed';
+    END IF;
+    PERFORM holdfast.settle_agent_with(p_agent, '{}', '{}', holdfast.now() + p_delay);
+    UPDATE holdfast.agents SET step_failures = v_failures WHERE id = p_agent;
+    RETURN 'retrying';
+END
+$$;

@@ -32,6 +32,9 @@ use crate::tools::web_fetch::{web_fetch_client, WebFetchLimits};
 struct InFlight {
     claim: Claim,
     stop: StopSignal,
+    /// The step's task: if it ever ends abnormally (a panic outside the
+    /// step's own containment), the slot is still freed by this id.
+    task: tokio::task::Id,
     /// Until when the lease is surely still ours, on this process's
     /// monotonic clock: measured from *before* the claim or renewal was
     /// sent, so clock skew and slow replies only make it more cautious.
@@ -153,8 +156,18 @@ impl Worker {
                     }
                 },
                 _ = poll.tick() => want_claim = true,
-                Some(done) = self.tasks.join_next() => {
-                    if let Ok(agent) = done {
+                Some(done) = self.tasks.join_next_with_id() => {
+                    let agent = match done {
+                        Ok((_, agent)) => Some(agent),
+                        Err(e) => {
+                            tracing::error!(error = %e, "a step task ended abnormally");
+                            self.in_flight
+                                .iter()
+                                .find(|(_, flight)| flight.task == e.id())
+                                .map(|(agent, _)| *agent)
+                        }
+                    };
+                    if let Some(agent) = agent {
                         self.in_flight.remove(&agent);
                     }
                     want_claim = true;
@@ -224,7 +237,7 @@ impl Worker {
             );
             let deps = self.deps.clone();
             let task_stop = stop.clone();
-            self.tasks.spawn(
+            let task = self.tasks.spawn(
                 async move {
                     let started = std::time::Instant::now();
                     let outcome = step::run(deps, claim, task_stop).await;
@@ -240,6 +253,7 @@ impl Worker {
                 InFlight {
                     claim,
                     stop,
+                    task: task.id(),
                     valid_until: sent_at + self.settings.lease_ttl,
                 },
             );

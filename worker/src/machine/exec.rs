@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use holdfast_engine::domain::{ClaimedCommand, CommandResult, CommandResultState};
+use holdfast_engine::pg_text::storable_str;
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -268,11 +269,14 @@ impl Capture {
         }
     }
 
-    /// The text (invalid UTF-8 replaced) and whether bytes were left out.
+    /// The text and whether bytes were left out. Invalid UTF-8 and U+0000
+    /// become U+FFFD: the API refuses text Postgres can't store, and the
+    /// output is all the result there is (pg_text).
     fn finish(mut self) -> (String, bool) {
         let kept = (self.head.len() + self.tail.len()) as u64;
-        let head = String::from_utf8_lossy(&self.head).into_owned();
-        let tail = String::from_utf8_lossy(self.tail.make_contiguous()).into_owned();
+        let text = |bytes: &[u8]| storable_str(&String::from_utf8_lossy(bytes)).into_owned();
+        let head = text(&self.head);
+        let tail = text(self.tail.make_contiguous());
         if kept == self.total {
             return (head + &tail, false);
         }

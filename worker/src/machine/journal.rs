@@ -264,4 +264,51 @@ mod tests {
         assert!(Journal::open(&dir).is_err());
         fs::remove_dir_all(&dir).unwrap();
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+
+            /// A damaged journal file (any bytes, or a valid one cut short)
+            /// is an error or a journal, never a panic.
+            #[test]
+            fn any_file_content_opens_or_errs(
+                bytes in proptest::collection::vec(any::<u8>(), 0..256),
+                cut in any::<usize>(),
+            ) {
+                let dir = temp_dir();
+                let mut journal = Journal::open(&dir).unwrap();
+                journal.record_accepted(&[command()]).unwrap();
+                let saved = fs::read(dir.join(FILE_NAME)).unwrap();
+                let cut_short = &saved[..cut % (saved.len() + 1)];
+                for content in [&bytes[..], cut_short] {
+                    fs::write(dir.join(FILE_NAME), content).unwrap();
+                    let _ = Journal::open(&dir);
+                }
+                fs::remove_dir_all(&dir).unwrap();
+            }
+
+            /// Output of any text survives a reopen unchanged.
+            #[test]
+            fn any_output_survives_a_reopen(stdout in any::<String>(), stderr in any::<String>()) {
+                let dir = temp_dir();
+                let command = command();
+                let mut journal = Journal::open(&dir).unwrap();
+                journal.record_accepted(std::slice::from_ref(&command)).unwrap();
+                let result = CommandResult {
+                    state: CommandResultState::Finished,
+                    exit_code: Some(0),
+                    stdout,
+                    stderr,
+                    ..CommandResult::unknown()
+                };
+                journal.record_result(command.id, result.clone()).unwrap();
+                prop_assert_eq!(Journal::open(&dir).unwrap().unsent_results(), vec![(command.id, result)]);
+                fs::remove_dir_all(&dir).unwrap();
+            }
+        }
+    }
 }
