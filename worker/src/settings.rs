@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use holdfast_engine::domain::LimitMaxima;
 use holdfast_engine::provider::Backoff;
 
 #[derive(Clone, Debug)]
@@ -22,6 +23,9 @@ pub struct WorkerSettings {
     /// setups, tests). Off: a model cannot be steered into the internal
     /// network or a cloud metadata endpoint.
     pub web_fetch_allow_private: bool,
+    /// The operator's maxima for agents' limits, written to
+    /// `holdfast.limit_settings` at start (SQL enforces them).
+    pub limits: LimitMaxima,
 }
 
 impl WorkerSettings {
@@ -52,6 +56,7 @@ impl Default for WorkerSettings {
             model_max_retries: 8,
             model_backoff: Backoff::default(),
             web_fetch_allow_private: false,
+            limits: LimitMaxima::default(),
         }
     }
 }
