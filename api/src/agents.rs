@@ -24,11 +24,26 @@ use crate::observe::record_agent;
 use crate::state::AppState;
 
 /// The top-level fields of an agent config ([`AgentConfig`]).
-pub const CONFIG_FIELDS: &[&str] = &["model", "system", "tools", "approvals", "metadata"];
+pub const CONFIG_FIELDS: &[&str] = &[
+    "model",
+    "system",
+    "tools",
+    "approvals",
+    "metadata",
+    "limits",
+];
 /// The fields of `config.model` ([`ModelSettings`]).
 pub const MODEL_FIELDS: &[&str] = &["provider", "name", "base_url", "max_tokens"];
 /// The fields of `config.approvals` ([`ApprovalSettings`]).
 pub const APPROVAL_FIELDS: &[&str] = &["require_for"];
+/// The fields of `config.limits` ([`LimitSettings`]; `holdfast.limit_names()`).
+pub const LIMIT_FIELDS: &[&str] = &[
+    "max_model_steps_per_turn",
+    "max_tool_calls_per_response",
+    "max_subagent_depth",
+    "max_live_children",
+    "max_descendants",
+];
 
 const LIST_DEFAULT: i64 = 100;
 const LIST_MAX: i64 = 1000;
@@ -48,6 +63,31 @@ pub struct AgentConfig {
     /// Free-form; returned as given.
     #[schema(value_type = Option<Object>)]
     metadata: Option<Map<String, Value>>,
+    limits: Option<LimitSettings>,
+}
+
+/// Bounds on a runaway agent. Each defaults to, and may not exceed, the
+/// operator's maximum (`HOLDFAST_MAX_<NAME>`); exceeding one ends the turn
+/// with `turn.failed` `limit_exceeded` (model steps, tool calls) or refuses
+/// the spawn with an error result (subagents).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct LimitSettings {
+    /// Model calls one turn may make (default 100).
+    #[schema(minimum = 1)]
+    max_model_steps_per_turn: Option<u32>,
+    /// Tool calls one model response may ask for (default 64).
+    #[schema(minimum = 1)]
+    max_tool_calls_per_response: Option<u32>,
+    /// Levels of subagents below this agent's tree root (default 4; the root's setting counts).
+    #[schema(minimum = 1)]
+    max_subagent_depth: Option<u32>,
+    /// Subagents this agent may have running at once (default 16).
+    #[schema(minimum = 1)]
+    max_live_children: Option<u32>,
+    /// Subagents the tree may ever have (default 64; the root's setting counts).
+    #[schema(minimum = 1)]
+    max_descendants: Option<u32>,
 }
 
 #[derive(ToSchema)]
@@ -193,6 +233,9 @@ fn check_config_fields(config: &Value) -> Result<(), ApiError> {
     }
     if let Some(Value::Object(approvals)) = object.get("approvals") {
         unknown_field(approvals, APPROVAL_FIELDS, "approvals.")?;
+    }
+    if let Some(Value::Object(limits)) = object.get("limits") {
+        unknown_field(limits, LIMIT_FIELDS, "limits.")?;
     }
     Ok(())
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
+use holdfast_engine::domain::LimitMaxima;
 use holdfast_engine::duration::parse_duration;
 use holdfast_engine::provider::{Backoff, Providers};
 use holdfast_worker::WorkerSettings;
@@ -65,6 +66,21 @@ pub struct WorkerArgs {
         env = "HOLDFAST_WEB_FETCH_ALLOW_PRIVATE"
     )]
     web_fetch_allow_private: bool,
+    /// Most model calls an agent's turn may make (agents may set less in `limits`).
+    #[arg(long = "max-model-steps-per-turn", env = "HOLDFAST_MAX_MODEL_STEPS_PER_TURN", default_value_t = LimitMaxima::default().model_steps_per_turn, value_parser = clap::value_parser!(i32).range(1..))]
+    max_model_steps_per_turn: i32,
+    /// Most tool calls one model response may ask for.
+    #[arg(long = "max-tool-calls-per-response", env = "HOLDFAST_MAX_TOOL_CALLS_PER_RESPONSE", default_value_t = LimitMaxima::default().tool_calls_per_response, value_parser = clap::value_parser!(i32).range(1..))]
+    max_tool_calls_per_response: i32,
+    /// Most levels of subagents below a client's agent.
+    #[arg(long = "max-subagent-depth", env = "HOLDFAST_MAX_SUBAGENT_DEPTH", default_value_t = LimitMaxima::default().subagent_depth, value_parser = clap::value_parser!(i32).range(1..))]
+    max_subagent_depth: i32,
+    /// Most subagents one agent may have running at once.
+    #[arg(long = "max-live-children", env = "HOLDFAST_MAX_LIVE_CHILDREN", default_value_t = LimitMaxima::default().live_children, value_parser = clap::value_parser!(i32).range(1..))]
+    max_live_children: i32,
+    /// Most subagents one tree may ever have.
+    #[arg(long = "max-descendants", env = "HOLDFAST_MAX_DESCENDANTS", default_value_t = LimitMaxima::default().descendants, value_parser = clap::value_parser!(i32).range(1..))]
+    max_descendants: i32,
     /// This worker's name in leases (default: host-pid-nonce).
     #[arg(long = "name", env = "HOLDFAST_WORKER_NAME")]
     name: Option<String>,
@@ -104,6 +120,13 @@ impl WorkerArgs {
             step_backoff: Backoff {
                 base: self.step_backoff_base,
                 cap: self.step_backoff_max,
+            },
+            limits: LimitMaxima {
+                model_steps_per_turn: self.max_model_steps_per_turn,
+                tool_calls_per_response: self.max_tool_calls_per_response,
+                subagent_depth: self.max_subagent_depth,
+                live_children: self.max_live_children,
+                descendants: self.max_descendants,
             },
         })
     }

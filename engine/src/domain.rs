@@ -126,6 +126,39 @@ pub struct MaintenanceReport {
     pub session_gone: i64,
     /// Delayed agents that came due (one wake hint covers them all).
     pub woken: i64,
+    /// Subagents whose turn was cancelled here because their parent's call
+    /// was cancelled while they were busy (0011).
+    pub subagents_cancelled: i64,
+}
+
+/// The operator's maxima for the per-agent limits (`holdfast.limit_settings`,
+/// written by each worker at start from its `HOLDFAST_MAX_*` settings). An
+/// agent's `config.limits` may lower them, never raise them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitMaxima {
+    /// Model calls one turn may make (`HOLDFAST_MAX_MODEL_STEPS_PER_TURN`).
+    pub model_steps_per_turn: i32,
+    /// Tool calls one model response may ask for (`HOLDFAST_MAX_TOOL_CALLS_PER_RESPONSE`).
+    pub tool_calls_per_response: i32,
+    /// Levels of subagents below a client's agent (`HOLDFAST_MAX_SUBAGENT_DEPTH`).
+    pub subagent_depth: i32,
+    /// Subagents one agent may have running at once (`HOLDFAST_MAX_LIVE_CHILDREN`).
+    pub live_children: i32,
+    /// Subagents in one tree, ever (`HOLDFAST_MAX_DESCENDANTS`).
+    pub descendants: i32,
+}
+
+impl Default for LimitMaxima {
+    /// The defaults of `holdfast.limit_settings` (0011).
+    fn default() -> Self {
+        LimitMaxima {
+            model_steps_per_turn: 100,
+            tool_calls_per_response: 64,
+            subagent_depth: 4,
+            live_children: 16,
+            descendants: 64,
+        }
+    }
 }
 
 impl std::str::FromStr for ToolKind {

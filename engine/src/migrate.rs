@@ -84,6 +84,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../sql/0010_step_failures.sql"),
     },
     Migration {
+        version: 11,
+        name: "0011_limits.sql",
+        sql: include_str!("../../sql/0011_limits.sql"),
+    },
+    Migration {
         version: 13,
         name: "0013_machine_credentials.sql",
         sql: include_str!("../../sql/0013_machine_credentials.sql"),

@@ -16,7 +16,8 @@ use crate::connect::Session;
 use crate::context::{HistoryMessage, PendingInput, StepContext, ToolCallRecord};
 use crate::domain::{
     Agent, AgentState, ApiKeyCreated, ApiKeyOwner, ApiKeyRevoked, CancelOutcome, Claim, Event,
-    Input, InputCreated, MaintenanceReport, ModelStep, Renewal, ToolCall, ToolCallStatus, ToolKind,
+    Input, InputCreated, LimitMaxima, MaintenanceReport, ModelStep, Renewal, ToolCall,
+    ToolCallStatus, ToolKind,
 };
 use crate::domain::{Approval, ApprovalStatus, Question, QuestionStatus, StuckAgent, WorkerLeases};
 use crate::domain::{
@@ -172,6 +173,38 @@ pub async fn renew_leases(
             cancel_requested: r.get(2),
         })
         .collect())
+}
+
+/// Write the operator's limit maxima (`holdfast.set_limit_maxima`).
+pub async fn set_limit_maxima(client: &impl GenericClient, maxima: &LimitMaxima) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.set_limit_maxima($1, $2, $3, $4, $5)",
+            &[
+                &maxima.model_steps_per_turn,
+                &maxima.tool_calls_per_response,
+                &maxima.subagent_depth,
+                &maxima.live_children,
+                &maxima.descendants,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Cap (or with `None`, uncap) how many of a project's agents run at once.
+pub async fn set_project_max_running(
+    client: &impl GenericClient,
+    project_name: &str,
+    max_running: Option<i32>,
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.set_project_max_running($1, $2)",
+            &[&project_name, &max_running],
+        )
+        .await?;
+    Ok(())
 }
 
 /// Give up a lease; the agent's next state is settled from its saved facts.
@@ -937,14 +970,15 @@ pub async fn answer_question(
 }
 
 /// Create a subagent for a pending `spawn_subagent` call (one transaction);
-/// returns the child's id.
+/// returns the child's id, or `None` when a subagent limit refused the spawn
+/// (the call is then completed with an error result naming the limit).
 pub async fn spawn_subagent(
     client: &impl GenericClient,
     claim: Claim,
     tool_call: Uuid,
     config: &Value,
     prompt: &str,
-) -> Result<Uuid> {
+) -> Result<Option<Uuid>> {
     let row = client
         .query_one(
             "SELECT holdfast.spawn_subagent($1, $2, $3, $4, $5)",

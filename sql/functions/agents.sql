@@ -22,11 +22,9 @@ BEGIN
 END
 $$;
 
--- Validate an agent config; raise HF422 naming the field. The HTTP API maps
--- this to 400 with the same field, so SQL clients and HTTP clients get one rule.
--- Locks nothing. Raises HF422 (the field in COLUMN).
--- model.max_tokens must be an integer in 1..4294967295 (the worker's u32:
--- 1.0 and 5000000000 used to pass, then failed every model call).
+-- validate_config (0001) with `limits`: an object whose keys are limit
+-- names and whose values are positive integers no larger than the
+-- operator's maximum. Raises HF422 naming the field (`limits.<name>`).
 CREATE OR REPLACE FUNCTION holdfast.validate_config(p_config jsonb)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -34,6 +32,8 @@ DECLARE
     v_i integer := 0;
     v_names text[] := '{}';
     v_name text;
+    v_value jsonb;
+    v_max integer;
 BEGIN
     IF p_config IS NULL OR jsonb_typeof(p_config) <> 'object' THEN
         PERFORM holdfast.raise('HF422', 'config must be a JSON object', 'config');
@@ -101,6 +101,27 @@ BEGIN
     END IF;
     IF p_config ? 'metadata' AND jsonb_typeof(p_config -> 'metadata') <> 'object' THEN
         PERFORM holdfast.raise('HF422', 'metadata must be an object', 'metadata');
+    END IF;
+    IF p_config ? 'limits' THEN
+        IF jsonb_typeof(p_config -> 'limits') <> 'object' THEN
+            PERFORM holdfast.raise('HF422', 'limits must be an object', 'limits');
+        END IF;
+        FOR v_name, v_value IN SELECT key, value FROM jsonb_each(p_config -> 'limits') ORDER BY key LOOP
+            IF NOT v_name = ANY (holdfast.limit_names()) THEN
+                PERFORM holdfast.raise('HF422', format('unknown limit; expected one of: %s',
+                    array_to_string(holdfast.limit_names(), ', ')), 'limits.' || v_name);
+            END IF;
+            IF jsonb_typeof(v_value) <> 'number' OR (v_value #>> '{}')::numeric <= 0
+               OR (v_value #>> '{}')::numeric <> trunc((v_value #>> '{}')::numeric) THEN
+                PERFORM holdfast.raise('HF422', format('limits.%s must be a positive integer', v_name),
+                    'limits.' || v_name);
+            END IF;
+            v_max := holdfast.limit_maximum(v_name);
+            IF (v_value #>> '{}')::numeric > v_max THEN
+                PERFORM holdfast.raise('HF422', format('limits.%s must be at most %s (the operator''s maximum)',
+                    v_name, v_max), 'limits.' || v_name);
+            END IF;
+        END LOOP;
     END IF;
 END
 $$;
@@ -276,5 +297,80 @@ LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE holdfast.agents SET model_attempts = 0 WHERE id = NEW.agent_id AND model_attempts <> 0;
     RETURN NULL;
+END
+$$;
+
+
+-- The names of the limits, in the order they are documented.
+CREATE OR REPLACE FUNCTION holdfast.limit_names() RETURNS text[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT ARRAY['max_model_steps_per_turn', 'max_tool_calls_per_response', 'max_subagent_depth',
+                 'max_live_children', 'max_descendants']
+$$;
+
+-- The operator's maximum for one limit (raises HF422 for an unknown name).
+CREATE OR REPLACE FUNCTION holdfast.limit_maximum(p_name text)
+RETURNS integer LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_max integer;
+BEGIN
+    IF NOT coalesce(p_name = ANY (holdfast.limit_names()), false) THEN
+        PERFORM holdfast.raise('HF422', format('unknown limit %s', p_name), 'limits');
+    END IF;
+    SELECT (to_jsonb(s) ->> p_name)::integer INTO v_max FROM holdfast.limit_settings s;
+    RETURN v_max;
+END
+$$;
+
+-- The limit an agent with config p_config runs under: its config.limits
+-- value, capped by the operator's maximum, or that maximum. Reads only.
+CREATE OR REPLACE FUNCTION holdfast.agent_limit(p_config jsonb, p_name text)
+RETURNS integer LANGUAGE sql STABLE AS $$
+    SELECT least(coalesce((p_config #>> ARRAY['limits', p_name])::numeric, m.max), m.max)::integer
+      FROM (SELECT holdfast.limit_maximum(p_name) AS max) m
+$$;
+
+-- Write the operator's maxima (workers call this at start with their
+-- HOLDFAST_MAX_* settings; a DBA may too). Locks the settings row. Agents
+-- configured above a lowered maximum run at the maximum. Raises HF422 for
+-- a value that is not positive.
+CREATE OR REPLACE FUNCTION holdfast.set_limit_maxima(
+    p_max_model_steps_per_turn integer, p_max_tool_calls_per_response integer,
+    p_max_subagent_depth integer, p_max_live_children integer, p_max_descendants integer)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF least(p_max_model_steps_per_turn, p_max_tool_calls_per_response, p_max_subagent_depth,
+             p_max_live_children, p_max_descendants) <= 0
+       OR num_nulls(p_max_model_steps_per_turn, p_max_tool_calls_per_response, p_max_subagent_depth,
+                    p_max_live_children, p_max_descendants) > 0 THEN
+        PERFORM holdfast.raise('HF422', 'every limit maximum must be a positive integer', 'limits');
+    END IF;
+    UPDATE holdfast.limit_settings
+       SET max_model_steps_per_turn = p_max_model_steps_per_turn,
+           max_tool_calls_per_response = p_max_tool_calls_per_response,
+           max_subagent_depth = p_max_subagent_depth,
+           max_live_children = p_max_live_children,
+           max_descendants = p_max_descendants,
+           updated_at = holdfast.now()
+     WHERE (max_model_steps_per_turn, max_tool_calls_per_response, max_subagent_depth,
+            max_live_children, max_descendants)
+           IS DISTINCT FROM (p_max_model_steps_per_turn, p_max_tool_calls_per_response,
+                             p_max_subagent_depth, p_max_live_children, p_max_descendants);
+END
+$$;
+
+-- Set (or, with NULL, clear) a project's cap on agents running at once.
+-- Agents already running keep their leases; the cap applies to claims.
+-- Raises HF404 (no such project), HF422 (negative cap).
+CREATE OR REPLACE FUNCTION holdfast.set_project_max_running(p_project_name text, p_max_running integer)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_max_running < 0 THEN
+        PERFORM holdfast.raise('HF422', 'max_running must be 0 or more (NULL: no cap)', 'max_running');
+    END IF;
+    UPDATE holdfast.projects SET max_running = p_max_running WHERE name = p_project_name;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('project %s not found', p_project_name));
+    END IF;
 END
 $$;

@@ -32,9 +32,20 @@ async fn a_step_failing_every_time_backs_off_then_fails_the_turn_with_internal_e
             ("HOLDFAST_STEP_BACKOFF_MAX", "400ms"),
         ],
     );
-    // Passes the SQL check, but the worker can't represent it (u32).
-    let config = json!({"model": {"provider": "anthropic", "name": "claude-test", "max_tokens": 5_000_000_000u64}});
-    let broken = agent_with_config(&client, &config).await;
+    // A config the worker can't represent (max_tokens past u32). The API and
+    // validate_config refuse it now, but a row stored before that check (or
+    // written by hand) still holds it: put it there the way such a row got it.
+    let valid = json!({"model": {"provider": "anthropic", "name": "claude-test"}});
+    let broken = agent_with_config(&client, &valid).await;
+    client
+        .execute(
+            "UPDATE holdfast.agents
+                SET config = jsonb_set(config, '{model,max_tokens}', '5000000000')
+              WHERE id = $1",
+            &[&broken],
+        )
+        .await
+        .unwrap();
     store::create_input(&client, broken, &json!("hi"), None)
         .await
         .unwrap();

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use holdfast_engine::domain::LimitMaxima;
 use holdfast_engine::provider::Backoff;
 
 #[derive(Clone, Debug)]
@@ -28,6 +29,9 @@ pub struct WorkerSettings {
     /// setups, tests). Off: a model cannot be steered into the internal
     /// network or a cloud metadata endpoint.
     pub web_fetch_allow_private: bool,
+    /// The operator's maxima for agents' limits, written to
+    /// `holdfast.limit_settings` at start (SQL enforces them).
+    pub limits: LimitMaxima,
 }
 
 impl WorkerSettings {
@@ -60,6 +64,7 @@ impl Default for WorkerSettings {
             step_max_attempts: 5,
             step_backoff: Backoff::default(),
             web_fetch_allow_private: false,
+            limits: LimitMaxima::default(),
         }
     }
 }
