@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool};
 use holdfast_engine::connect;
+use holdfast_engine::secrets::SecretKey;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
 use tokio_postgres::Config;
@@ -41,6 +42,9 @@ pub struct ApiConfig {
     /// hosted deployment keeps this off so it is not an SSRF tool; see
     /// `holdfast_engine::domain::webhook_private_urls_allowed`.
     pub webhook_allow_private: bool,
+    /// `HOLDFAST_SECRET_KEY`: seals projects' own provider keys. Unset:
+    /// `PUT /v1/provider-keys/…` answers 503.
+    pub secret_key: Option<SecretKey>,
 }
 
 impl ApiConfig {
@@ -55,6 +59,7 @@ impl ApiConfig {
             sse_heartbeat: Duration::from_secs(15),
             slow_client_timeout: Duration::from_secs(10),
             webhook_allow_private: false,
+            secret_key: None,
         }
     }
 }

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use anyhow::{Context, Result};
 use holdfast_api::ApiConfig;
 use holdfast_engine::domain::webhook_private_urls_allowed;
+use holdfast_engine::secrets::SecretKey;
 use tokio_util::sync::CancellationToken;
 
 use crate::database::Database;
@@ -37,6 +38,7 @@ pub async fn run(db: &Database, args: ApiArgs) -> Result<()> {
             &args.listen.to_string(),
             args.webhook_allow_private,
         ),
+        secret_key: SecretKey::from_lookup(|name| std::env::var(name).ok())?,
         ..ApiConfig::new(db.config.clone())
     };
     holdfast_api::serve(config, listener, shutdown).await?;

@@ -125,7 +125,11 @@ async fn serve(db: &Database, args: UpArgs) -> Result<()> {
     let mut terminate = signal(SignalKind::terminate())?;
     let mut tasks: JoinSet<Named> = JoinSet::new();
     {
-        let (config, shutdown) = (ApiConfig::new(db.config.clone()), api_shutdown.clone());
+        let config = ApiConfig {
+            secret_key: providers.settings().secret_key.clone(),
+            ..ApiConfig::new(db.config.clone())
+        };
+        let shutdown = api_shutdown.clone();
         tasks.spawn(async move {
             let served = holdfast_api::serve(config, listener, shutdown).await;
             ("the API".to_owned(), served.map_err(Into::into))
@@ -346,7 +350,8 @@ fn print_banner(
         println!();
         println!(
             "Neither ANTHROPIC_API_KEY nor OPENAI_API_KEY is set: model calls to the hosted APIs will \
-             fail with authentication_error. Set one, or give agents a `base_url` of a compatible server."
+             fail with authentication_error. Set one, or add an endpoint of a compatible server \
+             (`holdfast endpoints add`)."
         );
     }
     println!();

@@ -10,6 +10,7 @@ pub mod duration;
 pub mod error;
 pub mod migrate;
 pub mod provider;
+pub mod secrets;
 pub mod store;
 
 pub use error::{Error, Result};

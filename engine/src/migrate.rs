@@ -65,6 +65,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0009_lean_commits.sql",
         sql: include_str!("../../sql/0009_lean_commits.sql"),
     },
+    Migration {
+        version: 12,
+        name: "0012_model_endpoints.sql",
+        sql: include_str!("../../sql/0012_model_endpoints.sql"),
+    },
 ];
 
 /// An arbitrary constant key for `pg_advisory_lock`: "HOLDFAST" in ASCII.
