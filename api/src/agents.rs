@@ -33,7 +33,7 @@ pub const CONFIG_FIELDS: &[&str] = &[
     "limits",
 ];
 /// The fields of `config.model` ([`ModelSettings`]).
-pub const MODEL_FIELDS: &[&str] = &["provider", "name", "base_url", "max_tokens"];
+pub const MODEL_FIELDS: &[&str] = &["provider", "name", "endpoint", "base_url", "max_tokens"];
 /// The fields of `config.approvals` ([`ApprovalSettings`]).
 pub const APPROVAL_FIELDS: &[&str] = &["require_for"];
 /// The fields of `config.limits` ([`LimitSettings`]; `holdfast.limit_names()`).
@@ -94,9 +94,15 @@ pub struct LimitSettings {
 #[allow(dead_code)]
 pub struct ModelSettings {
     provider: Provider,
-    /// The provider's model name.
+    /// The provider's model name (within the endpoint's allow-list, if it
+    /// has one).
     name: String,
-    /// An OpenAI- or Anthropic-compatible server (vLLM, Ollama, a gateway).
+    /// The operator's model endpoint by name (default `default`: the
+    /// operator's Anthropic or OpenAI endpoint, by `provider`).
+    endpoint: Option<String>,
+    /// An OpenAI- or Anthropic-compatible server of your own (vLLM, Ollama,
+    /// a gateway): refused (422) unless the operator allowed custom URLs for
+    /// the project; requests to it carry only the project's own provider key.
     base_url: Option<String>,
     /// The most output tokens a call may produce (an integer; the range of
     /// the worker's u32, checked by SQL's `validate_config`).
@@ -106,7 +112,7 @@ pub struct ModelSettings {
 
 #[derive(ToSchema)]
 #[schema(rename_all = "lowercase")]
-#[allow(dead_code)]
+#[allow(dead_code)] // Describes the JSON for the OpenAPI document.
 pub enum Provider {
     Anthropic,
     Openai,
@@ -159,6 +165,8 @@ impl From<StateName> for AgentState {
 pub struct AgentView {
     id: Uuid,
     state: StateName,
+    /// Secrets (MCP header values) show as `"***"`; sent back in a PATCH or
+    /// create, `"***"` keeps the stored value.
     #[schema(value_type = AgentConfig)]
     config: Value,
     /// A turn is under way (from an input to turn.completed/failed/cancelled).
@@ -275,6 +283,7 @@ async fn load(db: &tokio_postgres::Client, caller: &Caller, id: Uuid) -> Result<
         (status = 400, description = "invalid config; `field` names the field", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 413, body = ErrorBody),
+        (status = 422, description = "`model_not_permitted`: the project may not use this endpoint, model or base_url; `field` names it", body = ErrorBody),
     )
 )]
 pub async fn create_agent(
@@ -367,6 +376,7 @@ pub async fn get_agent(
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, description = "the agent is archived", body = ErrorBody),
+        (status = 422, description = "`model_not_permitted`: the project may not use this endpoint, model or base_url; `field` names it", body = ErrorBody),
     )
 )]
 pub async fn patch_agent(

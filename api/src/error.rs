@@ -41,8 +41,8 @@ pub struct ErrorBody {
 #[derive(Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// Machine-readable: `invalid_request`, `invalid_json`, `unauthorized`,
-    /// `not_found`, `conflict`, `idempotency_key_reused`, `payload_too_large`,
-    /// `rate_limited`, `unavailable`, `internal`, ...
+    /// `not_found`, `conflict`, `idempotency_key_reused`, `model_not_permitted`,
+    /// `payload_too_large`, `rate_limited`, `unavailable`, `internal`, ...
     #[serde(rename = "type")]
     pub kind: String,
     pub message: String,
@@ -130,19 +130,28 @@ impl ApiError {
     }
 }
 
+/// Message prefixes of SQL's HF422 errors that answer 422 (with the token as
+/// the error type) rather than 400.
+const UNPROCESSABLE_TOKENS: &[&str] = &["idempotency_key_reused", "model_not_permitted"];
+
 impl From<Error> for ApiError {
     fn from(e: Error) -> ApiError {
         match e {
             Error::NotFound(message) => ApiError::not_found(message),
             Error::Conflict(message) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
-            // The SQL raises this token first in its message on purpose, so
-            // that the one reuse case is told apart from other bad keys.
-            Error::Invalid { field, message } if message.starts_with("idempotency_key_reused") => {
-                let error = ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "idempotency_key_reused",
-                    message,
-                );
+            // The SQL raises these tokens first in their messages on
+            // purpose: a well-formed request that is not permitted (a reused
+            // idempotency key, a model endpoint or URL the project may not
+            // use) is a 422, told apart from malformed input (400).
+            Error::Invalid { field, message }
+                if UNPROCESSABLE_TOKENS.iter().any(|t| message.starts_with(t)) =>
+            {
+                let kind = UNPROCESSABLE_TOKENS
+                    .iter()
+                    .find(|t| message.starts_with(*t))
+                    .copied()
+                    .unwrap_or("invalid_request");
+                let error = ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, kind, message);
                 match field {
                     Some(field) => error.with_field(field),
                     None => error,

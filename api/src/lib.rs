@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod observe;
 pub mod openapi;
 pub mod probes;
+pub mod provider_keys;
 pub mod rate_limit;
 pub mod state;
 pub mod stream;
@@ -85,6 +86,11 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(tool_calls::submit_tool_result))
         .routes(routes!(webhooks::create_webhook, webhooks::list_webhooks))
         .routes(routes!(webhooks::delete_webhook))
+        .routes(routes!(provider_keys::list_provider_keys))
+        .routes(routes!(
+            provider_keys::set_provider_key,
+            provider_keys::delete_provider_key
+        ))
         .routes(routes!(webhooks::list_deliveries))
         .routes(routes!(
             machines::manage::register_machine,

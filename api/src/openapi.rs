@@ -25,6 +25,7 @@ use utoipa::{Modify, OpenApi};
         (name = "events", description = "the timeline and its live stream"),
         (name = "tool-calls", description = "custom tool calls the client answers"),
         (name = "webhooks", description = "endpoints that receive every event, signed per Standard Webhooks"),
+        (name = "provider-keys", description = "the project's own model provider keys: write-only, stored sealed"),
         (name = "approvals", description = "approvals and questions a person answers"),
         (name = "operations", description = "health, readiness, metrics, this document"),
     )

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Object, Pool};
 use holdfast_engine::connect;
+use holdfast_engine::secrets::SecretKey;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
 use tokio_postgres::Config;
@@ -55,6 +56,9 @@ pub struct ApiConfig {
     /// An open stream re-checks its key this often and ends once the key is
     /// revoked (one primary-key read per stream per interval).
     pub stream_key_recheck: Duration,
+    /// `HOLDFAST_SECRET_KEY`: seals projects' own provider keys. Unset:
+    /// `PUT /v1/provider-keys/…` answers 503.
+    pub secret_key: Option<SecretKey>,
 }
 
 impl ApiConfig {
@@ -73,6 +77,7 @@ impl ApiConfig {
             metrics_cache: Duration::from_secs(10),
             rate_limit: Some(RateLimit::DEFAULT),
             stream_key_recheck: Duration::from_secs(2),
+            secret_key: None,
         }
     }
 }

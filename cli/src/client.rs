@@ -91,7 +91,12 @@ pub struct CreateArgs {
     /// PROVIDER/NAME, e.g. anthropic/claude-sonnet-4-5 or openai/gpt-4.1.
     #[arg(long)]
     model: String,
-    /// An Anthropic- or OpenAI-compatible server for this agent.
+    /// The operator's model endpoint to use (`model.endpoint`; default
+    /// `default`).
+    #[arg(long = "model-endpoint")]
+    model_endpoint: Option<String>,
+    /// A compatible server of your own (only where the operator allows
+    /// custom URLs for the project).
     #[arg(long = "base-url")]
     base_url: Option<String>,
     #[arg(long = "max-tokens")]
@@ -279,6 +284,9 @@ async fn create_agent(args: CreateArgs) -> Result<()> {
         .filter(|(p, n)| !p.is_empty() && !n.is_empty())
         .context("--model must be PROVIDER/NAME, e.g. anthropic/claude-sonnet-4-5")?;
     let mut model = json!({"provider": provider, "name": name});
+    if let Some(endpoint) = &args.model_endpoint {
+        model["endpoint"] = json!(endpoint);
+    }
     if let Some(base_url) = &args.base_url {
         model["base_url"] = json!(base_url);
     }

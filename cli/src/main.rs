@@ -3,9 +3,11 @@
 mod client;
 mod database;
 mod demo;
+mod endpoints;
 mod keys;
 mod machine;
 mod maintenance;
+mod projects;
 mod run_worker;
 mod serve_api;
 mod signals;
@@ -51,6 +53,16 @@ enum Command {
         #[command(subcommand)]
         command: keys::KeysCommand,
     },
+    /// Add, list or remove the operator's model endpoints (`model.endpoint`).
+    Endpoints {
+        #[command(subcommand)]
+        command: endpoints::EndpointsCommand,
+    },
+    /// Operator settings of a project (custom model URLs).
+    Projects {
+        #[command(subcommand)]
+        command: projects::ProjectsCommand,
+    },
     /// Release dead leases, wake delayed agents, deliver webhooks (safe to run several).
     Maintenance(maintenance::MaintenanceArgs),
     /// Run commands for agents on this machine (the machine daemon; needs no database).
@@ -94,6 +106,8 @@ fn main() -> Result<()> {
             | Command::Worker(_)
             | Command::Api(_)
             | Command::Keys { .. }
+            | Command::Endpoints { .. }
+            | Command::Projects { .. }
             | Command::Maintenance(_)
             | Command::Up(_)
             | Command::Machine(_)
@@ -126,6 +140,8 @@ fn main() -> Result<()> {
             Command::Worker(args) => run_worker::run(&open().await?, &args).await,
             Command::Api(args) => serve_api::run(&open().await?, args).await,
             Command::Keys { command } => keys::run(&open().await?, command).await,
+            Command::Endpoints { command } => endpoints::run(&open().await?, command).await,
+            Command::Projects { command } => projects::run(&open().await?, command).await,
             Command::Maintenance(args) => maintenance::run(&open().await?, args).await,
             Command::Up(args) => up::run(open().await?, args).await,
             // The demo brings its own Postgres; the client speaks HTTP.

@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use holdfast_api::rate_limit::{parse_rate_limit, RateLimit, DEFAULT_RATE_LIMIT};
 use holdfast_api::ApiConfig;
 use holdfast_engine::domain::webhook_private_urls_allowed;
+use holdfast_engine::secrets::SecretKey;
 use tokio_util::sync::CancellationToken;
 
 use crate::database::Database;
@@ -74,6 +75,7 @@ pub async fn run(db: &Database, args: ApiArgs) -> Result<()> {
         ),
         metrics_token: args.metrics.token(),
         rate_limit: args.rate_limit,
+        secret_key: SecretKey::from_lookup(|name| std::env::var(name).ok())?,
         ..ApiConfig::new(db.config.clone())
     };
     holdfast_api::serve(config, listener, shutdown).await?;

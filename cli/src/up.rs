@@ -137,6 +137,7 @@ async fn serve(db: &Database, args: UpArgs) -> Result<()> {
     {
         let config = ApiConfig {
             metrics_token: args.metrics.token(),
+            secret_key: providers.settings().secret_key.clone(),
             ..ApiConfig::new(db.config.clone())
         };
         let shutdown = api_shutdown.clone();
@@ -360,7 +361,8 @@ fn print_banner(
         println!();
         println!(
             "Neither ANTHROPIC_API_KEY nor OPENAI_API_KEY is set: model calls to the hosted APIs will \
-             fail with authentication_error. Set one, or give agents a `base_url` of a compatible server."
+             fail with authentication_error. Set one, or add an endpoint of a compatible server \
+             (`holdfast endpoints add`)."
         );
     }
     println!();

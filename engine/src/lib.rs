@@ -11,6 +11,7 @@ pub mod error;
 pub mod migrate;
 pub mod pg_text;
 pub mod provider;
+pub mod secrets;
 pub mod store;
 
 pub use error::{Error, Result};

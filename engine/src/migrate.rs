@@ -89,6 +89,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../sql/0011_limits.sql"),
     },
     Migration {
+        version: 12,
+        name: "0012_model_endpoints.sql",
+        sql: include_str!("../../sql/0012_model_endpoints.sql"),
+    },
+    Migration {
         version: 13,
         name: "0013_machine_credentials.sql",
         sql: include_str!("../../sql/0013_machine_credentials.sql"),
@@ -124,6 +129,7 @@ pub const FUNCTION_FILES: &[FunctionFile] = function_files![
     "api_keys.sql",
     "webhooks.sql",
     "machines.sql",
+    "endpoints.sql",
 ];
 
 /// An arbitrary constant key for `pg_advisory_lock`: "HOLDFAST" in ASCII.

@@ -28,6 +28,9 @@ use crate::domain::{
     ClaimedWebhookDelivery, CreatedWebhookEndpoint, RecordedAttempt, WebhookDelivery,
     WebhookDeliveryFilter, WebhookDeliveryStatus, WebhookEndpoint, WebhookQueueStats,
 };
+use crate::domain::{
+    ModelDestination, ModelEndpoint, ModelRoute, NewModelEndpoint, ProviderKeyStatus, SealedKey,
+};
 use crate::duration::to_interval;
 use crate::error::{Error, Result};
 use crate::pg_text::{make_storable, storable_str};
@@ -456,7 +459,9 @@ pub async fn revoke_api_key(client: &impl GenericClient, key_ref: &str) -> Resul
     })
 }
 
-const AGENT_COLUMNS: &str = "id, project_id, config, state, turn_open, cancel_requested_at, \
+/// The config is masked (`mask_config_secrets`): these rows are for clients.
+const AGENT_COLUMNS: &str =
+    "id, project_id, holdfast.mask_config_secrets(config), state, turn_open, cancel_requested_at, \
                              last_event_seq, created_at, updated_at, state_changed_at";
 
 fn agent_from_row(row: &tokio_postgres::Row) -> Result<Agent> {
@@ -474,8 +479,8 @@ fn agent_from_row(row: &tokio_postgres::Row) -> Result<Agent> {
     })
 }
 
-/// An agent of `project`; `None` when it does not exist or belongs to
-/// another project.
+/// An agent of `project`, its config masked for showing; `None` when it
+/// does not exist or belongs to another project.
 pub async fn get_agent(
     client: &impl GenericClient,
     project: Uuid,
@@ -507,8 +512,8 @@ pub async fn agent_in_project(
     Ok(row.is_some())
 }
 
-/// Agents of `project`, oldest first (ids are UUIDv7), after the id `after`,
-/// in `state` when given, at most `limit`.
+/// Agents of `project` (configs masked for showing), oldest first (ids are
+/// UUIDv7), after the id `after`, in `state` when given, at most `limit`.
 pub async fn list_agents(
     client: &impl GenericClient,
     project: Uuid,
@@ -542,7 +547,8 @@ pub async fn last_event_seq(client: &impl GenericClient, agent: Uuid) -> Result<
     Ok(row.map(|r| r.get(0)))
 }
 
-/// Replace an agent's config (`config.updated`); returns the config in force.
+/// Replace an agent's config (`config.updated`); returns the config in
+/// force, masked. Header values `"***"` keep the stored values.
 pub async fn update_agent_config(
     client: &impl GenericClient,
     agent: Uuid,
@@ -558,7 +564,7 @@ pub async fn update_agent_config(
 }
 
 /// Change an agent's config by an RFC 7396 merge patch, applied under the
-/// agent's row lock; returns the config in force.
+/// agent's row lock; returns the config in force, masked.
 pub async fn patch_agent_config(
     client: &impl GenericClient,
     agent: Uuid,
@@ -1664,4 +1670,169 @@ pub async fn stuck_agents(client: &impl GenericClient, limit: i64) -> Result<Vec
             reason: r.get(5),
         })
         .collect())
+}
+
+// ---------------------------------------------------------------------------
+// Model endpoints (operator), provider keys (project), model routing (worker)
+// ---------------------------------------------------------------------------
+
+/// Add an operator model endpoint; [`Error::Conflict`] when the name is taken.
+pub async fn add_model_endpoint(
+    client: &impl GenericClient,
+    endpoint: &NewModelEndpoint,
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT FROM holdfast.add_model_endpoint($1, $2, $3, $4, $5, $6)",
+            &[
+                &endpoint.name,
+                &endpoint.kind,
+                &endpoint.base_url,
+                &endpoint.credential_env,
+                &endpoint.project,
+                &endpoint.models,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Every operator model endpoint, by name.
+pub async fn list_model_endpoints(client: &impl GenericClient) -> Result<Vec<ModelEndpoint>> {
+    let rows = client
+        .query(
+            "SELECT name, kind, base_url, credential_env, project_name, models, agents, created_at \
+               FROM holdfast.list_model_endpoints()",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| ModelEndpoint {
+            name: r.get(0),
+            kind: r.get(1),
+            base_url: r.get(2),
+            credential_env: r.get(3),
+            project: r.get(4),
+            models: r.get(5),
+            agents: r.get(6),
+            created_at: r.get(7),
+        })
+        .collect())
+}
+
+/// Remove an operator model endpoint; returns how many agents still name it.
+pub async fn remove_model_endpoint(client: &impl GenericClient, name: &str) -> Result<i64> {
+    let row = client
+        .query_one("SELECT holdfast.remove_model_endpoint($1)", &[&name])
+        .await?;
+    Ok(row.get::<_, Option<i64>>(0).unwrap_or(0))
+}
+
+/// Allow or forbid tenant-set `model.base_url` for the project named
+/// `project` ([`Error::NotFound`] when there is none).
+pub async fn set_project_custom_model_urls(
+    client: &impl GenericClient,
+    project: &str,
+    allowed: bool,
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.set_project_custom_model_urls($1, $2)",
+            &[&project, &allowed],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Store a project's own provider key, already sealed.
+pub async fn set_project_provider_key(
+    client: &impl GenericClient,
+    project: Uuid,
+    provider: &str,
+    key: &SealedKey,
+) -> Result<ProviderKeyStatus> {
+    let row = client
+        .query_one(
+            "SELECT provider, created_at, updated_at \
+               FROM holdfast.set_project_provider_key($1, $2, $3, $4)",
+            &[&project, &provider, &key.sealed, &key.key_fingerprint],
+        )
+        .await?;
+    Ok(provider_key_status(&row))
+}
+
+/// The providers `project` has its own key for (never the keys).
+pub async fn list_project_provider_keys(
+    client: &impl GenericClient,
+    project: Uuid,
+) -> Result<Vec<ProviderKeyStatus>> {
+    let rows = client
+        .query(
+            "SELECT provider, created_at, updated_at FROM holdfast.list_project_provider_keys($1)",
+            &[&project],
+        )
+        .await?;
+    Ok(rows.iter().map(provider_key_status).collect())
+}
+
+fn provider_key_status(row: &Row) -> ProviderKeyStatus {
+    ProviderKeyStatus {
+        provider: row.get(0),
+        created_at: row.get(1),
+        updated_at: row.get(2),
+    }
+}
+
+/// Delete a project's own provider key ([`Error::NotFound`] when none is set).
+pub async fn delete_project_provider_key(
+    client: &impl GenericClient,
+    project: Uuid,
+    provider: &str,
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.delete_project_provider_key($1, $2)",
+            &[&project, &provider],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Where `agent`'s model call with settings `model` (its `config.model` as
+/// loaded for this attempt) goes, resolved now.
+pub async fn resolve_model_endpoint(
+    client: &impl Prepared,
+    agent: Uuid,
+    model: &Value,
+) -> Result<ModelRoute> {
+    let row = query_one_prepared(
+        client,
+        "SELECT refused_field, refused_message, endpoint, custom_url, base_url, credential_env, \
+                sealed_key, key_fingerprint, project_id \
+           FROM holdfast.resolve_model_endpoint($1, $2)",
+        &[&agent, model],
+    )
+    .await?;
+    let project_key = match (row.get(6), row.get(7)) {
+        (Some(sealed), Some(key_fingerprint)) => Some(SealedKey {
+            sealed,
+            key_fingerprint,
+        }),
+        _ => None,
+    };
+    let destination = match (row.get(0), row.get(1), row.get(3)) {
+        (Some(field), Some(message), _) => ModelDestination::Refused { field, message },
+        (_, _, Some(base_url)) => ModelDestination::CustomUrl { base_url },
+        _ => ModelDestination::Operator {
+            endpoint: row.get(2),
+            base_url: row.get(4),
+            credential_env: row.get(5),
+        },
+    };
+    Ok(ModelRoute {
+        project_id: row.get(8),
+        destination,
+        project_key,
+    })
 }

@@ -141,45 +141,57 @@ BEGIN
 END
 $$;
 
--- Create an agent in a project. Raises HF404 for an unknown project, HF422 for
--- an invalid config (field named).
+-- Create an agent in a project. Validates the config (validate_config), then
+-- that the project may use its model settings (validate_model_access); a
+-- header value "***" has nothing to keep here and is refused. Raises HF404
+-- for an unknown project, HF422 for an invalid or not permitted config
+-- (field named).
 CREATE OR REPLACE FUNCTION holdfast.create_agent(p_project uuid, p_config jsonb)
 RETURNS uuid LANGUAGE plpgsql AS $$
 DECLARE
     v_id uuid;
+    v_config jsonb;
 BEGIN
     PERFORM holdfast.validate_config(p_config);
     IF NOT EXISTS (SELECT 1 FROM holdfast.projects WHERE id = p_project) THEN
         PERFORM holdfast.raise('HF404', format('project %s not found', p_project));
     END IF;
-    INSERT INTO holdfast.agents (project_id, config) VALUES (p_project, p_config)
+    v_config := holdfast.keep_masked_secrets(NULL, p_config);
+    PERFORM holdfast.validate_model_access(p_project, v_config);
+    INSERT INTO holdfast.agents (project_id, config) VALUES (p_project, v_config)
     RETURNING id INTO v_id;
     RETURN v_id;
 END
 $$;
 
--- Replace an agent's config and record config.updated (data: {"config"}).
--- Workers rebuild each model request from the database at every attempt, so
--- the change applies to the next model call, retries included. A config equal
--- to the current one changes nothing and records nothing. Locks the agent
--- row. Raises HF404, HF409 (archived), HF422 (invalid config, field named).
--- Returns the config now in force.
+-- Replace an agent's config and record config.updated (data: {"config"},
+-- masked by mask_config_secrets: events feed webhooks). Header values "***"
+-- keep the values stored (keep_masked_secrets). Workers rebuild each model
+-- request from the database at every attempt, so the change applies to the
+-- next model call, retries included. A config equal to the current one
+-- changes nothing and records nothing. Locks the agent row. Raises HF404,
+-- HF409 (archived), HF422 (invalid or not permitted config, field named).
+-- Returns the config now in force, masked.
 CREATE OR REPLACE FUNCTION holdfast.update_agent_config(p_agent uuid, p_config jsonb)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_agent holdfast.agents;
+    v_config jsonb;
 BEGIN
     PERFORM holdfast.validate_config(p_config);
     v_agent := holdfast.lock_agent(p_agent);
     IF v_agent.state = 'archived' THEN
         PERFORM holdfast.raise('HF409', format('agent %s is archived', p_agent));
     END IF;
-    IF v_agent.config = p_config THEN
-        RETURN p_config;
+    v_config := holdfast.keep_masked_secrets(v_agent.config, p_config);
+    IF v_agent.config = v_config THEN
+        RETURN holdfast.mask_config_secrets(v_config);
     END IF;
-    UPDATE holdfast.agents SET config = p_config, updated_at = holdfast.now() WHERE id = p_agent;
-    PERFORM holdfast.append_event(p_agent, 'config.updated', jsonb_build_object('config', p_config));
-    RETURN p_config;
+    PERFORM holdfast.validate_model_access(v_agent.project_id, v_config);
+    UPDATE holdfast.agents SET config = v_config, updated_at = holdfast.now() WHERE id = p_agent;
+    PERFORM holdfast.append_event(p_agent, 'config.updated',
+                                  jsonb_build_object('config', holdfast.mask_config_secrets(v_config)));
+    RETURN holdfast.mask_config_secrets(v_config);
 END
 $$;
 

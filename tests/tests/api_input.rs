@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use holdfast_api::rate_limit::RateLimit;
 use holdfast_engine::provider::ModelConfig;
 use holdfast_engine::store;
-use holdfast_tests::api_server::{project_key, waiting_custom_call, ApiServer};
+use holdfast_tests::api_server::{waiting_custom_call, ApiServer};
 use holdfast_tests::api_sse::{SseItem, SseReader};
 use holdfast_tests::TestDb;
 use rand::rngs::StdRng;
@@ -122,6 +122,11 @@ fn valid_bodies() -> Vec<(Method, &'static str, Value)> {
             "/v1/machines/{id}/wake",
             json!({"window_secs": 60}),
         ),
+        (
+            Method::PUT,
+            "/v1/provider-keys/{provider}",
+            json!({"key": "sk-project-key"}),
+        ),
     ]
 }
 
@@ -213,7 +218,7 @@ async fn nul_in_any_string_field_of_any_route_is_refused_naming_it_and_writes_no
     let db = TestDb::new().await;
     let client = db.connect().await;
     let server = ApiServer::start_with(&db, |c| c.rate_limit = None).await;
-    let (project, key) = project_key(&client).await;
+    let (project, key) = project_key_with_custom_urls(&client).await;
     let agent = store::create_agent(&client, project, &full_config())
         .await
         .unwrap();
@@ -240,7 +245,9 @@ async fn nul_in_any_string_field_of_any_route_is_refused_naming_it_and_writes_no
             "/v1/tool-calls/{id}/result" => tool_call,
             _ => Uuid::new_v4(),
         };
-        let path = template.replace("{id}", &id.to_string());
+        let path = template
+            .replace("{id}", &id.to_string())
+            .replace("{provider}", "anthropic");
         for (field, mutated) in nul_variants(&body) {
             let response = server
                 .request(method.clone(), &path, &key)
@@ -298,7 +305,7 @@ async fn out_of_range_config_numbers_are_refused_by_the_api_and_by_sql() {
     let db = TestDb::new().await;
     let client = db.connect().await;
     let server = ApiServer::start(&db).await;
-    let (project, key) = project_key(&client).await;
+    let (project, key) = project_key_with_custom_urls(&client).await;
     let agent = store::create_agent(&client, project, &full_config())
         .await
         .unwrap();
@@ -571,7 +578,7 @@ async fn randomized_bodies_on_every_route_never_get_a_5xx() {
     let db = TestDb::new().await;
     let client = db.connect().await;
     let server = ApiServer::start_with(&db, |c| c.rate_limit = None).await;
-    let (project, key) = project_key(&client).await;
+    let (project, key) = project_key_with_custom_urls(&client).await;
     let agent = store::create_agent(&client, project, &full_config())
         .await
         .unwrap();
@@ -694,8 +701,8 @@ async fn a_burst_over_the_rate_limit_gets_429_with_retry_after_and_other_keys_ar
         })
     })
     .await;
-    let (_, key_a) = project_key(&client).await;
-    let (_, key_b) = project_key(&client).await;
+    let (_, key_a) = project_key_with_custom_urls(&client).await;
+    let (_, key_b) = project_key_with_custom_urls(&client).await;
     for i in 0..5 {
         let response = server
             .request(Method::GET, "/v1/agents", &key_a)
@@ -757,6 +764,13 @@ async fn a_stream_ends_within_seconds_of_its_keys_revocation() {
     let created = store::create_api_key(&client, &format!("p{}", Uuid::new_v4().simple()))
         .await
         .unwrap();
+    client
+        .execute(
+            "UPDATE holdfast.projects SET allow_custom_model_urls = true WHERE id = $1",
+            &[&created.project_id],
+        )
+        .await
+        .unwrap();
     let agent = store::create_agent(&client, created.project_id, &full_config())
         .await
         .unwrap();
@@ -803,4 +817,18 @@ async fn a_stream_ends_within_seconds_of_its_keys_revocation() {
         StatusCode::UNAUTHORIZED,
         "a reconnect is refused"
     );
+}
+
+/// A project and key whose agents may set `model.base_url` (the operator
+/// allowed custom URLs), so [`full_config`] carries every string field.
+async fn project_key_with_custom_urls(client: &tokio_postgres::Client) -> (uuid::Uuid, String) {
+    let (project, key) = holdfast_tests::api_server::project_key(client).await;
+    client
+        .execute(
+            "UPDATE holdfast.projects SET allow_custom_model_urls = true WHERE id = $1",
+            &[&project],
+        )
+        .await
+        .unwrap();
+    (project, key)
 }

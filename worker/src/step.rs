@@ -8,7 +8,7 @@ use deadpool_postgres::Pool;
 use futures::FutureExt;
 use holdfast_engine::context::{NextAction, StepContext};
 use holdfast_engine::domain::{Claim, ModelStep, NewToolCall};
-use holdfast_engine::provider::{ContentBlock, ModelError, ModelRequest, Providers};
+use holdfast_engine::provider::{ContentBlock, ModelError, ModelRequest, ModelTarget, Providers};
 use holdfast_engine::{store, Error, Result};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -218,16 +218,23 @@ const COMPACTION_KEEP_LAST: usize = 4;
 
 async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Result<StepOutcome> {
     let request = context.model_request(toolbox::definitions(deps, &context.config).await)?;
+    let target = match model_target(deps, claim, context, &request).await? {
+        Ok(target) => target,
+        Err(error) => return model_failed(deps, claim, context, error).await,
+    };
     if deps.providers.should_compact(&request) {
         tracing::info!("context near the model's window: compacting first");
-        return compact(deps, claim, context, &request).await;
+        return compact(deps, claim, context, &request, &target).await;
     }
     let input_ids = context.pending_input_ids();
 
     let (delta_tx, delta_rx) = mpsc::unbounded_channel();
     let publisher = tokio::spawn(deltas::publish(deps.pool.clone(), claim, delta_rx));
     let started = std::time::Instant::now();
-    let response = deps.providers.complete(&request, Some(&delta_tx)).await;
+    let response = deps
+        .providers
+        .complete(&request, &target, Some(&delta_tx))
+        .await;
     drop(delta_tx);
     // Deltas go out before the saved response, so a live client never sees
     // a delta after the model.response event it belongs to.
@@ -238,7 +245,7 @@ async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Res
         Ok(response) => response,
         Err(ModelError::ContextTooLong { message }) => {
             tracing::info!(%message, "context too long: compacting");
-            return compact(deps, claim, context, &request).await;
+            return compact(deps, claim, context, &request, &target).await;
         }
         Err(error) => return model_failed(deps, claim, context, error).await,
     };
@@ -272,6 +279,23 @@ async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Res
     Ok(StepOutcome::Committed)
 }
 
+/// Where this attempt's model call goes: the endpoint resolved now, from the
+/// config loaded for this attempt (so a removed endpoint, a changed
+/// allow-list or a withdrawn custom-URL permission applies at once), or the
+/// error that ends the turn.
+async fn model_target(
+    deps: &StepDeps,
+    claim: Claim,
+    context: &StepContext,
+    request: &ModelRequest,
+) -> Result<std::result::Result<ModelTarget, ModelError>> {
+    let model = context.config.get("model").cloned().unwrap_or(Value::Null);
+    let client = deps.pool.get().await?;
+    let route =
+        store::resolve_model_endpoint(&store::Pooled(&client), claim.agent_id, &model).await?;
+    Ok(deps.providers.target(&route, request.model.provider))
+}
+
 /// Summarise the older history with a model call and save the summary; the
 /// agent is released ready, and its next step makes the real call with the
 /// compacted context. The summary call is a step like any other: its
@@ -281,6 +305,7 @@ async fn compact(
     claim: Claim,
     context: &StepContext,
     request: &ModelRequest,
+    target: &ModelTarget,
 ) -> Result<StepOutcome> {
     let plan = context
         .compaction_plan(request, COMPACTION_KEEP_LAST)
@@ -297,7 +322,7 @@ async fn compact(
         .await?;
         return Ok(StepOutcome::Failed);
     };
-    let summary = match deps.providers.complete(&plan.request, None).await {
+    let summary = match deps.providers.complete(&plan.request, target, None).await {
         Ok(response) => response,
         Err(ModelError::ContextTooLong { message }) => {
             let client = deps.pool.get().await?;
