@@ -68,7 +68,7 @@ enum Command {
     /// Run commands for agents on this machine (the machine daemon; needs no database).
     Machine(machine::MachineArgs),
     /// Run everything on one host: API, workers, maintenance (embedded Postgres by default).
-    Up(up::UpArgs),
+    Up(Box<up::UpArgs>),
     /// A self-contained showcase: a crash mid-answer and the recovery (no API key, no network).
     Demo(demo::DemoArgs),
     /// Create, show and list agents (client: HOLDFAST_URL, HOLDFAST_API_KEY).
@@ -143,7 +143,7 @@ fn main() -> Result<()> {
             Command::Endpoints { command } => endpoints::run(&open().await?, command).await,
             Command::Projects { command } => projects::run(&open().await?, command).await,
             Command::Maintenance(args) => maintenance::run(&open().await?, args).await,
-            Command::Up(args) => up::run(open().await?, args).await,
+            Command::Up(args) => up::run(open().await?, *args).await,
             // The demo brings its own Postgres; the client speaks HTTP.
             Command::Demo(args) => demo::run(args).await,
             Command::Agents { command } => client::agents(command).await,

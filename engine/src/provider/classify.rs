@@ -228,8 +228,10 @@ pub(crate) fn retry_hint(status: u16, headers: &HeaderMap, now: SystemTime) -> O
 fn requested_delay(status: u16, headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     if let Some(ms) = header("retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok()) {
-        if let Ok(delay) = Duration::try_from_secs_f64(ms / 1000.0) {
-            return Some(delay);
+        // A finite delay too long for a Duration is as good as forever (the
+        // caller caps it); a negative or NaN one is no hint.
+        if ms.is_finite() && ms >= 0.0 {
+            return Some(Duration::try_from_secs_f64(ms / 1000.0).unwrap_or(Duration::MAX));
         }
     }
     if let Some(delay) = header("retry-after").and_then(|v| parse_retry_after(v, now)) {
