@@ -108,6 +108,21 @@ fn assert_refused(status: StatusCode, body: &Value, field: &str) {
 }
 
 async fn send_and_finish(setup: &Setup, agent: &str, text: &str) {
+    let client = setup.db.connect().await;
+    let agent_id: Uuid = agent.parse().unwrap();
+    // This turn's turn.completed, not an earlier turn's.
+    let completed = || async {
+        let count: i64 = client
+            .query_one(
+                "SELECT count(*) FROM holdfast.events WHERE agent_id = $1 AND type = 'turn.completed'",
+                &[&agent_id],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        count
+    };
+    let before = completed().await;
     let (status, body) = setup
         .call(
             Method::POST,
@@ -116,8 +131,10 @@ async fn send_and_finish(setup: &Setup, agent: &str, text: &str) {
         )
         .await;
     assert!(status.is_success(), "{body}");
-    let client = setup.db.connect().await;
-    wait_for_event(&client, agent.parse().unwrap(), "turn.completed", WAIT).await;
+    holdfast_tests::wait_until(WAIT, "this turn's turn.completed", || async {
+        completed().await > before
+    })
+    .await;
 }
 
 /// Every credential-like header a request carried.
