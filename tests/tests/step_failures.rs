@@ -141,3 +141,33 @@ async fn twelve_non_ascii_pages_fetched_on_four_slots_all_end_and_the_worker_sti
     let later = agent_with_input(&client, "still there?").await;
     wait_for_event(&client, later, "turn.completed", Duration::from_secs(30)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_model_reply_holding_u0000_is_saved_storable_after_one_request() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    // The fake streams it as JSON does on the wire: "\u0000" inside a text delta.
+    fake.set_default(Reply::text("before\u{0}after"));
+    let _worker = spawn_worker("w-nul-reply", &db.config, &fake, &[]);
+    let agent = agent_with_input(&client, "hello").await;
+    wait_for_event(&client, agent, "turn.completed", Duration::from_secs(30)).await;
+
+    let response = last_event_data(&client, agent, "model.response")
+        .await
+        .to_string();
+    assert!(
+        response.contains("before\u{FFFD}after"),
+        "saved with U+FFFD in place of U+0000: {response}"
+    );
+    let responses: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.events WHERE agent_id = $1 AND type = 'model.response'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(responses, 1);
+    assert_eq!(fake.request_count(), 1, "one paid call, not a loop");
+}
