@@ -73,8 +73,12 @@ async fn start_up(home: &Home, fake: &FakeProvider, extra_args: &[&str]) -> Up {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         (field(&text, "API      "), field(&text, "API key  "))
     };
-    wait_until(WAIT, "up prints its URL and API key", || async {
-        matches!(read(&log), (Some(_), Some(_)))
+    // The banner's last line: waiting for it (not just the URL and key) means
+    // every line above it, the machine's included, has been written.
+    wait_until(WAIT, "up prints its whole banner", || async {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("Ctrl-C drains the workers")
     })
     .await;
     let (url, key) = read(&log);
