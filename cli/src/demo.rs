@@ -24,6 +24,7 @@ use anyhow::{bail, Context, Result};
 use holdfast_api::ApiConfig;
 use holdfast_engine::cluster::{ClusterOptions, LocalCluster};
 use holdfast_engine::connect::ConnectConfig;
+use holdfast_engine::domain::NewModelEndpoint;
 use holdfast_engine::{migrate, store};
 use holdfast_fakes::FakeProvider;
 use holdfast_worker::maintenance;
@@ -178,6 +179,18 @@ impl Stack {
             .await
             .context("starting the scripted model server on 127.0.0.1")?;
         script::script_model(&fake);
+        // The operator's endpoint for the scripted model (no credential): an
+        // agent's own base_url would need custom URLs allowed for its project.
+        store::add_model_endpoint(
+            &client,
+            &NewModelEndpoint {
+                name: script::MODEL_ENDPOINT.into(),
+                kind: "anthropic".into(),
+                base_url: fake.base_url_anthropic(),
+                ..NewModelEndpoint::default()
+            },
+        )
+        .await?;
         out.line(
             "model",
             format!(
@@ -310,10 +323,7 @@ impl Stack {
     async fn play(&mut self, out: &mut Timeline) -> Result<Summary> {
         let created = self
             .api
-            .post_once(
-                "/v1/agents",
-                &script::agent_config(&self.fake.base_url_anthropic(), &self.machine),
-            )
+            .post_once("/v1/agents", &script::agent_config(&self.machine))
             .await?;
         let agent: Uuid = created.body["id"]
             .as_str()

@@ -3,9 +3,11 @@
 mod client;
 mod database;
 mod demo;
+mod endpoints;
 mod keys;
 mod machine;
 mod maintenance;
+mod projects;
 mod run_worker;
 mod serve_api;
 mod signals;
@@ -53,18 +55,33 @@ enum Command {
         #[command(subcommand)]
         command: keys::KeysCommand,
     },
+    /// Add, list or remove the operator's model endpoints (`model.endpoint`).
+    Endpoints {
+        #[command(subcommand)]
+        command: endpoints::EndpointsCommand,
+    },
+    /// Operator settings of a project (custom model URLs).
+    Projects {
+        #[command(subcommand)]
+        command: projects::ProjectsCommand,
+    },
     /// Release dead leases, wake delayed agents, deliver webhooks (safe to run several).
     Maintenance(maintenance::MaintenanceArgs),
     /// Run commands for agents on this machine (the machine daemon; needs no database).
     Machine(machine::MachineArgs),
     /// Run everything on one host: API, workers, maintenance (embedded Postgres by default).
-    Up(up::UpArgs),
+    Up(Box<up::UpArgs>),
     /// A self-contained showcase: a crash mid-answer and the recovery (no API key, no network).
     Demo(demo::DemoArgs),
     /// Create, show and list agents (client: HOLDFAST_URL, HOLDFAST_API_KEY).
     Agents {
         #[command(subcommand)]
         command: client::AgentsCommand,
+    },
+    /// Delete machines and rotate their tokens (client: HOLDFAST_URL, HOLDFAST_API_KEY).
+    Machines {
+        #[command(subcommand)]
+        command: client::MachinesCommand,
     },
     /// Send a message to an agent, with an Idempotency-Key.
     Send(client::SendArgs),
@@ -103,6 +120,8 @@ fn run(cli: Cli) -> Result<()> {
             | Command::Worker(_)
             | Command::Api(_)
             | Command::Keys { .. }
+            | Command::Endpoints { .. }
+            | Command::Projects { .. }
             | Command::Maintenance(_)
             | Command::Up(_)
             | Command::Machine(_)
@@ -135,11 +154,14 @@ fn run(cli: Cli) -> Result<()> {
             Command::Worker(args) => run_worker::run(&open().await?, &args).await,
             Command::Api(args) => serve_api::run(&open().await?, args).await,
             Command::Keys { command } => keys::run(&open().await?, command).await,
+            Command::Endpoints { command } => endpoints::run(&open().await?, command).await,
+            Command::Projects { command } => projects::run(&open().await?, command).await,
             Command::Maintenance(args) => maintenance::run(&open().await?, args).await,
-            Command::Up(args) => up::run(open().await?, args).await,
+            Command::Up(args) => up::run(open().await?, *args).await,
             // The demo brings its own Postgres; the client speaks HTTP.
             Command::Demo(args) => demo::run(args).await,
             Command::Agents { command } => client::agents(command).await,
+            Command::Machines { command } => client::machines(command).await,
             Command::Send(args) => client::send(args).await,
             Command::Tail(args) => client::tail(args).await,
             Command::Pending(args) => client::pending(args).await,

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
+use holdfast_engine::domain::LimitMaxima;
 use holdfast_engine::duration::parse_duration;
 use holdfast_engine::provider::{Backoff, Providers};
 use holdfast_worker::WorkerSettings;
@@ -46,12 +47,40 @@ pub struct WorkerArgs {
     /// No computed model retry delay exceeds this (a provider's Retry-After may).
     #[arg(long = "model-backoff-max", env = "HOLDFAST_MODEL_BACKOFF_MAX", default_value = "60s", value_parser = parse_duration)]
     model_backoff_max: Duration,
+    /// Failed steps in a row (errors, panics) before the turn fails with internal_error.
+    #[arg(
+        long = "step-max-attempts",
+        env = "HOLDFAST_STEP_MAX_ATTEMPTS",
+        default_value_t = 5
+    )]
+    step_max_attempts: u32,
+    /// A failed step is tried again after up to this long (jittered); it doubles per failure.
+    #[arg(long = "step-backoff-base", env = "HOLDFAST_STEP_BACKOFF_BASE", default_value = "1s", value_parser = parse_duration)]
+    step_backoff_base: Duration,
+    /// No delay before a failed step is tried again exceeds this.
+    #[arg(long = "step-backoff-max", env = "HOLDFAST_STEP_BACKOFF_MAX", default_value = "60s", value_parser = parse_duration)]
+    step_backoff_max: Duration,
     /// Let web_fetch reach loopback and private network addresses.
     #[arg(
         long = "web-fetch-allow-private",
         env = "HOLDFAST_WEB_FETCH_ALLOW_PRIVATE"
     )]
     web_fetch_allow_private: bool,
+    /// Most model calls an agent's turn may make (agents may set less in `limits`).
+    #[arg(long = "max-model-steps-per-turn", env = "HOLDFAST_MAX_MODEL_STEPS_PER_TURN", default_value_t = LimitMaxima::default().model_steps_per_turn, value_parser = clap::value_parser!(i32).range(1..))]
+    max_model_steps_per_turn: i32,
+    /// Most tool calls one model response may ask for.
+    #[arg(long = "max-tool-calls-per-response", env = "HOLDFAST_MAX_TOOL_CALLS_PER_RESPONSE", default_value_t = LimitMaxima::default().tool_calls_per_response, value_parser = clap::value_parser!(i32).range(1..))]
+    max_tool_calls_per_response: i32,
+    /// Most levels of subagents below a client's agent.
+    #[arg(long = "max-subagent-depth", env = "HOLDFAST_MAX_SUBAGENT_DEPTH", default_value_t = LimitMaxima::default().subagent_depth, value_parser = clap::value_parser!(i32).range(1..))]
+    max_subagent_depth: i32,
+    /// Most subagents one agent may have running at once.
+    #[arg(long = "max-live-children", env = "HOLDFAST_MAX_LIVE_CHILDREN", default_value_t = LimitMaxima::default().live_children, value_parser = clap::value_parser!(i32).range(1..))]
+    max_live_children: i32,
+    /// Most subagents one tree may ever have.
+    #[arg(long = "max-descendants", env = "HOLDFAST_MAX_DESCENDANTS", default_value_t = LimitMaxima::default().descendants, value_parser = clap::value_parser!(i32).range(1..))]
+    max_descendants: i32,
     /// This worker's name in leases (default: host-pid-nonce).
     #[arg(long = "name", env = "HOLDFAST_WORKER_NAME")]
     name: Option<String>,
@@ -66,6 +95,10 @@ impl WorkerArgs {
         anyhow::ensure!(
             self.lease_renew_interval < self.lease_ttl,
             "HOLDFAST_LEASE_RENEW_INTERVAL must be shorter than HOLDFAST_LEASE_TTL"
+        );
+        anyhow::ensure!(
+            self.step_max_attempts > 0,
+            "HOLDFAST_STEP_MAX_ATTEMPTS must be at least 1"
         );
         Ok(WorkerSettings {
             name: self
@@ -82,6 +115,18 @@ impl WorkerArgs {
             model_backoff: Backoff {
                 base: self.model_backoff_base,
                 cap: self.model_backoff_max,
+            },
+            step_max_attempts: self.step_max_attempts,
+            step_backoff: Backoff {
+                base: self.step_backoff_base,
+                cap: self.step_backoff_max,
+            },
+            limits: LimitMaxima {
+                model_steps_per_turn: self.max_model_steps_per_turn,
+                tool_calls_per_response: self.max_tool_calls_per_response,
+                subagent_depth: self.max_subagent_depth,
+                live_children: self.max_live_children,
+                descendants: self.max_descendants,
             },
         })
     }

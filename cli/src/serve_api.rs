@@ -3,8 +3,10 @@
 use std::net::SocketAddr;
 
 use anyhow::{Context, Result};
+use holdfast_api::rate_limit::{parse_rate_limit, RateLimit, DEFAULT_RATE_LIMIT};
 use holdfast_api::ApiConfig;
 use holdfast_engine::domain::webhook_private_urls_allowed;
+use holdfast_engine::secrets::SecretKey;
 use tokio_util::sync::CancellationToken;
 
 use crate::database::Database;
@@ -23,7 +25,41 @@ pub struct ApiArgs {
     /// when listening on loopback).
     #[arg(long = "webhook-allow-private", env = "HOLDFAST_WEBHOOK_ALLOW_PRIVATE")]
     webhook_allow_private: Option<bool>,
+    #[command(flatten)]
+    metrics: MetricsArgs,
+    /// Requests per API key: `N/s`, `N/m` or `N/h`, optionally `,burst=B`
+    /// (default burst: twice the rate); `off` or `0` for no limit.
+    #[arg(
+        long = "api-rate-limit",
+        env = "HOLDFAST_API_RATE_LIMIT",
+        default_value = DEFAULT_RATE_LIMIT,
+        value_parser = parse_rate_limit,
+    )]
+    rate_limit: RateLimitSetting,
 }
+
+/// Who may read `GET /metrics` (`holdfast api`, `holdfast up`).
+#[derive(clap::Args)]
+pub struct MetricsArgs {
+    /// Require `Authorization: Bearer <this>` on GET /metrics (its figures
+    /// cover every project). Unset or empty: /metrics is open.
+    #[arg(
+        long = "metrics-token",
+        env = "HOLDFAST_METRICS_TOKEN",
+        hide_env_values = true
+    )]
+    metrics_token: Option<String>,
+}
+
+impl MetricsArgs {
+    pub fn token(&self) -> Option<String> {
+        self.metrics_token.clone().filter(|token| !token.is_empty())
+    }
+}
+
+/// `None` is no limit (an alias, so that clap takes the parser's value
+/// whole instead of reading `Option` as "the flag may be absent").
+type RateLimitSetting = Option<RateLimit>;
 
 pub async fn run(db: &Database, args: ApiArgs) -> Result<()> {
     db.migrate().await?;
@@ -37,6 +73,9 @@ pub async fn run(db: &Database, args: ApiArgs) -> Result<()> {
             &args.listen.to_string(),
             args.webhook_allow_private,
         ),
+        metrics_token: args.metrics.token(),
+        rate_limit: args.rate_limit,
+        secret_key: SecretKey::from_lookup(|name| std::env::var(name).ok())?,
         ..ApiConfig::new(db.config.clone())
     };
     holdfast_api::serve(config, listener, shutdown).await?;

@@ -7,9 +7,10 @@
 //!
 //! With `--local-machine` it also runs a machine daemon for this host, so
 //! agents can `run_command` here: the machine is registered on the first
-//! such `up` and reused by later ones (its credential is kept in
-//! `.holdfast/local-machine`, see [`LocalMachine`]); commands run in the
-//! directory `up` was started in.
+//! such `up` and reused by later ones, each giving it a new token kept in
+//! memory only (`.holdfast/local-machine` records which machine it is, see
+//! [`LocalMachine`]); commands run in the directory `up` was started in,
+//! with a clean environment (never `up`'s provider keys or database URL).
 //!
 //! Ctrl-C (SIGINT) or SIGTERM drains: workers finish or hand back their
 //! steps, maintenance stops, the machine daemon stops claiming and lets
@@ -37,6 +38,7 @@ use crate::database::Database;
 use crate::machine::LocalMachine;
 use crate::maintenance::MaintenanceArgs;
 use crate::run_worker::WorkerArgs;
+use crate::serve_api::MetricsArgs;
 
 #[derive(clap::Args)]
 pub struct UpArgs {
@@ -54,6 +56,14 @@ pub struct UpArgs {
     /// host's name).
     #[arg(long, requires = "local_machine")]
     local_machine_name: Option<String>,
+    /// Also give the local machine's commands this variable of `up`'s
+    /// environment (repeatable). Commands get only PATH, HOME, LANG, TERM,
+    /// USER and these: never the provider keys or the database URL unless
+    /// named here.
+    #[arg(long = "pass-env", value_name = "NAME", requires = "local_machine")]
+    pass_env: Vec<String>,
+    #[command(flatten)]
+    metrics: MetricsArgs,
     #[command(flatten)]
     worker: WorkerArgs,
     /// Maintenance and webhook settings, and `--listen` for the API.
@@ -61,7 +71,7 @@ pub struct UpArgs {
     maintenance: MaintenanceArgs,
 }
 
-/// Where `--local-machine` keeps its machine's credential and journal,
+/// Where `--local-machine` records its machine and keeps its journal,
 /// relative to the working directory.
 const LOCAL_MACHINE_DIR: &str = ".holdfast/local-machine";
 
@@ -125,7 +135,12 @@ async fn serve(db: &Database, args: UpArgs) -> Result<()> {
     let mut terminate = signal(SignalKind::terminate())?;
     let mut tasks: JoinSet<Named> = JoinSet::new();
     {
-        let (config, shutdown) = (ApiConfig::new(db.config.clone()), api_shutdown.clone());
+        let config = ApiConfig {
+            metrics_token: args.metrics.token(),
+            secret_key: providers.settings().secret_key.clone(),
+            ..ApiConfig::new(db.config.clone())
+        };
+        let shutdown = api_shutdown.clone();
         tasks.spawn(async move {
             let served = holdfast_api::serve(config, listener, shutdown).await;
             ("the API".to_owned(), served.map_err(Into::into))
@@ -157,7 +172,7 @@ async fn serve(db: &Database, args: UpArgs) -> Result<()> {
     }
 
     if let Some(machine) = &machine {
-        let settings = machine.settings(&loopback_url(addr), Path::new("."));
+        let settings = machine.settings(&loopback_url(addr), Path::new("."), args.pass_env.clone());
         let stop = MachineShutdown {
             stop: shutdown.clone(),
             abort: CancellationToken::new(),
@@ -349,7 +364,8 @@ fn print_banner(
         println!();
         println!(
             "Neither ANTHROPIC_API_KEY nor OPENAI_API_KEY is set: model calls to the hosted APIs will \
-             fail with authentication_error. Set one, or give agents a `base_url` of a compatible server."
+             fail with authentication_error. Set one, or add an endpoint of a compatible server \
+             (`holdfast endpoints add`)."
         );
     }
     println!();

@@ -9,7 +9,9 @@ pub mod domain;
 pub mod duration;
 pub mod error;
 pub mod migrate;
+pub mod pg_text;
 pub mod provider;
+pub mod secrets;
 pub mod store;
 
 pub use error::{Error, Result};

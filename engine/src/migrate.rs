@@ -1,10 +1,23 @@
-//! The migration runner: applies `sql/NNNN_name.sql` in order, once each.
+//! The migration runner: applies `sql/NNNN_name.sql` in order, once each,
+//! then the function files `sql/functions/*.sql` whenever they changed.
 //!
-//! Applied migrations are recorded in `holdfast.schema_migrations` with a
-//! SHA-256 of their text. A session-level advisory lock makes concurrent
-//! runners (two processes starting at once) take turns: the second finds
-//! everything applied and does nothing. A file that changed after it was
-//! applied stops the runner: migrations are forward-only.
+//! Two kinds of SQL, because they age differently:
+//! - **Migrations** are history: tables, indexes, triggers, views and data
+//!   changes, each applied once and recorded in `holdfast.schema_migrations`
+//!   with a SHA-256 of its text. A file that changed after it was applied
+//!   stops the runner: migrations are forward-only.
+//! - **Function files** hold the one current definition of every function
+//!   (`CREATE OR REPLACE`), so a reader finds each function in one place. They
+//!   are re-applied, all in one transaction after the migrations, whenever one
+//!   of them differs from the checksum recorded in
+//!   `holdfast.schema_functions`. Early migrations also define functions (as
+//!   they were then); the function files, applied last, are what runs. A
+//!   function whose signature changes is dropped by a migration and created
+//!   again by its file.
+//!
+//! A session-level advisory lock makes concurrent runners (two processes
+//! starting at once) take turns: the second finds everything applied and
+//! does nothing.
 
 use sha2::{Digest, Sha256};
 use tokio_postgres::Client;
@@ -65,29 +78,97 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0009_lean_commits.sql",
         sql: include_str!("../../sql/0009_lean_commits.sql"),
     },
+    Migration {
+        version: 10,
+        name: "0010_step_failures.sql",
+        sql: include_str!("../../sql/0010_step_failures.sql"),
+    },
+    Migration {
+        version: 11,
+        name: "0011_limits.sql",
+        sql: include_str!("../../sql/0011_limits.sql"),
+    },
+    Migration {
+        version: 12,
+        name: "0012_model_endpoints.sql",
+        sql: include_str!("../../sql/0012_model_endpoints.sql"),
+    },
+    Migration {
+        version: 13,
+        name: "0013_machine_credentials.sql",
+        sql: include_str!("../../sql/0013_machine_credentials.sql"),
+    },
+];
+
+/// A file of current function definitions, embedded at build time.
+pub struct FunctionFile {
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+macro_rules! function_files {
+    ($($name:literal),* $(,)?) => {
+        &[$(FunctionFile {
+            name: concat!("functions/", $name),
+            sql: include_str!(concat!("../../sql/functions/", $name)),
+        }),*]
+    };
+}
+
+/// Every function file. Order does not matter for correctness (bodies are
+/// not checked at creation, see [`apply_function_files`]); it is the order a
+/// reader meets them in docs/sql.md.
+pub const FUNCTION_FILES: &[FunctionFile] = function_files![
+    "base.sql",
+    "events.sql",
+    "agents.sql",
+    "leases.sql",
+    "steps.sql",
+    "cancel.sql",
+    "tools.sql",
+    "api_keys.sql",
+    "webhooks.sql",
+    "machines.sql",
+    "endpoints.sql",
 ];
 
 /// An arbitrary constant key for `pg_advisory_lock`: "HOLDFAST" in ASCII.
 const MIGRATION_LOCK_KEY: i64 = 0x484F_4C44_4641_5354;
 
+fn checksum(sql: &str) -> String {
+    hex::encode(Sha256::digest(sql.as_bytes()))
+}
+
 impl Migration {
     pub fn checksum(&self) -> String {
-        hex::encode(Sha256::digest(self.sql.as_bytes()))
+        checksum(self.sql)
     }
 }
 
-/// A fingerprint of the whole migration set (test templates are keyed by it).
+impl FunctionFile {
+    pub fn checksum(&self) -> String {
+        checksum(self.sql)
+    }
+}
+
+/// A fingerprint of the whole schema source, migrations and function files
+/// (test templates are keyed by it).
 pub fn fingerprint() -> String {
     let mut hasher = Sha256::new();
-    for m in MIGRATIONS {
-        hasher.update(m.name.as_bytes());
-        hasher.update(m.sql.as_bytes());
+    let files = MIGRATIONS
+        .iter()
+        .map(|m| (m.name, m.sql))
+        .chain(FUNCTION_FILES.iter().map(|f| (f.name, f.sql)));
+    for (name, sql) in files {
+        hasher.update(name.as_bytes());
+        hasher.update(sql.as_bytes());
     }
     hex::encode(&hasher.finalize()[..8])
 }
 
-/// Apply every migration not yet applied. Returns the names applied by this
-/// call (empty when the schema was already current).
+/// Apply every migration not yet applied, then the function files if any
+/// changed. Returns the names applied by this call, migrations first (empty
+/// when the schema was already current).
 pub async fn migrate(client: &mut Client) -> Result<Vec<&'static str>> {
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY])
@@ -157,7 +238,65 @@ async fn apply_pending(client: &mut Client) -> Result<Vec<&'static str>> {
         tracing::info!(migration = migration.name, "applied migration");
         applied.push(migration.name);
     }
+    applied.extend(apply_function_files(client).await?);
     Ok(applied)
+}
+
+/// Re-apply the function files when any differs from what was recorded:
+/// all of them, in one transaction, so the database never runs a mix of old
+/// and new definitions. `check_function_bodies = off` lets a function refer
+/// to one defined later in the set (plpgsql bodies are parsed, not resolved,
+/// either way; this extends that to `LANGUAGE sql` bodies).
+async fn apply_function_files(client: &mut Client) -> Result<Vec<&'static str>> {
+    client
+        .batch_execute(
+            "SET client_min_messages = warning;
+             CREATE TABLE IF NOT EXISTS holdfast.schema_functions (
+                 name       text PRIMARY KEY,
+                 checksum   text NOT NULL,
+                 applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+             );
+             RESET client_min_messages;",
+        )
+        .await?;
+    let recorded = client
+        .query("SELECT name, checksum FROM holdfast.schema_functions", &[])
+        .await?;
+    let changed: Vec<&FunctionFile> = FUNCTION_FILES
+        .iter()
+        .filter(|file| {
+            !recorded
+                .iter()
+                .any(|r| r.get::<_, &str>(0) == file.name && r.get::<_, &str>(1) == file.checksum())
+        })
+        .collect();
+    if changed.is_empty() {
+        return Ok(Vec::new());
+    }
+    let tx = client.transaction().await?;
+    tx.batch_execute("SET LOCAL check_function_bodies = off")
+        .await?;
+    for file in FUNCTION_FILES {
+        tx.batch_execute(file.sql).await.map_err(|e| {
+            Error::Migration(format!(
+                "{} failed: {}",
+                file.name,
+                e.as_db_error()
+                    .map_or(e.to_string(), |d| d.message().to_owned())
+            ))
+        })?;
+        tx.execute(
+            "INSERT INTO holdfast.schema_functions (name, checksum) VALUES ($1, $2)
+             ON CONFLICT (name) DO UPDATE
+                SET checksum = EXCLUDED.checksum, applied_at = clock_timestamp()",
+            &[&file.name, &file.checksum()],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    let names: Vec<&'static str> = changed.iter().map(|f| f.name).collect();
+    tracing::info!(files = ?names, "applied function files");
+    Ok(names)
 }
 
 #[cfg(test)]

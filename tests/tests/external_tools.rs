@@ -302,7 +302,12 @@ async fn mcp_list_tools_returns_the_servers_tools_with_the_prefix() {
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(
         names,
-        ["counter__increment", "counter__fail", "counter__echo"]
+        [
+            "counter__increment",
+            "counter__fail",
+            "counter__echo",
+            "counter__binary"
+        ]
     );
     assert_eq!(tools[0].description, "Add to the shared counter.");
     assert_eq!(
@@ -395,7 +400,7 @@ async fn mcp_tool_list_is_cached_within_the_ttl() {
 
     // Within the TTL: no request, also under another prefix (same url and headers).
     let again = registry.list_tools(&config).await.unwrap();
-    assert_eq!(again.len(), 3);
+    assert_eq!(again.len(), 4, "the server's four tools");
     let renamed = registry
         .list_tools(&mcp_config(&server, "other"))
         .await

@@ -866,12 +866,12 @@ async fn the_claim_uses_the_ready_index_with_100k_idle_agents() {
         .find(|p| p.contains("SKIP LOCKED"))
         .unwrap_or_else(|| panic!("no plan for the claim query in:\n{plans}"));
     assert!(
-        candidate_plan.contains("agents_ready_idx"),
-        "claim must read the partial ready index:\n{candidate_plan}"
+        candidate_plan.contains("agents_ready_project_idx"),
+        "claim must read the partial per-project ready index:\n{candidate_plan}"
     );
     assert!(
-        !candidate_plan.contains("Seq Scan on agents"),
-        "claim must not scan all agents:\n{candidate_plan}"
+        !plans.contains("Seq Scan on agents"),
+        "no statement of the claim may scan all agents:\n{plans}"
     );
 }
 
@@ -898,8 +898,8 @@ async fn migrations_apply_once_even_with_two_concurrent_runners() {
     let (a, b) = tokio::join!(run(), run());
     assert_eq!(
         a.len() + b.len(),
-        migrate::MIGRATIONS.len(),
-        "each migration applied by exactly one runner: {a:?} {b:?}"
+        migrate::MIGRATIONS.len() + migrate::FUNCTION_FILES.len(),
+        "each migration and function file applied by exactly one runner: {a:?} {b:?}"
     );
     assert!(run().await.is_empty(), "a third run is a no-op");
 

@@ -309,3 +309,32 @@ async fn invalid_tool_input_from_the_model_is_a_tool_error_and_the_turn_goes_on(
         .await
         .contains("Sorry, I will fix my call."));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_mcp_result_holding_u0000_reaches_the_model_storable() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    let mcp = McpTestServer::start().await;
+    fake.push(Reply::tool_calls(vec![("files__binary", json!({}))]));
+    fake.push(Reply::text("Read it."));
+    let _worker = spawn_worker("w-mcp-nul", &db.config, &fake, &[]);
+    let agent = start_turn(
+        &client,
+        json!([{"type": "mcp", "name": "files", "url": mcp.url}]),
+        "read the file",
+    )
+    .await;
+    wait_for_event(&client, agent, "turn.completed", T).await;
+    // The result was in hand: completed, not reported as interrupted.
+    assert_eq!(count_events(&client, agent, "tool_call.completed").await, 1);
+    assert_eq!(
+        count_events(&client, agent, "tool_call.interrupted").await,
+        0
+    );
+    let next = fake.last_request().unwrap().body.to_string();
+    assert!(
+        next.contains("header\u{FFFD}payload"),
+        "the model got the result with U+FFFD: {next}"
+    );
+}

@@ -133,6 +133,8 @@ async fn tick(pool: &Pool, settings: &Settings) -> anyhow::Result<()> {
     metrics::counter!("holdfast_maintenance_released_total", "reason" => "session_gone")
         .increment(report.session_gone.unsigned_abs());
     metrics::counter!("holdfast_maintenance_woken_total").increment(report.woken.unsigned_abs());
+    metrics::counter!("holdfast_maintenance_subagents_cancelled_total")
+        .increment(report.subagents_cancelled.unsigned_abs());
     for (outcome, count) in [
         ("lost", machines.lost),
         ("accept_timeout", machines.accept_timeout),

@@ -81,14 +81,20 @@ impl DispatcherSettings {
     }
 
     /// The delay before retrying after failed attempt number `attempt`:
-    /// exponential with jitter, or the receiver's `Retry-After` when longer.
+    /// exponential with jitter, or the receiver's `Retry-After` when longer,
+    /// but never past the retry window: a receiver's number is range-checked
+    /// here (a huge `Retry-After` once made the attempt unrecordable, and the
+    /// delivery retried past its window); the SQL ends the delivery `failed`
+    /// when the window is over.
     fn retry_delay(&self, attempt: i32, retry_after: Option<Duration>) -> Duration {
         let backoff = backoff_delay(
             self.backoff_base,
             self.backoff_max,
             attempt.max(1).unsigned_abs(),
         );
-        retry_after.map_or(backoff, |wanted| wanted.max(backoff))
+        retry_after
+            .map_or(backoff, |wanted| wanted.max(backoff))
+            .min(self.retry_window)
     }
 }
 
@@ -482,6 +488,16 @@ async fn release(pool: &Pool, claims: &[(Uuid, i32)]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_huge_retry_after_never_reaches_past_the_window() {
+        let settings = DispatcherSettings::default();
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, "99999999999".parse().unwrap());
+        let delay = settings.retry_delay(3, retry_after(&headers));
+        assert_eq!(delay, settings.retry_window);
+        assert!(settings.retry_delay(1, None) <= settings.backoff_base);
+    }
 
     #[test]
     fn retry_after_reads_seconds_and_dates() {

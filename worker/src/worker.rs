@@ -31,6 +31,9 @@ use crate::tools::web_fetch::{web_fetch_client, WebFetchLimits};
 struct InFlight {
     claim: Claim,
     stop: StopSignal,
+    /// The step's task: if it ever ends abnormally (a panic outside the
+    /// step's own containment), the slot is still freed by this id.
+    task: tokio::task::Id,
     /// Until when the lease is surely still ours, on this process's
     /// monotonic clock: measured from *before* the claim or renewal was
     /// sent, so clock skew and slow replies only make it more cautious.
@@ -50,6 +53,7 @@ pub async fn run(
     // model or tool call: a small pool serves many in-flight steps
     // (1,000 steps on 1,001 sessions cost Postgres 1.5 GB; see BENCHMARKS.md).
     let pool = connect::pool(db.clone(), settings.concurrency.min(16) + 2)?;
+    store::set_limit_maxima(&**pool.get().await?, &settings.limits).await?;
     let web_fetch_limits = WebFetchLimits {
         allow_private_networks: settings.web_fetch_allow_private,
         ..WebFetchLimits::default()
@@ -152,8 +156,18 @@ impl Worker {
                     }
                 },
                 _ = poll.tick() => want_claim = true,
-                Some(done) = self.tasks.join_next() => {
-                    if let Ok(agent) = done {
+                Some(done) = self.tasks.join_next_with_id() => {
+                    let agent = match done {
+                        Ok((_, agent)) => Some(agent),
+                        Err(e) => {
+                            tracing::error!(error = %e, "a step task ended abnormally");
+                            self.in_flight
+                                .iter()
+                                .find(|(_, flight)| flight.task == e.id())
+                                .map(|(agent, _)| *agent)
+                        }
+                    };
+                    if let Some(agent) = agent {
                         self.in_flight.remove(&agent);
                     }
                     want_claim = true;
@@ -223,7 +237,7 @@ impl Worker {
             );
             let deps = self.deps.clone();
             let task_stop = stop.clone();
-            self.tasks.spawn(
+            let task = self.tasks.spawn(
                 async move {
                     let started = std::time::Instant::now();
                     let outcome = step::run(deps, claim, task_stop).await;
@@ -239,6 +253,7 @@ impl Worker {
                 InFlight {
                     claim,
                     stop,
+                    task: task.id(),
                     valid_until: sent_at + self.settings.lease_ttl,
                 },
             );

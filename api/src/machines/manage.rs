@@ -1,6 +1,6 @@
 //! `/v1/machines`, with a project's API key: register a machine (its token
 //! is in the answer, once), list machines with their online state, start a
-//! wake attempt.
+//! wake attempt, rotate a machine's token, delete a machine.
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use holdfast_engine::domain::{MachineStatus, MachineWake};
+use holdfast_engine::domain::{MachineRegistered, MachineStatus, MachineWake};
 use holdfast_engine::store;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -40,8 +40,9 @@ pub struct RegisterMachineRequest {
     wake_url: Option<String>,
 }
 
-/// A registered machine with its token. The token is shown here only:
-/// give it to the machine's daemon (`HOLDFAST_MACHINE_TOKEN`).
+/// A machine with its token (registered, or its token rotated). The token
+/// is shown here only: give it to the machine's daemon (`--token-file` or
+/// `HOLDFAST_MACHINE_TOKEN`).
 #[derive(Serialize, ToSchema)]
 pub struct MachineCreated {
     id: Uuid,
@@ -152,15 +153,75 @@ pub async fn register_machine(
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, format!("/v1/machines/{id}"))],
-        Json(MachineCreated {
-            id,
-            name: created.name,
-            wake_url: created.wake_url,
-            token_prefix: created.token_prefix,
-            token: created.token,
-            created_at: created.created_at,
-        }),
+        Json(MachineCreated::from(created)),
     ))
+}
+
+impl From<MachineRegistered> for MachineCreated {
+    fn from(machine: MachineRegistered) -> MachineCreated {
+        MachineCreated {
+            id: machine.machine_id,
+            name: machine.name,
+            wake_url: machine.wake_url,
+            token_prefix: machine.token_prefix,
+            token: machine.token,
+            created_at: machine.created_at,
+        }
+    }
+}
+
+/// Give a machine a new token, shown only in this answer. The old token is
+/// refused from now on: the daemon using it stops (its claims and
+/// heartbeats get 401) and must be started again with the new one.
+#[utoipa::path(
+    post,
+    path = "/v1/machines/{id}/token",
+    tag = "machines",
+    params(("id" = Uuid, Path, description = "machine id")),
+    responses(
+        (status = 200, body = MachineCreated),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "no such machine in this project (or deleted)", body = ErrorBody),
+    )
+)]
+pub async fn rotate_machine_token(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<MachineCreated>, ApiError> {
+    let db = state.db().await?;
+    let rotated = store::rotate_machine_token(&**db, caller.project_id, id).await?;
+    Ok(Json(MachineCreated::from(rotated)))
+}
+
+/// Delete a machine. Its token is refused from now on (its daemon stops),
+/// its name is free again, and its unfinished commands end at once: a
+/// queued one fails (`command.failed`, reason `machine_deleted`; it never
+/// ran), an accepted one becomes `unknown` (`command.unknown`, reason
+/// `machine_deleted`: it may still run on the machine; its result will not
+/// be received). The agents waiting on them get that result and go on.
+#[utoipa::path(
+    delete,
+    path = "/v1/machines/{id}",
+    tag = "machines",
+    params(("id" = Uuid, Path, description = "machine id")),
+    responses(
+        (status = 204, description = "deleted"),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "no such machine in this project (or already deleted)", body = ErrorBody),
+    )
+)]
+pub async fn delete_machine(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<StatusCode, ApiError> {
+    let db = state.db().await?;
+    let ended = store::delete_machine(&**db, caller.project_id, id).await?;
+    tracing::info!(machine = %id, commands_ended = ended, "machine deleted");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// List the project's machines, oldest first, with their online state and

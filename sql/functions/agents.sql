@@ -1,0 +1,388 @@
+-- sql/functions/agents.sql — projects, agent config validation and changes, inputs.
+--
+-- The current definition of each function in this area, one definition
+-- each. `holdfast migrate` re-applies this file (after the numbered
+-- migrations) whenever its text changes; the numbered migrations are the
+-- applied history of tables, indexes, triggers and views. See docs/sql.md.
+
+-- Create a project if none has this name; return its id.
+CREATE OR REPLACE FUNCTION holdfast.ensure_project(p_name text)
+RETURNS uuid LANGUAGE plpgsql AS $$
+DECLARE
+    v_id uuid;
+BEGIN
+    IF p_name IS NULL OR p_name !~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$' THEN
+        PERFORM holdfast.raise('HF422', 'project name must be 1 to 100 letters, digits, ".", "_" or "-"', 'project');
+    END IF;
+    INSERT INTO holdfast.projects (name) VALUES (p_name) ON CONFLICT (name) DO NOTHING RETURNING id INTO v_id;
+    IF v_id IS NULL THEN
+        SELECT id INTO v_id FROM holdfast.projects WHERE name = p_name;
+    END IF;
+    RETURN v_id;
+END
+$$;
+
+-- validate_config (0001) with `limits`: an object whose keys are limit
+-- names and whose values are positive integers no larger than the
+-- operator's maximum. Raises HF422 naming the field (`limits.<name>`).
+CREATE OR REPLACE FUNCTION holdfast.validate_config(p_config jsonb)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_tool jsonb;
+    v_i integer := 0;
+    v_names text[] := '{}';
+    v_name text;
+    v_value jsonb;
+    v_max integer;
+BEGIN
+    IF p_config IS NULL OR jsonb_typeof(p_config) <> 'object' THEN
+        PERFORM holdfast.raise('HF422', 'config must be a JSON object', 'config');
+    END IF;
+    IF jsonb_typeof(p_config -> 'model') IS DISTINCT FROM 'object' THEN
+        PERFORM holdfast.raise('HF422', 'model must be an object', 'model');
+    END IF;
+    IF NOT coalesce(p_config #>> '{model,provider}' IN ('anthropic', 'openai'), false)
+       OR jsonb_typeof(p_config #> '{model,provider}') <> 'string' THEN
+        PERFORM holdfast.raise('HF422', 'model.provider must be "anthropic" or "openai"', 'model.provider');
+    END IF;
+    IF jsonb_typeof(p_config #> '{model,name}') IS DISTINCT FROM 'string'
+       OR p_config #>> '{model,name}' = '' THEN
+        PERFORM holdfast.raise('HF422', 'model.name must be a non-empty string', 'model.name');
+    END IF;
+    IF p_config #> '{model,base_url}' IS NOT NULL
+       AND (jsonb_typeof(p_config #> '{model,base_url}') <> 'string'
+            OR p_config #>> '{model,base_url}' !~ '^https?://') THEN
+        PERFORM holdfast.raise('HF422', 'model.base_url must be an http(s) URL', 'model.base_url');
+    END IF;
+    -- The text of a jsonb number keeps its fraction (1.0 stays "1.0"), so a
+    -- digits-only text is a JSON integer; the range is the worker's u32.
+    IF p_config #> '{model,max_tokens}' IS NOT NULL
+       AND (jsonb_typeof(p_config #> '{model,max_tokens}') <> 'number'
+            OR p_config #>> '{model,max_tokens}' !~ '^[0-9]{1,10}$'
+            OR (p_config #>> '{model,max_tokens}')::bigint NOT BETWEEN 1 AND 4294967295) THEN
+        PERFORM holdfast.raise('HF422', 'model.max_tokens must be an integer from 1 to 4294967295', 'model.max_tokens');
+    END IF;
+    IF p_config ? 'system' AND jsonb_typeof(p_config -> 'system') <> 'string' THEN
+        PERFORM holdfast.raise('HF422', 'system must be a string', 'system');
+    END IF;
+    IF p_config ? 'tools' THEN
+        IF jsonb_typeof(p_config -> 'tools') <> 'array' THEN
+            PERFORM holdfast.raise('HF422', 'tools must be an array', 'tools');
+        END IF;
+        FOR v_tool IN SELECT value FROM jsonb_array_elements(p_config -> 'tools') LOOP
+            IF jsonb_typeof(v_tool) <> 'object' THEN
+                PERFORM holdfast.raise('HF422', 'each tool must be an object', format('tools[%s]', v_i));
+            END IF;
+            IF jsonb_typeof(v_tool -> 'type') IS DISTINCT FROM 'string' THEN
+                PERFORM holdfast.raise('HF422', 'tool type must be a string', format('tools[%s].type', v_i));
+            END IF;
+            v_name := coalesce(v_tool ->> 'name', v_tool ->> 'type');
+            IF v_tool ? 'name' AND (jsonb_typeof(v_tool -> 'name') <> 'string'
+                                   OR v_name !~ '^[a-zA-Z0-9_-]{1,64}$') THEN
+                PERFORM holdfast.raise('HF422', 'tool name must match ^[a-zA-Z0-9_-]{1,64}$', format('tools[%s].name', v_i));
+            END IF;
+            IF v_name = ANY (v_names) THEN
+                PERFORM holdfast.raise('HF422', format('duplicate tool name "%s"', v_name), format('tools[%s].name', v_i));
+            END IF;
+            v_names := v_names || v_name;
+            v_i := v_i + 1;
+        END LOOP;
+    END IF;
+    IF p_config ? 'approvals' THEN
+        IF jsonb_typeof(p_config -> 'approvals') <> 'object'
+           OR (p_config -> 'approvals' ? 'require_for'
+               AND jsonb_typeof(p_config #> '{approvals,require_for}') <> 'array') THEN
+            PERFORM holdfast.raise('HF422', 'approvals.require_for must be an array of tool names', 'approvals.require_for');
+        END IF;
+        IF EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(p_config #> '{approvals,require_for}', '[]')) e
+                    WHERE jsonb_typeof(e.value) <> 'string') THEN
+            PERFORM holdfast.raise('HF422', 'approvals.require_for must be an array of tool names', 'approvals.require_for');
+        END IF;
+    END IF;
+    IF p_config ? 'metadata' AND jsonb_typeof(p_config -> 'metadata') <> 'object' THEN
+        PERFORM holdfast.raise('HF422', 'metadata must be an object', 'metadata');
+    END IF;
+    IF p_config ? 'limits' THEN
+        IF jsonb_typeof(p_config -> 'limits') <> 'object' THEN
+            PERFORM holdfast.raise('HF422', 'limits must be an object', 'limits');
+        END IF;
+        FOR v_name, v_value IN SELECT key, value FROM jsonb_each(p_config -> 'limits') ORDER BY key LOOP
+            IF NOT v_name = ANY (holdfast.limit_names()) THEN
+                PERFORM holdfast.raise('HF422', format('unknown limit; expected one of: %s',
+                    array_to_string(holdfast.limit_names(), ', ')), 'limits.' || v_name);
+            END IF;
+            IF jsonb_typeof(v_value) <> 'number' OR (v_value #>> '{}')::numeric <= 0
+               OR (v_value #>> '{}')::numeric <> trunc((v_value #>> '{}')::numeric) THEN
+                PERFORM holdfast.raise('HF422', format('limits.%s must be a positive integer', v_name),
+                    'limits.' || v_name);
+            END IF;
+            v_max := holdfast.limit_maximum(v_name);
+            IF (v_value #>> '{}')::numeric > v_max THEN
+                PERFORM holdfast.raise('HF422', format('limits.%s must be at most %s (the operator''s maximum)',
+                    v_name, v_max), 'limits.' || v_name);
+            END IF;
+        END LOOP;
+    END IF;
+END
+$$;
+
+-- Validate input content: a non-empty string, or a non-empty array of blocks.
+CREATE OR REPLACE FUNCTION holdfast.validate_content(p_content jsonb)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_content IS NULL
+       OR NOT (   (jsonb_typeof(p_content) = 'string' AND p_content #>> '{}' <> '')
+               OR (jsonb_typeof(p_content) = 'array' AND jsonb_array_length(p_content) > 0
+                   AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_content) b
+                                    WHERE jsonb_typeof(b.value) <> 'object'
+                                       OR jsonb_typeof(b.value -> 'type') IS DISTINCT FROM 'string'))) THEN
+        PERFORM holdfast.raise('HF422', 'content must be a non-empty string or a non-empty array of content blocks', 'content');
+    END IF;
+END
+$$;
+
+-- Create an agent in a project. Validates the config (validate_config), then
+-- that the project may use its model settings (validate_model_access); a
+-- header value "***" has nothing to keep here and is refused. Raises HF404
+-- for an unknown project, HF422 for an invalid or not permitted config
+-- (field named).
+CREATE OR REPLACE FUNCTION holdfast.create_agent(p_project uuid, p_config jsonb)
+RETURNS uuid LANGUAGE plpgsql AS $$
+DECLARE
+    v_id uuid;
+    v_config jsonb;
+BEGIN
+    PERFORM holdfast.validate_config(p_config);
+    IF NOT EXISTS (SELECT 1 FROM holdfast.projects WHERE id = p_project) THEN
+        PERFORM holdfast.raise('HF404', format('project %s not found', p_project));
+    END IF;
+    v_config := holdfast.keep_masked_secrets(NULL, p_config);
+    PERFORM holdfast.validate_model_access(p_project, v_config);
+    INSERT INTO holdfast.agents (project_id, config) VALUES (p_project, v_config)
+    RETURNING id INTO v_id;
+    RETURN v_id;
+END
+$$;
+
+-- Replace an agent's config and record config.updated (data: {"config"},
+-- masked by mask_config_secrets: events feed webhooks). Header values "***"
+-- keep the values stored (keep_masked_secrets). Workers rebuild each model
+-- request from the database at every attempt, so the change applies to the
+-- next model call, retries included. A config equal to the current one
+-- changes nothing and records nothing. Locks the agent row. Raises HF404,
+-- HF409 (archived), HF422 (invalid or not permitted config, field named).
+-- Returns the config now in force, masked.
+CREATE OR REPLACE FUNCTION holdfast.update_agent_config(p_agent uuid, p_config jsonb)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    v_agent holdfast.agents;
+    v_config jsonb;
+BEGIN
+    PERFORM holdfast.validate_config(p_config);
+    v_agent := holdfast.lock_agent(p_agent);
+    IF v_agent.state = 'archived' THEN
+        PERFORM holdfast.raise('HF409', format('agent %s is archived', p_agent));
+    END IF;
+    v_config := holdfast.keep_masked_secrets(v_agent.config, p_config);
+    IF v_agent.config = v_config THEN
+        RETURN holdfast.mask_config_secrets(v_config);
+    END IF;
+    PERFORM holdfast.validate_model_access(v_agent.project_id, v_config);
+    UPDATE holdfast.agents SET config = v_config, updated_at = holdfast.now() WHERE id = p_agent;
+    PERFORM holdfast.append_event(p_agent, 'config.updated',
+                                  jsonb_build_object('config', holdfast.mask_config_secrets(v_config)));
+    RETURN holdfast.mask_config_secrets(v_config);
+END
+$$;
+
+-- Change an agent's config by a merge patch (jsonb_merge_patch) applied to
+-- the config read under the agent's row lock, so two concurrent patches of
+-- different fields both take effect. Then as update_agent_config. Raises
+-- HF404, HF409 (archived), HF422 (the patch is not an object, or the result
+-- is invalid). Returns the config now in force.
+CREATE OR REPLACE FUNCTION holdfast.patch_agent_config(p_agent uuid, p_patch jsonb)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    v_agent holdfast.agents;
+BEGIN
+    IF jsonb_typeof(p_patch) IS DISTINCT FROM 'object' THEN
+        PERFORM holdfast.raise('HF422', 'a config patch must be a JSON object', 'config');
+    END IF;
+    v_agent := holdfast.lock_agent(p_agent);
+    RETURN holdfast.update_agent_config(p_agent, holdfast.jsonb_merge_patch(v_agent.config, p_patch));
+END
+$$;
+
+-- Archive an idle agent: it then refuses new inputs (create_input raises
+-- HF409) and config changes; its history stays readable. Idempotent on an
+-- archived agent. Locks the agent row. Raises HF404, HF409 (a turn or tool
+-- calls are open: cancel first).
+CREATE OR REPLACE FUNCTION holdfast.archive_agent(p_agent uuid)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_agent holdfast.agents;
+BEGIN
+    v_agent := holdfast.lock_agent(p_agent);
+    IF v_agent.state = 'archived' THEN
+        RETURN;
+    END IF;
+    IF v_agent.state <> 'idle' THEN
+        PERFORM holdfast.raise('HF409', format('agent %s is %s; only an idle agent can be archived', p_agent, v_agent.state));
+    END IF;
+    UPDATE holdfast.agents SET state = 'archived', updated_at = holdfast.now() WHERE id = p_agent;
+    PERFORM holdfast.append_event(p_agent, 'agent.archived', '{}');
+END
+$$;
+
+-- The contract form of create_input_or_replay: returns the input id.
+CREATE OR REPLACE FUNCTION holdfast.create_input(p_agent uuid, p_content jsonb, p_idempotency_key text DEFAULT NULL)
+RETURNS uuid LANGUAGE sql AS $$
+    SELECT input_id FROM holdfast.create_input_or_replay(p_agent, p_content, p_idempotency_key)
+$$;
+
+-- Add an input to an agent, idempotently. With an idempotency key, the first
+-- call creates the input and every later call with the same key and the same
+-- agent and content returns it with replayed = true; the same key with another
+-- agent or content raises HF422 (idempotency_key_reused). Concurrent callers
+-- with one key serialize on the unique index: exactly one input is created.
+--
+-- Locks: the agent row (so the input, its event and the state change are one
+-- step in the agent's history). Raises HF404 (agent), HF409 (archived), HF422.
+CREATE OR REPLACE FUNCTION holdfast.create_input_or_replay(p_agent uuid, p_content jsonb, p_idempotency_key text)
+RETURNS TABLE (input_id uuid, replayed boolean) LANGUAGE plpgsql AS $$
+DECLARE
+    v_agent holdfast.agents;
+    v_input holdfast.inputs;
+BEGIN
+    PERFORM holdfast.validate_content(p_content);
+    IF p_idempotency_key IS NOT NULL AND length(p_idempotency_key) NOT BETWEEN 1 AND 255 THEN
+        PERFORM holdfast.raise('HF422', 'idempotency key must be 1 to 255 characters', 'idempotency_key');
+    END IF;
+    v_agent := holdfast.lock_agent(p_agent);
+    IF p_idempotency_key IS NOT NULL THEN
+        SELECT * INTO v_input FROM holdfast.inputs
+         WHERE project_id = v_agent.project_id AND idempotency_key = p_idempotency_key;
+        IF FOUND THEN
+            IF v_input.agent_id <> p_agent OR v_input.content <> p_content THEN
+                PERFORM holdfast.raise('HF422', 'idempotency_key_reused: this key was used with another request', 'idempotency_key');
+            END IF;
+            RETURN QUERY SELECT v_input.id, true;
+            RETURN;
+        END IF;
+    END IF;
+    IF v_agent.state = 'archived' THEN
+        PERFORM holdfast.raise('HF409', format('agent %s is archived', p_agent));
+    END IF;
+    INSERT INTO holdfast.inputs (project_id, agent_id, content, idempotency_key)
+    VALUES (v_agent.project_id, p_agent, p_content, p_idempotency_key)
+    RETURNING * INTO v_input;
+    PERFORM holdfast.append_event(p_agent, 'input.received',
+        jsonb_build_object('input_id', v_input.id, 'content', p_content));
+    IF v_agent.state = 'idle' THEN
+        PERFORM holdfast.settle_agent(p_agent);
+    END IF;
+    RETURN QUERY SELECT v_input.id, false;
+END
+$$;
+
+-- Move one input into history as a user message. The caller holds the
+-- agent's row lock.
+CREATE OR REPLACE FUNCTION holdfast.append_input_message(p_input holdfast.inputs, p_step uuid)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE holdfast.agents SET last_message_seq = last_message_seq + 1 WHERE id = p_input.agent_id;
+    INSERT INTO holdfast.messages (agent_id, seq, role, content, step_id, input_id)
+    SELECT p_input.agent_id, a.last_message_seq, 'user',
+           CASE WHEN jsonb_typeof(p_input.content) = 'string'
+                THEN jsonb_build_array(jsonb_build_object('type', 'text', 'text', p_input.content #>> '{}'))
+                ELSE p_input.content END,
+           p_step, p_input.id
+      FROM holdfast.agents a WHERE a.id = p_input.agent_id;
+    UPDATE holdfast.inputs SET consumed_at = holdfast.now() WHERE id = p_input.id;
+END
+$$;
+
+-- Each new input starts a fresh model retry budget: a user who steers a
+-- failing turn gets the full budget for the new attempt.
+CREATE OR REPLACE FUNCTION holdfast.tg_inputs_reset_retry_budget() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE holdfast.agents SET model_attempts = 0 WHERE id = NEW.agent_id AND model_attempts <> 0;
+    RETURN NULL;
+END
+$$;
+
+
+-- The names of the limits, in the order they are documented.
+CREATE OR REPLACE FUNCTION holdfast.limit_names() RETURNS text[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT ARRAY['max_model_steps_per_turn', 'max_tool_calls_per_response', 'max_subagent_depth',
+                 'max_live_children', 'max_descendants']
+$$;
+
+-- The operator's maximum for one limit (raises HF422 for an unknown name).
+CREATE OR REPLACE FUNCTION holdfast.limit_maximum(p_name text)
+RETURNS integer LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_max integer;
+BEGIN
+    IF NOT coalesce(p_name = ANY (holdfast.limit_names()), false) THEN
+        PERFORM holdfast.raise('HF422', format('unknown limit %s', p_name), 'limits');
+    END IF;
+    SELECT (to_jsonb(s) ->> p_name)::integer INTO v_max FROM holdfast.limit_settings s;
+    RETURN v_max;
+END
+$$;
+
+-- The limit an agent with config p_config runs under: its config.limits
+-- value, capped by the operator's maximum, or that maximum. Reads only.
+CREATE OR REPLACE FUNCTION holdfast.agent_limit(p_config jsonb, p_name text)
+RETURNS integer LANGUAGE sql STABLE AS $$
+    SELECT least(coalesce((p_config #>> ARRAY['limits', p_name])::numeric, m.max), m.max)::integer
+      FROM (SELECT holdfast.limit_maximum(p_name) AS max) m
+$$;
+
+-- Write the operator's maxima (workers call this at start with their
+-- HOLDFAST_MAX_* settings; a DBA may too). Locks the settings row. Agents
+-- configured above a lowered maximum run at the maximum. Raises HF422 for
+-- a value that is not positive.
+CREATE OR REPLACE FUNCTION holdfast.set_limit_maxima(
+    p_max_model_steps_per_turn integer, p_max_tool_calls_per_response integer,
+    p_max_subagent_depth integer, p_max_live_children integer, p_max_descendants integer)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF least(p_max_model_steps_per_turn, p_max_tool_calls_per_response, p_max_subagent_depth,
+             p_max_live_children, p_max_descendants) <= 0
+       OR num_nulls(p_max_model_steps_per_turn, p_max_tool_calls_per_response, p_max_subagent_depth,
+                    p_max_live_children, p_max_descendants) > 0 THEN
+        PERFORM holdfast.raise('HF422', 'every limit maximum must be a positive integer', 'limits');
+    END IF;
+    UPDATE holdfast.limit_settings
+       SET max_model_steps_per_turn = p_max_model_steps_per_turn,
+           max_tool_calls_per_response = p_max_tool_calls_per_response,
+           max_subagent_depth = p_max_subagent_depth,
+           max_live_children = p_max_live_children,
+           max_descendants = p_max_descendants,
+           updated_at = holdfast.now()
+     WHERE (max_model_steps_per_turn, max_tool_calls_per_response, max_subagent_depth,
+            max_live_children, max_descendants)
+           IS DISTINCT FROM (p_max_model_steps_per_turn, p_max_tool_calls_per_response,
+                             p_max_subagent_depth, p_max_live_children, p_max_descendants);
+END
+$$;
+
+-- Set (or, with NULL, clear) a project's cap on agents running at once.
+-- Agents already running keep their leases; the cap applies to claims.
+-- Raises HF404 (no such project), HF422 (negative cap).
+CREATE OR REPLACE FUNCTION holdfast.set_project_max_running(p_project_name text, p_max_running integer)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_max_running < 0 THEN
+        PERFORM holdfast.raise('HF422', 'max_running must be 0 or more (NULL: no cap)', 'max_running');
+    END IF;
+    UPDATE holdfast.projects SET max_running = p_max_running WHERE name = p_project_name;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('project %s not found', p_project_name));
+    END IF;
+END
+$$;

@@ -1,0 +1,103 @@
+-- sql/functions/base.sql — the clock, ids, errors and small JSON and URL helpers every other file uses.
+--
+-- The current definition of each function in this area, one definition
+-- each. `holdfast migrate` re-applies this file (after the numbered
+-- migrations) whenever its text changes; the numbered migrations are the
+-- applied history of tables, indexes, triggers and views. See docs/sql.md.
+
+-- The one clock. clock_timestamp(), not now(): now() is frozen for a whole
+-- transaction. Tests shift it with `SET holdfast.clock_offset = '2 minutes'`
+-- (session-local) to move past lease expiry without sleeping.
+CREATE OR REPLACE FUNCTION holdfast.now() RETURNS timestamptz
+LANGUAGE sql VOLATILE AS $$
+    SELECT clock_timestamp()
+         + coalesce(nullif(current_setting('holdfast.clock_offset', true), ''), '0')::interval
+$$;
+
+-- UUIDv7 (RFC 9562): 48-bit Unix milliseconds, then random bits, so ids sort by
+-- creation time and index inserts stay append-mostly.
+CREATE OR REPLACE FUNCTION holdfast.uuid_v7() RETURNS uuid
+LANGUAGE sql VOLATILE AS $$
+    SELECT encode(
+        set_bit(set_bit(
+            overlay(uuid_send(gen_random_uuid())
+                    PLACING substring(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
+                    FROM 1 FOR 6),
+            52, 1), 53, 1),
+        'hex')::uuid
+$$;
+
+-- Raise one of Holdfast's SQLSTATEs; p_column names the offending field.
+CREATE OR REPLACE FUNCTION holdfast.raise(p_code text, p_message text, p_column text DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_column IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = p_code, MESSAGE = p_message;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = p_code, MESSAGE = p_message, COLUMN = p_column;
+END
+$$;
+
+-- RFC 7396 JSON merge patch: objects merge key by key, null removes a key,
+-- anything else (arrays included) replaces. Pure.
+CREATE OR REPLACE FUNCTION holdfast.jsonb_merge_patch(p_target jsonb, p_patch jsonb)
+RETURNS jsonb LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_result jsonb;
+    v_key text;
+    v_value jsonb;
+BEGIN
+    IF jsonb_typeof(p_patch) IS DISTINCT FROM 'object' THEN
+        RETURN p_patch;
+    END IF;
+    v_result := CASE WHEN jsonb_typeof(p_target) = 'object' THEN p_target ELSE '{}' END;
+    FOR v_key, v_value IN SELECT e.key, e.value FROM jsonb_each(p_patch) e LOOP
+        IF jsonb_typeof(v_value) = 'null' THEN
+            v_result := v_result - v_key;
+        ELSE
+            v_result := jsonb_set(v_result, ARRAY[v_key], holdfast.jsonb_merge_patch(v_result -> v_key, v_value));
+        END IF;
+    END LOOP;
+    RETURN v_result;
+END
+$$;
+
+-- True when a URL host names a loopback, private, link-local or otherwise
+-- internal address: `localhost` and the reserved internal names, IP literals
+-- in those ranges, and numeric hosts that are not a plain dotted quad (URL
+-- parsers read `127.1` or `2130706433` as 127.0.0.1). p_host is lower case,
+-- without brackets or port. A DNS name that resolves to a private address is
+-- not caught here: the dispatcher checks resolved addresses before it connects.
+CREATE OR REPLACE FUNCTION holdfast.is_private_host(p_host text)
+RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_ip inet;
+BEGIN
+    IF p_host = 'localhost' OR p_host ~ '\.(localhost|local|internal|home\.arpa)$' THEN
+        RETURN true;
+    END IF;
+    IF substring(p_host FROM '[^.]*$') ~ '^([0-9]+|0x[0-9a-f]*)$' THEN
+        -- The last label is a number: URL parsers read the host as IPv4.
+        IF p_host !~ '^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$' THEN
+            RETURN true;
+        END IF;
+        v_ip := p_host::inet;
+    ELSIF position(':' IN p_host) > 0 THEN
+        BEGIN
+            v_ip := p_host::inet;
+        EXCEPTION WHEN invalid_text_representation THEN
+            RETURN true;
+        END;
+    ELSE
+        RETURN false;
+    END IF;
+    RETURN EXISTS (
+        SELECT 1 FROM unnest(ARRAY[
+            '0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16',
+            '172.16.0.0/12', '192.0.0.0/24', '192.168.0.0/16', '198.18.0.0/15',
+            '224.0.0.0/4', '240.0.0.0/4',
+            '::/128', '::1/128', '::ffff:0:0/96', '64:ff9b::/96', 'fc00::/7', 'fe80::/10',
+            'ff00::/8']::inet[]) AS r (range)
+         WHERE r.range >>= v_ip);
+END
+$$;

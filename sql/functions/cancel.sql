@@ -1,0 +1,137 @@
+-- sql/functions/cancel.sql — cancelling a turn, from the API and from the worker.
+--
+-- The current definition of each function in this area, one definition
+-- each. `holdfast migrate` re-applies this file (after the numbered
+-- migrations) whenever its text changes; the numbered migrations are the
+-- applied history of tables, indexes, triggers and views. See docs/sql.md.
+
+-- request_cancel (0002), its body now cancel_locked_turn (shared with the
+-- cascade). Locks the agent row. Raises HF404, HF409 (idle or archived: no
+-- turn to cancel). Returns 'requested' or 'cancelled' as before.
+CREATE OR REPLACE FUNCTION holdfast.request_cancel(p_agent uuid)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_agent holdfast.agents;
+BEGIN
+    v_agent := holdfast.lock_agent(p_agent);
+    IF v_agent.state IN ('idle', 'archived') THEN
+        PERFORM holdfast.raise('HF409', format('agent %s is %s: no turn to cancel', p_agent, v_agent.state));
+    END IF;
+    RETURN holdfast.cancel_locked_turn(v_agent);
+END
+$$;
+
+-- End an agent's open turn as cancelled: every tool call not yet finished
+-- (pending, awaiting_approval, waiting, running) becomes cancelled, so later
+-- answers to them get HF409; the turn closes; a pending cancel request is
+-- cleared; turn.cancelled is appended with the cancelled calls' ids. Every
+-- input that arrived before the cancel was requested (before now, for an
+-- immediate cancel) becomes history, so the cancelled turn does not start
+-- again by itself; inputs sent after the request start the next turn. The
+-- caller holds the agent's row lock and settles the agent afterwards
+-- (request_cancel; the worker's complete_cancel after its step has stopped).
+-- Returns the turn.cancelled event's seq.
+CREATE OR REPLACE FUNCTION holdfast.cancel_turn(p_agent uuid)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_cancelled jsonb;
+    v_cutoff timestamptz;
+    v_input holdfast.inputs;
+BEGIN
+    SELECT coalesce(cancel_requested_at, holdfast.now()) INTO v_cutoff
+      FROM holdfast.agents WHERE id = p_agent;
+    FOR v_input IN
+        SELECT * FROM holdfast.inputs
+         WHERE agent_id = p_agent AND consumed_at IS NULL AND created_at <= v_cutoff
+         ORDER BY created_at, id
+    LOOP
+        PERFORM holdfast.append_input_message(v_input, NULL);
+    END LOOP;
+    WITH open AS (
+        SELECT t.id FROM holdfast.tool_calls t
+         WHERE t.agent_id = p_agent AND t.status NOT IN ('completed', 'cancelled')
+         ORDER BY t.id
+           FOR UPDATE
+    ), cancelled AS (
+        UPDATE holdfast.tool_calls t
+           SET status = 'cancelled', running_epoch = NULL, completed_at = holdfast.now()
+          FROM open o
+         WHERE t.id = o.id
+        RETURNING t.id, t.created_at, t.position
+    )
+    SELECT coalesce(jsonb_agg(c.id ORDER BY c.created_at, c.position), '[]') INTO v_cancelled FROM cancelled c;
+    UPDATE holdfast.agents
+       SET turn_open = false, cancel_requested_at = NULL, updated_at = holdfast.now()
+     WHERE id = p_agent;
+    RETURN holdfast.append_event(p_agent, 'turn.cancelled', jsonb_build_object('cancelled_tool_calls', v_cancelled));
+END
+$$;
+
+-- The worker half of cancel: the step has stopped and saved nothing. Its
+-- in-flight external calls are interrupted first (their IO may have
+-- happened, which `tool_call.interrupted` says and a bare `cancelled` would
+-- hide), then the turn ends through cancel_turn, so a cancelled turn looks
+-- the same in the timeline whichever side finished it, and the agent is
+-- released. Fenced (HF001).
+CREATE OR REPLACE FUNCTION holdfast.complete_cancel(p_agent uuid, p_epoch bigint)
+RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
+    PERFORM holdfast.interrupt_running_calls(p_agent);
+    PERFORM holdfast.cancel_turn(p_agent);
+    UPDATE holdfast.agents SET model_attempts = 0 WHERE id = p_agent;
+    RETURN holdfast.settle_agent(p_agent);
+END
+$$;
+
+-- End a locked agent's current turn the way a client's cancel does: a
+-- running agent gets a cancel request (its worker stops the step and calls
+-- complete_cancel; holdfast_cancel is notified), a ready or waiting one is
+-- cancelled at once (cancel_turn, settle_agent). Returns 'requested',
+-- 'cancelled', or NULL for an idle or archived agent (no turn). The caller
+-- holds the agent's row lock.
+CREATE OR REPLACE FUNCTION holdfast.cancel_locked_turn(p_agent holdfast.agents)
+RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_agent.state IN ('idle', 'archived') THEN
+        RETURN NULL;
+    END IF;
+    IF p_agent.state = 'running' THEN
+        UPDATE holdfast.agents SET cancel_requested_at = coalesce(cancel_requested_at, holdfast.now())
+         WHERE id = p_agent.id;
+        PERFORM pg_notify('holdfast_cancel', p_agent.id::text);
+        RETURN 'requested';
+    END IF;
+    PERFORM holdfast.cancel_turn(p_agent.id);
+    PERFORM holdfast.settle_agent(p_agent.id);
+    RETURN 'cancelled';
+END
+$$;
+
+-- A spawn_subagent call was cancelled (its parent's turn was cancelled or
+-- failed): cancel the child's turn too, and through the child's own
+-- cancelled calls, its children's. The child's row is taken with SKIP
+-- LOCKED: its holder may be the child's own turn-ending transaction, which
+-- waits for this parent's lock (a wait here would deadlock); a busy child
+-- is queued in subagent_cancels and maintenance_tick finishes the job.
+-- The child's turn.cancelled finds its parent's call already cancelled, so
+-- nothing is handed back.
+CREATE OR REPLACE FUNCTION holdfast.tg_tool_calls_cancel_subagent() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_child holdfast.agents;
+BEGIN
+    SELECT * INTO v_child FROM holdfast.agents WHERE id = NEW.child_agent_id FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        INSERT INTO holdfast.subagent_cancels (tool_call_id, child_agent_id)
+        VALUES (NEW.id, NEW.child_agent_id) ON CONFLICT DO NOTHING;
+        RETURN NULL;
+    END IF;
+    PERFORM holdfast.cancel_locked_turn(v_child);
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS _400_cancel_subagent ON holdfast.tool_calls;
+CREATE TRIGGER _400_cancel_subagent AFTER UPDATE OF status ON holdfast.tool_calls
+    FOR EACH ROW WHEN (NEW.status = 'cancelled' AND OLD.status = 'waiting' AND NEW.child_agent_id IS NOT NULL)
+    EXECUTE FUNCTION holdfast.tg_tool_calls_cancel_subagent();

@@ -1,0 +1,85 @@
+-- sql/functions/events.sql — the timeline: appending events with gap-free seqs, the event-type list, NOTIFY of new events, live deltas.
+--
+-- The current definition of each function in this area, one definition
+-- each. `holdfast migrate` re-applies this file (after the numbered
+-- migrations) whenever its text changes; the numbered migrations are the
+-- applied history of tables, indexes, triggers and views. See docs/sql.md.
+
+-- Append one event to an agent's timeline. The caller must hold the agent's row
+-- lock (every public function locks the agent first); the counter update
+-- re-locks it anyway, so a forgotten lock costs a wait, never a gap.
+CREATE OR REPLACE FUNCTION holdfast.append_event(p_agent uuid, p_type text, p_data jsonb)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_seq bigint;
+BEGIN
+    UPDATE holdfast.agents
+       SET last_event_seq = last_event_seq + 1, last_event_at = holdfast.now()
+     WHERE id = p_agent
+    RETURNING last_event_seq INTO v_seq;
+    INSERT INTO holdfast.events (agent_id, seq, type, data)
+    VALUES (p_agent, v_seq, p_type, coalesce(p_data, '{}'));
+    RETURN v_seq;
+END
+$$;
+
+-- Insert events whose seqs the caller has reserved: p_types[i] / p_data[i]
+-- becomes seq p_last_seq - n + i (n = cardinality(p_types)), in order. The
+-- caller holds the agent's row lock and has advanced last_event_seq by n in
+-- the same transaction (its own agents UPDATE ... RETURNING last_event_seq).
+-- The events' triggers (NOTIFY, webhook outbox, subagent hand-back) fire per
+-- row as for append_event.
+CREATE OR REPLACE FUNCTION holdfast.insert_reserved_events(
+    p_agent uuid, p_last_seq bigint, p_types text[], p_data jsonb[])
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF coalesce(cardinality(p_types), 0) = 0 THEN
+        RETURN;
+    END IF;
+    INSERT INTO holdfast.events (agent_id, seq, type, data)
+    SELECT p_agent, p_last_seq - cardinality(p_types) + e.ord, e.type, coalesce(e.data, '{}')
+      FROM unnest(p_types, p_data) WITH ORDINALITY AS e (type, data, ord)
+     ORDER BY e.ord;
+END
+$$;
+
+-- Every event type Holdfast writes (DESIGN §7). An endpoint may subscribe to
+-- these or to '*'. A new event type is added here (tests/tests/sql_schema.rs
+-- checks that every type these functions emit is listed).
+CREATE OR REPLACE FUNCTION holdfast.event_types() RETURNS text[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT ARRAY[
+        'input.received', 'turn.started', 'model.response', 'model.retry',
+        'tool_call.created', 'tool_call.completed', 'tool_call.interrupted',
+        'approval.requested', 'approval.answered', 'question.asked', 'question.answered',
+        'command.queued', 'command.accepted', 'command.finished', 'command.failed',
+        'command.unknown', 'machine.unreachable', 'subagent.started', 'subagent.finished',
+        'context.compacted', 'config.updated', 'turn.completed', 'turn.cancelled',
+        'turn.failed', 'agent.archived']
+$$;
+
+-- Tell stream listeners (the API's SSE fan-out) which agent has new events:
+-- one notification per agent per transaction (identical payloads fold).
+CREATE OR REPLACE FUNCTION holdfast.tg_events_notify() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('holdfast_events', NEW.agent_id::text);
+    RETURN NULL;
+END
+$$;
+
+-- Send a live text delta to stream listeners (the API's SSE). Never saved:
+-- a client that reconnects reads the finished response from the event log.
+-- The payload stays under Postgres' 8000-byte NOTIFY limit: callers send at
+-- most a few KiB of text per call, and longer text is refused (HF422).
+CREATE OR REPLACE FUNCTION holdfast.stream_delta(p_agent uuid, p_epoch bigint, p_text text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_payload text := jsonb_build_object('agent_id', p_agent, 'epoch', p_epoch, 'text', p_text)::text;
+BEGIN
+    IF octet_length(v_payload) >= 8000 THEN
+        PERFORM holdfast.raise('HF422', 'delta too large for one notification', 'text');
+    END IF;
+    PERFORM pg_notify('holdfast_stream', v_payload);
+END
+$$;

@@ -1,0 +1,439 @@
+-- sql/functions/leases.sql — agent state, claims, leases, release and reaping.
+--
+-- The current definition of each function in this area, one definition
+-- each. `holdfast migrate` re-applies this file (after the numbered
+-- migrations) whenever its text changes; the numbered migrations are the
+-- applied history of tables, indexes, triggers and views. See docs/sql.md.
+
+-- Lock an agent row, or raise HF404.
+CREATE OR REPLACE FUNCTION holdfast.lock_agent(p_agent uuid)
+RETURNS holdfast.agents LANGUAGE plpgsql AS $$
+DECLARE
+    v_agent holdfast.agents;
+BEGIN
+    SELECT * INTO v_agent FROM holdfast.agents WHERE id = p_agent FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('agent %s not found', p_agent));
+    END IF;
+    RETURN v_agent;
+END
+$$;
+
+-- Lock an agent row and check the caller still holds its lease at p_epoch;
+-- raise HF001 otherwise. Every worker write starts here.
+CREATE OR REPLACE FUNCTION holdfast.lock_leased_agent(p_agent uuid, p_epoch bigint)
+RETURNS holdfast.agents LANGUAGE plpgsql AS $$
+DECLARE
+    v_agent holdfast.agents;
+BEGIN
+    v_agent := holdfast.lock_agent(p_agent);
+    IF v_agent.state <> 'running' OR v_agent.lease_epoch <> p_epoch
+       OR v_agent.lease_expires_at <= holdfast.now() THEN
+        PERFORM holdfast.raise('HF001', format('lease lost on agent %s at epoch %s', p_agent, p_epoch));
+    END IF;
+    RETURN v_agent;
+END
+$$;
+
+-- The state settle_agent gives an unleased, unarchived agent, decided before
+-- the caller's own writes land: p_turn_open is the turn flag after them,
+-- p_new_runnable / p_new_waiting say whether tool calls the caller is about
+-- to insert are pending / waiting, p_consumed lists inputs it is about to
+-- consume. Returns 'ready', 'waiting', 'idle', or 'new_turn' (ready, and a
+-- turn opens for waiting inputs: the caller appends turn.started and sets
+-- turn_open, model_attempts = 0). Same precedence as 0001's settle_agent.
+-- Reads only; the caller holds the agent's row lock.
+CREATE OR REPLACE FUNCTION holdfast.decide_state(
+    p_agent uuid, p_turn_open boolean, p_new_runnable boolean, p_new_waiting boolean, p_consumed uuid[])
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_runnable boolean;
+    v_waiting boolean;
+BEGIN
+    SELECT coalesce(bool_or(t.status IN ('pending', 'running')), false),
+           coalesce(bool_or(t.status IN ('awaiting_approval', 'waiting')), false)
+      INTO v_runnable, v_waiting
+      FROM holdfast.tool_calls t
+     WHERE t.agent_id = p_agent AND t.status NOT IN ('completed', 'cancelled');
+    IF v_runnable OR p_new_runnable THEN
+        RETURN 'ready';
+    ELSIF v_waiting OR p_new_waiting THEN
+        RETURN 'waiting';
+    ELSIF p_turn_open THEN
+        RETURN 'ready';
+    ELSIF EXISTS (SELECT 1 FROM holdfast.inputs i
+                   WHERE i.agent_id = p_agent AND i.consumed_at IS NULL
+                     AND NOT (i.id = ANY (coalesce(p_consumed, '{}')))) THEN
+        RETURN 'new_turn';
+    END IF;
+    RETURN 'idle';
+END
+$$;
+
+-- Settle an agent (decide_state) and write everything in one agent-row
+-- UPDATE: the given events' seqs, the state, the turn, run_after. Resets
+-- model_attempts and turn_model_steps when it opens a turn, and
+-- step_failures always: every way a step ends well goes through it
+-- (commits, releases, retries, turn ends); fail_step sets the count again
+-- after its settle. The caller holds the agent's row lock.
+CREATE OR REPLACE FUNCTION holdfast.settle_agent_with(
+    p_agent uuid, p_types text[], p_data jsonb[], p_run_after timestamptz)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_state text;
+    v_turn_open boolean;
+    v_types text[] := coalesce(p_types, '{}');
+    v_data jsonb[] := coalesce(p_data, '{}');
+    v_open_turn boolean := false;
+    v_last_seq bigint;
+BEGIN
+    SELECT state, turn_open INTO v_state, v_turn_open FROM holdfast.agents WHERE id = p_agent;
+    IF v_state = 'archived' THEN
+        IF cardinality(v_types) > 0 OR p_run_after IS NOT NULL THEN
+            UPDATE holdfast.agents
+               SET run_after = coalesce(p_run_after, run_after),
+                   last_event_seq = last_event_seq + cardinality(v_types),
+                   last_event_at = CASE WHEN cardinality(v_types) > 0 THEN holdfast.now() ELSE last_event_at END
+             WHERE id = p_agent
+            RETURNING last_event_seq INTO v_last_seq;
+            PERFORM holdfast.insert_reserved_events(p_agent, v_last_seq, v_types, v_data);
+        END IF;
+        RETURN 'archived';
+    END IF;
+    v_state := holdfast.decide_state(p_agent, v_turn_open, false, false, '{}');
+    IF v_state = 'new_turn' THEN
+        v_state := 'ready';
+        v_open_turn := true;
+        v_types := array_append(v_types, 'turn.started');
+        v_data := array_append(v_data, '{}'::jsonb);
+    END IF;
+    UPDATE holdfast.agents
+       SET state = v_state,
+           lease_owner = NULL, lease_expires_at = NULL, lease_pid = NULL, lease_backend_start = NULL,
+           updated_at = holdfast.now(),
+           turn_open = turn_open OR v_open_turn,
+           model_attempts = CASE WHEN v_open_turn THEN 0 ELSE model_attempts END,
+           turn_model_steps = CASE WHEN v_open_turn THEN 0 ELSE turn_model_steps END,
+           step_failures = 0,
+           run_after = coalesce(p_run_after, run_after),
+           last_event_seq = last_event_seq + cardinality(v_types),
+           last_event_at = CASE WHEN cardinality(v_types) > 0 THEN holdfast.now() ELSE last_event_at END
+     WHERE id = p_agent
+    RETURNING last_event_seq INTO v_last_seq;
+    PERFORM holdfast.insert_reserved_events(p_agent, v_last_seq, v_types, v_data);
+    RETURN v_state;
+END
+$$;
+
+-- Decide an unleased agent's state from its saved facts (decide_state), open
+-- a new turn when inputs are waiting, and write the state, in one agent-row
+-- UPDATE (settle_agent_with). The caller holds the row lock. Precedence:
+-- archived; runnable tool calls (ready); tool calls waiting on the outside
+-- (waiting); an open turn (ready: the model must answer); unconsumed inputs
+-- (a new turn, ready); otherwise idle.
+CREATE OR REPLACE FUNCTION holdfast.settle_agent(p_agent uuid)
+RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN holdfast.settle_agent_with(p_agent, '{}', '{}', NULL);
+END
+$$;
+
+-- Keep state_changed_at true for the DBA views (stuck_agents).
+CREATE OR REPLACE FUNCTION holdfast.tg_agents_state_changed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.state IS DISTINCT FROM OLD.state THEN
+        NEW.state_changed_at := holdfast.now();
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- Wake workers when an agent becomes claimable. The payload is empty on
+-- purpose: Postgres folds identical notifications within a transaction, so a
+-- transaction that readies 1,000 agents sends one hint, not 1,000. Workers
+-- claim whatever is ready; they do not need the id. Agents readied with a
+-- future run_after are woken by maintenance_tick when the time comes.
+CREATE OR REPLACE FUNCTION holdfast.tg_agents_notify_ready() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.run_after <= holdfast.now() THEN
+        PERFORM pg_notify('holdfast_ready', '');
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- claim_agents (0009), fair: up to p_max due ready agents, round-robin over
+-- projects — each project's oldest-ready agent (by ready time, above)
+-- before any project's second, and so on — within each project's
+-- max_running. Same contract and lease writes as before.
+--   1. The projects with due agents, oldest head first: a skip scan of
+--      agents_ready_project_idx, one index probe per project with ready
+--      agents; at most p_max of them can take part in one batch.
+--   2. Capped projects among them are locked (FOR NO KEY UPDATE, id order),
+--      so two claimers cannot both fill a project's last slot; their
+--      running agents are counted after the lock.
+--   3. Per project, its oldest due agents (up to p_max, or what its cap
+--      leaves), ranked; taken in (rank, ready time) order, SKIP LOCKED.
+--   4. When concurrent claimers held some of those, the rest of the batch
+--      comes from the overall oldest-ready uncapped agents (SKIP LOCKED
+--      scans past held rows, as the pre-0011 claim did), so claimers never
+--      starve each other.
+-- Cost: an index probe per project with ready agents plus p_max rows per
+-- chosen project; flat in idle and archived agents.
+CREATE OR REPLACE FUNCTION holdfast.claim_agents(p_worker text, p_max integer, p_ttl interval)
+RETURNS TABLE (agent_id uuid, epoch bigint) LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := holdfast.now();
+    v_max integer := greatest(coalesce(p_max, 0), 0);
+    v_backend_start timestamptz;
+    v_projects uuid[];
+    v_ids uuid[];
+BEGIN
+    IF p_worker IS NULL OR p_worker = '' THEN
+        PERFORM holdfast.raise('HF422', 'worker name must not be empty', 'worker');
+    END IF;
+    IF p_ttl IS NULL OR p_ttl <= '0'::interval THEN
+        PERFORM holdfast.raise('HF422', 'ttl must be positive', 'ttl');
+    END IF;
+    IF v_max = 0 THEN
+        RETURN;
+    END IF;
+    SELECT s.backend_start INTO v_backend_start FROM pg_stat_get_activity(pg_backend_pid()) s;
+
+    WITH RECURSIVE heads (project_id, ready_at) AS (
+        (SELECT a.project_id, greatest(a.run_after, a.state_changed_at)
+           FROM holdfast.agents a
+          WHERE a.state = 'ready'
+          ORDER BY a.project_id, greatest(a.run_after, a.state_changed_at), a.id
+          LIMIT 1)
+        UNION ALL
+        SELECT n.project_id, n.ready_at
+          FROM heads h
+          CROSS JOIN LATERAL (
+              SELECT a.project_id, greatest(a.run_after, a.state_changed_at) AS ready_at
+                FROM holdfast.agents a
+               WHERE a.state = 'ready' AND a.project_id > h.project_id
+               ORDER BY a.project_id, greatest(a.run_after, a.state_changed_at), a.id
+               LIMIT 1) n
+    )
+    SELECT array_agg(d.project_id ORDER BY d.ready_at, d.project_id) INTO v_projects
+      FROM (SELECT h.project_id, h.ready_at FROM heads h
+             WHERE h.ready_at <= v_now
+             ORDER BY h.ready_at, h.project_id
+             LIMIT v_max) d;
+    IF v_projects IS NULL THEN
+        RETURN;
+    END IF;
+
+    PERFORM 1 FROM holdfast.projects p
+      WHERE p.id = ANY (v_projects) AND p.max_running IS NOT NULL
+      ORDER BY p.id
+        FOR NO KEY UPDATE;
+
+    WITH quotas AS (
+        SELECT p.id AS project_id,
+               CASE WHEN p.max_running IS NULL THEN v_max
+                    ELSE greatest(0, least(v_max, p.max_running - (
+                        SELECT count(*) FROM holdfast.agents r
+                         WHERE r.project_id = p.id AND r.state = 'running')))::integer
+               END AS quota
+          FROM holdfast.projects p
+         WHERE p.id = ANY (v_projects)
+    ), ranked AS (
+        SELECT c.id, c.ready_at, c.rank
+          FROM quotas q
+          CROSS JOIN LATERAL (
+              SELECT a.id, greatest(a.run_after, a.state_changed_at) AS ready_at,
+                     row_number() OVER (ORDER BY greatest(a.run_after, a.state_changed_at), a.id) AS rank
+                FROM holdfast.agents a
+               WHERE a.project_id = q.project_id AND a.state = 'ready'
+                 AND greatest(a.run_after, a.state_changed_at) <= v_now
+               ORDER BY greatest(a.run_after, a.state_changed_at), a.id
+               LIMIT q.quota) c
+    ), locked AS (
+        SELECT a.id FROM ranked r JOIN holdfast.agents a ON a.id = r.id
+         WHERE a.state = 'ready' AND greatest(a.run_after, a.state_changed_at) <= v_now
+         ORDER BY r.rank, r.ready_at, r.id
+         LIMIT v_max
+           FOR UPDATE OF a SKIP LOCKED
+    )
+    SELECT coalesce(array_agg(l.id), '{}') INTO v_ids FROM locked l;
+
+    IF cardinality(v_ids) < v_max THEN
+        v_ids := v_ids || ARRAY(
+            SELECT a.id FROM holdfast.agents a
+             WHERE a.state = 'ready' AND greatest(a.run_after, a.state_changed_at) <= v_now
+               AND a.id <> ALL (v_ids)
+               AND NOT EXISTS (SELECT 1 FROM holdfast.projects p
+                                WHERE p.id = a.project_id AND p.max_running IS NOT NULL)
+             ORDER BY greatest(a.run_after, a.state_changed_at), a.id
+             LIMIT v_max - cardinality(v_ids)
+               FOR UPDATE OF a SKIP LOCKED);
+    END IF;
+
+    RETURN QUERY
+    UPDATE holdfast.agents a
+       SET state = 'running',
+           lease_owner = p_worker,
+           lease_epoch = a.lease_epoch + 1,
+           lease_expires_at = v_now + p_ttl,
+           lease_pid = pg_backend_pid(),
+           lease_backend_start = v_backend_start,
+           updated_at = v_now
+     WHERE a.id = ANY (v_ids)
+    RETURNING a.id, a.lease_epoch;
+END
+$$;
+
+-- Renew p_worker's leases in one call. For each (agent, epoch) pair: renewed =
+-- true when the lease was still held and is now extended by p_ttl; false when it
+-- was lost (released, reaped, expired or re-claimed) — the worker must stop that
+-- step. cancel_requested tells the worker a cancel is pending (the fallback for
+-- a lost cancel notification). The session's start time comes from
+-- pg_stat_get_activity(own pid), as in claim_agents. Locks agents in id order.
+CREATE OR REPLACE FUNCTION holdfast.renew_leases(p_worker text, p_agents uuid[], p_epochs bigint[], p_ttl interval)
+RETURNS TABLE (agent_id uuid, renewed boolean, cancel_requested boolean) LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := holdfast.now();
+    v_backend_start timestamptz;
+BEGIN
+    IF coalesce(array_length(p_agents, 1), 0) <> coalesce(array_length(p_epochs, 1), 0) THEN
+        PERFORM holdfast.raise('HF422', 'agents and epochs must have the same length', 'epochs');
+    END IF;
+    SELECT s.backend_start INTO v_backend_start FROM pg_stat_get_activity(pg_backend_pid()) s;
+    RETURN QUERY
+    WITH wanted AS (
+        SELECT w.agent_id, w.epoch FROM unnest(p_agents, p_epochs) AS w (agent_id, epoch)
+    ), locked AS (
+        SELECT a.id FROM holdfast.agents a JOIN wanted w ON w.agent_id = a.id
+         WHERE a.state = 'running' AND a.lease_owner = p_worker
+           AND a.lease_epoch = w.epoch AND a.lease_expires_at > v_now
+         ORDER BY a.id
+           FOR UPDATE OF a
+    ), renewed AS (
+        UPDATE holdfast.agents a
+           SET lease_expires_at = v_now + p_ttl,
+               lease_pid = pg_backend_pid(),
+               lease_backend_start = v_backend_start
+          FROM locked l
+         WHERE a.id = l.id
+           -- Re-checked after the lock: a reaper may have won the race.
+           AND a.state = 'running' AND a.lease_owner = p_worker AND a.lease_expires_at > v_now
+        RETURNING a.id, a.cancel_requested_at IS NOT NULL AS cancel_requested
+    )
+    SELECT w.agent_id, r.id IS NOT NULL, coalesce(r.cancel_requested, false)
+      FROM wanted w LEFT JOIN renewed r ON r.id = w.agent_id;
+END
+$$;
+
+-- Give up a lease: the agent's state is settled from its saved facts (ready
+-- again if there is work, waiting, or idle). A worker that gives up a lease
+-- mid-call (drain past its timeout, a cancelled step) cannot know whether the
+-- IO happened, so its running calls are interrupted exactly as a reap would.
+-- p_run_after delays the next claim (a durable backoff: no worker waits); it
+-- is written by the settle's UPDATE. Fenced (HF001).
+CREATE OR REPLACE FUNCTION holdfast.release_agent(p_agent uuid, p_epoch bigint, p_run_after timestamptz DEFAULT NULL)
+RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
+    PERFORM holdfast.interrupt_running_calls(p_agent);
+    RETURN holdfast.settle_agent_with(p_agent, '{}', '{}', p_run_after);
+END
+$$;
+
+-- Release one agent whose holder is gone (lease expired, or its session died):
+-- bump the epoch so the old holder's writes fail HF001, and resolve what it left.
+-- An in-flight model call needs nothing: it is retried from saved state. An
+-- external tool call marked running might have happened: it is completed as
+-- interrupted (interrupt_running_calls), never rerun. Waiting calls are
+-- untouched. The caller holds the agent's row lock.
+-- p_reason: 'lease_expired' | 'session_gone' | 'released'.
+CREATE OR REPLACE FUNCTION holdfast.reap_agent(p_agent uuid, p_reason text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM holdfast.interrupt_running_calls(p_agent);
+    UPDATE holdfast.agents SET lease_epoch = lease_epoch + 1 WHERE id = p_agent;
+    PERFORM holdfast.settle_agent(p_agent);
+    RAISE LOG 'holdfast: released agent % (%)', p_agent, p_reason;
+END
+$$;
+
+-- maintenance_tick (0001) with a fourth sweep, and the delayed-agent
+-- wake-up reading agents_ready_at_idx (agents_ready_idx is gone):
+--   1. release leases past expiry;
+--   2. release leases whose claiming session is gone;
+--   3. wake workers when delayed agents (run_after) have come due;
+--   4. cancel the turns of subagents whose parent's call was cancelled
+--      while they were busy (subagent_cancels; child rows SKIP LOCKED).
+-- Returns counts as JSON, e.g. {"expired": 1, "session_gone": 0, "woken": 0,
+-- "subagents_cancelled": 0}. Safe to run from several processes at once.
+CREATE OR REPLACE FUNCTION holdfast.maintenance_tick(p_batch integer DEFAULT 1000)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := holdfast.now();
+    v_id uuid;
+    v_call uuid;
+    v_expired integer := 0;
+    v_gone integer := 0;
+    v_due integer := 0;
+    v_children integer := 0;
+BEGIN
+    FOR v_id IN
+        SELECT a.id FROM holdfast.agents a
+         WHERE a.state = 'running' AND a.lease_expires_at <= v_now
+         ORDER BY a.lease_expires_at LIMIT p_batch
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        PERFORM holdfast.reap_agent(v_id, 'lease_expired');
+        v_expired := v_expired + 1;
+    END LOOP;
+
+    -- A session is gone when its pid is not in pg_stat_activity, or the pid was
+    -- reused by a newer backend. backend_start is only compared when visible
+    -- (another role's sessions hide it), so a permission gap never reaps a live
+    -- worker; such agents fall back to lease expiry.
+    FOR v_id IN
+        SELECT a.id FROM holdfast.agents a
+         WHERE a.state = 'running' AND a.lease_pid IS NOT NULL
+           AND NOT EXISTS (
+               SELECT 1 FROM pg_stat_activity s
+                WHERE s.pid = a.lease_pid
+                  AND (s.backend_start IS NULL OR a.lease_backend_start IS NULL
+                       OR s.backend_start = a.lease_backend_start))
+         ORDER BY a.id LIMIT p_batch
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        PERFORM holdfast.reap_agent(v_id, 'session_gone');
+        v_gone := v_gone + 1;
+    END LOOP;
+
+    -- Delayed agents whose time has come (their ready time is their
+    -- run_after): one hint for all of them. The window is the last few
+    -- seconds, so each delayed agent is hinted by the ticks around its due
+    -- time; workers also poll, so a missed hint only costs a poll interval.
+    SELECT count(*) INTO v_due FROM holdfast.agents
+     WHERE state = 'ready'
+       AND greatest(run_after, state_changed_at) <= v_now
+       AND greatest(run_after, state_changed_at) > v_now - interval '3 seconds'
+       AND run_after > state_changed_at;
+    IF v_due > 0 THEN
+        PERFORM pg_notify('holdfast_ready', '');
+    END IF;
+
+    FOR v_call, v_id IN
+        SELECT c.tool_call_id, c.child_agent_id FROM holdfast.subagent_cancels c
+          JOIN holdfast.agents a ON a.id = c.child_agent_id
+         ORDER BY c.created_at, c.tool_call_id LIMIT p_batch
+           FOR UPDATE OF a SKIP LOCKED
+    LOOP
+        PERFORM holdfast.cancel_locked_turn(holdfast.lock_agent(v_id));
+        DELETE FROM holdfast.subagent_cancels WHERE tool_call_id = v_call;
+        v_children := v_children + 1;
+    END LOOP;
+
+    RETURN jsonb_build_object('expired', v_expired, 'session_gone', v_gone, 'woken', v_due,
+                              'subagents_cancelled', v_children);
+END
+$$;

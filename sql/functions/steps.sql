@@ -1,0 +1,457 @@
+-- sql/functions/steps.sql — the worker's step commits: model responses, retries, compaction, tool results, failed turns.
+--
+-- The current definition of each function in this area, one definition
+-- each. `holdfast migrate` re-applies this file (after the numbered
+-- migrations) whenever its text changes; the numbered migrations are the
+-- applied history of tables, indexes, triggers and views. See docs/sql.md.
+
+-- The message an interrupted external call returns to the model.
+CREATE OR REPLACE FUNCTION holdfast.interrupted_output() RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT to_jsonb('Tool call was interrupted; its external outcome is unknown.'::text)
+$$;
+
+-- Complete every `running` (external, in-flight) tool call of an agent as
+-- interrupted: its IO may or may not have happened, so it is never rerun and
+-- the model is told. The caller holds the agent's row lock; the calls are
+-- locked here in (step, position) order.
+CREATE OR REPLACE FUNCTION holdfast.interrupt_running_calls(p_agent uuid)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    v_call holdfast.tool_calls;
+    v_count integer := 0;
+BEGIN
+    FOR v_call IN
+        SELECT * FROM holdfast.tool_calls WHERE agent_id = p_agent AND status = 'running'
+         ORDER BY step_id, position FOR UPDATE
+    LOOP
+        UPDATE holdfast.tool_calls
+           SET status = 'completed', running_epoch = NULL, output = holdfast.interrupted_output(),
+               is_error = true, completed_at = holdfast.now()
+         WHERE id = v_call.id;
+        PERFORM holdfast.append_event(p_agent, 'tool_call.interrupted', jsonb_build_object(
+            'tool_call_id', v_call.id, 'name', v_call.name,
+            'output', holdfast.interrupted_output(), 'is_error', true));
+        v_count := v_count + 1;
+    END LOOP;
+    RETURN v_count;
+END
+$$;
+
+-- Mark an external tool call as running before its IO starts (committed first,
+-- so that after a crash the call is known to have maybe happened and is never
+-- rerun). Fenced. Raises HF409 when the call is not pending.
+CREATE OR REPLACE FUNCTION holdfast.start_tool_call(p_agent uuid, p_epoch bigint, p_tool_call uuid)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
+    UPDATE holdfast.tool_calls SET status = 'running', running_epoch = p_epoch
+     WHERE id = p_tool_call AND agent_id = p_agent AND status = 'pending';
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF409', format('tool call %s is not pending', p_tool_call));
+    END IF;
+END
+$$;
+
+-- commit_model_step (0009), now enforcing the agent's model limits. It
+-- counts the step in turn_model_steps (reset when the commit opens a new
+-- turn). A response with tool calls that is the turn's
+-- max_model_steps_per_turn-th step (its results would need one more model
+-- call), or that has more than max_tool_calls_per_response calls, is saved
+-- with every call `cancelled` (none runs, no wait opens) and the turn ends
+-- with limit_exceeded (end_turn_with_error: the cause goes into the
+-- history, `turn.failed {"error": {"type", "message", "limit", "value"}}`).
+-- Otherwise unchanged. Fenced (HF001); HF422 for a malformed message or
+-- tool call.
+CREATE OR REPLACE FUNCTION holdfast.commit_model_step(
+    p_agent uuid, p_epoch bigint, p_input_ids uuid[], p_message jsonb,
+    p_tool_calls jsonb, p_usage jsonb, p_stop_reason text)
+RETURNS uuid LANGUAGE plpgsql AS $$
+DECLARE
+    v_agent holdfast.agents;
+    v_tool_calls jsonb := coalesce(p_tool_calls, '[]');
+    v_n_calls integer;
+    v_call jsonb;
+    v_require text[] := '{}';
+    v_statuses text[] := '{}';
+    v_status text;
+    v_opens_waits boolean := false;
+    v_limit text;
+    v_limit_value integer;
+    v_input_ids uuid[] := '{}';
+    v_input_contents jsonb[] := '{}';
+    v_n_inputs integer := 0;
+    v_turn_open boolean;
+    v_state text;
+    v_new_turn boolean := false;
+    v_step_id uuid;
+    v_step_seq bigint;
+    v_message_seq bigint;
+    v_event_seq bigint;
+    v_calls jsonb := '[]';
+    v_types text[];
+    v_data jsonb[];
+BEGIN
+    v_agent := holdfast.lock_leased_agent(p_agent, p_epoch);
+    IF jsonb_typeof(p_message) IS DISTINCT FROM 'array' THEN
+        PERFORM holdfast.raise('HF422', 'message must be an array of content blocks', 'message');
+    END IF;
+    IF jsonb_typeof(v_tool_calls) <> 'array' THEN
+        PERFORM holdfast.raise('HF422', 'tool_calls must be an array', 'tool_calls');
+    END IF;
+
+    -- Validate the calls and decide their statuses before writing anything.
+    v_n_calls := jsonb_array_length(v_tool_calls);
+    IF v_n_calls > 0 THEN
+        v_require := ARRAY(SELECT jsonb_array_elements_text(coalesce(v_agent.config #> '{approvals,require_for}', '[]')));
+    END IF;
+    FOR v_pos IN 0 .. v_n_calls - 1 LOOP
+        v_call := v_tool_calls -> v_pos;
+        IF jsonb_typeof(v_call -> 'name') IS DISTINCT FROM 'string'
+           OR jsonb_typeof(v_call -> 'provider_id') IS DISTINCT FROM 'string' THEN
+            PERFORM holdfast.raise('HF422', 'each tool call needs string name and provider_id', format('tool_calls[%s]', v_pos));
+        END IF;
+        IF NOT coalesce(v_call ->> 'kind' IN ('external', 'internal', 'custom', 'question', 'command'), false) THEN
+            PERFORM holdfast.raise('HF422', 'tool call kind must be external, internal, custom, question or command', format('tool_calls[%s].kind', v_pos));
+        END IF;
+        v_status := CASE
+            WHEN v_call ->> 'name' = ANY (v_require) THEN 'awaiting_approval'
+            WHEN v_call ->> 'kind' IN ('custom', 'question', 'command') THEN 'waiting'
+            ELSE 'pending' END;
+        v_statuses := array_append(v_statuses, v_status);
+        IF v_status = 'awaiting_approval'
+           OR (v_status = 'waiting' AND v_call ->> 'kind' IN ('question', 'command')) THEN
+            v_opens_waits := true;
+        END IF;
+    END LOOP;
+
+    -- The limits: a response whose calls would need a model call past the
+    -- step limit, or with too many calls, keeps its calls only as cancelled.
+    IF v_n_calls > 0 THEN
+        IF v_n_calls > holdfast.agent_limit(v_agent.config, 'max_tool_calls_per_response') THEN
+            v_limit := 'max_tool_calls_per_response';
+        ELSIF v_agent.turn_model_steps + 1 >= holdfast.agent_limit(v_agent.config, 'max_model_steps_per_turn') THEN
+            v_limit := 'max_model_steps_per_turn';
+        END IF;
+        IF v_limit IS NOT NULL THEN
+            v_limit_value := holdfast.agent_limit(v_agent.config, v_limit);
+            v_statuses := array_fill('cancelled'::text, ARRAY[v_n_calls]);
+            v_opens_waits := false;
+        END IF;
+    END IF;
+
+    -- The inputs the call saw (still unconsumed), in arrival order.
+    IF coalesce(cardinality(p_input_ids), 0) > 0 THEN
+        SELECT coalesce(array_agg(i.id ORDER BY i.created_at, i.id), '{}'),
+               coalesce(array_agg(i.content ORDER BY i.created_at, i.id), '{}')
+          INTO v_input_ids, v_input_contents
+          FROM holdfast.inputs i
+         WHERE i.agent_id = p_agent AND i.id = ANY (p_input_ids) AND i.consumed_at IS NULL;
+        v_n_inputs := cardinality(v_input_ids);
+    END IF;
+
+    -- No tool calls: the model has answered; the turn is complete.
+    v_turn_open := CASE WHEN v_n_calls = 0 THEN false ELSE v_agent.turn_open END;
+    v_types := ARRAY['model.response'];
+    IF v_opens_waits OR v_limit IS NOT NULL THEN
+        UPDATE holdfast.agents
+           SET last_step_seq = last_step_seq + 1,
+               last_message_seq = last_message_seq + v_n_inputs + 1,
+               last_event_seq = last_event_seq + 1, last_event_at = holdfast.now(),
+               model_attempts = 0,
+               turn_model_steps = turn_model_steps + 1
+         WHERE id = p_agent
+        RETURNING last_step_seq, last_message_seq, last_event_seq
+             INTO v_step_seq, v_message_seq, v_event_seq;
+    ELSE
+        v_state := holdfast.decide_state(p_agent, v_turn_open,
+            'pending' = ANY (v_statuses),
+            'waiting' = ANY (v_statuses) OR 'awaiting_approval' = ANY (v_statuses),
+            v_input_ids);
+        IF v_state = 'new_turn' THEN
+            v_state := 'ready';
+            v_new_turn := true;
+        END IF;
+        v_types := v_types || array_fill('tool_call.created'::text, ARRAY[v_n_calls]);
+        IF v_n_calls = 0 THEN
+            v_types := array_append(v_types, 'turn.completed');
+        END IF;
+        IF v_new_turn THEN
+            v_types := array_append(v_types, 'turn.started');
+        END IF;
+        UPDATE holdfast.agents
+           SET last_step_seq = last_step_seq + 1,
+               last_message_seq = last_message_seq + v_n_inputs + 1,
+               last_event_seq = last_event_seq + cardinality(v_types), last_event_at = holdfast.now(),
+               model_attempts = 0,
+               turn_model_steps = CASE WHEN v_new_turn THEN 0 ELSE turn_model_steps + 1 END,
+               turn_open = v_turn_open OR v_new_turn,
+               state = v_state,
+               lease_owner = NULL, lease_expires_at = NULL, lease_pid = NULL, lease_backend_start = NULL,
+               updated_at = holdfast.now()
+         WHERE id = p_agent
+        RETURNING last_step_seq, last_message_seq, last_event_seq
+             INTO v_step_seq, v_message_seq, v_event_seq;
+    END IF;
+
+    INSERT INTO holdfast.steps (agent_id, step_seq, kind, epoch)
+    VALUES (p_agent, v_step_seq, 'model', p_epoch) RETURNING id INTO v_step_id;
+
+    -- The inputs become user messages, then the assistant's message.
+    INSERT INTO holdfast.messages (agent_id, seq, role, content, step_id, input_id)
+    SELECT p_agent, v_message_seq - v_n_inputs - 1 + m.ord, m.role, m.content, v_step_id, m.input_id
+      FROM (SELECT i.ord, 'user' AS role,
+                   CASE WHEN jsonb_typeof(i.content) = 'string'
+                        THEN jsonb_build_array(jsonb_build_object('type', 'text', 'text', i.content #>> '{}'))
+                        ELSE i.content END AS content,
+                   i.id AS input_id
+              FROM unnest(v_input_ids, v_input_contents) WITH ORDINALITY AS i (id, content, ord)
+            UNION ALL
+            SELECT v_n_inputs + 1, 'assistant', p_message, NULL) m
+     ORDER BY m.ord;
+    IF v_n_inputs > 0 THEN
+        UPDATE holdfast.inputs SET consumed_at = holdfast.now() WHERE id = ANY (v_input_ids);
+    END IF;
+
+    IF v_n_calls > 0 THEN
+        WITH inserted AS (
+            INSERT INTO holdfast.tool_calls (agent_id, step_id, position, provider_id, name, input, kind, status)
+            SELECT p_agent, v_step_id, (c.ord - 1)::integer, c.value ->> 'provider_id', c.value ->> 'name',
+                   coalesce(c.value -> 'input', '{}'), c.value ->> 'kind', v_statuses[c.ord]
+              FROM jsonb_array_elements(v_tool_calls) WITH ORDINALITY AS c (value, ord)
+             ORDER BY c.ord
+            RETURNING id, position, provider_id, name, input, kind, status
+        )
+        SELECT jsonb_agg(jsonb_build_object('id', t.id, 'provider_id', t.provider_id, 'name', t.name,
+                                            'input', t.input, 'kind', t.kind, 'status', t.status)
+                         ORDER BY t.position)
+          INTO v_calls
+          FROM inserted t;
+    END IF;
+
+    v_data := ARRAY[jsonb_build_object(
+        'step_id', v_step_id, 'message', p_message, 'tool_calls', v_calls,
+        'usage', coalesce(p_usage, '{}'), 'stop_reason', p_stop_reason)];
+    IF NOT (v_opens_waits OR v_limit IS NOT NULL) THEN
+        v_data := v_data || ARRAY(SELECT c.value FROM jsonb_array_elements(v_calls) WITH ORDINALITY AS c (value, ord)
+                                   ORDER BY c.ord);
+        IF v_n_calls = 0 THEN
+            v_data := array_append(v_data, jsonb_build_object('step_id', v_step_id, 'stop_reason', p_stop_reason));
+        END IF;
+        IF v_new_turn THEN
+            v_data := array_append(v_data, '{}'::jsonb);
+        END IF;
+    END IF;
+    PERFORM holdfast.insert_reserved_events(p_agent, v_event_seq, v_types, v_data);
+
+    IF v_opens_waits OR v_limit IS NOT NULL THEN
+        FOR v_call IN SELECT c.value FROM jsonb_array_elements(v_calls) WITH ORDINALITY AS c (value, ord)
+                       ORDER BY c.ord LOOP
+            PERFORM holdfast.append_event(p_agent, 'tool_call.created', v_call);
+        END LOOP;
+        IF v_limit IS NULL THEN
+            PERFORM holdfast.settle_agent(p_agent);
+        ELSE
+            PERFORM holdfast.end_turn_with_error(p_agent, 'limit_exceeded',
+                CASE v_limit
+                    WHEN 'max_tool_calls_per_response' THEN format(
+                        'the response asked for %s tool calls; this agent may make at most %s per response (limits.%s). None of them ran.',
+                        v_n_calls, v_limit_value, v_limit)
+                    ELSE format(
+                        'this turn reached %s model steps, the most this agent may take in one turn (limits.%s); the tool calls of the last response did not run.',
+                        v_limit_value, v_limit) END,
+                NULL, NULL, jsonb_build_object('limit', v_limit, 'value', v_limit_value));
+        END IF;
+    END IF;
+    RETURN v_step_id;
+END
+$$;
+
+-- A retryable model failure (429, 529, 5xx, timeout, cut stream): count the
+-- attempt, record `model.retry`, and release the agent until now() + p_delay.
+-- When the attempt would exceed p_max_retries, the turn fails instead
+-- (`turn.failed`, error type retries_exhausted) and the inputs the failed call
+-- saw (p_input_ids) become history with the error, as with any failed turn,
+-- instead of staying pending and starting a new turn that would fail the same
+-- way. Fenced (HF001). Returns 'retrying' or 'exhausted'.
+CREATE OR REPLACE FUNCTION holdfast.commit_model_retry(
+    p_agent uuid, p_epoch bigint, p_error jsonb, p_delay interval, p_max_retries integer,
+    p_input_ids uuid[])
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_attempt integer;
+BEGIN
+    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
+    UPDATE holdfast.agents SET model_attempts = model_attempts + 1 WHERE id = p_agent
+    RETURNING model_attempts INTO v_attempt;
+    IF v_attempt > p_max_retries THEN
+        PERFORM holdfast.end_turn_with_error(p_agent, 'retries_exhausted',
+            format('gave up after %s retries; last error: %s', p_max_retries, p_error ->> 'message'),
+            p_input_ids, p_error);
+        RETURN 'exhausted';
+    END IF;
+    PERFORM holdfast.append_event(p_agent, 'model.retry', jsonb_build_object(
+        'attempt', v_attempt,
+        'delay_ms', floor(extract(epoch FROM p_delay) * 1000)::bigint,
+        'error', p_error));
+    UPDATE holdfast.agents SET run_after = holdfast.now() + p_delay WHERE id = p_agent;
+    PERFORM holdfast.settle_agent(p_agent);
+    RETURN 'retrying';
+END
+$$;
+
+-- Save a compaction: the summary (which covers every message before
+-- p_keep_from_seq, including any earlier summary) and a `context.compacted`
+-- event, in one transaction; then release the agent (its turn is still
+-- open, so it is ready for the model call at once). Fenced (HF001).
+-- Raises HF422 when p_keep_from_seq does not move the start forward.
+CREATE OR REPLACE FUNCTION holdfast.commit_compaction(
+    p_agent uuid, p_epoch bigint, p_summary text, p_keep_from_seq bigint, p_usage jsonb)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_agent holdfast.agents;
+    v_replaced bigint;
+BEGIN
+    v_agent := holdfast.lock_leased_agent(p_agent, p_epoch);
+    IF p_summary IS NULL OR btrim(p_summary) = '' THEN
+        PERFORM holdfast.raise('HF422', 'summary must not be empty', 'summary');
+    END IF;
+    IF p_keep_from_seq <= v_agent.context_start_seq OR p_keep_from_seq > v_agent.last_message_seq + 1 THEN
+        PERFORM holdfast.raise('HF422', format('keep_from_seq %s must be in (%s, %s]',
+            p_keep_from_seq, v_agent.context_start_seq, v_agent.last_message_seq + 1), 'keep_from_seq');
+    END IF;
+    SELECT count(*) INTO v_replaced FROM holdfast.messages
+     WHERE agent_id = p_agent AND seq >= v_agent.context_start_seq AND seq < p_keep_from_seq;
+    UPDATE holdfast.agents
+       SET context_summary = p_summary, context_start_seq = p_keep_from_seq, model_attempts = 0
+     WHERE id = p_agent;
+    PERFORM holdfast.append_event(p_agent, 'context.compacted', jsonb_build_object(
+        'summary', p_summary, 'replaced_messages', v_replaced,
+        'keep_from_seq', p_keep_from_seq, 'usage', coalesce(p_usage, '{}')));
+    PERFORM holdfast.settle_agent(p_agent);
+END
+$$;
+
+-- Save one tool call's result with its event, fenced by the worker's lease.
+-- The agent stays leased (a batch may hold more calls); the worker releases it
+-- with release_agent when its batch is done. The step's and the event's seqs
+-- come from one agent UPDATE. Raises HF001 (lease lost), HF404 (no such call
+-- on this agent), HF409 (the call already has a result), HF422.
+CREATE OR REPLACE FUNCTION holdfast.commit_tool_result(
+    p_agent uuid, p_epoch bigint, p_tool_call uuid, p_output jsonb, p_is_error boolean)
+RETURNS uuid LANGUAGE plpgsql AS $$
+DECLARE
+    v_call holdfast.tool_calls;
+    v_step_id uuid;
+    v_step_seq bigint;
+    v_event_seq bigint;
+BEGIN
+    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
+    SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = p_tool_call AND agent_id = p_agent FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('tool call %s not found', p_tool_call));
+    END IF;
+    IF v_call.status NOT IN ('pending', 'running') THEN
+        PERFORM holdfast.raise('HF409', format('tool call %s is %s', p_tool_call, v_call.status));
+    END IF;
+    IF p_output IS NULL THEN
+        PERFORM holdfast.raise('HF422', 'output must not be null', 'output');
+    END IF;
+    UPDATE holdfast.agents
+       SET last_step_seq = last_step_seq + 1,
+           last_event_seq = last_event_seq + 1, last_event_at = holdfast.now()
+     WHERE id = p_agent
+    RETURNING last_step_seq, last_event_seq INTO v_step_seq, v_event_seq;
+    INSERT INTO holdfast.steps (agent_id, step_seq, kind, epoch)
+    VALUES (p_agent, v_step_seq, 'tool', p_epoch) RETURNING id INTO v_step_id;
+    UPDATE holdfast.tool_calls
+       SET status = 'completed', running_epoch = NULL, output = p_output,
+           is_error = coalesce(p_is_error, false), result_step_id = v_step_id,
+           completed_at = holdfast.now()
+     WHERE id = p_tool_call;
+    PERFORM holdfast.insert_reserved_events(p_agent, v_event_seq, ARRAY['tool_call.completed'],
+        ARRAY[jsonb_build_object('tool_call_id', p_tool_call, 'name', v_call.name, 'output', p_output,
+                                 'is_error', coalesce(p_is_error, false))]);
+    RETURN v_step_id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION holdfast.end_turn_with_error(
+    p_agent uuid, p_error_type text, p_message text, p_input_ids uuid[], p_detail jsonb DEFAULT NULL,
+    p_error_fields jsonb DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_input holdfast.inputs;
+BEGIN
+    FOR v_input IN
+        SELECT * FROM holdfast.inputs
+         WHERE agent_id = p_agent AND id = ANY (coalesce(p_input_ids, '{}')) AND consumed_at IS NULL
+         ORDER BY created_at, id
+    LOOP
+        PERFORM holdfast.append_input_message(v_input, NULL);
+    END LOOP;
+    UPDATE holdfast.agents SET last_message_seq = last_message_seq + 1 WHERE id = p_agent;
+    INSERT INTO holdfast.messages (agent_id, seq, role, content)
+    SELECT p_agent, a.last_message_seq, 'assistant',
+           jsonb_build_array(jsonb_build_object('type', 'text',
+               'text', format('[holdfast] The turn failed: %s: %s', p_error_type, p_message)))
+      FROM holdfast.agents a WHERE a.id = p_agent;
+    UPDATE holdfast.tool_calls SET status = 'cancelled'
+     WHERE agent_id = p_agent AND status IN ('pending', 'awaiting_approval', 'waiting');
+    UPDATE holdfast.agents SET turn_open = false, model_attempts = 0 WHERE id = p_agent;
+    PERFORM holdfast.append_event(p_agent, 'turn.failed', jsonb_build_object(
+        'error', jsonb_build_object('type', p_error_type, 'message', p_message)
+                 || coalesce(p_error_fields, '{}')
+                 || CASE WHEN p_detail IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('detail', p_detail) END));
+    PERFORM holdfast.settle_agent(p_agent);
+END
+$$;
+
+-- A fatal model error (authentication_error, billing_error,
+-- invalid_request_error, ...): end the turn at once, no retry. Fenced (HF001).
+CREATE OR REPLACE FUNCTION holdfast.fail_turn(
+    p_agent uuid, p_epoch bigint, p_error_type text, p_message text, p_input_ids uuid[])
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
+    PERFORM holdfast.interrupt_running_calls(p_agent);
+    PERFORM holdfast.end_turn_with_error(p_agent, p_error_type, p_message, p_input_ids);
+END
+$$;
+
+
+-- A step failed with something other than a lost lease (p_message says
+-- what). Counts the failure; below p_max_attempts the agent is released
+-- (running external calls interrupted, as in release_agent) until
+-- now() + p_delay and 'retrying' is returned; at p_max_attempts the turn
+-- ends with `turn.failed` {"type": "internal_error", "message": ...}, the
+-- cause in history, and 'failed' is returned; the inputs still pending become
+-- history with it (a new turn from them would fail the same way).
+-- Locks the agent row (fenced: HF001 when the lease is not p_epoch's).
+-- Raises HF422 for a negative delay or a max below 1.
+CREATE OR REPLACE FUNCTION holdfast.fail_step(
+    p_agent uuid, p_epoch bigint, p_message text, p_delay interval, p_max_attempts integer)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_failures integer;
+BEGIN
+    IF p_delay IS NULL OR p_delay < '0'::interval THEN
+        PERFORM holdfast.raise('HF422', 'delay must not be negative', 'delay');
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        PERFORM holdfast.raise('HF422', 'max attempts must be at least 1', 'max_attempts');
+    END IF;
+    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
+    SELECT step_failures + 1 INTO v_failures FROM holdfast.agents WHERE id = p_agent;
+    PERFORM holdfast.interrupt_running_calls(p_agent);
+    IF v_failures >= p_max_attempts THEN
+        PERFORM holdfast.end_turn_with_error(p_agent, 'internal_error',
+            format('a step failed %s times in a row; last error: %s', v_failures, p_message),
+            ARRAY(SELECT id FROM holdfast.inputs WHERE agent_id = p_agent AND consumed_at IS NULL));
+        RETURN 'failed';
+    END IF;
+    PERFORM holdfast.settle_agent_with(p_agent, '{}', '{}', holdfast.now() + p_delay);
+    UPDATE holdfast.agents SET step_failures = v_failures WHERE id = p_agent;
+    RETURN 'retrying';
+END
+$$;

@@ -1,0 +1,346 @@
+-- sql/functions/tools.sql — tool-call waits: approvals, questions, custom tool results, subagents.
+--
+-- The current definition of each function in this area, one definition
+-- each. `holdfast migrate` re-applies this file (after the numbered
+-- migrations) whenever its text changes; the numbered migrations are the
+-- applied history of tables, indexes, triggers and views. See docs/sql.md.
+
+-- Open the wait a call's status asks for: an approval for awaiting_approval,
+-- a question for a waiting `question` call, and for a waiting run_command
+-- call its command (queue_command). Idempotent (unique tool_call_id). The
+-- caller holds the agent's row lock.
+CREATE OR REPLACE FUNCTION holdfast.open_tool_wait(p_call_id uuid)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_call holdfast.tool_calls;
+    v_id uuid;
+    v_question text;
+BEGIN
+    SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = p_call_id;
+    IF v_call.status = 'awaiting_approval' THEN
+        INSERT INTO holdfast.approvals (agent_id, tool_call_id) VALUES (v_call.agent_id, v_call.id)
+        ON CONFLICT (tool_call_id) DO NOTHING RETURNING id INTO v_id;
+        IF v_id IS NOT NULL THEN
+            PERFORM holdfast.append_event(v_call.agent_id, 'approval.requested', jsonb_build_object(
+                'approval_id', v_id, 'tool_call_id', v_call.id, 'name', v_call.name, 'input', v_call.input));
+        END IF;
+    ELSIF v_call.status = 'waiting' AND v_call.kind = 'question' THEN
+        v_question := coalesce(v_call.input ->> 'question', v_call.input #>> '{}', v_call.input::text);
+        INSERT INTO holdfast.questions (agent_id, tool_call_id, question)
+        VALUES (v_call.agent_id, v_call.id, v_question)
+        ON CONFLICT (tool_call_id) DO NOTHING RETURNING id INTO v_id;
+        IF v_id IS NOT NULL THEN
+            PERFORM holdfast.append_event(v_call.agent_id, 'question.asked', jsonb_build_object(
+                'question_id', v_id, 'tool_call_id', v_call.id, 'question', v_question));
+        END IF;
+    ELSIF v_call.status = 'waiting' AND v_call.kind = 'command' THEN
+        PERFORM holdfast.queue_command(v_call);
+    END IF;
+END
+$$;
+
+-- Complete a waiting tool call with an output, record its event, and settle
+-- the agent if no worker holds it (a leased agent settles on release). The
+-- caller holds the agent's row lock and the call's.
+CREATE OR REPLACE FUNCTION holdfast.complete_waiting_call(
+    p_call holdfast.tool_calls, p_output jsonb, p_is_error boolean, p_event text, p_event_data jsonb)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE holdfast.tool_calls
+       SET status = 'completed', output = p_output, is_error = p_is_error, completed_at = holdfast.now()
+     WHERE id = p_call.id;
+    IF p_event IS NOT NULL THEN
+        PERFORM holdfast.append_event(p_call.agent_id, p_event, p_event_data);
+    END IF;
+    PERFORM holdfast.append_event(p_call.agent_id, 'tool_call.completed', jsonb_build_object(
+        'tool_call_id', p_call.id, 'name', p_call.name, 'output', p_output, 'is_error', p_is_error));
+    IF (SELECT state FROM holdfast.agents WHERE id = p_call.agent_id) <> 'running' THEN
+        PERFORM holdfast.settle_agent(p_call.agent_id);
+    END IF;
+END
+$$;
+
+-- Trigger _200_open_tool_wait on events (AFTER INSERT, only for the
+-- tool_call.created events of calls that open a wait: awaiting_approval, or a
+-- waiting question or command call): open that call's wait.
+CREATE OR REPLACE FUNCTION holdfast.tg_events_open_tool_wait() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM holdfast.open_tool_wait((NEW.data ->> 'id')::uuid);
+    RETURN NULL;
+END
+$$;
+
+-- A cancelled call's approval or question is cancelled with it, so a late
+-- answer gets HF409.
+CREATE OR REPLACE FUNCTION holdfast.tg_tool_calls_cancel_waits() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE holdfast.approvals SET status = 'cancelled' WHERE tool_call_id = NEW.id AND status = 'pending';
+    UPDATE holdfast.questions SET status = 'cancelled' WHERE tool_call_id = NEW.id AND status = 'pending';
+    RETURN NULL;
+END
+$$;
+
+-- Decide an approval. p_decision: 'approve' | 'deny'. The first decision
+-- wins; the same decision again by the same person returns the approval
+-- unchanged (idempotent); any other decision raises HF409. Approving lets
+-- the call run (pending) or wait for its outside party; denying completes it
+-- with an error output the model sees. Locks: the agent, then the call, then
+-- the approval. Raises HF404, HF409, HF422.
+CREATE OR REPLACE FUNCTION holdfast.answer_approval(p_approval uuid, p_decision text, p_by text, p_reason text DEFAULT NULL)
+RETURNS holdfast.approvals LANGUAGE plpgsql AS $$
+DECLARE
+    v_approval holdfast.approvals;
+    v_call holdfast.tool_calls;
+    v_status text;
+BEGIN
+    IF p_decision IS NULL OR p_decision NOT IN ('approve', 'deny') THEN
+        PERFORM holdfast.raise('HF422', 'decision must be "approve" or "deny"', 'decision');
+    END IF;
+    IF p_by IS NULL OR btrim(p_by) = '' THEN
+        PERFORM holdfast.raise('HF422', 'by must name who decides', 'by');
+    END IF;
+    SELECT * INTO v_approval FROM holdfast.approvals WHERE id = p_approval;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('approval %s not found', p_approval));
+    END IF;
+    PERFORM holdfast.lock_agent(v_approval.agent_id);
+    SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = v_approval.tool_call_id FOR UPDATE;
+    SELECT * INTO v_approval FROM holdfast.approvals WHERE id = p_approval FOR UPDATE;
+    v_status := CASE p_decision WHEN 'approve' THEN 'approved' ELSE 'denied' END;
+    IF v_approval.status <> 'pending' THEN
+        IF v_approval.status = v_status AND v_approval.decided_by = p_by THEN
+            RETURN v_approval;
+        END IF;
+        PERFORM holdfast.raise('HF409', format('approval %s is already %s', p_approval, v_approval.status));
+    END IF;
+    UPDATE holdfast.approvals
+       SET status = v_status, decided_by = p_by, reason = p_reason, decided_at = holdfast.now()
+     WHERE id = p_approval RETURNING * INTO v_approval;
+    PERFORM holdfast.append_event(v_call.agent_id, 'approval.answered', jsonb_build_object(
+        'approval_id', p_approval, 'tool_call_id', v_call.id, 'decision', p_decision,
+        'by', p_by, 'reason', p_reason));
+    IF v_status = 'denied' THEN
+        PERFORM holdfast.complete_waiting_call(v_call,
+            to_jsonb(format('The user denied this tool call.%s',
+                            coalesce(' Reason: ' || p_reason, ''))),
+            true, NULL, NULL);
+    ELSE
+        UPDATE holdfast.tool_calls
+           SET status = CASE WHEN kind IN ('custom', 'question', 'command') THEN 'waiting' ELSE 'pending' END
+         WHERE id = v_call.id;
+        PERFORM holdfast.open_tool_wait(v_call.id);
+        IF (SELECT state FROM holdfast.agents WHERE id = v_call.agent_id) <> 'running' THEN
+            PERFORM holdfast.settle_agent(v_call.agent_id);
+        END IF;
+    END IF;
+    RETURN v_approval;
+END
+$$;
+
+-- Answer a question. The first answer wins; the same answer again by the
+-- same person returns the question unchanged; anything else raises HF409.
+-- The answer completes the ask_user call. Locks: agent, call, question.
+CREATE OR REPLACE FUNCTION holdfast.answer_question(p_question uuid, p_answer text, p_by text)
+RETURNS holdfast.questions LANGUAGE plpgsql AS $$
+DECLARE
+    v_question holdfast.questions;
+    v_call holdfast.tool_calls;
+BEGIN
+    IF p_answer IS NULL THEN
+        PERFORM holdfast.raise('HF422', 'answer must be a string', 'answer');
+    END IF;
+    IF p_by IS NULL OR btrim(p_by) = '' THEN
+        PERFORM holdfast.raise('HF422', 'by must name who answers', 'by');
+    END IF;
+    SELECT * INTO v_question FROM holdfast.questions WHERE id = p_question;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('question %s not found', p_question));
+    END IF;
+    PERFORM holdfast.lock_agent(v_question.agent_id);
+    SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = v_question.tool_call_id FOR UPDATE;
+    SELECT * INTO v_question FROM holdfast.questions WHERE id = p_question FOR UPDATE;
+    IF v_question.status <> 'pending' THEN
+        IF v_question.status = 'answered' AND v_question.answer = p_answer AND v_question.answered_by = p_by THEN
+            RETURN v_question;
+        END IF;
+        PERFORM holdfast.raise('HF409', format('question %s is already %s', p_question, v_question.status));
+    END IF;
+    UPDATE holdfast.questions
+       SET status = 'answered', answer = p_answer, answered_by = p_by, answered_at = holdfast.now()
+     WHERE id = p_question RETURNING * INTO v_question;
+    PERFORM holdfast.complete_waiting_call(v_call, to_jsonb(p_answer), false, 'question.answered',
+        jsonb_build_object('question_id', p_question, 'tool_call_id', v_call.id,
+                           'answer', p_answer, 'by', p_by));
+    RETURN v_question;
+END
+$$;
+
+-- Record the result of a custom tool call, posted by the client's backend
+-- (DESIGN §4: first result wins). Locks the agent row, then the call. Only a
+-- call of kind 'custom' in status 'waiting' accepts a result: it becomes
+-- completed with tool_call.completed. An unleased agent is settled (ready
+-- once nothing else waits), its event written with the settle in one agent
+-- UPDATE; a leased one (its worker is running other calls of the batch) is
+-- settled by its release. No step row is written: a step is a worker's unit
+-- of work, and no worker took part.
+-- Raises HF404 (no such call), HF409 (the call already has a result, was
+-- cancelled, or is not a custom call waiting for one; identical payloads
+-- included), HF422 (output is SQL NULL; JSON null is a valid output).
+-- Returns the completed call.
+CREATE OR REPLACE FUNCTION holdfast.submit_tool_result(p_tool_call uuid, p_output jsonb, p_is_error boolean)
+RETURNS holdfast.tool_calls LANGUAGE plpgsql AS $$
+DECLARE
+    v_agent holdfast.agents;
+    v_call holdfast.tool_calls;
+    v_data jsonb;
+BEGIN
+    IF p_output IS NULL THEN
+        PERFORM holdfast.raise('HF422', 'output must not be null', 'output');
+    END IF;
+    SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = p_tool_call;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('tool call %s not found', p_tool_call));
+    END IF;
+    v_agent := holdfast.lock_agent(v_call.agent_id);
+    SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = p_tool_call FOR UPDATE;
+    IF v_call.kind <> 'custom' THEN
+        PERFORM holdfast.raise('HF409', format('tool call %s is a %s call, not a custom one', p_tool_call, v_call.kind));
+    END IF;
+    IF v_call.status <> 'waiting' THEN
+        PERFORM holdfast.raise('HF409', format('tool call %s is %s', p_tool_call, v_call.status));
+    END IF;
+    UPDATE holdfast.tool_calls
+       SET status = 'completed', output = p_output, is_error = coalesce(p_is_error, false),
+           completed_at = holdfast.now()
+     WHERE id = p_tool_call
+    RETURNING * INTO v_call;
+    v_data := jsonb_build_object('tool_call_id', p_tool_call, 'name', v_call.name, 'output', p_output,
+                                 'is_error', v_call.is_error);
+    IF v_agent.state <> 'running' THEN
+        PERFORM holdfast.settle_agent_with(v_call.agent_id, ARRAY['tool_call.completed'], ARRAY[v_data], NULL);
+    ELSE
+        PERFORM holdfast.append_event(v_call.agent_id, 'tool_call.completed', v_data);
+    END IF;
+    RETURN v_call;
+END
+$$;
+
+-- spawn_subagent (0005), now within the tree's limits: the child's depth
+-- (parent's + 1) at most the root's max_subagent_depth; the parent's live
+-- children (its spawn calls still waiting on a child) fewer than its
+-- max_live_children; the root's tree smaller than its max_descendants. An
+-- over-limit spawn creates nothing: the call completes with an error result
+-- (commit_tool_result) `{"type": "limit_exceeded", "limit", "value",
+-- "message"}` and NULL is returned. Otherwise as before: the child, its
+-- first input and the parent's waiting call in one transaction; returns the
+-- child's id. Locks the parent (fenced, HF001), its call, then the tree's
+-- root (descendants are counted under the root's lock, so concurrent spawns
+-- in one tree cannot overshoot). Raises HF404, HF409, HF422 as before.
+CREATE OR REPLACE FUNCTION holdfast.spawn_subagent(
+    p_agent uuid, p_epoch bigint, p_tool_call uuid, p_config jsonb, p_prompt text)
+RETURNS uuid LANGUAGE plpgsql AS $$
+DECLARE
+    v_parent holdfast.agents;
+    v_root holdfast.agents;
+    v_call holdfast.tool_calls;
+    v_child uuid;
+    v_limit text;
+    v_value integer;
+    v_message text;
+BEGIN
+    v_parent := holdfast.lock_leased_agent(p_agent, p_epoch);
+    SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = p_tool_call AND agent_id = p_agent FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('tool call %s not found', p_tool_call));
+    END IF;
+    IF v_call.status <> 'pending' THEN
+        PERFORM holdfast.raise('HF409', format('tool call %s is %s', p_tool_call, v_call.status));
+    END IF;
+    IF p_prompt IS NULL OR btrim(p_prompt) = '' THEN
+        PERFORM holdfast.raise('HF422', 'prompt must be a non-empty string', 'prompt');
+    END IF;
+    IF v_parent.root_agent_id IS NULL THEN
+        v_root := v_parent;
+    ELSE
+        v_root := holdfast.lock_agent(v_parent.root_agent_id);
+    END IF;
+
+    v_value := holdfast.agent_limit(v_root.config, 'max_subagent_depth');
+    IF v_parent.subagent_depth + 1 > v_value THEN
+        v_limit := 'max_subagent_depth';
+        v_message := format('this agent is at subagent depth %s; its tree may be at most %s deep',
+                            v_parent.subagent_depth, v_value);
+    END IF;
+    IF v_limit IS NULL THEN
+        v_value := holdfast.agent_limit(v_parent.config, 'max_live_children');
+        IF (SELECT count(*) FROM holdfast.tool_calls t
+             WHERE t.agent_id = p_agent AND t.status = 'waiting' AND t.child_agent_id IS NOT NULL) >= v_value THEN
+            v_limit := 'max_live_children';
+            v_message := format('this agent already has %s subagents running, the most it may have at once', v_value);
+        END IF;
+    END IF;
+    IF v_limit IS NULL THEN
+        v_value := holdfast.agent_limit(v_root.config, 'max_descendants');
+        IF (SELECT count(*) FROM holdfast.agents d WHERE d.root_agent_id = v_root.id) >= v_value THEN
+            v_limit := 'max_descendants';
+            v_message := format('this agent''s tree already has %s subagents, the most it may have', v_value);
+        END IF;
+    END IF;
+    IF v_limit IS NOT NULL THEN
+        PERFORM holdfast.commit_tool_result(p_agent, p_epoch, p_tool_call, jsonb_build_object(
+            'type', 'limit_exceeded', 'limit', v_limit, 'value', v_value,
+            'message', format('The subagent was not started: %s (limits.%s).', v_message, v_limit)), true);
+        RETURN NULL;
+    END IF;
+
+    v_child := holdfast.create_agent(v_parent.project_id, p_config);
+    UPDATE holdfast.agents
+       SET parent_tool_call_id = p_tool_call, subagent_depth = v_parent.subagent_depth + 1,
+           root_agent_id = v_root.id
+     WHERE id = v_child;
+    UPDATE holdfast.tool_calls SET status = 'waiting', child_agent_id = v_child WHERE id = p_tool_call;
+    PERFORM holdfast.append_event(p_agent, 'subagent.started', jsonb_build_object(
+        'tool_call_id', p_tool_call, 'child_agent_id', v_child, 'prompt', p_prompt));
+    PERFORM holdfast.create_input(v_child, to_jsonb(p_prompt), NULL);
+    RETURN v_child;
+END
+$$;
+
+-- When a child's turn ends, its parent's waiting call completes with the
+-- child's last answer (or its error), with `subagent.finished`. Lock order:
+-- the child (held by the transaction that ended its turn), then the parent.
+CREATE OR REPLACE FUNCTION holdfast.tg_events_finish_subagent() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_call holdfast.tool_calls;
+    v_answer text;
+    v_is_error boolean := NEW.type <> 'turn.completed';
+BEGIN
+    SELECT t.* INTO v_call FROM holdfast.tool_calls t
+      JOIN holdfast.agents c ON c.parent_tool_call_id = t.id
+     WHERE c.id = NEW.agent_id;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    PERFORM holdfast.lock_agent(v_call.agent_id);
+    SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = v_call.id FOR UPDATE;
+    IF v_call.status <> 'waiting' THEN
+        RETURN NULL;  -- the parent's turn moved on (cancelled): nothing to deliver
+    END IF;
+    SELECT string_agg(b.value ->> 'text', E'\n' ORDER BY b.ordinality) INTO v_answer
+      FROM (SELECT content FROM holdfast.messages
+             WHERE agent_id = NEW.agent_id AND role = 'assistant' ORDER BY seq DESC LIMIT 1) m,
+           jsonb_array_elements(m.content) WITH ORDINALITY b
+     WHERE b.value ->> 'type' = 'text';
+    IF v_is_error THEN
+        v_answer := format('The subagent''s turn ended with %s: %s', NEW.type,
+                           coalesce(NEW.data #>> '{error,message}', 'no answer'));
+    END IF;
+    PERFORM holdfast.complete_waiting_call(v_call, to_jsonb(coalesce(v_answer, '')), v_is_error,
+        'subagent.finished', jsonb_build_object('tool_call_id', v_call.id, 'child_agent_id', NEW.agent_id,
+                                                'outcome', NEW.type));
+    RETURN NULL;
+END
+$$;

@@ -1,0 +1,187 @@
+//! The schema source itself: each function defined once, in the function
+//! files; migrations after the split define none; a changed function file is
+//! re-applied; every event type the SQL emits is a known event type.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use holdfast_engine::migrate::{self, FUNCTION_FILES, MIGRATIONS};
+use holdfast_tests::TestDb;
+
+/// The last migration written before functions moved to `sql/functions/`:
+/// later migrations hold tables, indexes, triggers and views only.
+const LAST_MIGRATION_WITH_FUNCTIONS: i32 = 9;
+
+/// `CREATE [OR REPLACE] FUNCTION holdfast.NAME(` at the start of a line.
+fn defined_functions(sql: &str) -> Vec<String> {
+    sql.lines()
+        .filter_map(|line| {
+            let rest = line
+                .strip_prefix("CREATE OR REPLACE FUNCTION holdfast.")
+                .or_else(|| line.strip_prefix("CREATE FUNCTION holdfast."))?;
+            Some(rest.split('(').next()?.to_owned())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn every_function_is_defined_once_in_the_function_files() {
+    let mut files_by_function: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for file in FUNCTION_FILES {
+        for name in defined_functions(file.sql) {
+            files_by_function.entry(name).or_default().push(file.name);
+        }
+    }
+    let twice: Vec<_> = files_by_function
+        .iter()
+        .filter(|(_, files)| files.len() > 1)
+        .collect();
+    assert!(twice.is_empty(), "defined more than once: {twice:?}");
+
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let signatures: Vec<(String, String)> = client
+        .query(
+            "SELECT p.proname::text, p.oid::regprocedure::text FROM pg_proc p
+               JOIN pg_namespace n ON n.oid = p.pronamespace
+              WHERE n.nspname = 'holdfast'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let in_database: BTreeSet<String> = signatures.iter().map(|(n, _)| n.clone()).collect();
+    // An overload left behind by a signature change (a new argument makes a
+    // second function, it does not replace the first) would still run for
+    // callers that match it: a migration must drop the old signature.
+    assert_eq!(
+        in_database.len(),
+        signatures.len(),
+        "overloaded functions: {signatures:?}"
+    );
+    let in_files: BTreeSet<String> = files_by_function.keys().cloned().collect();
+    let only_in_database: Vec<_> = in_database.difference(&in_files).collect();
+    let only_in_files: Vec<_> = in_files.difference(&in_database).collect();
+    assert!(
+        only_in_database.is_empty() && only_in_files.is_empty(),
+        "function files and database disagree: only in the database {only_in_database:?}, \
+         only in the files {only_in_files:?}"
+    );
+}
+
+#[test]
+fn docs_sql_indexes_every_function_under_its_file() {
+    let docs = include_str!("../../docs/sql.md");
+    for file in FUNCTION_FILES {
+        let row = docs
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{}` |", file.name)))
+            .unwrap_or_else(|| panic!("docs/sql.md has no row for {}", file.name));
+        let listed: BTreeSet<&str> = row.split('`').skip(3).step_by(2).collect();
+        let defined: BTreeSet<String> = defined_functions(file.sql).into_iter().collect();
+        let defined: BTreeSet<&str> = defined.iter().map(String::as_str).collect();
+        assert_eq!(listed, defined, "docs/sql.md's row for {}", file.name);
+    }
+}
+
+#[test]
+fn migrations_after_the_split_define_no_functions() {
+    for migration in MIGRATIONS
+        .iter()
+        .filter(|m| m.version > LAST_MIGRATION_WITH_FUNCTIONS)
+    {
+        let functions = defined_functions(migration.sql);
+        assert!(
+            functions.is_empty(),
+            "{} defines {functions:?}: put the definition in sql/functions/ \
+             (a migration may DROP a function whose signature changes)",
+            migration.name
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_function_file_is_reapplied_and_an_unchanged_one_is_not() {
+    let db = TestDb::new().await;
+    let mut client = db.connect().await;
+    assert!(
+        migrate::migrate(&mut client).await.unwrap().is_empty(),
+        "a migrated database is current"
+    );
+
+    // Simulate a database whose leases.sql predates the one in this build:
+    // an older recorded checksum and an older body.
+    client
+        .batch_execute(
+            "UPDATE holdfast.schema_functions SET checksum = 'older'
+              WHERE name = 'functions/steps.sql';
+             CREATE OR REPLACE FUNCTION holdfast.interrupted_output() RETURNS jsonb
+             LANGUAGE sql IMMUTABLE AS $$ SELECT '\"stale\"'::jsonb $$;",
+        )
+        .await
+        .unwrap();
+    let applied = migrate::migrate(&mut client).await.unwrap();
+    assert_eq!(applied, vec!["functions/steps.sql"]);
+    let output: serde_json::Value = client
+        .query_one("SELECT holdfast.interrupted_output()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_ne!(
+        output,
+        serde_json::json!("stale"),
+        "the current body is back"
+    );
+    assert!(migrate::migrate(&mut client).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn every_event_type_the_sql_emits_is_in_event_types() {
+    // Event types are the dotted literals of the function files, less the
+    // field names (passed to holdfast.raise, or returned as a check's
+    // `(field, message)` row) and the holdfast.* settings.
+    let mut emitted = BTreeSet::new();
+    for file in FUNCTION_FILES {
+        for line in file
+            .sql
+            .lines()
+            .filter(|l| !l.contains("holdfast.raise(") && !l.contains("RETURN QUERY SELECT '"))
+        {
+            for literal in line.split('\'').skip(1).step_by(2) {
+                let mut parts = literal.split('.');
+                let dotted_word = matches!(
+                    (parts.next(), parts.next(), parts.next()),
+                    (Some(a), Some(b), None)
+                        if !a.is_empty() && !b.is_empty()
+                            && literal.chars().all(|c| c.is_ascii_lowercase() || c == '_' || c == '.')
+                );
+                if dotted_word && !literal.starts_with("holdfast.") {
+                    emitted.insert(literal.to_owned());
+                }
+            }
+        }
+    }
+    assert!(emitted.contains("turn.completed"), "found {emitted:?}");
+
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let known: BTreeSet<String> = client
+        .query_one("SELECT holdfast.event_types()", &[])
+        .await
+        .unwrap()
+        .get::<_, Vec<String>>(0)
+        .into_iter()
+        .collect();
+    let unknown: Vec<_> = emitted.difference(&known).collect();
+    assert!(
+        unknown.is_empty(),
+        "emitted but missing from event_types() (webhooks can't subscribe): {unknown:?}"
+    );
+    // So an endpoint may subscribe to each of them.
+    let all: serde_json::Value = emitted.iter().cloned().collect();
+    client
+        .execute("SELECT holdfast.validate_webhook_events($1)", &[&all])
+        .await
+        .unwrap();
+}
