@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool};
 use holdfast_engine::connect;
+use holdfast_engine::egress::EgressPolicy;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
 use tokio_postgres::Config;
@@ -37,10 +38,11 @@ pub struct ApiConfig {
     /// An SSE client that does not take the next message within this time
     /// is disconnected (it resumes with Last-Event-ID).
     pub slow_client_timeout: Duration,
-    /// Webhook endpoints may point at private and loopback addresses. A
-    /// hosted deployment keeps this off so it is not an SSRF tool; see
-    /// `holdfast_engine::domain::webhook_private_urls_allowed`.
-    pub webhook_allow_private: bool,
+    /// Which addresses webhook endpoints (checked at registration) and
+    /// machine wake URLs (checked when called) may point at
+    /// (`HOLDFAST_EGRESS_ALLOW`). The default, public addresses only, keeps
+    /// a hosted deployment from being an SSRF tool.
+    pub egress: Arc<EgressPolicy>,
 }
 
 impl ApiConfig {
@@ -54,7 +56,7 @@ impl ApiConfig {
             pool_wait: Duration::from_secs(5),
             sse_heartbeat: Duration::from_secs(15),
             slow_client_timeout: Duration::from_secs(10),
-            webhook_allow_private: false,
+            egress: Arc::default(),
         }
     }
 }

@@ -6,7 +6,8 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::Args;
 use holdfast_engine::duration::parse_duration;
-use holdfast_engine::provider::{Backoff, Providers};
+use holdfast_engine::egress::EgressPolicy;
+use holdfast_engine::provider::{Backoff, ProviderSettings, Providers};
 use holdfast_worker::WorkerSettings;
 use tokio_util::sync::CancellationToken;
 
@@ -46,19 +47,15 @@ pub struct WorkerArgs {
     /// No computed model retry delay exceeds this (a provider's Retry-After may).
     #[arg(long = "model-backoff-max", env = "HOLDFAST_MODEL_BACKOFF_MAX", default_value = "60s", value_parser = parse_duration)]
     model_backoff_max: Duration,
-    /// Let web_fetch reach loopback and private network addresses.
-    #[arg(
-        long = "web-fetch-allow-private",
-        env = "HOLDFAST_WEB_FETCH_ALLOW_PRIVATE"
-    )]
-    web_fetch_allow_private: bool,
     /// This worker's name in leases (default: host-pid-nonce).
     #[arg(long = "name", env = "HOLDFAST_WORKER_NAME")]
     name: Option<String>,
 }
 
 impl WorkerArgs {
-    pub fn settings(&self) -> Result<WorkerSettings> {
+    /// The worker's settings; `egress` decides what `web_fetch` and MCP
+    /// servers may reach.
+    pub fn settings(&self, egress: Arc<EgressPolicy>) -> Result<WorkerSettings> {
         anyhow::ensure!(
             self.concurrency > 0,
             "HOLDFAST_WORKER_CONCURRENCY must be at least 1"
@@ -78,7 +75,7 @@ impl WorkerArgs {
             drain_timeout: self.drain_timeout,
             poll_interval: self.poll_interval,
             model_max_retries: self.model_max_retries,
-            web_fetch_allow_private: self.web_fetch_allow_private,
+            egress,
             model_backoff: Backoff {
                 base: self.model_backoff_base,
                 cap: self.model_backoff_max,
@@ -87,13 +84,23 @@ impl WorkerArgs {
     }
 }
 
-pub async fn run(db: &Database, args: &WorkerArgs) -> Result<()> {
+pub async fn run(db: &Database, args: &WorkerArgs, egress: Arc<EgressPolicy>) -> Result<()> {
     db.migrate().await?;
-    let settings = args.settings()?;
-    let providers = Arc::new(Providers::from_env()?);
+    let settings = args.settings(egress.clone())?;
+    let providers = providers(egress)?;
     let shutdown = shutdown_on_signal();
     holdfast_worker::worker::run(settings, db.config.clone(), providers, shutdown).await?;
     Ok(())
+}
+
+/// The model clients, from the environment; `egress` judges agents' own
+/// base URLs.
+pub fn providers(egress: Arc<EgressPolicy>) -> Result<Arc<Providers>> {
+    let settings = ProviderSettings {
+        egress,
+        ..ProviderSettings::from_env()?
+    };
+    Ok(Arc::new(Providers::new(settings)?))
 }
 
 /// A token cancelled by the first SIGTERM or SIGINT.

@@ -1,10 +1,11 @@
 //! `holdfast api`: the HTTP API on HOLDFAST_LISTEN until SIGTERM/SIGINT.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use holdfast_api::ApiConfig;
-use holdfast_engine::domain::webhook_private_urls_allowed;
+use holdfast_engine::egress::EgressPolicy;
 use tokio_util::sync::CancellationToken;
 
 use crate::database::Database;
@@ -19,13 +20,9 @@ pub struct ApiArgs {
         default_value = "127.0.0.1:8080"
     )]
     listen: SocketAddr,
-    /// Allow webhook endpoints on private/loopback addresses (default: only
-    /// when listening on loopback).
-    #[arg(long = "webhook-allow-private", env = "HOLDFAST_WEBHOOK_ALLOW_PRIVATE")]
-    webhook_allow_private: Option<bool>,
 }
 
-pub async fn run(db: &Database, args: ApiArgs) -> Result<()> {
+pub async fn run(db: &Database, args: ApiArgs, egress: Arc<EgressPolicy>) -> Result<()> {
     db.migrate().await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -33,10 +30,7 @@ pub async fn run(db: &Database, args: ApiArgs) -> Result<()> {
     let shutdown = CancellationToken::new();
     cancel_on_signal(shutdown.clone())?;
     let config = ApiConfig {
-        webhook_allow_private: webhook_private_urls_allowed(
-            &args.listen.to_string(),
-            args.webhook_allow_private,
-        ),
+        egress,
         ..ApiConfig::new(db.config.clone())
     };
     holdfast_api::serve(config, listener, shutdown).await?;

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use holdfast_api::ApiConfig;
-use holdfast_engine::provider::Providers;
+use holdfast_engine::egress::EgressPolicy;
 use holdfast_engine::store;
 use holdfast_worker::machine::Shutdown as MachineShutdown;
 use tokio::signal::unix::{signal, SignalKind};
@@ -68,8 +68,8 @@ const LOCAL_MACHINE_DIR: &str = ".holdfast/local-machine";
 /// What each task was, for messages about it.
 type Named = (String, Result<()>);
 
-pub async fn run(db: Database, args: UpArgs) -> Result<()> {
-    let outcome = serve(&db, args).await;
+pub async fn run(db: Database, args: UpArgs, egress: Arc<EgressPolicy>) -> Result<()> {
+    let outcome = serve(&db, args, egress).await;
     db.close().await?;
     if outcome.is_ok() {
         println!("Holdfast stopped: workers drained, API closed, database closed.");
@@ -77,10 +77,10 @@ pub async fn run(db: Database, args: UpArgs) -> Result<()> {
     outcome
 }
 
-async fn serve(db: &Database, args: UpArgs) -> Result<()> {
+async fn serve(db: &Database, args: UpArgs, egress: Arc<EgressPolicy>) -> Result<()> {
     db.migrate().await?;
-    let worker_settings = args.worker.settings()?;
-    let maintenance_settings = args.maintenance.settings();
+    let worker_settings = args.worker.settings(egress.clone())?;
+    let maintenance_settings = args.maintenance.settings(egress.clone());
     let listen: SocketAddr = args.maintenance.listen().parse().with_context(|| {
         format!(
             "HOLDFAST_LISTEN {:?} is not an address:port",
@@ -91,7 +91,7 @@ async fn serve(db: &Database, args: UpArgs) -> Result<()> {
         .await
         .with_context(|| format!("binding {listen}"))?;
     let addr = listener.local_addr()?;
-    let providers = Arc::new(Providers::from_env()?);
+    let providers = crate::run_worker::providers(egress.clone())?;
     let (key, machine) = {
         let (client, connection) = db.config.connect(NoTls).await?;
         let connection = tokio::spawn(connection);
@@ -125,7 +125,11 @@ async fn serve(db: &Database, args: UpArgs) -> Result<()> {
     let mut terminate = signal(SignalKind::terminate())?;
     let mut tasks: JoinSet<Named> = JoinSet::new();
     {
-        let (config, shutdown) = (ApiConfig::new(db.config.clone()), api_shutdown.clone());
+        let config = ApiConfig {
+            egress,
+            ..ApiConfig::new(db.config.clone())
+        };
+        let shutdown = api_shutdown.clone();
         tasks.spawn(async move {
             let served = holdfast_api::serve(config, listener, shutdown).await;
             ("the API".to_owned(), served.map_err(Into::into))

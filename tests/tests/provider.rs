@@ -2,6 +2,8 @@
 //! shapes, streaming assembly, error classes, retry hints, timeouts and
 //! cancellation, for both the Anthropic and the OpenAI protocol.
 
+use holdfast_engine::egress::EgressPolicy;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use holdfast_engine::provider::{
@@ -466,9 +468,12 @@ async fn the_agent_base_url_overrides_the_settings() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
+    // An agent's own base URL goes through the egress policy: the fake
+    // listens on loopback, which the operator allows here.
     let providers = Providers::new(ProviderSettings {
         anthropic_base_url: dead.clone(),
         openai_base_url: dead,
+        egress: Arc::new(EgressPolicy::parse("model=127.0.0.1").unwrap()),
         ..ProviderSettings::default()
     })
     .unwrap();

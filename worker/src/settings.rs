@@ -1,7 +1,9 @@
 //! The worker's settings (DESIGN §8: each is an env var and a flag).
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use holdfast_engine::egress::EgressPolicy;
 use holdfast_engine::provider::Backoff;
 
 #[derive(Clone, Debug)]
@@ -18,10 +20,11 @@ pub struct WorkerSettings {
     pub model_max_retries: u32,
     /// Delays between model retries (durable: saved as `run_after`).
     pub model_backoff: Backoff,
-    /// Let `web_fetch` reach loopback and private addresses (single-host
-    /// setups, tests). Off: a model cannot be steered into the internal
-    /// network or a cloud metadata endpoint.
-    pub web_fetch_allow_private: bool,
+    /// Which addresses `web_fetch` and MCP servers may reach
+    /// (`HOLDFAST_EGRESS_ALLOW`). The default, public addresses only, keeps
+    /// a model from being steered into the internal network or a cloud
+    /// metadata endpoint.
+    pub egress: Arc<EgressPolicy>,
 }
 
 impl WorkerSettings {
@@ -51,7 +54,7 @@ impl Default for WorkerSettings {
             poll_interval: Duration::from_secs(1),
             model_max_retries: 8,
             model_backoff: Backoff::default(),
-            web_fetch_allow_private: false,
+            egress: Arc::default(),
         }
     }
 }

@@ -52,7 +52,7 @@ pub async fn run(
     // (1,000 steps on 1,001 sessions cost Postgres 1.5 GB; see BENCHMARKS.md).
     let pool = connect::pool(db.clone(), settings.concurrency.min(16) + 2)?;
     let web_fetch_limits = WebFetchLimits {
-        allow_private_networks: settings.web_fetch_allow_private,
+        egress: settings.egress.clone(),
         ..WebFetchLimits::default()
     };
     let web_fetch_client = web_fetch_client(&web_fetch_limits).map_err(|e| Error::Invalid {
@@ -65,7 +65,10 @@ pub async fn run(
         settings: settings.clone(),
         web_fetch_client,
         web_fetch_limits,
-        mcp: McpRegistry::new(McpLimits::default()),
+        mcp: McpRegistry::new(McpLimits {
+            egress: settings.egress.clone(),
+            ..McpLimits::default()
+        }),
     });
     let mut worker = Worker {
         settings,

@@ -16,12 +16,15 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::timeout;
 
 use super::anthropic::{self, AnthropicStream};
-use super::classify::{classify_status, idle_timeout, transport_error, ERROR_BODY_LIMIT};
+use super::classify::{
+    classify_status, egress_refused, idle_timeout, transport_error, ERROR_BODY_LIMIT,
+};
 use super::compaction::estimate_tokens;
 use super::openai::{self, OpenAiStream};
 use super::sse::{SseDecoder, SseEvent};
 use super::{ModelError, ModelRequest, ModelResponse, Provider};
 use crate::duration::parse_duration;
+use crate::egress::{EgressKind, EgressPolicy};
 
 pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
@@ -56,6 +59,10 @@ pub struct ProviderSettings {
     /// its output reservation exceeds this fraction of the context window.
     /// Below 1 because [`estimate_tokens`] is a rough estimate. Default 0.9.
     pub compact_threshold: f64,
+    /// Which addresses an agent's own `model.base_url` may reach (kind
+    /// `model`, `HOLDFAST_EGRESS_ALLOW`). The base URLs above are the
+    /// operator's and are not checked.
+    pub egress: Arc<EgressPolicy>,
 }
 
 impl Default for ProviderSettings {
@@ -70,6 +77,7 @@ impl Default for ProviderSettings {
             default_context_window: 128_000,
             context_windows: HashMap::new(),
             compact_threshold: 0.9,
+            egress: Arc::default(),
         }
     }
 }
@@ -87,6 +95,7 @@ impl std::fmt::Debug for ProviderSettings {
             .field("default_context_window", &self.default_context_window)
             .field("context_windows", &self.context_windows)
             .field("compact_threshold", &self.compact_threshold)
+            .field("egress", &self.egress)
             .finish()
     }
 }
@@ -149,7 +158,11 @@ pub enum ProviderSetupError {
 /// pools connections).
 #[derive(Clone, Debug)]
 pub struct Providers {
+    /// For the operator's base URLs (reads proxy variables as usual).
     http: reqwest::Client,
+    /// For agent-chosen base URLs: through the egress policy, no proxy, no
+    /// redirects (a model API has no reason to send a POST elsewhere).
+    tenant_http: reqwest::Client,
     settings: Arc<ProviderSettings>,
 }
 
@@ -174,10 +187,40 @@ impl Providers {
             .user_agent(concat!("holdfast/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(ProviderSetupError::Client)?;
+        let tenant_http = settings
+            .egress
+            .client_builder(EgressKind::Model)
+            .connect_timeout(settings.connect_timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("holdfast/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(ProviderSetupError::Client)?;
         Ok(Providers {
             http,
+            tenant_http,
             settings: Arc::new(settings),
         })
+    }
+
+    /// The client and base URL for a call: the operator's `default_base`
+    /// with the trusted client, or the agent's own `base_url` with the
+    /// egress-checked one (its literal host checked here, names when they
+    /// resolve). The one place a tenant-chosen model URL gets its client.
+    pub fn client_for<'a>(
+        &'a self,
+        base_url: Option<&'a str>,
+        default_base: &'a str,
+    ) -> Result<(&'a reqwest::Client, &'a str), ModelError> {
+        let Some(base) = base_url else {
+            return Ok((&self.http, default_base));
+        };
+        if let Ok(url) = reqwest::Url::parse(base) {
+            self.settings
+                .egress
+                .check_url(EgressKind::Model, &url)
+                .map_err(|refused| egress_refused(&refused))?;
+        }
+        Ok((&self.tenant_http, base))
     }
 
     /// [`Providers::new`] with [`ProviderSettings::from_env`].
@@ -202,13 +245,11 @@ impl Providers {
         let settings = &self.settings;
         match request.model.provider {
             Provider::Anthropic => {
-                let base = request
-                    .model
-                    .base_url
-                    .as_deref()
-                    .unwrap_or(&settings.anthropic_base_url);
-                let mut http = self
-                    .http
+                let (client, base) = self.client_for(
+                    request.model.base_url.as_deref(),
+                    &settings.anthropic_base_url,
+                )?;
+                let mut http = client
                     .post(endpoint(base, "/v1/messages"))
                     .header("anthropic-version", anthropic::API_VERSION)
                     .json(&anthropic::request_body(request));
@@ -218,13 +259,9 @@ impl Providers {
                 self.stream(http, AnthropicStream::default(), deltas).await
             }
             Provider::Openai => {
-                let base = request
-                    .model
-                    .base_url
-                    .as_deref()
-                    .unwrap_or(&settings.openai_base_url);
-                let mut http = self
-                    .http
+                let (client, base) =
+                    self.client_for(request.model.base_url.as_deref(), &settings.openai_base_url)?;
+                let mut http = client
                     .post(endpoint(base, "/chat/completions"))
                     .json(&openai::request_body(request));
                 if let Some(key) = &settings.openai_api_key {
