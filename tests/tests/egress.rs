@@ -89,8 +89,9 @@ fn listeners() -> &'static Listeners {
     })
 }
 
-/// The allowed server on 127.0.0.2: `/ok` answers 200, `/redirect` sends
-/// a 307 to the trap; both count their requests.
+/// The allowed server on 127.0.0.2: `/ok/…` answers 200, `/redirect/…`
+/// sends a 307 to the trap; both count their requests (any path below them,
+/// as the model client appends `/chat/completions`).
 struct Allowed {
     addr: SocketAddr,
     ok: Arc<AtomicU64>,
@@ -101,28 +102,26 @@ async fn allowed_server(trap: SocketAddr) -> Allowed {
     let ok = Arc::new(AtomicU64::new(0));
     let redirects = Arc::new(AtomicU64::new(0));
     let (ok_hits, redirect_hits) = (ok.clone(), redirects.clone());
+    let ok_route = axum::routing::any(move || {
+        ok_hits.fetch_add(1, Ordering::SeqCst);
+        async { (StatusCode::OK, "reached") }
+    });
+    let redirect_route = axum::routing::any(move || {
+        redirect_hits.fetch_add(1, Ordering::SeqCst);
+        let location = format!("http://{trap}/");
+        async move {
+            (
+                StatusCode::TEMPORARY_REDIRECT,
+                [(header::LOCATION, location)],
+            )
+                .into_response()
+        }
+    });
     let app = axum::Router::new()
-        .route(
-            "/ok",
-            axum::routing::any(move || {
-                ok_hits.fetch_add(1, Ordering::SeqCst);
-                async { (StatusCode::OK, "reached") }
-            }),
-        )
-        .route(
-            "/redirect",
-            axum::routing::any(move || {
-                redirect_hits.fetch_add(1, Ordering::SeqCst);
-                let location = format!("http://{trap}/");
-                async move {
-                    (
-                        StatusCode::TEMPORARY_REDIRECT,
-                        [(header::LOCATION, location)],
-                    )
-                        .into_response()
-                }
-            }),
-        );
+        .route("/ok", ok_route.clone())
+        .route("/ok/{*rest}", ok_route)
+        .route("/redirect", redirect_route.clone())
+        .route("/redirect/{*rest}", redirect_route);
     let listener = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -395,7 +394,8 @@ async fn webhook_deliveries_go_through_the_policy() {
             client
                 .query_opt(
                     "SELECT status, last_error FROM holdfast.webhook_deliveries \
-                      WHERE endpoint_id = $1 AND attempts > 0",
+                      WHERE endpoint_id = $1 \
+                        AND (status = 'delivered' OR last_error IS NOT NULL)",
                     &[endpoint],
                 )
                 .await

@@ -507,7 +507,21 @@ async fn open_session(config: &McpServerConfig, limits: &McpLimits) -> Result<Se
         .egress
         .check_url(EgressKind::Mcp, &url)
         .map_err(|e| refused(e.to_string()))?;
-    let http = egress_client(&limits.egress).map_err(|e| refused(e.to_string()))?;
+    // A name is resolved and checked here, and the client connects to
+    // exactly those addresses (rmcp's transport errors do not carry the
+    // resolver's reason, so resolving first is also what names it).
+    let resolved = match url.host_str() {
+        Some(host) if host.parse::<std::net::IpAddr>().is_err() && !host.starts_with('[') => {
+            let addrs = limits
+                .egress
+                .resolve(EgressKind::Mcp, host)
+                .await
+                .map_err(|e| refused(e.to_string()))?;
+            Some((host.to_owned(), addrs))
+        }
+        _ => None,
+    };
+    let http = egress_client(&limits.egress, resolved).map_err(|e| refused(e.to_string()))?;
     let transport_config = StreamableHttpClientTransportConfig::with_uri(config.url.clone())
         .custom_headers(config.header_map()?)
         .max_json_response_size(limits.max_response_bytes)
@@ -529,13 +543,17 @@ async fn open_session(config: &McpServerConfig, limits: &McpLimits) -> Result<Se
         })
 }
 
-/// The HTTP client rmcp's transport runs on: names resolve through the
-/// egress policy, proxy variables are ignored, and redirects are followed
+/// The HTTP client rmcp's transport runs on: the server's host connects to
+/// `resolved` (addresses the policy checked), any other name resolves
+/// through the policy, proxy variables are ignored, and redirects are followed
 /// only when rmcp's default would (same origin, 307/308, at most 10), since
 /// other redirects would lose the JSON-RPC body or send the tenant's
 /// headers to another host. Idle connections are not pooled (rmcp's
 /// default, against Delayed-ACK stalls).
-fn egress_client(egress: &Arc<EgressPolicy>) -> reqwest13::Result<reqwest13::Client> {
+fn egress_client(
+    egress: &Arc<EgressPolicy>,
+    resolved: Option<(String, Vec<std::net::SocketAddr>)>,
+) -> reqwest13::Result<reqwest13::Client> {
     let redirects = reqwest13::redirect::Policy::custom(|attempt| {
         let same_origin = attempt
             .previous()
@@ -548,12 +566,16 @@ fn egress_client(egress: &Arc<EgressPolicy>) -> reqwest13::Result<reqwest13::Cli
             attempt.stop()
         }
     });
-    reqwest13::Client::builder()
+    let builder = reqwest13::Client::builder()
         .no_proxy()
         .dns_resolver(Arc::new(McpResolver(egress.clone())))
         .redirect(redirects)
-        .pool_max_idle_per_host(0)
-        .build()
+        .pool_max_idle_per_host(0);
+    match resolved {
+        Some((host, addrs)) => builder.resolve_to_addrs(&host, &addrs),
+        None => builder,
+    }
+    .build()
 }
 
 /// [`EgressPolicy::resolve`] for kind `mcp`, as rmcp's reqwest (0.13)
