@@ -390,6 +390,9 @@ async fn private_addresses_are_refused_at_send_time_unless_allowed() {
             .await
             .unwrap()
             .get(0);
-        assert!(error.contains("private or loopback"), "{error}");
+        assert!(
+            error.contains("egress refused: ") && error.contains("loopback range"),
+            "{error}"
+        );
     }
 }
