@@ -11,6 +11,7 @@ use axum::response::IntoResponse;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use holdfast_engine::domain::{Agent, AgentState, CancelOutcome};
+use holdfast_engine::egress::check_mcp_header;
 use holdfast_engine::store;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -244,6 +245,29 @@ fn check_config_fields(config: &Value) -> Result<(), ApiError> {
     }
     if let Some(Value::Object(limits)) = object.get("limits") {
         unknown_field(limits, LIMIT_FIELDS, "limits.")?;
+    }
+    check_mcp_headers(object.get("tools"))
+}
+
+/// Headers of MCP tool entries must be in the egress policy's safe set
+/// ([`check_mcp_header`]). A merge patch replaces `tools` whole, so checking
+/// the array in the body covers creation and patches alike.
+fn check_mcp_headers(tools: Option<&Value>) -> Result<(), ApiError> {
+    let Some(Value::Array(tools)) = tools else {
+        return Ok(());
+    };
+    for (i, tool) in tools.iter().enumerate() {
+        if tool.get("type").and_then(Value::as_str) != Some("mcp") {
+            continue;
+        }
+        let Some(Value::Object(headers)) = tool.get("headers") else {
+            continue;
+        };
+        for name in headers.keys() {
+            check_mcp_header(name).map_err(|reason| {
+                ApiError::invalid(format!("tools[{i}].headers.{name}"), reason)
+            })?;
+        }
     }
     Ok(())
 }

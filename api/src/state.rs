@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Object, Pool};
 use holdfast_engine::connect::{self, ConnectConfig};
+use holdfast_engine::egress::EgressPolicy;
 use holdfast_engine::secrets::SecretKey;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
@@ -38,10 +39,11 @@ pub struct ApiConfig {
     /// An SSE client that does not take the next message within this time
     /// is disconnected (it resumes with Last-Event-ID).
     pub slow_client_timeout: Duration,
-    /// Webhook endpoints may point at private and loopback addresses. A
-    /// hosted deployment keeps this off so it is not an SSRF tool; see
-    /// `holdfast_engine::domain::webhook_private_urls_allowed`.
-    pub webhook_allow_private: bool,
+    /// Which addresses webhook endpoints (checked at registration) and
+    /// machine wake URLs (checked when called) may point at
+    /// (`HOLDFAST_EGRESS_ALLOW`). The default, public addresses only, keeps
+    /// a hosted deployment from being an SSRF tool.
+    pub egress: Arc<EgressPolicy>,
     /// When set, `GET /metrics` needs `Authorization: Bearer <this>`
     /// (`HOLDFAST_METRICS_TOKEN`); unset, it is open.
     pub metrics_token: Option<String>,
@@ -71,7 +73,7 @@ impl ApiConfig {
             pool_wait: Duration::from_secs(5),
             sse_heartbeat: Duration::from_secs(15),
             slow_client_timeout: Duration::from_secs(10),
-            webhook_allow_private: false,
+            egress: Arc::default(),
             metrics_token: None,
             metrics_cache: Duration::from_secs(10),
             rate_limit: Some(RateLimit::DEFAULT),

@@ -14,9 +14,11 @@ mod signals;
 mod up;
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use holdfast_engine::egress::EgressPolicy;
 
 /// Holdfast: a durable runtime for LLM agents on PostgreSQL.
 #[derive(Parser)]
@@ -32,6 +34,13 @@ struct Cli {
     /// Log as JSON lines.
     #[arg(long = "log-json", global = true)]
     log_json: bool,
+    /// Special-purpose address ranges (private, loopback, link-local, ...)
+    /// that tenant- and model-aimed requests may reach, per kind:
+    /// `kind=range;range,...` with kinds web_fetch, mcp, webhook, wake,
+    /// model or *, and ranges in CIDR, single addresses or *. Unset: public
+    /// addresses only.
+    #[arg(long = "egress-allow", env = "HOLDFAST_EGRESS_ALLOW", global = true)]
+    egress_allow: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -134,6 +143,14 @@ fn run(cli: Cli) -> Result<()> {
     runtime.block_on(async move {
         let url = cli.database_url.as_deref();
         let open = || database::Database::open(url);
+        // Read by the server commands only: a bad value stops them, and
+        // never a client command.
+        let egress = || -> Result<Arc<EgressPolicy>> {
+            let policy = EgressPolicy::configure(cli.egress_allow.as_deref(), |name| {
+                std::env::var(name).ok()
+            })?;
+            Ok(Arc::new(policy))
+        };
         match cli.command {
             Command::Migrate => {
                 let applied = open().await?.migrate().await?;
@@ -151,13 +168,13 @@ fn run(cli: Cli) -> Result<()> {
                 db.migrate().await?;
                 database::print_status(&db, json).await
             }
-            Command::Worker(args) => run_worker::run(&open().await?, &args).await,
-            Command::Api(args) => serve_api::run(&open().await?, args).await,
+            Command::Worker(args) => run_worker::run(&open().await?, &args, egress()?).await,
+            Command::Api(args) => serve_api::run(&open().await?, args, egress()?).await,
             Command::Keys { command } => keys::run(&open().await?, command).await,
             Command::Endpoints { command } => endpoints::run(&open().await?, command).await,
             Command::Projects { command } => projects::run(&open().await?, command).await,
-            Command::Maintenance(args) => maintenance::run(&open().await?, args).await,
-            Command::Up(args) => up::run(open().await?, *args).await,
+            Command::Maintenance(args) => maintenance::run(&open().await?, args, egress()?).await,
+            Command::Up(args) => up::run(open().await?, *args, egress()?).await,
             // The demo brings its own Postgres; the client speaks HTTP.
             Command::Demo(args) => demo::run(args).await,
             Command::Agents { command } => client::agents(command).await,

@@ -7,7 +7,8 @@ use anyhow::Result;
 use clap::Args;
 use holdfast_engine::domain::LimitMaxima;
 use holdfast_engine::duration::parse_duration;
-use holdfast_engine::provider::{Backoff, Providers};
+use holdfast_engine::egress::EgressPolicy;
+use holdfast_engine::provider::{Backoff, ProviderSettings, Providers};
 use holdfast_worker::WorkerSettings;
 use tokio_util::sync::CancellationToken;
 
@@ -60,12 +61,6 @@ pub struct WorkerArgs {
     /// No delay before a failed step is tried again exceeds this.
     #[arg(long = "step-backoff-max", env = "HOLDFAST_STEP_BACKOFF_MAX", default_value = "60s", value_parser = parse_duration)]
     step_backoff_max: Duration,
-    /// Let web_fetch reach loopback and private network addresses.
-    #[arg(
-        long = "web-fetch-allow-private",
-        env = "HOLDFAST_WEB_FETCH_ALLOW_PRIVATE"
-    )]
-    web_fetch_allow_private: bool,
     /// Most model calls an agent's turn may make (agents may set less in `limits`).
     #[arg(long = "max-model-steps-per-turn", env = "HOLDFAST_MAX_MODEL_STEPS_PER_TURN", default_value_t = LimitMaxima::default().model_steps_per_turn, value_parser = clap::value_parser!(i32).range(1..))]
     max_model_steps_per_turn: i32,
@@ -87,7 +82,9 @@ pub struct WorkerArgs {
 }
 
 impl WorkerArgs {
-    pub fn settings(&self) -> Result<WorkerSettings> {
+    /// The worker's settings; `egress` decides what `web_fetch` and MCP
+    /// servers may reach.
+    pub fn settings(&self, egress: Arc<EgressPolicy>) -> Result<WorkerSettings> {
         anyhow::ensure!(
             self.concurrency > 0,
             "HOLDFAST_WORKER_CONCURRENCY must be at least 1"
@@ -111,7 +108,7 @@ impl WorkerArgs {
             drain_timeout: self.drain_timeout,
             poll_interval: self.poll_interval,
             model_max_retries: self.model_max_retries,
-            web_fetch_allow_private: self.web_fetch_allow_private,
+            egress,
             model_backoff: Backoff {
                 base: self.model_backoff_base,
                 cap: self.model_backoff_max,
@@ -132,13 +129,23 @@ impl WorkerArgs {
     }
 }
 
-pub async fn run(db: &Database, args: &WorkerArgs) -> Result<()> {
+pub async fn run(db: &Database, args: &WorkerArgs, egress: Arc<EgressPolicy>) -> Result<()> {
     db.migrate().await?;
-    let settings = args.settings()?;
-    let providers = Arc::new(Providers::from_env()?);
+    let settings = args.settings(egress.clone())?;
+    let providers = providers(egress)?;
     let shutdown = shutdown_on_signal();
     holdfast_worker::worker::run(settings, db.config.clone(), providers, shutdown).await?;
     Ok(())
+}
+
+/// The model clients, from the environment; `egress` judges agents' own
+/// base URLs.
+pub fn providers(egress: Arc<EgressPolicy>) -> Result<Arc<Providers>> {
+    let settings = ProviderSettings {
+        egress,
+        ..ProviderSettings::from_env()?
+    };
+    Ok(Arc::new(Providers::new(settings)?))
 }
 
 /// A token cancelled by the first SIGTERM or SIGINT.

@@ -1,11 +1,12 @@
 //! `holdfast api`: the HTTP API on HOLDFAST_LISTEN until SIGTERM/SIGINT.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use holdfast_api::rate_limit::{parse_rate_limit, RateLimit, DEFAULT_RATE_LIMIT};
 use holdfast_api::ApiConfig;
-use holdfast_engine::domain::webhook_private_urls_allowed;
+use holdfast_engine::egress::EgressPolicy;
 use holdfast_engine::secrets::SecretKey;
 use tokio_util::sync::CancellationToken;
 
@@ -21,10 +22,6 @@ pub struct ApiArgs {
         default_value = "127.0.0.1:8080"
     )]
     listen: SocketAddr,
-    /// Allow webhook endpoints on private/loopback addresses (default: only
-    /// when listening on loopback).
-    #[arg(long = "webhook-allow-private", env = "HOLDFAST_WEBHOOK_ALLOW_PRIVATE")]
-    webhook_allow_private: Option<bool>,
     #[command(flatten)]
     metrics: MetricsArgs,
     /// Requests per API key: `N/s`, `N/m` or `N/h`, optionally `,burst=B`
@@ -61,7 +58,7 @@ impl MetricsArgs {
 /// whole instead of reading `Option` as "the flag may be absent").
 type RateLimitSetting = Option<RateLimit>;
 
-pub async fn run(db: &Database, args: ApiArgs) -> Result<()> {
+pub async fn run(db: &Database, args: ApiArgs, egress: Arc<EgressPolicy>) -> Result<()> {
     db.migrate().await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -69,10 +66,7 @@ pub async fn run(db: &Database, args: ApiArgs) -> Result<()> {
     let shutdown = CancellationToken::new();
     cancel_on_signal(shutdown.clone())?;
     let config = ApiConfig {
-        webhook_allow_private: webhook_private_urls_allowed(
-            &args.listen.to_string(),
-            args.webhook_allow_private,
-        ),
+        egress,
         metrics_token: args.metrics.token(),
         rate_limit: args.rate_limit,
         secret_key: SecretKey::from_lookup(|name| std::env::var(name).ok())?,

@@ -26,7 +26,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use holdfast_api::ApiConfig;
 use holdfast_engine::connect::ConnectConfig;
-use holdfast_engine::provider::Providers;
+use holdfast_engine::egress::EgressPolicy;
 use holdfast_engine::store;
 use holdfast_worker::machine::Shutdown as MachineShutdown;
 use tokio::signal::unix::{signal, SignalKind};
@@ -78,8 +78,8 @@ const LOCAL_MACHINE_DIR: &str = ".holdfast/local-machine";
 /// What each task was, for messages about it.
 type Named = (String, Result<()>);
 
-pub async fn run(db: Database, args: UpArgs) -> Result<()> {
-    let outcome = serve(&db, args).await;
+pub async fn run(db: Database, args: UpArgs, egress: Arc<EgressPolicy>) -> Result<()> {
+    let outcome = serve(&db, args, egress).await;
     db.close().await?;
     if outcome.is_ok() {
         println!("Holdfast stopped: workers drained, API closed, database closed.");
@@ -87,10 +87,10 @@ pub async fn run(db: Database, args: UpArgs) -> Result<()> {
     outcome
 }
 
-async fn serve(db: &Database, args: UpArgs) -> Result<()> {
+async fn serve(db: &Database, args: UpArgs, egress: Arc<EgressPolicy>) -> Result<()> {
     db.migrate().await?;
-    let worker_settings = args.worker.settings()?;
-    let maintenance_settings = args.maintenance.settings();
+    let worker_settings = args.worker.settings(egress.clone())?;
+    let maintenance_settings = args.maintenance.settings(egress.clone());
     let listen: SocketAddr = args.maintenance.listen().parse().with_context(|| {
         format!(
             "HOLDFAST_LISTEN {:?} is not an address:port",
@@ -101,7 +101,7 @@ async fn serve(db: &Database, args: UpArgs) -> Result<()> {
         .await
         .with_context(|| format!("binding {listen}"))?;
     let addr = listener.local_addr()?;
-    let providers = Arc::new(Providers::from_env()?);
+    let providers = crate::run_worker::providers(egress.clone())?;
     let (key, machine) = {
         let (client, connection) = db.config.connect().await?;
         let connection = tokio::spawn(connection);
@@ -138,6 +138,7 @@ async fn serve(db: &Database, args: UpArgs) -> Result<()> {
         let config = ApiConfig {
             metrics_token: args.metrics.token(),
             secret_key: providers.settings().secret_key.clone(),
+            egress,
             ..ApiConfig::new(db.config.clone())
         };
         let shutdown = api_shutdown.clone();

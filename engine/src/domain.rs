@@ -470,22 +470,6 @@ pub struct WebhookQueueStats {
     pub in_flight: i64,
 }
 
-/// Whether webhook URLs may point at private or loopback addresses. The
-/// explicit setting (`HOLDFAST_WEBHOOK_ALLOW_PRIVATE`) wins; unset, they are
-/// allowed only when Holdfast itself listens on loopback (`HOLDFAST_LISTEN`,
-/// a development box), so a hosted deployment is not an SSRF tool by default.
-pub fn webhook_private_urls_allowed(listen: &str, explicit: Option<bool>) -> bool {
-    if let Some(allowed) = explicit {
-        return allowed;
-    }
-    if let Ok(addr) = listen.parse::<std::net::SocketAddr>() {
-        return addr.ip().is_loopback();
-    }
-    listen
-        .rsplit_once(':')
-        .is_some_and(|(host, _)| host.eq_ignore_ascii_case("localhost"))
-}
-
 // Machines and commands (sql/0008_machines.sql).
 
 /// A new machine with its token (`hfm_…`): shown once, stored only as a hash.

@@ -7,6 +7,7 @@ pub mod connect;
 pub mod context;
 pub mod domain;
 pub mod duration;
+pub mod egress;
 pub mod error;
 pub mod migrate;
 pub mod pg_text;

@@ -1023,7 +1023,7 @@ pub async fn commit_compaction(
 
 /// Create a webhook endpoint in `project`; the answer carries the signing
 /// secret (show it once). `allow_private` is the deployment's setting
-/// ([`crate::domain::webhook_private_urls_allowed`]). A bad url or event
+/// ([`crate::egress::EgressPolicy::allows_any_special`] for webhooks). A bad url or event
 /// list is [`Error::Invalid`] naming `url` or `events`.
 pub async fn create_webhook_endpoint(
     client: &impl GenericClient,

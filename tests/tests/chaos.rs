@@ -200,7 +200,7 @@ async fn run(plan: Plan) {
 
     let maintenance_env = [
         ("HOLDFAST_MAINTENANCE_INTERVAL", "200ms"),
-        ("HOLDFAST_WEBHOOK_ALLOW_PRIVATE", "true"),
+        ("HOLDFAST_EGRESS_ALLOW", "webhook=127.0.0.1"),
         ("HOLDFAST_WEBHOOK_BACKOFF_BASE", "100ms"),
         ("HOLDFAST_WEBHOOK_BACKOFF_MAX", "1s"),
     ];
@@ -225,7 +225,7 @@ async fn run(plan: Plan) {
     };
     let daemon = Arc::new(Mutex::new(spawn_daemon(0)));
     let worker_env = [
-        ("HOLDFAST_WEB_FETCH_ALLOW_PRIVATE", "true"),
+        ("HOLDFAST_EGRESS_ALLOW", "web_fetch=127.0.0.1"),
         ("HOLDFAST_WORKER_CONCURRENCY", "32"),
         ("HOLDFAST_MODEL_BACKOFF_BASE", "50ms"),
         ("HOLDFAST_MODEL_BACKOFF_MAX", "500ms"),

@@ -91,6 +91,8 @@ fn worker(
         ("ANTHROPIC_API_KEY", OPERATOR_ANTHROPIC_KEY),
         ("OPENAI_API_KEY", OPERATOR_OPENAI_KEY),
         ("HOLDFAST_SECRET_KEY", SECRET_KEY),
+        // The capture and MCP servers listen on loopback.
+        ("HOLDFAST_EGRESS_ALLOW", "model=127.0.0.1,mcp=127.0.0.1"),
     ];
     env.extend_from_slice(extra);
     spawn_worker(

@@ -209,7 +209,7 @@ async fn a_worker_killed_between_commit_and_release_never_reruns_the_step() {
     fake.push(Reply::text("The page says it was released."));
     let env = [
         ("HOLDFAST_LEASE_TTL", "60s"),
-        ("HOLDFAST_WEB_FETCH_ALLOW_PRIVATE", "true"),
+        ("HOLDFAST_EGRESS_ALLOW", "web_fetch=127.0.0.1"),
     ];
     let mut first = spawn_worker("w1", &db.config, &fake, &env);
     let agent = start_turn(&client, json!([{"type": "web_fetch"}]), "fetch it").await;

@@ -2,6 +2,8 @@
 //! API key, the daemon's routes with a machine token, credentials that do
 //! not cross, long-poll claims, idempotent results, wake attempts.
 
+use holdfast_engine::egress::EgressPolicy;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use holdfast_engine::domain::{ModelStep, NewToolCall, ToolKind};
@@ -411,7 +413,11 @@ async fn a_wake_attempt_is_recorded_and_calls_the_wake_url_tolerating_failure() 
     let db = TestDb::new().await;
     let client = db.connect().await;
     let (_, key) = project_key(&client).await;
-    let server = ApiServer::start(&db).await;
+    // The wake endpoints listen on loopback, which the operator allows.
+    let server = ApiServer::start_with(&db, |c| {
+        c.egress = Arc::new(EgressPolicy::parse("wake=127.0.0.0/8").unwrap())
+    })
+    .await;
     let waker = CountingServer::start().await;
     waker.set_response("/wake", 202, "text/plain", "waking");
     let closed_port = {

@@ -4,6 +4,8 @@
 
 mod webhooks_support;
 
+use holdfast_engine::egress::EgressPolicy;
+use std::sync::Arc;
 use std::time::Duration;
 
 use holdfast_engine::connect::ConnectConfig;
@@ -23,7 +25,7 @@ fn settings(interval: Duration) -> Settings {
         webhooks: DispatcherSettings {
             backoff_base: Duration::from_millis(50),
             backoff_max: Duration::from_millis(500),
-            allow_private: true,
+            egress: Arc::new(EgressPolicy::parse("webhook=127.0.0.0/8").unwrap()),
             ..DispatcherSettings::default()
         },
         ..Settings::default()

@@ -2,6 +2,8 @@
 //! shapes, streaming assembly, error classes, retry hints, timeouts and
 //! cancellation, for both the Anthropic and the OpenAI protocol.
 
+use holdfast_engine::egress::EgressPolicy;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use holdfast_engine::provider::{
@@ -573,11 +575,14 @@ async fn a_custom_url_gets_the_project_key_and_never_the_operator_key() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
+    // An agent's own base URL goes through the egress policy: the fake
+    // listens on loopback, which the operator allows here.
     let providers = Providers::new(ProviderSettings {
         anthropic_base_url: dead.clone(),
         anthropic_api_key: Some("operator-anthropic".into()),
         openai_base_url: dead,
         openai_api_key: Some("operator-openai".into()),
+        egress: Arc::new(EgressPolicy::parse("model=127.0.0.1").unwrap()),
         ..ProviderSettings::default()
     })
     .unwrap();

@@ -113,7 +113,7 @@ async fn twelve_non_ascii_pages_fetched_on_four_slots_all_end_and_the_worker_sti
         &fake,
         &[
             ("HOLDFAST_WORKER_CONCURRENCY", "4"),
-            ("HOLDFAST_WEB_FETCH_ALLOW_PRIVATE", "true"),
+            ("HOLDFAST_EGRESS_ALLOW", "web_fetch=127.0.0.1"),
         ],
     );
     let mut agents = Vec::new();

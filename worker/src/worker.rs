@@ -55,7 +55,7 @@ pub async fn run(
     let pool = connect::pool(db.clone(), settings.concurrency.min(16) + 2)?;
     store::set_limit_maxima(&**pool.get().await?, &settings.limits).await?;
     let web_fetch_limits = WebFetchLimits {
-        allow_private_networks: settings.web_fetch_allow_private,
+        egress: settings.egress.clone(),
         ..WebFetchLimits::default()
     };
     let web_fetch_client = web_fetch_client(&web_fetch_limits).map_err(|e| Error::Invalid {
@@ -68,7 +68,10 @@ pub async fn run(
         settings: settings.clone(),
         web_fetch_client,
         web_fetch_limits,
-        mcp: McpRegistry::new(McpLimits::default()),
+        mcp: McpRegistry::new(McpLimits {
+            egress: settings.egress.clone(),
+            ..McpLimits::default()
+        }),
     });
     let mut worker = Worker {
         settings,

@@ -2,6 +2,7 @@
 //! is in the answer, once), list machines with their online state, start a
 //! wake attempt, rotate a machine's token, delete a machine.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -11,6 +12,7 @@ use axum::response::IntoResponse;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use holdfast_engine::domain::{MachineRegistered, MachineStatus, MachineWake};
+use holdfast_engine::egress::{refusal_in, EgressKind, EgressPolicy};
 use holdfast_engine::store;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -141,6 +143,14 @@ pub async fn register_machine(
     caller: Caller,
     ApiJson(request): ApiJson<RegisterMachineRequest>,
 ) -> Result<impl IntoResponse, ApiError> {
+    // An IP-literal wake_url the egress policy refuses is refused now; a
+    // name is judged by what it resolves to when it is called.
+    let wake_url = request.wake_url.as_deref().map(reqwest::Url::parse);
+    if let Some(Ok(url)) = wake_url {
+        if let Err(refused) = state.config().egress.check_url(EgressKind::Wake, &url) {
+            return Err(ApiError::invalid("wake_url", refused.to_string()));
+        }
+    }
     let db = state.db().await?;
     let created = store::register_machine(
         &**db,
@@ -288,7 +298,7 @@ pub async fn wake_machine(
         .await?
     };
     let (wake_url_status, wake_url_error) = match &wake.wake_url {
-        Some(url) => call_wake_url(url, &wake).await,
+        Some(url) => call_wake_url(url, &wake, &state.config().egress).await,
         None => (None, None),
     };
     Ok(Json(WakeView {
@@ -301,10 +311,24 @@ pub async fn wake_machine(
 }
 
 /// POST the wake request; its status, or why it failed. Redirects are not
-/// followed. Private addresses are allowed on purpose: a wake endpoint
-/// usually lives on the sleeping machine's own network.
-async fn call_wake_url(url: &str, wake: &MachineWake) -> (Option<u16>, Option<String>) {
-    let client = match reqwest::Client::builder()
+/// followed. The URL is the tenant's, so it goes through the egress policy
+/// (kind `wake`): a wake endpoint on a private network needs the operator
+/// to allow its range (`HOLDFAST_EGRESS_ALLOW=wake=…`); a refused one is
+/// never connected to, and the answer's `wake_url_error` says why.
+async fn call_wake_url(
+    url: &str,
+    wake: &MachineWake,
+    egress: &Arc<EgressPolicy>,
+) -> (Option<u16>, Option<String>) {
+    let parsed = match reqwest::Url::parse(url) {
+        Ok(parsed) => parsed,
+        Err(e) => return (None, Some(format!("wake_url is not a valid URL: {e}"))),
+    };
+    if let Err(refused) = egress.check_url(EgressKind::Wake, &parsed) {
+        return (None, Some(refused.to_string()));
+    }
+    let client = match egress
+        .client_builder(EgressKind::Wake)
         .timeout(WAKE_URL_TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -317,7 +341,7 @@ async fn call_wake_url(url: &str, wake: &MachineWake) -> (Option<u16>, Option<St
         "name": wake.name,
         "wake_until": wake.wake_until,
     });
-    match client.post(url).json(&body).send().await {
+    match client.post(parsed).json(&body).send().await {
         Ok(response) => {
             let status = response.status();
             let error = (!status.is_success()).then(|| format!("wake_url answered {status}"));
@@ -325,7 +349,8 @@ async fn call_wake_url(url: &str, wake: &MachineWake) -> (Option<u16>, Option<St
         }
         Err(e) => {
             tracing::warn!(machine = %wake.machine_id, error = %e, "calling a wake_url");
-            (None, Some(e.to_string()))
+            let refused = refusal_in(&e).map(ToString::to_string);
+            (None, Some(refused.unwrap_or_else(|| e.to_string())))
         }
     }
 }

@@ -107,6 +107,9 @@ pub(crate) fn classify_stream_error(error: &Value) -> ModelError {
 
 /// Classify a failure to connect, send, or read.
 pub(crate) fn transport_error(error: &reqwest::Error) -> ModelError {
+    if let Some(refused) = crate::egress::refusal_in(error) {
+        return egress_refused(refused);
+    }
     let mut message = error.to_string();
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
@@ -131,6 +134,15 @@ pub(crate) fn transport_error(error: &reqwest::Error) -> ModelError {
         kind: kind.into(),
         message,
         retry_after: None,
+    }
+}
+
+/// An agent's base URL the egress policy refuses: trying again cannot help
+/// (the operator must allow the range, or the agent use another URL).
+pub(crate) fn egress_refused(refused: &crate::egress::EgressRefused) -> ModelError {
+    ModelError::Fatal {
+        error_type: "invalid_request_error".into(),
+        message: refused.to_string(),
     }
 }
 

@@ -16,13 +16,16 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::timeout;
 
 use super::anthropic::{self, AnthropicStream};
-use super::classify::{classify_status, idle_timeout, transport_error, ERROR_BODY_LIMIT};
+use super::classify::{
+    classify_status, egress_refused, idle_timeout, transport_error, ERROR_BODY_LIMIT,
+};
 use super::compaction::estimate_tokens;
 use super::openai::{self, OpenAiStream};
 use super::sse::{SseDecoder, SseEvent};
 use super::{ModelError, ModelRequest, ModelResponse, Provider};
 use crate::domain::{ModelDestination, ModelRoute};
 use crate::duration::parse_duration;
+use crate::egress::{EgressKind, EgressPolicy};
 use crate::secrets::SecretKey;
 
 pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
@@ -60,6 +63,10 @@ pub struct ProviderSettings {
     /// its output reservation exceeds this fraction of the context window.
     /// Below 1 because [`estimate_tokens`] is a rough estimate. Default 0.9.
     pub compact_threshold: f64,
+    /// Which addresses an agent's own `model.base_url` may reach (kind
+    /// `model`, `HOLDFAST_EGRESS_ALLOW`). The base URLs above are the
+    /// operator's and are not checked.
+    pub egress: Arc<EgressPolicy>,
 }
 
 impl Default for ProviderSettings {
@@ -75,6 +82,7 @@ impl Default for ProviderSettings {
             default_context_window: 128_000,
             context_windows: HashMap::new(),
             compact_threshold: 0.9,
+            egress: Arc::default(),
         }
     }
 }
@@ -93,6 +101,7 @@ impl std::fmt::Debug for ProviderSettings {
             .field("default_context_window", &self.default_context_window)
             .field("context_windows", &self.context_windows)
             .field("compact_threshold", &self.compact_threshold)
+            .field("egress", &self.egress)
             .finish()
     }
 }
@@ -161,7 +170,11 @@ pub enum ProviderSetupError {
 /// pools connections).
 #[derive(Clone, Debug)]
 pub struct Providers {
+    /// For the operator's base URLs (reads proxy variables as usual).
     http: reqwest::Client,
+    /// For agent-chosen base URLs: through the egress policy, no proxy, no
+    /// redirects (a model API has no reason to send a POST elsewhere).
+    tenant_http: reqwest::Client,
     settings: Arc<ProviderSettings>,
 }
 
@@ -219,8 +232,17 @@ impl Providers {
             .user_agent(concat!("holdfast/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(ProviderSetupError::Client)?;
+        let tenant_http = settings
+            .egress
+            .client_builder(EgressKind::Model)
+            .connect_timeout(settings.connect_timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("holdfast/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(ProviderSetupError::Client)?;
         Ok(Providers {
             http,
+            tenant_http,
             settings: Arc::new(settings),
         })
     }
@@ -336,7 +358,7 @@ impl Providers {
     ) -> Result<ModelResponse, ModelError> {
         match target {
             ModelTarget::Operator { base_url, api_key } => {
-                self.send(request, base_url, api_key.as_deref(), deltas)
+                self.send(request, &self.http, base_url, api_key.as_deref(), deltas)
                     .await
             }
             ModelTarget::CustomUrl {
@@ -350,9 +372,10 @@ impl Providers {
     }
 
     /// The one path of requests to a tenant-set URL. It is handed nothing
-    /// but the project's own key: no operator credential can reach a host
-    /// the tenant chose. (An egress policy on the URL's resolved addresses
-    /// belongs here, before the request is sent.)
+    /// but the project's own key, so no operator credential can reach a host
+    /// the tenant chose, and it goes through the egress-checked client: the
+    /// URL's literal host is judged here, a name's addresses when they
+    /// resolve, and redirects are not followed.
     async fn complete_at_custom_url(
         &self,
         request: &ModelRequest,
@@ -360,22 +383,29 @@ impl Providers {
         project_key: Option<&str>,
         deltas: Option<&UnboundedSender<String>>,
     ) -> Result<ModelResponse, ModelError> {
-        self.send(request, base_url, project_key, deltas).await
+        if let Ok(url) = reqwest::Url::parse(base_url) {
+            self.settings
+                .egress
+                .check_url(EgressKind::Model, &url)
+                .map_err(|refused| egress_refused(&refused))?;
+        }
+        self.send(request, &self.tenant_http, base_url, project_key, deltas)
+            .await
     }
 
-    /// Send `request` to `base` in its provider's protocol, with `api_key`
-    /// (as `x-api-key` or a bearer token) when given.
+    /// Send `request` to `base` over `client` in its provider's protocol,
+    /// with `api_key` (as `x-api-key` or a bearer token) when given.
     async fn send(
         &self,
         request: &ModelRequest,
+        client: &reqwest::Client,
         base: &str,
         api_key: Option<&str>,
         deltas: Option<&UnboundedSender<String>>,
     ) -> Result<ModelResponse, ModelError> {
         match request.model.provider {
             Provider::Anthropic => {
-                let mut http = self
-                    .http
+                let mut http = client
                     .post(endpoint(base, "/v1/messages"))
                     .header("anthropic-version", anthropic::API_VERSION)
                     .json(&anthropic::request_body(request));
@@ -385,8 +415,7 @@ impl Providers {
                 self.stream(http, AnthropicStream::default(), deltas).await
             }
             Provider::Openai => {
-                let mut http = self
-                    .http
+                let mut http = client
                     .post(endpoint(base, "/chat/completions"))
                     .json(&openai::request_body(request));
                 if let Some(key) = api_key {
