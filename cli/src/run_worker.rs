@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
+use holdfast_engine::backoff::Backoff;
 use holdfast_engine::domain::LimitMaxima;
 use holdfast_engine::duration::parse_duration;
 use holdfast_engine::egress::EgressPolicy;
-use holdfast_engine::provider::{Backoff, ProviderSettings, Providers};
+use holdfast_engine::provider::{ProviderSettings, Providers};
 use holdfast_worker::WorkerSettings;
 use tokio_util::sync::CancellationToken;
 

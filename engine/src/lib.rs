@@ -2,6 +2,7 @@
 //! functions), the domain types, the migration runner and the embedded
 //! Postgres helper. Workers, the API and the CLI are thin layers over this.
 
+pub mod backoff;
 pub mod cluster;
 pub mod connect;
 pub mod context;

@@ -12,7 +12,7 @@ use holdfast_tests::counting_http::CountingServer;
 use holdfast_tests::scenario::{
     agent_with_config, agent_with_input, last_event_data, spawn_worker, start_turn, wait_for_event,
 };
-use holdfast_tests::TestDb;
+use holdfast_tests::{wait_until, TestDb};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -27,9 +27,9 @@ async fn a_step_failing_every_time_backs_off_then_fails_the_turn_with_internal_e
         &fake,
         &[
             ("HOLDFAST_WORKER_CONCURRENCY", "1"),
-            ("HOLDFAST_STEP_MAX_ATTEMPTS", "3"),
-            ("HOLDFAST_STEP_BACKOFF_BASE", "400ms"),
-            ("HOLDFAST_STEP_BACKOFF_MAX", "400ms"),
+            ("HOLDFAST_STEP_MAX_ATTEMPTS", "4"),
+            ("HOLDFAST_STEP_BACKOFF_BASE", "200ms"),
+            ("HOLDFAST_STEP_BACKOFF_MAX", "5s"),
         ],
     );
     // A config the worker can't represent (max_tokens past u32). The API and
@@ -52,13 +52,58 @@ async fn a_step_failing_every_time_backs_off_then_fails_the_turn_with_internal_e
 
     // While the broken agent waits out its backoff, the one slot serves others.
     let healthy = agent_with_input(&client, "hello").await;
+
+    // Each failure releases the agent until `run_after`, set in the same
+    // transaction as `updated_at`: their difference is the delay chosen.
+    // Delays for failures 1, 2, 3 lie in [100, 200], [200, 400] and
+    // [400, 800] ms (200 ms doubling, the upper half of each ceiling), so
+    // they grow.
+    let delays = std::cell::RefCell::new(Vec::<f64>::new());
+    wait_until(
+        Duration::from_secs(30),
+        "three failures recorded with their delays",
+        || {
+            let (client, delays) = (&client, &delays);
+            async move {
+                let row = client
+                .query_one(
+                    "SELECT step_failures, extract(epoch FROM run_after - updated_at)::float8 * 1000
+                       FROM holdfast.agents WHERE id = $1",
+                    &[&broken],
+                )
+                .await
+                .unwrap();
+                let (failures, delay): (i32, f64) = (row.get(0), row.get(1));
+                let mut delays = delays.borrow_mut();
+                if failures as usize == delays.len() + 1 {
+                    delays.push(delay);
+                }
+                delays.len() == 3
+            }
+        },
+    )
+    .await;
+    let delays_ms = delays.into_inner();
+    for (i, delay) in delays_ms.iter().enumerate() {
+        let ceiling = 200.0 * f64::from(1 << i);
+        assert!(
+            (ceiling / 2.0..=ceiling + 1.0).contains(delay),
+            "failure {}: {delay} ms, expected within [{}, {ceiling}]: {delays_ms:?}",
+            i + 1,
+            ceiling / 2.0
+        );
+    }
+    assert!(
+        delays_ms.windows(2).all(|pair| pair[1] >= pair[0]),
+        "growing: {delays_ms:?}"
+    );
     wait_for_event(&client, healthy, "turn.completed", Duration::from_secs(30)).await;
 
     wait_for_event(&client, broken, "turn.failed", Duration::from_secs(30)).await;
     let failed = last_event_data(&client, broken, "turn.failed").await;
     assert_eq!(failed["error"]["type"], "internal_error", "{failed}");
     let message = failed["error"]["message"].as_str().unwrap();
-    assert!(message.contains("3 times"), "{message}");
+    assert!(message.contains("4 times"), "{message}");
     assert!(
         message.contains("5000000000"),
         "the cause is named: {message}"

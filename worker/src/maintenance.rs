@@ -13,8 +13,8 @@
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
+use holdfast_engine::backoff::Backoff;
 use holdfast_engine::{connect, store};
-use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
 use crate::webhooks::{self, DispatcherSettings};
@@ -97,11 +97,7 @@ async fn tick_loop(settings: Settings, pool: Pool, shutdown: CancellationToken) 
             Err(e) => {
                 failures = failures.saturating_add(1);
                 metrics::counter!("holdfast_maintenance_errors_total").increment(1);
-                let wait = backoff_delay(
-                    Duration::from_millis(100),
-                    Duration::from_secs(10),
-                    failures,
-                );
+                let wait = DB_RETRY.delay(failures, None);
                 tracing::warn!(error = %e, retry_in = ?wait, "maintenance tick failed");
                 wait
             }
@@ -165,37 +161,11 @@ async fn tick(pool: &Pool, settings: &Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Exponential backoff with jitter: `base * 2^(n-1)`, at most `max`, then a
-/// random point in its upper half, so that many processes retrying after
-/// the same outage (a Postgres restart) spread out.
-pub(crate) fn backoff_delay(base: Duration, max: Duration, n: u32) -> Duration {
-    let exponent = n.saturating_sub(1).min(20);
-    let full = base.saturating_mul(1 << exponent).min(max);
-    let half = full / 2;
-    half + rand::rng().random_range(Duration::ZERO..=half)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap_with_jitter_in_the_upper_half() {
-        let base = Duration::from_millis(100);
-        let max = Duration::from_secs(2);
-        for (n, full) in [
-            (1, 100),
-            (2, 200),
-            (3, 400),
-            (5, 1600),
-            (6, 2000),
-            (60, 2000),
-        ] {
-            let full = Duration::from_millis(full);
-            for _ in 0..50 {
-                let d = backoff_delay(base, max, n);
-                assert!(d >= full / 2 && d <= full, "attempt {n}: {d:?} vs {full:?}");
-            }
-        }
-    }
-}
+/// Retries of a failed database call in the background loops (maintenance
+/// ticks, the webhook dispatcher's claims and listener): 100 ms doubling to
+/// 10 s, so that many processes retrying after the same outage (a Postgres
+/// restart) spread out.
+pub(crate) const DB_RETRY: Backoff = Backoff {
+    base: Duration::from_millis(100),
+    cap: Duration::from_secs(10),
+};

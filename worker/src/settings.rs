@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use holdfast_engine::backoff::Backoff;
 use holdfast_engine::domain::LimitMaxima;
 use holdfast_engine::egress::EgressPolicy;
-use holdfast_engine::provider::Backoff;
 
 #[derive(Clone, Debug)]
 pub struct WorkerSettings {

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use chrono::Utc;
 use deadpool_postgres::Pool;
+use holdfast_engine::backoff::Backoff;
 use holdfast_engine::domain::{ClaimedWebhookDelivery, RecordedAttempt};
 use holdfast_engine::egress::{refusal_in, EgressKind, EgressPolicy};
 use holdfast_engine::{connect, store};
@@ -30,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::maintenance::{backoff_delay, DB_CALL_TIMEOUT};
+use crate::maintenance::{DB_CALL_TIMEOUT, DB_RETRY};
 
 /// The channel the outbox trigger notifies when it writes deliveries.
 const CHANNEL: &str = "holdfast_webhooks";
@@ -87,14 +88,12 @@ impl DispatcherSettings {
     /// delivery retried past its window); the SQL ends the delivery `failed`
     /// when the window is over.
     fn retry_delay(&self, attempt: i32, retry_after: Option<Duration>) -> Duration {
-        let backoff = backoff_delay(
-            self.backoff_base,
-            self.backoff_max,
-            attempt.max(1).unsigned_abs(),
-        );
-        retry_after
-            .map_or(backoff, |wanted| wanted.max(backoff))
-            .min(self.retry_window)
+        Backoff {
+            base: self.backoff_base,
+            cap: self.backoff_max,
+        }
+        .delay(attempt.max(1).unsigned_abs(), retry_after)
+        .min(self.retry_window)
     }
 }
 
@@ -163,11 +162,7 @@ pub async fn run(
                 }
                 Err(e) => {
                     failures = failures.saturating_add(1);
-                    let wait = backoff_delay(
-                        Duration::from_millis(100),
-                        Duration::from_secs(10),
-                        failures,
-                    );
+                    let wait = DB_RETRY.delay(failures, None);
                     tracing::warn!(error = %e, retry_in = ?wait, "claiming webhook deliveries failed");
                     tokio::select! {
                         _ = shutdown.cancelled() => break,
@@ -263,11 +258,7 @@ async fn listen(db: connect::ConnectConfig, wake: Arc<Notify>, shutdown: Cancell
             Err(e) => tracing::warn!(error = %e, "webhook LISTEN connection failed"),
         }
         failures = failures.saturating_add(1);
-        let wait = backoff_delay(
-            Duration::from_millis(100),
-            Duration::from_secs(10),
-            failures,
-        );
+        let wait = DB_RETRY.delay(failures, None);
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
@@ -456,8 +447,11 @@ async fn record(ctx: &Context, delivery: &ClaimedWebhookDelivery, attempt: &Atte
                     );
                     return;
                 }
-                let wait =
-                    backoff_delay(Duration::from_millis(50), Duration::from_secs(5), failures);
+                let wait = Backoff {
+                    base: Duration::from_millis(50),
+                    cap: Duration::from_secs(5),
+                }
+                .delay(failures, None);
                 tracing::warn!(error = %e, retry_in = ?wait, "recording a webhook attempt failed");
                 tokio::select! {
                     _ = ctx.shutdown.cancelled() => {}

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use holdfast_engine::backoff::Backoff;
 use holdfast_engine::connect::{self, ConnectConfig, Session};
 use holdfast_engine::domain::Claim;
 use holdfast_engine::provider::Providers;
@@ -192,7 +193,7 @@ impl Worker {
                 }
                 Err(e) => {
                     self.reconnect_attempt += 1;
-                    let delay = reconnect_delay(self.reconnect_attempt);
+                    let delay = RECONNECT.delay(self.reconnect_attempt, None);
                     tracing::warn!(error = %e, ?delay, "cannot reach Postgres; retrying");
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
@@ -334,12 +335,8 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
     }
 }
 
-/// Exponential backoff with full jitter for reconnects: up to 100 ms × 2^n,
-/// capped at 5 s.
-fn reconnect_delay(attempt: u32) -> Duration {
-    let cap = Duration::from_millis(100)
-        .saturating_mul(1 << attempt.min(6))
-        .min(Duration::from_secs(5));
-    cap.mul_f64(rand::random::<f64>())
-        .max(Duration::from_millis(10))
-}
+/// Reconnects of the worker's listener: 200 ms doubling to 5 s.
+const RECONNECT: Backoff = Backoff {
+    base: Duration::from_millis(200),
+    cap: Duration::from_secs(5),
+};

@@ -11,7 +11,7 @@
 //!   the model's context window), and on [`ModelError::ContextTooLong`]:
 //!   [`compaction_split`] / [`summary_request`] / [`summary_message`];
 //! - [`Providers::complete`] to make the call (drop the future to cancel);
-//! - on [`ModelError::Retryable`]: [`Backoff::delay`]`(attempt, retry_after)`
+//! - on [`ModelError::Retryable`]: [`crate::backoff::Backoff::delay`]`(attempt, retry_after)`
 //!   for the durable `run_after`.
 
 use std::time::Duration;
@@ -20,7 +20,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 mod anthropic;
-mod backoff;
 mod classify;
 mod client;
 mod compaction;
@@ -29,7 +28,6 @@ mod openai;
 mod sse;
 
 pub use anthropic::DEFAULT_MAX_TOKENS;
-pub use backoff::Backoff;
 pub use client::{
     ModelTarget, ProviderSettings, ProviderSetupError, Providers, DEFAULT_ANTHROPIC_BASE_URL,
     DEFAULT_OPENAI_BASE_URL,

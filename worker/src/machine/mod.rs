@@ -32,13 +32,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
+use holdfast_engine::backoff::Backoff;
 use holdfast_engine::domain::{ClaimedCommand, CommandResult, Heartbeat};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::maintenance::backoff_delay;
 use client::{ApiClient, CallError};
 use journal::{Entry, Journal, Process};
 
@@ -476,11 +476,11 @@ fn check_pass_env_name(name: &str) -> anyhow::Result<()> {
 }
 
 fn retry_delay(failures: u32) -> Duration {
-    backoff_delay(
-        Duration::from_millis(200),
-        Duration::from_secs(10),
-        failures,
-    )
+    Backoff {
+        base: Duration::from_millis(200),
+        cap: Duration::from_secs(10),
+    }
+    .delay(failures, None)
 }
 
 /// Cut a result's output until its JSON is at most `limit` bytes: the

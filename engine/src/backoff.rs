@@ -1,12 +1,19 @@
-//! How long to wait before retrying a model call.
+//! Exponential backoff with jitter: one rule for every retry in Holdfast
+//! (model calls, failed steps, webhook deliveries, database reconnects,
+//! the machine daemon's calls).
 
 use std::time::Duration;
 
 use rand::Rng;
 
-/// Exponential backoff with full jitter. The defaults (1 s doubling to a
-/// 60 s cap) suit real providers; operators and tests may shorten them
-/// (`HOLDFAST_MODEL_BACKOFF_BASE`, `HOLDFAST_MODEL_BACKOFF_MAX`).
+/// Delays that double per attempt from `base` up to `cap`, each a random
+/// point in the upper half of that ceiling ("equal jitter"): many agents or
+/// processes failing together (a provider outage, a Postgres restart) spread
+/// out, and no retry comes sooner than half its ceiling, so the delays grow
+/// from one attempt to the next and a failing paid call is never retried in
+/// a tight loop. The model defaults (1 s doubling to a 60 s cap) suit real
+/// providers; operators and tests may shorten them
+/// (`HOLDFAST_MODEL_BACKOFF_BASE`, `HOLDFAST_MODEL_BACKOFF_MAX`, ...).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backoff {
     /// The ceiling of the first retry's delay; it doubles with each attempt.
@@ -26,14 +33,13 @@ impl Default for Backoff {
 
 impl Backoff {
     /// The delay before retry number `attempt` (1 for the first retry; 0 is
-    /// treated as 1): a uniformly random delay in
-    /// `[0, min(cap, base * 2^(attempt-1))]`, so that many agents failing
-    /// together do not retry together. Never earlier than `retry_after`,
-    /// the provider's own hint, when given.
+    /// treated as 1): uniformly random in `[ceiling / 2, ceiling]` with
+    /// `ceiling = min(cap, base * 2^(attempt-1))`. Never earlier than
+    /// `retry_after`, the server's own hint, when given.
     pub fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
         let ceiling = self.ceiling(attempt);
-        let jittered =
-            Duration::from_millis(rand::rng().random_range(0..=ceiling.as_millis() as u64));
+        let half = ceiling / 2;
+        let jittered = half + rand::rng().random_range(Duration::ZERO..=ceiling - half);
         jittered.max(retry_after.unwrap_or(Duration::ZERO))
     }
 
@@ -50,12 +56,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn delays_stay_within_the_exponential_ceiling() {
+    fn delays_stay_in_the_upper_half_of_the_exponential_ceiling() {
         let backoff = Backoff::default();
         for attempt in 0..=40 {
             let ceiling = backoff.ceiling(attempt);
             for _ in 0..50 {
-                assert!(backoff.delay(attempt, None) <= ceiling, "attempt {attempt}");
+                let delay = backoff.delay(attempt, None);
+                assert!(delay <= ceiling, "attempt {attempt}: {delay:?}");
+                assert!(delay >= ceiling / 2, "attempt {attempt}: {delay:?}");
             }
         }
         assert_eq!(backoff.ceiling(1), Duration::from_secs(1));
@@ -80,10 +88,22 @@ mod tests {
         let backoff = Backoff::default();
         let samples: std::collections::HashSet<Duration> =
             (0..100).map(|_| backoff.delay(8, None)).collect();
-        assert!(
-            samples.len() > 10,
-            "full jitter spreads retries: {samples:?}"
-        );
+        assert!(samples.len() > 10, "jitter spreads retries: {samples:?}");
+    }
+
+    #[test]
+    fn each_delay_is_at_least_the_previous_attempts_until_the_cap() {
+        let backoff = Backoff {
+            base: Duration::from_millis(100),
+            cap: Duration::from_secs(2),
+        };
+        for _ in 0..50 {
+            let delays: Vec<Duration> = (1..=8).map(|n| backoff.delay(n, None)).collect();
+            // Attempt n+1's floor is attempt n's ceiling, until both reach the cap.
+            for pair in delays.windows(2).take(4) {
+                assert!(pair[1] >= pair[0], "{delays:?}");
+            }
+        }
     }
 
     #[test]
