@@ -263,6 +263,46 @@ async fn a_receiver_that_always_fails_gets_deliveries_marked_failed_after_the_wi
     assert!(receiver.received().iter().all(|r| r.verified.is_ok()));
 }
 
+/// Issue 16: a receiver's huge `Retry-After` made recording the attempt
+/// fail (an interval overflow), so the delivery was sent again and again
+/// past its window. The delay is capped at the window: every attempt is
+/// recorded and the deliveries end `failed` once the window is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_huge_retry_after_is_capped_and_the_delivery_fails_after_the_window() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    for retry_after in ["99999999999999999", "Fri, 31 Dec 9999 23:59:59 GMT"] {
+        let (project, agent) = project_and_agent(&client).await;
+        let receiver = Receiver::start(Behaviour::RetryAfter(503, retry_after)).await;
+        let endpoint = hook(&client, project, &receiver, json!(["input.received"])).await;
+        let window = Duration::from_secs(2);
+        let running = start(&db, fast(window));
+        inputs(&client, &[agent], 1).await;
+
+        wait_all(&client, endpoint, "failed", Duration::from_secs(30)).await;
+        running.stop().await;
+        let row = client
+            .query_one(
+                "SELECT attempts, last_status_code FROM holdfast.webhook_deliveries \
+                  WHERE endpoint_id = $1",
+                &[&endpoint],
+            )
+            .await
+            .unwrap();
+        let attempts: i32 = row.get(0);
+        assert_eq!(row.get::<_, Option<i32>>(1), Some(503), "{retry_after}");
+        assert!(
+            (1..=2).contains(&attempts),
+            "the delay is at most the window, so one or two attempts: {attempts} ({retry_after})"
+        );
+        assert_eq!(
+            receiver.count(),
+            attempts as usize,
+            "every request was recorded as an attempt ({retry_after})"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slow_endpoint_does_not_delay_the_others() {
     let db = TestDb::new().await;

@@ -34,6 +34,8 @@ pub enum Behaviour {
     Status(u16),
     /// Keep the request open until [`Receiver::release`], then 200.
     Hold,
+    /// This status at once, with this `Retry-After` header value.
+    RetryAfter(u16, &'static str),
 }
 
 /// One request the receiver got.
@@ -212,18 +214,24 @@ async fn answer(mut stream: TcpStream, state: Arc<State>) {
         event: serde_json::from_slice(&body).unwrap_or(Value::Null),
         verified: verified.clone(),
     });
+    let mut extra_headers = String::new();
     let status = match (behaviour, verified) {
         (_, Err(_)) => 400,
         (Behaviour::Accept, Ok(())) => 200,
         (Behaviour::Status(code), Ok(())) => code,
+        (Behaviour::RetryAfter(code, value), Ok(())) => {
+            extra_headers = format!("retry-after: {value}\r\n");
+            code
+        }
         (Behaviour::Hold, Ok(())) => {
             let mut released = state.released.subscribe();
             let _ = released.wait_for(|r| *r).await;
             200
         }
     };
-    let response =
-        format!("HTTP/1.1 {status} Answer\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+    let response = format!(
+        "HTTP/1.1 {status} Answer\r\n{extra_headers}content-length: 0\r\nconnection: close\r\n\r\n"
+    );
     let _ = stream.write_all(response.as_bytes()).await;
     let _ = stream.shutdown().await;
 }
