@@ -1,6 +1,7 @@
 //! One step for one claimed agent: load its saved state, decide, run, save.
 
 use std::any::Any;
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -73,12 +74,8 @@ enum StepFailure {
 /// ([`contain_failure`]): it never ends the task abnormally and never
 /// releases its agent for an immediate retry.
 pub async fn run(deps: Arc<StepDeps>, claim: Claim, stop: StopSignal) -> StepOutcome {
-    let work = AssertUnwindSafe(execute(&deps, claim, &stop)).catch_unwind();
     let result = tokio::select! {
-        result = work => match result {
-            Ok(result) => result.map_err(StepFailure::Error),
-            Err(panic) => Err(StepFailure::Panicked(panic_message(panic.as_ref()))),
-        },
+        result = contained(execute(&deps, claim, &stop)) => result,
         _ = stop.stopped() => Ok(StepOutcome::Nothing),
     };
     let outcome = match (stop.reason(), result) {
@@ -153,6 +150,18 @@ async fn contain_failure(deps: &StepDeps, claim: Claim, failure: StepFailure) ->
             tracing::warn!(agent_id = %claim.agent_id, error = %e, "recording a step failure");
             StepOutcome::LeaseLost
         }
+    }
+}
+
+/// `work`'s result, with a panic inside it turned into
+/// [`StepFailure::Panicked`] instead of ending the task (whose slot would
+/// then never be freed).
+async fn contained(
+    work: impl Future<Output = Result<StepOutcome, Error>>,
+) -> Result<StepOutcome, StepFailure> {
+    match AssertUnwindSafe(work).catch_unwind().await {
+        Ok(result) => result.map_err(StepFailure::Error),
+        Err(panic) => Err(StepFailure::Panicked(panic_message(panic.as_ref()))),
     }
 }
 
@@ -418,5 +427,39 @@ async fn model_failed(
             .await?;
             Ok(StepOutcome::Failed)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_step_is_a_failure_carrying_the_panic_message() {
+        let index = 7;
+        let panicking = async move {
+            let bytes = "Tom &amp; Jerry";
+            // A panic reachable from data, as html_text's byte slicing was.
+            let _ = &bytes[index..index + 100];
+            Ok(StepOutcome::Committed)
+        };
+        match contained(panicking).await {
+            Err(StepFailure::Panicked(message)) => {
+                assert!(message.contains("out of bounds"), "{message}")
+            }
+            Err(StepFailure::Error(e)) => panic!("an error instead of a panic: {e}"),
+            Ok(outcome) => panic!("no panic caught: {}", outcome.as_str()),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_step_that_does_not_panic_keeps_its_result() {
+        let ok = contained(async { Ok(StepOutcome::Committed) }).await;
+        assert!(matches!(ok, Ok(StepOutcome::Committed)));
+        let failed = contained(async { Err(Error::LeaseLost("taken".into())) }).await;
+        assert!(matches!(
+            failed,
+            Err(StepFailure::Error(Error::LeaseLost(_)))
+        ));
     }
 }
