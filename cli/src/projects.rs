@@ -1,7 +1,10 @@
-//! `holdfast projects allow-custom-urls|deny-custom-urls NAME`: whether a
-//! project's agents may set their own `model.base_url`. Requests to such a
-//! URL carry the project's own provider key if it set one, and never an
-//! operator credential.
+//! `holdfast projects …`: the operator's per-project switches.
+//! - `allow-custom-urls|deny-custom-urls NAME`: whether a project's agents
+//!   may set their own `model.base_url`. Requests to such a URL carry the
+//!   project's own provider key if it set one, and never an operator
+//!   credential.
+//! - `max-running NAME N|none`: a cap on the project's agents running at
+//!   once (claims skip the project while it is reached).
 
 use anyhow::Result;
 use clap::Subcommand;
@@ -15,18 +18,50 @@ pub enum ProjectsCommand {
     AllowCustomUrls { project: String },
     /// Refuse `model.base_url` again (agents with one fail their next model call).
     DenyCustomUrls { project: String },
+    /// Cap how many of the project's agents run at once (`none`: no cap).
+    /// Agents already running keep their leases; the cap applies to claims.
+    MaxRunning {
+        project: String,
+        #[arg(value_parser = parse_max_running, allow_negative_numbers = true)]
+        max: MaxRunning,
+    },
+}
+
+/// `None` is no cap (an alias, so clap takes the parser's value whole).
+type MaxRunning = Option<i32>;
+
+fn parse_max_running(value: &str) -> Result<MaxRunning, String> {
+    if value.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    value
+        .parse::<i32>()
+        .ok()
+        .filter(|n| *n >= 0)
+        .map(Some)
+        .ok_or_else(|| format!("expected a count (0 or more) or `none`, got {value:?}"))
 }
 
 pub async fn run(db: &Database, command: ProjectsCommand) -> Result<()> {
     db.migrate().await?;
     let (client, connection) = db.config.connect().await?;
     tokio::spawn(connection);
-    let (project, allowed) = match command {
-        ProjectsCommand::AllowCustomUrls { project } => (project, true),
-        ProjectsCommand::DenyCustomUrls { project } => (project, false),
-    };
-    store::set_project_custom_model_urls(&client, &project, allowed).await?;
-    let verb = if allowed { "may" } else { "may not" };
-    println!("agents of project {project} {verb} set model.base_url");
+    match command {
+        ProjectsCommand::AllowCustomUrls { project } => {
+            store::set_project_custom_model_urls(&client, &project, true).await?;
+            println!("agents of project {project} may set model.base_url");
+        }
+        ProjectsCommand::DenyCustomUrls { project } => {
+            store::set_project_custom_model_urls(&client, &project, false).await?;
+            println!("agents of project {project} may not set model.base_url");
+        }
+        ProjectsCommand::MaxRunning { project, max } => {
+            store::set_project_max_running(&client, &project, max).await?;
+            match max {
+                Some(max) => println!("at most {max} agents of project {project} run at once"),
+                None => println!("agents of project {project} run without a cap"),
+            }
+        }
+    }
     Ok(())
 }

@@ -575,7 +575,7 @@ async fn mcp_header_values_are_masked_everywhere_but_sent_to_the_server() {
 }
 
 #[tokio::test]
-async fn the_endpoints_and_projects_commands_manage_endpoints_as_processes() {
+async fn the_endpoints_and_projects_commands_manage_endpoints_and_projects_as_processes() {
     let db = TestDb::new().await;
     let (_, project, _) = new_project(&db).await;
     let url = db.url();
@@ -670,6 +670,32 @@ async fn the_endpoints_and_projects_commands_manage_endpoints_as_processes() {
     assert!(allowed);
     let (code, _, _) = run(vec!["projects", "allow-custom-urls", "no-such-project"]);
     assert_eq!(code, Some(1));
+
+    // The running cap: set, cleared, and refused when negative or unknown.
+    let max_running = || async {
+        db.connect()
+            .await
+            .query_one(
+                "SELECT max_running FROM holdfast.projects WHERE name = $1",
+                &[&project],
+            )
+            .await
+            .unwrap()
+            .get::<_, Option<i32>>(0)
+    };
+    let (code, stdout, _) = run(vec!["projects", "max-running", &project, "3"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("at most 3 agents"), "{stdout}");
+    assert_eq!(max_running().await, Some(3));
+    let (code, _, stderr) = run(vec!["projects", "max-running", &project, "-1"]);
+    assert_eq!(code, Some(2), "a usage error: {stderr}");
+    assert!(stderr.contains("`none`"), "{stderr}");
+    assert_eq!(max_running().await, Some(3), "unchanged");
+    let (code, _, _) = run(vec!["projects", "max-running", "no-such-project", "3"]);
+    assert_eq!(code, Some(1));
+    let (code, _, _) = run(vec!["projects", "max-running", &project, "none"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(max_running().await, None);
 
     let (code, _, _) = run(vec!["endpoints", "remove", "vllm"]);
     assert_eq!(code, Some(0));
