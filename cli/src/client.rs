@@ -6,7 +6,6 @@
 pub mod follow;
 pub mod http;
 mod render;
-pub mod sse;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};

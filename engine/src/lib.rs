@@ -14,6 +14,7 @@ pub mod migrate;
 pub mod pg_text;
 pub mod provider;
 pub mod secrets;
+pub mod sse;
 pub mod store;
 
 pub use error::{Error, Result};

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::http::{ApiClient, CallError};
-use super::sse::{SseDecoder, SseEvent};
+use holdfast_engine::sse::{SseDecoder, SseEvent};
 
 /// The API sends a heartbeat comment every 15 s; a stream silent for this
 /// long is taken for dead and reopened.

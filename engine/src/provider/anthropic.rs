@@ -18,8 +18,8 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::classify::{classify_stream_error, incomplete_stream, invalid_response};
 use super::client::StreamAssembler;
 use super::history::{normalise, tool_result_text};
-use super::sse::SseEvent;
 use super::{ContentBlock, ModelError, ModelRequest, ModelResponse, Role, Usage};
+use crate::sse::SseEvent;
 
 pub(crate) const API_VERSION: &str = "2023-06-01";
 
@@ -140,7 +140,8 @@ impl StreamAssembler for AnthropicStream {
         let kind = data
             .get("type")
             .and_then(Value::as_str)
-            .unwrap_or(&event.event);
+            .or(event.event.as_deref())
+            .unwrap_or_default();
         match kind {
             "message_start" => {
                 if let Some(usage) = data.pointer("/message/usage") {

@@ -21,12 +21,12 @@ use super::classify::{
 };
 use super::compaction::estimate_tokens;
 use super::openai::{self, OpenAiStream};
-use super::sse::{SseDecoder, SseEvent};
 use super::{ModelError, ModelRequest, ModelResponse, Provider};
 use crate::domain::{ModelDestination, ModelRoute};
 use crate::duration::parse_duration;
 use crate::egress::{EgressKind, EgressPolicy};
 use crate::secrets::SecretKey;
+use crate::sse::{SseDecoder, SseEvent};
 
 pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";

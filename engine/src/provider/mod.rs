@@ -25,7 +25,6 @@ mod client;
 mod compaction;
 mod history;
 mod openai;
-mod sse;
 
 pub use anthropic::DEFAULT_MAX_TOKENS;
 pub use client::{

@@ -22,8 +22,8 @@ use super::anthropic::parse_tool_input;
 use super::classify::{classify_stream_error, incomplete_stream, invalid_response};
 use super::client::StreamAssembler;
 use super::history::{normalise, tool_result_text};
-use super::sse::SseEvent;
 use super::{ContentBlock, ModelError, ModelRequest, ModelResponse, Role, Usage};
+use crate::sse::SseEvent;
 
 /// The request body.
 pub(crate) fn request_body(request: &ModelRequest) -> Value {

@@ -1,15 +1,21 @@
 //! An incremental decoder for `text/event-stream` bodies (the WHATWG
-//! server-sent events format): bytes in, whole events out.
+//! server-sent events format): bytes in, whole events out. `field: value`
+//! lines; a blank line dispatches the event; lines starting with `:` are
+//! comments (keep-alives, Holdfast's heartbeats).
 //!
-//! Both providers stream this way: Anthropic names each event (`event:`
-//! line) and repeats the name in the JSON's `type`; OpenAI sends bare
-//! `data:` lines and ends with `data: [DONE]`.
+//! Its readers: the model providers (Anthropic names each event with an
+//! `event:` line and repeats the name in the JSON's `type`; OpenAI sends bare
+//! `data:` lines and ends with `data: [DONE]`) and the client CLI following
+//! Holdfast's own stream, which resumes with `Last-Event-ID` from `id:`.
 
-/// One dispatched event: its `event:` name (empty when none was given) and
-/// its `data:` lines joined with `\n`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct SseEvent {
-    pub event: String,
+/// One dispatched event.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SseEvent {
+    /// `id:` (Holdfast: a saved event's seq; absent on live deltas).
+    pub id: Option<String>,
+    /// `event:`, the event's name.
+    pub event: Option<String>,
+    /// The `data:` lines joined with `\n`.
     pub data: String,
 }
 
@@ -17,10 +23,10 @@ pub(crate) struct SseEvent {
 /// (what HTTP servers send in practice; a lone `\r` terminator is not
 /// supported).
 #[derive(Default)]
-pub(crate) struct SseDecoder {
+pub struct SseDecoder {
     pending: Vec<u8>,
-    event: String,
-    data: Vec<String>,
+    current: SseEvent,
+    has_data: bool,
 }
 
 impl SseDecoder {
@@ -49,27 +55,29 @@ impl SseDecoder {
 
     fn line(&mut self, line: &str) -> Option<SseEvent> {
         if line.is_empty() {
-            if self.data.is_empty() {
-                self.event.clear();
-                return None;
-            }
-            let event = SseEvent {
-                event: std::mem::take(&mut self.event),
-                data: std::mem::take(&mut self.data).join("\n"),
-            };
-            return Some(event);
+            // An event without data lines is not dispatched (WHATWG).
+            let event = std::mem::take(&mut self.current);
+            let has_data = std::mem::take(&mut self.has_data);
+            return has_data.then_some(event);
         }
         if line.starts_with(':') {
-            return None; // comment (keep-alive)
+            return None;
         }
         let (field, value) = match line.split_once(':') {
             Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
             None => (line, ""),
         };
         match field {
-            "event" => self.event = value.to_owned(),
-            "data" => self.data.push(value.to_owned()),
-            _ => {} // id, retry: not used by either provider
+            "id" => self.current.id = Some(value.to_owned()),
+            "event" => self.current.event = Some(value.to_owned()),
+            "data" => {
+                if self.has_data {
+                    self.current.data.push('\n');
+                }
+                self.current.data.push_str(value);
+                self.has_data = true;
+            }
+            _ => {} // retry: nobody here reconnects on the server's say
         }
         None
     }
@@ -79,9 +87,10 @@ impl SseDecoder {
 mod tests {
     use super::*;
 
-    fn ev(event: &str, data: &str) -> SseEvent {
+    fn ev(event: Option<&str>, data: &str) -> SseEvent {
         SseEvent {
-            event: event.into(),
+            id: None,
+            event: event.map(str::to_owned),
             data: data.into(),
         }
     }
@@ -92,7 +101,10 @@ mod tests {
         assert!(d.push(b"event: ping\ndata: {\"ty").is_empty());
         assert_eq!(
             d.push(b"pe\":\"ping\"}\n\nevent: message_stop\r\ndata: {}\r\n\r\n"),
-            vec![ev("ping", "{\"type\":\"ping\"}"), ev("message_stop", "{}")]
+            vec![
+                ev(Some("ping"), "{\"type\":\"ping\"}"),
+                ev(Some("message_stop"), "{}")
+            ]
         );
     }
 
@@ -101,7 +113,7 @@ mod tests {
         let mut d = SseDecoder::default();
         assert_eq!(
             d.push(b": keep-alive\n\ndata: a\ndata:b\n\ndata: [DONE]\n\n"),
-            vec![ev("", "a\nb"), ev("", "[DONE]")]
+            vec![ev(None, "a\nb"), ev(None, "[DONE]")]
         );
     }
 
@@ -111,7 +123,27 @@ mod tests {
         let bytes = "data: héllo\n\n".as_bytes();
         let split = bytes.iter().position(|&b| b == 0xC3).unwrap() + 1;
         assert!(d.push(&bytes[..split]).is_empty());
-        assert_eq!(d.push(&bytes[split..]), vec![ev("", "héllo")]);
+        assert_eq!(d.push(&bytes[split..]), vec![ev(None, "héllo")]);
+    }
+
+    #[test]
+    fn events_split_across_chunks_come_out_whole_with_their_ids() {
+        let mut decoder = SseDecoder::default();
+        assert!(decoder
+            .push(b": heartbeat\n\nid: 4\nevent: turn.sta")
+            .is_empty());
+        let events = decoder.push(b"rted\ndata: {}\n\nevent: delta\r\ndata: a\ndata: b\n\n");
+        assert_eq!(
+            events,
+            vec![
+                SseEvent {
+                    id: Some("4".into()),
+                    event: Some("turn.started".into()),
+                    data: "{}".into(),
+                },
+                ev(Some("delta"), "a\nb"),
+            ]
+        );
     }
 
     mod properties {
@@ -125,6 +157,7 @@ mod tests {
                 Just(b"\r\n".to_vec()),
                 Just(b"data: ".to_vec()),
                 Just(b"event:".to_vec()),
+                Just(b"id:".to_vec()),
                 Just(b": ".to_vec()),
                 Just("é€😀".as_bytes().to_vec()),
                 proptest::collection::vec(any::<u8>(), 0..8),
@@ -158,11 +191,12 @@ mod tests {
             }
 
             #[test]
-            fn arbitrary_utf8_data_comes_back_exactly(
+            fn arbitrary_utf8_ids_and_data_come_back_exactly(
+                id in "[^\r\n]*",
                 lines in proptest::collection::vec("[^\r\n]*", 1..4),
                 cuts in proptest::collection::vec(any::<usize>(), 0..8),
             ) {
-                let mut body = String::from("event: x\n");
+                let mut body = format!("id: {id}\nevent: x\n");
                 for line in &lines {
                     body.push_str("data: ");
                     body.push_str(line);
@@ -170,7 +204,11 @@ mod tests {
                 }
                 body.push('\n');
                 let events = decode_in_chunks(body.as_bytes(), &cuts);
-                prop_assert_eq!(events, vec![ev("x", &lines.join("\n"))]);
+                prop_assert_eq!(events, vec![SseEvent {
+                    id: Some(id),
+                    event: Some("x".into()),
+                    data: lines.join("\n"),
+                }]);
             }
         }
     }
