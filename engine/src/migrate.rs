@@ -78,6 +78,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0009_lean_commits.sql",
         sql: include_str!("../../sql/0009_lean_commits.sql"),
     },
+    Migration {
+        version: 17,
+        name: "0017_console.sql",
+        sql: include_str!("../../sql/0017_console.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

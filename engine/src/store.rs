@@ -30,6 +30,8 @@ use crate::domain::{
 use crate::duration::to_interval;
 use crate::error::{Error, Result};
 
+pub mod console;
+
 /// A client for the hot path (claims, context loads, commits): it runs a
 /// statement prepared once per connection where it can keep one, so repeated
 /// calls skip the parse round trip and the planning of the top-level query.
