@@ -11,6 +11,7 @@ use axum::response::IntoResponse;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use holdfast_engine::domain::{Agent, AgentState, CancelOutcome};
+use holdfast_engine::egress::check_mcp_header;
 use holdfast_engine::store;
 use holdfast_engine::store::console;
 use serde::{Deserialize, Serialize};
@@ -25,11 +26,26 @@ use crate::observe::record_agent;
 use crate::state::AppState;
 
 /// The top-level fields of an agent config ([`AgentConfig`]).
-pub const CONFIG_FIELDS: &[&str] = &["model", "system", "tools", "approvals", "metadata"];
+pub const CONFIG_FIELDS: &[&str] = &[
+    "model",
+    "system",
+    "tools",
+    "approvals",
+    "metadata",
+    "limits",
+];
 /// The fields of `config.model` ([`ModelSettings`]).
-pub const MODEL_FIELDS: &[&str] = &["provider", "name", "base_url", "max_tokens"];
+pub const MODEL_FIELDS: &[&str] = &["provider", "name", "endpoint", "base_url", "max_tokens"];
 /// The fields of `config.approvals` ([`ApprovalSettings`]).
 pub const APPROVAL_FIELDS: &[&str] = &["require_for"];
+/// The fields of `config.limits` ([`LimitSettings`]; `holdfast.limit_names()`).
+pub const LIMIT_FIELDS: &[&str] = &[
+    "max_model_steps_per_turn",
+    "max_tool_calls_per_response",
+    "max_subagent_depth",
+    "max_live_children",
+    "max_descendants",
+];
 
 const LIST_DEFAULT: i64 = 100;
 const LIST_MAX: i64 = 1000;
@@ -49,23 +65,56 @@ pub struct AgentConfig {
     /// Free-form; returned as given.
     #[schema(value_type = Option<Object>)]
     metadata: Option<Map<String, Value>>,
+    limits: Option<LimitSettings>,
+}
+
+/// Bounds on a runaway agent. Each defaults to, and may not exceed, the
+/// operator's maximum (`HOLDFAST_MAX_<NAME>`); exceeding one ends the turn
+/// with `turn.failed` `limit_exceeded` (model steps, tool calls) or refuses
+/// the spawn with an error result (subagents).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct LimitSettings {
+    /// Model calls one turn may make (default 100).
+    #[schema(minimum = 1)]
+    max_model_steps_per_turn: Option<u32>,
+    /// Tool calls one model response may ask for (default 64).
+    #[schema(minimum = 1)]
+    max_tool_calls_per_response: Option<u32>,
+    /// Levels of subagents below this agent's tree root (default 4; the root's setting counts).
+    #[schema(minimum = 1)]
+    max_subagent_depth: Option<u32>,
+    /// Subagents this agent may have running at once (default 16).
+    #[schema(minimum = 1)]
+    max_live_children: Option<u32>,
+    /// Subagents the tree may ever have (default 64; the root's setting counts).
+    #[schema(minimum = 1)]
+    max_descendants: Option<u32>,
 }
 
 #[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct ModelSettings {
     provider: Provider,
-    /// The provider's model name.
+    /// The provider's model name (within the endpoint's allow-list, if it
+    /// has one).
     name: String,
-    /// An OpenAI- or Anthropic-compatible server (vLLM, Ollama, a gateway).
+    /// The operator's model endpoint by name (default `default`: the
+    /// operator's Anthropic or OpenAI endpoint, by `provider`).
+    endpoint: Option<String>,
+    /// An OpenAI- or Anthropic-compatible server of your own (vLLM, Ollama,
+    /// a gateway): refused (422) unless the operator allowed custom URLs for
+    /// the project; requests to it carry only the project's own provider key.
     base_url: Option<String>,
-    #[schema(minimum = 1)]
+    /// The most output tokens a call may produce (an integer; the range of
+    /// the worker's u32, checked by SQL's `validate_config`).
+    #[schema(minimum = 1, maximum = 4294967295_u64)]
     max_tokens: Option<u32>,
 }
 
 #[derive(ToSchema)]
 #[schema(rename_all = "lowercase")]
-#[allow(dead_code)]
+#[allow(dead_code)] // Describes the JSON for the OpenAPI document.
 pub enum Provider {
     Anthropic,
     Openai,
@@ -118,6 +167,8 @@ impl From<StateName> for AgentState {
 pub struct AgentView {
     id: Uuid,
     state: StateName,
+    /// Secrets (MCP header values) show as `"***"`; sent back in a PATCH or
+    /// create, `"***"` keeps the stored value.
     #[schema(value_type = AgentConfig)]
     config: Value,
     /// A turn is under way (from an input to turn.completed/failed/cancelled).
@@ -220,6 +271,32 @@ fn check_config_fields(config: &Value) -> Result<(), ApiError> {
     if let Some(Value::Object(approvals)) = object.get("approvals") {
         unknown_field(approvals, APPROVAL_FIELDS, "approvals.")?;
     }
+    if let Some(Value::Object(limits)) = object.get("limits") {
+        unknown_field(limits, LIMIT_FIELDS, "limits.")?;
+    }
+    check_mcp_headers(object.get("tools"))
+}
+
+/// Headers of MCP tool entries must be in the egress policy's safe set
+/// ([`check_mcp_header`]). A merge patch replaces `tools` whole, so checking
+/// the array in the body covers creation and patches alike.
+fn check_mcp_headers(tools: Option<&Value>) -> Result<(), ApiError> {
+    let Some(Value::Array(tools)) = tools else {
+        return Ok(());
+    };
+    for (i, tool) in tools.iter().enumerate() {
+        if tool.get("type").and_then(Value::as_str) != Some("mcp") {
+            continue;
+        }
+        let Some(Value::Object(headers)) = tool.get("headers") else {
+            continue;
+        };
+        for name in headers.keys() {
+            check_mcp_header(name).map_err(|reason| {
+                ApiError::invalid(format!("tools[{i}].headers.{name}"), reason)
+            })?;
+        }
+    }
     Ok(())
 }
 
@@ -258,6 +335,7 @@ async fn load(db: &tokio_postgres::Client, caller: &Caller, id: Uuid) -> Result<
         (status = 400, description = "invalid config; `field` names the field", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 413, body = ErrorBody),
+        (status = 422, description = "`model_not_permitted`: the project may not use this endpoint, model or base_url; `field` names it", body = ErrorBody),
     )
 )]
 pub async fn create_agent(
@@ -389,9 +467,6 @@ fn parse_cursor(cursor: &str) -> Result<console::ActivityCursor, ApiError> {
 
 /// The filter a search text `q` asks for (see [`ListQuery::q`]).
 fn search_filter(q: &str) -> Result<console::AgentFilter, ApiError> {
-    if q.contains('\0') {
-        return Err(ApiError::invalid("q", "q must not contain U+0000"));
-    }
     if let Ok(id) = q.parse::<Uuid>() {
         return Ok(console::AgentFilter {
             id: Some(id),
@@ -463,6 +538,7 @@ pub async fn get_agent(
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, description = "the agent is archived", body = ErrorBody),
+        (status = 422, description = "`model_not_permitted`: the project may not use this endpoint, model or base_url; `field` names it", body = ErrorBody),
     )
 )]
 pub async fn patch_agent(

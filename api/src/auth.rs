@@ -1,5 +1,7 @@
 //! Bearer API keys. Every `/v1` route takes a [`Caller`]: the project the
 //! key belongs to, which then scopes every read and write of the request.
+//! Taking a `Caller` also takes one request from the key's rate limit
+//! (`crate::rate_limit`), so no route can skip it.
 
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
@@ -40,6 +42,7 @@ impl FromRequestParts<AppState> for Caller {
         let owner = store::authenticate_api_key(&**db, key)
             .await?
             .ok_or_else(|| ApiError::unauthorized("invalid or revoked API key"))?;
+        state.check_rate(owner.key_id)?;
         Ok(Caller {
             project_id: owner.project_id,
             key_id: owner.key_id,

@@ -17,9 +17,19 @@ pub struct ApiError {
     kind: &'static str,
     message: String,
     field: Option<String>,
+    extra: Extra,
+}
+
+/// What an error carries beyond type, message and field (one at most, in
+/// one field, so that `ApiError` stays small enough to return by value).
+#[derive(Debug)]
+enum Extra {
+    None,
     /// One more top-level member of the body, e.g. `tool_call` on a 409 so
     /// the client sees the state that won.
-    context: Option<(&'static str, Value)>,
+    Context(&'static str, Value),
+    /// Whole seconds for a `Retry-After` header (a 429).
+    RetryAfterSecs(u64),
 }
 
 /// The error body (for the OpenAPI document).
@@ -31,8 +41,8 @@ pub struct ErrorBody {
 #[derive(Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// Machine-readable: `invalid_request`, `invalid_json`, `unauthorized`,
-    /// `not_found`, `conflict`, `idempotency_key_reused`, `payload_too_large`,
-    /// `unavailable`, `internal`, ...
+    /// `not_found`, `conflict`, `idempotency_key_reused`, `model_not_permitted`,
+    /// `payload_too_large`, `rate_limited`, `unavailable`, `internal`, ...
     #[serde(rename = "type")]
     pub kind: String,
     pub message: String,
@@ -48,7 +58,7 @@ impl ApiError {
             kind,
             message: message.into(),
             field: None,
-            context: None,
+            extra: Extra::None,
         }
     }
 
@@ -79,6 +89,20 @@ impl ApiError {
         ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message)
     }
 
+    /// 429 `rate_limited`, with `Retry-After` rounded up to whole seconds
+    /// (at least 1: `0` would invite an immediate retry that fails again).
+    pub fn rate_limited(wait: std::time::Duration) -> ApiError {
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        let secs = secs.max(1);
+        let mut error = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            format!("too many requests for this API key; retry after {secs} s"),
+        );
+        error.extra = Extra::RetryAfterSecs(secs);
+        error
+    }
+
     pub fn unavailable(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
     }
@@ -97,7 +121,7 @@ impl ApiError {
     }
 
     pub fn with_context(mut self, name: &'static str, value: Value) -> ApiError {
-        self.context = Some((name, value));
+        self.extra = Extra::Context(name, value);
         self
     }
 
@@ -106,19 +130,28 @@ impl ApiError {
     }
 }
 
+/// Message prefixes of SQL's HF422 errors that answer 422 (with the token as
+/// the error type) rather than 400.
+const UNPROCESSABLE_TOKENS: &[&str] = &["idempotency_key_reused", "model_not_permitted"];
+
 impl From<Error> for ApiError {
     fn from(e: Error) -> ApiError {
         match e {
             Error::NotFound(message) => ApiError::not_found(message),
             Error::Conflict(message) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
-            // The SQL raises this token first in its message on purpose, so
-            // that the one reuse case is told apart from other bad keys.
-            Error::Invalid { field, message } if message.starts_with("idempotency_key_reused") => {
-                let error = ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "idempotency_key_reused",
-                    message,
-                );
+            // The SQL raises these tokens first in their messages on
+            // purpose: a well-formed request that is not permitted (a reused
+            // idempotency key, a model endpoint or URL the project may not
+            // use) is a 422, told apart from malformed input (400).
+            Error::Invalid { field, message }
+                if UNPROCESSABLE_TOKENS.iter().any(|t| message.starts_with(t)) =>
+            {
+                let kind = UNPROCESSABLE_TOKENS
+                    .iter()
+                    .find(|t| message.starts_with(*t))
+                    .copied()
+                    .unwrap_or("invalid_request");
+                let error = ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, kind, message);
                 match field {
                     Some(field) => error.with_field(field),
                     None => error,
@@ -156,14 +189,24 @@ impl IntoResponse for ApiError {
             error["field"] = Value::String(field);
         }
         let mut body = json!({ "error": error });
-        if let Some((name, value)) = self.context {
-            body[name] = value;
-        }
+        let retry_after_secs = match self.extra {
+            Extra::Context(name, value) => {
+                body[name] = value;
+                None
+            }
+            Extra::RetryAfterSecs(secs) => Some(secs),
+            Extra::None => None,
+        };
         let mut response = (self.status, axum::Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(secs) = retry_after_secs {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
     }

@@ -1,9 +1,14 @@
-//! One LISTEN connection per API process, fanned out to every SSE stream.
+//! One LISTEN connection per API process, fanned out to every SSE stream
+//! and every machine claim long-poll.
 //!
-//! Two channels: `holdfast_events` (payload: an agent id; one per agent per
-//! committing transaction) says "this agent has new saved events", and
+//! Three channels: `holdfast_events` (payload: an agent id; one per agent per
+//! committing transaction) says "this agent has new saved events",
 //! `holdfast_stream` (payload: `{"agent_id", "epoch", "text"}`, sent by
-//! workers, never saved) carries live text deltas.
+//! workers, never saved) carries live text deltas, and `holdfast_commands`
+//! (payload: a machine id; one per machine per committing transaction) says
+//! "a command was queued for this machine, or its token or existence
+//! changed": it wakes that machine's claim long-polls ([`CommandHints`]),
+//! no others.
 //!
 //! Each agent with at least one open stream has a *feed*: a task that, on an
 //! events hint, reads the agent's new events from the table once and
@@ -21,12 +26,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use holdfast_engine::{connect, store};
+use holdfast_engine::connect::{self, ConnectConfig};
+use holdfast_engine::store;
 use rand::Rng;
 use serde::Deserialize;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio_postgres::{Config, Notification};
+use tokio_postgres::Notification;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -34,6 +40,8 @@ use uuid::Uuid;
 pub const EVENTS_CHANNEL: &str = "holdfast_events";
 /// Live deltas: `{"agent_id", "epoch", "text"}`.
 pub const STREAM_CHANNEL: &str = "holdfast_stream";
+/// A machine's commands or credentials changed: the machine id.
+pub const COMMANDS_CHANNEL: &str = "holdfast_commands";
 /// The LISTEN session's application_name (visible in pg_stat_activity).
 pub const LISTEN_APPLICATION_NAME: &str = "holdfast-api-listen";
 
@@ -85,6 +93,8 @@ pub struct Fanout {
 struct Inner {
     pool: Pool,
     feeds: Mutex<HashMap<Uuid, Feed>>,
+    /// Per machine with a claim waiting: marked on each hint for it.
+    machines: Mutex<HashMap<Uuid, watch::Sender<()>>>,
     connected: AtomicBool,
 }
 
@@ -106,16 +116,17 @@ impl Fanout {
     /// Start the LISTEN task; it runs until `shutdown` is cancelled.
     pub fn start(
         pool: Pool,
-        database: &Config,
+        database: &ConnectConfig,
         shutdown: CancellationToken,
     ) -> (Fanout, JoinHandle<()>) {
         let inner = Arc::new(Inner {
             pool,
             feeds: Mutex::new(HashMap::new()),
+            machines: Mutex::new(HashMap::new()),
             connected: AtomicBool::new(false),
         });
         let mut config = database.clone();
-        config.application_name(LISTEN_APPLICATION_NAME);
+        config.postgres.application_name(LISTEN_APPLICATION_NAME);
         let task = tokio::spawn(listen(inner.clone(), config, shutdown));
         (Fanout { inner }, task)
     }
@@ -167,6 +178,21 @@ impl Fanout {
         Ok(self.subscription(agent, receiver))
     }
 
+    /// Follow the hints for `machine`'s commands. Take it before the first
+    /// claim: a hint that arrives during a claim is kept, and the next
+    /// [`CommandHints::changed`] returns at once.
+    pub fn watch_commands(&self, machine: Uuid) -> CommandHints {
+        let receiver = lock(&self.inner.machines)
+            .entry(machine)
+            .or_insert_with(|| watch::channel(()).0)
+            .subscribe();
+        CommandHints {
+            machine,
+            receiver: Some(receiver),
+            inner: self.inner.clone(),
+        }
+    }
+
     fn subscription(&self, agent: Uuid, receiver: broadcast::Receiver<Signal>) -> Subscription {
         Subscription {
             agent,
@@ -205,6 +231,17 @@ impl Inner {
                 }
                 Err(e) => tracing::debug!(error = %e, "malformed stream delta"),
             },
+            COMMANDS_CHANNEL => match notification.payload().parse::<Uuid>() {
+                Ok(machine) => {
+                    if let Some(waiters) = lock(&self.machines).get(&machine) {
+                        waiters.send_replace(());
+                    }
+                }
+                Err(_) => tracing::debug!(
+                    payload = notification.payload(),
+                    "commands hint without a machine id"
+                ),
+            },
             other => tracing::debug!(channel = other, "notification on an unexpected channel"),
         }
     }
@@ -219,6 +256,9 @@ impl Inner {
     fn wake_all(&self) {
         for feed in lock(&self.feeds).values() {
             feed.wake();
+        }
+        for waiters in lock(&self.machines).values() {
+            waiters.send_replace(());
         }
     }
 }
@@ -259,6 +299,40 @@ impl Drop for Subscription {
         {
             // Dropping the feed closes its inbox; its reader then ends.
             feeds.remove(&self.agent);
+        }
+    }
+}
+
+/// A claim long-poll's place among its machine's waiters. Dropping the
+/// last one for a machine forgets the machine.
+pub struct CommandHints {
+    machine: Uuid,
+    /// Always `Some` until drop (taken there so the count excludes it).
+    receiver: Option<watch::Receiver<()>>,
+    inner: Arc<Inner>,
+}
+
+impl CommandHints {
+    /// Until a hint for the machine arrives (or arrived since the last
+    /// call), or the LISTEN connection was re-established.
+    pub async fn changed(&mut self) {
+        if let Some(receiver) = self.receiver.as_mut() {
+            // The sender lives while this receiver does: no error to see.
+            let _ = receiver.changed().await;
+        }
+    }
+}
+
+impl Drop for CommandHints {
+    fn drop(&mut self) {
+        let mut machines = lock(&self.inner.machines);
+        // Under the lock, so no one joins between the count and the removal.
+        drop(self.receiver.take());
+        if machines
+            .get(&self.machine)
+            .is_some_and(|waiters| waiters.receiver_count() == 0)
+        {
+            machines.remove(&self.machine);
         }
     }
 }
@@ -335,14 +409,14 @@ pub fn wire_event(event: &holdfast_engine::domain::Event) -> WireEvent {
 }
 
 /// The LISTEN loop: connect, LISTEN, dispatch; on loss, reconnect with
-/// backoff and jitter and wake every feed.
-async fn listen(inner: Arc<Inner>, config: Config, shutdown: CancellationToken) {
+/// backoff and jitter and wake every feed and every claim.
+async fn listen(inner: Arc<Inner>, config: ConnectConfig, shutdown: CancellationToken) {
     let mut failures: u32 = 0;
     let mut connected_before = false;
     loop {
         let session = tokio::select! {
             _ = shutdown.cancelled() => return,
-            session = connect::listen(&config, &[EVENTS_CHANNEL, STREAM_CHANNEL]) => session,
+            session = connect::listen(&config, &[EVENTS_CHANNEL, COMMANDS_CHANNEL, STREAM_CHANNEL]) => session,
         };
         let mut session = match session {
             Ok(session) => session,

@@ -23,6 +23,8 @@ pub mod openapi;
 pub mod operations;
 pub mod probes;
 pub mod project;
+pub mod provider_keys;
+pub mod rate_limit;
 pub mod state;
 pub mod stream;
 pub mod tool_calls;
@@ -87,12 +89,19 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(tool_calls::submit_tool_result))
         .routes(routes!(webhooks::create_webhook, webhooks::list_webhooks))
         .routes(routes!(webhooks::delete_webhook))
+        .routes(routes!(provider_keys::list_provider_keys))
+        .routes(routes!(
+            provider_keys::set_provider_key,
+            provider_keys::delete_provider_key
+        ))
         .routes(routes!(webhooks::list_deliveries))
         .routes(routes!(
             machines::manage::register_machine,
             machines::manage::list_machines
         ))
         .routes(routes!(machines::manage::wake_machine))
+        .routes(routes!(machines::manage::delete_machine))
+        .routes(routes!(machines::manage::rotate_machine_token))
         .routes(routes!(machines::daemon::heartbeat))
         .routes(routes!(machines::daemon::claim_commands))
         .routes(routes!(machines::daemon::submit_result))
@@ -110,7 +119,9 @@ fn routes() -> OpenApiRouter<AppState> {
 
 /// The OpenAPI 3.1 document of every route [`router`] serves.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    routes().into_openapi()
+    let mut document = routes().into_openapi();
+    openapi::document_rate_limit(&mut document);
+    document
 }
 
 /// The API's routes with their layers: tracing, metrics, the error shape

@@ -1,16 +1,26 @@
 //! `GET /metrics`: Prometheus text. Request counts and latencies and stream
 //! clients are recorded as they happen; agents by state and events written
-//! are read from the database at scrape time and written into the response,
-//! so every API instance reports the same, exact numbers.
+//! are read from the database and written into the response, so every API
+//! instance reports the same numbers. Those two cost a scan of the agents
+//! table (every agent counts, idle and archived ones included, so no
+//! partial index can serve them), so they are read at most once per
+//! `metrics_cache` (10 s) per API process, however often it is scraped.
+//!
+//! The figures cover every project. With `HOLDFAST_METRICS_TOKEN` set the
+//! route needs `Authorization: Bearer <token>`; unset, it is open (keep it
+//! then on a network only the operator's Prometheus reaches).
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{header, HeaderMap};
 use axum::response::IntoResponse;
 use holdfast_engine::store;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use sha2::{Digest, Sha256};
+
+use crate::error::{ApiError, ErrorBody};
 use crate::observe::REQUEST_DURATION;
 use crate::state::AppState;
 
@@ -41,15 +51,25 @@ pub fn prometheus_handle() -> PrometheusHandle {
         .clone()
 }
 
-/// Prometheus metrics.
+/// Prometheus metrics. Open unless the server has `HOLDFAST_METRICS_TOKEN`:
+/// then `Authorization: Bearer <that token>` (not an API key).
 #[utoipa::path(
     get,
     path = "/metrics",
     tag = "operations",
-    security(()),
-    responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String))
+    security((), ("metrics_token" = [])),
+    responses(
+        (status = 200, description = "Prometheus text format", content_type = "text/plain", body = String),
+        (status = 401, description = "HOLDFAST_METRICS_TOKEN is set and the request does not carry it", body = ErrorBody),
+    )
 )]
-pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+pub async fn metrics(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse, ApiError> {
+    if let Some(expected) = &state.config().metrics_token {
+        check_metrics_token(&headers, expected)?;
+    }
     let handle = state.metrics();
     handle.run_upkeep();
     let mut text = handle.render();
@@ -57,11 +77,37 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     // through the process-wide recorder: each scrape reports what it read,
     // even when one process serves several APIs (tests, embedders). A
     // database outage must not take the rest of the metrics with it.
-    match scrape_database(&state).await {
-        Ok((by_state, events)) => text.push_str(&database_metrics(&by_state, events)),
-        Err(e) => tracing::warn!(error = %e, "metrics: reading agents by state failed"),
+    match state.cached_database_metrics() {
+        Some(cached) => text.push_str(&cached),
+        None => match scrape_database(&state).await {
+            Ok((by_state, events)) => {
+                let fresh: Arc<str> = database_metrics(&by_state, events).into();
+                text.push_str(&fresh);
+                state.cache_database_metrics(fresh);
+            }
+            Err(e) => tracing::warn!(error = %e, "metrics: reading agents by state failed"),
+        },
     }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text))
+}
+
+/// 401 unless `headers` carry `Authorization: Bearer <expected>`. The
+/// tokens are compared as SHA-256 digests, so the time taken says nothing
+/// about how much of a guess was right.
+fn check_metrics_token(headers: &HeaderMap, expected: &str) -> Result<(), ApiError> {
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
+    match presented {
+        Some(token) if Sha256::digest(token) == Sha256::digest(expected) => Ok(()),
+        Some(_) => Err(ApiError::unauthorized("wrong metrics token")),
+        None => Err(ApiError::unauthorized(
+            "missing Authorization: Bearer <HOLDFAST_METRICS_TOKEN>",
+        )),
+    }
 }
 
 /// `holdfast_agents{state}` and `holdfast_events_written_total` in the

@@ -6,7 +6,10 @@ use std::sync::OnceLock;
 
 use axum::http::header;
 use axum::response::IntoResponse;
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 #[derive(OpenApi)]
@@ -22,6 +25,7 @@ use utoipa::{Modify, OpenApi};
         (name = "events", description = "the timeline and its live stream"),
         (name = "tool-calls", description = "custom tool calls the client answers"),
         (name = "webhooks", description = "endpoints that receive every event, signed per Standard Webhooks"),
+        (name = "provider-keys", description = "the project's own model provider keys: write-only, stored sealed"),
         (name = "approvals", description = "approvals and questions a person answers"),
         (name = "operations", description = "health, readiness, metrics, this document"),
     )
@@ -42,6 +46,51 @@ impl Modify for BearerAuth {
                     .build(),
             ),
         );
+        // GET /metrics, when the server sets HOLDFAST_METRICS_TOKEN.
+        components.add_security_scheme(
+            "metrics_token",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// Add the rate limit's 429 to every operation that takes an API key (every
+/// `/v1` route but the machine daemon's): the limit is applied where a
+/// handler takes its `Caller`, not in each route's annotation.
+pub fn document_rate_limit(openapi: &mut utoipa::openapi::OpenApi) {
+    let too_many = ResponseBuilder::new()
+        .description("over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`)")
+        .header(
+            "Retry-After",
+            HeaderBuilder::new()
+                .schema(ObjectBuilder::new().schema_type(Type::Integer))
+                .description(Some("seconds until a request is accepted again"))
+                .build(),
+        )
+        .content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ErrorBody")))
+                .build(),
+        )
+        .build();
+    for (path, item) in openapi.paths.paths.iter_mut() {
+        if !path.starts_with("/v1/") || path.starts_with("/v1/machine/") {
+            continue;
+        }
+        let operations = [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.patch,
+            &mut item.delete,
+        ];
+        for operation in operations.into_iter().flatten() {
+            operation
+                .responses
+                .responses
+                .insert("429".to_owned(), RefOr::T(too_many.clone()));
+        }
     }
 }
 

@@ -1,24 +1,26 @@
 //! The API's configuration and the state its handlers share.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Object, Pool};
-use holdfast_engine::connect;
+use holdfast_engine::connect::{self, ConnectConfig};
+use holdfast_engine::egress::EgressPolicy;
+use holdfast_engine::secrets::SecretKey;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
-use tokio_postgres::Config;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
 use crate::fanout::Fanout;
+use crate::rate_limit::{KeyRateLimiter, RateLimit};
 
 /// How the API runs. [`ApiConfig::new`] gives the defaults; the fields are
 /// public so that an embedding process (`holdfast up`, tests) can tune them.
 #[derive(Clone, Debug)]
 pub struct ApiConfig {
     /// The database the API serves.
-    pub database: Config,
+    pub database: ConnectConfig,
     /// Pooled connections for requests and stream reads (the LISTEN
     /// connection is extra, one per process).
     pub pool_size: usize,
@@ -37,14 +39,31 @@ pub struct ApiConfig {
     /// An SSE client that does not take the next message within this time
     /// is disconnected (it resumes with Last-Event-ID).
     pub slow_client_timeout: Duration,
-    /// Webhook endpoints may point at private and loopback addresses. A
-    /// hosted deployment keeps this off so it is not an SSRF tool; see
-    /// `holdfast_engine::domain::webhook_private_urls_allowed`.
-    pub webhook_allow_private: bool,
+    /// Which addresses webhook endpoints (checked at registration) and
+    /// machine wake URLs (checked when called) may point at
+    /// (`HOLDFAST_EGRESS_ALLOW`). The default, public addresses only, keeps
+    /// a hosted deployment from being an SSRF tool.
+    pub egress: Arc<EgressPolicy>,
+    /// When set, `GET /metrics` needs `Authorization: Bearer <this>`
+    /// (`HOLDFAST_METRICS_TOKEN`); unset, it is open.
+    pub metrics_token: Option<String>,
+    /// How long `/metrics` reuses the figures it read from the database:
+    /// they cost a scan of the agents table, and scrapes come every few
+    /// seconds from every Prometheus that watches.
+    pub metrics_cache: Duration,
+    /// Requests per API key (`None`: unlimited); over it, 429 with
+    /// `Retry-After`. A stream counts once, when it opens.
+    pub rate_limit: Option<RateLimit>,
+    /// An open stream re-checks its key this often and ends once the key is
+    /// revoked (one primary-key read per stream per interval).
+    pub stream_key_recheck: Duration,
+    /// `HOLDFAST_SECRET_KEY`: seals projects' own provider keys. Unset:
+    /// `PUT /v1/provider-keys/…` answers 503.
+    pub secret_key: Option<SecretKey>,
 }
 
 impl ApiConfig {
-    pub fn new(database: Config) -> ApiConfig {
+    pub fn new(database: ConnectConfig) -> ApiConfig {
         ApiConfig {
             database,
             pool_size: 16,
@@ -54,7 +73,12 @@ impl ApiConfig {
             pool_wait: Duration::from_secs(5),
             sse_heartbeat: Duration::from_secs(15),
             slow_client_timeout: Duration::from_secs(10),
-            webhook_allow_private: false,
+            egress: Arc::default(),
+            metrics_token: None,
+            metrics_cache: Duration::from_secs(10),
+            rate_limit: Some(RateLimit::DEFAULT),
+            stream_key_recheck: Duration::from_secs(2),
+            secret_key: None,
         }
     }
 }
@@ -70,7 +94,10 @@ struct Shared {
     pool: Pool,
     fanout: Fanout,
     metrics: PrometheusHandle,
+    /// The database's figures for `/metrics`, with when they were read.
+    database_metrics: Mutex<Option<(Instant, Arc<str>)>>,
     shutdown: CancellationToken,
+    rate_limiter: Option<KeyRateLimiter>,
 }
 
 impl AppState {
@@ -85,10 +112,12 @@ impl AppState {
         let (fanout, listener) = Fanout::start(pool.clone(), &config.database, shutdown.clone());
         let state = AppState {
             inner: Arc::new(Shared {
+                rate_limiter: config.rate_limit.map(KeyRateLimiter::new),
                 config,
                 pool,
                 fanout,
                 metrics: crate::metrics::prometheus_handle(),
+                database_metrics: Mutex::new(None),
                 shutdown,
             }),
         };
@@ -105,6 +134,35 @@ impl AppState {
 
     pub fn metrics(&self) -> &PrometheusHandle {
         &self.inner.metrics
+    }
+
+    /// The database's figures for `/metrics` if read within the cache time.
+    pub fn cached_database_metrics(&self) -> Option<Arc<str>> {
+        let cached = self
+            .inner
+            .database_metrics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        cached
+            .as_ref()
+            .filter(|(read_at, _)| read_at.elapsed() < self.inner.config.metrics_cache)
+            .map(|(_, text)| text.clone())
+    }
+
+    pub fn cache_database_metrics(&self, text: Arc<str>) {
+        *self
+            .inner
+            .database_metrics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), text));
+    }
+
+    /// Take one request from the key's bucket; 429 when it is empty.
+    pub fn check_rate(&self, key_id: uuid::Uuid) -> Result<(), ApiError> {
+        match &self.inner.rate_limiter {
+            Some(limiter) => limiter.check(key_id),
+            None => Ok(()),
+        }
     }
 
     pub fn shutdown(&self) -> &CancellationToken {

@@ -8,6 +8,10 @@
 //! `slow_client_timeout`, or falls further behind the agent's feed than the
 //! feed keeps, is disconnected: memory per client stays bounded, and the
 //! client resumes from the table with Last-Event-ID.
+//!
+//! A stream outlives the request that authenticated it, so it re-checks its
+//! key every `stream_key_recheck` (2 s) and ends once the key is revoked; the
+//! client's reconnect then gets 401.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -98,7 +102,15 @@ pub async fn stream_events(
     let subscription = state.fanout().subscribe(id).await?;
     let (tx, mut rx) = mpsc::channel(CLIENT_BUFFER);
     let client = StreamClient::connect();
-    tokio::spawn(pump(state.clone(), id, after, subscription, tx, client));
+    tokio::spawn(pump(
+        state.clone(),
+        caller.key_id,
+        id,
+        after,
+        subscription,
+        tx,
+        client,
+    ));
     let body = futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|e| e.map(Ok)));
     Ok(Sse::new(body).keep_alive(
         KeepAlive::new()
@@ -115,6 +127,8 @@ enum Stop {
     Slow,
     /// The table could not be read.
     Database,
+    /// The stream's API key was revoked.
+    Revoked,
 }
 
 struct Pump {
@@ -125,10 +139,11 @@ struct Pump {
     slow_after: Duration,
 }
 
-/// Feed one client until it goes, falls behind, or the server stops.
-/// `_client` counts it as open until then.
+/// Feed one client until it goes, falls behind, its key is revoked, or the
+/// server stops. `_client` counts it as open until then.
 async fn pump(
     state: AppState,
+    key_id: Uuid,
     agent: Uuid,
     after: i64,
     mut subscription: Subscription,
@@ -136,6 +151,10 @@ async fn pump(
     _client: StreamClient,
 ) {
     let shutdown = state.shutdown().clone();
+    let recheck_every = state.config().stream_key_recheck;
+    let mut key_recheck =
+        tokio::time::interval_at(tokio::time::Instant::now() + recheck_every, recheck_every);
+    key_recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut pump = Pump {
         slow_after: state.config().slow_client_timeout,
         state,
@@ -149,6 +168,10 @@ async fn pump(
             let signal = tokio::select! {
                 _ = shutdown.cancelled() => return Err(Stop::Gone),
                 _ = pump.tx.closed() => return Err(Stop::Gone),
+                _ = key_recheck.tick() => {
+                    pump.check_key(key_id).await?;
+                    continue;
+                }
                 signal = subscription.recv() => signal,
             };
             match signal {
@@ -172,11 +195,27 @@ async fn pump(
         Err(Stop::Database) => {
             tracing::warn!(%agent, last_seq = pump.last_seq, "ended a stream: the event table could not be read");
         }
+        Err(Stop::Revoked) => {
+            tracing::info!(%agent, %key_id, "ended a stream: its API key was revoked");
+        }
         Err(Stop::Gone) | Ok(()) => {}
     }
 }
 
 impl Pump {
+    /// End the stream if `key_id` no longer authenticates. A failed check
+    /// (the database unreachable for a moment) keeps the stream: the next
+    /// tick checks again.
+    async fn check_key(&self, key_id: Uuid) -> Result<(), Stop> {
+        let Ok(db) = self.state.db().await else {
+            return Ok(());
+        };
+        match store::api_key_active(&**db, key_id).await {
+            Ok(false) => Err(Stop::Revoked),
+            Ok(true) | Err(_) => Ok(()),
+        }
+    }
+
     /// Send every saved event after `last_seq`, from the table.
     async fn catch_up(&mut self) -> Result<(), Stop> {
         loop {

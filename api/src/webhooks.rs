@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use holdfast_engine::domain::{
     WebhookDelivery, WebhookDeliveryFilter, WebhookDeliveryStatus, WebhookEndpoint,
 };
+use holdfast_engine::egress::EgressKind;
 use holdfast_engine::store;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -25,8 +26,9 @@ use crate::state::AppState;
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateWebhookRequest {
-    /// An http(s) URL. Private and loopback addresses are refused unless the
-    /// deployment allows them (see `HOLDFAST_WEBHOOK_ALLOW_PRIVATE`).
+    /// An http(s) URL. Private, loopback and other special-purpose
+    /// addresses are refused unless the deployment allows them
+    /// (`HOLDFAST_EGRESS_ALLOW=webhook=…`).
     url: String,
     /// `["*"]` for every event, or event types (DESIGN §7).
     events: Vec<String>,
@@ -86,6 +88,14 @@ pub async fn create_webhook(
     caller: Caller,
     ApiJson(request): ApiJson<CreateWebhookRequest>,
 ) -> Result<(StatusCode, Json<CreatedWebhookView>), ApiError> {
+    // The policy's ranges judge an IP-literal host here; the SQL check that
+    // follows knows only whether any special range is allowed at all.
+    let egress = &state.config().egress;
+    if let Ok(url) = reqwest::Url::parse(&request.url) {
+        if let Err(refused) = egress.check_url(EgressKind::Webhook, &url) {
+            return Err(ApiError::invalid("url", refused.to_string()));
+        }
+    }
     let db = state.db().await?;
     let events = Value::from(request.events);
     let created = store::create_webhook_endpoint(
@@ -94,7 +104,7 @@ pub async fn create_webhook(
         &request.url,
         &events,
         request.description.as_deref(),
-        state.config().webhook_allow_private,
+        egress.allows_any_special(EgressKind::Webhook),
     )
     .await?;
     Ok((

@@ -90,6 +90,9 @@ impl<'a> Fleet<'a> {
                 self.bench.cluster.url(&self.dbname, name),
             ),
             ("HOLDFAST_LISTEN", listen.clone()),
+            // The load driver is one key at full speed: the per-key limit
+            // would measure itself, not the API.
+            ("HOLDFAST_API_RATE_LIMIT", "off".to_owned()),
         ];
         let process = self.bench.holdfast.spawn(name, &["api"], &envs)?;
         let base = format!("http://{listen}");

@@ -1,5 +1,5 @@
-//! `holdfast-bench`: the load driver. Starts its own Postgres cluster (fsync
-//! off) and the real `holdfast` processes, runs one scenario or all of
+//! `holdfast-bench`: the load driver. Starts its own Postgres cluster
+//! (durable: fsync on, unless `--unsafe-no-fsync`) and the real `holdfast` processes, runs one scenario or all of
 //! them, and writes one JSON object per scenario (one per line) to `--json`:
 //! `{"scenario", "params", "metrics", "baseline", "postgres_version",
 //! "cpu_count", "started_at"}`. Baselines are taken on the same cluster in
@@ -119,6 +119,12 @@ pub struct Options {
     /// are for finding where time goes, not for the headline figures.
     #[arg(long)]
     pub profile: bool,
+    /// Experiment: run the bench cluster with `fsync = off` and
+    /// `full_page_writes = off` (commits are not durable; recorded in every
+    /// report's `params.durability`). Figures from such runs are not
+    /// comparable with the durable default.
+    #[arg(long)]
+    unsafe_no_fsync: bool,
     /// Experiment: run this SQL file in every scenario database after the
     /// migrations (e.g. a candidate fix, before it becomes a migration).
     #[arg(long)]
@@ -170,6 +176,9 @@ pub struct Options {
     /// memory: open SSE streams on the API.
     #[arg(long)]
     pub streams: Option<usize>,
+    /// throughput: jobs drained by the plain-queue baseline.
+    #[arg(long)]
+    pub plain_queue_jobs: Option<u32>,
     /// api_inputs: concurrent HTTP clients.
     #[arg(long)]
     pub http_clients: Option<usize>,
@@ -192,6 +201,8 @@ pub struct Bench {
     pub opts: Options,
     pub cluster: BenchCluster,
     pub holdfast: Holdfast,
+    /// The cluster's durability settings, as the server reports them.
+    pub durability: Value,
 }
 
 impl Bench {
@@ -208,10 +219,19 @@ impl Bench {
         self.cluster.pgbench(scale, clients, seconds).await
     }
 
+    /// The same-run plain-queue baseline (jobs/s), on as many sessions as
+    /// pgbench uses.
+    pub async fn plain_queue(&self) -> Result<Value> {
+        let jobs = self.pick(self.opts.plain_queue_jobs, 20_000, 1_000);
+        let clients = self.pick(self.opts.pgbench_clients, 8, 4);
+        self.cluster.plain_queue(jobs, clients).await
+    }
+
     /// Parameters every report carries besides the scenario's own.
     pub fn common_params(&self) -> Value {
         json!({
             "quick": self.opts.quick,
+            "durability": self.durability,
             "build": self.holdfast.profile,
             "holdfast_bin": self.holdfast.bin.display().to_string(),
             "profiled": self.opts.profile,
@@ -271,11 +291,12 @@ async fn run(opts: Options) -> Result<usize> {
         ),
         None => None,
     };
-    let cluster = BenchCluster::start(&dir.join("pg"), extra_sql).await?;
+    let cluster = BenchCluster::start(&dir.join("pg"), extra_sql, !opts.unsafe_no_fsync).await?;
     if opts.profile {
         cluster.enable_statement_stats().await?;
     }
     let postgres_version = cluster.server_version().await?;
+    let durability = cluster.durability().await?;
     let cpu_count = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut out = std::fs::File::create(&opts.json)
         .with_context(|| format!("creating {}", opts.json.display()))?;
@@ -290,6 +311,7 @@ async fn run(opts: Options) -> Result<usize> {
         opts,
         cluster,
         holdfast,
+        durability,
     };
 
     let mut failed = 0;
@@ -390,7 +412,7 @@ fn parse_key_value(text: &str) -> Result<(String, String), String> {
 }
 
 /// Add `extra`'s keys to `base` (both objects).
-fn merge(base: &mut Value, extra: Value) {
+pub fn merge(base: &mut Value, extra: Value) {
     if let (Some(base), Value::Object(extra)) = (base.as_object_mut(), extra) {
         base.extend(extra);
     }

@@ -1,7 +1,8 @@
-//! The bench's private Postgres: one cluster per bench run (fsync off, the
-//! same helper the tests and `holdfast up` use), a fresh migrated database
-//! per scenario, and the same-run baselines taken on it (pgbench, raw
-//! NOTIFY round trips).
+//! The bench's private Postgres: one cluster per bench run (durable: fsync,
+//! synchronous_commit and full_page_writes on, unless `--unsafe-no-fsync`;
+//! the same helper the tests and `holdfast up` use), a fresh migrated
+//! database per scenario, and the same-run baselines taken on it (pgbench,
+//! a plain Postgres queue, raw NOTIFY round trips).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -10,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use holdfast_engine::cluster::{ClusterOptions, LocalCluster, SUPERUSER};
-use holdfast_engine::{connect, migrate};
+use holdfast_engine::connect::{self, ConnectConfig};
+use holdfast_engine::migrate;
 use serde_json::{json, Value};
 use tokio::sync::OnceCell;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::Client;
 
 use crate::stats::{round3, Samples};
 
@@ -21,6 +23,7 @@ use crate::stats::{round3, Samples};
 /// 2 connections), 1,000 SSE clients' API, and the driver.
 const MAX_CONNECTIONS: u32 = 1500;
 const PGBENCH_DB: &str = "pgbench";
+const PLAIN_QUEUE_DB: &str = "plain_queue";
 
 pub struct BenchCluster {
     cluster: LocalCluster,
@@ -36,8 +39,14 @@ pub struct BenchCluster {
 impl BenchCluster {
     /// Create and start a new cluster in `base_dir` (which must not hold
     /// one). `extra_sql` is applied to every scenario database after the
-    /// migrations: a candidate fix tried without a migration.
-    pub async fn start(base_dir: &Path, extra_sql: Option<String>) -> Result<BenchCluster> {
+    /// migrations: a candidate fix tried without a migration. `durable`
+    /// false runs it with fsync and full_page_writes off (experiments only:
+    /// a durability product is measured durable).
+    pub async fn start(
+        base_dir: &Path,
+        extra_sql: Option<String>,
+        durable: bool,
+    ) -> Result<BenchCluster> {
         if base_dir.exists() {
             bail!(
                 "{} exists: remove it, or pick another --dir",
@@ -49,7 +58,7 @@ impl BenchCluster {
             LocalCluster::start(
                 &dir,
                 &ClusterOptions {
-                    fast_unsafe_fsync_off: true,
+                    fast_unsafe_fsync_off: !durable,
                     max_connections: MAX_CONNECTIONS,
                 },
             )
@@ -166,8 +175,8 @@ impl BenchCluster {
         )
     }
 
-    pub fn config(&self, dbname: &str) -> Result<Config> {
-        Ok(connect::parse_config(
+    pub fn config(&self, dbname: &str) -> Result<ConnectConfig> {
+        Ok(ConnectConfig::parse(
             &self.cluster.connection_string(dbname),
         )?)
     }
@@ -177,14 +186,14 @@ impl BenchCluster {
     }
 
     /// Drop `name` if it exists, create it, and apply the migrations.
-    pub async fn fresh_database(&self, name: &str) -> Result<Config> {
+    pub async fn fresh_database(&self, name: &str) -> Result<ConnectConfig> {
         self.drop_database(name).await?;
         self.admin()
             .await?
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .await?;
         let config = self.config(name)?;
-        let (mut client, connection) = config.connect(NoTls).await?;
+        let (mut client, connection) = config.connect().await?;
         let task = tokio::spawn(connection);
         migrate::migrate(&mut client).await?;
         if let Some(sql) = &self.extra_sql {
@@ -217,6 +226,23 @@ impl BenchCluster {
             .query_one("SHOW server_version", &[])
             .await?;
         Ok(row.get(0))
+    }
+
+    /// The settings that decide whether a commit is durable, as the server
+    /// reports them (every report records them in `params.durability`).
+    pub async fn durability(&self) -> Result<Value> {
+        let admin = self.admin().await?;
+        let mut out = serde_json::Map::new();
+        for setting in [
+            "fsync",
+            "synchronous_commit",
+            "full_page_writes",
+            "wal_sync_method",
+        ] {
+            let row = admin.query_one(&format!("SHOW {setting}"), &[]).await?;
+            out.insert(setting.to_owned(), Value::String(row.get(0)));
+        }
+        Ok(Value::Object(out))
     }
 
     /// The postmaster's pid (first line of `postmaster.pid`): its children
@@ -280,6 +306,72 @@ impl BenchCluster {
         }))
     }
 
+    /// A plain Postgres queue on this cluster now, the way a minimal queue
+    /// (Graphile Worker, PgQueuer) runs a job: one transaction claims it
+    /// (`FOR UPDATE SKIP LOCKED` on a partial index, as Holdfast's claim),
+    /// one transaction completes it (deletes it, fenced by the claimer).
+    /// `clients` sessions drain `jobs` jobs; no Holdfast code runs. Returns
+    /// jobs/s over the drain, with the statements used.
+    pub async fn plain_queue(&self, jobs: u32, clients: u32) -> Result<Value> {
+        self.drop_database(PLAIN_QUEUE_DB).await?;
+        self.admin()
+            .await?
+            .batch_execute(&format!("CREATE DATABASE {PLAIN_QUEUE_DB}"))
+            .await?;
+        let config = self.config(PLAIN_QUEUE_DB)?;
+        let setup = connect_to(&config).await?;
+        setup
+            .batch_execute(PLAIN_QUEUE_SCHEMA)
+            .await
+            .context("creating the plain queue")?;
+        let jobs = i64::from(jobs);
+        setup
+            .execute(
+                "INSERT INTO jobs (payload) SELECT jsonb_build_object('n', n)
+                   FROM generate_series(1, $1::bigint) n",
+                &[&jobs],
+            )
+            .await?;
+        setup.batch_execute("VACUUM ANALYZE jobs").await?;
+
+        let started = Instant::now();
+        let mut drains = Vec::new();
+        for i in 0..clients {
+            let config = config.clone();
+            drains.push(tokio::spawn(async move {
+                let client = connect_to(&config).await?;
+                let claim = client.prepare(PLAIN_QUEUE_CLAIM).await?;
+                let complete = client.prepare(PLAIN_QUEUE_COMPLETE).await?;
+                let worker = format!("plain-{i}");
+                let mut done = 0u64;
+                while let Some(row) = client.query_opt(&claim, &[&worker]).await? {
+                    let id: i64 = row.get(0);
+                    if client.execute(&complete, &[&id, &worker]).await? != 1 {
+                        bail!("job {id} was not held by {worker} at completion");
+                    }
+                    done += 1;
+                }
+                anyhow::Ok(done)
+            }));
+        }
+        let mut done = 0;
+        for drain in drains {
+            done += drain.await??;
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        if done != jobs as u64 {
+            bail!("plain queue: {done} of {jobs} jobs completed");
+        }
+        self.drop_database(PLAIN_QUEUE_DB).await?;
+        Ok(json!({
+            "plain_queue_jobs_per_sec": round3(done as f64 / seconds),
+            "plain_queue_jobs": jobs,
+            "plain_queue_clients": clients,
+            "plain_queue_claim": PLAIN_QUEUE_CLAIM,
+            "plain_queue_complete": PLAIN_QUEUE_COMPLETE,
+        }))
+    }
+
     async fn run_pgbench(&self, pgbench: &Path, args: &[&str]) -> Result<String> {
         let out = tokio::process::Command::new(pgbench)
             .args(args)
@@ -301,9 +393,32 @@ impl BenchCluster {
     }
 }
 
+/// The plain queue's table: a job row with the columns a minimal queue
+/// keeps (state, run_at, who holds it, attempts) and the partial index its
+/// claim reads.
+const PLAIN_QUEUE_SCHEMA: &str = "
+    CREATE TABLE jobs (
+        id        bigserial PRIMARY KEY,
+        payload   jsonb NOT NULL,
+        state     text NOT NULL DEFAULT 'ready',
+        run_at    timestamptz NOT NULL DEFAULT now(),
+        locked_by text,
+        locked_at timestamptz,
+        attempts  integer NOT NULL DEFAULT 0
+    );
+    CREATE INDEX jobs_ready_idx ON jobs (run_at, id) WHERE state = 'ready';";
+
+const PLAIN_QUEUE_CLAIM: &str = "UPDATE jobs
+    SET state = 'running', locked_by = $1, locked_at = now(), attempts = attempts + 1
+  WHERE id = (SELECT id FROM jobs WHERE state = 'ready' AND run_at <= now()
+               ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+  RETURNING id, payload";
+
+const PLAIN_QUEUE_COMPLETE: &str = "DELETE FROM jobs WHERE id = $1 AND locked_by = $2";
+
 /// A new session on `config`, its connection driven by a task.
-pub async fn connect_to(config: &Config) -> Result<Client> {
-    let (client, connection) = config.connect(NoTls).await?;
+pub async fn connect_to(config: &ConnectConfig) -> Result<Client> {
+    let (client, connection) = config.connect().await?;
     tokio::spawn(async move {
         let _ = connection.await;
     });
@@ -313,7 +428,7 @@ pub async fn connect_to(config: &Config) -> Result<Client> {
 /// What Postgres alone gives: `NOTIFY` committed on one session until the
 /// notification reaches a LISTENing session of this process, `samples`
 /// times. The floor under wake latency and stream fan-out delay.
-pub async fn notify_round_trip(config: &Config, samples: usize) -> Result<Samples> {
+pub async fn notify_round_trip(config: &ConnectConfig, samples: usize) -> Result<Samples> {
     let mut listener = connect::listen(config, &["bench_ping"]).await?;
     let sender = connect_to(config).await?;
     let mut out = Samples::new();
@@ -363,7 +478,7 @@ pub struct WaitSampler {
 const WAIT_SAMPLE_EVERY: Duration = Duration::from_millis(20);
 
 impl WaitSampler {
-    pub async fn start(config: &Config, pattern: &str) -> Result<WaitSampler> {
+    pub async fn start(config: &ConnectConfig, pattern: &str) -> Result<WaitSampler> {
         let client = connect_to(config).await?;
         let pattern = pattern.to_owned();
         let (stop, mut stopped) = tokio::sync::watch::channel(false);

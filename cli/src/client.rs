@@ -64,12 +64,39 @@ pub enum AgentsCommand {
     },
 }
 
+#[derive(Subcommand)]
+pub enum MachinesCommand {
+    /// Delete a machine: its token stops working, its queued and running
+    /// commands end (the agents waiting on them get `machine_deleted`).
+    Delete {
+        machine: Uuid,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        endpoint: Endpoint,
+    },
+    /// Give a machine a new token (printed once, alone on the last line);
+    /// the old one stops working and its daemon stops.
+    RotateToken {
+        machine: Uuid,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        endpoint: Endpoint,
+    },
+}
+
 #[derive(Args)]
 pub struct CreateArgs {
     /// PROVIDER/NAME, e.g. anthropic/claude-sonnet-4-5 or openai/gpt-4.1.
     #[arg(long)]
     model: String,
-    /// An Anthropic- or OpenAI-compatible server for this agent.
+    /// The operator's model endpoint to use (`model.endpoint`; default
+    /// `default`).
+    #[arg(long = "model-endpoint")]
+    model_endpoint: Option<String>,
+    /// A compatible server of your own (only where the operator allows
+    /// custom URLs for the project).
     #[arg(long = "base-url")]
     base_url: Option<String>,
     #[arg(long = "max-tokens")]
@@ -205,6 +232,51 @@ pub async fn agents(command: AgentsCommand) -> Result<()> {
     }
 }
 
+pub async fn machines(command: MachinesCommand) -> Result<()> {
+    match command {
+        MachinesCommand::Delete {
+            machine,
+            json,
+            endpoint,
+        } => {
+            let api = endpoint.client()?;
+            api.delete_once(&format!("/v1/machines/{machine}"))
+                .await
+                .or_else(|e| fail(e, json))?;
+            if json {
+                print_json(&json!({"id": machine, "deleted": true}));
+            } else {
+                println!("Deleted machine {machine}: its token no longer works, and its unfinished commands ended.");
+            }
+            Ok(())
+        }
+        MachinesCommand::RotateToken {
+            machine,
+            json,
+            endpoint,
+        } => {
+            let api = endpoint.client()?;
+            // Not retried: a repeat after a lost answer would replace the
+            // token this answer carried.
+            let answer = api
+                .post_once(&format!("/v1/machines/{machine}/token"), &json!({}))
+                .await
+                .or_else(|e| fail(e, json))?;
+            if json {
+                print_json(&answer.body);
+            } else {
+                let name = answer.body["name"].as_str().unwrap_or_default();
+                println!("New token for machine {name} ({machine}); the old one no longer works.");
+                println!(
+                    "Start its daemon with it, e.g. in a file: holdfast machine --token-file FILE"
+                );
+                println!("{}", answer.body["token"].as_str().unwrap_or_default());
+            }
+            Ok(())
+        }
+    }
+}
+
 async fn create_agent(args: CreateArgs) -> Result<()> {
     let (provider, name) = args
         .model
@@ -212,6 +284,9 @@ async fn create_agent(args: CreateArgs) -> Result<()> {
         .filter(|(p, n)| !p.is_empty() && !n.is_empty())
         .context("--model must be PROVIDER/NAME, e.g. anthropic/claude-sonnet-4-5")?;
     let mut model = json!({"provider": provider, "name": name});
+    if let Some(endpoint) = &args.model_endpoint {
+        model["endpoint"] = json!(endpoint);
+    }
     if let Some(base_url) = &args.base_url {
         model["base_url"] = json!(base_url);
     }

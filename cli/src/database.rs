@@ -2,11 +2,11 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use holdfast_engine::cluster::{ClusterOptions, LocalCluster};
-use holdfast_engine::{connect, migrate, store};
+use holdfast_engine::connect::ConnectConfig;
+use holdfast_engine::{migrate, store};
 use tokio_postgres::config::Host;
-use tokio_postgres::{Config, NoTls};
 
 /// The embedded cluster's home, relative to the working directory.
 const EMBEDDED_DIR: &str = ".holdfast/pg";
@@ -15,16 +15,16 @@ const EMBEDDED_DBNAME: &str = "holdfast";
 /// An open database: its connection config, and the embedded cluster that
 /// serves it when no URL was given (stopped when this value drops).
 pub struct Database {
-    pub config: Config,
-    _cluster: Option<LocalCluster>,
+    pub config: ConnectConfig,
+    cluster: Option<LocalCluster>,
 }
 
 impl Database {
     pub async fn open(url: Option<&str>) -> Result<Database> {
         if let Some(url) = url {
             return Ok(Database {
-                config: connect::parse_config(url)?,
-                _cluster: None,
+                config: ConnectConfig::parse(url)?,
+                cluster: None,
             });
         }
         let cluster = tokio::task::spawn_blocking(|| {
@@ -32,8 +32,8 @@ impl Database {
         })
         .await??;
         tracing::info!(data_dir = %cluster.data_dir().display(), "embedded postgres is up");
-        let admin = connect::parse_config(&cluster.connection_string("postgres"))?;
-        let (client, connection) = admin.connect(NoTls).await?;
+        let admin = ConnectConfig::parse(&cluster.connection_string("postgres"))?;
+        let (client, connection) = admin.connect().await?;
         tokio::spawn(connection);
         let exists = client
             .query_opt(
@@ -48,26 +48,34 @@ impl Database {
                 .await?;
         }
         Ok(Database {
-            config: connect::parse_config(&cluster.connection_string(EMBEDDED_DBNAME))?,
-            _cluster: Some(cluster),
+            config: ConnectConfig::parse(&cluster.connection_string(EMBEDDED_DBNAME))?,
+            cluster: Some(cluster),
         })
     }
 
     /// Where the data lives, for people: the embedded cluster's directory,
     /// or the server's host and database (never the password).
     pub fn location(&self) -> String {
-        if let Some(cluster) = &self._cluster {
+        if let Some(cluster) = &self.cluster {
             return format!("embedded Postgres in {}", cluster.data_dir().display());
         }
-        let host = match self.config.get_hosts().first() {
+        let host = match self.config.postgres.get_hosts().first() {
             Some(Host::Tcp(host)) => host.clone(),
             Some(Host::Unix(path)) => path.display().to_string(),
             None => "localhost".into(),
         };
         format!(
             "Postgres at {host}, database {}",
-            self.config.get_dbname().unwrap_or("(default)")
+            self.config.postgres.get_dbname().unwrap_or("(default)")
         )
+    }
+
+    /// How to reach the embedded cluster with psql (None for a URL: its
+    /// owner knows how).
+    pub fn psql_command(&self) -> Option<String> {
+        let cluster = self.cluster.as_ref()?;
+        let dbname = self.config.postgres.get_dbname().unwrap_or(EMBEDDED_DBNAME);
+        Some(cluster.psql_command(dbname))
     }
 
     /// Close: stop the embedded cluster if this process started it, and
@@ -78,11 +86,8 @@ impl Database {
     }
 
     pub async fn migrate(&self) -> Result<Vec<&'static str>> {
-        let (mut client, connection) = self
-            .config
-            .connect(NoTls)
-            .await
-            .context("connecting to Postgres")?;
+        // The error says why, in one line (TLS, certificate, password, ...).
+        let (mut client, connection) = self.config.connect().await?;
         tokio::spawn(connection);
         Ok(migrate::migrate(&mut client).await?)
     }
@@ -91,7 +96,7 @@ impl Database {
 /// The queue overview from the DBA views: agents by state, leases by
 /// worker, stuck agents. `json`: one document for scripts.
 pub async fn print_status(db: &Database, json: bool) -> Result<()> {
-    let (client, connection) = db.config.connect(NoTls).await?;
+    let (client, connection) = db.config.connect().await?;
     tokio::spawn(connection);
     let depth = store::queue_depth(&client).await?;
     let workers = store::worker_leases(&client).await?;

@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use holdfast_api::ApiConfig;
 use holdfast_engine::cluster::{ClusterOptions, LocalCluster};
-use holdfast_engine::{connect, migrate, store};
+use holdfast_engine::connect::ConnectConfig;
+use holdfast_engine::domain::NewModelEndpoint;
+use holdfast_engine::{migrate, store};
 use holdfast_fakes::FakeProvider;
 use holdfast_worker::maintenance;
 use serde_json::json;
@@ -31,7 +33,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -166,13 +168,29 @@ impl Stack {
             "postgres",
             format!("up, with a fresh database {DATABASE} (fsync off: a demo, not production)"),
         );
-        let (client, connection) = database.connect(NoTls).await?;
+        out.line(
+            "postgres",
+            format!("while the demo runs: {}", cluster.psql_command(DATABASE)),
+        );
+        let (client, connection) = database.connect().await?;
         tokio::spawn(connection);
 
         let fake = FakeProvider::try_start()
             .await
             .context("starting the scripted model server on 127.0.0.1")?;
         script::script_model(&fake);
+        // The operator's endpoint for the scripted model (no credential): an
+        // agent's own base_url would need custom URLs allowed for its project.
+        store::add_model_endpoint(
+            &client,
+            &NewModelEndpoint {
+                name: script::MODEL_ENDPOINT.into(),
+                kind: "anthropic".into(),
+                base_url: fake.base_url_anthropic(),
+                ..NewModelEndpoint::default()
+            },
+        )
+        .await?;
         out.line(
             "model",
             format!(
@@ -305,10 +323,7 @@ impl Stack {
     async fn play(&mut self, out: &mut Timeline) -> Result<Summary> {
         let created = self
             .api
-            .post_once(
-                "/v1/agents",
-                &script::agent_config(&self.fake.base_url_anthropic(), &self.machine),
-            )
+            .post_once("/v1/agents", &script::agent_config(&self.machine))
             .await?;
         let agent: Uuid = created.body["id"]
             .as_str()
@@ -722,9 +737,9 @@ impl Stack {
 }
 
 /// A fresh, migrated demo database in `cluster`; returns its config.
-async fn fresh_database(cluster: &LocalCluster) -> Result<tokio_postgres::Config> {
-    let admin = connect::parse_config(&cluster.connection_string("postgres"))?;
-    let (client, connection) = admin.connect(NoTls).await?;
+async fn fresh_database(cluster: &LocalCluster) -> Result<ConnectConfig> {
+    let admin = ConnectConfig::parse(&cluster.connection_string("postgres"))?;
+    let (client, connection) = admin.connect().await?;
     let connection = tokio::spawn(connection);
     for statement in [
         format!("DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)"),
@@ -737,8 +752,8 @@ async fn fresh_database(cluster: &LocalCluster) -> Result<tokio_postgres::Config
     }
     drop(client);
     let _ = connection.await;
-    let database = connect::parse_config(&cluster.connection_string(DATABASE))?;
-    let (mut client, connection) = database.connect(NoTls).await?;
+    let database = ConnectConfig::parse(&cluster.connection_string(DATABASE))?;
+    let (mut client, connection) = database.connect().await?;
     let connection = tokio::spawn(connection);
     migrate::migrate(&mut client).await?;
     drop(client);

@@ -5,7 +5,6 @@
 use anyhow::Result;
 use clap::Subcommand;
 use holdfast_engine::store;
-use tokio_postgres::NoTls;
 
 use crate::database::Database;
 
@@ -26,7 +25,7 @@ pub enum KeysCommand {
 
 pub async fn run(db: &Database, command: KeysCommand) -> Result<()> {
     db.migrate().await?;
-    let (client, connection) = db.config.connect(NoTls).await?;
+    let (client, connection) = db.config.connect().await?;
     tokio::spawn(connection);
     match command {
         KeysCommand::Create { project } => {

@@ -28,9 +28,19 @@ pub struct MachineArgs {
         default_value = "http://127.0.0.1:8080"
     )]
     api: String,
-    /// The machine's token (`hfm_…`, from `POST /v1/machines`).
+    /// The machine's token (`hfm_…`, from `POST /v1/machines`). Prefer
+    /// --token-file: a value given here or in the environment stays
+    /// readable in /proc/<daemon pid>/{cmdline,environ} by this user's processes.
     #[arg(long = "token", env = "HOLDFAST_MACHINE_TOKEN", hide_env_values = true)]
-    token: String,
+    token: Option<String>,
+    /// A file holding the machine's token (mode 0600 or stricter); read
+    /// once at start and closed.
+    #[arg(long = "token-file", env = "HOLDFAST_MACHINE_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// Also give commands this variable of the daemon's environment
+    /// (repeatable). Commands get only PATH, HOME, LANG, TERM, USER and these.
+    #[arg(long = "pass-env", value_name = "NAME")]
+    pass_env: Vec<String>,
     /// Where the daemon keeps its journal of accepted commands.
     #[arg(
         long = "state-dir",
@@ -70,9 +80,21 @@ pub struct MachineArgs {
 }
 
 pub async fn run(args: MachineArgs) -> Result<()> {
+    let token = match (args.token, args.token_file) {
+        (Some(_), Some(_)) => {
+            bail!("give the machine token by --token or by --token-file, not both")
+        }
+        (Some(token), None) => token,
+        (None, Some(path)) => read_token_file(&path)?,
+        (None, None) => bail!(
+            "the machine token is missing: --token-file PATH (or HOLDFAST_MACHINE_TOKEN_FILE), \
+             or --token (HOLDFAST_MACHINE_TOKEN)"
+        ),
+    };
     let settings = Settings {
         api_url: args.api,
-        token: args.token,
+        token,
+        pass_env: args.pass_env,
         state_dir: args.state_dir,
         work_dir: args.work_dir,
         heartbeat_interval: args.heartbeat_interval,
@@ -83,6 +105,29 @@ pub async fn run(args: MachineArgs) -> Result<()> {
     let shutdown = Shutdown::default();
     stop_on_signals(shutdown.clone())?;
     machine::run(settings, shutdown).await
+}
+
+/// The token in `path`, trimmed. A file other users may read is refused:
+/// the token would be theirs too.
+fn read_token_file(path: &Path) -> Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let metadata =
+        std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        bail!(
+            "{} is readable by other users (mode {mode:o}); chmod 600 it",
+            path.display()
+        );
+    }
+    let token = std::fs::read_to_string(path)
+        .with_context(|| format!("reading {}", path.display()))?
+        .trim()
+        .to_owned();
+    if token.is_empty() {
+        bail!("{} holds no token", path.display());
+    }
+    Ok(token)
 }
 
 /// The first SIGTERM/SIGINT stops claiming; the second aborts.
@@ -134,10 +179,12 @@ pub fn host_machine_name() -> String {
 
 /// The machine `holdfast up --local-machine` runs a daemon for: registered
 /// once, then reused by every later `up` in the same directory. Its token
-/// is shown nowhere and stored only as a hash in the database, so `up`
-/// keeps it in `credential.json` (mode 0600) in its directory; each
-/// machine's journal is a subdirectory named after its id, so a journal
-/// never meets another machine's token.
+/// is written nowhere: `up` has the database, so each start gives the
+/// machine a new token (rotate_machine_token) and keeps it in memory only.
+/// The directory (mode 0700) records which machine it is, in
+/// `machine.json` (ids and name, no secret), so `up` never takes over a
+/// machine of the same name that it did not register; each machine's
+/// journal is a subdirectory named after its id.
 pub struct LocalMachine {
     pub id: Uuid,
     pub name: String,
@@ -146,66 +193,97 @@ pub struct LocalMachine {
     pub state_dir: PathBuf,
 }
 
-const CREDENTIAL_FILE: &str = "credential.json";
+const RECORD_FILE: &str = "machine.json";
+/// Where `up` kept the machine's token before tokens could be rotated; read
+/// for the machine's id, then removed.
+const LEGACY_CREDENTIAL_FILE: &str = "credential.json";
 
 impl LocalMachine {
-    /// The machine of `project` whose credential `dir` holds, if the
-    /// database still knows its token (and its name is `name`, when one is
-    /// asked for); otherwise a newly registered one named `name` (default:
-    /// this host's name), whose credential replaces the old one.
+    /// The machine of `project` that `dir` records, with a new token, if it
+    /// still exists (and its name is `name`, when one is asked for);
+    /// otherwise a newly registered one named `name` (default: this host's
+    /// name), whose record replaces the old one.
     pub async fn ensure(
         client: &impl GenericClient,
         project: Uuid,
         dir: &Path,
         name: Option<&str>,
     ) -> Result<LocalMachine> {
-        let credential = dir.join(CREDENTIAL_FILE);
-        if let Some((saved_name, token)) = read_credential(&credential)? {
-            let known = store::authenticate_machine(client, &token).await?;
-            let wanted = name.is_none_or(|name| name == saved_name);
-            if let Some(known) = known.filter(|k| k.project_id == project && wanted) {
-                return Ok(LocalMachine {
-                    id: known.machine_id,
-                    state_dir: dir.join(known.machine_id.to_string()),
-                    name: saved_name,
-                    token,
-                });
-            }
-        }
-        let name = name.map_or_else(host_machine_name, str::to_owned);
-        let registered = match store::register_machine(client, project, &name, None).await {
-            Ok(registered) => registered,
-            Err(holdfast_engine::Error::Conflict(_)) => bail!(
-                "this project already has a machine named {name:?}, but its token is not in {}; \
-                 pick another name with --local-machine-name",
-                credential.display()
-            ),
-            Err(e) => return Err(e.into()),
+        create_private_dir(dir)?;
+        let record = dir.join(RECORD_FILE);
+        let legacy = dir.join(LEGACY_CREDENTIAL_FILE);
+        let recorded = match read_record(&record)? {
+            Some(recorded) => Some(recorded),
+            None => read_record(&legacy)?,
         };
-        write_credential(&credential, project, &registered)?;
+        let machine = match recorded {
+            Some((id, saved_name)) if name.is_none_or(|name| name == saved_name) => {
+                match store::rotate_machine_token(client, project, id).await {
+                    Ok(machine) => Some(machine),
+                    Err(holdfast_engine::Error::NotFound(_)) => None,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            _ => None,
+        };
+        let machine = match machine {
+            Some(machine) => machine,
+            None => {
+                let name = name.map_or_else(host_machine_name, str::to_owned);
+                match store::register_machine(client, project, &name, None).await {
+                    Ok(registered) => registered,
+                    Err(holdfast_engine::Error::Conflict(_)) => bail!(
+                        "this project already has a machine named {name:?}, but {} does not \
+                         record it; pick another name with --local-machine-name",
+                        record.display()
+                    ),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        };
+        write_record(&record, project, &machine)?;
+        match std::fs::remove_file(&legacy) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(anyhow!(e).context(format!("removing {}", legacy.display()))),
+        }
         Ok(LocalMachine {
-            id: registered.machine_id,
-            state_dir: dir.join(registered.machine_id.to_string()),
-            name: registered.name,
-            token: registered.token,
+            id: machine.machine_id,
+            state_dir: dir.join(machine.machine_id.to_string()),
+            name: machine.name,
+            token: machine.token,
         })
     }
 
     /// Daemon settings for this machine: the API at `api_url`, commands
-    /// run in `work_dir`, the rest as `holdfast machine`'s defaults.
-    pub fn settings(&self, api_url: &str, work_dir: &Path) -> Settings {
+    /// run in `work_dir` with the daemon's `pass_env` variables, the rest
+    /// as `holdfast machine`'s defaults.
+    pub fn settings(&self, api_url: &str, work_dir: &Path, pass_env: Vec<String>) -> Settings {
         Settings {
             api_url: api_url.to_owned(),
             token: self.token.clone(),
             state_dir: self.state_dir.clone(),
             work_dir: work_dir.to_path_buf(),
+            pass_env,
             ..Settings::default()
         }
     }
 }
 
-/// (name, token) from a credential file; `None` when there is none.
-fn read_credential(path: &Path) -> Result<Option<(String, String)>> {
+/// Create `dir` (and its parents) and make it this user's alone (0700).
+fn create_private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("making {} private", dir.display()))
+}
+
+/// (machine id, name) from a record; `None` when there is none.
+fn read_record(path: &Path) -> Result<Option<(Uuid, String)>> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -213,27 +291,26 @@ fn read_credential(path: &Path) -> Result<Option<(String, String)>> {
     };
     let saved: Value = serde_json::from_str(&text)
         .with_context(|| format!("{} is not JSON; remove it to register anew", path.display()))?;
-    match (saved["name"].as_str(), saved["token"].as_str()) {
-        (Some(name), Some(token)) => Ok(Some((name.to_owned(), token.to_owned()))),
+    let id = saved["machine_id"].as_str().and_then(|id| id.parse().ok());
+    match (id, saved["name"].as_str()) {
+        (Some(id), Some(name)) => Ok(Some((id, name.to_owned()))),
         _ => bail!(
-            "{} lacks a name or a token; remove it to register anew",
+            "{} lacks a machine_id or a name; remove it to register anew",
             path.display()
         ),
     }
 }
 
-/// Write a machine's credential, readable by this user only, replacing
-/// any previous one whole (a temporary file renamed over it).
-fn write_credential(path: &Path, project: Uuid, machine: &MachineRegistered) -> Result<()> {
+/// Record which machine this directory serves (no token), readable by this
+/// user only, replacing any previous record whole (a temporary file
+/// renamed over it).
+fn write_record(path: &Path, project: Uuid, machine: &MachineRegistered) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let document = json!({
         "project_id": project,
         "machine_id": machine.machine_id,
         "name": machine.name,
-        "token": machine.token,
     });
     let temporary = path.with_extension("json.tmp");
     let mut file = std::fs::OpenOptions::new()

@@ -3,16 +3,22 @@
 mod client;
 mod database;
 mod demo;
+mod endpoints;
 mod keys;
 mod machine;
 mod maintenance;
+mod projects;
 mod run_worker;
 mod serve_api;
 mod signals;
 mod up;
 
+use std::process::ExitCode;
+use std::sync::Arc;
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use holdfast_engine::egress::EgressPolicy;
 
 /// Holdfast: a durable runtime for LLM agents on PostgreSQL.
 #[derive(Parser)]
@@ -28,6 +34,13 @@ struct Cli {
     /// Log as JSON lines.
     #[arg(long = "log-json", global = true)]
     log_json: bool,
+    /// Special-purpose address ranges (private, loopback, link-local, ...)
+    /// that tenant- and model-aimed requests may reach, per kind:
+    /// `kind=range;range,...` with kinds web_fetch, mcp, webhook, wake,
+    /// model or *, and ranges in CIDR, single addresses or *. Unset: public
+    /// addresses only.
+    #[arg(long = "egress-allow", env = "HOLDFAST_EGRESS_ALLOW", global = true)]
+    egress_allow: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -51,18 +64,33 @@ enum Command {
         #[command(subcommand)]
         command: keys::KeysCommand,
     },
+    /// Add, list or remove the operator's model endpoints (`model.endpoint`).
+    Endpoints {
+        #[command(subcommand)]
+        command: endpoints::EndpointsCommand,
+    },
+    /// Operator settings of a project (custom model URLs).
+    Projects {
+        #[command(subcommand)]
+        command: projects::ProjectsCommand,
+    },
     /// Release dead leases, wake delayed agents, deliver webhooks (safe to run several).
     Maintenance(maintenance::MaintenanceArgs),
     /// Run commands for agents on this machine (the machine daemon; needs no database).
     Machine(machine::MachineArgs),
     /// Run everything on one host: API, workers, maintenance (embedded Postgres by default).
-    Up(up::UpArgs),
+    Up(Box<up::UpArgs>),
     /// A self-contained showcase: a crash mid-answer and the recovery (no API key, no network).
     Demo(demo::DemoArgs),
     /// Create, show and list agents (client: HOLDFAST_URL, HOLDFAST_API_KEY).
     Agents {
         #[command(subcommand)]
         command: client::AgentsCommand,
+    },
+    /// Delete machines and rotate their tokens (client: HOLDFAST_URL, HOLDFAST_API_KEY).
+    Machines {
+        #[command(subcommand)]
+        command: client::MachinesCommand,
     },
     /// Send a message to an agent, with an Idempotency-Key.
     Send(client::SendArgs),
@@ -80,8 +108,20 @@ enum Command {
     Result(client::ResultArgs),
 }
 
-fn main() -> Result<()> {
-    let cli = Cli::parse();
+/// Errors end the process with one line on stderr, causes joined by ": "
+/// (a connection error names what failed: TLS, certificate, password,
+/// host, database), and exit status 1.
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
     let speaks_to_people = !matches!(
         cli.command,
         Command::Migrate
@@ -89,6 +129,8 @@ fn main() -> Result<()> {
             | Command::Worker(_)
             | Command::Api(_)
             | Command::Keys { .. }
+            | Command::Endpoints { .. }
+            | Command::Projects { .. }
             | Command::Maintenance(_)
             | Command::Up(_)
             | Command::Machine(_)
@@ -101,6 +143,14 @@ fn main() -> Result<()> {
     runtime.block_on(async move {
         let url = cli.database_url.as_deref();
         let open = || database::Database::open(url);
+        // Read by the server commands only: a bad value stops them, and
+        // never a client command.
+        let egress = || -> Result<Arc<EgressPolicy>> {
+            let policy = EgressPolicy::configure(cli.egress_allow.as_deref(), |name| {
+                std::env::var(name).ok()
+            })?;
+            Ok(Arc::new(policy))
+        };
         match cli.command {
             Command::Migrate => {
                 let applied = open().await?.migrate().await?;
@@ -118,14 +168,17 @@ fn main() -> Result<()> {
                 db.migrate().await?;
                 database::print_status(&db, json).await
             }
-            Command::Worker(args) => run_worker::run(&open().await?, &args).await,
-            Command::Api(args) => serve_api::run(&open().await?, args).await,
+            Command::Worker(args) => run_worker::run(&open().await?, &args, egress()?).await,
+            Command::Api(args) => serve_api::run(&open().await?, args, egress()?).await,
             Command::Keys { command } => keys::run(&open().await?, command).await,
-            Command::Maintenance(args) => maintenance::run(&open().await?, args).await,
-            Command::Up(args) => up::run(open().await?, args).await,
+            Command::Endpoints { command } => endpoints::run(&open().await?, command).await,
+            Command::Projects { command } => projects::run(&open().await?, command).await,
+            Command::Maintenance(args) => maintenance::run(&open().await?, args, egress()?).await,
+            Command::Up(args) => up::run(open().await?, *args, egress()?).await,
             // The demo brings its own Postgres; the client speaks HTTP.
             Command::Demo(args) => demo::run(args).await,
             Command::Agents { command } => client::agents(command).await,
+            Command::Machines { command } => client::machines(command).await,
             Command::Send(args) => client::send(args).await,
             Command::Tail(args) => client::tail(args).await,
             Command::Pending(args) => client::pending(args).await,

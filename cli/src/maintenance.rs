@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use anyhow::Result;
-use clap::builder::BoolishValueParser;
-use clap::ArgAction;
-use holdfast_engine::domain::webhook_private_urls_allowed;
 use holdfast_engine::duration::parse_duration;
+use holdfast_engine::egress::EgressPolicy;
 use holdfast_worker::maintenance::{self, Settings};
 use holdfast_worker::webhooks::DispatcherSettings;
 use tokio::signal::unix::{signal, SignalKind};
@@ -55,11 +55,7 @@ pub struct MaintenanceArgs {
     /// Longest delay between two webhook retries.
     #[arg(long = "webhook-backoff-max", env = "HOLDFAST_WEBHOOK_BACKOFF_MAX", default_value = "2m", value_parser = parse_duration)]
     webhook_backoff_max: Duration,
-    /// Let webhooks reach private and loopback addresses. Unset: only when
-    /// Holdfast listens on loopback (HOLDFAST_LISTEN).
-    #[arg(long = "webhook-allow-private", env = "HOLDFAST_WEBHOOK_ALLOW_PRIVATE", action = ArgAction::Set, value_parser = BoolishValueParser::new())]
-    webhook_allow_private: Option<bool>,
-    /// The API's listen address; decides the private-address default above.
+    /// The API's listen address (`holdfast up` serves the API on it).
     #[arg(
         long = "listen",
         env = "HOLDFAST_LISTEN",
@@ -75,7 +71,8 @@ impl MaintenanceArgs {
         &self.listen
     }
 
-    pub fn settings(&self) -> Settings {
+    /// The maintenance settings; `egress` decides what webhooks may reach.
+    pub fn settings(&self, egress: Arc<EgressPolicy>) -> Settings {
         Settings {
             interval: self.interval,
             command_accept_timeout: self.command_accept_timeout,
@@ -87,10 +84,7 @@ impl MaintenanceArgs {
                 max_per_endpoint: self.webhook_max_per_endpoint,
                 backoff_base: self.webhook_backoff_base,
                 backoff_max: self.webhook_backoff_max,
-                allow_private: webhook_private_urls_allowed(
-                    &self.listen,
-                    self.webhook_allow_private,
-                ),
+                egress,
                 poll_interval: self.interval,
             },
         }
@@ -98,7 +92,7 @@ impl MaintenanceArgs {
 }
 
 /// Run until SIGTERM or SIGINT, then stop every task and return.
-pub async fn run(db: &Database, args: MaintenanceArgs) -> Result<()> {
+pub async fn run(db: &Database, args: MaintenanceArgs, egress: Arc<EgressPolicy>) -> Result<()> {
     anyhow::ensure!(
         !args.command_accept_timeout.is_zero() && !args.machine_offline_after.is_zero(),
         "HOLDFAST_COMMAND_ACCEPT_TIMEOUT and HOLDFAST_MACHINE_OFFLINE_AFTER must be positive"
@@ -115,5 +109,5 @@ pub async fn run(db: &Database, args: MaintenanceArgs) -> Result<()> {
         }
         on_signal.cancel();
     });
-    maintenance::run(args.settings(), db.config.clone(), shutdown).await
+    maintenance::run(args.settings(egress), db.config.clone(), shutdown).await
 }

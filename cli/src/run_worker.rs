@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
+use holdfast_engine::domain::LimitMaxima;
 use holdfast_engine::duration::parse_duration;
-use holdfast_engine::provider::{Backoff, Providers};
+use holdfast_engine::egress::EgressPolicy;
+use holdfast_engine::provider::{Backoff, ProviderSettings, Providers};
 use holdfast_worker::WorkerSettings;
 use tokio_util::sync::CancellationToken;
 
@@ -46,19 +48,43 @@ pub struct WorkerArgs {
     /// No computed model retry delay exceeds this (a provider's Retry-After may).
     #[arg(long = "model-backoff-max", env = "HOLDFAST_MODEL_BACKOFF_MAX", default_value = "60s", value_parser = parse_duration)]
     model_backoff_max: Duration,
-    /// Let web_fetch reach loopback and private network addresses.
+    /// Failed steps in a row (errors, panics) before the turn fails with internal_error.
     #[arg(
-        long = "web-fetch-allow-private",
-        env = "HOLDFAST_WEB_FETCH_ALLOW_PRIVATE"
+        long = "step-max-attempts",
+        env = "HOLDFAST_STEP_MAX_ATTEMPTS",
+        default_value_t = 5
     )]
-    web_fetch_allow_private: bool,
+    step_max_attempts: u32,
+    /// A failed step is tried again after up to this long (jittered); it doubles per failure.
+    #[arg(long = "step-backoff-base", env = "HOLDFAST_STEP_BACKOFF_BASE", default_value = "1s", value_parser = parse_duration)]
+    step_backoff_base: Duration,
+    /// No delay before a failed step is tried again exceeds this.
+    #[arg(long = "step-backoff-max", env = "HOLDFAST_STEP_BACKOFF_MAX", default_value = "60s", value_parser = parse_duration)]
+    step_backoff_max: Duration,
+    /// Most model calls an agent's turn may make (agents may set less in `limits`).
+    #[arg(long = "max-model-steps-per-turn", env = "HOLDFAST_MAX_MODEL_STEPS_PER_TURN", default_value_t = LimitMaxima::default().model_steps_per_turn, value_parser = clap::value_parser!(i32).range(1..))]
+    max_model_steps_per_turn: i32,
+    /// Most tool calls one model response may ask for.
+    #[arg(long = "max-tool-calls-per-response", env = "HOLDFAST_MAX_TOOL_CALLS_PER_RESPONSE", default_value_t = LimitMaxima::default().tool_calls_per_response, value_parser = clap::value_parser!(i32).range(1..))]
+    max_tool_calls_per_response: i32,
+    /// Most levels of subagents below a client's agent.
+    #[arg(long = "max-subagent-depth", env = "HOLDFAST_MAX_SUBAGENT_DEPTH", default_value_t = LimitMaxima::default().subagent_depth, value_parser = clap::value_parser!(i32).range(1..))]
+    max_subagent_depth: i32,
+    /// Most subagents one agent may have running at once.
+    #[arg(long = "max-live-children", env = "HOLDFAST_MAX_LIVE_CHILDREN", default_value_t = LimitMaxima::default().live_children, value_parser = clap::value_parser!(i32).range(1..))]
+    max_live_children: i32,
+    /// Most subagents one tree may ever have.
+    #[arg(long = "max-descendants", env = "HOLDFAST_MAX_DESCENDANTS", default_value_t = LimitMaxima::default().descendants, value_parser = clap::value_parser!(i32).range(1..))]
+    max_descendants: i32,
     /// This worker's name in leases (default: host-pid-nonce).
     #[arg(long = "name", env = "HOLDFAST_WORKER_NAME")]
     name: Option<String>,
 }
 
 impl WorkerArgs {
-    pub fn settings(&self) -> Result<WorkerSettings> {
+    /// The worker's settings; `egress` decides what `web_fetch` and MCP
+    /// servers may reach.
+    pub fn settings(&self, egress: Arc<EgressPolicy>) -> Result<WorkerSettings> {
         anyhow::ensure!(
             self.concurrency > 0,
             "HOLDFAST_WORKER_CONCURRENCY must be at least 1"
@@ -66,6 +92,10 @@ impl WorkerArgs {
         anyhow::ensure!(
             self.lease_renew_interval < self.lease_ttl,
             "HOLDFAST_LEASE_RENEW_INTERVAL must be shorter than HOLDFAST_LEASE_TTL"
+        );
+        anyhow::ensure!(
+            self.step_max_attempts > 0,
+            "HOLDFAST_STEP_MAX_ATTEMPTS must be at least 1"
         );
         Ok(WorkerSettings {
             name: self
@@ -78,22 +108,44 @@ impl WorkerArgs {
             drain_timeout: self.drain_timeout,
             poll_interval: self.poll_interval,
             model_max_retries: self.model_max_retries,
-            web_fetch_allow_private: self.web_fetch_allow_private,
+            egress,
             model_backoff: Backoff {
                 base: self.model_backoff_base,
                 cap: self.model_backoff_max,
+            },
+            step_max_attempts: self.step_max_attempts,
+            step_backoff: Backoff {
+                base: self.step_backoff_base,
+                cap: self.step_backoff_max,
+            },
+            limits: LimitMaxima {
+                model_steps_per_turn: self.max_model_steps_per_turn,
+                tool_calls_per_response: self.max_tool_calls_per_response,
+                subagent_depth: self.max_subagent_depth,
+                live_children: self.max_live_children,
+                descendants: self.max_descendants,
             },
         })
     }
 }
 
-pub async fn run(db: &Database, args: &WorkerArgs) -> Result<()> {
+pub async fn run(db: &Database, args: &WorkerArgs, egress: Arc<EgressPolicy>) -> Result<()> {
     db.migrate().await?;
-    let settings = args.settings()?;
-    let providers = Arc::new(Providers::from_env()?);
+    let settings = args.settings(egress.clone())?;
+    let providers = providers(egress)?;
     let shutdown = shutdown_on_signal();
     holdfast_worker::worker::run(settings, db.config.clone(), providers, shutdown).await?;
     Ok(())
+}
+
+/// The model clients, from the environment; `egress` judges agents' own
+/// base URLs.
+pub fn providers(egress: Arc<EgressPolicy>) -> Result<Arc<Providers>> {
+    let settings = ProviderSettings {
+        egress,
+        ..ProviderSettings::from_env()?
+    };
+    Ok(Arc::new(Providers::new(settings)?))
 }
 
 /// A token cancelled by the first SIGTERM or SIGINT.

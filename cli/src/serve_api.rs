@@ -1,10 +1,13 @@
 //! `holdfast api`: the HTTP API on HOLDFAST_LISTEN until SIGTERM/SIGINT.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use holdfast_api::rate_limit::{parse_rate_limit, RateLimit, DEFAULT_RATE_LIMIT};
 use holdfast_api::ApiConfig;
-use holdfast_engine::domain::webhook_private_urls_allowed;
+use holdfast_engine::egress::EgressPolicy;
+use holdfast_engine::secrets::SecretKey;
 use tokio_util::sync::CancellationToken;
 
 use crate::database::Database;
@@ -19,13 +22,43 @@ pub struct ApiArgs {
         default_value = "127.0.0.1:8080"
     )]
     listen: SocketAddr,
-    /// Allow webhook endpoints on private/loopback addresses (default: only
-    /// when listening on loopback).
-    #[arg(long = "webhook-allow-private", env = "HOLDFAST_WEBHOOK_ALLOW_PRIVATE")]
-    webhook_allow_private: Option<bool>,
+    #[command(flatten)]
+    metrics: MetricsArgs,
+    /// Requests per API key: `N/s`, `N/m` or `N/h`, optionally `,burst=B`
+    /// (default burst: twice the rate); `off` or `0` for no limit.
+    #[arg(
+        long = "api-rate-limit",
+        env = "HOLDFAST_API_RATE_LIMIT",
+        default_value = DEFAULT_RATE_LIMIT,
+        value_parser = parse_rate_limit,
+    )]
+    rate_limit: RateLimitSetting,
 }
 
-pub async fn run(db: &Database, args: ApiArgs) -> Result<()> {
+/// Who may read `GET /metrics` (`holdfast api`, `holdfast up`).
+#[derive(clap::Args)]
+pub struct MetricsArgs {
+    /// Require `Authorization: Bearer <this>` on GET /metrics (its figures
+    /// cover every project). Unset or empty: /metrics is open.
+    #[arg(
+        long = "metrics-token",
+        env = "HOLDFAST_METRICS_TOKEN",
+        hide_env_values = true
+    )]
+    metrics_token: Option<String>,
+}
+
+impl MetricsArgs {
+    pub fn token(&self) -> Option<String> {
+        self.metrics_token.clone().filter(|token| !token.is_empty())
+    }
+}
+
+/// `None` is no limit (an alias, so that clap takes the parser's value
+/// whole instead of reading `Option` as "the flag may be absent").
+type RateLimitSetting = Option<RateLimit>;
+
+pub async fn run(db: &Database, args: ApiArgs, egress: Arc<EgressPolicy>) -> Result<()> {
     db.migrate().await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -33,10 +66,10 @@ pub async fn run(db: &Database, args: ApiArgs) -> Result<()> {
     let shutdown = CancellationToken::new();
     cancel_on_signal(shutdown.clone())?;
     let config = ApiConfig {
-        webhook_allow_private: webhook_private_urls_allowed(
-            &args.listen.to_string(),
-            args.webhook_allow_private,
-        ),
+        egress,
+        metrics_token: args.metrics.token(),
+        rate_limit: args.rate_limit,
+        secret_key: SecretKey::from_lookup(|name| std::env::var(name).ok())?,
         ..ApiConfig::new(db.config.clone())
     };
     holdfast_api::serve(config, listener, shutdown).await?;

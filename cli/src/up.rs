@@ -7,9 +7,10 @@
 //!
 //! With `--local-machine` it also runs a machine daemon for this host, so
 //! agents can `run_command` here: the machine is registered on the first
-//! such `up` and reused by later ones (its credential is kept in
-//! `.holdfast/local-machine`, see [`LocalMachine`]); commands run in the
-//! directory `up` was started in.
+//! such `up` and reused by later ones, each giving it a new token kept in
+//! memory only (`.holdfast/local-machine` records which machine it is, see
+//! [`LocalMachine`]); commands run in the directory `up` was started in,
+//! with a clean environment (never `up`'s provider keys or database URL).
 //!
 //! Ctrl-C (SIGINT) or SIGTERM drains: workers finish or hand back their
 //! steps, maintenance stops, the machine daemon stops claiming and lets
@@ -24,12 +25,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use holdfast_api::ApiConfig;
-use holdfast_engine::provider::Providers;
+use holdfast_engine::connect::ConnectConfig;
+use holdfast_engine::egress::EgressPolicy;
 use holdfast_engine::store;
 use holdfast_worker::machine::Shutdown as MachineShutdown;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::JoinSet;
-use tokio_postgres::NoTls;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -37,6 +38,7 @@ use crate::database::Database;
 use crate::machine::LocalMachine;
 use crate::maintenance::MaintenanceArgs;
 use crate::run_worker::WorkerArgs;
+use crate::serve_api::MetricsArgs;
 
 #[derive(clap::Args)]
 pub struct UpArgs {
@@ -54,6 +56,14 @@ pub struct UpArgs {
     /// host's name).
     #[arg(long, requires = "local_machine")]
     local_machine_name: Option<String>,
+    /// Also give the local machine's commands this variable of `up`'s
+    /// environment (repeatable). Commands get only PATH, HOME, LANG, TERM,
+    /// USER and these: never the provider keys or the database URL unless
+    /// named here.
+    #[arg(long = "pass-env", value_name = "NAME", requires = "local_machine")]
+    pass_env: Vec<String>,
+    #[command(flatten)]
+    metrics: MetricsArgs,
     #[command(flatten)]
     worker: WorkerArgs,
     /// Maintenance and webhook settings, and `--listen` for the API.
@@ -61,15 +71,15 @@ pub struct UpArgs {
     maintenance: MaintenanceArgs,
 }
 
-/// Where `--local-machine` keeps its machine's credential and journal,
+/// Where `--local-machine` records its machine and keeps its journal,
 /// relative to the working directory.
 const LOCAL_MACHINE_DIR: &str = ".holdfast/local-machine";
 
 /// What each task was, for messages about it.
 type Named = (String, Result<()>);
 
-pub async fn run(db: Database, args: UpArgs) -> Result<()> {
-    let outcome = serve(&db, args).await;
+pub async fn run(db: Database, args: UpArgs, egress: Arc<EgressPolicy>) -> Result<()> {
+    let outcome = serve(&db, args, egress).await;
     db.close().await?;
     if outcome.is_ok() {
         println!("Holdfast stopped: workers drained, API closed, database closed.");
@@ -77,10 +87,10 @@ pub async fn run(db: Database, args: UpArgs) -> Result<()> {
     outcome
 }
 
-async fn serve(db: &Database, args: UpArgs) -> Result<()> {
+async fn serve(db: &Database, args: UpArgs, egress: Arc<EgressPolicy>) -> Result<()> {
     db.migrate().await?;
-    let worker_settings = args.worker.settings()?;
-    let maintenance_settings = args.maintenance.settings();
+    let worker_settings = args.worker.settings(egress.clone())?;
+    let maintenance_settings = args.maintenance.settings(egress.clone());
     let listen: SocketAddr = args.maintenance.listen().parse().with_context(|| {
         format!(
             "HOLDFAST_LISTEN {:?} is not an address:port",
@@ -91,9 +101,9 @@ async fn serve(db: &Database, args: UpArgs) -> Result<()> {
         .await
         .with_context(|| format!("binding {listen}"))?;
     let addr = listener.local_addr()?;
-    let providers = Arc::new(Providers::from_env()?);
+    let providers = crate::run_worker::providers(egress.clone())?;
     let (key, machine) = {
-        let (client, connection) = db.config.connect(NoTls).await?;
+        let (client, connection) = db.config.connect().await?;
         let connection = tokio::spawn(connection);
         let key = store::create_api_key(&client, &args.project).await?;
         let machine = match args.local_machine {
@@ -125,7 +135,13 @@ async fn serve(db: &Database, args: UpArgs) -> Result<()> {
     let mut terminate = signal(SignalKind::terminate())?;
     let mut tasks: JoinSet<Named> = JoinSet::new();
     {
-        let (config, shutdown) = (ApiConfig::new(db.config.clone()), api_shutdown.clone());
+        let config = ApiConfig {
+            metrics_token: args.metrics.token(),
+            secret_key: providers.settings().secret_key.clone(),
+            egress,
+            ..ApiConfig::new(db.config.clone())
+        };
+        let shutdown = api_shutdown.clone();
         tasks.spawn(async move {
             let served = holdfast_api::serve(config, listener, shutdown).await;
             ("the API".to_owned(), served.map_err(Into::into))
@@ -157,7 +173,7 @@ async fn serve(db: &Database, args: UpArgs) -> Result<()> {
     }
 
     if let Some(machine) = &machine {
-        let settings = machine.settings(&loopback_url(addr), Path::new("."));
+        let settings = machine.settings(&loopback_url(addr), Path::new("."), args.pass_env.clone());
         let stop = MachineShutdown {
             stop: shutdown.clone(),
             abort: CancellationToken::new(),
@@ -240,12 +256,12 @@ async fn serve(db: &Database, args: UpArgs) -> Result<()> {
 /// Wait until every command `machine` accepted has its result recorded,
 /// or until `deadline`. A database that cannot be asked ends the wait.
 async fn commands_reported(
-    config: &tokio_postgres::Config,
+    config: &ConnectConfig,
     project: Uuid,
     machine: Uuid,
     deadline: tokio::time::Instant,
 ) {
-    let Ok((client, connection)) = config.connect(NoTls).await else {
+    let Ok((client, connection)) = config.connect().await else {
         return;
     };
     let connection = tokio::spawn(connection);
@@ -296,6 +312,9 @@ fn print_banner(
     );
     println!();
     println!("  API      {url}   (the contract: {url}/openapi.json)");
+    if let Some(psql) = db.psql_command() {
+        println!("  Postgres {psql}");
+    }
     println!("  API key  {key}");
     println!("           (project {project:?}; shown once: every `up` prints a new one, old ones stay valid)");
     if let Some(machine) = machine {
@@ -346,7 +365,8 @@ fn print_banner(
         println!();
         println!(
             "Neither ANTHROPIC_API_KEY nor OPENAI_API_KEY is set: model calls to the hosted APIs will \
-             fail with authentication_error. Set one, or give agents a `base_url` of a compatible server."
+             fail with authentication_error. Set one, or add an endpoint of a compatible server \
+             (`holdfast endpoints add`)."
         );
     }
     println!();

@@ -7,9 +7,16 @@
 //! Postgres refuses to run as root. When this process is root, the cluster is
 //! initialised and run as an unprivileged OS user (`postgres` if it exists,
 //! else `nobody`), and its directories are handed to that user.
+//!
+//! Local connections are trusted (no password), so the socket directory is
+//! the cluster's only lock: it is private (0700) to the user the server runs
+//! as, and an existing one that is not a directory of that user (or of us)
+//! is refused. Whoever can reach the socket is superuser, and a superuser
+//! can run programs (`COPY … TO PROGRAM`). TCP is off (`listen_addresses =
+//! ''`), and `pg_hba.conf` rejects TCP connections should it be turned on.
 
 use std::fs;
-use std::os::unix::fs::{chown, PermissionsExt};
+use std::os::unix::fs::{lchown, DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -114,6 +121,15 @@ impl LocalCluster {
         self.base_dir.join("postgres.log")
     }
 
+    /// How a person reaches `dbname` on this cluster with psql (as the
+    /// user who started it, or root).
+    pub fn psql_command(&self, dbname: &str) -> String {
+        format!(
+            "psql -h {} -p {PORT} -U {SUPERUSER} {dbname}",
+            self.socket_dir.display()
+        )
+    }
+
     /// A libpq-style connection string for `dbname` on this cluster.
     pub fn connection_string(&self, dbname: &str) -> String {
         format!(
@@ -172,20 +188,50 @@ impl LocalCluster {
     }
 
     fn prepare_dirs(&self) -> Result<()> {
-        fs::create_dir_all(&self.socket_dir).map_err(io_err("create", &self.socket_dir))?;
-        fs::set_permissions(&self.socket_dir, fs::Permissions::from_mode(0o755))
-            .map_err(io_err("chmod", &self.socket_dir))?;
+        self.prepare_socket_dir()?;
         if let Some(user) = &self.run_as {
-            for dir in [&self.base_dir, &self.socket_dir] {
-                chown(dir, Some(user.uid), Some(user.gid)).map_err(io_err("chown", dir))?;
-            }
+            lchown(&self.base_dir, Some(user.uid), Some(user.gid))
+                .map_err(io_err("chown", &self.base_dir))?;
             if let Ok(entries) = fs::read_dir(&self.base_dir) {
                 for entry in entries.flatten() {
-                    let _ = chown(entry.path(), Some(user.uid), Some(user.gid));
+                    let _ = lchown(entry.path(), Some(user.uid), Some(user.gid));
                 }
             }
         }
         Ok(())
+    }
+
+    /// The socket directory, private (0700) to the user the server runs as.
+    /// Its name under /tmp is predictable, so an existing entry must be a
+    /// real directory (not a symlink) owned by that user or by us; /tmp's
+    /// sticky bit then keeps others from swapping it.
+    fn prepare_socket_dir(&self) -> Result<()> {
+        let dir = &self.socket_dir;
+        match fs::DirBuilder::new().mode(0o700).create(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_err("create", dir)(e)),
+        }
+        let found = fs::symlink_metadata(dir).map_err(io_err("inspect", dir))?;
+        let us = effective_uid();
+        let server = self.run_as.as_ref().map_or(us, |user| user.uid);
+        if !found.file_type().is_dir() {
+            return Err(Error::EmbeddedPostgres(format!(
+                "{} is not a directory (a symlink?): the cluster's socket must live in a                  private directory; remove it and start again",
+                dir.display()
+            )));
+        }
+        if found.uid() != us && found.uid() != server {
+            return Err(Error::EmbeddedPostgres(format!(
+                "{} belongs to uid {}, not to the user Postgres runs as (uid {server}):                  someone else created it; remove it and start again",
+                dir.display(),
+                found.uid()
+            )));
+        }
+        if let Some(user) = &self.run_as {
+            lchown(dir, Some(user.uid), Some(user.gid)).map_err(io_err("chown", dir))?;
+        }
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(io_err("chmod", dir))
     }
 
     fn initdb(&self, options: &ClusterOptions) -> Result<()> {
@@ -196,7 +242,10 @@ impl LocalCluster {
             .args([
                 "-U",
                 SUPERUSER,
-                "--auth=trust",
+                // Trust on the private socket only; TCP, should someone
+                // turn it on, has no way in.
+                "--auth-local=trust",
+                "--auth-host=reject",
                 "-E",
                 "UTF8",
                 "--no-instructions",
@@ -337,11 +386,13 @@ fn socket_dir_for(base_dir: &Path) -> PathBuf {
 }
 
 fn running_as_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    // /proc/self belongs to the effective user of this process.
-    fs::metadata("/proc/self")
-        .map(|m| m.uid() == 0)
-        .unwrap_or(false)
+    effective_uid() == 0
+}
+
+/// This process's effective uid: /proc/self belongs to it. (u32::MAX, no
+/// one, if /proc cannot be read.)
+fn effective_uid() -> u32 {
+    fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid())
 }
 
 /// `postgres` if that user exists, else `nobody`, from /etc/passwd.

@@ -126,6 +126,39 @@ pub struct MaintenanceReport {
     pub session_gone: i64,
     /// Delayed agents that came due (one wake hint covers them all).
     pub woken: i64,
+    /// Subagents whose turn was cancelled here because their parent's call
+    /// was cancelled while they were busy (0011).
+    pub subagents_cancelled: i64,
+}
+
+/// The operator's maxima for the per-agent limits (`holdfast.limit_settings`,
+/// written by each worker at start from its `HOLDFAST_MAX_*` settings). An
+/// agent's `config.limits` may lower them, never raise them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitMaxima {
+    /// Model calls one turn may make (`HOLDFAST_MAX_MODEL_STEPS_PER_TURN`).
+    pub model_steps_per_turn: i32,
+    /// Tool calls one model response may ask for (`HOLDFAST_MAX_TOOL_CALLS_PER_RESPONSE`).
+    pub tool_calls_per_response: i32,
+    /// Levels of subagents below a client's agent (`HOLDFAST_MAX_SUBAGENT_DEPTH`).
+    pub subagent_depth: i32,
+    /// Subagents one agent may have running at once (`HOLDFAST_MAX_LIVE_CHILDREN`).
+    pub live_children: i32,
+    /// Subagents in one tree, ever (`HOLDFAST_MAX_DESCENDANTS`).
+    pub descendants: i32,
+}
+
+impl Default for LimitMaxima {
+    /// The defaults of `holdfast.limit_settings` (0011).
+    fn default() -> Self {
+        LimitMaxima {
+            model_steps_per_turn: 100,
+            tool_calls_per_response: 64,
+            subagent_depth: 4,
+            live_children: 16,
+            descendants: 64,
+        }
+    }
 }
 
 impl std::str::FromStr for ToolKind {
@@ -233,6 +266,9 @@ pub struct ToolCall {
 pub struct Agent {
     pub id: Uuid,
     pub project_id: Uuid,
+    /// The config as shown to clients: secrets (MCP header values) are
+    /// `"***"` (`holdfast.mask_config_secrets`); the worker reads the stored
+    /// config through its step context instead.
     pub config: Value,
     pub state: AgentState,
     /// A turn runs from the input that starts it to turn.completed/failed/cancelled.
@@ -432,22 +468,6 @@ pub struct WebhookQueueStats {
     pub oldest_due_seconds: f64,
     /// Requests in flight across all dispatchers.
     pub in_flight: i64,
-}
-
-/// Whether webhook URLs may point at private or loopback addresses. The
-/// explicit setting (`HOLDFAST_WEBHOOK_ALLOW_PRIVATE`) wins; unset, they are
-/// allowed only when Holdfast itself listens on loopback (`HOLDFAST_LISTEN`,
-/// a development box), so a hosted deployment is not an SSRF tool by default.
-pub fn webhook_private_urls_allowed(listen: &str, explicit: Option<bool>) -> bool {
-    if let Some(allowed) = explicit {
-        return allowed;
-    }
-    if let Ok(addr) = listen.parse::<std::net::SocketAddr>() {
-        return addr.ip().is_loopback();
-    }
-    listen
-        .rsplit_once(':')
-        .is_some_and(|(host, _)| host.eq_ignore_ascii_case("localhost"))
 }
 
 // Machines and commands (sql/0008_machines.sql).
@@ -757,4 +777,88 @@ pub struct StuckAgent {
     pub lease_expires_at: Option<DateTime<Utc>>,
     pub state_changed_at: DateTime<Utc>,
     pub reason: String,
+}
+
+/// An operator-owned model endpoint (`holdfast.model_endpoints`), as listed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelEndpoint {
+    pub name: String,
+    /// The provider protocol it speaks: `anthropic` or `openai`.
+    pub kind: String,
+    pub base_url: String,
+    /// The worker's environment variable holding its credential (none: no
+    /// credential is sent).
+    pub credential_env: Option<String>,
+    /// The one project that may use it; `None`: every project.
+    pub project: Option<String>,
+    /// The model names allowed on it; `None`: any.
+    pub models: Option<Vec<String>>,
+    /// Agents (not archived) whose config names it.
+    pub agents: i64,
+    pub created_at: DateTime<Utc>,
+}
+
+/// An endpoint to add (`holdfast endpoints add`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NewModelEndpoint {
+    pub name: String,
+    pub kind: String,
+    pub base_url: String,
+    pub credential_env: Option<String>,
+    pub project: Option<String>,
+    /// Empty: any model.
+    pub models: Vec<String>,
+}
+
+/// That a project has its own key for a provider (never the key itself).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProviderKeyStatus {
+    pub provider: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Where one model call goes, as `holdfast.resolve_model_endpoint` reads it
+/// for the worker at every call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelRoute {
+    /// The agent's project (a sealed key is bound to it).
+    pub project_id: Uuid,
+    pub destination: ModelDestination,
+    /// The project's own key for the agent's provider, if it set one.
+    pub project_key: Option<SealedKey>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelDestination {
+    /// The project may not use these model settings (any more): fail the
+    /// turn with `field` and `message`.
+    Refused { field: String, message: String },
+    /// A tenant-set `model.base_url`, allowed for the project: no operator
+    /// credential goes there, only the project's own key (if any).
+    CustomUrl { base_url: String },
+    /// An operator endpoint: `default` (the worker's environment pair, both
+    /// fields `None`) or a named one with its base URL and credential
+    /// variable.
+    Operator {
+        endpoint: String,
+        base_url: Option<String>,
+        credential_env: Option<String>,
+    },
+}
+
+/// A project's provider key as stored: sealed under `HOLDFAST_SECRET_KEY`.
+#[derive(Clone, PartialEq)]
+pub struct SealedKey {
+    pub sealed: Vec<u8>,
+    /// Which secret key sealed it ([`crate::secrets::SecretKey::fingerprint`]).
+    pub key_fingerprint: String,
+}
+
+impl std::fmt::Debug for SealedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SealedKey")
+            .field("key_fingerprint", &self.key_fingerprint)
+            .finish_non_exhaustive()
+    }
 }

@@ -26,6 +26,16 @@ pub enum Error {
     /// Any other database error (connection lost, serialization failure, ...).
     #[error("database: {0}")]
     Database(#[source] tokio_postgres::Error),
+    /// A connection could not be opened. `cause` says why in one line (TLS
+    /// required by the server, certificate not trusted, authentication
+    /// failed, host unreachable, database does not exist); `error` is
+    /// tokio-postgres's own, kept for [`Error::is_retryable`] and logs.
+    #[error("cannot connect to Postgres at {target}: {cause}")]
+    Connect {
+        target: String,
+        cause: String,
+        error: tokio_postgres::Error,
+    },
     #[error("connection pool: {0}")]
     Pool(String),
     #[error("migration: {0}")]
@@ -42,7 +52,7 @@ impl Error {
     /// Lease loss and input errors are never retryable.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Database(e) => match e.code() {
+            Error::Database(e) | Error::Connect { error: e, .. } => match e.code() {
                 None => true, // IO / closed connection
                 Some(code) => {
                     *code == SqlState::T_R_SERIALIZATION_FAILURE

@@ -7,10 +7,12 @@ pub mod connect;
 pub mod context;
 pub mod domain;
 pub mod duration;
+pub mod egress;
 pub mod error;
 pub mod migrate;
 pub mod pg_text;
 pub mod provider;
+pub mod secrets;
 pub mod store;
 
 pub use error::{Error, Result};

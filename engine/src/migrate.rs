@@ -79,6 +79,26 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../sql/0009_lean_commits.sql"),
     },
     Migration {
+        version: 10,
+        name: "0010_step_failures.sql",
+        sql: include_str!("../../sql/0010_step_failures.sql"),
+    },
+    Migration {
+        version: 11,
+        name: "0011_limits.sql",
+        sql: include_str!("../../sql/0011_limits.sql"),
+    },
+    Migration {
+        version: 12,
+        name: "0012_model_endpoints.sql",
+        sql: include_str!("../../sql/0012_model_endpoints.sql"),
+    },
+    Migration {
+        version: 13,
+        name: "0013_machine_credentials.sql",
+        sql: include_str!("../../sql/0013_machine_credentials.sql"),
+    },
+    Migration {
         version: 17,
         name: "0017_console.sql",
         sql: include_str!("../../sql/0017_console.sql"),
@@ -114,6 +134,7 @@ pub const FUNCTION_FILES: &[FunctionFile] = function_files![
     "api_keys.sql",
     "webhooks.sql",
     "machines.sql",
+    "endpoints.sql",
 ];
 
 /// An arbitrary constant key for `pg_advisory_lock`: "HOLDFAST" in ASCII.

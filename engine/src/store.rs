@@ -16,7 +16,8 @@ use crate::connect::Session;
 use crate::context::{HistoryMessage, PendingInput, StepContext, ToolCallRecord};
 use crate::domain::{
     Agent, AgentState, ApiKeyCreated, ApiKeyOwner, ApiKeyRevoked, CancelOutcome, Claim, Event,
-    Input, InputCreated, MaintenanceReport, ModelStep, Renewal, ToolCall, ToolCallStatus, ToolKind,
+    Input, InputCreated, LimitMaxima, MaintenanceReport, ModelStep, Renewal, ToolCall,
+    ToolCallStatus, ToolKind,
 };
 use crate::domain::{Approval, ApprovalStatus, Question, QuestionStatus, StuckAgent, WorkerLeases};
 use crate::domain::{
@@ -27,8 +28,12 @@ use crate::domain::{
     ClaimedWebhookDelivery, CreatedWebhookEndpoint, RecordedAttempt, WebhookDelivery,
     WebhookDeliveryFilter, WebhookDeliveryStatus, WebhookEndpoint, WebhookQueueStats,
 };
+use crate::domain::{
+    ModelDestination, ModelEndpoint, ModelRoute, NewModelEndpoint, ProviderKeyStatus, SealedKey,
+};
 use crate::duration::to_interval;
 use crate::error::{Error, Result};
+use crate::pg_text::{make_storable, storable_str};
 
 pub mod console;
 
@@ -175,6 +180,38 @@ pub async fn renew_leases(
         .collect())
 }
 
+/// Write the operator's limit maxima (`holdfast.set_limit_maxima`).
+pub async fn set_limit_maxima(client: &impl GenericClient, maxima: &LimitMaxima) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.set_limit_maxima($1, $2, $3, $4, $5)",
+            &[
+                &maxima.model_steps_per_turn,
+                &maxima.tool_calls_per_response,
+                &maxima.subagent_depth,
+                &maxima.live_children,
+                &maxima.descendants,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Cap (or with `None`, uncap) how many of a project's agents run at once.
+pub async fn set_project_max_running(
+    client: &impl GenericClient,
+    project_name: &str,
+    max_running: Option<i32>,
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.set_project_max_running($1, $2)",
+            &[&project_name, &max_running],
+        )
+        .await?;
+    Ok(())
+}
+
 /// Give up a lease; the agent's next state is settled from its saved facts.
 /// `run_after` delays the next claim (a durable backoff).
 pub async fn release_agent(
@@ -209,11 +246,17 @@ pub async fn commit_model_step(
     claim: Claim,
     step: &ModelStep,
 ) -> Result<Uuid> {
-    let message = Value::Array(step.message.clone());
-    let tool_calls = serde_json::to_value(&step.tool_calls).map_err(|e| Error::Invalid {
+    // Model output is made storable here, for every caller (pg_text).
+    let mut message = Value::Array(step.message.clone());
+    make_storable(&mut message);
+    let mut tool_calls = serde_json::to_value(&step.tool_calls).map_err(|e| Error::Invalid {
         field: Some("tool_calls".into()),
         message: e.to_string(),
     })?;
+    make_storable(&mut tool_calls);
+    let mut usage = step.usage.clone();
+    make_storable(&mut usage);
+    let stop_reason = step.stop_reason.as_deref().map(storable_str);
     let row = query_one_prepared(
         client,
         "SELECT holdfast.commit_model_step($1, $2, $3, $4, $5, $6, $7)",
@@ -223,8 +266,8 @@ pub async fn commit_model_step(
             &step.input_ids,
             &message,
             &tool_calls,
-            &step.usage,
-            &step.stop_reason,
+            &usage,
+            &stop_reason,
         ],
     )
     .await?;
@@ -239,10 +282,19 @@ pub async fn commit_tool_result(
     output: &Value,
     is_error: bool,
 ) -> Result<Uuid> {
+    // A tool's result is made storable, never refused: it is already in hand.
+    let mut output = output.clone();
+    make_storable(&mut output);
     let row = query_one_prepared(
         client,
         "SELECT holdfast.commit_tool_result($1, $2, $3, $4, $5)",
-        &[&claim.agent_id, &claim.epoch, &tool_call, output, &is_error],
+        &[
+            &claim.agent_id,
+            &claim.epoch,
+            &tool_call,
+            &output,
+            &is_error,
+        ],
     )
     .await?;
     Ok(row.get(0))
@@ -385,6 +437,14 @@ pub async fn authenticate_api_key(
     }))
 }
 
+/// Whether the key `key_id` still authenticates (exists, not revoked).
+pub async fn api_key_active(client: &impl GenericClient, key_id: Uuid) -> Result<bool> {
+    let row = client
+        .query_one("SELECT holdfast.api_key_active($1)", &[&key_id])
+        .await?;
+    Ok(row.get(0))
+}
+
 /// Revoke the key named by its id, prefix or full text (idempotent).
 pub async fn revoke_api_key(client: &impl GenericClient, key_ref: &str) -> Result<ApiKeyRevoked> {
     let row = client
@@ -401,7 +461,9 @@ pub async fn revoke_api_key(client: &impl GenericClient, key_ref: &str) -> Resul
     })
 }
 
-const AGENT_COLUMNS: &str = "id, project_id, config, state, turn_open, cancel_requested_at, \
+/// The config is masked (`mask_config_secrets`): these rows are for clients.
+const AGENT_COLUMNS: &str =
+    "id, project_id, holdfast.mask_config_secrets(config), state, turn_open, cancel_requested_at, \
                              last_event_seq, created_at, updated_at, state_changed_at";
 
 fn agent_from_row(row: &tokio_postgres::Row) -> Result<Agent> {
@@ -419,8 +481,8 @@ fn agent_from_row(row: &tokio_postgres::Row) -> Result<Agent> {
     })
 }
 
-/// An agent of `project`; `None` when it does not exist or belongs to
-/// another project.
+/// An agent of `project`, its config masked for showing; `None` when it
+/// does not exist or belongs to another project.
 pub async fn get_agent(
     client: &impl GenericClient,
     project: Uuid,
@@ -452,8 +514,8 @@ pub async fn agent_in_project(
     Ok(row.is_some())
 }
 
-/// Agents of `project`, oldest first (ids are UUIDv7), after the id `after`,
-/// in `state` when given, at most `limit`.
+/// Agents of `project` (configs masked for showing), oldest first (ids are
+/// UUIDv7), after the id `after`, in `state` when given, at most `limit`.
 pub async fn list_agents(
     client: &impl GenericClient,
     project: Uuid,
@@ -487,7 +549,8 @@ pub async fn last_event_seq(client: &impl GenericClient, agent: Uuid) -> Result<
     Ok(row.map(|r| r.get(0)))
 }
 
-/// Replace an agent's config (`config.updated`); returns the config in force.
+/// Replace an agent's config (`config.updated`); returns the config in
+/// force, masked. Header values `"***"` keep the stored values.
 pub async fn update_agent_config(
     client: &impl GenericClient,
     agent: Uuid,
@@ -503,7 +566,7 @@ pub async fn update_agent_config(
 }
 
 /// Change an agent's config by an RFC 7396 merge patch, applied under the
-/// agent's row lock; returns the config in force.
+/// agent's row lock; returns the config in force, masked.
 pub async fn patch_agent_config(
     client: &impl GenericClient,
     agent: Uuid,
@@ -694,13 +757,16 @@ pub async fn commit_model_retry(
     max_retries: i32,
     input_ids: &[Uuid],
 ) -> Result<bool> {
+    // The error text comes from the provider.
+    let mut error = error.clone();
+    make_storable(&mut error);
     let row = client
         .query_one(
             "SELECT holdfast.commit_model_retry($1, $2, $3, $4::text::interval, $5, $6)",
             &[
                 &claim.agent_id,
                 &claim.epoch,
-                error,
+                &error,
                 &to_interval(delay),
                 &max_retries,
                 &input_ids,
@@ -724,13 +790,50 @@ pub async fn fail_turn(
             &[
                 &claim.agent_id,
                 &claim.epoch,
-                &error_type,
-                &message,
+                &storable_str(error_type),
+                &storable_str(message),
                 &input_ids,
             ],
         )
         .await?;
     Ok(())
+}
+
+/// A step failed with something other than a lost lease: count it, and
+/// release the agent until `delay` from now (`true`), or, at the
+/// `max_attempts`-th failure in a row, end the turn with `internal_error`
+/// (`false`). `message` may carry a model's or tool's text: made storable.
+pub async fn fail_step(
+    client: &impl GenericClient,
+    claim: Claim,
+    message: &str,
+    delay: Duration,
+    max_attempts: i32,
+) -> Result<bool> {
+    let row = client
+        .query_one(
+            "SELECT holdfast.fail_step($1, $2, $3, $4::text::interval, $5)",
+            &[
+                &claim.agent_id,
+                &claim.epoch,
+                &storable_str(message),
+                &to_interval(delay),
+                &max_attempts,
+            ],
+        )
+        .await?;
+    Ok(row.get::<_, String>(0) == "retrying")
+}
+
+/// How many steps of `agent` failed in a row (see [`fail_step`]).
+pub async fn step_failures(client: &impl GenericClient, agent: Uuid) -> Result<i32> {
+    let row = client
+        .query_one(
+            "SELECT step_failures FROM holdfast.agents WHERE id = $1",
+            &[&agent],
+        )
+        .await?;
+    Ok(row.get(0))
 }
 
 /// The worker half of a cancel: close the turn as cancelled and release.
@@ -749,7 +852,7 @@ pub async fn stream_delta(client: &impl Prepared, claim: Claim, text: &str) -> R
     execute_prepared(
         client,
         "SELECT holdfast.stream_delta($1, $2, $3)",
-        &[&claim.agent_id, &claim.epoch, &text],
+        &[&claim.agent_id, &claim.epoch, &storable_str(text)],
     )
     .await?;
     Ok(())
@@ -875,14 +978,15 @@ pub async fn answer_question(
 }
 
 /// Create a subagent for a pending `spawn_subagent` call (one transaction);
-/// returns the child's id.
+/// returns the child's id, or `None` when a subagent limit refused the spawn
+/// (the call is then completed with an error result naming the limit).
 pub async fn spawn_subagent(
     client: &impl GenericClient,
     claim: Claim,
     tool_call: Uuid,
     config: &Value,
     prompt: &str,
-) -> Result<Uuid> {
+) -> Result<Option<Uuid>> {
     let row = client
         .query_one(
             "SELECT holdfast.spawn_subagent($1, $2, $3, $4, $5)",
@@ -901,15 +1005,17 @@ pub async fn commit_compaction(
     keep_from_seq: i64,
     usage: &Value,
 ) -> Result<()> {
+    let mut usage = usage.clone();
+    make_storable(&mut usage);
     client
         .execute(
             "SELECT holdfast.commit_compaction($1, $2, $3, $4, $5)",
             &[
                 &claim.agent_id,
                 &claim.epoch,
-                &summary,
+                &storable_str(summary),
                 &keep_from_seq,
-                usage,
+                &usage,
             ],
         )
         .await?;
@@ -919,7 +1025,7 @@ pub async fn commit_compaction(
 
 /// Create a webhook endpoint in `project`; the answer carries the signing
 /// secret (show it once). `allow_private` is the deployment's setting
-/// ([`crate::domain::webhook_private_urls_allowed`]). A bad url or event
+/// ([`crate::egress::EgressPolicy::allows_any_special`] for webhooks). A bad url or event
 /// list is [`Error::Invalid`] naming `url` or `events`.
 pub async fn create_webhook_endpoint(
     client: &impl GenericClient,
@@ -1166,14 +1272,55 @@ pub async fn register_machine(
             &[&project, &name, &wake_url],
         )
         .await?;
-    Ok(MachineRegistered {
+    Ok(machine_with_token(&row))
+}
+
+/// Give a machine of `project` a new token (in the result, shown once);
+/// the old one is refused from now on and the daemon session it served
+/// ends. [`Error::NotFound`] for a machine of another project or a deleted one.
+pub async fn rotate_machine_token(
+    client: &impl GenericClient,
+    project: Uuid,
+    machine: Uuid,
+) -> Result<MachineRegistered> {
+    let row = client
+        .query_one(
+            "SELECT machine_id, name, wake_url, token_prefix, token, created_at \
+               FROM holdfast.rotate_machine_token($1, $2)",
+            &[&project, &machine],
+        )
+        .await?;
+    Ok(machine_with_token(&row))
+}
+
+/// A `(machine_id, name, wake_url, token_prefix, token, created_at)` row.
+fn machine_with_token(row: &Row) -> MachineRegistered {
+    MachineRegistered {
         machine_id: row.get(0),
         name: row.get(1),
         wake_url: row.get(2),
         token_prefix: row.get(3),
         token: row.get(4),
         created_at: row.get(5),
-    })
+    }
+}
+
+/// Delete a machine of `project`: its token is refused from now on and its
+/// unfinished commands end (queued ones fail, accepted ones become
+/// unknown), their agents moving on. Returns how many commands ended.
+/// [`Error::NotFound`] for a machine of another project or a deleted one.
+pub async fn delete_machine(
+    client: &impl GenericClient,
+    project: Uuid,
+    machine: Uuid,
+) -> Result<i32> {
+    let row = client
+        .query_one(
+            "SELECT holdfast.delete_machine($1, $2)",
+            &[&project, &machine],
+        )
+        .await?;
+    Ok(row.get(0))
 }
 
 /// The machine `token` belongs to; `None` when it is unknown.
@@ -1525,4 +1672,169 @@ pub async fn stuck_agents(client: &impl GenericClient, limit: i64) -> Result<Vec
             reason: r.get(5),
         })
         .collect())
+}
+
+// ---------------------------------------------------------------------------
+// Model endpoints (operator), provider keys (project), model routing (worker)
+// ---------------------------------------------------------------------------
+
+/// Add an operator model endpoint; [`Error::Conflict`] when the name is taken.
+pub async fn add_model_endpoint(
+    client: &impl GenericClient,
+    endpoint: &NewModelEndpoint,
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT FROM holdfast.add_model_endpoint($1, $2, $3, $4, $5, $6)",
+            &[
+                &endpoint.name,
+                &endpoint.kind,
+                &endpoint.base_url,
+                &endpoint.credential_env,
+                &endpoint.project,
+                &endpoint.models,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Every operator model endpoint, by name.
+pub async fn list_model_endpoints(client: &impl GenericClient) -> Result<Vec<ModelEndpoint>> {
+    let rows = client
+        .query(
+            "SELECT name, kind, base_url, credential_env, project_name, models, agents, created_at \
+               FROM holdfast.list_model_endpoints()",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| ModelEndpoint {
+            name: r.get(0),
+            kind: r.get(1),
+            base_url: r.get(2),
+            credential_env: r.get(3),
+            project: r.get(4),
+            models: r.get(5),
+            agents: r.get(6),
+            created_at: r.get(7),
+        })
+        .collect())
+}
+
+/// Remove an operator model endpoint; returns how many agents still name it.
+pub async fn remove_model_endpoint(client: &impl GenericClient, name: &str) -> Result<i64> {
+    let row = client
+        .query_one("SELECT holdfast.remove_model_endpoint($1)", &[&name])
+        .await?;
+    Ok(row.get::<_, Option<i64>>(0).unwrap_or(0))
+}
+
+/// Allow or forbid tenant-set `model.base_url` for the project named
+/// `project` ([`Error::NotFound`] when there is none).
+pub async fn set_project_custom_model_urls(
+    client: &impl GenericClient,
+    project: &str,
+    allowed: bool,
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.set_project_custom_model_urls($1, $2)",
+            &[&project, &allowed],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Store a project's own provider key, already sealed.
+pub async fn set_project_provider_key(
+    client: &impl GenericClient,
+    project: Uuid,
+    provider: &str,
+    key: &SealedKey,
+) -> Result<ProviderKeyStatus> {
+    let row = client
+        .query_one(
+            "SELECT provider, created_at, updated_at \
+               FROM holdfast.set_project_provider_key($1, $2, $3, $4)",
+            &[&project, &provider, &key.sealed, &key.key_fingerprint],
+        )
+        .await?;
+    Ok(provider_key_status(&row))
+}
+
+/// The providers `project` has its own key for (never the keys).
+pub async fn list_project_provider_keys(
+    client: &impl GenericClient,
+    project: Uuid,
+) -> Result<Vec<ProviderKeyStatus>> {
+    let rows = client
+        .query(
+            "SELECT provider, created_at, updated_at FROM holdfast.list_project_provider_keys($1)",
+            &[&project],
+        )
+        .await?;
+    Ok(rows.iter().map(provider_key_status).collect())
+}
+
+fn provider_key_status(row: &Row) -> ProviderKeyStatus {
+    ProviderKeyStatus {
+        provider: row.get(0),
+        created_at: row.get(1),
+        updated_at: row.get(2),
+    }
+}
+
+/// Delete a project's own provider key ([`Error::NotFound`] when none is set).
+pub async fn delete_project_provider_key(
+    client: &impl GenericClient,
+    project: Uuid,
+    provider: &str,
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.delete_project_provider_key($1, $2)",
+            &[&project, &provider],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Where `agent`'s model call with settings `model` (its `config.model` as
+/// loaded for this attempt) goes, resolved now.
+pub async fn resolve_model_endpoint(
+    client: &impl Prepared,
+    agent: Uuid,
+    model: &Value,
+) -> Result<ModelRoute> {
+    let row = query_one_prepared(
+        client,
+        "SELECT refused_field, refused_message, endpoint, custom_url, base_url, credential_env, \
+                sealed_key, key_fingerprint, project_id \
+           FROM holdfast.resolve_model_endpoint($1, $2)",
+        &[&agent, model],
+    )
+    .await?;
+    let project_key = match (row.get(6), row.get(7)) {
+        (Some(sealed), Some(key_fingerprint)) => Some(SealedKey {
+            sealed,
+            key_fingerprint,
+        }),
+        _ => None,
+    };
+    let destination = match (row.get(0), row.get(1), row.get(3)) {
+        (Some(field), Some(message), _) => ModelDestination::Refused { field, message },
+        (_, _, Some(base_url)) => ModelDestination::CustomUrl { base_url },
+        _ => ModelDestination::Operator {
+            endpoint: row.get(2),
+            base_url: row.get(4),
+            credential_env: row.get(5),
+        },
+    };
+    Ok(ModelRoute {
+        project_id: row.get(8),
+        destination,
+        project_key,
+    })
 }

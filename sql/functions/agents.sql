@@ -22,8 +22,9 @@ BEGIN
 END
 $$;
 
--- Validate an agent config; raise HF422 naming the field. The HTTP API maps
--- this to 400 with the same field, so SQL clients and HTTP clients get one rule.
+-- validate_config (0001) with `limits`: an object whose keys are limit
+-- names and whose values are positive integers no larger than the
+-- operator's maximum. Raises HF422 naming the field (`limits.<name>`).
 CREATE OR REPLACE FUNCTION holdfast.validate_config(p_config jsonb)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -31,6 +32,8 @@ DECLARE
     v_i integer := 0;
     v_names text[] := '{}';
     v_name text;
+    v_value jsonb;
+    v_max integer;
 BEGIN
     IF p_config IS NULL OR jsonb_typeof(p_config) <> 'object' THEN
         PERFORM holdfast.raise('HF422', 'config must be a JSON object', 'config');
@@ -51,11 +54,13 @@ BEGIN
             OR p_config #>> '{model,base_url}' !~ '^https?://') THEN
         PERFORM holdfast.raise('HF422', 'model.base_url must be an http(s) URL', 'model.base_url');
     END IF;
+    -- The text of a jsonb number keeps its fraction (1.0 stays "1.0"), so a
+    -- digits-only text is a JSON integer; the range is the worker's u32.
     IF p_config #> '{model,max_tokens}' IS NOT NULL
        AND (jsonb_typeof(p_config #> '{model,max_tokens}') <> 'number'
-            OR (p_config #>> '{model,max_tokens}')::numeric <= 0
-            OR (p_config #>> '{model,max_tokens}')::numeric <> trunc((p_config #>> '{model,max_tokens}')::numeric)) THEN
-        PERFORM holdfast.raise('HF422', 'model.max_tokens must be a positive integer', 'model.max_tokens');
+            OR p_config #>> '{model,max_tokens}' !~ '^[0-9]{1,10}$'
+            OR (p_config #>> '{model,max_tokens}')::bigint NOT BETWEEN 1 AND 4294967295) THEN
+        PERFORM holdfast.raise('HF422', 'model.max_tokens must be an integer from 1 to 4294967295', 'model.max_tokens');
     END IF;
     IF p_config ? 'system' AND jsonb_typeof(p_config -> 'system') <> 'string' THEN
         PERFORM holdfast.raise('HF422', 'system must be a string', 'system');
@@ -97,6 +102,27 @@ BEGIN
     IF p_config ? 'metadata' AND jsonb_typeof(p_config -> 'metadata') <> 'object' THEN
         PERFORM holdfast.raise('HF422', 'metadata must be an object', 'metadata');
     END IF;
+    IF p_config ? 'limits' THEN
+        IF jsonb_typeof(p_config -> 'limits') <> 'object' THEN
+            PERFORM holdfast.raise('HF422', 'limits must be an object', 'limits');
+        END IF;
+        FOR v_name, v_value IN SELECT key, value FROM jsonb_each(p_config -> 'limits') ORDER BY key LOOP
+            IF NOT v_name = ANY (holdfast.limit_names()) THEN
+                PERFORM holdfast.raise('HF422', format('unknown limit; expected one of: %s',
+                    array_to_string(holdfast.limit_names(), ', ')), 'limits.' || v_name);
+            END IF;
+            IF jsonb_typeof(v_value) <> 'number' OR (v_value #>> '{}')::numeric <= 0
+               OR (v_value #>> '{}')::numeric <> trunc((v_value #>> '{}')::numeric) THEN
+                PERFORM holdfast.raise('HF422', format('limits.%s must be a positive integer', v_name),
+                    'limits.' || v_name);
+            END IF;
+            v_max := holdfast.limit_maximum(v_name);
+            IF (v_value #>> '{}')::numeric > v_max THEN
+                PERFORM holdfast.raise('HF422', format('limits.%s must be at most %s (the operator''s maximum)',
+                    v_name, v_max), 'limits.' || v_name);
+            END IF;
+        END LOOP;
+    END IF;
 END
 $$;
 
@@ -115,45 +141,57 @@ BEGIN
 END
 $$;
 
--- Create an agent in a project. Raises HF404 for an unknown project, HF422 for
--- an invalid config (field named).
+-- Create an agent in a project. Validates the config (validate_config), then
+-- that the project may use its model settings (validate_model_access); a
+-- header value "***" has nothing to keep here and is refused. Raises HF404
+-- for an unknown project, HF422 for an invalid or not permitted config
+-- (field named).
 CREATE OR REPLACE FUNCTION holdfast.create_agent(p_project uuid, p_config jsonb)
 RETURNS uuid LANGUAGE plpgsql AS $$
 DECLARE
     v_id uuid;
+    v_config jsonb;
 BEGIN
     PERFORM holdfast.validate_config(p_config);
     IF NOT EXISTS (SELECT 1 FROM holdfast.projects WHERE id = p_project) THEN
         PERFORM holdfast.raise('HF404', format('project %s not found', p_project));
     END IF;
-    INSERT INTO holdfast.agents (project_id, config) VALUES (p_project, p_config)
+    v_config := holdfast.keep_masked_secrets(NULL, p_config);
+    PERFORM holdfast.validate_model_access(p_project, v_config);
+    INSERT INTO holdfast.agents (project_id, config) VALUES (p_project, v_config)
     RETURNING id INTO v_id;
     RETURN v_id;
 END
 $$;
 
--- Replace an agent's config and record config.updated (data: {"config"}).
--- Workers rebuild each model request from the database at every attempt, so
--- the change applies to the next model call, retries included. A config equal
--- to the current one changes nothing and records nothing. Locks the agent
--- row. Raises HF404, HF409 (archived), HF422 (invalid config, field named).
--- Returns the config now in force.
+-- Replace an agent's config and record config.updated (data: {"config"},
+-- masked by mask_config_secrets: events feed webhooks). Header values "***"
+-- keep the values stored (keep_masked_secrets). Workers rebuild each model
+-- request from the database at every attempt, so the change applies to the
+-- next model call, retries included. A config equal to the current one
+-- changes nothing and records nothing. Locks the agent row. Raises HF404,
+-- HF409 (archived), HF422 (invalid or not permitted config, field named).
+-- Returns the config now in force, masked.
 CREATE OR REPLACE FUNCTION holdfast.update_agent_config(p_agent uuid, p_config jsonb)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_agent holdfast.agents;
+    v_config jsonb;
 BEGIN
     PERFORM holdfast.validate_config(p_config);
     v_agent := holdfast.lock_agent(p_agent);
     IF v_agent.state = 'archived' THEN
         PERFORM holdfast.raise('HF409', format('agent %s is archived', p_agent));
     END IF;
-    IF v_agent.config = p_config THEN
-        RETURN p_config;
+    v_config := holdfast.keep_masked_secrets(v_agent.config, p_config);
+    IF v_agent.config = v_config THEN
+        RETURN holdfast.mask_config_secrets(v_config);
     END IF;
-    UPDATE holdfast.agents SET config = p_config, updated_at = holdfast.now() WHERE id = p_agent;
-    PERFORM holdfast.append_event(p_agent, 'config.updated', jsonb_build_object('config', p_config));
-    RETURN p_config;
+    PERFORM holdfast.validate_model_access(v_agent.project_id, v_config);
+    UPDATE holdfast.agents SET config = v_config, updated_at = holdfast.now() WHERE id = p_agent;
+    PERFORM holdfast.append_event(p_agent, 'config.updated',
+                                  jsonb_build_object('config', holdfast.mask_config_secrets(v_config)));
+    RETURN holdfast.mask_config_secrets(v_config);
 END
 $$;
 
@@ -271,5 +309,80 @@ LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE holdfast.agents SET model_attempts = 0 WHERE id = NEW.agent_id AND model_attempts <> 0;
     RETURN NULL;
+END
+$$;
+
+
+-- The names of the limits, in the order they are documented.
+CREATE OR REPLACE FUNCTION holdfast.limit_names() RETURNS text[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT ARRAY['max_model_steps_per_turn', 'max_tool_calls_per_response', 'max_subagent_depth',
+                 'max_live_children', 'max_descendants']
+$$;
+
+-- The operator's maximum for one limit (raises HF422 for an unknown name).
+CREATE OR REPLACE FUNCTION holdfast.limit_maximum(p_name text)
+RETURNS integer LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_max integer;
+BEGIN
+    IF NOT coalesce(p_name = ANY (holdfast.limit_names()), false) THEN
+        PERFORM holdfast.raise('HF422', format('unknown limit %s', p_name), 'limits');
+    END IF;
+    SELECT (to_jsonb(s) ->> p_name)::integer INTO v_max FROM holdfast.limit_settings s;
+    RETURN v_max;
+END
+$$;
+
+-- The limit an agent with config p_config runs under: its config.limits
+-- value, capped by the operator's maximum, or that maximum. Reads only.
+CREATE OR REPLACE FUNCTION holdfast.agent_limit(p_config jsonb, p_name text)
+RETURNS integer LANGUAGE sql STABLE AS $$
+    SELECT least(coalesce((p_config #>> ARRAY['limits', p_name])::numeric, m.max), m.max)::integer
+      FROM (SELECT holdfast.limit_maximum(p_name) AS max) m
+$$;
+
+-- Write the operator's maxima (workers call this at start with their
+-- HOLDFAST_MAX_* settings; a DBA may too). Locks the settings row. Agents
+-- configured above a lowered maximum run at the maximum. Raises HF422 for
+-- a value that is not positive.
+CREATE OR REPLACE FUNCTION holdfast.set_limit_maxima(
+    p_max_model_steps_per_turn integer, p_max_tool_calls_per_response integer,
+    p_max_subagent_depth integer, p_max_live_children integer, p_max_descendants integer)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF least(p_max_model_steps_per_turn, p_max_tool_calls_per_response, p_max_subagent_depth,
+             p_max_live_children, p_max_descendants) <= 0
+       OR num_nulls(p_max_model_steps_per_turn, p_max_tool_calls_per_response, p_max_subagent_depth,
+                    p_max_live_children, p_max_descendants) > 0 THEN
+        PERFORM holdfast.raise('HF422', 'every limit maximum must be a positive integer', 'limits');
+    END IF;
+    UPDATE holdfast.limit_settings
+       SET max_model_steps_per_turn = p_max_model_steps_per_turn,
+           max_tool_calls_per_response = p_max_tool_calls_per_response,
+           max_subagent_depth = p_max_subagent_depth,
+           max_live_children = p_max_live_children,
+           max_descendants = p_max_descendants,
+           updated_at = holdfast.now()
+     WHERE (max_model_steps_per_turn, max_tool_calls_per_response, max_subagent_depth,
+            max_live_children, max_descendants)
+           IS DISTINCT FROM (p_max_model_steps_per_turn, p_max_tool_calls_per_response,
+                             p_max_subagent_depth, p_max_live_children, p_max_descendants);
+END
+$$;
+
+-- Set (or, with NULL, clear) a project's cap on agents running at once.
+-- Agents already running keep their leases; the cap applies to claims.
+-- Raises HF404 (no such project), HF422 (negative cap).
+CREATE OR REPLACE FUNCTION holdfast.set_project_max_running(p_project_name text, p_max_running integer)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_max_running < 0 THEN
+        PERFORM holdfast.raise('HF422', 'max_running must be 0 or more (NULL: no cap)', 'max_running');
+    END IF;
+    UPDATE holdfast.projects SET max_running = p_max_running WHERE name = p_project_name;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('project %s not found', p_project_name));
+    END IF;
 END
 $$;

@@ -73,3 +73,12 @@ BEGIN
     RETURNING k.id, k.project_id, k.prefix, k.revoked_at;
 END
 $$;
+
+-- Whether the key with this id exists and is not revoked. An open stream
+-- re-checks its key with this every few seconds and ends once it is false.
+-- Locks nothing (a plain read of the key row by primary key). Raises nothing.
+CREATE OR REPLACE FUNCTION holdfast.api_key_active(p_key_id uuid)
+RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM holdfast.api_keys k
+                    WHERE k.id = p_key_id AND k.revoked_at IS NULL)
+$$;

@@ -62,12 +62,22 @@ BEGIN
 END
 $$;
 
--- True when a URL host names a loopback, private, link-local or otherwise
--- internal address: `localhost` and the reserved internal names, IP literals
--- in those ranges, and numeric hosts that are not a plain dotted quad (URL
--- parsers read `127.1` or `2130706433` as 127.0.0.1). p_host is lower case,
--- without brackets or port. A DNS name that resolves to a private address is
--- not caught here: the dispatcher checks resolved addresses before it connects.
+-- True when a URL host names a special-purpose (non-public) address: the
+-- local names (`localhost`, `*.localhost`, `.local`, `.internal`,
+-- `.home.arpa`), IP literals in the refused ranges of engine/src/egress.rs,
+-- and numeric hosts that are not a plain dotted quad (URL parsers read
+-- `127.1` or `2130706433` as 127.0.0.1). p_host is lower case, without
+-- brackets or port. A DNS name that resolves to a private address is not
+-- caught here: the dispatcher checks resolved addresses before it connects.
+-- The ranges are engine/src/egress.rs's table (the IANA special-purpose
+-- registries' not-globally-reachable blocks, with their globally reachable
+-- exceptions). SQL checks a webhook URL's *literal* at registration, so a
+-- plain SQL call cannot register http://169.254.169.254/; Rust checks every
+-- *resolved* address at send time. One deliberate difference: literals of
+-- the IPv4-embedding forms (::ffff:0:0/96, ::/96, 64:ff9b::/96, 2002::/16)
+-- are refused here whatever IPv4 address they carry (nobody writes them by
+-- hand), while a resolved NAT64 or 6to4 address is judged by its IPv4 part.
+-- Locks nothing; raises nothing.
 CREATE OR REPLACE FUNCTION holdfast.is_private_host(p_host text)
 RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
@@ -91,13 +101,22 @@ BEGIN
     ELSE
         RETURN false;
     END IF;
+    IF EXISTS (
+        SELECT 1 FROM unnest(ARRAY[
+            '192.0.0.9/32', '192.0.0.10/32', '2001:1::1/128', '2001:1::2/128', '2001:1::3/128',
+            '2001:3::/32', '2001:4:112::/48', '2001:20::/28', '2001:30::/28']::inet[]) AS r (range)
+         WHERE r.range >>= v_ip) THEN
+        RETURN false;
+    END IF;
     RETURN EXISTS (
         SELECT 1 FROM unnest(ARRAY[
             '0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16',
-            '172.16.0.0/12', '192.0.0.0/24', '192.168.0.0/16', '198.18.0.0/15',
+            '172.16.0.0/12', '192.0.0.0/24', '192.0.2.0/24', '192.88.99.0/24',
+            '192.168.0.0/16', '198.18.0.0/15', '198.51.100.0/24', '203.0.113.0/24',
             '224.0.0.0/4', '240.0.0.0/4',
-            '::/128', '::1/128', '::ffff:0:0/96', '64:ff9b::/96', 'fc00::/7', 'fe80::/10',
-            'ff00::/8']::inet[]) AS r (range)
+            '::/96', '::ffff:0:0/96', '64:ff9b::/96', '64:ff9b:1::/48', '100::/64', '100:0:0:1::/64',
+            '2001::/23', '2001:db8::/32', '2002::/16', '3fff::/20', '5f00::/16',
+            'fc00::/7', 'fe80::/10', 'fec0::/10', 'ff00::/8']::inet[]) AS r (range)
          WHERE r.range >>= v_ip);
 END
 $$;

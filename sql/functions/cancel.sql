@@ -5,15 +5,9 @@
 -- migrations) whenever its text changes; the numbered migrations are the
 -- applied history of tables, indexes, triggers and views. See docs/sql.md.
 
--- Cancel an agent's current turn. Locks the agent row (cancel_turn then locks
--- its tool calls).
---   running: a worker holds the agent mid-step. The request is recorded
---     (cancel_requested_at; renew_leases reports it too) and holdfast_cancel
---     is notified with the agent id; the holder stops its step and calls
---     complete_cancel. Asking again re-sends the hint. Returns 'requested'.
---   ready, waiting: no worker is mid-step, so the turn ends at once
---     (cancel_turn, then settle_agent). Returns 'cancelled'.
--- Raises HF404, HF409 (idle or archived: no turn to cancel).
+-- request_cancel (0002), its body now cancel_locked_turn (shared with the
+-- cascade). Locks the agent row. Raises HF404, HF409 (idle or archived: no
+-- turn to cancel). Returns 'requested' or 'cancelled' as before.
 CREATE OR REPLACE FUNCTION holdfast.request_cancel(p_agent uuid)
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
@@ -23,15 +17,7 @@ BEGIN
     IF v_agent.state IN ('idle', 'archived') THEN
         PERFORM holdfast.raise('HF409', format('agent %s is %s: no turn to cancel', p_agent, v_agent.state));
     END IF;
-    IF v_agent.state = 'running' THEN
-        UPDATE holdfast.agents SET cancel_requested_at = coalesce(cancel_requested_at, holdfast.now())
-         WHERE id = p_agent;
-        PERFORM pg_notify('holdfast_cancel', p_agent::text);
-        RETURN 'requested';
-    END IF;
-    PERFORM holdfast.cancel_turn(p_agent);
-    PERFORM holdfast.settle_agent(p_agent);
-    RETURN 'cancelled';
+    RETURN holdfast.cancel_locked_turn(v_agent);
 END
 $$;
 
@@ -97,3 +83,55 @@ BEGIN
     RETURN holdfast.settle_agent(p_agent);
 END
 $$;
+
+-- End a locked agent's current turn the way a client's cancel does: a
+-- running agent gets a cancel request (its worker stops the step and calls
+-- complete_cancel; holdfast_cancel is notified), a ready or waiting one is
+-- cancelled at once (cancel_turn, settle_agent). Returns 'requested',
+-- 'cancelled', or NULL for an idle or archived agent (no turn). The caller
+-- holds the agent's row lock.
+CREATE OR REPLACE FUNCTION holdfast.cancel_locked_turn(p_agent holdfast.agents)
+RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_agent.state IN ('idle', 'archived') THEN
+        RETURN NULL;
+    END IF;
+    IF p_agent.state = 'running' THEN
+        UPDATE holdfast.agents SET cancel_requested_at = coalesce(cancel_requested_at, holdfast.now())
+         WHERE id = p_agent.id;
+        PERFORM pg_notify('holdfast_cancel', p_agent.id::text);
+        RETURN 'requested';
+    END IF;
+    PERFORM holdfast.cancel_turn(p_agent.id);
+    PERFORM holdfast.settle_agent(p_agent.id);
+    RETURN 'cancelled';
+END
+$$;
+
+-- A spawn_subagent call was cancelled (its parent's turn was cancelled or
+-- failed): cancel the child's turn too, and through the child's own
+-- cancelled calls, its children's. The child's row is taken with SKIP
+-- LOCKED: its holder may be the child's own turn-ending transaction, which
+-- waits for this parent's lock (a wait here would deadlock); a busy child
+-- is queued in subagent_cancels and maintenance_tick finishes the job.
+-- The child's turn.cancelled finds its parent's call already cancelled, so
+-- nothing is handed back.
+CREATE OR REPLACE FUNCTION holdfast.tg_tool_calls_cancel_subagent() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_child holdfast.agents;
+BEGIN
+    SELECT * INTO v_child FROM holdfast.agents WHERE id = NEW.child_agent_id FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        INSERT INTO holdfast.subagent_cancels (tool_call_id, child_agent_id)
+        VALUES (NEW.id, NEW.child_agent_id) ON CONFLICT DO NOTHING;
+        RETURN NULL;
+    END IF;
+    PERFORM holdfast.cancel_locked_turn(v_child);
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS _400_cancel_subagent ON holdfast.tool_calls;
+CREATE TRIGGER _400_cancel_subagent AFTER UPDATE OF status ON holdfast.tool_calls
+    FOR EACH ROW WHEN (NEW.status = 'cancelled' AND OLD.status = 'waiting' AND NEW.child_agent_id IS NOT NULL)
+    EXECUTE FUNCTION holdfast.tg_tool_calls_cancel_subagent();

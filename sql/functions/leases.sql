@@ -70,12 +70,12 @@ BEGIN
 END
 $$;
 
--- settle_agent with the caller's events and delay folded into its one
--- agent-row UPDATE: appends p_types / p_data (then turn.started when a turn
--- opens), sets run_after when p_run_after is given, and writes the state
--- settle_agent decides (clearing the lease). An archived agent keeps its
--- state; only the events and run_after are written. Returns the state.
--- The caller holds the agent's row lock.
+-- Settle an agent (decide_state) and write everything in one agent-row
+-- UPDATE: the given events' seqs, the state, the turn, run_after. Resets
+-- model_attempts and turn_model_steps when it opens a turn, and
+-- step_failures always: every way a step ends well goes through it
+-- (commits, releases, retries, turn ends); fail_step sets the count again
+-- after its settle. The caller holds the agent's row lock.
 CREATE OR REPLACE FUNCTION holdfast.settle_agent_with(
     p_agent uuid, p_types text[], p_data jsonb[], p_run_after timestamptz)
 RETURNS text LANGUAGE plpgsql AS $$
@@ -113,6 +113,8 @@ BEGIN
            updated_at = holdfast.now(),
            turn_open = turn_open OR v_open_turn,
            model_attempts = CASE WHEN v_open_turn THEN 0 ELSE model_attempts END,
+           turn_model_steps = CASE WHEN v_open_turn THEN 0 ELSE turn_model_steps END,
+           step_failures = 0,
            run_after = coalesce(p_run_after, run_after),
            last_event_seq = last_event_seq + cardinality(v_types),
            last_event_at = CASE WHEN cardinality(v_types) > 0 THEN holdfast.now() ELSE last_event_at END
@@ -162,17 +164,32 @@ BEGIN
 END
 $$;
 
--- Claim up to p_max ready agents for p_worker. Bounded, SKIP LOCKED: claimers
--- never wait on each other and never get the same agent. Each claim bumps the
--- epoch, sets the expiry from the database clock, and records the claiming
--- session (pid, and its start time from pg_stat_get_activity(own pid), not a
--- scan of every backend) so maintenance can release the agents of a dead
--- session at once. Call it on the worker's long-lived session, not a pooled one.
+-- claim_agents (0009), fair: up to p_max due ready agents, round-robin over
+-- projects — each project's oldest-ready agent (by ready time, above)
+-- before any project's second, and so on — within each project's
+-- max_running. Same contract and lease writes as before.
+--   1. The projects with due agents, oldest head first: a skip scan of
+--      agents_ready_project_idx, one index probe per project with ready
+--      agents; at most p_max of them can take part in one batch.
+--   2. Capped projects among them are locked (FOR NO KEY UPDATE, id order),
+--      so two claimers cannot both fill a project's last slot; their
+--      running agents are counted after the lock.
+--   3. Per project, its oldest due agents (up to p_max, or what its cap
+--      leaves), ranked; taken in (rank, ready time) order, SKIP LOCKED.
+--   4. When concurrent claimers held some of those, the rest of the batch
+--      comes from the overall oldest-ready uncapped agents (SKIP LOCKED
+--      scans past held rows, as the pre-0011 claim did), so claimers never
+--      starve each other.
+-- Cost: an index probe per project with ready agents plus p_max rows per
+-- chosen project; flat in idle and archived agents.
 CREATE OR REPLACE FUNCTION holdfast.claim_agents(p_worker text, p_max integer, p_ttl interval)
 RETURNS TABLE (agent_id uuid, epoch bigint) LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := holdfast.now();
+    v_max integer := greatest(coalesce(p_max, 0), 0);
     v_backend_start timestamptz;
+    v_projects uuid[];
+    v_ids uuid[];
 BEGIN
     IF p_worker IS NULL OR p_worker = '' THEN
         PERFORM holdfast.raise('HF422', 'worker name must not be empty', 'worker');
@@ -180,15 +197,83 @@ BEGIN
     IF p_ttl IS NULL OR p_ttl <= '0'::interval THEN
         PERFORM holdfast.raise('HF422', 'ttl must be positive', 'ttl');
     END IF;
+    IF v_max = 0 THEN
+        RETURN;
+    END IF;
     SELECT s.backend_start INTO v_backend_start FROM pg_stat_get_activity(pg_backend_pid()) s;
-    RETURN QUERY
-    WITH candidates AS (
-        SELECT a.id FROM holdfast.agents a
-         WHERE a.state = 'ready' AND a.run_after <= v_now
-         ORDER BY a.run_after, a.id
-         LIMIT greatest(p_max, 0)
-           FOR UPDATE SKIP LOCKED
+
+    WITH RECURSIVE heads (project_id, ready_at) AS (
+        (SELECT a.project_id, greatest(a.run_after, a.state_changed_at)
+           FROM holdfast.agents a
+          WHERE a.state = 'ready'
+          ORDER BY a.project_id, greatest(a.run_after, a.state_changed_at), a.id
+          LIMIT 1)
+        UNION ALL
+        SELECT n.project_id, n.ready_at
+          FROM heads h
+          CROSS JOIN LATERAL (
+              SELECT a.project_id, greatest(a.run_after, a.state_changed_at) AS ready_at
+                FROM holdfast.agents a
+               WHERE a.state = 'ready' AND a.project_id > h.project_id
+               ORDER BY a.project_id, greatest(a.run_after, a.state_changed_at), a.id
+               LIMIT 1) n
     )
+    SELECT array_agg(d.project_id ORDER BY d.ready_at, d.project_id) INTO v_projects
+      FROM (SELECT h.project_id, h.ready_at FROM heads h
+             WHERE h.ready_at <= v_now
+             ORDER BY h.ready_at, h.project_id
+             LIMIT v_max) d;
+    IF v_projects IS NULL THEN
+        RETURN;
+    END IF;
+
+    PERFORM 1 FROM holdfast.projects p
+      WHERE p.id = ANY (v_projects) AND p.max_running IS NOT NULL
+      ORDER BY p.id
+        FOR NO KEY UPDATE;
+
+    WITH quotas AS (
+        SELECT p.id AS project_id,
+               CASE WHEN p.max_running IS NULL THEN v_max
+                    ELSE greatest(0, least(v_max, p.max_running - (
+                        SELECT count(*) FROM holdfast.agents r
+                         WHERE r.project_id = p.id AND r.state = 'running')))::integer
+               END AS quota
+          FROM holdfast.projects p
+         WHERE p.id = ANY (v_projects)
+    ), ranked AS (
+        SELECT c.id, c.ready_at, c.rank
+          FROM quotas q
+          CROSS JOIN LATERAL (
+              SELECT a.id, greatest(a.run_after, a.state_changed_at) AS ready_at,
+                     row_number() OVER (ORDER BY greatest(a.run_after, a.state_changed_at), a.id) AS rank
+                FROM holdfast.agents a
+               WHERE a.project_id = q.project_id AND a.state = 'ready'
+                 AND greatest(a.run_after, a.state_changed_at) <= v_now
+               ORDER BY greatest(a.run_after, a.state_changed_at), a.id
+               LIMIT q.quota) c
+    ), locked AS (
+        SELECT a.id FROM ranked r JOIN holdfast.agents a ON a.id = r.id
+         WHERE a.state = 'ready' AND greatest(a.run_after, a.state_changed_at) <= v_now
+         ORDER BY r.rank, r.ready_at, r.id
+         LIMIT v_max
+           FOR UPDATE OF a SKIP LOCKED
+    )
+    SELECT coalesce(array_agg(l.id), '{}') INTO v_ids FROM locked l;
+
+    IF cardinality(v_ids) < v_max THEN
+        v_ids := v_ids || ARRAY(
+            SELECT a.id FROM holdfast.agents a
+             WHERE a.state = 'ready' AND greatest(a.run_after, a.state_changed_at) <= v_now
+               AND a.id <> ALL (v_ids)
+               AND NOT EXISTS (SELECT 1 FROM holdfast.projects p
+                                WHERE p.id = a.project_id AND p.max_running IS NOT NULL)
+             ORDER BY greatest(a.run_after, a.state_changed_at), a.id
+             LIMIT v_max - cardinality(v_ids)
+               FOR UPDATE OF a SKIP LOCKED);
+    END IF;
+
+    RETURN QUERY
     UPDATE holdfast.agents a
        SET state = 'running',
            lease_owner = p_worker,
@@ -197,8 +282,7 @@ BEGIN
            lease_pid = pg_backend_pid(),
            lease_backend_start = v_backend_start,
            updated_at = v_now
-      FROM candidates c
-     WHERE a.id = c.id
+     WHERE a.id = ANY (v_ids)
     RETURNING a.id, a.lease_epoch;
 END
 $$;
@@ -276,21 +360,25 @@ BEGIN
 END
 $$;
 
--- One maintenance pass. Safe to run from several processes at once: each sweep
--- takes its rows with SKIP LOCKED and is bounded per call (p_batch).
+-- maintenance_tick (0001) with a fourth sweep, and the delayed-agent
+-- wake-up reading agents_ready_at_idx (agents_ready_idx is gone):
 --   1. release leases past expiry;
---   2. release leases whose claiming session is gone from pg_stat_activity
---      (a crashed worker's agents run again in seconds, not a lease TTL);
---   3. wake workers when delayed agents (run_after) have come due.
--- Returns counts as JSON, e.g. {"expired": 1, "session_gone": 0, "woken": 0}.
+--   2. release leases whose claiming session is gone;
+--   3. wake workers when delayed agents (run_after) have come due;
+--   4. cancel the turns of subagents whose parent's call was cancelled
+--      while they were busy (subagent_cancels; child rows SKIP LOCKED).
+-- Returns counts as JSON, e.g. {"expired": 1, "session_gone": 0, "woken": 0,
+-- "subagents_cancelled": 0}. Safe to run from several processes at once.
 CREATE OR REPLACE FUNCTION holdfast.maintenance_tick(p_batch integer DEFAULT 1000)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := holdfast.now();
     v_id uuid;
+    v_call uuid;
     v_expired integer := 0;
     v_gone integer := 0;
     v_due integer := 0;
+    v_children integer := 0;
 BEGIN
     FOR v_id IN
         SELECT a.id FROM holdfast.agents a
@@ -321,17 +409,31 @@ BEGIN
         v_gone := v_gone + 1;
     END LOOP;
 
-    -- Delayed agents whose time has come: one hint for all of them. The
-    -- window is the last few seconds, so each delayed agent is hinted by
-    -- the ticks around its due time; workers also poll, so a missed hint
-    -- only costs a poll interval.
+    -- Delayed agents whose time has come (their ready time is their
+    -- run_after): one hint for all of them. The window is the last few
+    -- seconds, so each delayed agent is hinted by the ticks around its due
+    -- time; workers also poll, so a missed hint only costs a poll interval.
     SELECT count(*) INTO v_due FROM holdfast.agents
-     WHERE state = 'ready' AND run_after <= v_now AND run_after > v_now - interval '3 seconds'
+     WHERE state = 'ready'
+       AND greatest(run_after, state_changed_at) <= v_now
+       AND greatest(run_after, state_changed_at) > v_now - interval '3 seconds'
        AND run_after > state_changed_at;
     IF v_due > 0 THEN
         PERFORM pg_notify('holdfast_ready', '');
     END IF;
 
-    RETURN jsonb_build_object('expired', v_expired, 'session_gone', v_gone, 'woken', v_due);
+    FOR v_call, v_id IN
+        SELECT c.tool_call_id, c.child_agent_id FROM holdfast.subagent_cancels c
+          JOIN holdfast.agents a ON a.id = c.child_agent_id
+         ORDER BY c.created_at, c.tool_call_id LIMIT p_batch
+           FOR UPDATE OF a SKIP LOCKED
+    LOOP
+        PERFORM holdfast.cancel_locked_turn(holdfast.lock_agent(v_id));
+        DELETE FROM holdfast.subagent_cancels WHERE tool_call_id = v_call;
+        v_children := v_children + 1;
+    END LOOP;
+
+    RETURN jsonb_build_object('expired', v_expired, 'session_gone', v_gone, 'woken', v_due,
+                              'subagents_cancelled', v_children);
 END
 $$;

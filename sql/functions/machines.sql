@@ -101,13 +101,15 @@ BEGIN
 END
 $$;
 
--- Queue the command a waiting run_command call asks for, on the machine the
--- agent's config names (`tools: [{"type": "run_command", "machine": <id or
--- name>}]`, a machine of the agent's own project), with `command.queued`.
+-- Queue the command a waiting run_command call asks for, on the live
+-- machine the agent's config names (`tools: [{"type": "run_command",
+-- "machine": <id or name>}]`, a machine of the agent's own project), with
+-- `command.queued` (and, by trigger, a NOTIFY for the machine's claims).
 -- Input: {"command": text, "timeout_secs"?: 1..86400 (default 600)}. A
--- config without a machine, an unknown machine or invalid input completes
--- the call at once with an error instead. Idempotent (unique tool_call_id).
--- The caller holds the agent's row lock and the call is `waiting`.
+-- config without a machine, an unknown or deleted machine or invalid input
+-- completes the call at once with an error instead. Idempotent (unique
+-- tool_call_id). The caller holds the agent's row lock and the call is
+-- `waiting`.
 CREATE OR REPLACE FUNCTION holdfast.queue_command(p_call holdfast.tool_calls)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -135,10 +137,10 @@ BEGIN
     END IF;
     IF v_ref ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
         SELECT * INTO v_machine FROM holdfast.machines
-         WHERE id = v_ref::uuid AND project_id = v_agent.project_id;
+         WHERE id = v_ref::uuid AND project_id = v_agent.project_id AND deleted_at IS NULL;
     ELSE
         SELECT * INTO v_machine FROM holdfast.machines
-         WHERE name = v_ref AND project_id = v_agent.project_id;
+         WHERE name = v_ref AND project_id = v_agent.project_id AND deleted_at IS NULL;
     END IF;
     IF v_machine.id IS NULL THEN
         PERFORM holdfast.refuse_command_call(p_call, 'unknown_machine',
@@ -181,15 +183,18 @@ BEGIN
 END
 $$;
 
--- Register a machine in a project. The token (`hfm_` + 64 hex digits from
--- two gen_random_uuid() values: 244 strong random bits) is returned here
--- once and stored only as its SHA-256 (holdfast.api_key_hash: tokens are
--- long and random, so a plain hash suffices). Raises HF404 (project), HF409
--- (the project has a machine of that name), HF422 (name, wake_url).
+-- Register a machine in a project. The token (new_machine_token) is
+-- returned here once and stored only as its SHA-256 (holdfast.api_key_hash:
+-- tokens are long and random, so a plain hash suffices). The name must be
+-- unique among the project's live machines (a deleted machine's name may be
+-- reused). Raises HF404 (project), HF409 (the project has a machine of that
+-- name), HF422 (name, wake_url).
 CREATE OR REPLACE FUNCTION holdfast.register_machine(p_project uuid, p_name text, p_wake_url text DEFAULT NULL)
 RETURNS TABLE (machine_id uuid, name text, wake_url text, token_prefix text, token text,
                created_at timestamptz)
 LANGUAGE plpgsql AS $$
+-- The conflict target names columns that share names with the output.
+#variable_conflict use_column
 DECLARE
     v_token text;
 BEGIN
@@ -203,11 +208,11 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM holdfast.projects p WHERE p.id = p_project) THEN
         PERFORM holdfast.raise('HF404', format('project %s not found', p_project));
     END IF;
-    v_token := 'hfm_' || encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()), 'hex');
+    v_token := holdfast.new_machine_token();
     RETURN QUERY
     INSERT INTO holdfast.machines AS m (project_id, name, token_hash, token_prefix, wake_url)
     VALUES (p_project, p_name, holdfast.api_key_hash(v_token), left(v_token, 12), p_wake_url)
-    ON CONFLICT ON CONSTRAINT machines_name_unique DO NOTHING
+    ON CONFLICT (project_id, name) WHERE deleted_at IS NULL DO NOTHING
     RETURNING m.id, m.name, m.wake_url, m.token_prefix, v_token, m.created_at;
     IF NOT FOUND THEN
         PERFORM holdfast.raise('HF409', format('this project already has a machine named %s', p_name));
@@ -215,11 +220,12 @@ BEGIN
 END
 $$;
 
--- The machine a token belongs to; no row for an unknown token. Reads only.
+-- The live machine a token belongs to; no row for an unknown token or a
+-- deleted machine's. Reads only.
 CREATE OR REPLACE FUNCTION holdfast.authenticate_machine(p_token text)
 RETURNS TABLE (machine_id uuid, project_id uuid) LANGUAGE sql STABLE AS $$
     SELECT m.id, m.project_id FROM holdfast.machines m
-     WHERE m.token_hash = holdfast.api_key_hash(p_token)
+     WHERE m.token_hash = holdfast.api_key_hash(p_token) AND m.deleted_at IS NULL
 $$;
 
 -- Record a heartbeat: the machine is online (and a wake attempt, if any,
@@ -436,7 +442,7 @@ BEGIN
 END
 $$;
 
--- The project's machines, oldest first: online (a heartbeat within
+-- The project's live machines, oldest first: online (a heartbeat within
 -- machine_settings.offline_after), a wake attempt in progress, how many
 -- commands wait to be claimed, and the accepted ones with their last known
 -- state ({"state", "pid"?, "reported_at"} from the daemon's last report, or
@@ -457,15 +463,15 @@ LANGUAGE sql STABLE AS $$
                              ORDER BY c.accepted_at, c.id)
                        FROM holdfast.commands c WHERE c.machine_id = m.id AND c.state = 'accepted'), '[]')
       FROM holdfast.machines m CROSS JOIN holdfast.machine_settings s
-     WHERE m.project_id = p_project
+     WHERE m.project_id = p_project AND m.deleted_at IS NULL
      ORDER BY m.id
 $$;
 
--- Start a wake attempt on a machine of p_project: for p_window (1 second to
--- 1 day) its queued commands wait instead of failing as offline. The API
--- then POSTs the machine's wake_url, if it has one. A later start replaces
--- the window. Locks the machine row. Raises HF404 (not in the project),
--- HF422 (window).
+-- Start a wake attempt on a live machine of p_project: for p_window (1
+-- second to 1 day) its queued commands wait instead of failing as offline.
+-- The API then POSTs the machine's wake_url, if it has one. A later start
+-- replaces the window. Locks the machine row. Raises HF404 (not in the
+-- project, or deleted), HF422 (window).
 CREATE OR REPLACE FUNCTION holdfast.start_machine_wake(p_project uuid, p_machine uuid, p_window interval)
 RETURNS TABLE (machine_id uuid, name text, wake_url text, wake_until timestamptz)
 LANGUAGE plpgsql AS $$
@@ -476,7 +482,7 @@ BEGIN
     RETURN QUERY
     UPDATE holdfast.machines m
        SET wake_requested_at = holdfast.now(), wake_until = holdfast.now() + p_window
-     WHERE m.id = p_machine AND m.project_id = p_project
+     WHERE m.id = p_machine AND m.project_id = p_project AND m.deleted_at IS NULL
     RETURNING m.id, m.name, m.wake_url, m.wake_until;
     IF NOT FOUND THEN
         PERFORM holdfast.raise('HF404', format('machine %s not found', p_machine));
@@ -641,3 +647,129 @@ BEGIN
                               'machine_offline', v_offline, 'unreachable', v_unreachable);
 END
 $$;
+
+
+-- A new machine token: `hfm_` + 64 hex digits from two gen_random_uuid()
+-- values (244 strong random bits). Stored only as holdfast.api_key_hash.
+CREATE OR REPLACE FUNCTION holdfast.new_machine_token()
+RETURNS text LANGUAGE sql VOLATILE AS $$
+    SELECT 'hfm_' || encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()), 'hex')
+$$;
+
+-- Delete a live machine of p_project. Its token authenticates nothing from
+-- this commit on (authenticate_machine), its daemon session ends, any wake
+-- attempt ends, and every command it has not finished ends now:
+--   queued   → failed (`command.failed`, reason machine_deleted; it never ran);
+--   accepted → unknown (`command.unknown`, reason machine_deleted): it was
+--              handed to the machine and may be running there or have
+--              finished; it will not be run again, and a result it sends
+--              later is refused with the token.
+-- The waiting tool calls get that output and their agents go on. A NOTIFY on
+-- holdfast_commands wakes the machine's claim long-polls, which then find
+-- the token refused.
+--
+-- Locks: the machine row FOR NO KEY UPDATE (waiting for a claim in flight,
+-- which holds it FOR SHARE); then, per open command, its agent row (waited
+-- for, not skipped: every command must end) and the command. Raises HF404
+-- (not in the project, or already deleted). Returns how many commands it
+-- ended.
+CREATE OR REPLACE FUNCTION holdfast.delete_machine(p_project uuid, p_machine uuid)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    v_machine holdfast.machines;
+    v_now timestamptz;
+    v_command holdfast.commands;
+    v_id uuid;
+    v_agent uuid;
+    v_message text;
+    v_ended integer := 0;
+BEGIN
+    SELECT * INTO v_machine FROM holdfast.machines m
+     WHERE m.id = p_machine AND m.project_id = p_project AND m.deleted_at IS NULL
+       FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('machine %s not found', p_machine));
+    END IF;
+    v_now := holdfast.now();
+    UPDATE holdfast.machines
+       SET deleted_at = v_now, daemon_session = NULL, daemon_started_at = NULL, wake_until = NULL
+     WHERE id = p_machine;
+    FOR v_id, v_agent IN
+        SELECT c.id, c.agent_id FROM holdfast.commands c
+         WHERE c.machine_id = p_machine AND c.state IN ('queued', 'accepted')
+         ORDER BY c.agent_id, c.id
+    LOOP
+        PERFORM holdfast.lock_agent(v_agent);
+        SELECT * INTO v_command FROM holdfast.commands WHERE id = v_id FOR UPDATE;
+        IF v_command.state = 'queued' THEN
+            PERFORM holdfast.fail_queued_command(v_command, 'machine_deleted',
+                format('Machine %s was deleted; the command was not run.', v_machine.name));
+        ELSIF v_command.state = 'accepted' THEN
+            UPDATE holdfast.commands SET state = 'unknown', reason = 'machine_deleted', resolved_at = v_now
+             WHERE id = v_id RETURNING * INTO v_command;
+            v_message := format('Machine %s was deleted after it accepted this command: the command '
+                                'may still be running there or may have finished; its result will '
+                                'not be received. It was not run again.', v_machine.name);
+            PERFORM holdfast.answer_command_call(v_command,
+                holdfast.command_outcome_output('unknown', 'machine_deleted', v_message, false,
+                                                jsonb_build_object('exit_code', NULL, 'command_id', v_id)),
+                true, 'command.unknown',
+                jsonb_build_object('command_id', v_id, 'tool_call_id', v_command.tool_call_id,
+                                   'machine_id', p_machine, 'reason', 'machine_deleted',
+                                   'message', v_message, 'late', false));
+        ELSE
+            CONTINUE;
+        END IF;
+        v_ended := v_ended + 1;
+    END LOOP;
+    PERFORM pg_notify('holdfast_commands', p_machine::text);
+    RETURN v_ended;
+END
+$$;
+
+-- Give a live machine of p_project a new token, returned here once (the
+-- same shape as register_machine). The old token is refused from this
+-- commit on, and the daemon session it served ends (a claim naming it gets
+-- HF409): the daemon must start again with the new token. Accepted commands
+-- are untouched: a daemon restarted with the new token and the same state
+-- directory reports them. A NOTIFY on holdfast_commands wakes the machine's
+-- claim long-polls, which then find the old token refused.
+--
+-- Locks the machine row (FOR UPDATE: the token hash is a key). Raises HF404
+-- (not in the project, or deleted).
+CREATE OR REPLACE FUNCTION holdfast.rotate_machine_token(p_project uuid, p_machine uuid)
+RETURNS TABLE (machine_id uuid, name text, wake_url text, token_prefix text, token text,
+               created_at timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_token text := holdfast.new_machine_token();
+BEGIN
+    RETURN QUERY
+    UPDATE holdfast.machines m
+       SET token_hash = holdfast.api_key_hash(v_token), token_prefix = left(v_token, 12),
+           daemon_session = NULL, daemon_started_at = NULL
+     WHERE m.id = p_machine AND m.project_id = p_project AND m.deleted_at IS NULL
+    RETURNING m.id, m.name, m.wake_url, m.token_prefix, v_token, m.created_at;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('machine %s not found', p_machine));
+    END IF;
+    PERFORM pg_notify('holdfast_commands', p_machine::text);
+END
+$$;
+
+-- A command was queued: NOTIFY holdfast_commands with its machine's id, so
+-- the API wakes that machine's claim long-polls. Postgres folds identical
+-- notifications of one transaction into one, so a transaction queueing
+-- several commands for a machine notifies it once. A hint: claims still
+-- poll at a low rate.
+CREATE OR REPLACE FUNCTION holdfast.tg_commands_notify_queued() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('holdfast_commands', NEW.machine_id::text);
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS _900_notify_queued ON holdfast.commands;
+CREATE TRIGGER _900_notify_queued AFTER INSERT ON holdfast.commands
+    FOR EACH ROW WHEN (NEW.state = 'queued')
+    EXECUTE FUNCTION holdfast.tg_commands_notify_queued();

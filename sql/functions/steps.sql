@@ -53,28 +53,16 @@ BEGIN
 END
 $$;
 
--- Save a model response: the inputs it was built from (now part of history, in
--- arrival order), the assistant message, its tool calls, and their events, in
--- one transaction; then release the agent. Fenced (HF001); HF422 for a
--- malformed message or tool call (the first offending call named).
---
--- p_input_ids: the unconsumed inputs the request included (inputs that arrived
---   after the request was built stay pending for the next call).
--- p_message: the assistant content blocks (array).
--- p_tool_calls: [{"provider_id", "name", "input", "kind"}], kind one of
---   external | internal | custom | question | command. A tool named in
---   config.approvals.require_for starts as awaiting_approval; custom, question
---   and command calls start as waiting; the rest as pending.
--- p_usage, p_stop_reason: as the provider reported them.
--- Returns the new step's id.
---
--- Statements: lock; the inputs (only when some were named); the open tool
--- calls and waiting inputs (decide_state); one agent UPDATE reserving the
--- step, message and event seqs and writing attempts, turn, state and lease;
--- one INSERT each for the step, the messages, the tool calls and the events.
--- When a call opens a wait, its tool_call.created events go through
--- append_event one by one (the wait's own events follow each call's) and
--- settle_agent runs last.
+-- commit_model_step (0009), now enforcing the agent's model limits. It
+-- counts the step in turn_model_steps (reset when the commit opens a new
+-- turn). A response with tool calls that is the turn's
+-- max_model_steps_per_turn-th step (its results would need one more model
+-- call), or that has more than max_tool_calls_per_response calls, is saved
+-- with every call `cancelled` (none runs, no wait opens) and the turn ends
+-- with limit_exceeded (end_turn_with_error: the cause goes into the
+-- history, `turn.failed {"error": {"type", "message", "limit", "value"}}`).
+-- Otherwise unchanged. Fenced (HF001); HF422 for a malformed message or
+-- tool call.
 CREATE OR REPLACE FUNCTION holdfast.commit_model_step(
     p_agent uuid, p_epoch bigint, p_input_ids uuid[], p_message jsonb,
     p_tool_calls jsonb, p_usage jsonb, p_stop_reason text)
@@ -88,6 +76,8 @@ DECLARE
     v_statuses text[] := '{}';
     v_status text;
     v_opens_waits boolean := false;
+    v_limit text;
+    v_limit_value integer;
     v_input_ids uuid[] := '{}';
     v_input_contents jsonb[] := '{}';
     v_n_inputs integer := 0;
@@ -135,6 +125,21 @@ BEGIN
         END IF;
     END LOOP;
 
+    -- The limits: a response whose calls would need a model call past the
+    -- step limit, or with too many calls, keeps its calls only as cancelled.
+    IF v_n_calls > 0 THEN
+        IF v_n_calls > holdfast.agent_limit(v_agent.config, 'max_tool_calls_per_response') THEN
+            v_limit := 'max_tool_calls_per_response';
+        ELSIF v_agent.turn_model_steps + 1 >= holdfast.agent_limit(v_agent.config, 'max_model_steps_per_turn') THEN
+            v_limit := 'max_model_steps_per_turn';
+        END IF;
+        IF v_limit IS NOT NULL THEN
+            v_limit_value := holdfast.agent_limit(v_agent.config, v_limit);
+            v_statuses := array_fill('cancelled'::text, ARRAY[v_n_calls]);
+            v_opens_waits := false;
+        END IF;
+    END IF;
+
     -- The inputs the call saw (still unconsumed), in arrival order.
     IF coalesce(cardinality(p_input_ids), 0) > 0 THEN
         SELECT coalesce(array_agg(i.id ORDER BY i.created_at, i.id), '{}'),
@@ -148,12 +153,13 @@ BEGIN
     -- No tool calls: the model has answered; the turn is complete.
     v_turn_open := CASE WHEN v_n_calls = 0 THEN false ELSE v_agent.turn_open END;
     v_types := ARRAY['model.response'];
-    IF v_opens_waits THEN
+    IF v_opens_waits OR v_limit IS NOT NULL THEN
         UPDATE holdfast.agents
            SET last_step_seq = last_step_seq + 1,
                last_message_seq = last_message_seq + v_n_inputs + 1,
                last_event_seq = last_event_seq + 1, last_event_at = holdfast.now(),
-               model_attempts = 0
+               model_attempts = 0,
+               turn_model_steps = turn_model_steps + 1
          WHERE id = p_agent
         RETURNING last_step_seq, last_message_seq, last_event_seq
              INTO v_step_seq, v_message_seq, v_event_seq;
@@ -178,6 +184,7 @@ BEGIN
                last_message_seq = last_message_seq + v_n_inputs + 1,
                last_event_seq = last_event_seq + cardinality(v_types), last_event_at = holdfast.now(),
                model_attempts = 0,
+               turn_model_steps = CASE WHEN v_new_turn THEN 0 ELSE turn_model_steps + 1 END,
                turn_open = v_turn_open OR v_new_turn,
                state = v_state,
                lease_owner = NULL, lease_expires_at = NULL, lease_pid = NULL, lease_backend_start = NULL,
@@ -225,7 +232,7 @@ BEGIN
     v_data := ARRAY[jsonb_build_object(
         'step_id', v_step_id, 'message', p_message, 'tool_calls', v_calls,
         'usage', coalesce(p_usage, '{}'), 'stop_reason', p_stop_reason)];
-    IF NOT v_opens_waits THEN
+    IF NOT (v_opens_waits OR v_limit IS NOT NULL) THEN
         v_data := v_data || ARRAY(SELECT c.value FROM jsonb_array_elements(v_calls) WITH ORDINALITY AS c (value, ord)
                                    ORDER BY c.ord);
         IF v_n_calls = 0 THEN
@@ -237,12 +244,24 @@ BEGIN
     END IF;
     PERFORM holdfast.insert_reserved_events(p_agent, v_event_seq, v_types, v_data);
 
-    IF v_opens_waits THEN
+    IF v_opens_waits OR v_limit IS NOT NULL THEN
         FOR v_call IN SELECT c.value FROM jsonb_array_elements(v_calls) WITH ORDINALITY AS c (value, ord)
                        ORDER BY c.ord LOOP
             PERFORM holdfast.append_event(p_agent, 'tool_call.created', v_call);
         END LOOP;
-        PERFORM holdfast.settle_agent(p_agent);
+        IF v_limit IS NULL THEN
+            PERFORM holdfast.settle_agent(p_agent);
+        ELSE
+            PERFORM holdfast.end_turn_with_error(p_agent, 'limit_exceeded',
+                CASE v_limit
+                    WHEN 'max_tool_calls_per_response' THEN format(
+                        'the response asked for %s tool calls; this agent may make at most %s per response (limits.%s). None of them ran.',
+                        v_n_calls, v_limit_value, v_limit)
+                    ELSE format(
+                        'this turn reached %s model steps, the most this agent may take in one turn (limits.%s); the tool calls of the last response did not run.',
+                        v_limit_value, v_limit) END,
+                NULL, NULL, jsonb_build_object('limit', v_limit, 'value', v_limit_value));
+        END IF;
     END IF;
     RETURN v_step_id;
 END
@@ -357,13 +376,9 @@ BEGIN
 END
 $$;
 
--- End the current turn with an error: the inputs the failed call saw become
--- history (so nothing the user said is lost), the error is recorded in the
--- history as an assistant note and as `turn.failed`, open tool calls are
--- cancelled, and the agent settles (idle, or a new turn for later inputs).
--- The caller holds the agent's row lock.
 CREATE OR REPLACE FUNCTION holdfast.end_turn_with_error(
-    p_agent uuid, p_error_type text, p_message text, p_input_ids uuid[], p_detail jsonb DEFAULT NULL)
+    p_agent uuid, p_error_type text, p_message text, p_input_ids uuid[], p_detail jsonb DEFAULT NULL,
+    p_error_fields jsonb DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     v_input holdfast.inputs;
@@ -386,6 +401,7 @@ BEGIN
     UPDATE holdfast.agents SET turn_open = false, model_attempts = 0 WHERE id = p_agent;
     PERFORM holdfast.append_event(p_agent, 'turn.failed', jsonb_build_object(
         'error', jsonb_build_object('type', p_error_type, 'message', p_message)
+                 || coalesce(p_error_fields, '{}')
                  || CASE WHEN p_detail IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('detail', p_detail) END));
     PERFORM holdfast.settle_agent(p_agent);
 END
@@ -400,5 +416,42 @@ BEGIN
     PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
     PERFORM holdfast.interrupt_running_calls(p_agent);
     PERFORM holdfast.end_turn_with_error(p_agent, p_error_type, p_message, p_input_ids);
+END
+$$;
+
+
+-- A step failed with something other than a lost lease (p_message says
+-- what). Counts the failure; below p_max_attempts the agent is released
+-- (running external calls interrupted, as in release_agent) until
+-- now() + p_delay and 'retrying' is returned; at p_max_attempts the turn
+-- ends with `turn.failed` {"type": "internal_error", "message": ...}, the
+-- cause in history, and 'failed' is returned; the inputs still pending become
+-- history with it (a new turn from them would fail the same way).
+-- Locks the agent row (fenced: HF001 when the lease is not p_epoch's).
+-- Raises HF422 for a negative delay or a max below 1.
+CREATE OR REPLACE FUNCTION holdfast.fail_step(
+    p_agent uuid, p_epoch bigint, p_message text, p_delay interval, p_max_attempts integer)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_failures integer;
+BEGIN
+    IF p_delay IS NULL OR p_delay < '0'::interval THEN
+        PERFORM holdfast.raise('HF422', 'delay must not be negative', 'delay');
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        PERFORM holdfast.raise('HF422', 'max attempts must be at least 1', 'max_attempts');
+    END IF;
+    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
+    SELECT step_failures + 1 INTO v_failures FROM holdfast.agents WHERE id = p_agent;
+    PERFORM holdfast.interrupt_running_calls(p_agent);
+    IF v_failures >= p_max_attempts THEN
+        PERFORM holdfast.end_turn_with_error(p_agent, 'internal_error',
+            format('a step failed %s times in a row; last error: %s', v_failures, p_message),
+            ARRAY(SELECT id FROM holdfast.inputs WHERE agent_id = p_agent AND consumed_at IS NULL));
+        RETURN 'failed';
+    END IF;
+    PERFORM holdfast.settle_agent_with(p_agent, '{}', '{}', holdfast.now() + p_delay);
+    UPDATE holdfast.agents SET step_failures = v_failures WHERE id = p_agent;
+    RETURN 'retrying';
 END
 $$;

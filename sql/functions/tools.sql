@@ -227,18 +227,28 @@ BEGIN
 END
 $$;
 
--- Run spawn_subagent, fenced by the parent's lease: create the child agent
--- (p_config, validated) in the parent's project, give it its first input
--- (p_prompt), and mark the parent's call waiting on it, with
--- `subagent.started` — all in one transaction, so a crash leaves either no
--- child or exactly one, already linked. Returns the child's id.
+-- spawn_subagent (0005), now within the tree's limits: the child's depth
+-- (parent's + 1) at most the root's max_subagent_depth; the parent's live
+-- children (its spawn calls still waiting on a child) fewer than its
+-- max_live_children; the root's tree smaller than its max_descendants. An
+-- over-limit spawn creates nothing: the call completes with an error result
+-- (commit_tool_result) `{"type": "limit_exceeded", "limit", "value",
+-- "message"}` and NULL is returned. Otherwise as before: the child, its
+-- first input and the parent's waiting call in one transaction; returns the
+-- child's id. Locks the parent (fenced, HF001), its call, then the tree's
+-- root (descendants are counted under the root's lock, so concurrent spawns
+-- in one tree cannot overshoot). Raises HF404, HF409, HF422 as before.
 CREATE OR REPLACE FUNCTION holdfast.spawn_subagent(
     p_agent uuid, p_epoch bigint, p_tool_call uuid, p_config jsonb, p_prompt text)
 RETURNS uuid LANGUAGE plpgsql AS $$
 DECLARE
     v_parent holdfast.agents;
+    v_root holdfast.agents;
     v_call holdfast.tool_calls;
     v_child uuid;
+    v_limit text;
+    v_value integer;
+    v_message text;
 BEGIN
     v_parent := holdfast.lock_leased_agent(p_agent, p_epoch);
     SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = p_tool_call AND agent_id = p_agent FOR UPDATE;
@@ -251,8 +261,45 @@ BEGIN
     IF p_prompt IS NULL OR btrim(p_prompt) = '' THEN
         PERFORM holdfast.raise('HF422', 'prompt must be a non-empty string', 'prompt');
     END IF;
+    IF v_parent.root_agent_id IS NULL THEN
+        v_root := v_parent;
+    ELSE
+        v_root := holdfast.lock_agent(v_parent.root_agent_id);
+    END IF;
+
+    v_value := holdfast.agent_limit(v_root.config, 'max_subagent_depth');
+    IF v_parent.subagent_depth + 1 > v_value THEN
+        v_limit := 'max_subagent_depth';
+        v_message := format('this agent is at subagent depth %s; its tree may be at most %s deep',
+                            v_parent.subagent_depth, v_value);
+    END IF;
+    IF v_limit IS NULL THEN
+        v_value := holdfast.agent_limit(v_parent.config, 'max_live_children');
+        IF (SELECT count(*) FROM holdfast.tool_calls t
+             WHERE t.agent_id = p_agent AND t.status = 'waiting' AND t.child_agent_id IS NOT NULL) >= v_value THEN
+            v_limit := 'max_live_children';
+            v_message := format('this agent already has %s subagents running, the most it may have at once', v_value);
+        END IF;
+    END IF;
+    IF v_limit IS NULL THEN
+        v_value := holdfast.agent_limit(v_root.config, 'max_descendants');
+        IF (SELECT count(*) FROM holdfast.agents d WHERE d.root_agent_id = v_root.id) >= v_value THEN
+            v_limit := 'max_descendants';
+            v_message := format('this agent''s tree already has %s subagents, the most it may have', v_value);
+        END IF;
+    END IF;
+    IF v_limit IS NOT NULL THEN
+        PERFORM holdfast.commit_tool_result(p_agent, p_epoch, p_tool_call, jsonb_build_object(
+            'type', 'limit_exceeded', 'limit', v_limit, 'value', v_value,
+            'message', format('The subagent was not started: %s (limits.%s).', v_message, v_limit)), true);
+        RETURN NULL;
+    END IF;
+
     v_child := holdfast.create_agent(v_parent.project_id, p_config);
-    UPDATE holdfast.agents SET parent_tool_call_id = p_tool_call WHERE id = v_child;
+    UPDATE holdfast.agents
+       SET parent_tool_call_id = p_tool_call, subagent_depth = v_parent.subagent_depth + 1,
+           root_agent_id = v_root.id
+     WHERE id = v_child;
     UPDATE holdfast.tool_calls SET status = 'waiting', child_agent_id = v_child WHERE id = p_tool_call;
     PERFORM holdfast.append_event(p_agent, 'subagent.started', jsonb_build_object(
         'tool_call_id', p_tool_call, 'child_agent_id', v_child, 'prompt', p_prompt));

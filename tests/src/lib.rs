@@ -7,7 +7,9 @@
 //! dropped when the test ends, so tests run in parallel and leave nothing.
 //!
 //! `HOLDFAST_TEST_DATABASE_URL` points the harness at an existing server
-//! instead (a superuser URL: the harness creates and drops databases).
+//! instead (a superuser URL: the harness creates and drops databases; its
+//! `sslmode` / `sslrootcert`, or `PGSSLMODE` / `PGSSLROOTCERT`, apply to
+//! every connection the tests and their child processes make).
 //!
 //! Fault tests that restart Postgres use [`private_cluster`] for a cluster of
 //! their own.
@@ -21,16 +23,18 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use holdfast_engine::cluster::{ClusterOptions, LocalCluster};
-use holdfast_engine::{connect, migrate};
-use tokio_postgres::{Client, Config, NoTls};
+use holdfast_engine::connect::{self, ConnectConfig};
+use holdfast_engine::migrate;
+use tokio_postgres::Client;
 use uuid::Uuid;
 
 pub mod process;
 pub mod scenario;
+pub mod tls_cluster;
 
 /// The server the tests use: a connection config for its admin database.
 struct Server {
-    admin: Config,
+    admin: ConnectConfig,
 }
 
 static SERVER: OnceLock<Server> = OnceLock::new();
@@ -38,7 +42,7 @@ static SERVER: OnceLock<Server> = OnceLock::new();
 fn server() -> &'static Server {
     SERVER.get_or_init(|| {
         if let Ok(url) = std::env::var("HOLDFAST_TEST_DATABASE_URL") {
-            let admin = connect::parse_config(&url).expect("HOLDFAST_TEST_DATABASE_URL");
+            let admin = ConnectConfig::parse(&url).expect("HOLDFAST_TEST_DATABASE_URL");
             return Server { admin };
         }
         let base = shared_cluster_dir();
@@ -56,7 +60,7 @@ fn server() -> &'static Server {
         .expect("start the shared test cluster");
         // Left running for the other test processes and later runs.
         cluster.detach();
-        let admin = connect::parse_config(&cluster.connection_string("postgres")).unwrap();
+        let admin = ConnectConfig::parse(&cluster.connection_string("postgres")).unwrap();
         drop(lock);
         Server { admin }
     })
@@ -74,8 +78,8 @@ fn shared_cluster_dir() -> PathBuf {
     PathBuf::from(format!("/tmp/holdfast-test-cluster-{hash:016x}"))
 }
 
-async fn admin_client(config: &Config) -> Client {
-    let (client, connection) = config.connect(NoTls).await.expect("connect to test server");
+async fn admin_client(config: &ConnectConfig) -> Client {
+    let (client, connection) = config.connect().await.expect("connect to test server");
     tokio::spawn(connection);
     client
 }
@@ -104,8 +108,8 @@ async fn template_name(admin: &Client) -> String {
             .await
             .unwrap();
         let mut config = server().admin.clone();
-        config.dbname(&building);
-        let (mut client, connection) = config.connect(NoTls).await.unwrap();
+        config.postgres.dbname(&building);
+        let (mut client, connection) = config.connect().await.unwrap();
         let task = tokio::spawn(connection);
         migrate::migrate(&mut client)
             .await
@@ -128,7 +132,7 @@ async fn template_name(admin: &Client) -> String {
 /// A fresh, migrated database for one test; dropped when this value drops.
 pub struct TestDb {
     pub name: String,
-    pub config: Config,
+    pub config: ConnectConfig,
 }
 
 impl TestDb {
@@ -144,14 +148,14 @@ impl TestDb {
             .await
             .expect("create test database");
         let mut config = server.admin.clone();
-        config.dbname(&name);
+        config.postgres.dbname(&name);
         TestDb { name, config }
     }
 
     /// A new connection of its own (its own session: for COMMIT, NOTIFY,
     /// several sessions, or killing one).
     pub async fn connect(&self) -> Client {
-        let (client, connection) = self.config.connect(NoTls).await.expect("connect");
+        let (client, connection) = self.config.connect().await.expect("connect");
         tokio::spawn(async move {
             let _ = connection.await;
         });
@@ -162,27 +166,11 @@ impl TestDb {
         connect::pool(self.config.clone(), size).unwrap()
     }
 
-    /// The libpq connection string, for child processes.
+    /// The libpq connection string (TLS settings included), for child
+    /// processes.
     pub fn url(&self) -> String {
-        config_to_url(&self.config)
+        self.config.to_connection_string()
     }
-}
-
-/// A libpq key/value string for a config (host = the socket directory).
-pub fn config_to_url(config: &Config) -> String {
-    let host = match config.get_hosts().first() {
-        Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
-        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
-        None => "localhost".into(),
-    };
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    format!(
-        "host={} port={} user={} dbname={}",
-        host,
-        port,
-        config.get_user().unwrap_or("postgres"),
-        config.get_dbname().unwrap_or("postgres")
-    )
 }
 
 impl Drop for TestDb {
@@ -233,8 +221,8 @@ impl PrivateCluster {
         .await
         .unwrap()
         .expect("start private cluster");
-        let config = connect::parse_config(&cluster.connection_string("postgres")).unwrap();
-        let (mut client, connection) = config.connect(NoTls).await.unwrap();
+        let config = ConnectConfig::parse(&cluster.connection_string("postgres")).unwrap();
+        let (mut client, connection) = config.connect().await.unwrap();
         tokio::spawn(connection);
         migrate::migrate(&mut client)
             .await
@@ -242,8 +230,8 @@ impl PrivateCluster {
         PrivateCluster { cluster, dir }
     }
 
-    pub fn config(&self) -> Config {
-        connect::parse_config(&self.cluster.connection_string("postgres")).unwrap()
+    pub fn config(&self) -> ConnectConfig {
+        ConnectConfig::parse(&self.cluster.connection_string("postgres")).unwrap()
     }
 }
 
@@ -376,11 +364,11 @@ pub struct MaintenanceLoop {
 }
 
 impl MaintenanceLoop {
-    pub fn start(config: &Config) -> MaintenanceLoop {
+    pub fn start(config: &ConnectConfig) -> MaintenanceLoop {
         let config = config.clone();
         let task = tokio::spawn(async move {
             loop {
-                if let Ok((client, connection)) = config.connect(NoTls).await {
+                if let Ok((client, connection)) = config.connect().await {
                     let connection = tokio::spawn(connection);
                     while holdfast_engine::store::maintenance_tick(&client)
                         .await

@@ -7,6 +7,8 @@
 //!   (the counter shows the tool ran; the caller has no answer yet).
 //! - `fail`: answers with `isError: true`.
 //! - `echo`: answers its arguments as text and as `structuredContent`.
+//! - `binary`: answers text holding U+0000, as a tool that reads a binary
+//!   file would (Postgres text can't store it).
 //!
 //! The test sees how often the counter moved, how many `tools/list` requests
 //! arrived, and the values of request headers the server received.
@@ -86,6 +88,11 @@ impl ServerHandler for TestTools {
                 "Echo the arguments.",
                 object_schema(json!({"message": {"type": "string"}})),
             ),
+            Tool::new(
+                "binary",
+                "Answer text holding U+0000.",
+                object_schema(json!({})),
+            ),
         ]))
     }
 
@@ -119,6 +126,9 @@ impl ServerHandler for TestTools {
                 )]);
                 result.structured_content = Some(Value::Object(arguments));
                 Ok(result.into())
+            }
+            "binary" => {
+                Ok(CallToolResult::success(vec![ContentBlock::text("header\u{0}payload")]).into())
             }
             other => Err(ErrorData::invalid_params(
                 format!("unknown tool {other:?}"),

@@ -3,25 +3,26 @@
 
 use std::time::Duration;
 
+use holdfast_engine::connect::ConnectConfig;
 use holdfast_engine::store;
 use holdfast_fakes::FakeProvider;
 use serde_json::{json, Value};
-use tokio_postgres::{Client, Config};
+use tokio_postgres::Client;
 use uuid::Uuid;
 
 use crate::process::HoldfastProcess;
-use crate::{config_to_url, wait_until};
+use crate::wait_until;
 
 /// A `holdfast worker` process on `db`, talking to `fake` as its Anthropic
 /// and OpenAI endpoint, with `extra` env on top.
 pub fn spawn_worker(
     name: &str,
-    db: &Config,
+    db: &ConnectConfig,
     fake: &FakeProvider,
     extra: &[(&str, &str)],
 ) -> HoldfastProcess {
     let mut envs = vec![
-        ("HOLDFAST_DATABASE_URL", config_to_url(db)),
+        ("HOLDFAST_DATABASE_URL", db.to_connection_string()),
         ("ANTHROPIC_BASE_URL", fake.base_url_anthropic()),
         ("ANTHROPIC_API_KEY", "test-key".to_owned()),
         ("OPENAI_BASE_URL", fake.base_url_openai()),
@@ -35,7 +36,7 @@ pub fn spawn_worker(
 
 /// A `holdfast api` process on `db`, on a free loopback port; returns it
 /// with its base URL once `/healthz` answers.
-pub async fn spawn_api(name: &str, db: &Config) -> (HoldfastProcess, String) {
+pub async fn spawn_api(name: &str, db: &ConnectConfig) -> (HoldfastProcess, String) {
     // Bind port 0 to be handed a free port, then give it to the process.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -46,7 +47,7 @@ pub async fn spawn_api(name: &str, db: &Config) -> (HoldfastProcess, String) {
         name,
         &["api"],
         &[
-            ("HOLDFAST_DATABASE_URL", config_to_url(db)),
+            ("HOLDFAST_DATABASE_URL", db.to_connection_string()),
             ("HOLDFAST_LISTEN", format!("127.0.0.1:{port}")),
         ],
     );

@@ -34,6 +34,11 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/machines"),
     ("get", "/v1/machines"),
     ("post", "/v1/machines/{id}/wake"),
+    ("delete", "/v1/machines/{id}"),
+    ("post", "/v1/machines/{id}/token"),
+    ("get", "/v1/provider-keys"),
+    ("put", "/v1/provider-keys/{provider}"),
+    ("delete", "/v1/provider-keys/{provider}"),
     ("post", "/v1/machine/heartbeat"),
     ("post", "/v1/machine/commands/claim"),
     ("post", "/v1/machine/commands/{id}/result"),
@@ -203,9 +208,10 @@ async fn readiness_fails_when_postgres_is_unreachable() {
     let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = unused.local_addr().unwrap().port();
     drop(unused);
-    let mut database = tokio_postgres::Config::new();
+    let mut database =
+        holdfast_engine::connect::ConnectConfig::parse("host=127.0.0.1 sslmode=disable").unwrap();
     database
-        .host("127.0.0.1")
+        .postgres
         .port(port)
         .user("nobody")
         .dbname("nothing")
@@ -248,4 +254,75 @@ async fn readiness_fails_when_postgres_is_unreachable() {
         .expect("serve stops")
         .unwrap()
         .unwrap();
+}
+
+/// GET /metrics with `authorization` as its Authorization header: (status, body).
+async fn scrape(server: &ApiServer, authorization: Option<&str>) -> (StatusCode, String) {
+    let mut request = server.http.get(server.url("/metrics"));
+    if let Some(value) = authorization {
+        request = request.header("authorization", value);
+    }
+    let response = request.send().await.unwrap();
+    (response.status(), response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn with_a_metrics_token_set_metrics_need_exactly_that_bearer_token() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, key) = project_key(&client).await;
+    let server = ApiServer::start_with(&db, |config| {
+        config.metrics_token = Some("scrape-7c1e".into());
+    })
+    .await;
+
+    let api_key = format!("Bearer {key}");
+    for authorization in [
+        None,
+        Some("Bearer scrape-7c1"),
+        Some("Bearer scrape-7c1ee"),
+        Some("Basic scrape-7c1e"),
+        Some(api_key.as_str()),
+    ] {
+        let (status, body) = scrape(&server, authorization).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{authorization:?}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["error"]["type"], "unauthorized", "{body}");
+        assert!(!body.to_string().contains("holdfast_agents"));
+    }
+    let (status, body) = scrape(&server, Some("Bearer scrape-7c1e")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("holdfast_agents{state=\"idle\"}"), "{body}");
+}
+
+#[tokio::test]
+async fn metrics_read_the_database_at_most_once_per_cache_period() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, _) = project_key(&client).await;
+    let server = ApiServer::start_with(&db, |config| {
+        config.metrics_cache = Duration::from_secs(3600);
+    })
+    .await;
+    let idle = |text: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("holdfast_agents{state=\"idle\"} "))
+            .map(str::to_owned)
+    };
+    let (_, first) = scrape(&server, None).await;
+    assert_eq!(idle(&first).as_deref(), Some("0"), "{first}");
+    store::create_agent(&client, project, &default_config())
+        .await
+        .unwrap();
+    // Within the cache period the scrape does not scan the agents again.
+    let (_, second) = scrape(&server, None).await;
+    assert_eq!(idle(&second).as_deref(), Some("0"), "{second}");
+
+    // A server without the cache sees the new agent at once.
+    let uncached = ApiServer::start_with(&db, |config| {
+        config.metrics_cache = Duration::ZERO;
+    })
+    .await;
+    let (_, fresh) = scrape(&uncached, None).await;
+    assert_eq!(idle(&fresh).as_deref(), Some("1"), "{fresh}");
 }

@@ -10,7 +10,7 @@ use holdfast_tests::api_server::{project_key, waiting_custom_call, ApiServer};
 use holdfast_tests::{default_config, TestDb};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::{AsyncMessage, Client};
 use uuid::Uuid;
 
 async fn event_types(client: &Client, agent: Uuid) -> Vec<String> {
@@ -215,7 +215,7 @@ async fn cancelling_a_running_agent_asks_its_worker_to_stop() {
     let server = ApiServer::start(&db).await;
 
     // The worker's view: a LISTEN on holdfast_cancel.
-    let (worker, mut connection) = db.config.connect(NoTls).await.unwrap();
+    let (worker, mut connection) = db.config.connect().await.unwrap();
     let (tx, mut notifications) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));

@@ -1,17 +1,22 @@
 //! The webhook routes over a real socket: create (secret once), list,
 //! deliveries, delete, project isolation, bad input.
 
+use holdfast_engine::egress::EgressPolicy;
 use holdfast_engine::store;
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::{default_config, TestDb};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
+use std::sync::Arc;
 
 #[tokio::test]
 async fn endpoints_are_created_listed_delivered_to_and_deleted_per_project() {
     let db = TestDb::new().await;
     let client = db.connect().await;
-    let server = ApiServer::start_with(&db, |c| c.webhook_allow_private = true).await;
+    let server = ApiServer::start_with(&db, |c| {
+        c.egress = Arc::new(EgressPolicy::parse("webhook=127.0.0.0/8").unwrap())
+    })
+    .await;
     let (project, key) = project_key(&client).await;
     let (_, other_key) = project_key(&client).await;
 

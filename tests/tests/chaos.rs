@@ -15,15 +15,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use holdfast_engine::connect::ConnectConfig;
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::counting_http::CountingServer;
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{spawn_api, spawn_worker};
-use holdfast_tests::{config_to_url, PrivateCluster, ScratchDir};
+use holdfast_tests::{PrivateCluster, ScratchDir};
 use rand::Rng;
 use serde_json::{json, Value};
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::Client;
 use uuid::Uuid;
 use webhooks_support::{assert_every_event_received, hook, Behaviour, Receiver};
 
@@ -130,7 +131,7 @@ fn reply_for(site: &str, body: &Value) -> Reply {
 /// A client that survives Postgres restarts: reconnects on each use after
 /// an error.
 struct Db {
-    config: Config,
+    config: ConnectConfig,
     client: tokio::sync::Mutex<Option<Client>>,
 }
 
@@ -144,7 +145,7 @@ impl Db {
         let client = match slot.take() {
             Some(c) if !c.is_closed() => c,
             _ => {
-                let (client, connection) = self.config.connect(NoTls).await.ok()?;
+                let (client, connection) = self.config.connect().await.ok()?;
                 tokio::spawn(connection);
                 client
             }
@@ -167,13 +168,13 @@ async fn run(plan: Plan) {
     let started = Instant::now();
     let cluster = Arc::new(PrivateCluster::start().await);
     let config = cluster.config();
-    let url = config_to_url(&config);
+    let url = config.to_connection_string();
     let fake = FakeProvider::start().await;
     let site = CountingServer::start().await;
     fake.set_responder(script(site.url(""), plan.trickle));
     let receiver = Receiver::start(Behaviour::Accept).await;
 
-    let (setup, connection) = config.connect(NoTls).await.unwrap();
+    let (setup, connection) = config.connect().await.unwrap();
     tokio::spawn(connection);
     let project = store::ensure_project(&setup, "chaos").await.unwrap();
     let endpoint = hook(&setup, project, &receiver, json!(["*"])).await;
@@ -199,7 +200,7 @@ async fn run(plan: Plan) {
 
     let maintenance_env = [
         ("HOLDFAST_MAINTENANCE_INTERVAL", "200ms"),
-        ("HOLDFAST_WEBHOOK_ALLOW_PRIVATE", "true"),
+        ("HOLDFAST_EGRESS_ALLOW", "webhook=127.0.0.1"),
         ("HOLDFAST_WEBHOOK_BACKOFF_BASE", "100ms"),
         ("HOLDFAST_WEBHOOK_BACKOFF_MAX", "1s"),
     ];
@@ -224,7 +225,7 @@ async fn run(plan: Plan) {
     };
     let daemon = Arc::new(Mutex::new(spawn_daemon(0)));
     let worker_env = [
-        ("HOLDFAST_WEB_FETCH_ALLOW_PRIVATE", "true"),
+        ("HOLDFAST_EGRESS_ALLOW", "web_fetch=127.0.0.1"),
         ("HOLDFAST_WORKER_CONCURRENCY", "32"),
         ("HOLDFAST_MODEL_BACKOFF_BASE", "50ms"),
         ("HOLDFAST_MODEL_BACKOFF_MAX", "500ms"),
@@ -395,7 +396,7 @@ async fn run(plan: Plan) {
     let elapsed = started.elapsed();
 
     // Let maintenance deliver the webhooks of the last events and settle.
-    let (client, connection) = config.connect(NoTls).await.unwrap();
+    let (client, connection) = config.connect().await.unwrap();
     tokio::spawn(connection);
     holdfast_tests::wait_until(
         Duration::from_secs(120),

@@ -2,7 +2,9 @@
 //! server that counts hits, MCP against a real rmcp Streamable HTTP server,
 //! and tool input validation. No database: these modules do IO only.
 
+use holdfast_engine::egress::EgressPolicy;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use holdfast_tests::counting_http::CountingServer;
@@ -18,8 +20,16 @@ use serde_json::{json, Value};
 /// The test servers listen on loopback, which web_fetch refuses by default.
 fn loopback_limits() -> WebFetchLimits {
     WebFetchLimits {
-        allow_private_networks: true,
+        egress: Arc::new(EgressPolicy::parse("web_fetch=127.0.0.0/8").unwrap()),
         ..WebFetchLimits::default()
+    }
+}
+
+/// The MCP test servers listen on loopback too.
+fn loopback_mcp() -> McpLimits {
+    McpLimits {
+        egress: Arc::new(EgressPolicy::parse("mcp=127.0.0.0/8").unwrap()),
+        ..McpLimits::default()
     }
 }
 
@@ -193,7 +203,7 @@ async fn web_fetch_refuses_private_addresses_by_default() {
     ] {
         let out = fetch(json!({ "url": url }), &limits).await;
         assert!(
-            error_message(&out).contains("private or local address"),
+            error_message(&out).contains("egress refused: "),
             "{url}: {out:?}"
         );
     }
@@ -204,7 +214,7 @@ async fn web_fetch_refuses_private_addresses_by_default() {
     )
     .await;
     assert!(
-        error_message(&out).contains("resolves only to private or local addresses"),
+        error_message(&out).contains("egress refused: localhost resolves to "),
         "{out:?}"
     );
     assert_eq!(server.total_hits(), 0, "a private address was reached");
@@ -296,13 +306,18 @@ fn mcp_config(server: &McpTestServer, prefix: &str) -> McpServerConfig {
 #[tokio::test]
 async fn mcp_list_tools_returns_the_servers_tools_with_the_prefix() {
     let server = McpTestServer::start().await;
-    let tools = mcp::list_tools(&mcp_config(&server, "counter"), &McpLimits::default())
+    let tools = mcp::list_tools(&mcp_config(&server, "counter"), &loopback_mcp())
         .await
         .unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(
         names,
-        ["counter__increment", "counter__fail", "counter__echo"]
+        [
+            "counter__increment",
+            "counter__fail",
+            "counter__echo",
+            "counter__binary"
+        ]
     );
     assert_eq!(tools[0].description, "Add to the shared counter.");
     assert_eq!(
@@ -320,13 +335,7 @@ async fn mcp_list_tools_returns_the_servers_tools_with_the_prefix() {
 async fn mcp_call_tool_increments_exactly_once_and_returns_its_text() {
     let server = McpTestServer::start().await;
     let config = mcp_config(&server, "counter");
-    let out = mcp::call_tool(
-        &config,
-        "increment",
-        &json!({"by": 2}),
-        &McpLimits::default(),
-    )
-    .await;
+    let out = mcp::call_tool(&config, "increment", &json!({"by": 2}), &loopback_mcp()).await;
     assert_eq!(out, ToolOutput::success(json!("counter is now 2")));
     assert_eq!(server.increment_calls(), 1);
     assert_eq!(server.counter(), 2);
@@ -339,7 +348,7 @@ async fn mcp_is_error_maps_to_is_error() {
         &mcp_config(&server, "counter"),
         "fail",
         &json!({}),
-        &McpLimits::default(),
+        &loopback_mcp(),
     )
     .await;
     assert_eq!(
@@ -355,7 +364,7 @@ async fn mcp_structured_content_is_kept() {
         &mcp_config(&server, "counter"),
         "echo",
         &json!({"message": "hi"}),
-        &McpLimits::default(),
+        &loopback_mcp(),
     )
     .await;
     assert!(!out.is_error);
@@ -369,7 +378,7 @@ async fn mcp_structured_content_is_kept() {
 async fn mcp_protocol_errors_and_bad_arguments_are_error_outputs() {
     let server = McpTestServer::start().await;
     let config = mcp_config(&server, "counter");
-    let limits = McpLimits::default();
+    let limits = loopback_mcp();
 
     let unknown = mcp::call_tool(&config, "nope", &json!({}), &limits).await;
     assert!(error_message(&unknown).contains("unknown tool"));
@@ -384,7 +393,7 @@ async fn mcp_tool_list_is_cached_within_the_ttl() {
     let server = McpTestServer::start().await;
     let registry = McpRegistry::new(McpLimits {
         list_ttl: Duration::from_secs(600),
-        ..McpLimits::default()
+        ..loopback_mcp()
     });
     let config = mcp_config(&server, "counter");
 
@@ -395,7 +404,7 @@ async fn mcp_tool_list_is_cached_within_the_ttl() {
 
     // Within the TTL: no request, also under another prefix (same url and headers).
     let again = registry.list_tools(&config).await.unwrap();
-    assert_eq!(again.len(), 3);
+    assert_eq!(again.len(), 4, "the server's four tools");
     let renamed = registry
         .list_tools(&mcp_config(&server, "other"))
         .await
@@ -417,7 +426,7 @@ async fn mcp_tool_list_is_cached_within_the_ttl() {
     // An expired entry is listed again.
     let no_cache = McpRegistry::new(McpLimits {
         list_ttl: Duration::ZERO,
-        ..McpLimits::default()
+        ..loopback_mcp()
     });
     no_cache.list_tools(&config).await.unwrap();
     no_cache.list_tools(&config).await.unwrap();
@@ -433,10 +442,15 @@ async fn mcp_headers_from_config_reach_the_server() {
         headers: BTreeMap::from([
             ("Authorization".into(), "Bearer secret-token".into()),
             ("X-Tenant".into(), "t1".into()),
+            // Outside the safe set: dropped at send time.
+            ("Metadata-Flavor".into(), "Google".into()),
+            ("X-Forwarded-For".into(), "10.0.0.1".into()),
         ]),
     };
-    let out = mcp::call_tool(&config, "increment", &json!({}), &McpLimits::default()).await;
+    let out = mcp::call_tool(&config, "increment", &json!({}), &loopback_mcp()).await;
     assert!(!out.is_error, "{out:?}");
+    assert!(server.header_values("metadata-flavor").is_empty());
+    assert!(server.header_values("x-forwarded-for").is_empty());
     let tenants = server.header_values("x-tenant");
     assert!(!tenants.is_empty());
     assert!(tenants.iter().all(|v| v == "t1"), "{tenants:?}");
@@ -452,7 +466,7 @@ async fn mcp_call_waits_while_held_and_answers_once_released() {
     server.hold_calls();
     let config = mcp_config(&server, "counter");
     let calling = tokio::spawn(async move {
-        mcp::call_tool(&config, "increment", &json!({}), &McpLimits::default()).await
+        mcp::call_tool(&config, "increment", &json!({}), &loopback_mcp()).await
     });
     server.wait_for_increment_calls(1).await;
     assert_eq!(server.counter(), 1, "counted before answering");
@@ -469,7 +483,7 @@ async fn mcp_call_timeout_is_an_error_output_and_not_retried() {
     server.hold_calls();
     let limits = McpLimits {
         call_timeout: Duration::from_millis(500),
-        ..McpLimits::default()
+        ..loopback_mcp()
     };
     let out = mcp::call_tool(
         &mcp_config(&server, "counter"),
@@ -497,7 +511,7 @@ async fn mcp_unreachable_server_is_an_error() {
     let limits = McpLimits {
         list_timeout: Duration::from_secs(10),
         call_timeout: Duration::from_secs(10),
-        ..McpLimits::default()
+        ..loopback_mcp()
     };
     let listed = mcp::list_tools(&config, &limits).await;
     assert!(listed.is_err());

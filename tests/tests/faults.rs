@@ -13,7 +13,7 @@ use holdfast_tests::scenario::{
     agent_with_input, count_events, spawn_worker, start_turn, wait_for_event,
 };
 use holdfast_tests::{
-    config_to_url, wait_for_lock_wait, wait_for_lock_wait_in, wait_until, MaintenanceLoop, TestDb,
+    wait_for_lock_wait, wait_for_lock_wait_in, wait_until, MaintenanceLoop, TestDb,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -23,7 +23,7 @@ fn maintenance(name: &str, db: &TestDb) -> HoldfastProcess {
         name,
         &["maintenance"],
         &[
-            ("HOLDFAST_DATABASE_URL", config_to_url(&db.config)),
+            ("HOLDFAST_DATABASE_URL", db.config.to_connection_string()),
             ("HOLDFAST_MAINTENANCE_INTERVAL", "100ms".into()),
         ],
     )
@@ -209,7 +209,7 @@ async fn a_worker_killed_between_commit_and_release_never_reruns_the_step() {
     fake.push(Reply::text("The page says it was released."));
     let env = [
         ("HOLDFAST_LEASE_TTL", "60s"),
-        ("HOLDFAST_WEB_FETCH_ALLOW_PRIVATE", "true"),
+        ("HOLDFAST_EGRESS_ALLOW", "web_fetch=127.0.0.1"),
     ];
     let mut first = spawn_worker("w1", &db.config, &fake, &env);
     let agent = start_turn(&client, json!([{"type": "web_fetch"}]), "fetch it").await;

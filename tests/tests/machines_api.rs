@@ -2,13 +2,15 @@
 //! API key, the daemon's routes with a machine token, credentials that do
 //! not cross, long-poll claims, idempotent results, wake attempts.
 
+use holdfast_engine::egress::EgressPolicy;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use holdfast_engine::domain::{ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::store;
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::counting_http::CountingServer;
-use holdfast_tests::TestDb;
+use holdfast_tests::{wait_until, TestDb};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio_postgres::Client;
@@ -411,7 +413,11 @@ async fn a_wake_attempt_is_recorded_and_calls_the_wake_url_tolerating_failure() 
     let db = TestDb::new().await;
     let client = db.connect().await;
     let (_, key) = project_key(&client).await;
-    let server = ApiServer::start(&db).await;
+    // The wake endpoints listen on loopback, which the operator allows.
+    let server = ApiServer::start_with(&db, |c| {
+        c.egress = Arc::new(EgressPolicy::parse("wake=127.0.0.0/8").unwrap())
+    })
+    .await;
     let waker = CountingServer::start().await;
     waker.set_response("/wake", 202, "text/plain", "waking");
     let closed_port = {
@@ -495,4 +501,252 @@ async fn a_wake_attempt_is_recorded_and_calls_the_wake_url_tolerating_failure() 
         StatusCode::NOT_FOUND,
         "another project's machine"
     );
+}
+
+/// A claim long-poll started in the background: (status, body, time taken).
+fn claim_in_background(
+    server: &ApiServer,
+    token: &str,
+    session: Uuid,
+    wait: u64,
+) -> tokio::task::JoinHandle<(StatusCode, Value, Duration)> {
+    let url = server.url(&format!(
+        "/v1/machine/commands/claim?session={session}&wait={wait}"
+    ));
+    let http = server.http.clone();
+    let token = token.to_owned();
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let response = http.post(url).bearer_auth(token).send().await.unwrap();
+        let status = response.status();
+        (status, response.json().await.unwrap(), started.elapsed())
+    })
+}
+
+/// The sessions of this database other than `observer`'s own and the API's
+/// LISTEN session: the API's pooled connections.
+const POOL_SESSIONS: &str = "FROM pg_stat_activity \
+     WHERE datname = current_database() AND backend_type = 'client backend' \
+       AND pid <> pg_backend_pid() AND application_name <> 'holdfast-api-listen'";
+
+/// Wait until a pooled connection has run a claim and gone idle: a
+/// long-poll is between claims.
+async fn wait_for_idle_claim(observer: &Client) {
+    wait_until(Duration::from_secs(10), "a claim ran and went idle", || async {
+        observer
+            .query_one(
+                &format!(
+                    "SELECT count(*) {POOL_SESSIONS} AND state = 'idle' AND query LIKE '%claim_commands%'"
+                ),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            > 0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_long_poll_queries_nothing_while_idle_and_wakes_when_a_command_is_queued() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, key) = project_key(&client).await;
+    let server = ApiServer::start(&db).await;
+    let (machine, token) = register(&server, &key, json!({"name": "m"})).await;
+    let session = start_session(&server, &token).await;
+
+    let waiting = claim_in_background(&server, &token, session, 20);
+    wait_for_idle_claim(&client).await;
+    let idle_since: chrono::DateTime<chrono::Utc> = client
+        .query_one("SELECT clock_timestamp()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    // An idle window (a measurement, not a synchronisation): the waiting
+    // claim runs no query in it. Polling every 250 ms would run eight.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let busy: i64 = client
+        .query_one(
+            &format!("SELECT count(*) {POOL_SESSIONS} AND state_change > $1"),
+            &[&idle_since],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(busy, 0, "the idle long-poll queried the database");
+    assert!(!waiting.is_finished());
+
+    // A command queued now reaches the waiting claim at once, well before
+    // its fallback poll (5 s after the claim began) would have found it.
+    let (_, call) = agent_waiting_on_command(&client, project, machine).await;
+    let queued_at = Instant::now();
+    let (status, body, _) = waiting.await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["commands"][0]["tool_call_id"], json!(call));
+    assert!(
+        queued_at.elapsed() < Duration::from_secs(1),
+        "woke {:?} after the command was queued",
+        queued_at.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_token_is_refused_at_once_even_by_a_waiting_claim_and_the_new_one_works() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, key) = project_key(&client).await;
+    let (_, other_key) = project_key(&client).await;
+    let server = ApiServer::start(&db).await;
+    let (machine, old_token) = register(&server, &key, json!({"name": "m"})).await;
+    let session = start_session(&server, &old_token).await;
+
+    let rotate = |key: &str| {
+        server
+            .request(Method::POST, &format!("/v1/machines/{machine}/token"), key)
+            .send()
+    };
+    let response = rotate(&other_key).await.unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::NOT_FOUND,
+        "another project's machine"
+    );
+
+    let waiting = claim_in_background(&server, &old_token, session, 20);
+    wait_for_idle_claim(&client).await;
+    let response = rotate(&key).await.unwrap();
+    let rotated_at = Instant::now();
+    assert_eq!(response.status(), StatusCode::OK);
+    let rotated: Value = response.json().await.unwrap();
+    let new_token = rotated["token"].as_str().unwrap().to_owned();
+    assert!(new_token.starts_with("hfm_") && new_token != old_token);
+    assert_eq!(rotated["id"], json!(machine));
+    assert_eq!(rotated["token_prefix"], json!(&new_token[..12]));
+
+    // The claim that was waiting with the old token ends with 401 at once.
+    let (status, body, _) = waiting.await.unwrap();
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(
+        rotated_at.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        rotated_at.elapsed()
+    );
+    let response = server
+        .request(Method::POST, "/v1/machine/heartbeat", &old_token)
+        .json(&json!({"session": session}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+
+    // The new token serves the machine.
+    let session = start_session(&server, &new_token).await;
+    let (status, body) = claim(&server, &new_token, session, 0).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+#[tokio::test]
+async fn a_deleted_machines_commands_end_cleanly_its_token_is_refused_and_its_name_is_free() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, key) = project_key(&client).await;
+    let (_, other_key) = project_key(&client).await;
+    let server = ApiServer::start(&db).await;
+    let (machine, token) = register(&server, &key, json!({"name": "m"})).await;
+    let session = start_session(&server, &token).await;
+    let (accepted_agent, accepted_call) = agent_waiting_on_command(&client, project, machine).await;
+    let (status, claimed) = claim(&server, &token, session, 0).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(claimed["commands"][0]["tool_call_id"], json!(accepted_call));
+    let (queued_agent, queued_call) = agent_waiting_on_command(&client, project, machine).await;
+
+    let delete = |key: &str| {
+        server
+            .request(Method::DELETE, &format!("/v1/machines/{machine}"), key)
+            .send()
+    };
+    let response = delete(&other_key).await.unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::NOT_FOUND,
+        "another project's machine"
+    );
+    let response = delete(&key).await.unwrap();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+
+    let call = |id: Uuid| {
+        let client = &client;
+        async move {
+            let row = client
+                .query_one(
+                    "SELECT t.status, t.output, t.is_error, c.state, a.state \
+                       FROM holdfast.tool_calls t \
+                       JOIN holdfast.commands c ON c.tool_call_id = t.id \
+                       JOIN holdfast.agents a ON a.id = t.agent_id WHERE t.id = $1",
+                    &[&id],
+                )
+                .await
+                .unwrap();
+            (
+                row.get::<_, String>(0),
+                row.get::<_, Value>(1),
+                row.get::<_, bool>(2),
+                row.get::<_, String>(3),
+                row.get::<_, String>(4),
+            )
+        }
+    };
+    // Accepted: it may have run; the agent is told so, and goes on.
+    let (status, output, is_error, command, agent) = call(accepted_call).await;
+    assert_eq!((status.as_str(), is_error), ("completed", true));
+    assert_eq!(output["state"], "unknown", "{output}");
+    assert_eq!(output["reason"], "machine_deleted");
+    assert_eq!(command, "unknown");
+    assert_eq!(agent, "ready", "the turn goes on");
+    // Queued: it never ran.
+    let (status, output, is_error, command, agent) = call(queued_call).await;
+    assert_eq!((status.as_str(), is_error), ("completed", true));
+    assert_eq!(output["state"], "failed", "{output}");
+    assert_eq!(output["reason"], "machine_deleted");
+    assert_eq!(command, "failed");
+    assert_eq!(agent, "ready", "the turn goes on");
+    for (agent, event) in [
+        (accepted_agent, "command.unknown"),
+        (queued_agent, "command.failed"),
+    ] {
+        let count: i64 = client
+            .query_one(
+                "SELECT count(*) FROM holdfast.events WHERE agent_id = $1 AND type = $2 \
+                   AND data ->> 'reason' = 'machine_deleted'",
+                &[&agent, &event],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(count, 1, "{event}");
+    }
+
+    // Its token opens nothing; it is gone from the list; its name is free.
+    let response = server
+        .request(Method::POST, "/v1/machine/heartbeat", &token)
+        .json(&json!({"session": session}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    let listed: Value = server
+        .request(Method::GET, "/v1/machines", &key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["machines"], json!([]));
+    let response = delete(&key).await.unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_FOUND, "deleted once");
+    let (again, _) = register(&server, &key, json!({"name": "m"})).await;
+    assert_ne!(again, machine);
 }

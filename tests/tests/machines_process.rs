@@ -14,7 +14,7 @@ use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{count_events, last_event_data, spawn_worker, wait_for_event};
-use holdfast_tests::{config_to_url, wait_until, ScratchDir, TestDb};
+use holdfast_tests::{wait_until, ScratchDir, TestDb};
 use reqwest::Method;
 use serde_json::{json, Value};
 use tokio_postgres::Client;
@@ -57,7 +57,10 @@ impl Rig {
             "maintenance",
             &["maintenance"],
             &[
-                ("HOLDFAST_DATABASE_URL", config_to_url(&self.db.config)),
+                (
+                    "HOLDFAST_DATABASE_URL",
+                    self.db.config.to_connection_string(),
+                ),
                 ("HOLDFAST_MAINTENANCE_INTERVAL", "100ms".into()),
                 ("HOLDFAST_COMMAND_ACCEPT_TIMEOUT", accept_timeout.into()),
                 ("HOLDFAST_MACHINE_OFFLINE_AFTER", offline_after.into()),
@@ -90,21 +93,54 @@ impl Rig {
     /// `holdfast machine` for `token`, keeping its journal in `state`, running
     /// commands in the scratch directory, heartbeating every 200 ms.
     fn daemon(&self, name: &str, token: &str, state: &Path) -> HoldfastProcess {
-        HoldfastProcess::spawn(
+        self.daemon_with(
             name,
-            &["machine"],
+            state,
+            &[],
+            &[("HOLDFAST_MACHINE_TOKEN", token.to_owned())],
+        )
+    }
+
+    /// `holdfast machine ARGS` as [`Rig::daemon`] runs it, with `envs` (the
+    /// token among them, or in ARGS).
+    fn daemon_with(
+        &self,
+        name: &str,
+        state: &Path,
+        args: &[&str],
+        envs: &[(&str, String)],
+    ) -> HoldfastProcess {
+        let mut all_args = vec!["machine"];
+        all_args.extend_from_slice(args);
+        let mut all_envs = vec![
+            ("HOLDFAST_URL", self.server.url("")),
+            ("HOLDFAST_MACHINE_STATE_DIR", state.display().to_string()),
+            (
+                "HOLDFAST_MACHINE_WORK_DIR",
+                self.dir.path.display().to_string(),
+            ),
+            ("HOLDFAST_MACHINE_HEARTBEAT_INTERVAL", "200ms".into()),
+            ("HOLDFAST_MACHINE_CLAIM_WAIT", "2s".into()),
+        ];
+        all_envs.extend_from_slice(envs);
+        HoldfastProcess::spawn(name, &all_args, &all_envs)
+    }
+
+    /// `holdfast machines ARGS` (the client CLI) with the rig's API key,
+    /// run to its end: (exit code, output).
+    async fn client_cli(&self, args: &[&str]) -> (Option<i32>, String) {
+        let mut all_args = vec!["machines"];
+        all_args.extend_from_slice(args);
+        let mut process = HoldfastProcess::spawn(
+            "client",
+            &all_args,
             &[
                 ("HOLDFAST_URL", self.server.url("")),
-                ("HOLDFAST_MACHINE_TOKEN", token.to_owned()),
-                ("HOLDFAST_MACHINE_STATE_DIR", state.display().to_string()),
-                (
-                    "HOLDFAST_MACHINE_WORK_DIR",
-                    self.dir.path.display().to_string(),
-                ),
-                ("HOLDFAST_MACHINE_HEARTBEAT_INTERVAL", "200ms".into()),
-                ("HOLDFAST_MACHINE_CLAIM_WAIT", "2s".into()),
+                ("HOLDFAST_API_KEY", self.key.clone()),
             ],
-        )
+        );
+        let code = process.wait_exit(WAIT).await;
+        (code, process.log_text())
     }
 
     /// An agent on `machine` whose model calls run_command with `command`
@@ -537,4 +573,177 @@ async fn a_terminated_daemon_finishes_and_reports_its_running_command_before_exi
     let output = rig.command_output(agent).await;
     assert_eq!(output["stdout"], "output-drain\n", "{output}");
     wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+}
+
+/// Mode bits of a path.
+fn mode(path: &Path) -> u32 {
+    std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(path).unwrap().permissions()) & 0o777
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn commands_get_a_clean_environment_without_the_token_provider_keys_or_database_url() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let _worker = rig.worker("w");
+    // What a daemon inside `holdfast up` would have in its environment.
+    let secrets = |token: &str| {
+        vec![
+            ("ANTHROPIC_API_KEY", "sk-ant-leak-1".to_owned()),
+            ("OPENAI_API_KEY", "sk-leak-2".to_owned()),
+            ("HOLDFAST_DATABASE_URL", rig.db.url()),
+            ("HOLDFAST_API_KEY", format!("{}-api-key", token.len())),
+            ("PASSED_ON", "passed-value".to_owned()),
+            ("KEPT_BACK", "kept-value".to_owned()),
+        ]
+    };
+
+    // The token by environment, and by a token file.
+    let (by_env, env_token) = rig.register("by-env").await;
+    let mut envs = secrets(&env_token);
+    envs.push(("HOLDFAST_MACHINE_TOKEN", env_token.clone()));
+    let env_state = rig.dir.state("env-state");
+    let _by_env = rig.daemon_with("by-env", &env_state, &["--pass-env", "PASSED_ON"], &envs);
+    let (by_file, file_token) = rig.register("by-file").await;
+    let token_file = rig.dir.path.join("token");
+    std::fs::write(&token_file, format!("{file_token}\n")).unwrap();
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let file_state = rig.dir.state("file-state");
+    let token_arg = token_file.display().to_string();
+    let _by_file = rig.daemon_with(
+        "by-file",
+        &file_state,
+        &["--token-file", &token_arg, "--pass-env", "PASSED_ON"],
+        &secrets(&file_token),
+    );
+
+    for (machine, token) in [(by_env, &env_token), (by_file, &file_token)] {
+        let agent = rig.agent_running(machine, "env").await;
+        wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+        let output = rig.command_output(agent).await;
+        assert_eq!(output["exit_code"], 0, "{output}");
+        let env = output["stdout"].as_str().unwrap();
+        assert!(
+            env.contains("PASSED_ON=passed-value"),
+            "--pass-env passes it:\n{env}"
+        );
+        assert!(env.contains("PATH="), "{env}");
+        for leak in [
+            token.as_str(),
+            "hfm_",
+            "HOLDFAST_MACHINE_TOKEN",
+            "sk-ant-leak-1",
+            "sk-leak-2",
+            "HOLDFAST_DATABASE_URL",
+            "HOLDFAST_API_KEY",
+            "KEPT_BACK",
+        ] {
+            assert!(!env.contains(leak), "{leak} reached the command:\n{env}");
+        }
+    }
+
+    // The daemon's files are its user's alone.
+    for state in [&env_state, &file_state] {
+        assert_eq!(mode(state), 0o700, "{}", state.display());
+        assert_eq!(mode(&state.join("journal.json")), 0o600);
+    }
+    // A token file other users may read is refused.
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let mut refused = rig.daemon_with(
+        "loose-file",
+        &rig.dir.state("loose-state"),
+        &["--token-file", &token_arg],
+        &[],
+    );
+    assert_ne!(refused.wait_exit(WAIT).await, Some(0));
+    assert!(
+        refused.log_text().contains("chmod 600"),
+        "{}",
+        refused.log_text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rotated_token_stops_its_daemon_and_the_new_token_serves_the_machine() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let _worker = rig.worker("w");
+    let (machine, old_token) = rig.register("box").await;
+    let state = rig.dir.state("state");
+    let mut old = rig.daemon("old", &old_token, &state);
+    wait_until(WAIT, "the daemon's first heartbeat", || async {
+        let count: i64 = rig
+            .client
+            .query_one(
+                "SELECT count(*) FROM holdfast.machines WHERE id = $1 AND daemon_session IS NOT NULL",
+                &[&machine],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        count == 1
+    })
+    .await;
+
+    let (code, output) = rig
+        .client_cli(&["rotate-token", &machine.to_string()])
+        .await;
+    assert_eq!(code, Some(0), "{output}");
+    let new_token = output
+        .lines()
+        .find(|l| l.starts_with("hfm_"))
+        .unwrap_or_else(|| panic!("no token in:\n{output}"))
+        .to_owned();
+    assert_ne!(new_token, old_token);
+
+    // The old daemon's session ends: it stops, not zero, and says why.
+    let code = old.wait_exit(WAIT).await;
+    assert!(matches!(code, Some(c) if c != 0), "exit {code:?}");
+    assert!(old.log_text().contains("rotated"), "{}", old.log_text());
+
+    let _new = rig.daemon("new", &new_token, &state);
+    let agent = rig.agent_running(machine, "echo served-by-new").await;
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+    assert_eq!(rig.command_output(agent).await["stdout"], "served-by-new\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_a_machine_ends_its_running_command_stops_its_daemon_and_the_turn_goes_on() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let _worker = rig.worker("w");
+    let (machine, token) = rig.register("box").await;
+    let mut daemon = rig.daemon("daemon", &token, &rig.dir.state("state"));
+    let agent = rig
+        .agent_running(machine, &marked_command("output-deleted"))
+        .await;
+    rig.wait_for_marker().await;
+
+    let (code, output) = rig.client_cli(&["delete", &machine.to_string()]).await;
+    assert_eq!(code, Some(0), "{output}");
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+    let output = rig.command_output(agent).await;
+    assert_eq!(output["state"], "unknown", "{output}");
+    assert_eq!(output["reason"], "machine_deleted");
+    assert_eq!(rig.command_state(agent).await, "unknown");
+    // The model's next call was told.
+    let request = rig.fake.last_request().unwrap();
+    assert!(
+        request.body.to_string().contains("was deleted"),
+        "{}",
+        request.body
+    );
+
+    // Its daemon's token is refused: it stops, not zero.
+    rig.dir.release();
+    let code = daemon.wait_exit(WAIT).await;
+    assert!(matches!(code, Some(c) if c != 0), "exit {code:?}");
+    assert_eq!(rig.dir.marker_lines(), 1);
 }

@@ -4,14 +4,17 @@
 
 mod webhooks_support;
 
+use holdfast_engine::egress::EgressPolicy;
+use std::sync::Arc;
 use std::time::Duration;
 
+use holdfast_engine::connect::ConnectConfig;
 use holdfast_engine::store;
 use holdfast_tests::{project_and_agent, wait_until, PrivateCluster, TestDb};
 use holdfast_worker::maintenance::{self, Settings};
 use holdfast_worker::webhooks::DispatcherSettings;
 use serde_json::json;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 use webhooks_support::{count_status, hook, Behaviour, Receiver};
@@ -22,7 +25,7 @@ fn settings(interval: Duration) -> Settings {
         webhooks: DispatcherSettings {
             backoff_base: Duration::from_millis(50),
             backoff_max: Duration::from_millis(500),
-            allow_private: true,
+            egress: Arc::new(EgressPolicy::parse("webhook=127.0.0.0/8").unwrap()),
             ..DispatcherSettings::default()
         },
         ..Settings::default()
@@ -40,8 +43,8 @@ async fn agent_state(client: &Client, agent: Uuid) -> (String, i64) {
     (row.get(0), row.get(1))
 }
 
-async fn connect(config: &Config) -> Client {
-    let (client, connection) = config.connect(NoTls).await.unwrap();
+async fn connect(config: &ConnectConfig) -> Client {
+    let (client, connection) = config.connect().await.unwrap();
     tokio::spawn(async move {
         let _ = connection.await;
     });

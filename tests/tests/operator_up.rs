@@ -73,8 +73,12 @@ async fn start_up(home: &Home, fake: &FakeProvider, extra_args: &[&str]) -> Up {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         (field(&text, "API      "), field(&text, "API key  "))
     };
-    wait_until(WAIT, "up prints its URL and API key", || async {
-        matches!(read(&log), (Some(_), Some(_)))
+    // The banner's last line: waiting for it (not just the URL and key) means
+    // every line above it, the machine's included, has been written.
+    wait_until(WAIT, "up prints its whole banner", || async {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("Ctrl-C drains the workers")
     })
     .await;
     let (url, key) = read(&log);
@@ -289,14 +293,23 @@ async fn up_local_machine_runs_a_command_end_to_end_and_the_next_up_reuses_the_m
         "an example agent with run_command on the machine:\n{}",
         up.log_text()
     );
-    let credential = home.0.join(".holdfast/local-machine/credential.json");
-    let mode = std::os::unix::fs::PermissionsExt::mode(
-        &std::fs::metadata(&credential).unwrap().permissions(),
-    );
+    let local = home.0.join(".holdfast/local-machine");
+    let mode = |path: &std::path::Path| {
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(path).unwrap().permissions())
+            & 0o777
+    };
     assert_eq!(
-        mode & 0o777,
-        0o600,
-        "the token is readable by its owner only"
+        mode(&local),
+        0o700,
+        "the machine's directory is its owner's"
+    );
+    let record = local.join("machine.json");
+    assert_eq!(mode(&record), 0o600, "the record is its owner's");
+    let record: Value = serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    assert_eq!(record["name"], json!(machine));
+    assert!(
+        record.get("token").is_none() && !local.join("credential.json").exists(),
+        "the token is kept in no file under the commands' working directory: {record}"
     );
 
     let (status, agent) = api(
@@ -341,8 +354,8 @@ async fn up_local_machine_runs_a_command_end_to_end_and_the_next_up_reuses_the_m
     stop_with_sigint(&mut up, &home).await;
     assert_eq!(processes_working_in(&home.0), Vec::<String>::new());
 
-    // The next `up` serves the same machine with the stored credential
-    // (no second registration); Ctrl-C while its command runs lets the
+    // The next `up` serves the same machine under a new token (no second
+    // registration); Ctrl-C while its command runs lets the
     // command finish and report before the API stops.
     fake.push(Reply::tool_calls(vec![(
         "run_command",

@@ -2,11 +2,13 @@
 //! shapes, streaming assembly, error classes, retry hints, timeouts and
 //! cancellation, for both the Anthropic and the OpenAI protocol.
 
+use holdfast_engine::egress::EgressPolicy;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use holdfast_engine::provider::{
-    ContentBlock, Message, ModelConfig, ModelError, ModelRequest, ModelResponse, Provider,
-    ProviderSettings, Providers, Role, ToolDefinition,
+    ContentBlock, Message, ModelConfig, ModelError, ModelRequest, ModelResponse, ModelTarget,
+    Provider, ProviderSettings, Providers, Role, ToolDefinition,
 };
 use holdfast_fakes::{FakeProvider, Protocol, Reply};
 use serde_json::{json, Value};
@@ -41,6 +43,7 @@ fn request(provider: Provider) -> ModelRequest {
         model: ModelConfig {
             provider,
             name: "test-model".into(),
+            endpoint: None,
             base_url: None,
             max_tokens: None,
         },
@@ -64,7 +67,8 @@ async fn complete(
     request: &ModelRequest,
 ) -> (Result<ModelResponse, ModelError>, Vec<String>) {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let result = providers.complete(request, Some(&tx)).await;
+    let target = providers.default_target(request.model.provider);
+    let result = providers.complete(request, &target, Some(&tx)).await;
     drop(tx);
     let mut deltas = Vec::new();
     while let Some(delta) = rx.recv().await {
@@ -179,7 +183,14 @@ async fn tool_calls_without_text_and_stop_reasons_are_normalised() {
     let providers = providers(&fake);
     for provider in BOTH {
         fake.push(Reply::tool_calls(vec![("get_weather", json!({}))]));
-        let response = providers.complete(&request(provider), None).await.unwrap();
+        let response = providers
+            .complete(
+                &request(provider),
+                &providers.default_target(request(provider).model.provider),
+                None,
+            )
+            .await
+            .unwrap();
         assert!(matches!(
             &response.content[..],
             [ContentBlock::ToolUse { input, .. }] if *input == json!({})
@@ -187,7 +198,14 @@ async fn tool_calls_without_text_and_stop_reasons_are_normalised() {
         assert_eq!(response.stop_reason.as_deref(), Some("tool_use"));
 
         fake.push(Reply::text("truncated").stop_reason("max_tokens"));
-        let response = providers.complete(&request(provider), None).await.unwrap();
+        let response = providers
+            .complete(
+                &request(provider),
+                &providers.default_target(request(provider).model.provider),
+                None,
+            )
+            .await
+            .unwrap();
         assert_eq!(
             response.stop_reason.as_deref(),
             Some("max_tokens"),
@@ -205,27 +223,59 @@ async fn error_statuses_map_to_their_error_classes() {
         let before = fake.request_count();
         for (status, class) in [(401, "authentication_error"), (403, "authentication_error")] {
             fake.push(Reply::status(status));
-            expect_fatal(providers.complete(&req, None).await, class);
+            expect_fatal(
+                providers
+                    .complete(&req, &providers.default_target(req.model.provider), None)
+                    .await,
+                class,
+            );
         }
         fake.push(Reply::status(402));
-        expect_fatal(providers.complete(&req, None).await, "billing_error");
+        expect_fatal(
+            providers
+                .complete(&req, &providers.default_target(req.model.provider), None)
+                .await,
+            "billing_error",
+        );
         for status in [400, 404, 422] {
             fake.push(Reply::status(status));
             expect_fatal(
-                providers.complete(&req, None).await,
+                providers
+                    .complete(&req, &providers.default_target(req.model.provider), None)
+                    .await,
                 "invalid_request_error",
             );
         }
         fake.push(Reply::status(429));
-        expect_retryable(providers.complete(&req, None).await, "rate_limit_error");
+        expect_retryable(
+            providers
+                .complete(&req, &providers.default_target(req.model.provider), None)
+                .await,
+            "rate_limit_error",
+        );
         fake.push(Reply::status(529));
-        expect_retryable(providers.complete(&req, None).await, "overloaded_error");
+        expect_retryable(
+            providers
+                .complete(&req, &providers.default_target(req.model.provider), None)
+                .await,
+            "overloaded_error",
+        );
         for status in [500, 502, 503] {
             fake.push(Reply::status(status));
-            expect_retryable(providers.complete(&req, None).await, "api_error");
+            expect_retryable(
+                providers
+                    .complete(&req, &providers.default_target(req.model.provider), None)
+                    .await,
+                "api_error",
+            );
         }
         fake.push(Reply::status(504));
-        expect_retryable(providers.complete(&req, None).await, "timeout_error");
+        expect_retryable(
+            providers
+                .complete(&req, &providers.default_target(req.model.provider), None)
+                .await,
+            "timeout_error",
+        );
         // No hidden retries inside the client: one request per call.
         assert_eq!(fake.request_count() - before, 12, "{provider:?}");
     }
@@ -238,9 +288,17 @@ async fn context_too_long_is_recognised_for_each_provider_and_behind_gateways() 
     for provider in BOTH {
         let req = request(provider);
         fake.push(Reply::context_too_long());
-        expect_context_too_long(providers.complete(&req, None).await);
+        expect_context_too_long(
+            providers
+                .complete(&req, &providers.default_target(req.model.provider), None)
+                .await,
+        );
         fake.push(Reply::status(413));
-        expect_context_too_long(providers.complete(&req, None).await);
+        expect_context_too_long(
+            providers
+                .complete(&req, &providers.default_target(req.model.provider), None)
+                .await,
+        );
     }
     // A gateway wrapping Anthropic's error in its own 5xx.
     let wrapped = json!({"error": {"message": json!({"type": "error", "error": {
@@ -248,14 +306,26 @@ async fn context_too_long_is_recognised_for_each_provider_and_behind_gateways() 
         "message": "prompt is too long: 250000 tokens > 200000 maximum"}}).to_string(),
         "type": "None", "code": "500"}});
     fake.push(Reply::status(500).body(wrapped.to_string()));
-    expect_context_too_long(providers.complete(&request(Provider::Openai), None).await);
+    expect_context_too_long(
+        providers
+            .complete(
+                &request(Provider::Openai),
+                &providers.default_target(request(Provider::Openai).model.provider),
+                None,
+            )
+            .await,
+    );
     // An OpenAI-compatible server answering 503 with OpenAI's code.
     fake.push(Reply::status(503).body(
         r#"{"error":{"message":"too long","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
     ));
     expect_context_too_long(
         providers
-            .complete(&request(Provider::Anthropic), None)
+            .complete(
+                &request(Provider::Anthropic),
+                &providers.default_target(request(Provider::Anthropic).model.provider),
+                None,
+            )
             .await,
     );
 }
@@ -268,7 +338,13 @@ async fn an_exhausted_quota_429_is_billing_not_rate_limit() {
         r#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#,
     ));
     expect_fatal(
-        providers.complete(&request(Provider::Openai), None).await,
+        providers
+            .complete(
+                &request(Provider::Openai),
+                &providers.default_target(request(Provider::Openai).model.provider),
+                None,
+            )
+            .await,
         "billing_error",
     );
 }
@@ -280,12 +356,22 @@ async fn retry_after_seconds_and_http_dates_are_parsed() {
     for provider in BOTH {
         let req = request(provider);
         fake.push(Reply::status(429).retry_after_secs(7));
-        let hint = expect_retryable(providers.complete(&req, None).await, "rate_limit_error");
+        let hint = expect_retryable(
+            providers
+                .complete(&req, &providers.default_target(req.model.provider), None)
+                .await,
+            "rate_limit_error",
+        );
         assert_eq!(hint, Some(Duration::from_secs(7)));
 
         fake.push(Reply::status(529).retry_after_date(SystemTime::now() + Duration::from_secs(30)));
-        let hint = expect_retryable(providers.complete(&req, None).await, "overloaded_error")
-            .expect("a hint from the HTTP date");
+        let hint = expect_retryable(
+            providers
+                .complete(&req, &providers.default_target(req.model.provider), None)
+                .await,
+            "overloaded_error",
+        )
+        .expect("a hint from the HTTP date");
         // HTTP dates have whole seconds.
         assert!(
             hint > Duration::from_secs(28) && hint <= Duration::from_secs(30),
@@ -293,7 +379,12 @@ async fn retry_after_seconds_and_http_dates_are_parsed() {
         );
 
         fake.push(Reply::status(503));
-        let hint = expect_retryable(providers.complete(&req, None).await, "api_error");
+        let hint = expect_retryable(
+            providers
+                .complete(&req, &providers.default_target(req.model.provider), None)
+                .await,
+            "api_error",
+        );
         assert_eq!(hint, None, "no header, no hint");
     }
 }
@@ -315,7 +406,11 @@ async fn rate_limit_reset_headers_give_the_retry_hint() {
     );
     let hint = expect_retryable(
         providers
-            .complete(&request(Provider::Anthropic), None)
+            .complete(
+                &request(Provider::Anthropic),
+                &providers.default_target(request(Provider::Anthropic).model.provider),
+                None,
+            )
             .await,
         "rate_limit_error",
     )
@@ -333,7 +428,13 @@ async fn rate_limit_reset_headers_give_the_retry_hint() {
             .header("x-ratelimit-reset-tokens", "6m0s"),
     );
     let hint = expect_retryable(
-        providers.complete(&request(Provider::Openai), None).await,
+        providers
+            .complete(
+                &request(Provider::Openai),
+                &providers.default_target(request(Provider::Openai).model.provider),
+                None,
+            )
+            .await,
         "rate_limit_error",
     );
     assert_eq!(hint, Some(Duration::from_secs(360)));
@@ -433,7 +534,15 @@ async fn dropping_the_call_closes_the_connection() {
             fake.push(reply);
             let call = {
                 let providers = providers.clone();
-                tokio::spawn(async move { providers.complete(&request(provider), None).await })
+                tokio::spawn(async move {
+                    providers
+                        .complete(
+                            &request(provider),
+                            &providers.default_target(request(provider).model.provider),
+                            None,
+                        )
+                        .await
+                })
             };
             fake.wait_until_held(1).await;
             call.abort();
@@ -461,27 +570,51 @@ async fn a_refused_connection_is_retryable() {
 }
 
 #[tokio::test]
-async fn the_agent_base_url_overrides_the_settings() {
+async fn a_custom_url_gets_the_project_key_and_never_the_operator_key() {
     let fake = FakeProvider::start().await;
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
+    // An agent's own base URL goes through the egress policy: the fake
+    // listens on loopback, which the operator allows here.
     let providers = Providers::new(ProviderSettings {
         anthropic_base_url: dead.clone(),
+        anthropic_api_key: Some("operator-anthropic".into()),
         openai_base_url: dead,
+        openai_api_key: Some("operator-openai".into()),
+        egress: Arc::new(EgressPolicy::parse("model=127.0.0.1").unwrap()),
         ..ProviderSettings::default()
     })
     .unwrap();
-    for (provider, base) in [
-        (Provider::Anthropic, fake.base_url_anthropic()),
-        (Provider::Openai, format!("{}/", fake.base_url_openai())),
+    for (provider, base, project_key) in [
+        (Provider::Anthropic, fake.base_url_anthropic(), None),
+        (
+            Provider::Openai,
+            format!("{}/", fake.base_url_openai()),
+            Some("project-openai".to_owned()),
+        ),
     ] {
-        let mut req = request(provider);
-        req.model.base_url = Some(base);
-        let response = providers.complete(&req, None).await.unwrap();
+        let target = ModelTarget::CustomUrl {
+            base_url: base,
+            project_key: project_key.clone(),
+        };
+        let response = providers
+            .complete(&request(provider), &target, None)
+            .await
+            .unwrap();
         assert_eq!(
             response.content,
             vec![ContentBlock::Text { text: "ok".into() }]
+        );
+        let sent = fake.last_request().unwrap();
+        let credential = sent
+            .header("x-api-key")
+            .or(sent.header("authorization"))
+            .map(str::to_owned);
+        assert_eq!(
+            credential,
+            project_key.map(|k| format!("Bearer {k}")),
+            "only the project's key, never the operator's"
         );
     }
     assert_eq!(fake.request_count(), 2);
@@ -536,8 +669,13 @@ fn rich_request(provider: Provider) -> ModelRequest {
 #[tokio::test]
 async fn anthropic_requests_have_the_documented_wire_shape() {
     let fake = FakeProvider::start().await;
-    providers(&fake)
-        .complete(&rich_request(Provider::Anthropic), None)
+    let providers = providers(&fake);
+    providers
+        .complete(
+            &rich_request(Provider::Anthropic),
+            &providers.default_target(rich_request(Provider::Anthropic).model.provider),
+            None,
+        )
         .await
         .unwrap();
     let seen = fake.last_request().unwrap();
@@ -576,8 +714,13 @@ async fn anthropic_requests_have_the_documented_wire_shape() {
 #[tokio::test]
 async fn anthropic_max_tokens_defaults_to_4096() {
     let fake = FakeProvider::start().await;
-    providers(&fake)
-        .complete(&request(Provider::Anthropic), None)
+    let providers = providers(&fake);
+    providers
+        .complete(
+            &request(Provider::Anthropic),
+            &providers.default_target(request(Provider::Anthropic).model.provider),
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(fake.last_request().unwrap().body["max_tokens"], 4096);
@@ -586,8 +729,13 @@ async fn anthropic_max_tokens_defaults_to_4096() {
 #[tokio::test]
 async fn openai_requests_have_the_documented_wire_shape() {
     let fake = FakeProvider::start().await;
-    providers(&fake)
-        .complete(&rich_request(Provider::Openai), None)
+    let providers = providers(&fake);
+    providers
+        .complete(
+            &rich_request(Provider::Openai),
+            &providers.default_target(rich_request(Provider::Openai).model.provider),
+            None,
+        )
         .await
         .unwrap();
     let seen = fake.last_request().unwrap();
@@ -627,9 +775,17 @@ async fn the_fake_logs_what_a_retried_request_contained() {
     let providers = providers(&fake);
     fake.push(Reply::status(529));
     let mut req = request(Provider::Anthropic);
-    expect_retryable(providers.complete(&req, None).await, "overloaded_error");
+    expect_retryable(
+        providers
+            .complete(&req, &providers.default_target(req.model.provider), None)
+            .await,
+        "overloaded_error",
+    );
     req.messages.push(text(Role::User, "steer: Celsius only"));
-    providers.complete(&req, None).await.unwrap();
+    providers
+        .complete(&req, &providers.default_target(req.model.provider), None)
+        .await
+        .unwrap();
     let seen = fake.requests();
     assert_eq!(seen.len(), 2);
     let last_text = |i: usize| {

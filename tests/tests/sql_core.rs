@@ -9,7 +9,7 @@ use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::{migrate, store, Error};
 use holdfast_tests::{new_agent, project_and_agent, wait_until, TestDb};
 use serde_json::{json, Value};
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::{AsyncMessage, Client};
 use uuid::Uuid;
 
 const TTL: Duration = Duration::from_secs(60);
@@ -831,7 +831,7 @@ async fn the_claim_uses_the_ready_index_with_100k_idle_agents() {
 
     // auto_explain logs the plan of the statement inside claim_agents; with
     // client_min_messages = log it arrives on this connection as a notice.
-    let (plan_client, mut connection) = db.config.connect(NoTls).await.unwrap();
+    let (plan_client, mut connection) = db.config.connect().await.unwrap();
     let (tx, mut notices) = tokio::sync::mpsc::unbounded_channel();
     let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
     tokio::spawn(async move {
@@ -866,12 +866,12 @@ async fn the_claim_uses_the_ready_index_with_100k_idle_agents() {
         .find(|p| p.contains("SKIP LOCKED"))
         .unwrap_or_else(|| panic!("no plan for the claim query in:\n{plans}"));
     assert!(
-        candidate_plan.contains("agents_ready_idx"),
-        "claim must read the partial ready index:\n{candidate_plan}"
+        candidate_plan.contains("agents_ready_project_idx"),
+        "claim must read the partial per-project ready index:\n{candidate_plan}"
     );
     assert!(
-        !candidate_plan.contains("Seq Scan on agents"),
-        "claim must not scan all agents:\n{candidate_plan}"
+        !plans.contains("Seq Scan on agents"),
+        "no statement of the claim may scan all agents:\n{plans}"
     );
 }
 
@@ -885,12 +885,12 @@ async fn migrations_apply_once_even_with_two_concurrent_runners() {
         .await
         .unwrap();
     let mut config = db.config.clone();
-    config.dbname(&fresh);
+    config.postgres.dbname(&fresh);
 
     let run = || {
         let config = config.clone();
         async move {
-            let (mut client, connection) = config.connect(NoTls).await.unwrap();
+            let (mut client, connection) = config.connect().await.unwrap();
             tokio::spawn(connection);
             migrate::migrate(&mut client).await.unwrap()
         }
@@ -904,7 +904,7 @@ async fn migrations_apply_once_even_with_two_concurrent_runners() {
     assert!(run().await.is_empty(), "a third run is a no-op");
 
     // A changed file is refused.
-    let (mut client, connection) = config.connect(NoTls).await.unwrap();
+    let (mut client, connection) = config.connect().await.unwrap();
     tokio::spawn(connection);
     client
         .batch_execute(

@@ -338,7 +338,8 @@ async fn a_subagent_is_created_once_and_its_answer_completes_the_parent_call() {
         .get(0);
     let child = store::spawn_subagent(&client, claim, call, &config, "count to 3")
         .await
-        .unwrap();
+        .unwrap()
+        .expect("within the limits: a child is created");
     // A replay of the same spawn cannot create a second child.
     assert!(matches!(
         store::spawn_subagent(&client, claim, call, &config, "count to 3").await,

@@ -17,7 +17,9 @@ use tokio_postgres::Client;
 use uuid::Uuid;
 
 const T: Duration = Duration::from_secs(30);
-const ALLOW_LOOPBACK_FETCH: (&str, &str) = ("HOLDFAST_WEB_FETCH_ALLOW_PRIVATE", "true");
+/// The site and MCP servers of these tests listen on loopback, which the
+/// egress policy refuses unless the operator allows it.
+const ALLOW_LOOPBACK: (&str, &str) = ("HOLDFAST_EGRESS_ALLOW", "web_fetch=127.0.0.1,mcp=127.0.0.1");
 
 async fn tool_call(client: &Client, agent: Uuid, name: &str) -> (Uuid, String, Option<Value>) {
     let row = client
@@ -42,14 +44,14 @@ async fn a_worker_killed_mid_web_fetch_never_fetches_again_and_the_model_is_told
     )]));
     fake.push(Reply::text("I could not tell whether that worked."));
     let _maintenance = MaintenanceLoop::start(&db.config);
-    let w1 = spawn_worker("w-fetch-1", &db.config, &fake, &[ALLOW_LOOPBACK_FETCH]);
+    let w1 = spawn_worker("w-fetch-1", &db.config, &fake, &[ALLOW_LOOPBACK]);
     let agent = start_turn(&client, json!([{"type": "web_fetch"}]), "fetch it").await;
     site.wait_for_hits("/hold/page", 1).await;
     let (_, status, _) = tool_call(&client, agent, "web_fetch").await;
     assert_eq!(status, "running", "marked running before the IO");
     w1.signal("KILL");
 
-    let _w2 = spawn_worker("w-fetch-2", &db.config, &fake, &[ALLOW_LOOPBACK_FETCH]);
+    let _w2 = spawn_worker("w-fetch-2", &db.config, &fake, &[ALLOW_LOOPBACK]);
     wait_for_event(&client, agent, "turn.completed", T).await;
     site.release_held();
     assert_eq!(
@@ -81,7 +83,7 @@ async fn a_worker_killed_mid_mcp_call_never_calls_again_and_the_model_is_told() 
     )]));
     fake.push(Reply::text("Done, maybe."));
     let _maintenance = MaintenanceLoop::start(&db.config);
-    let w1 = spawn_worker("w-mcp-1", &db.config, &fake, &[]);
+    let w1 = spawn_worker("w-mcp-1", &db.config, &fake, &[ALLOW_LOOPBACK]);
     let agent = start_turn(
         &client,
         json!([{"type": "mcp", "name": "counter", "url": mcp.url}]),
@@ -91,7 +93,7 @@ async fn a_worker_killed_mid_mcp_call_never_calls_again_and_the_model_is_told() 
     mcp.wait_for_increment_calls(1).await;
     w1.signal("KILL");
 
-    let _w2 = spawn_worker("w-mcp-2", &db.config, &fake, &[]);
+    let _w2 = spawn_worker("w-mcp-2", &db.config, &fake, &[ALLOW_LOOPBACK]);
     wait_for_event(&client, agent, "turn.completed", T).await;
     mcp.release_calls();
     assert_eq!(
@@ -133,7 +135,7 @@ async fn waits_survive_a_worker_kill_hold_no_worker_and_answers_resume_the_agent
     )
     .await;
     let _maintenance = MaintenanceLoop::start(&db.config);
-    let w1 = spawn_worker("w-wait-1", &db.config, &fake, &[]);
+    let w1 = spawn_worker("w-wait-1", &db.config, &fake, &[ALLOW_LOOPBACK]);
     store::create_input(&client, agent, &json!("go"), None)
         .await
         .unwrap();
@@ -152,7 +154,7 @@ async fn waits_survive_a_worker_kill_hold_no_worker_and_answers_resume_the_agent
     let events_before = count_events(&client, agent, "model.response").await;
 
     // Answers arrive later, with a new worker.
-    let _w2 = spawn_worker("w-wait-2", &db.config, &fake, &[]);
+    let _w2 = spawn_worker("w-wait-2", &db.config, &fake, &[ALLOW_LOOPBACK]);
     let (lookup, _, _) = tool_call(&client, agent, "lookup").await;
     store::submit_tool_result(&client, lookup, &json!({"name": "seven"}), false)
         .await
@@ -218,7 +220,7 @@ async fn a_spawn_cut_by_a_crash_creates_exactly_one_child_whose_answer_arrives_o
     // Hold the parent's row so the worker blocks on it (in the spawn
     // transaction, or in the release right after it), then kill the worker
     // while it is blocked: whichever it was, its transaction never commits.
-    let w1 = spawn_worker("w-spawn-1", &db.config, &fake, &[]);
+    let w1 = spawn_worker("w-spawn-1", &db.config, &fake, &[ALLOW_LOOPBACK]);
     wait_until(T, "the spawn call to be committed", || async {
         count_events(&client, parent, "tool_call.created").await == 1
     })
@@ -236,7 +238,7 @@ async fn a_spawn_cut_by_a_crash_creates_exactly_one_child_whose_answer_arrives_o
     w1.signal("KILL");
     blocker.batch_execute("COMMIT").await.unwrap();
 
-    let _w2 = spawn_worker("w-spawn-2", &db.config, &fake, &[]);
+    let _w2 = spawn_worker("w-spawn-2", &db.config, &fake, &[ALLOW_LOOPBACK]);
     wait_for_event(&client, parent, "turn.completed", T).await;
     let children: i64 = client
         .query_one(
@@ -277,7 +279,7 @@ async fn invalid_tool_input_from_the_model_is_a_tool_error_and_the_turn_goes_on(
     fake.push(Reply::tool_calls(vec![("lookup", json!({"id": "seven"}))]));
     fake.push(Reply::tool_calls(vec![("no_such_tool", json!({}))]));
     fake.push(Reply::text("Sorry, I will fix my call."));
-    let _w = spawn_worker("w-invalid", &db.config, &fake, &[]);
+    let _w = spawn_worker("w-invalid", &db.config, &fake, &[ALLOW_LOOPBACK]);
     let tools = json!([{"type": "custom", "name": "lookup",
         "input_schema": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}}]);
     let agent = start_turn(&client, tools, "look it up").await;
@@ -308,4 +310,33 @@ async fn invalid_tool_input_from_the_model_is_a_tool_error_and_the_turn_goes_on(
     assert!(saved_text(&client, agent)
         .await
         .contains("Sorry, I will fix my call."));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_mcp_result_holding_u0000_reaches_the_model_storable() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    let mcp = McpTestServer::start().await;
+    fake.push(Reply::tool_calls(vec![("files__binary", json!({}))]));
+    fake.push(Reply::text("Read it."));
+    let _worker = spawn_worker("w-mcp-nul", &db.config, &fake, &[ALLOW_LOOPBACK]);
+    let agent = start_turn(
+        &client,
+        json!([{"type": "mcp", "name": "files", "url": mcp.url}]),
+        "read the file",
+    )
+    .await;
+    wait_for_event(&client, agent, "turn.completed", T).await;
+    // The result was in hand: completed, not reported as interrupted.
+    assert_eq!(count_events(&client, agent, "tool_call.completed").await, 1);
+    assert_eq!(
+        count_events(&client, agent, "tool_call.interrupted").await,
+        0
+    );
+    let next = fake.last_request().unwrap().body.to_string();
+    assert!(
+        next.contains("header\u{FFFD}payload"),
+        "the model got the result with U+FFFD: {next}"
+    );
 }

@@ -4,7 +4,9 @@
 
 mod webhooks_support;
 
+use holdfast_engine::egress::EgressPolicy;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use holdfast_engine::store;
@@ -31,7 +33,7 @@ fn fast(retry_window: Duration) -> Settings {
             max_per_endpoint: 16,
             backoff_base: Duration::from_millis(50),
             backoff_max: Duration::from_millis(400),
-            allow_private: true,
+            egress: Arc::new(EgressPolicy::parse("webhook=127.0.0.0/8").unwrap()),
             poll_interval: Duration::from_millis(50),
         },
         ..Settings::default()
@@ -367,7 +369,7 @@ async fn private_addresses_are_refused_at_send_time_unless_allowed() {
     .endpoint
     .id;
     let mut settings = fast(Duration::from_millis(500));
-    settings.webhooks.allow_private = false;
+    settings.webhooks.egress = Arc::default();
     let running = start(&db, settings);
     inputs(&client, &[agent], 1).await;
 
@@ -388,6 +390,9 @@ async fn private_addresses_are_refused_at_send_time_unless_allowed() {
             .await
             .unwrap()
             .get(0);
-        assert!(error.contains("private or loopback"), "{error}");
+        assert!(
+            error.contains("egress refused: ") && error.contains("loopback range"),
+            "{error}"
+        );
     }
 }

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use holdfast_engine::connect::ConnectConfig;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{
@@ -10,10 +11,15 @@ use holdfast_tests::scenario::{
 };
 use holdfast_tests::{wait_until, MaintenanceLoop, PrivateCluster, TestDb};
 use serde_json::{json, Value};
-use tokio_postgres::{Client, Config};
+use tokio_postgres::Client;
 use uuid::Uuid;
 
-fn worker(name: &str, db: &Config, fake: &FakeProvider, extra: &[(&str, &str)]) -> HoldfastProcess {
+fn worker(
+    name: &str,
+    db: &ConnectConfig,
+    fake: &FakeProvider,
+    extra: &[(&str, &str)],
+) -> HoldfastProcess {
     spawn_worker(name, db, fake, extra)
 }
 
@@ -215,7 +221,7 @@ async fn a_step_longer_than_the_drain_timeout_is_released_not_waited_out() {
 async fn workers_survive_a_postgres_crash_restart_and_every_agent_finishes() {
     let cluster = PrivateCluster::start().await;
     let config = cluster.config();
-    let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    let (client, connection) = config.connect().await.unwrap();
     tokio::spawn(connection);
     let fake = FakeProvider::start().await;
     fake.set_default(Reply::text("done with this one").trickle(Duration::from_millis(40)));
@@ -232,7 +238,7 @@ async fn workers_survive_a_postgres_crash_restart_and_every_agent_finishes() {
     cluster.cluster.crash().unwrap();
     cluster.cluster.restart().unwrap();
 
-    let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    let (client, connection) = config.connect().await.unwrap();
     tokio::spawn(connection);
     for agent in &agents {
         wait_for_event(&client, *agent, "turn.completed", Duration::from_secs(60)).await;

@@ -53,11 +53,11 @@ pub(crate) const DB_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// has stopped. Errors only when it cannot start (an invalid setting).
 pub async fn run(
     settings: Settings,
-    mut db: tokio_postgres::Config,
+    mut db: connect::ConnectConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    if db.get_connect_timeout().is_none() {
-        db.connect_timeout(Duration::from_secs(5));
+    if db.postgres.get_connect_timeout().is_none() {
+        db.postgres.connect_timeout(Duration::from_secs(5));
     }
     // The ticks need one connection; the dispatcher records outcomes from
     // many tasks, which queue briefly for a connection rather than hold many.
@@ -133,6 +133,8 @@ async fn tick(pool: &Pool, settings: &Settings) -> anyhow::Result<()> {
     metrics::counter!("holdfast_maintenance_released_total", "reason" => "session_gone")
         .increment(report.session_gone.unsigned_abs());
     metrics::counter!("holdfast_maintenance_woken_total").increment(report.woken.unsigned_abs());
+    metrics::counter!("holdfast_maintenance_subagents_cancelled_total")
+        .increment(report.subagents_cancelled.unsigned_abs());
     for (outcome, count) in [
         ("lost", machines.lost),
         ("accept_timeout", machines.accept_timeout),

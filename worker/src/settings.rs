@@ -1,7 +1,10 @@
 //! The worker's settings (DESIGN §8: each is an env var and a flag).
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use holdfast_engine::domain::LimitMaxima;
+use holdfast_engine::egress::EgressPolicy;
 use holdfast_engine::provider::Backoff;
 
 #[derive(Clone, Debug)]
@@ -18,10 +21,20 @@ pub struct WorkerSettings {
     pub model_max_retries: u32,
     /// Delays between model retries (durable: saved as `run_after`).
     pub model_backoff: Backoff,
-    /// Let `web_fetch` reach loopback and private addresses (single-host
-    /// setups, tests). Off: a model cannot be steered into the internal
-    /// network or a cloud metadata endpoint.
-    pub web_fetch_allow_private: bool,
+    /// Failed steps in a row (errors other than a lost lease, panics) after
+    /// which the turn fails with `internal_error` (`HOLDFAST_STEP_MAX_ATTEMPTS`).
+    pub step_max_attempts: u32,
+    /// Delays before a failed step is tried again (durable: `run_after`;
+    /// `HOLDFAST_STEP_BACKOFF_BASE`, `HOLDFAST_STEP_BACKOFF_MAX`).
+    pub step_backoff: Backoff,
+    /// The operator's maxima for agents' limits, written to
+    /// `holdfast.limit_settings` at start (SQL enforces them).
+    pub limits: LimitMaxima,
+    /// Which addresses `web_fetch` and MCP servers may reach
+    /// (`HOLDFAST_EGRESS_ALLOW`). The default, public addresses only, keeps
+    /// a model from being steered into the internal network or a cloud
+    /// metadata endpoint.
+    pub egress: Arc<EgressPolicy>,
 }
 
 impl WorkerSettings {
@@ -51,7 +64,10 @@ impl Default for WorkerSettings {
             poll_interval: Duration::from_secs(1),
             model_max_retries: 8,
             model_backoff: Backoff::default(),
-            web_fetch_allow_private: false,
+            step_max_attempts: 5,
+            step_backoff: Backoff::default(),
+            limits: LimitMaxima::default(),
+            egress: Arc::default(),
         }
     }
 }

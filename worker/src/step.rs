@@ -1,11 +1,14 @@
 //! One step for one claimed agent: load its saved state, decide, run, save.
 
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use deadpool_postgres::Pool;
+use futures::FutureExt;
 use holdfast_engine::context::{NextAction, StepContext};
 use holdfast_engine::domain::{Claim, ModelStep, NewToolCall};
-use holdfast_engine::provider::{ContentBlock, ModelError, ModelRequest, Providers};
+use holdfast_engine::provider::{ContentBlock, ModelError, ModelRequest, ModelTarget, Providers};
 use holdfast_engine::{store, Error, Result};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -54,29 +57,39 @@ impl StepOutcome {
     }
 }
 
+/// Why a step ended without an outcome of its own.
+enum StepFailure {
+    Error(Error),
+    /// The step's code panicked (a bug reachable from some input): the
+    /// panic's message.
+    Panicked(String),
+}
+
 /// Run one step for `claim` until it is saved or `stop` fires. On a stop
 /// the in-flight work is dropped (an HTTP stream is closed, nothing partial
 /// is saved) and the reason decides what is written: nothing (lease lost),
-/// `turn.cancelled` (cancel), or an explicit release (drain).
+/// `turn.cancelled` (cancel), or an explicit release (drain). A step that
+/// fails, or panics, with anything but a lost lease is contained
+/// ([`contain_failure`]): it never ends the task abnormally and never
+/// releases its agent for an immediate retry.
 pub async fn run(deps: Arc<StepDeps>, claim: Claim, stop: StopSignal) -> StepOutcome {
+    let work = AssertUnwindSafe(execute(&deps, claim, &stop)).catch_unwind();
     let result = tokio::select! {
-        result = execute(&deps, claim, &stop) => result,
+        result = work => match result {
+            Ok(result) => result.map_err(StepFailure::Error),
+            Err(panic) => Err(StepFailure::Panicked(panic_message(panic.as_ref()))),
+        },
         _ = stop.stopped() => Ok(StepOutcome::Nothing),
     };
     let outcome = match (stop.reason(), result) {
         (None, Ok(outcome)) => outcome,
-        (None, Err(Error::LeaseLost(message))) => {
+        (None, Err(StepFailure::Error(Error::LeaseLost(message)))) => {
             // Another holder took the agent (this worker was stalled past
             // its lease): Postgres refused the write and nothing is saved.
             tracing::warn!(%message, "lease lost: a write was refused");
             StepOutcome::LeaseLost
         }
-        (None, Err(e)) => {
-            // A database error mid-step: give the agent back so it is retried
-            // from saved state (if the lease is still ours).
-            tracing::warn!(error = %e, "step failed; releasing the agent");
-            release(&deps, claim).await
-        }
+        (None, Err(failure)) => contain_failure(&deps, claim, failure).await,
         (Some(StopReason::LeaseLost), _) => StepOutcome::LeaseLost,
         (Some(StopReason::Cancel), _) => match deps.pool.get().await {
             Ok(client) => match store::complete_cancel(&**client, claim).await {
@@ -98,6 +111,58 @@ pub async fn run(deps: Arc<StepDeps>, claim: Claim, stop: StopSignal) -> StepOut
         metrics::counter!("holdfast_lease_losses_total").increment(1);
     }
     outcome
+}
+
+/// A step failed with something other than a lost lease (a database error,
+/// a config the worker can't represent, a panic). Retrying at once would
+/// fail the same way, in a loop, perhaps paying for a model call each time:
+/// the failure is counted on the agent and the agent released with a
+/// durable, jittered backoff; the `step_max_attempts`-th failure in a row
+/// ends the turn with `internal_error` (sql/0010_step_failures.sql).
+async fn contain_failure(deps: &StepDeps, claim: Claim, failure: StepFailure) -> StepOutcome {
+    let message = match failure {
+        StepFailure::Error(e) => {
+            tracing::warn!(agent_id = %claim.agent_id, error = %e, "step failed");
+            e.to_string()
+        }
+        StepFailure::Panicked(message) => {
+            tracing::error!(agent_id = %claim.agent_id, panic = %message, "step panicked");
+            metrics::counter!("holdfast_worker_step_panics_total").increment(1);
+            format!("the worker panicked: {message}")
+        }
+    };
+    let settings = &deps.settings;
+    let failed = async {
+        let client = deps.pool.get().await?;
+        let failures = store::step_failures(&**client, claim.agent_id).await?;
+        let attempt = u32::try_from(failures).unwrap_or(0).saturating_add(1);
+        let delay = settings.step_backoff.delay(attempt, None);
+        let max = i32::try_from(settings.step_max_attempts).unwrap_or(i32::MAX);
+        store::fail_step(&**client, claim, &message, delay, max).await
+    };
+    match failed.await {
+        Ok(true) => StepOutcome::Retrying,
+        Ok(false) => {
+            tracing::warn!(agent_id = %claim.agent_id, "step failed too often: the turn failed");
+            StepOutcome::Failed
+        }
+        Err(e) => {
+            // Not even the failure could be saved (Postgres unreachable, or
+            // the lease is gone): the lease expires and maintenance releases
+            // the agent, a minute from now, not at once.
+            tracing::warn!(agent_id = %claim.agent_id, error = %e, "recording a step failure");
+            StepOutcome::LeaseLost
+        }
+    }
+}
+
+/// The text a panic carried (`panic!` with a literal or a format).
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 async fn release(deps: &StepDeps, claim: Claim) -> StepOutcome {
@@ -153,16 +218,23 @@ const COMPACTION_KEEP_LAST: usize = 4;
 
 async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Result<StepOutcome> {
     let request = context.model_request(toolbox::definitions(deps, &context.config).await)?;
+    let target = match model_target(deps, claim, context, &request).await? {
+        Ok(target) => target,
+        Err(error) => return model_failed(deps, claim, context, error).await,
+    };
     if deps.providers.should_compact(&request) {
         tracing::info!("context near the model's window: compacting first");
-        return compact(deps, claim, context, &request).await;
+        return compact(deps, claim, context, &request, &target).await;
     }
     let input_ids = context.pending_input_ids();
 
     let (delta_tx, delta_rx) = mpsc::unbounded_channel();
     let publisher = tokio::spawn(deltas::publish(deps.pool.clone(), claim, delta_rx));
     let started = std::time::Instant::now();
-    let response = deps.providers.complete(&request, Some(&delta_tx)).await;
+    let response = deps
+        .providers
+        .complete(&request, &target, Some(&delta_tx))
+        .await;
     drop(delta_tx);
     // Deltas go out before the saved response, so a live client never sees
     // a delta after the model.response event it belongs to.
@@ -173,7 +245,7 @@ async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Res
         Ok(response) => response,
         Err(ModelError::ContextTooLong { message }) => {
             tracing::info!(%message, "context too long: compacting");
-            return compact(deps, claim, context, &request).await;
+            return compact(deps, claim, context, &request, &target).await;
         }
         Err(error) => return model_failed(deps, claim, context, error).await,
     };
@@ -207,6 +279,23 @@ async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Res
     Ok(StepOutcome::Committed)
 }
 
+/// Where this attempt's model call goes: the endpoint resolved now, from the
+/// config loaded for this attempt (so a removed endpoint, a changed
+/// allow-list or a withdrawn custom-URL permission applies at once), or the
+/// error that ends the turn.
+async fn model_target(
+    deps: &StepDeps,
+    claim: Claim,
+    context: &StepContext,
+    request: &ModelRequest,
+) -> Result<std::result::Result<ModelTarget, ModelError>> {
+    let model = context.config.get("model").cloned().unwrap_or(Value::Null);
+    let client = deps.pool.get().await?;
+    let route =
+        store::resolve_model_endpoint(&store::Pooled(&client), claim.agent_id, &model).await?;
+    Ok(deps.providers.target(&route, request.model.provider))
+}
+
 /// Summarise the older history with a model call and save the summary; the
 /// agent is released ready, and its next step makes the real call with the
 /// compacted context. The summary call is a step like any other: its
@@ -216,6 +305,7 @@ async fn compact(
     claim: Claim,
     context: &StepContext,
     request: &ModelRequest,
+    target: &ModelTarget,
 ) -> Result<StepOutcome> {
     let plan = context
         .compaction_plan(request, COMPACTION_KEEP_LAST)
@@ -232,7 +322,7 @@ async fn compact(
         .await?;
         return Ok(StepOutcome::Failed);
     };
-    let summary = match deps.providers.complete(&plan.request, None).await {
+    let summary = match deps.providers.complete(&plan.request, target, None).await {
         Ok(response) => response,
         Err(ModelError::ContextTooLong { message }) => {
             let client = deps.pool.get().await?;

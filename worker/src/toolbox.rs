@@ -295,8 +295,12 @@ async fn spawn_subagent(
         .unwrap_or_default();
     let client = deps.pool.get().await?;
     match store::spawn_subagent(&**client, claim, call.id, &child_config, prompt).await {
-        Ok(child) => {
+        Ok(Some(child)) => {
             tracing::info!(%child, "subagent started");
+            Ok(())
+        }
+        Ok(None) => {
+            tracing::info!("subagent refused by a limit");
             Ok(())
         }
         // A child config that does not validate is the model's (or the

@@ -13,7 +13,6 @@
 //! their lease ends; the delivery id (`webhook-id`) is the same on every
 //! attempt, so receivers can drop duplicates.
 
-pub mod address;
 pub mod signature;
 
 use std::sync::Arc;
@@ -22,6 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use chrono::Utc;
 use deadpool_postgres::Pool;
 use holdfast_engine::domain::{ClaimedWebhookDelivery, RecordedAttempt};
+use holdfast_engine::egress::{refusal_in, EgressKind, EgressPolicy};
 use holdfast_engine::{connect, store};
 use reqwest::header::{HeaderMap, CONTENT_TYPE, RETRY_AFTER};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -50,9 +50,9 @@ pub struct DispatcherSettings {
     /// The first retry's delay; each further retry doubles it, up to `backoff_max`.
     pub backoff_base: Duration,
     pub backoff_max: Duration,
-    /// Whether requests may reach private and loopback addresses (see
-    /// `holdfast_engine::domain::webhook_private_urls_allowed`).
-    pub allow_private: bool,
+    /// Which addresses requests may reach (kind `webhook`): public ones,
+    /// plus what the operator allows with `HOLDFAST_EGRESS_ALLOW`.
+    pub egress: Arc<EgressPolicy>,
     /// How often to look for due retries when no notification comes.
     pub poll_interval: Duration,
 }
@@ -66,7 +66,7 @@ impl Default for DispatcherSettings {
             max_per_endpoint: 16,
             backoff_base: Duration::from_secs(1),
             backoff_max: Duration::from_secs(120),
-            allow_private: false,
+            egress: Arc::default(),
             poll_interval: Duration::from_secs(1),
         }
     }
@@ -81,14 +81,20 @@ impl DispatcherSettings {
     }
 
     /// The delay before retrying after failed attempt number `attempt`:
-    /// exponential with jitter, or the receiver's `Retry-After` when longer.
+    /// exponential with jitter, or the receiver's `Retry-After` when longer,
+    /// but never past the retry window: a receiver's number is range-checked
+    /// here (a huge `Retry-After` once made the attempt unrecordable, and the
+    /// delivery retried past its window); the SQL ends the delivery `failed`
+    /// when the window is over.
     fn retry_delay(&self, attempt: i32, retry_after: Option<Duration>) -> Duration {
         let backoff = backoff_delay(
             self.backoff_base,
             self.backoff_max,
             attempt.max(1).unsigned_abs(),
         );
-        retry_after.map_or(backoff, |wanted| wanted.max(backoff))
+        retry_after
+            .map_or(backoff, |wanted| wanted.max(backoff))
+            .min(self.retry_window)
     }
 }
 
@@ -109,7 +115,7 @@ struct Context {
 pub async fn run(
     settings: DispatcherSettings,
     pool: Pool,
-    db: tokio_postgres::Config,
+    db: connect::ConnectConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let http = http_client(&settings)?;
@@ -205,16 +211,15 @@ fn report_panic(done: Result<Option<(Uuid, i32)>, tokio::task::JoinError>) {
 }
 
 fn http_client(settings: &DispatcherSettings) -> anyhow::Result<reqwest::Client> {
-    let mut builder = reqwest::Client::builder()
+    let builder = settings
+        .egress
+        .client_builder(EgressKind::Webhook)
         .timeout(settings.request_timeout)
         .connect_timeout(settings.request_timeout.min(Duration::from_secs(10)))
         // Standard Webhooks: a 3xx is a failure; following it would let an
         // endpoint bounce requests to where it likes.
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("holdfast-webhooks/", env!("CARGO_PKG_VERSION")));
-    if !settings.allow_private {
-        builder = builder.dns_resolver(Arc::new(address::PublicOnlyResolver));
-    }
     Ok(builder.build()?)
 }
 
@@ -233,7 +238,7 @@ async fn claim(
 /// Keep a `LISTEN holdfast_webhooks` session open (reconnecting with backoff)
 /// and turn its notifications into wake-ups. A reconnect wakes the loop too:
 /// hints sent while disconnected are lost.
-async fn listen(db: tokio_postgres::Config, wake: Arc<Notify>, shutdown: CancellationToken) {
+async fn listen(db: connect::ConnectConfig, wake: Arc<Notify>, shutdown: CancellationToken) {
     let mut failures: u32 = 0;
     loop {
         let session = tokio::select! {
@@ -322,10 +327,8 @@ async fn send(ctx: &Context, delivery: &ClaimedWebhookDelivery) -> Attempt {
         Ok(url) => url,
         Err(e) => return failed(format!("invalid url: {e}")),
     };
-    if !ctx.settings.allow_private {
-        if let Err(e) = address::check_literal_host(&url) {
-            return failed(e);
-        }
+    if let Err(refused) = ctx.settings.egress.check_url(EgressKind::Webhook, &url) {
+        return failed(refused.to_string());
     }
     let body = match serde_json::to_vec(&delivery.event) {
         Ok(body) => body,
@@ -378,6 +381,9 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 
 /// An error with its causes ("error sending request: connection refused").
 fn error_chain(e: &reqwest::Error) -> String {
+    if let Some(refused) = refusal_in(e) {
+        return refused.to_string();
+    }
     let mut text = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(cause) = source {
@@ -482,6 +488,16 @@ async fn release(pool: &Pool, claims: &[(Uuid, i32)]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_huge_retry_after_never_reaches_past_the_window() {
+        let settings = DispatcherSettings::default();
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, "99999999999".parse().unwrap());
+        let delay = settings.retry_delay(3, retry_after(&headers));
+        assert_eq!(delay, settings.retry_window);
+        assert!(settings.retry_delay(1, None) <= settings.backoff_base);
+    }
 
     #[test]
     fn retry_after_reads_seconds_and_dates() {

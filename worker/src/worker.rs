@@ -12,12 +12,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use holdfast_engine::connect::{self, Session};
+use holdfast_engine::connect::{self, ConnectConfig, Session};
 use holdfast_engine::domain::Claim;
 use holdfast_engine::provider::Providers;
 use holdfast_engine::{store, Error, Result};
 use tokio::time::{Instant, MissedTickBehavior};
-use tokio_postgres::Config;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -32,6 +31,9 @@ use crate::tools::web_fetch::{web_fetch_client, WebFetchLimits};
 struct InFlight {
     claim: Claim,
     stop: StopSignal,
+    /// The step's task: if it ever ends abnormally (a panic outside the
+    /// step's own containment), the slot is still freed by this id.
+    task: tokio::task::Id,
     /// Until when the lease is surely still ours, on this process's
     /// monotonic clock: measured from *before* the claim or renewal was
     /// sent, so clock skew and slow replies only make it more cautious.
@@ -43,7 +45,7 @@ struct InFlight {
 /// their agents explicitly), and return once every step task has ended.
 pub async fn run(
     settings: WorkerSettings,
-    db: Config,
+    db: ConnectConfig,
     providers: Arc<Providers>,
     shutdown: CancellationToken,
 ) -> Result<()> {
@@ -51,8 +53,9 @@ pub async fn run(
     // model or tool call: a small pool serves many in-flight steps
     // (1,000 steps on 1,001 sessions cost Postgres 1.5 GB; see BENCHMARKS.md).
     let pool = connect::pool(db.clone(), settings.concurrency.min(16) + 2)?;
+    store::set_limit_maxima(&**pool.get().await?, &settings.limits).await?;
     let web_fetch_limits = WebFetchLimits {
-        allow_private_networks: settings.web_fetch_allow_private,
+        egress: settings.egress.clone(),
         ..WebFetchLimits::default()
     };
     let web_fetch_client = web_fetch_client(&web_fetch_limits).map_err(|e| Error::Invalid {
@@ -65,7 +68,10 @@ pub async fn run(
         settings: settings.clone(),
         web_fetch_client,
         web_fetch_limits,
-        mcp: McpRegistry::new(McpLimits::default()),
+        mcp: McpRegistry::new(McpLimits {
+            egress: settings.egress.clone(),
+            ..McpLimits::default()
+        }),
     });
     let mut worker = Worker {
         settings,
@@ -82,7 +88,7 @@ pub async fn run(
 
 struct Worker {
     settings: WorkerSettings,
-    db: Config,
+    db: ConnectConfig,
     deps: Arc<StepDeps>,
     in_flight: HashMap<Uuid, InFlight>,
     tasks: tokio::task::JoinSet<Uuid>,
@@ -153,8 +159,18 @@ impl Worker {
                     }
                 },
                 _ = poll.tick() => want_claim = true,
-                Some(done) = self.tasks.join_next() => {
-                    if let Ok(agent) = done {
+                Some(done) = self.tasks.join_next_with_id() => {
+                    let agent = match done {
+                        Ok((_, agent)) => Some(agent),
+                        Err(e) => {
+                            tracing::error!(error = %e, "a step task ended abnormally");
+                            self.in_flight
+                                .iter()
+                                .find(|(_, flight)| flight.task == e.id())
+                                .map(|(agent, _)| *agent)
+                        }
+                    };
+                    if let Some(agent) = agent {
                         self.in_flight.remove(&agent);
                     }
                     want_claim = true;
@@ -224,7 +240,7 @@ impl Worker {
             );
             let deps = self.deps.clone();
             let task_stop = stop.clone();
-            self.tasks.spawn(
+            let task = self.tasks.spawn(
                 async move {
                     let started = std::time::Instant::now();
                     let outcome = step::run(deps, claim, task_stop).await;
@@ -240,6 +256,7 @@ impl Worker {
                 InFlight {
                     claim,
                     stop,
+                    task: task.id(),
                     valid_until: sent_at + self.settings.lease_ttl,
                 },
             );

@@ -2,11 +2,16 @@
 //! heartbeats, long-poll claims (each returned command is accepted, and no
 //! claim returns it again), and results.
 //!
-//! The claim long-poll re-runs the claim every [`CLAIM_POLL_INTERVAL`]
-//! inside the request, without holding a connection in between, until a
-//! command is accepted or `wait` runs out: commands are rare next to
-//! heartbeats, and this keeps one pooled connection per claim attempt
-//! instead of one LISTEN connection per waiting daemon.
+//! The claim long-poll waits for a hint between claims: the `holdfast_commands`
+//! NOTIFY for its machine (sent when a command is queued for it, when its
+//! token is rotated and when it is deleted), fanned out by the API's one
+//! LISTEN connection ([`crate::fanout`]), so a waiting daemon costs no
+//! query until something happens for its machine. Hints can be lost (the
+//! LISTEN connection drops), so it also claims every
+//! [`CLAIM_FALLBACK_POLL`] (every [`CLAIM_POLL_WITHOUT_LISTEN`] while the
+//! LISTEN connection is down). No connection is held between claims. Each
+//! claim after the first checks the token again: one rotated or deleted
+//! during the wait is refused (401) before any command is handed out.
 
 use std::time::Duration;
 
@@ -25,13 +30,15 @@ use uuid::Uuid;
 
 use super::token::MachineCaller;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::extract::{ApiPath, ApiQuery, MachineJson};
 use crate::state::AppState;
 
 /// The longest long-poll a claim may ask for.
 pub const MAX_CLAIM_WAIT_SECS: u64 = 20;
-/// How often a waiting claim looks for new commands.
-pub const CLAIM_POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// How often a waiting claim looks for new commands without a hint.
+pub const CLAIM_FALLBACK_POLL: Duration = Duration::from_secs(5);
+/// The same while the API's LISTEN connection is down (no hints come).
+pub const CLAIM_POLL_WITHOUT_LISTEN: Duration = Duration::from_millis(500);
 /// Commands per claim, unless the daemon asks for fewer.
 const DEFAULT_CLAIM_MAX: i32 = 10;
 
@@ -120,7 +127,7 @@ pub struct HeartbeatView {
 pub async fn heartbeat(
     State(state): State<AppState>,
     machine: MachineCaller,
-    ApiJson(request): ApiJson<HeartbeatRequest>,
+    MachineJson(request): MachineJson<HeartbeatRequest>,
 ) -> Result<Json<HeartbeatView>, ApiError> {
     let db = state.db().await?;
     let heartbeat_at =
@@ -211,19 +218,31 @@ pub async fn claim_commands(
             .saturating_sub(Duration::from_secs(1)),
     );
     let deadline = Instant::now() + wait;
+    let mut hints = state.fanout().watch_commands(machine.machine_id);
+    let mut first = true;
     loop {
         let claimed = {
             let db = state.db().await?;
+            if !first {
+                machine.revalidate(&**db).await?;
+            }
             store::claim_commands(&**db, machine.machine_id, max, Some(query.session)).await?
         };
+        first = false;
         let now = Instant::now();
         if !claimed.is_empty() || now >= deadline {
             return Ok(Json(ClaimedList {
                 commands: claimed.into_iter().map(ClaimedCommandView::from).collect(),
             }));
         }
+        let poll = if state.fanout().is_connected() {
+            CLAIM_FALLBACK_POLL
+        } else {
+            CLAIM_POLL_WITHOUT_LISTEN
+        };
         tokio::select! {
-            _ = tokio::time::sleep(CLAIM_POLL_INTERVAL.min(deadline - now)) => {}
+            _ = hints.changed() => {}
+            _ = tokio::time::sleep(poll.min(deadline - now)) => {}
             _ = state.shutdown().cancelled() => {
                 return Ok(Json(ClaimedList { commands: Vec::new() }));
             }
@@ -265,14 +284,6 @@ pub struct ResultRequest {
 
 impl From<ResultRequest> for CommandResult {
     fn from(request: ResultRequest) -> CommandResult {
-        // Postgres text cannot hold NUL; a command's output can.
-        let text = |s: String| {
-            if s.contains('\0') {
-                s.replace('\0', "\u{FFFD}")
-            } else {
-                s
-            }
-        };
         CommandResult {
             state: match request.state {
                 ResultStateName::Finished => CommandResultState::Finished,
@@ -281,8 +292,8 @@ impl From<ResultRequest> for CommandResult {
             exit_code: request.exit_code,
             signal: request.signal,
             timed_out: request.timed_out,
-            stdout: text(request.stdout),
-            stderr: text(request.stderr),
+            stdout: request.stdout,
+            stderr: request.stderr,
             stdout_truncated: request.stdout_truncated,
             stderr_truncated: request.stderr_truncated,
         }
@@ -301,7 +312,8 @@ pub struct ResultView {
     outcome: CommandResultOutcome,
 }
 
-/// Report a command's result. Idempotent: the same result again is
+/// Report a command's result (U+0000 in its output is kept as U+FFFD).
+/// Idempotent: the same result again is
 /// `duplicate`; a different one is 409.
 #[utoipa::path(
     post,
@@ -322,7 +334,7 @@ pub async fn submit_result(
     State(state): State<AppState>,
     machine: MachineCaller,
     ApiPath(id): ApiPath<Uuid>,
-    ApiJson(request): ApiJson<ResultRequest>,
+    MachineJson(request): MachineJson<ResultRequest>,
 ) -> Result<Json<ResultView>, ApiError> {
     let db = state.db().await?;
     let result = CommandResult::from(request);

@@ -1,7 +1,8 @@
 //! `/v1/machines`, with a project's API key: register a machine (its token
 //! is in the answer, once), list machines with their online state, start a
-//! wake attempt.
+//! wake attempt, rotate a machine's token, delete a machine.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -10,7 +11,8 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use holdfast_engine::domain::{MachineStatus, MachineWake};
+use holdfast_engine::domain::{MachineRegistered, MachineStatus, MachineWake};
+use holdfast_engine::egress::{refusal_in, EgressKind, EgressPolicy};
 use holdfast_engine::store;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -40,8 +42,9 @@ pub struct RegisterMachineRequest {
     wake_url: Option<String>,
 }
 
-/// A registered machine with its token. The token is shown here only:
-/// give it to the machine's daemon (`HOLDFAST_MACHINE_TOKEN`).
+/// A machine with its token (registered, or its token rotated). The token
+/// is shown here only: give it to the machine's daemon (`--token-file` or
+/// `HOLDFAST_MACHINE_TOKEN`).
 #[derive(Serialize, ToSchema)]
 pub struct MachineCreated {
     id: Uuid,
@@ -140,6 +143,14 @@ pub async fn register_machine(
     caller: Caller,
     ApiJson(request): ApiJson<RegisterMachineRequest>,
 ) -> Result<impl IntoResponse, ApiError> {
+    // An IP-literal wake_url the egress policy refuses is refused now; a
+    // name is judged by what it resolves to when it is called.
+    let wake_url = request.wake_url.as_deref().map(reqwest::Url::parse);
+    if let Some(Ok(url)) = wake_url {
+        if let Err(refused) = state.config().egress.check_url(EgressKind::Wake, &url) {
+            return Err(ApiError::invalid("wake_url", refused.to_string()));
+        }
+    }
     let db = state.db().await?;
     let created = store::register_machine(
         &**db,
@@ -152,15 +163,75 @@ pub async fn register_machine(
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, format!("/v1/machines/{id}"))],
-        Json(MachineCreated {
-            id,
-            name: created.name,
-            wake_url: created.wake_url,
-            token_prefix: created.token_prefix,
-            token: created.token,
-            created_at: created.created_at,
-        }),
+        Json(MachineCreated::from(created)),
     ))
+}
+
+impl From<MachineRegistered> for MachineCreated {
+    fn from(machine: MachineRegistered) -> MachineCreated {
+        MachineCreated {
+            id: machine.machine_id,
+            name: machine.name,
+            wake_url: machine.wake_url,
+            token_prefix: machine.token_prefix,
+            token: machine.token,
+            created_at: machine.created_at,
+        }
+    }
+}
+
+/// Give a machine a new token, shown only in this answer. The old token is
+/// refused from now on: the daemon using it stops (its claims and
+/// heartbeats get 401) and must be started again with the new one.
+#[utoipa::path(
+    post,
+    path = "/v1/machines/{id}/token",
+    tag = "machines",
+    params(("id" = Uuid, Path, description = "machine id")),
+    responses(
+        (status = 200, body = MachineCreated),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "no such machine in this project (or deleted)", body = ErrorBody),
+    )
+)]
+pub async fn rotate_machine_token(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<MachineCreated>, ApiError> {
+    let db = state.db().await?;
+    let rotated = store::rotate_machine_token(&**db, caller.project_id, id).await?;
+    Ok(Json(MachineCreated::from(rotated)))
+}
+
+/// Delete a machine. Its token is refused from now on (its daemon stops),
+/// its name is free again, and its unfinished commands end at once: a
+/// queued one fails (`command.failed`, reason `machine_deleted`; it never
+/// ran), an accepted one becomes `unknown` (`command.unknown`, reason
+/// `machine_deleted`: it may still run on the machine; its result will not
+/// be received). The agents waiting on them get that result and go on.
+#[utoipa::path(
+    delete,
+    path = "/v1/machines/{id}",
+    tag = "machines",
+    params(("id" = Uuid, Path, description = "machine id")),
+    responses(
+        (status = 204, description = "deleted"),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "no such machine in this project (or already deleted)", body = ErrorBody),
+    )
+)]
+pub async fn delete_machine(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<StatusCode, ApiError> {
+    let db = state.db().await?;
+    let ended = store::delete_machine(&**db, caller.project_id, id).await?;
+    tracing::info!(machine = %id, commands_ended = ended, "machine deleted");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// List the project's machines, oldest first, with their online state and
@@ -227,7 +298,7 @@ pub async fn wake_machine(
         .await?
     };
     let (wake_url_status, wake_url_error) = match &wake.wake_url {
-        Some(url) => call_wake_url(url, &wake).await,
+        Some(url) => call_wake_url(url, &wake, &state.config().egress).await,
         None => (None, None),
     };
     Ok(Json(WakeView {
@@ -240,10 +311,24 @@ pub async fn wake_machine(
 }
 
 /// POST the wake request; its status, or why it failed. Redirects are not
-/// followed. Private addresses are allowed on purpose: a wake endpoint
-/// usually lives on the sleeping machine's own network.
-async fn call_wake_url(url: &str, wake: &MachineWake) -> (Option<u16>, Option<String>) {
-    let client = match reqwest::Client::builder()
+/// followed. The URL is the tenant's, so it goes through the egress policy
+/// (kind `wake`): a wake endpoint on a private network needs the operator
+/// to allow its range (`HOLDFAST_EGRESS_ALLOW=wake=…`); a refused one is
+/// never connected to, and the answer's `wake_url_error` says why.
+async fn call_wake_url(
+    url: &str,
+    wake: &MachineWake,
+    egress: &Arc<EgressPolicy>,
+) -> (Option<u16>, Option<String>) {
+    let parsed = match reqwest::Url::parse(url) {
+        Ok(parsed) => parsed,
+        Err(e) => return (None, Some(format!("wake_url is not a valid URL: {e}"))),
+    };
+    if let Err(refused) = egress.check_url(EgressKind::Wake, &parsed) {
+        return (None, Some(refused.to_string()));
+    }
+    let client = match egress
+        .client_builder(EgressKind::Wake)
         .timeout(WAKE_URL_TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -256,7 +341,7 @@ async fn call_wake_url(url: &str, wake: &MachineWake) -> (Option<u16>, Option<St
         "name": wake.name,
         "wake_until": wake.wake_until,
     });
-    match client.post(url).json(&body).send().await {
+    match client.post(parsed).json(&body).send().await {
         Ok(response) => {
             let status = response.status();
             let error = (!status.is_success()).then(|| format!("wake_url answered {status}"));
@@ -264,7 +349,8 @@ async fn call_wake_url(url: &str, wake: &MachineWake) -> (Option<u16>, Option<St
         }
         Err(e) => {
             tracing::warn!(machine = %wake.machine_id, error = %e, "calling a wake_url");
-            (None, Some(e.to_string()))
+            let refused = refusal_in(&e).map(ToString::to_string);
+            (None, Some(refused.unwrap_or_else(|| e.to_string())))
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Machines and the commands they run (DESIGN §4, §6).
 //!
 //! Two audiences, two credentials. A project's API key registers machines,
-//! lists them and starts wake attempts ([`manage`]). A machine's daemon
+//! lists them, starts wake attempts, rotates their tokens and deletes them
+//! ([`manage`]). A machine's daemon
 //! (`holdfast machine`) uses the machine's own token on `/v1/machine/...`
 //! ([`daemon`]): heartbeats, long-poll claims, results. Neither credential
 //! opens the other's routes ([`token`]).

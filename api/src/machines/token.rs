@@ -6,6 +6,7 @@ use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use holdfast_engine::store;
+use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use crate::error::ApiError;
@@ -15,10 +16,38 @@ use crate::state::AppState;
 const MAX_TOKEN_LEN: usize = 256;
 
 /// The machine whose daemon makes the request.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone)]
 pub struct MachineCaller {
     pub machine_id: Uuid,
     pub project_id: Uuid,
+    /// Kept so a long request can check the token again ([`Self::revalidate`]).
+    token: String,
+}
+
+impl MachineCaller {
+    /// 401 unless the token still belongs to this machine: a long-poll
+    /// outlives the check made when it began, and the token may have been
+    /// rotated or the machine deleted meanwhile.
+    pub async fn revalidate(&self, client: &impl GenericClient) -> Result<(), ApiError> {
+        match store::authenticate_machine(client, &self.token).await? {
+            Some(machine) if machine.machine_id == self.machine_id => Ok(()),
+            _ => Err(revoked()),
+        }
+    }
+}
+
+impl std::fmt::Debug for MachineCaller {
+    // The token stays out of logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MachineCaller")
+            .field("machine_id", &self.machine_id)
+            .field("project_id", &self.project_id)
+            .finish_non_exhaustive()
+    }
+}
+
+fn revoked() -> ApiError {
+    ApiError::unauthorized("invalid machine token (unknown, rotated, or its machine was deleted)")
 }
 
 impl FromRequestParts<AppState> for MachineCaller {
@@ -46,10 +75,11 @@ impl FromRequestParts<AppState> for MachineCaller {
         let db = state.db().await?;
         let machine = store::authenticate_machine(&**db, token)
             .await?
-            .ok_or_else(|| ApiError::unauthorized("invalid machine token"))?;
+            .ok_or_else(revoked)?;
         Ok(MachineCaller {
             machine_id: machine.machine_id,
             project_id: machine.project_id,
+            token: token.to_owned(),
         })
     }
 }

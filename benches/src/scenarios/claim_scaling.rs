@@ -215,17 +215,22 @@ async fn claim_cycles(claimer: &Client, samples: usize) -> Result<(Samples, Samp
     Ok((claims, releases))
 }
 
-/// EXPLAIN ANALYZE of claim_agents' candidate query (in a rolled-back
-/// transaction: it locks what it finds). `now()` stands in for the
-/// function's `v_now`, a plan parameter there as here.
+/// EXPLAIN ANALYZE of claim_agents' candidate reads (0011: the first
+/// project head of the skip scan, then that project's oldest-ready agent),
+/// in a rolled-back transaction: it locks what it finds. `now()` stands in
+/// for the function's `v_now`, a plan parameter there as here.
 async fn claim_plan(admin: &Client) -> Result<Value> {
     admin.batch_execute("BEGIN").await?;
     let rows = admin
         .query(
             "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF)
              SELECT a.id FROM holdfast.agents a
-              WHERE a.state = 'ready' AND a.run_after <= now()
-              ORDER BY a.run_after, a.id
+              WHERE a.project_id = (SELECT h.project_id FROM holdfast.agents h
+                                     WHERE h.state = 'ready'
+                                     ORDER BY h.project_id, greatest(h.run_after, h.state_changed_at), h.id
+                                     LIMIT 1)
+                AND a.state = 'ready' AND greatest(a.run_after, a.state_changed_at) <= now()
+              ORDER BY greatest(a.run_after, a.state_changed_at), a.id
               LIMIT 1
                 FOR UPDATE SKIP LOCKED",
             &[],

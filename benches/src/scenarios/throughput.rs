@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use futures::{StreamExt, TryStreamExt};
-use holdfast_engine::{connect, store};
+use holdfast_engine::connect::{self, ConnectConfig};
+use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use serde_json::json;
-use tokio_postgres::Config;
 use uuid::Uuid;
 
 use super::{agent_config, target, LOOKUP_TOOL};
@@ -39,8 +39,9 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let concurrency = bench.pick(bench.opts.concurrency, 32, 8);
 
     let config = bench.cluster.fresh_database(DB).await?;
-    // The baseline first, on an idle cluster, right before the run.
-    let baseline = bench.pgbench().await?;
+    // The baselines first, on an idle cluster, right before the run.
+    let mut baseline = bench.pgbench().await?;
+    crate::merge(&mut baseline, bench.plain_queue().await?);
 
     let fake = FakeProvider::start().await;
     fake.set_default(Reply::tool_calls(vec![(
@@ -147,6 +148,9 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let model_steps_per_sec = model_steps as f64 / seconds;
     let pgbench_tps = baseline["pgbench_tps"].as_f64().unwrap_or(f64::NAN);
     let step_ratio = steps_per_sec / pgbench_tps;
+    let plain_queue_jobs_per_sec = baseline["plain_queue_jobs_per_sec"]
+        .as_f64()
+        .unwrap_or(f64::NAN);
 
     let mut metrics = json!({
         "steps": total_steps,
@@ -165,10 +169,11 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
         "worker_sessions_in_statement": waits,
         "ratio_steps_per_sec_to_pgbench_tps": ratio(steps_per_sec, pgbench_tps),
         "ratio_model_steps_per_sec_to_pgbench_tps": ratio(model_steps_per_sec, pgbench_tps),
+        "ratio_steps_per_sec_to_plain_queue_jobs_per_sec": ratio(steps_per_sec, plain_queue_jobs_per_sec),
     });
     metrics["target"] = target(
-        "steps/s >= 0.5 x pgbench -N tps of the same run",
-        step_ratio >= 0.5,
+        "steps/s >= 0.5 x pgbench -N tps and >= 1.0 x plain-queue jobs/s of the same run",
+        step_ratio >= 0.5 && steps_per_sec >= plain_queue_jobs_per_sec,
     );
     Ok(Outcome {
         params: json!({
@@ -188,7 +193,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
 /// Answer every waiting `lookup` call until each agent has had `steps`
 /// model steps (its last call is left waiting). Woken by the events
 /// channel, polling as a fallback. Returns the number of results submitted.
-async fn answer_tool_calls(config: &Config, agents: usize, steps: usize) -> Result<u64> {
+async fn answer_tool_calls(config: &ConnectConfig, agents: usize, steps: usize) -> Result<u64> {
     let mut listen = connect::listen(config, &["holdfast_events"]).await?;
     let pool = connect::pool(config.clone(), ANSWERERS)?;
     let mut calls_seen: HashMap<Uuid, usize> = HashMap::new();

@@ -129,6 +129,15 @@ impl ApiClient {
         self.send(1, || self.post_request(path, body, None)).await
     }
 
+    /// DELETE once: a repeat after a lost answer would be a confusing 404.
+    pub async fn delete_once(&self, path: &str) -> Result<Answer, CallError> {
+        self.send(1, || {
+            self.request(Method::DELETE, path)
+                .timeout(Duration::from_secs(60))
+        })
+        .await
+    }
+
     fn post_request(
         &self,
         path: &str,
@@ -175,6 +184,12 @@ impl ApiClient {
                         .headers()
                         .get("idempotent-replayed")
                         .is_some_and(|v| v.as_bytes() == b"true");
+                    if response.status() == StatusCode::NO_CONTENT {
+                        return Ok(Answer {
+                            body: Value::Null,
+                            replayed,
+                        });
+                    }
                     match response.json::<Value>().await {
                         Ok(body) => return Ok(Answer { body, replayed }),
                         Err(e) => Err(CallError::Transport(e)),

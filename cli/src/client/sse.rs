@@ -101,4 +101,51 @@ mod tests {
             ]
         );
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Bytes biased towards what the decoder branches on.
+        fn stream_bytes() -> impl Strategy<Value = Vec<u8>> {
+            let piece = prop_oneof![
+                Just(b"\n".to_vec()),
+                Just(b"\r\n".to_vec()),
+                Just(b"data: ".to_vec()),
+                Just(b"id:".to_vec()),
+                Just(b"event: ".to_vec()),
+                Just(b":".to_vec()),
+                Just("é€😀".as_bytes().to_vec()),
+                proptest::collection::vec(any::<u8>(), 0..8),
+            ];
+            proptest::collection::vec(piece, 0..64).prop_map(|p| p.concat())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            #[test]
+            fn any_bytes_in_any_chunks_decode_as_they_do_whole(
+                bytes in stream_bytes(),
+                cut in any::<usize>(),
+            ) {
+                let whole = SseDecoder::default().push(&bytes);
+                let cut = cut % (bytes.len() + 1);
+                let mut decoder = SseDecoder::default();
+                let mut split = decoder.push(&bytes[..cut]);
+                split.extend(decoder.push(&bytes[cut..]));
+                prop_assert_eq!(split, whole);
+            }
+
+            #[test]
+            fn arbitrary_utf8_ids_and_data_come_back_exactly(
+                id in "[^\r\n]*",
+                data in "[^\r\n]*",
+            ) {
+                let body = format!("id: {id}\ndata: {data}\n\n");
+                let events = SseDecoder::default().push(body.as_bytes());
+                prop_assert_eq!(events, vec![SseEvent { id: Some(id), event: None, data }]);
+            }
+        }
+    }
 }

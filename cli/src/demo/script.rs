@@ -38,10 +38,13 @@ const CLOSING: &str = "Done: refund R-7731 of 49.00 EUR is on its way and usuall
 /// batching, so the text visibly streams word by word.
 const WORD_GAP: Duration = Duration::from_millis(80);
 
+/// The model endpoint the demo registers for its scripted model server.
+pub const MODEL_ENDPOINT: &str = "demo-model-server";
+
 /// The agent: the two custom tools, and `run_command` on `machine`.
-pub fn agent_config(model_base_url: &str, machine: &str) -> Value {
+pub fn agent_config(machine: &str) -> Value {
     json!({
-        "model": {"provider": "anthropic", "name": "demo-model", "base_url": model_base_url},
+        "model": {"provider": "anthropic", "name": "demo-model", "endpoint": MODEL_ENDPOINT},
         "system": "You are the support agent of a small shop. Look orders up before acting.",
         "tools": [
             {

@@ -107,6 +107,9 @@ pub(crate) fn classify_stream_error(error: &Value) -> ModelError {
 
 /// Classify a failure to connect, send, or read.
 pub(crate) fn transport_error(error: &reqwest::Error) -> ModelError {
+    if let Some(refused) = crate::egress::refusal_in(error) {
+        return egress_refused(refused);
+    }
     let mut message = error.to_string();
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
@@ -131,6 +134,15 @@ pub(crate) fn transport_error(error: &reqwest::Error) -> ModelError {
         kind: kind.into(),
         message,
         retry_after: None,
+    }
+}
+
+/// An agent's base URL the egress policy refuses: trying again cannot help
+/// (the operator must allow the range, or the agent use another URL).
+pub(crate) fn egress_refused(refused: &crate::egress::EgressRefused) -> ModelError {
+    ModelError::Fatal {
+        error_type: "invalid_request_error".into(),
+        message: refused.to_string(),
     }
 }
 
@@ -210,16 +222,28 @@ fn truncate(text: &str) -> String {
     }
 }
 
+/// The longest wait a provider's hint can ask for. A longer one (a broken
+/// or hostile server, `Retry-After: 99999999999`) is cut to this: the retry
+/// still counts toward the retry budget, and no interval overflows.
+pub(crate) const RETRY_HINT_MAX: Duration = Duration::from_secs(3600);
+
+/// When the provider says to come back, at most [`RETRY_HINT_MAX`].
+pub(crate) fn retry_hint(status: u16, headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    requested_delay(status, headers, now).map(|delay| delay.min(RETRY_HINT_MAX))
+}
+
 /// When the provider says to come back: `retry-after-ms`, then
 /// `Retry-After` (delta-seconds or HTTP-date), then, for a 429, the rate
 /// limit reset headers (Anthropic `anthropic-ratelimit-*-reset`, RFC 3339
 /// instants; OpenAI `x-ratelimit-reset-*`, durations like `6m0s`): the
 /// latest reset among the buckets reported empty, or among all when none is.
-pub(crate) fn retry_hint(status: u16, headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+fn requested_delay(status: u16, headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     if let Some(ms) = header("retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok()) {
-        if let Ok(delay) = Duration::try_from_secs_f64(ms / 1000.0) {
-            return Some(delay);
+        // A finite delay too long for a Duration is as good as forever (the
+        // caller caps it); a negative or NaN one is no hint.
+        if ms.is_finite() && ms >= 0.0 {
+            return Some(Duration::try_from_secs_f64(ms / 1000.0).unwrap_or(Duration::MAX));
         }
     }
     if let Some(delay) = header("retry-after").and_then(|v| parse_retry_after(v, now)) {
@@ -333,6 +357,25 @@ mod tests {
         );
         assert_eq!(parse_go_duration(""), None);
         assert_eq!(parse_go_duration("5 minutes"), None);
+    }
+
+    #[test]
+    fn a_huge_retry_hint_is_cut_to_the_maximum() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+        for (name, value) in [
+            ("retry-after", "99999999999"),
+            ("retry-after-ms", "1e300"),
+            ("retry-after", "Fri, 31 Dec 9999 23:59:59 GMT"),
+        ] {
+            let h = headers(&[(name, value)]);
+            assert_eq!(
+                retry_hint(503, &h, now),
+                Some(RETRY_HINT_MAX),
+                "{name}: {value}"
+            );
+        }
+        let h = headers(&[("retry-after", "3")]);
+        assert_eq!(retry_hint(503, &h, now), Some(Duration::from_secs(3)));
     }
 
     #[test]

@@ -16,12 +16,17 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::timeout;
 
 use super::anthropic::{self, AnthropicStream};
-use super::classify::{classify_status, idle_timeout, transport_error, ERROR_BODY_LIMIT};
+use super::classify::{
+    classify_status, egress_refused, idle_timeout, transport_error, ERROR_BODY_LIMIT,
+};
 use super::compaction::estimate_tokens;
 use super::openai::{self, OpenAiStream};
 use super::sse::{SseDecoder, SseEvent};
 use super::{ModelError, ModelRequest, ModelResponse, Provider};
+use crate::domain::{ModelDestination, ModelRoute};
 use crate::duration::parse_duration;
+use crate::egress::{EgressKind, EgressPolicy};
+use crate::secrets::SecretKey;
 
 pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
@@ -38,6 +43,8 @@ pub struct ProviderSettings {
     pub openai_base_url: String,
     /// `OPENAI_API_KEY`, sent as `Authorization: Bearer` (when set).
     pub openai_api_key: Option<String>,
+    /// `HOLDFAST_SECRET_KEY`: opens projects' own provider keys.
+    pub secret_key: Option<SecretKey>,
     /// Time allowed to establish a connection (TCP and TLS).
     /// `HOLDFAST_MODEL_CONNECT_TIMEOUT`, default 10 s.
     pub connect_timeout: Duration,
@@ -56,6 +63,10 @@ pub struct ProviderSettings {
     /// its output reservation exceeds this fraction of the context window.
     /// Below 1 because [`estimate_tokens`] is a rough estimate. Default 0.9.
     pub compact_threshold: f64,
+    /// Which addresses an agent's own `model.base_url` may reach (kind
+    /// `model`, `HOLDFAST_EGRESS_ALLOW`). The base URLs above are the
+    /// operator's and are not checked.
+    pub egress: Arc<EgressPolicy>,
 }
 
 impl Default for ProviderSettings {
@@ -65,11 +76,13 @@ impl Default for ProviderSettings {
             anthropic_api_key: None,
             openai_base_url: DEFAULT_OPENAI_BASE_URL.into(),
             openai_api_key: None,
+            secret_key: None,
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(120),
             default_context_window: 128_000,
             context_windows: HashMap::new(),
             compact_threshold: 0.9,
+            egress: Arc::default(),
         }
     }
 }
@@ -82,11 +95,13 @@ impl std::fmt::Debug for ProviderSettings {
             .field("anthropic_api_key", &key(&self.anthropic_api_key))
             .field("openai_base_url", &self.openai_base_url)
             .field("openai_api_key", &key(&self.openai_api_key))
+            .field("secret_key", &self.secret_key)
             .field("connect_timeout", &self.connect_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("default_context_window", &self.default_context_window)
             .field("context_windows", &self.context_windows)
             .field("compact_threshold", &self.compact_threshold)
+            .field("egress", &self.egress)
             .finish()
     }
 }
@@ -128,6 +143,12 @@ impl ProviderSettings {
             anthropic_api_key: var("ANTHROPIC_API_KEY"),
             openai_base_url: var("OPENAI_BASE_URL").unwrap_or(defaults.openai_base_url),
             openai_api_key: var("OPENAI_API_KEY"),
+            secret_key: SecretKey::from_lookup(&lookup).map_err(|e| {
+                ProviderSetupError::InvalidSetting {
+                    name: crate::secrets::SECRET_KEY_ENV.into(),
+                    message: e.to_string(),
+                }
+            })?,
             connect_timeout: duration("HOLDFAST_MODEL_CONNECT_TIMEOUT", defaults.connect_timeout)?,
             idle_timeout: duration("HOLDFAST_MODEL_IDLE_TIMEOUT", defaults.idle_timeout)?,
             default_context_window,
@@ -149,8 +170,45 @@ pub enum ProviderSetupError {
 /// pools connections).
 #[derive(Clone, Debug)]
 pub struct Providers {
+    /// For the operator's base URLs (reads proxy variables as usual).
     http: reqwest::Client,
+    /// For agent-chosen base URLs: through the egress policy, no proxy, no
+    /// redirects (a model API has no reason to send a POST elsewhere).
+    tenant_http: reqwest::Client,
     settings: Arc<ProviderSettings>,
+}
+
+/// Where one model call goes and the credential it carries, decided per
+/// call by [`Providers::target`].
+#[derive(Clone, PartialEq)]
+pub enum ModelTarget {
+    /// An operator endpoint (or `default`): the credential is the project's
+    /// own key, else the operator's.
+    Operator {
+        base_url: String,
+        api_key: Option<String>,
+    },
+    /// A tenant-set URL: the project's own key or nothing.
+    CustomUrl {
+        base_url: String,
+        project_key: Option<String>,
+    },
+}
+
+impl std::fmt::Debug for ModelTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (kind, base_url, key) = match self {
+            ModelTarget::Operator { base_url, api_key } => ("Operator", base_url, api_key),
+            ModelTarget::CustomUrl {
+                base_url,
+                project_key,
+            } => ("CustomUrl", base_url, project_key),
+        };
+        f.debug_struct(kind)
+            .field("base_url", base_url)
+            .field("key", &if key.is_some() { "<set>" } else { "<unset>" })
+            .finish()
+    }
 }
 
 /// Turns a protocol's SSE events into a [`ModelResponse`].
@@ -174,8 +232,17 @@ impl Providers {
             .user_agent(concat!("holdfast/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(ProviderSetupError::Client)?;
+        let tenant_http = settings
+            .egress
+            .client_builder(EgressKind::Model)
+            .connect_timeout(settings.connect_timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("holdfast/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(ProviderSetupError::Client)?;
         Ok(Providers {
             http,
+            tenant_http,
             settings: Arc::new(settings),
         })
     }
@@ -189,45 +256,169 @@ impl Providers {
         &self.settings
     }
 
-    /// One streaming model call. Each text delta goes to `deltas` as it
-    /// arrives (send errors are ignored: nobody watching is fine); the
-    /// result is the assembled response, or the failure classified.
-    /// `request.model.base_url` overrides the provider's base URL. Drop the
-    /// future to cancel: the connection is closed.
+    /// Where a call of `provider` goes, and with which credential, for the
+    /// route the database resolved at this call:
+    /// - a refused route ends the turn (`invalid_request_error`, the field
+    ///   named);
+    /// - a custom URL gets the project's own key, if any, and never an
+    ///   operator credential;
+    /// - `default` is this worker's environment pair for the provider
+    ///   (`ANTHROPIC_*` or `OPENAI_*`), a named endpoint its base URL and the
+    ///   variable it names; the project's own key, when set, replaces the
+    ///   operator credential.
+    pub fn target(
+        &self,
+        route: &ModelRoute,
+        provider: Provider,
+    ) -> Result<ModelTarget, ModelError> {
+        let project_key = match &route.project_key {
+            None => None,
+            Some(sealed) => {
+                let secret = self.settings.secret_key.as_ref().ok_or_else(|| ModelError::Fatal {
+                    error_type: "authentication_error".into(),
+                    message: format!(
+                        "the project's own provider key cannot be opened: {} is not set on this worker",
+                        crate::secrets::SECRET_KEY_ENV
+                    ),
+                })?;
+                let opened = secret
+                    .open_provider_key(route.project_id, provider.as_str(), sealed)
+                    .map_err(|e| ModelError::Fatal {
+                        error_type: "authentication_error".into(),
+                        message: e.to_string(),
+                    })?;
+                Some(opened)
+            }
+        };
+        match &route.destination {
+            ModelDestination::Refused { field, message } => Err(ModelError::Fatal {
+                error_type: "invalid_request_error".into(),
+                message: format!("{field}: {message}"),
+            }),
+            ModelDestination::CustomUrl { base_url } => Ok(ModelTarget::CustomUrl {
+                base_url: base_url.clone(),
+                project_key,
+            }),
+            ModelDestination::Operator { base_url: None, .. } => {
+                let (base_url, operator_key) = self.environment_pair(provider);
+                Ok(ModelTarget::Operator {
+                    base_url: base_url.clone(),
+                    api_key: project_key.or_else(|| operator_key.clone()),
+                })
+            }
+            ModelDestination::Operator {
+                base_url: Some(base_url),
+                credential_env,
+                ..
+            } => Ok(ModelTarget::Operator {
+                base_url: base_url.clone(),
+                api_key: project_key.or_else(|| {
+                    credential_env
+                        .as_deref()
+                        .and_then(|name| std::env::var(name).ok())
+                        .filter(|v| !v.trim().is_empty())
+                }),
+            }),
+        }
+    }
+
+    /// The endpoint `default` for `provider`: this worker's environment pair
+    /// (`ANTHROPIC_BASE_URL`/`_API_KEY`, or `OPENAI_BASE_URL`/`_API_KEY`).
+    pub fn default_target(&self, provider: Provider) -> ModelTarget {
+        let (base_url, api_key) = self.environment_pair(provider);
+        ModelTarget::Operator {
+            base_url: base_url.clone(),
+            api_key: api_key.clone(),
+        }
+    }
+
+    /// The base URL and key of `provider` from this worker's environment.
+    fn environment_pair(&self, provider: Provider) -> (&String, &Option<String>) {
+        match provider {
+            Provider::Anthropic => (
+                &self.settings.anthropic_base_url,
+                &self.settings.anthropic_api_key,
+            ),
+            Provider::Openai => (
+                &self.settings.openai_base_url,
+                &self.settings.openai_api_key,
+            ),
+        }
+    }
+
+    /// One streaming model call to `target`. Each text delta goes to
+    /// `deltas` as it arrives (send errors are ignored: nobody watching is
+    /// fine); the result is the assembled response, or the failure
+    /// classified. Drop the future to cancel: the connection is closed.
     pub async fn complete(
         &self,
         request: &ModelRequest,
+        target: &ModelTarget,
         deltas: Option<&UnboundedSender<String>>,
     ) -> Result<ModelResponse, ModelError> {
-        let settings = &self.settings;
+        match target {
+            ModelTarget::Operator { base_url, api_key } => {
+                self.send(request, &self.http, base_url, api_key.as_deref(), deltas)
+                    .await
+            }
+            ModelTarget::CustomUrl {
+                base_url,
+                project_key,
+            } => {
+                self.complete_at_custom_url(request, base_url, project_key.as_deref(), deltas)
+                    .await
+            }
+        }
+    }
+
+    /// The one path of requests to a tenant-set URL. It is handed nothing
+    /// but the project's own key, so no operator credential can reach a host
+    /// the tenant chose, and it goes through the egress-checked client: the
+    /// URL's literal host is judged here, a name's addresses when they
+    /// resolve, and redirects are not followed.
+    async fn complete_at_custom_url(
+        &self,
+        request: &ModelRequest,
+        base_url: &str,
+        project_key: Option<&str>,
+        deltas: Option<&UnboundedSender<String>>,
+    ) -> Result<ModelResponse, ModelError> {
+        if let Ok(url) = reqwest::Url::parse(base_url) {
+            self.settings
+                .egress
+                .check_url(EgressKind::Model, &url)
+                .map_err(|refused| egress_refused(&refused))?;
+        }
+        self.send(request, &self.tenant_http, base_url, project_key, deltas)
+            .await
+    }
+
+    /// Send `request` to `base` over `client` in its provider's protocol,
+    /// with `api_key` (as `x-api-key` or a bearer token) when given.
+    async fn send(
+        &self,
+        request: &ModelRequest,
+        client: &reqwest::Client,
+        base: &str,
+        api_key: Option<&str>,
+        deltas: Option<&UnboundedSender<String>>,
+    ) -> Result<ModelResponse, ModelError> {
         match request.model.provider {
             Provider::Anthropic => {
-                let base = request
-                    .model
-                    .base_url
-                    .as_deref()
-                    .unwrap_or(&settings.anthropic_base_url);
-                let mut http = self
-                    .http
+                let mut http = client
                     .post(endpoint(base, "/v1/messages"))
                     .header("anthropic-version", anthropic::API_VERSION)
                     .json(&anthropic::request_body(request));
-                if let Some(key) = &settings.anthropic_api_key {
+                if let Some(key) = api_key {
                     http = http.header("x-api-key", key);
                 }
                 self.stream(http, AnthropicStream::default(), deltas).await
             }
             Provider::Openai => {
-                let base = request
-                    .model
-                    .base_url
-                    .as_deref()
-                    .unwrap_or(&settings.openai_base_url);
-                let mut http = self
-                    .http
+                let mut http = client
                     .post(endpoint(base, "/chat/completions"))
                     .json(&openai::request_body(request));
-                if let Some(key) = &settings.openai_api_key {
+                if let Some(key) = api_key {
                     http = http.bearer_auth(key);
                 }
                 self.stream(http, OpenAiStream::default(), deltas).await

@@ -200,6 +200,7 @@ mod tests {
             model: ModelConfig {
                 provider: Provider::Anthropic,
                 name: "claude-test".into(),
+                endpoint: None,
                 base_url: None,
                 max_tokens: None,
             },

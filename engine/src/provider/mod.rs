@@ -31,7 +31,7 @@ mod sse;
 pub use anthropic::DEFAULT_MAX_TOKENS;
 pub use backoff::Backoff;
 pub use client::{
-    ProviderSettings, ProviderSetupError, Providers, DEFAULT_ANTHROPIC_BASE_URL,
+    ModelTarget, ProviderSettings, ProviderSetupError, Providers, DEFAULT_ANTHROPIC_BASE_URL,
     DEFAULT_OPENAI_BASE_URL,
 };
 pub use compaction::{compaction_split, estimate_tokens, summary_message, summary_request};
@@ -41,6 +41,10 @@ pub use compaction::{compaction_split, estimate_tokens, summary_message, summary
 pub struct ModelConfig {
     pub provider: Provider,
     pub name: String,
+    /// The operator's model endpoint by name; `None` is `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// A tenant-set server (only where the operator allows custom URLs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -52,6 +56,15 @@ pub struct ModelConfig {
 pub enum Provider {
     Anthropic,
     Openai,
+}
+
+impl Provider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Anthropic => "anthropic",
+            Provider::Openai => "openai",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

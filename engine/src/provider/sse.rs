@@ -113,4 +113,65 @@ mod tests {
         assert!(d.push(&bytes[..split]).is_empty());
         assert_eq!(d.push(&bytes[split..]), vec![ev("", "héllo")]);
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Bytes biased towards what the decoder branches on.
+        fn stream_bytes() -> impl Strategy<Value = Vec<u8>> {
+            let piece = prop_oneof![
+                Just(b"\n".to_vec()),
+                Just(b"\r\n".to_vec()),
+                Just(b"data: ".to_vec()),
+                Just(b"event:".to_vec()),
+                Just(b": ".to_vec()),
+                Just("é€😀".as_bytes().to_vec()),
+                proptest::collection::vec(any::<u8>(), 0..8),
+            ];
+            proptest::collection::vec(piece, 0..64).prop_map(|p| p.concat())
+        }
+
+        fn decode_in_chunks(bytes: &[u8], cuts: &[usize]) -> Vec<SseEvent> {
+            let mut decoder = SseDecoder::default();
+            let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+            cuts.sort_unstable();
+            let mut events = Vec::new();
+            let mut from = 0;
+            for cut in cuts.into_iter().chain([bytes.len()]) {
+                events.extend(decoder.push(&bytes[from..cut]));
+                from = cut;
+            }
+            events
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            #[test]
+            fn any_bytes_in_any_chunks_decode_as_they_do_whole(
+                bytes in stream_bytes(),
+                cuts in proptest::collection::vec(any::<usize>(), 0..8),
+            ) {
+                let whole = SseDecoder::default().push(&bytes);
+                prop_assert_eq!(decode_in_chunks(&bytes, &cuts), whole);
+            }
+
+            #[test]
+            fn arbitrary_utf8_data_comes_back_exactly(
+                lines in proptest::collection::vec("[^\r\n]*", 1..4),
+                cuts in proptest::collection::vec(any::<usize>(), 0..8),
+            ) {
+                let mut body = String::from("event: x\n");
+                for line in &lines {
+                    body.push_str("data: ");
+                    body.push_str(line);
+                    body.push('\n');
+                }
+                body.push('\n');
+                let events = decode_in_chunks(body.as_bytes(), &cuts);
+                prop_assert_eq!(events, vec![ev("x", &lines.join("\n"))]);
+            }
+        }
+    }
 }

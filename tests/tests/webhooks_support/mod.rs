@@ -395,6 +395,9 @@ pub fn spawn_maintenance(database_url: &str, env: &[(&str, &str)]) -> Child {
         .arg("maintenance")
         .env("HOLDFAST_DATABASE_URL", database_url)
         .env("HOLDFAST_LOG", "warn")
+        // The receivers listen on loopback, which webhooks may not reach
+        // unless the operator allows it.
+        .env("HOLDFAST_EGRESS_ALLOW", "webhook=127.0.0.0/8")
         .stdin(Stdio::null())
         .kill_on_drop(true);
     for (name, value) in env {

@@ -16,8 +16,9 @@ const CLAIM_MARGIN: Duration = Duration::from_secs(15);
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
-    /// 401: the token is wrong or its machine is gone. Retrying will not help.
-    #[error("the API refused the machine token: {0}")]
+    /// 401: the token is wrong, was rotated, or its machine was deleted.
+    /// Retrying will not help.
+    #[error("the API refused the machine token (wrong, rotated, or its machine was deleted); start the daemon again with the machine's current token: {0}")]
     Unauthorized(String),
     /// 409 on a heartbeat or a claim: another daemon process has taken the
     /// machine over.

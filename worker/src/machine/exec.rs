@@ -1,13 +1,17 @@
 //! Running one command: `sh -c` in the working directory, stdin closed, in
 //! a process group of its own (so its timeout kills everything it started,
 //! and a signal aimed at the daemon does not reach it), stdout and stderr
-//! captured up to a bound each.
+//! captured up to a bound each, with a clean environment
+//! ([`command_environment`]): never the daemon's own, which may hold the
+//! machine token and, inside `holdfast up`, provider keys and the database
+//! URL.
 //!
 //! A process started by an earlier run of the daemon (which then died) is
 //! not this process's child: it can only be watched through /proc until it
 //! is gone, and its exit status is lost.
 
 use std::collections::VecDeque;
+use std::ffi::OsString;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -16,6 +20,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use holdfast_engine::domain::{ClaimedCommand, CommandResult, CommandResultState};
+use holdfast_engine::pg_text::storable_str;
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -30,13 +35,43 @@ use super::journal::Process;
 const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 /// How often a process of an earlier daemon run is looked at.
 const ORPHAN_POLL: Duration = Duration::from_millis(200);
+/// The daemon's variables every command gets (those that are set).
+pub const BASE_ENVIRONMENT: [&str; 5] = ["PATH", "HOME", "LANG", "TERM", "USER"];
+/// A command's PATH when the daemon has none.
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-/// Run `command` to its end (or its timeout). `started` is told the process
+/// The environment commands run with: [`BASE_ENVIRONMENT`] and the names in
+/// `pass` (`--pass-env`), each with the daemon's value where it has one,
+/// and nothing else.
+pub fn command_environment(pass: &[String]) -> Vec<(OsString, OsString)> {
+    let mut names: Vec<&str> = Vec::new();
+    for name in BASE_ENVIRONMENT
+        .iter()
+        .copied()
+        .chain(pass.iter().map(String::as_str))
+    {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    let mut environment: Vec<(OsString, OsString)> = names
+        .into_iter()
+        .filter_map(|name| std::env::var_os(name).map(|value| (name.into(), value)))
+        .collect();
+    if !environment.iter().any(|(name, _)| name == "PATH") {
+        environment.push(("PATH".into(), DEFAULT_PATH.into()));
+    }
+    environment
+}
+
+/// Run `command` to its end (or its timeout) with exactly `environment`
+/// ([`command_environment`]). `started` is told the process
 /// before any output is read; if it fails (the journal cannot be written),
 /// the process group is killed and the error returned.
 pub async fn run(
     command: &ClaimedCommand,
     work_dir: &Path,
+    environment: &[(OsString, OsString)],
     max_output_bytes: usize,
     started: impl FnOnce(Process) -> io::Result<()>,
 ) -> io::Result<CommandResult> {
@@ -44,6 +79,8 @@ pub async fn run(
         .arg("-c")
         .arg(&command.command)
         .current_dir(work_dir)
+        .env_clear()
+        .envs(environment.iter().map(|(name, value)| (name, value)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -232,11 +269,14 @@ impl Capture {
         }
     }
 
-    /// The text (invalid UTF-8 replaced) and whether bytes were left out.
+    /// The text and whether bytes were left out. Invalid UTF-8 and U+0000
+    /// become U+FFFD: the API refuses text Postgres can't store, and the
+    /// output is all the result there is (pg_text).
     fn finish(mut self) -> (String, bool) {
         let kept = (self.head.len() + self.tail.len()) as u64;
-        let head = String::from_utf8_lossy(&self.head).into_owned();
-        let tail = String::from_utf8_lossy(self.tail.make_contiguous()).into_owned();
+        let text = |bytes: &[u8]| storable_str(&String::from_utf8_lossy(bytes)).into_owned();
+        let head = text(&self.head);
+        let tail = text(self.tail.make_contiguous());
         if kept == self.total {
             return (head + &tail, false);
         }

@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
@@ -80,9 +81,15 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Open (creating the directory) and load the journal of `dir`.
+    /// Open (creating the directory) and load the journal of `dir`. The
+    /// directory is made 0700 and the journal is written 0600: it holds
+    /// the commands and their output, for this user alone.
     pub fn open(dir: &Path) -> io::Result<Journal> {
-        fs::create_dir_all(dir)?;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
         let commands = match fs::read(dir.join(FILE_NAME)) {
             Ok(bytes) => {
                 let file: JournalFile = serde_json::from_slice(&bytes).map_err(|e| {
@@ -170,7 +177,12 @@ impl Journal {
         })
         .map_err(io::Error::other)?;
         let temp = self.dir.join(TEMP_NAME);
-        let mut file = File::create(&temp)?;
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temp)?;
         file.write_all(&bytes)?;
         file.sync_all()?;
         drop(file);
@@ -223,6 +235,13 @@ mod tests {
         journal.record_result(b.id, result.clone()).unwrap();
 
         let reopened = Journal::open(&dir).unwrap();
+        let mode = |path: &Path| fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700, "the state directory is its owner's");
+        assert_eq!(
+            mode(&dir.join(FILE_NAME)),
+            0o600,
+            "the journal is its owner's"
+        );
         assert_eq!(reopened.get(a.id).unwrap().process, Some(process));
         assert_eq!(reopened.unsent_results(), vec![(b.id, result)]);
         let mut report = reopened.report();
@@ -244,5 +263,52 @@ mod tests {
         fs::write(dir.join(FILE_NAME), b"{not json").unwrap();
         assert!(Journal::open(&dir).is_err());
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+
+            /// A damaged journal file (any bytes, or a valid one cut short)
+            /// is an error or a journal, never a panic.
+            #[test]
+            fn any_file_content_opens_or_errs(
+                bytes in proptest::collection::vec(any::<u8>(), 0..256),
+                cut in any::<usize>(),
+            ) {
+                let dir = temp_dir();
+                let mut journal = Journal::open(&dir).unwrap();
+                journal.record_accepted(&[command()]).unwrap();
+                let saved = fs::read(dir.join(FILE_NAME)).unwrap();
+                let cut_short = &saved[..cut % (saved.len() + 1)];
+                for content in [&bytes[..], cut_short] {
+                    fs::write(dir.join(FILE_NAME), content).unwrap();
+                    let _ = Journal::open(&dir);
+                }
+                fs::remove_dir_all(&dir).unwrap();
+            }
+
+            /// Output of any text survives a reopen unchanged.
+            #[test]
+            fn any_output_survives_a_reopen(stdout in any::<String>(), stderr in any::<String>()) {
+                let dir = temp_dir();
+                let command = command();
+                let mut journal = Journal::open(&dir).unwrap();
+                journal.record_accepted(std::slice::from_ref(&command)).unwrap();
+                let result = CommandResult {
+                    state: CommandResultState::Finished,
+                    exit_code: Some(0),
+                    stdout,
+                    stderr,
+                    ..CommandResult::unknown()
+                };
+                journal.record_result(command.id, result.clone()).unwrap();
+                prop_assert_eq!(Journal::open(&dir).unwrap().unsent_results(), vec![(command.id, result)]);
+                fs::remove_dir_all(&dir).unwrap();
+            }
+        }
     }
 }

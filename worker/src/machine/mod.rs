@@ -67,6 +67,9 @@ pub struct Settings {
     pub concurrency: usize,
     /// Bytes kept of each of stdout and stderr (the first and last halves).
     pub max_output_bytes: usize,
+    /// Variables of the daemon's environment commands also get, beyond
+    /// [`exec::BASE_ENVIRONMENT`] (`--pass-env NAME`).
+    pub pass_env: Vec<String>,
 }
 
 impl Default for Settings {
@@ -80,6 +83,7 @@ impl Default for Settings {
             claim_wait: MAX_CLAIM_WAIT,
             concurrency: 4,
             max_output_bytes: 100 * 1024,
+            pass_env: Vec::new(),
         }
     }
 }
@@ -107,6 +111,9 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
         settings.max_output_bytes > 0,
         "the output limit must be positive"
     );
+    for name in &settings.pass_env {
+        check_pass_env_name(name)?;
+    }
     anyhow::ensure!(
         settings.work_dir.is_dir(),
         "the working directory {} does not exist",
@@ -116,6 +123,7 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
         .with_context(|| format!("opening the journal in {}", settings.state_dir.display()))?;
     let daemon = Arc::new(Daemon {
         client: ApiClient::new(&settings.api_url, &settings.token)?,
+        command_environment: exec::command_environment(&settings.pass_env),
         session: Uuid::new_v4(),
         journal: Mutex::new(journal),
         results: Notify::new(),
@@ -158,6 +166,8 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
 struct Daemon {
     settings: Settings,
     client: ApiClient,
+    /// What every command's environment holds, read once at start.
+    command_environment: Vec<(std::ffi::OsString, std::ffi::OsString)>,
     /// This process's id for the server (a new one per start).
     session: Uuid,
     journal: Mutex<Journal>,
@@ -322,6 +332,7 @@ async fn execute(
     let outcome = exec::run(
         &command,
         &daemon.settings.work_dir,
+        &daemon.command_environment,
         daemon.settings.max_output_bytes,
         |process| daemon.journal().record_started(id, process),
     )
@@ -446,6 +457,24 @@ async fn heartbeat_loop(daemon: Arc<Daemon>, stop: CancellationToken) {
     }
 }
 
+/// The variable holding the machine token: never passed to commands.
+pub const TOKEN_VARIABLE: &str = "HOLDFAST_MACHINE_TOKEN";
+
+/// A `--pass-env` name must be one a shell can set, and not the token's.
+fn check_pass_env_name(name: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+        "--pass-env {name:?}: a variable name is letters, digits and '_', not starting with a digit"
+    );
+    anyhow::ensure!(
+        name != TOKEN_VARIABLE,
+        "--pass-env {TOKEN_VARIABLE}: the machine token is never passed to commands"
+    );
+    Ok(())
+}
+
 fn retry_delay(failures: u32) -> Duration {
     backoff_delay(
         Duration::from_millis(200),
@@ -509,6 +538,16 @@ fn keep_ends(text: &str) -> String {
 mod tests {
     use super::*;
     use holdfast_engine::domain::CommandResultState;
+
+    #[test]
+    fn pass_env_names_are_variable_names_and_never_the_token() {
+        for good in ["FOO", "_X", "a1_B"] {
+            assert!(check_pass_env_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", "1X", "A=B", "A B", "HOLDFAST_MACHINE_TOKEN"] {
+            assert!(check_pass_env_name(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn a_result_too_large_for_a_request_is_cut_to_fit_and_marked() {

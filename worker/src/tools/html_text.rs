@@ -563,8 +563,9 @@ pub(crate) fn decode_entities(text: &str) -> String {
     while let Some(amp) = rest.find('&') {
         out.push_str(&rest[..amp]);
         rest = &rest[amp..];
-        // References are short; a ';' further away is not ours.
-        let window = &rest[1..rest.len().min(33)];
+        // References are short; a ';' further away is not ours. The window
+        // ends on a character boundary: text after a '&' may be any UTF-8.
+        let window = &rest[1..floor_char_boundary(rest, 33)];
         let decoded = window
             .find(';')
             .and_then(|semi| decode_reference(&window[..semi]).map(|c| (c, semi + 2)));
@@ -581,6 +582,15 @@ pub(crate) fn decode_entities(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// The largest character boundary of `text` at or before `at`.
+fn floor_char_boundary(text: &str, at: usize) -> usize {
+    let mut end = at.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    end
 }
 
 fn decode_reference(name: &str) -> Option<char> {
@@ -726,5 +736,79 @@ mod tests {
             text("<div hidden>no</div><div aria-hidden=\"true\">no</div>yes"),
             "yes"
         );
+    }
+
+    #[test]
+    fn non_ascii_text_after_an_entity_is_kept() {
+        // The window searched for ';' once ended inside 'о' (issue 16).
+        let page = "<p>Tom &amp; Jerry — популярный мультсериал &nbsp;и не только</p>";
+        assert_eq!(
+            text(page),
+            "Tom & Jerry — популярный мультсериал и не только"
+        );
+        assert_eq!(decode_entities("&Ж"), "&Ж");
+        assert_eq!(
+            decode_entities("&aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaЖ;"),
+            "&aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaЖ;"
+        );
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Text biased towards what the parser branches on: markup, entities
+        /// and multi-byte characters next to them.
+        fn markup() -> impl Strategy<Value = String> {
+            let piece = prop_oneof![
+                Just("<".to_owned()),
+                Just(">".to_owned()),
+                Just("&".to_owned()),
+                Just(";".to_owned()),
+                Just("&#".to_owned()),
+                Just("&#x".to_owned()),
+                Just("<!--".to_owned()),
+                Just("-->".to_owned()),
+                Just("</".to_owned()),
+                Just("<p>".to_owned()),
+                Just("<a href=\"".to_owned()),
+                Just("<title>".to_owned()),
+                Just("<script>".to_owned()),
+                Just("</script".to_owned()),
+                Just("<li>".to_owned()),
+                Just("<pre>".to_owned()),
+                Just("\"".to_owned()),
+                Just("'".to_owned()),
+                Just("=".to_owned()),
+                Just("/".to_owned()),
+                Just(" ".to_owned()),
+                Just("популярный".to_owned()),
+                Just("😀".to_owned()),
+                Just("é".to_owned()),
+                any::<String>(),
+            ];
+            proptest::collection::vec(piece, 0..48).prop_map(|p| p.concat())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            #[test]
+            fn no_input_panics(html in markup()) {
+                let _ = text(&html);
+                let _ = decode_entities(&html);
+            }
+
+            #[test]
+            fn arbitrary_utf8_never_panics(html in any::<String>()) {
+                let _ = text(&html);
+            }
+
+            #[test]
+            fn plain_text_is_kept_word_for_word(words in proptest::collection::vec("[^<&\\s]+", 0..12)) {
+                let page = words.join(" ");
+                prop_assert_eq!(text(&page), page);
+            }
+        }
     }
 }

@@ -12,13 +12,23 @@
 //! lists are cached per (url, headers) by [`McpRegistry`] for
 //! [`McpLimits::list_ttl`]: listed at first use, reused after that.
 //! Every operation is bounded by a timeout and a response size cap.
+//!
+//! The server URL is the tenant's, so requests go through the egress policy
+//! (kind `mcp`, [`holdfast_engine::egress`]): rmcp gets a reqwest client of
+//! ours whose resolver checks every address, which ignores proxy variables,
+//! and which follows only same-origin 307/308 redirects (as rmcp's own
+//! client does: they keep the JSON-RPC body; the host, and so the checked
+//! addresses, stay the same). Tenant headers are limited to
+//! [`holdfast_engine::egress::check_mcp_header`]; others are dropped.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
+use holdfast_engine::egress::{check_mcp_header, refusal_in, EgressKind, EgressPolicy};
 use holdfast_engine::provider::ToolDefinition;
 use reqwest::header::{HeaderName, HeaderValue};
+use reqwest_013 as reqwest13;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
     Implementation, ResourceContents,
@@ -34,17 +44,6 @@ use sha2::{Digest, Sha256};
 /// Between the server prefix and the tool name in the name the model sees.
 pub const MCP_NAME_SEPARATOR: &str = "__";
 
-/// Headers the MCP transport sets itself; a config may not override them.
-const RESERVED_HEADERS: &[&str] = &[
-    "accept",
-    "content-type",
-    "content-length",
-    "host",
-    "mcp-session-id",
-    "mcp-protocol-version",
-    "last-event-id",
-];
-
 /// One MCP server of an agent's config.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct McpServerConfig {
@@ -52,7 +51,8 @@ pub struct McpServerConfig {
     pub name: String,
     /// The Streamable HTTP endpoint (http or https).
     pub url: String,
-    /// Sent with every request (e.g. `Authorization`).
+    /// Sent with every request (e.g. `Authorization`); only the names
+    /// [`check_mcp_header`] allows are sent.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
 }
@@ -126,7 +126,8 @@ impl McpServerConfig {
         Ok(servers)
     }
 
-    /// Checks the prefix, the URL and the headers.
+    /// Checks the prefix, the URL and the headers' syntax (which headers
+    /// are sent is decided at send time, see [`check_mcp_header`]).
     pub fn validate(&self) -> Result<(), McpError> {
         let name_ok = !self.name.is_empty()
             && self.name.len() <= 32
@@ -154,16 +155,17 @@ impl McpServerConfig {
         Ok(())
     }
 
+    /// The headers to send: valid ones that [`check_mcp_header`] allows;
+    /// the others (configs written past the API's check) are dropped.
     fn header_map(&self) -> Result<HashMap<HeaderName, HeaderValue>, McpError> {
         let mut map = HashMap::new();
         for (name, value) in &self.headers {
             let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
                 McpError::InvalidConfig(format!("{name:?} is not a valid HTTP header name"))
             })?;
-            if RESERVED_HEADERS.contains(&header.as_str()) {
-                return Err(McpError::InvalidConfig(format!(
-                    "header {name:?} is set by the MCP transport and cannot be configured"
-                )));
+            if let Err(reason) = check_mcp_header(name) {
+                tracing::warn!(server = %self.name, "MCP header dropped: {reason}");
+                continue;
             }
             let value = HeaderValue::from_str(value).map_err(|_| {
                 McpError::InvalidConfig(format!("the value of header {name:?} is not valid"))
@@ -213,6 +215,8 @@ pub struct McpLimits {
     pub max_response_bytes: usize,
     /// Bytes of joined text content returned to the model at most.
     pub max_text_bytes: usize,
+    /// Which addresses servers may be at (kind `mcp`); public ones by default.
+    pub egress: Arc<EgressPolicy>,
 }
 
 impl Default for McpLimits {
@@ -223,6 +227,7 @@ impl Default for McpLimits {
             list_ttl: Duration::from_secs(300),
             max_response_bytes: 4 * 1024 * 1024,
             max_text_bytes: 100 * 1024,
+            egress: Arc::default(),
         }
     }
 }
@@ -493,11 +498,35 @@ type Session = RunningService<RoleClient, ClientConfig>;
 /// Connects and runs the initialize handshake.
 async fn open_session(config: &McpServerConfig, limits: &McpLimits) -> Result<Session, McpError> {
     install_crypto_provider();
+    let refused = |message: String| McpError::Server {
+        server: config.name.clone(),
+        message,
+    };
+    let url = reqwest13::Url::parse(&config.url).map_err(|e| refused(e.to_string()))?;
+    limits
+        .egress
+        .check_url(EgressKind::Mcp, &url)
+        .map_err(|e| refused(e.to_string()))?;
+    // A name is resolved and checked here, and the client connects to
+    // exactly those addresses (rmcp's transport errors do not carry the
+    // resolver's reason, so resolving first is also what names it).
+    let resolved = match url.host_str() {
+        Some(host) if host.parse::<std::net::IpAddr>().is_err() && !host.starts_with('[') => {
+            let addrs = limits
+                .egress
+                .resolve(EgressKind::Mcp, host)
+                .await
+                .map_err(|e| refused(e.to_string()))?;
+            Some((host.to_owned(), addrs))
+        }
+        _ => None,
+    };
+    let http = egress_client(&limits.egress, resolved).map_err(|e| refused(e.to_string()))?;
     let transport_config = StreamableHttpClientTransportConfig::with_uri(config.url.clone())
         .custom_headers(config.header_map()?)
         .max_json_response_size(limits.max_response_bytes)
         .max_sse_event_size(limits.max_response_bytes);
-    let transport = StreamableHttpClientTransport::from_config(transport_config);
+    let transport = StreamableHttpClientTransport::with_client(http, transport_config);
     let client_info = ClientConfig::new(
         ClientCapabilities::default(),
         Implementation::new("holdfast", env!("CARGO_PKG_VERSION")),
@@ -512,6 +541,55 @@ async fn open_session(config: &McpServerConfig, limits: &McpLimits) -> Result<Se
                 describe_initialize_error(&e)
             ),
         })
+}
+
+/// The HTTP client rmcp's transport runs on: the server's host connects to
+/// `resolved` (addresses the policy checked), any other name resolves
+/// through the policy, proxy variables are ignored, and redirects are followed
+/// only when rmcp's default would (same origin, 307/308, at most 10), since
+/// other redirects would lose the JSON-RPC body or send the tenant's
+/// headers to another host. Idle connections are not pooled (rmcp's
+/// default, against Delayed-ACK stalls).
+fn egress_client(
+    egress: &Arc<EgressPolicy>,
+    resolved: Option<(String, Vec<std::net::SocketAddr>)>,
+) -> reqwest13::Result<reqwest13::Client> {
+    let redirects = reqwest13::redirect::Policy::custom(|attempt| {
+        let same_origin = attempt
+            .previous()
+            .last()
+            .is_some_and(|from| from.origin() == attempt.url().origin());
+        let keeps_body = matches!(attempt.status().as_u16(), 307 | 308);
+        if same_origin && keeps_body && attempt.previous().len() <= 10 {
+            attempt.follow()
+        } else {
+            attempt.stop()
+        }
+    });
+    let builder = reqwest13::Client::builder()
+        .no_proxy()
+        .dns_resolver(Arc::new(McpResolver(egress.clone())))
+        .redirect(redirects)
+        .pool_max_idle_per_host(0);
+    match resolved {
+        Some((host, addrs)) => builder.resolve_to_addrs(&host, &addrs),
+        None => builder,
+    }
+    .build()
+}
+
+/// [`EgressPolicy::resolve`] for kind `mcp`, as rmcp's reqwest (0.13)
+/// expects a resolver; the engine's adapter is for the workspace's 0.12.
+struct McpResolver(Arc<EgressPolicy>);
+
+impl reqwest13::dns::Resolve for McpResolver {
+    fn resolve(&self, name: reqwest13::dns::Name) -> reqwest13::dns::Resolving {
+        let (policy, host) = (self.0.clone(), name.as_str().to_owned());
+        Box::pin(async move {
+            let addrs = policy.resolve(EgressKind::Mcp, &host).await?;
+            Ok(Box::new(addrs.into_iter()) as reqwest13::dns::Addrs)
+        })
+    }
 }
 
 /// Ends the session (the transport tells the server) without making the
@@ -551,6 +629,9 @@ fn describe_service_error(error: &ServiceError) -> String {
 /// An error and its causes, each cause once ("error sending request for
 /// url (…): client error (Connect): Connection refused (os error 111)").
 fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    if let Some(refused) = refusal_in(error) {
+        return refused.to_string();
+    }
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
@@ -591,7 +672,6 @@ mod tests {
             json!({"type": "mcp", "name": "a__b", "url": "https://x/mcp"}),
             json!({"type": "mcp", "name": "", "url": "https://x/mcp"}),
             json!({"type": "mcp", "name": "a", "url": "file:///etc/passwd"}),
-            json!({"type": "mcp", "name": "a", "url": "https://x/mcp", "headers": {"Accept": "x"}}),
             json!({"type": "mcp", "name": "a", "url": "https://x/mcp", "headers": {"bad name": "x"}}),
             json!({"type": "mcp", "name": "a", "url": "https://x/mcp", "extra": 1}),
             json!({"type": "custom", "name": "a", "url": "https://x/mcp"}),
@@ -607,6 +687,24 @@ mod tests {
             {"type": "mcp", "name": "a", "url": "https://y/mcp"}
         ]});
         assert!(McpServerConfig::all_in_agent_config(&twice).is_err());
+    }
+
+    #[test]
+    fn headers_outside_the_safe_set_are_dropped_at_send_time() {
+        let config = McpServerConfig::from_tool_entry(&json!({
+            "type": "mcp", "name": "a", "url": "https://x/mcp",
+            "headers": {"Authorization": "Bearer t", "X-Tenant": "7", "Accept": "x",
+                        "Metadata-Flavor": "Google", "X-Forwarded-For": "10.0.0.1"}
+        }))
+        .unwrap();
+        let mut sent: Vec<String> = config
+            .header_map()
+            .unwrap()
+            .keys()
+            .map(|k| k.to_string())
+            .collect();
+        sent.sort();
+        assert_eq!(sent, ["authorization", "x-tenant"]);
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! `web_fetch`: GET one http(s) URL and give the model its text.
 //!
 //! Bounded in every direction, because the URL comes from a model: only
-//! http and https; only public addresses unless
-//! [`WebFetchLimits::allow_private_networks`] (so a prompt-injected model
-//! cannot reach cloud metadata, localhost or the internal network: IP
-//! literals are checked before the request, host names at resolution, so
-//! DNS rebinding gains nothing, and redirects the same way); a connect
-//! timeout and a total timeout (headers and body);
+//! http and https; only addresses the egress policy allows for `web_fetch`
+//! ([`holdfast_engine::egress`]: public ones, plus what the operator allows
+//! with `HOLDFAST_EGRESS_ALLOW`), so a prompt-injected model cannot reach
+//! cloud metadata, localhost or the internal network (IP literals are
+//! checked before the request and at every redirect, host names when they
+//! resolve, so DNS rebinding gains nothing; proxy variables are ignored); a
+//! connect timeout and a total timeout (headers and body);
 //! at most [`WebFetchLimits::max_redirects`] redirects; the body is streamed
 //! and reading stops at the byte cap, with `truncated: true`; the returned
 //! text is capped again after extraction. HTML becomes readable text
@@ -19,12 +20,11 @@
 //! Input errors, refused schemes, timeouts and connection failures are an
 //! error output whose message says what to change.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use holdfast_engine::egress::{refusal_in, EgressKind, EgressPolicy};
 use holdfast_engine::provider::ToolDefinition;
-use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::CONTENT_TYPE;
 use reqwest::{redirect, Url};
 use serde::Deserialize;
@@ -49,9 +49,9 @@ pub struct WebFetchLimits {
     /// Bytes of extracted text returned at most.
     pub max_text_bytes: usize,
     pub user_agent: String,
-    /// Reach loopback, private, link-local and other non-public addresses.
-    /// Off by default; tests and single-host setups turn it on.
-    pub allow_private_networks: bool,
+    /// Which addresses a fetch may reach (kind `web_fetch`). The default
+    /// allows public addresses only.
+    pub egress: Arc<EgressPolicy>,
 }
 
 impl Default for WebFetchLimits {
@@ -63,19 +63,19 @@ impl Default for WebFetchLimits {
             max_body_bytes: 2 * 1024 * 1024,
             max_text_bytes: 100 * 1024,
             user_agent: concat!("holdfast/", env!("CARGO_PKG_VERSION"), " (web_fetch)").into(),
-            allow_private_networks: false,
+            egress: Arc::default(),
         }
     }
 }
 
 /// The HTTP client `web_fetch` expects: connect timeout, redirect policy,
-/// user agent and (unless private networks are allowed) a resolver that
-/// only returns public addresses, all from `limits`. Build it once and share
-/// it (it pools connections); the total timeout and size caps are applied
-/// per call.
+/// user agent, and the egress policy's resolver (proxy variables ignored),
+/// all from `limits`; every redirect is checked against the policy again.
+/// Build it once and share it (it pools connections); the total timeout and
+/// size caps are applied per call.
 pub fn web_fetch_client(limits: &WebFetchLimits) -> reqwest::Result<reqwest::Client> {
     let max_redirects = limits.max_redirects;
-    let allow_private = limits.allow_private_networks;
+    let egress = limits.egress.clone();
     let policy = redirect::Policy::custom(move |attempt| {
         if attempt.previous().len() > max_redirects {
             let message = format!("too many redirects (more than {max_redirects})");
@@ -85,100 +85,18 @@ pub fn web_fetch_client(limits: &WebFetchLimits) -> reqwest::Result<reqwest::Cli
             let message = format!("redirected to {}, which is not http(s)", attempt.url());
             return attempt.error(message);
         }
-        if !allow_private && literal_ip(attempt.url()).is_some_and(|ip| !is_public(ip)) {
-            let message = format!(
-                "redirected to {}, a private or local address",
-                attempt.url()
-            );
-            return attempt.error(message);
+        if let Err(refused) = egress.check_url(EgressKind::WebFetch, attempt.url()) {
+            return attempt.error(refused);
         }
         attempt.follow()
     });
-    let builder = reqwest::Client::builder()
+    limits
+        .egress
+        .client_builder(EgressKind::WebFetch)
         .connect_timeout(limits.connect_timeout)
         .redirect(policy)
-        .user_agent(limits.user_agent.clone());
-    let builder = match allow_private {
-        true => builder,
-        false => builder.dns_resolver(Arc::new(PublicOnlyResolver)),
-    };
-    builder.build()
-}
-
-/// Resolves like the system does, then keeps only public addresses.
-struct PublicOnlyResolver;
-
-impl Resolve for PublicOnlyResolver {
-    fn resolve(&self, name: Name) -> Resolving {
-        let host = name.as_str().to_string();
-        Box::pin(async move {
-            let public: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .filter(|addr| is_public(addr.ip()))
-                .collect();
-            if public.is_empty() {
-                return Err(format!(
-                    "{host} resolves only to private or local addresses, which web_fetch does not reach"
-                )
-                .into());
-            }
-            Ok(Box::new(public.into_iter()) as Addrs)
-        })
-    }
-}
-
-/// The host as an IP address, if it is one. The URL parser has already
-/// normalised other spellings (`0x7f.1`, `2130706433`) to dotted form.
-fn literal_ip(url: &Url) -> Option<IpAddr> {
-    let host = url.host_str()?;
-    host.strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host)
-        .parse()
-        .ok()
-}
-
-/// Whether `ip` is on the public internet: not loopback, private,
-/// link-local, shared (CGNAT), unspecified, documentation, benchmarking,
-/// multicast or reserved; IPv6 unique-local and link-local too, and
-/// IPv4-mapped or NAT64 addresses by their IPv4 part.
-fn is_public(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => is_public_v4(v4),
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_public_v4(v4);
-            }
-            let s = v6.segments();
-            if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] {
-                let [a, b] = s[6].to_be_bytes();
-                let [c, d] = s[7].to_be_bytes();
-                return is_public_v4(Ipv4Addr::new(a, b, c, d));
-            }
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (s[0] & 0xfe00) == 0xfc00
-                || (s[0] & 0xffc0) == 0xfe80
-                || (s[0] == 0x2001 && s[1] == 0x0db8))
-        }
-    }
-}
-
-fn is_public_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, c, _] = ip.octets();
-    !(ip.is_private()
-        || ip.is_loopback()
-        || ip.is_link_local()
-        || ip.is_unspecified()
-        || ip.is_broadcast()
-        || ip.is_documentation()
-        || ip.is_multicast()
-        || a == 0
-        || (a == 100 && (b & 0xc0) == 64)
-        || (a == 192 && b == 0 && c == 0)
-        || (a == 198 && (b & 0xfe) == 18)
-        || a >= 240)
+        .user_agent(limits.user_agent.clone())
+        .build()
 }
 
 /// The tool as the model sees it.
@@ -251,10 +169,8 @@ pub async fn web_fetch(
     if url.host_str().is_none_or(str::is_empty) {
         return ToolOutput::error(format!("web_fetch: {url} has no host."));
     }
-    if !limits.allow_private_networks && literal_ip(&url).is_some_and(|ip| !is_public(ip)) {
-        return ToolOutput::error(format!(
-            "web_fetch: {url} is a private or local address; only public addresses can be fetched."
-        ));
+    if let Err(refused) = limits.egress.check_url(EgressKind::WebFetch, &url) {
+        return ToolOutput::error(format!("web_fetch: {url}: {refused}"));
     }
     let body_cap = match input.max_bytes {
         Some(0) => return ToolOutput::error("web_fetch: max_bytes must be at least 1."),
@@ -451,6 +367,9 @@ fn cap_text(mut text: String, max: usize) -> (String, bool) {
 
 /// A reqwest error in words a model can act on.
 fn describe(error: &reqwest::Error) -> String {
+    if let Some(refused) = refusal_in(error) {
+        return refused.to_string();
+    }
     if error.is_redirect() {
         return root_cause(error);
     }
@@ -499,41 +418,6 @@ mod tests {
             decode_body(b"caf\xe9", Some("text/plain; charset=ISO-8859-1")),
             "café"
         );
-    }
-
-    #[test]
-    fn public_addresses() {
-        for public in [
-            "8.8.8.8",
-            "1.1.1.1",
-            "2606:4700::1111",
-            "::ffff:8.8.8.8",
-            "64:ff9b::808:808",
-        ] {
-            assert!(is_public(public.parse().unwrap()), "{public}");
-        }
-        for private in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "100.64.0.1",
-            "0.0.0.0",
-            "255.255.255.255",
-            "224.0.0.1",
-            "198.18.0.1",
-            "240.0.0.1",
-            "::1",
-            "::",
-            "fd00::1",
-            "fe80::1",
-            "::ffff:127.0.0.1",
-            "64:ff9b::a00:1",
-            "2001:db8::1",
-        ] {
-            assert!(!is_public(private.parse().unwrap()), "{private}");
-        }
     }
 
     #[test]

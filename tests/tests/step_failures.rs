@@ -1,0 +1,173 @@
+//! Contained step failures (issue 16): a step that fails on every attempt is
+//! retried with a durable backoff and ends the turn with `internal_error`
+//! after `HOLDFAST_STEP_MAX_ATTEMPTS`, without a hot loop and without
+//! holding a worker slot. Real `holdfast worker` process, real Postgres,
+//! the fake model provider over a real socket.
+
+use std::time::Duration;
+
+use holdfast_engine::store;
+use holdfast_fakes::{FakeProvider, Reply};
+use holdfast_tests::counting_http::CountingServer;
+use holdfast_tests::scenario::{
+    agent_with_config, agent_with_input, last_event_data, spawn_worker, start_turn, wait_for_event,
+};
+use holdfast_tests::TestDb;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_step_failing_every_time_backs_off_then_fails_the_turn_with_internal_error() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    fake.set_default(Reply::text("fine"));
+    let _worker = spawn_worker(
+        "w-step-failures",
+        &db.config,
+        &fake,
+        &[
+            ("HOLDFAST_WORKER_CONCURRENCY", "1"),
+            ("HOLDFAST_STEP_MAX_ATTEMPTS", "3"),
+            ("HOLDFAST_STEP_BACKOFF_BASE", "400ms"),
+            ("HOLDFAST_STEP_BACKOFF_MAX", "400ms"),
+        ],
+    );
+    // A config the worker can't represent (max_tokens past u32). The API and
+    // validate_config refuse it now, but a row stored before that check (or
+    // written by hand) still holds it: put it there the way such a row got it.
+    let valid = json!({"model": {"provider": "anthropic", "name": "claude-test"}});
+    let broken = agent_with_config(&client, &valid).await;
+    client
+        .execute(
+            "UPDATE holdfast.agents
+                SET config = jsonb_set(config, '{model,max_tokens}', '5000000000')
+              WHERE id = $1",
+            &[&broken],
+        )
+        .await
+        .unwrap();
+    store::create_input(&client, broken, &json!("hi"), None)
+        .await
+        .unwrap();
+
+    // While the broken agent waits out its backoff, the one slot serves others.
+    let healthy = agent_with_input(&client, "hello").await;
+    wait_for_event(&client, healthy, "turn.completed", Duration::from_secs(30)).await;
+
+    wait_for_event(&client, broken, "turn.failed", Duration::from_secs(30)).await;
+    let failed = last_event_data(&client, broken, "turn.failed").await;
+    assert_eq!(failed["error"]["type"], "internal_error", "{failed}");
+    let message = failed["error"]["message"].as_str().unwrap();
+    assert!(message.contains("3 times"), "{message}");
+    assert!(
+        message.contains("5000000000"),
+        "the cause is named: {message}"
+    );
+    // The cause is in the history the model will see next turn.
+    let history: String = client
+        .query_one(
+            "SELECT string_agg(content::text, ' ') FROM holdfast.messages WHERE agent_id = $1",
+            &[&broken],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(history.contains("internal_error"), "{history}");
+    // The broken agent never reached the model: only the healthy one did.
+    assert_eq!(fake.request_count(), 1);
+    let (state, failures): (String, i32) = {
+        let row = client
+            .query_one(
+                "SELECT state, step_failures FROM holdfast.agents WHERE id = $1",
+                &[&broken],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!((state.as_str(), failures), ("idle", 0));
+}
+
+/// Issue 16: a page with non-ASCII text after an entity panicked the HTML
+/// extractor and wedged the step's slot for good; 12 of them on a worker of
+/// concurrency 4 ended no turn and stopped all claims.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twelve_non_ascii_pages_fetched_on_four_slots_all_end_and_the_worker_still_claims() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let pages = CountingServer::start().await;
+    let page = "<html><body><p>Tom &amp; Jerry — популярный мультсериал, \
+                &laquo;классика&raquo; &amp;Ж и не только</p></body></html>";
+    pages.set_response("/page", 200, "text/html; charset=utf-8", page);
+    let fake = FakeProvider::start().await;
+    for _ in 0..12 {
+        fake.push(Reply::tool_calls(vec![(
+            "web_fetch",
+            json!({"url": pages.url("/page")}),
+        )]));
+    }
+    fake.set_default(Reply::text("done"));
+    let _worker = spawn_worker(
+        "w-pages",
+        &db.config,
+        &fake,
+        &[
+            ("HOLDFAST_WORKER_CONCURRENCY", "4"),
+            ("HOLDFAST_EGRESS_ALLOW", "web_fetch=127.0.0.1"),
+        ],
+    );
+    let mut agents = Vec::new();
+    for _ in 0..12 {
+        agents.push(start_turn(&client, json!([{"type": "web_fetch"}]), "read it").await);
+    }
+    for agent in &agents {
+        wait_for_event(&client, *agent, "turn.completed", Duration::from_secs(60)).await;
+    }
+    assert_eq!(pages.hits("/page"), 12);
+    let outputs: Vec<String> = client
+        .query(
+            "SELECT data ->> 'output' FROM holdfast.events WHERE type = 'tool_call.completed'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(outputs.len(), 12);
+    for output in outputs {
+        assert!(output.contains("Tom & Jerry — популярный"), "{output}");
+    }
+    let later = agent_with_input(&client, "still there?").await;
+    wait_for_event(&client, later, "turn.completed", Duration::from_secs(30)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_model_reply_holding_u0000_is_saved_storable_after_one_request() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    // The fake streams it as JSON does on the wire: "\u0000" inside a text delta.
+    fake.set_default(Reply::text("before\u{0}after"));
+    let _worker = spawn_worker("w-nul-reply", &db.config, &fake, &[]);
+    let agent = agent_with_input(&client, "hello").await;
+    wait_for_event(&client, agent, "turn.completed", Duration::from_secs(30)).await;
+
+    let response = last_event_data(&client, agent, "model.response")
+        .await
+        .to_string();
+    assert!(
+        response.contains("before\u{FFFD}after"),
+        "saved with U+FFFD in place of U+0000: {response}"
+    );
+    let responses: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.events WHERE agent_id = $1 AND type = 'model.response'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(responses, 1);
+    assert_eq!(fake.request_count(), 1, "one paid call, not a loop");
+}
