@@ -32,10 +32,23 @@ async function api(method, path, body, headers = {}) {
   return parsed;
 }
 
+// Each route() is one navigation; a page that finishes loading after a newer
+// navigation began must not replace what that one shows.
+let navigation = 0;
+
 function show(...nodes) {
   stopCurrent();
   stopCurrent = () => {};
-  main.replaceChildren(...nodes);
+  main.replaceChildren(...nodes.filter((node) => node !== null && node !== undefined));
+}
+
+// A page's show(): false (showing nothing) once a newer navigation began.
+function showFor(mine) {
+  return (...nodes) => {
+    if (mine !== navigation) return false;
+    show(...nodes);
+    return true;
+  };
 }
 
 function errorLine(error) {
@@ -75,7 +88,7 @@ function counts(byState) {
     Object.entries(byState).map(([state, n]) => el("span", { class: "count", "data-state": state }, `${state}: ${n}`)));
 }
 
-async function agentsPage(params) {
+async function agentsPage(params, render) {
   const project = await loadProject();
   const state = params.get("state") ?? "";
   const q = params.get("q") ?? "";
@@ -112,7 +125,7 @@ async function agentsPage(params) {
     first.delete("cursor");
     pager.append(el("a", { href: `#/agents?${first}`, id: "first-page" }, "← First page"));
   }
-  show(el("h1", {}, "Agents"), counts(project.agents_by_state), filter,
+  render(el("h1", {}, "Agents"), counts(project.agents_by_state), filter,
     el("div", { class: "table-wrap" }, el("table", { id: "agents" },
       el("thead", {}, el("tr", {}, ["Agent", "State", "Model", "Metadata", "Updated"].map((h) => el("th", { scope: "col" }, h)))),
       el("tbody", {}, rows))),
@@ -159,16 +172,21 @@ function eventCard(event) {
 
 function pendingForms(agentId, refresh) {
   const box = el("section", { id: "pending", "aria-label": "Waiting for you" });
+  // The outcome of the last answer lives outside the forms: an answer (ours
+  // or someone else's) ends the wait, the forms are rebuilt without it, and
+  // the outcome must stay readable.
+  const notice = el("p", { id: "answer-notice", role: "status" });
   const by = () => document.getElementById("answer-by")?.value || "console";
-  async function submit(status, action) {
-    status.replaceChildren();
-    try { await action(); status.replaceChildren(el("span", { class: "notice" }, "sent")); refresh(); }
+  async function submit(what, action) {
+    notice.replaceChildren();
+    try { await action(); notice.replaceChildren(el("span", { class: "notice" }, `${what}: sent`)); refresh(); }
     catch (error) {
       if (error.status === 409) {
         const current = error.body?.approval ?? error.body?.question ?? error.body?.tool_call;
         const winner = current ? (current.decided_by ? `${current.status} by ${current.decided_by}` : current.answered_by ? `"${current.answer}" by ${current.answered_by}` : JSON.stringify(current.output ?? current.status)) : error.message;
-        status.replaceChildren(el("span", { class: "error conflict", role: "alert" }, `already answered: ${winner}`));
-      } else status.replaceChildren(errorLine(error));
+        notice.replaceChildren(el("span", { class: "error conflict", role: "alert" }, `${what}: already answered: ${winner}`));
+        refresh();
+      } else notice.replaceChildren(errorLine(error));
     }
   }
   async function load() {
@@ -179,36 +197,34 @@ function pendingForms(agentId, refresh) {
     ]);
     const forms = [];
     for (const approval of approvals.approvals) {
-      const status = el("p", { role: "status" });
       const reason = el("input", { "aria-label": "Reason", placeholder: "reason (optional)" });
-      const decide = (decision) => submit(status, () => api("POST", `/v1/approvals/${approval.id}`, { decision, by: by(), reason: reason.value || undefined }));
+      const decide = (decision) => submit(`${decision} ${approval.tool_name}`, () => api("POST", `/v1/approvals/${approval.id}`, { decision, by: by(), reason: reason.value || undefined }));
       forms.push(el("form", { class: "approval", "data-id": approval.id, onsubmit: (e) => e.preventDefault() },
         el("h3", {}, `Approve ${approval.tool_name}?`), json(approval.tool_input), reason,
         el("button", { type: "button", class: "primary approve", onclick: () => decide("approve") }, "Approve"), " ",
-        el("button", { type: "button", class: "deny", onclick: () => decide("deny") }, "Deny"), status));
+        el("button", { type: "button", class: "deny", onclick: () => decide("deny") }, "Deny")));
     }
     for (const question of questions.questions) {
-      const status = el("p", { role: "status" });
       const answer = el("input", { class: "answer", "aria-label": "Answer", required: true });
-      forms.push(el("form", { class: "question", onsubmit: (e) => { e.preventDefault(); submit(status, () => api("POST", `/v1/questions/${question.id}/answer`, { answer: answer.value, by: by() })); } },
-        el("h3", {}, question.question), answer, " ", el("button", { type: "submit" }, "Answer"), status));
+      forms.push(el("form", { class: "question", onsubmit: (e) => { e.preventDefault(); submit("answer", () => api("POST", `/v1/questions/${question.id}/answer`, { answer: answer.value, by: by() })); } },
+        el("h3", {}, question.question), answer, " ", el("button", { type: "submit" }, "Answer")));
     }
     for (const call of calls.tool_calls.filter((c) => c.kind === "custom")) {
-      const status = el("p", { role: "status" });
       const output = el("textarea", { class: "tool-output", "aria-label": "Result (JSON)" }, "{}");
       forms.push(el("form", { class: "tool-call", "data-id": call.id, onsubmit: (e) => {
         e.preventDefault();
         let value;
-        try { value = JSON.parse(output.value); } catch { status.replaceChildren(el("span", { class: "error" }, "the result must be JSON")); return; }
-        submit(status, () => api("POST", `/v1/tool-calls/${call.id}/result`, { output: value }));
-      } }, el("h3", {}, `Result for ${call.name}`), json(call.input), output, el("button", { type: "submit" }, "Send result"), status));
+        try { value = JSON.parse(output.value); } catch { notice.replaceChildren(el("span", { class: "error", role: "alert" }, `result for ${call.name}: the result must be JSON`)); return; }
+        submit(`result for ${call.name}`, () => api("POST", `/v1/tool-calls/${call.id}/result`, { output: value }));
+      } }, el("h3", {}, `Result for ${call.name}`), json(call.input), output, el("button", { type: "submit" }, "Send result")));
     }
-    box.replaceChildren(...(forms.length ? [el("h2", {}, "Waiting for you"), el("label", {}, "Answer as ", el("input", { id: "answer-by", value: "console" })), ...forms] : []));
+    const answerBy = by();
+    box.replaceChildren(notice, ...(forms.length ? [el("h2", {}, "Waiting for you"), el("label", {}, "Answer as ", el("input", { id: "answer-by", value: answerBy })), ...forms] : []));
   }
   return { box, load };
 }
 
-async function agentPage(id) {
+async function agentPage(id, render) {
   await loadProject();
   let agent = await api("GET", `/v1/agents/${id}`);
   const stateLine = el("p", { id: "agent-state" });
@@ -268,8 +284,11 @@ async function agentPage(id) {
     el("button", { type: "button", id: "cancel", onclick: act(`/v1/agents/${id}/cancel`) }, "Cancel turn"),
     el("button", { type: "button", id: "archive", onclick: act(`/v1/agents/${id}/archive`) }, "Archive"), actionStatus);
 
-  show(el("h1", {}, `Agent ${id}`), stateLine, streamStatus, controls, configView, pending.box,
-    el("h2", {}, "Timeline"), timeline, live, el("div", { class: "actions" }, sendForm, patchForm));
+  if (!render(el("h1", {}, `Agent ${id}`), stateLine, streamStatus, controls, configView, pending.box,
+    el("h2", {}, "Timeline"), timeline, live, el("div", { class: "actions" }, sendForm, patchForm))) {
+    stream.stop();
+    return;
+  }
   pending.load().catch(() => {});
   stopCurrent = () => stream.stop();
 }
@@ -285,13 +304,13 @@ function table(id, headers, rows) {
 const link = (id) => el("a", { href: `#/agents/${id}` }, id);
 const when = (t) => (t ? new Date(t).toLocaleString() : "—");
 
-async function operationsPage() {
+async function operationsPage(render) {
   await loadProject();
   const ops = await api("GET", "/v1/operations");
-  show(el("h1", {}, "Operations"),
+  render(el("h1", {}, "Operations"),
     el("h2", {}, "Queue depth"), counts(ops.agents_by_state),
     el("h2", {}, "Workers"), table("workers", ["Worker", "Agents held", "Soonest lease expiry", "Agents"],
-      ops.workers.map((w) => [w.worker, w.agents_held, when(w.soonest_lease_expiry), el("span", {}, w.agents.map(link))]))),
+      ops.workers.map((w) => [w.worker, w.agents_held, when(w.soonest_lease_expiry), el("span", {}, w.agents.map(link))])),
     el("h2", {}, "Stuck agents"), table("stuck", ["Agent", "State", "Reason", "Since"],
       ops.stuck_agents.map((s) => [link(s.agent_id), s.state, s.reason, when(s.since)])),
     el("h2", {}, "Webhook endpoints"), table("webhooks", ["URL", "Pending", "Due", "In flight", "Failed", "Recent failures"],
@@ -305,19 +324,22 @@ async function operationsPage() {
 // ---- routing ---------------------------------------------------------------
 
 async function route() {
+  const mine = ++navigation;
+  const render = showFor(mine);
   if (!sessionStorage.getItem(KEY)) { signIn(); return; }
   const hash = location.hash.replace(/^#/, "") || "/agents";
   const [path, queryString] = hash.split("?");
   const params = new URLSearchParams(queryString ?? "");
   try {
     const agentMatch = path.match(/^\/agents\/([0-9a-f-]{36})$/i);
-    if (agentMatch) await agentPage(agentMatch[1]);
-    else if (path === "/operations") await operationsPage();
-    else await agentsPage(params);
-    main.focus();
+    if (agentMatch) await agentPage(agentMatch[1], render);
+    else if (path === "/operations") await operationsPage(render);
+    else await agentsPage(params, render);
+    if (mine === navigation) main.focus({ preventScroll: true });
   } catch (error) {
+    if (mine !== navigation) return;
     if (error.status === 401) { sessionStorage.removeItem(KEY); signIn(error.message); return; }
-    show(el("h1", {}, "Error"), errorLine(error));
+    render(el("h1", {}, "Error"), errorLine(error));
   }
 }
 
