@@ -284,3 +284,36 @@ async fn operations_shows_only_the_callers_project() {
     assert_eq!(workers[0]["agents_held"], 1);
     assert_eq!(workers[0]["agents"], json!([mine]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_activity_list_masks_secrets_in_config() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let api = ApiServer::start(&db).await;
+    let (project, key) = project_key(&client).await;
+    let config = json!({
+        "model": {"provider": "anthropic", "name": "m"},
+        "tools": [{"type": "mcp", "name": "calc", "url": "https://mcp.example/mcp",
+                   "headers": {"Authorization": "Bearer mcp-secret-42"}}]
+    });
+    client
+        .execute(
+            "INSERT INTO holdfast.agents (project_id, config) VALUES ($1, $2)",
+            &[&project, &config],
+        )
+        .await
+        .unwrap();
+    let list: Value = api
+        .request(Method::GET, "/v1/agents?order=activity", &key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        list["agents"][0]["config"]["tools"][0]["headers"]["Authorization"], "***",
+        "{list}"
+    );
+    assert!(!list.to_string().contains("mcp-secret-42"));
+}

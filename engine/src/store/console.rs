@@ -95,11 +95,12 @@ pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Optio
 }
 
 /// The activity-ordered agent list's statement (the columns of
-/// `AGENT_COLUMNS`, then the activity). Public so a test can EXPLAIN
+/// `AGENT_COLUMNS`, the config masked by `mask_config_secrets` as there,
+/// then the activity). Public so a test can EXPLAIN
 /// exactly what runs. `coalesce(last_event_at, created_at)` is the
 /// expression the 0017 indexes are built on.
 pub const AGENTS_BY_ACTIVITY_SQL: &str = "\
-SELECT id, project_id, config, state, turn_open, cancel_requested_at, \
+SELECT id, project_id, holdfast.mask_config_secrets(config), state, turn_open, cancel_requested_at, \
        last_event_seq, created_at, updated_at, state_changed_at, \
        coalesce(last_event_at, created_at) \
   FROM holdfast.agents \
