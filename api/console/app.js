@@ -176,7 +176,12 @@ function pendingForms(agentId, refresh) {
   // or someone else's) ends the wait, the forms are rebuilt without it, and
   // the outcome must stay readable.
   const notice = el("p", { id: "answer-notice", role: "status" });
-  const by = () => document.getElementById("answer-by")?.value || "console";
+  const answerBy = el("input", { id: "answer-by", value: "console" });
+  const heading = [el("h2", {}, "Waiting for you"), el("label", {}, "Answer as ", answerBy)];
+  const by = () => answerBy.value || "console";
+  // The forms shown, by what they answer: a reload keeps a form that is
+  // still pending (and what was typed into it), adds new ones, drops the rest.
+  let shown = new Map();
   async function submit(what, action) {
     notice.replaceChildren();
     try { await action(); notice.replaceChildren(el("span", { class: "notice" }, `${what}: sent`)); refresh(); }
@@ -189,37 +194,44 @@ function pendingForms(agentId, refresh) {
       } else notice.replaceChildren(errorLine(error));
     }
   }
+  function approvalForm(approval) {
+    const reason = el("input", { "aria-label": "Reason", placeholder: "reason (optional)" });
+    const decide = (decision) => submit(`${decision} ${approval.tool_name}`, () => api("POST", `/v1/approvals/${approval.id}`, { decision, by: by(), reason: reason.value || undefined }));
+    return el("form", { class: "approval", "data-id": approval.id, onsubmit: (e) => e.preventDefault() },
+      el("h3", {}, `Approve ${approval.tool_name}?`), json(approval.tool_input), reason,
+      el("button", { type: "button", class: "primary approve", onclick: () => decide("approve") }, "Approve"), " ",
+      el("button", { type: "button", class: "deny", onclick: () => decide("deny") }, "Deny"));
+  }
+  function questionForm(question) {
+    const answer = el("input", { class: "answer", "aria-label": "Answer", required: true });
+    return el("form", { class: "question", "data-id": question.id, onsubmit: (e) => { e.preventDefault(); submit("answer", () => api("POST", `/v1/questions/${question.id}/answer`, { answer: answer.value, by: by() })); } },
+      el("h3", {}, question.question), answer, " ", el("button", { type: "submit" }, "Answer"));
+  }
+  function toolCallForm(call) {
+    const output = el("textarea", { class: "tool-output", "aria-label": "Result (JSON)" }, "{}");
+    return el("form", { class: "tool-call", "data-id": call.id, onsubmit: (e) => {
+      e.preventDefault();
+      let value;
+      try { value = JSON.parse(output.value); } catch { notice.replaceChildren(el("span", { class: "error", role: "alert" }, `result for ${call.name}: the result must be JSON`)); return; }
+      submit(`result for ${call.name}`, () => api("POST", `/v1/tool-calls/${call.id}/result`, { output: value }));
+    } }, el("h3", {}, `Result for ${call.name}`), json(call.input), output, el("button", { type: "submit" }, "Send result"));
+  }
   async function load() {
     const [approvals, questions, calls] = await Promise.all([
       api("GET", `/v1/agents/${agentId}/approvals?status=pending`),
       api("GET", `/v1/agents/${agentId}/questions?status=pending`),
       api("GET", `/v1/agents/${agentId}/tool-calls?status=waiting`).catch(() => ({ tool_calls: [] })),
     ]);
-    const forms = [];
-    for (const approval of approvals.approvals) {
-      const reason = el("input", { "aria-label": "Reason", placeholder: "reason (optional)" });
-      const decide = (decision) => submit(`${decision} ${approval.tool_name}`, () => api("POST", `/v1/approvals/${approval.id}`, { decision, by: by(), reason: reason.value || undefined }));
-      forms.push(el("form", { class: "approval", "data-id": approval.id, onsubmit: (e) => e.preventDefault() },
-        el("h3", {}, `Approve ${approval.tool_name}?`), json(approval.tool_input), reason,
-        el("button", { type: "button", class: "primary approve", onclick: () => decide("approve") }, "Approve"), " ",
-        el("button", { type: "button", class: "deny", onclick: () => decide("deny") }, "Deny")));
-    }
-    for (const question of questions.questions) {
-      const answer = el("input", { class: "answer", "aria-label": "Answer", required: true });
-      forms.push(el("form", { class: "question", onsubmit: (e) => { e.preventDefault(); submit("answer", () => api("POST", `/v1/questions/${question.id}/answer`, { answer: answer.value, by: by() })); } },
-        el("h3", {}, question.question), answer, " ", el("button", { type: "submit" }, "Answer")));
-    }
-    for (const call of calls.tool_calls.filter((c) => c.kind === "custom")) {
-      const output = el("textarea", { class: "tool-output", "aria-label": "Result (JSON)" }, "{}");
-      forms.push(el("form", { class: "tool-call", "data-id": call.id, onsubmit: (e) => {
-        e.preventDefault();
-        let value;
-        try { value = JSON.parse(output.value); } catch { notice.replaceChildren(el("span", { class: "error", role: "alert" }, `result for ${call.name}: the result must be JSON`)); return; }
-        submit(`result for ${call.name}`, () => api("POST", `/v1/tool-calls/${call.id}/result`, { output: value }));
-      } }, el("h3", {}, `Result for ${call.name}`), json(call.input), output, el("button", { type: "submit" }, "Send result")));
-    }
-    const answerBy = by();
-    box.replaceChildren(notice, ...(forms.length ? [el("h2", {}, "Waiting for you"), el("label", {}, "Answer as ", el("input", { id: "answer-by", value: answerBy })), ...forms] : []));
+    const pending = [
+      ...approvals.approvals.map((a) => [`approval:${a.id}`, () => approvalForm(a)]),
+      ...questions.questions.map((q) => [`question:${q.id}`, () => questionForm(q)]),
+      ...calls.tool_calls.filter((c) => c.kind === "custom").map((c) => [`tool-call:${c.id}`, () => toolCallForm(c)]),
+    ];
+    const unchanged = pending.length === shown.size && pending.every(([key]) => shown.has(key));
+    if (unchanged && box.contains(notice)) return; // no move, so focus stays where the user typed
+    const next = new Map(pending.map(([key, build]) => [key, shown.get(key) ?? build()]));
+    shown = next;
+    box.replaceChildren(notice, ...(next.size ? [...heading, ...next.values()] : []));
   }
   return { box, load };
 }
