@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 use holdfast_engine::domain::{Agent, AgentState, CancelOutcome};
 use holdfast_engine::egress::check_mcp_header;
 use holdfast_engine::store;
+use holdfast_engine::store::console;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
@@ -200,8 +201,24 @@ impl From<Agent> for AgentView {
 #[derive(Serialize, ToSchema)]
 pub struct AgentList {
     agents: Vec<AgentView>,
-    /// More agents follow: ask again with `after` = the last id.
+    /// More agents follow: ask again with `after` = the last id
+    /// (`order=created`) or `cursor` = `next_cursor` (`order=activity`).
     has_more: bool,
+    /// With `order=activity` and `has_more`: the `cursor` of the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+}
+
+/// The order of a list.
+#[derive(Clone, Copy, Default, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ListOrder {
+    /// Oldest first (by id, a UUIDv7); pages with `after`.
+    #[default]
+    Created,
+    /// Newest activity first (the latest event's time, else creation);
+    /// pages with `cursor`; takes `q`.
+    Activity,
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -209,11 +226,22 @@ pub struct AgentList {
 pub struct ListQuery {
     /// Only agents in this state.
     state: Option<StateName>,
-    /// Agents created after this one (the last id of the previous page).
+    /// Agents created after this one (the last id of the previous page;
+    /// `order=created`).
     after: Option<Uuid>,
     /// At most this many (default 100, at most 1000).
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
+    /// `created` (default) or `activity`.
+    #[param(inline)]
+    order: Option<ListOrder>,
+    /// The `next_cursor` of the previous page (`order=activity`).
+    cursor: Option<String>,
+    /// Search (`order=activity`): an agent id finds that agent; `key=value`
+    /// finds agents whose `metadata.key` is that value (a JSON scalar such as
+    /// `3` or `true`, else the text); anything else finds agents whose
+    /// metadata contains the text, case-insensitively.
+    q: Option<String>,
 }
 
 /// The outcome of a cancel.
@@ -327,7 +355,8 @@ pub async fn create_agent(
     ))
 }
 
-/// List agents, oldest first.
+/// List agents: oldest first, or newest activity first with search
+/// (`order=activity`).
 #[utoipa::path(
     get,
     path = "/v1/agents",
@@ -341,6 +370,16 @@ pub async fn list_agents(
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<AgentList>, ApiError> {
     let limit = page_limit(query.limit)?;
+    if query.order.unwrap_or_default() == ListOrder::Activity {
+        return list_by_activity(&state, caller, query, limit).await;
+    }
+    if query.cursor.is_some() || query.q.is_some() {
+        let field = if query.q.is_some() { "q" } else { "cursor" };
+        return Err(ApiError::invalid(
+            field,
+            format!("{field} needs order=activity"),
+        ));
+    }
     let db = state.db().await?;
     let mut agents = store::list_agents(
         &**db,
@@ -355,7 +394,106 @@ pub async fn list_agents(
     Ok(Json(AgentList {
         agents: agents.into_iter().map(AgentView::from).collect(),
         has_more,
+        next_cursor: None,
     }))
+}
+
+/// `order=activity`: newest activity first, keyset-paged by
+/// (activity, id), narrowed by `state` and `q`.
+async fn list_by_activity(
+    state: &AppState,
+    caller: Caller,
+    query: ListQuery,
+    limit: i64,
+) -> Result<Json<AgentList>, ApiError> {
+    if query.after.is_some() {
+        return Err(ApiError::invalid(
+            "after",
+            "after pages order=created; order=activity pages with cursor",
+        ));
+    }
+    let before = query.cursor.as_deref().map(parse_cursor).transpose()?;
+    let mut filter = match query.q.as_deref().map(str::trim) {
+        Some(q) if !q.is_empty() => search_filter(q)?,
+        _ => console::AgentFilter::default(),
+    };
+    filter.state = query.state.map(Into::into);
+    let db = state.db().await?;
+    let mut agents =
+        console::agents_by_activity(&**db, caller.project_id, &filter, before, limit + 1).await?;
+    let has_more = agents.len() as i64 > limit;
+    agents.truncate(limit as usize);
+    let next_cursor = agents
+        .last()
+        .filter(|_| has_more)
+        .map(|last| format_cursor(last.activity, last.agent.id));
+    Ok(Json(AgentList {
+        agents: agents
+            .into_iter()
+            .map(|a| AgentView::from(a.agent))
+            .collect(),
+        has_more,
+        next_cursor,
+    }))
+}
+
+/// A cursor is `<activity, RFC 3339 with microseconds>_<agent id>`: opaque to
+/// clients, readable in a log.
+fn format_cursor(activity: DateTime<Utc>, id: Uuid) -> String {
+    format!(
+        "{}_{id}",
+        activity.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+    )
+}
+
+fn parse_cursor(cursor: &str) -> Result<console::ActivityCursor, ApiError> {
+    cursor
+        .split_once('_')
+        .and_then(|(activity, id)| {
+            Some(console::ActivityCursor {
+                activity: DateTime::parse_from_rfc3339(activity)
+                    .ok()?
+                    .with_timezone(&Utc),
+                id: id.parse().ok()?,
+            })
+        })
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "cursor",
+                "cursor must be the next_cursor of a previous page",
+            )
+        })
+}
+
+/// The filter a search text `q` asks for (see [`ListQuery::q`]).
+fn search_filter(q: &str) -> Result<console::AgentFilter, ApiError> {
+    if let Ok(id) = q.parse::<Uuid>() {
+        return Ok(console::AgentFilter {
+            id: Some(id),
+            ..Default::default()
+        });
+    }
+    if let Some((key, value)) = q.split_once('=') {
+        let key = key.trim();
+        if key.is_empty() {
+            return Err(ApiError::invalid("q", "q: key=value needs a key"));
+        }
+        let value = value.trim();
+        let value = match serde_json::from_str::<Value>(value) {
+            Ok(scalar) if !scalar.is_object() && !scalar.is_array() => scalar,
+            _ => Value::String(value.to_owned()),
+        };
+        let mut metadata = Map::new();
+        metadata.insert(key.to_owned(), value);
+        return Ok(console::AgentFilter {
+            metadata: Some(Value::Object(metadata)),
+            ..Default::default()
+        });
+    }
+    Ok(console::AgentFilter {
+        text: Some(q.to_owned()),
+        ..Default::default()
+    })
 }
 
 /// A page size: default 100, capped at 1000, at least 1.

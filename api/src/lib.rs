@@ -10,6 +10,7 @@
 pub mod agents;
 pub mod approvals;
 pub mod auth;
+pub mod console;
 pub mod error;
 pub mod events;
 pub mod extract;
@@ -19,7 +20,9 @@ pub mod machines;
 pub mod metrics;
 pub mod observe;
 pub mod openapi;
+pub mod operations;
 pub mod probes;
+pub mod project;
 pub mod provider_keys;
 pub mod rate_limit;
 pub mod state;
@@ -110,6 +113,8 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(probes::readyz))
         .routes(routes!(metrics::metrics))
         .routes(routes!(openapi::openapi_json))
+        .routes(routes!(project::get_project))
+        .routes(routes!(operations::get_operations))
 }
 
 /// The OpenAPI 3.1 document of every route [`router`] serves.
@@ -126,6 +131,7 @@ pub fn router(state: AppState) -> Router {
     let config = state.config().clone();
     let (router, _) = routes().split_for_parts();
     router
+        .merge(console::routes())
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(RequestBodyLimitLayer::new(config.max_body_bytes))
         .layer(RequestBodyTimeoutLayer::new(config.request_timeout))

@@ -98,6 +98,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0013_machine_credentials.sql",
         sql: include_str!("../../sql/0013_machine_credentials.sql"),
     },
+    Migration {
+        version: 17,
+        name: "0017_console.sql",
+        sql: include_str!("../../sql/0017_console.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

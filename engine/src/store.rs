@@ -35,6 +35,8 @@ use crate::duration::to_interval;
 use crate::error::{Error, Result};
 use crate::pg_text::{make_storable, storable_str};
 
+pub mod console;
+
 /// A client for the hot path (claims, context loads, commits): it runs a
 /// statement prepared once per connection where it can keep one, so repeated
 /// calls skip the parse round trip and the planning of the top-level query.

@@ -14,6 +14,7 @@
 //! Fault tests that restart Postgres use [`private_cluster`] for a cluster of
 //! their own.
 
+pub mod browser;
 pub mod counting_http;
 pub mod mcp_server;
 

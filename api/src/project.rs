@@ -1,0 +1,49 @@
+//! `GET /v1/project`: the caller's project, for a client (the console) to
+//! show which project a key opens, with its agent counts by state.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::Json;
+use holdfast_engine::store::console;
+use serde::Serialize;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::state::AppState;
+
+/// The project an API key belongs to.
+#[derive(Serialize, ToSchema)]
+pub struct ProjectView {
+    id: Uuid,
+    name: String,
+    /// Agents per state; every state is listed (0 when none).
+    #[schema(example = json!({"idle": 3, "ready": 0, "running": 1, "waiting": 2, "archived": 0}))]
+    agents_by_state: BTreeMap<&'static str, i64>,
+}
+
+/// The caller's project.
+#[utoipa::path(
+    get,
+    path = "/v1/project",
+    tag = "operations",
+    responses((status = 200, body = ProjectView), (status = 401, body = ErrorBody))
+)]
+pub async fn get_project(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<ProjectView>, ApiError> {
+    let db = state.db().await?;
+    // A key exists only for an existing project; a missing one is a race with
+    // a deletion, answered like a revoked key.
+    let project = console::project(&**db, caller.project_id)
+        .await?
+        .ok_or_else(|| ApiError::unauthorized("the key's project no longer exists"))?;
+    Ok(Json(ProjectView {
+        id: project.id,
+        name: project.name,
+        agents_by_state: project.agents_by_state,
+    }))
+}

@@ -1,0 +1,319 @@
+//! The console's server side against a real server and real Postgres: the
+//! page and its files with their security headers, the project route, the
+//! activity-ordered agent list (search, state filter, keyset paging) and
+//! its plan over 100,000 agents, and the operations overview.
+
+use holdfast_engine::store;
+use holdfast_engine::store::console::AGENTS_BY_ACTIVITY_SQL;
+use holdfast_tests::api_server::{project_key, ApiServer};
+use holdfast_tests::{default_config, TestDb};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_and_its_files_are_served_with_a_strict_policy() {
+    let db = TestDb::new().await;
+    let api = ApiServer::start(&db).await;
+    for (path, content_type) in [
+        ("/", "text/html"),
+        ("/console/app.js", "text/javascript"),
+        ("/console/render.js", "text/javascript"),
+        ("/console/sse.js", "text/javascript"),
+        ("/console/style.css", "text/css"),
+    ] {
+        let response = api.http.get(api.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert!(header("content-type").starts_with(content_type), "{path}");
+        assert_eq!(header("content-security-policy"), CSP, "{path}");
+        assert_eq!(header("x-content-type-options"), "nosniff", "{path}");
+        assert_eq!(header("referrer-policy"), "no-referrer", "{path}");
+        let body = response.text().await.unwrap();
+        // No inline script and no third-party origin in anything served.
+        assert!(!body.contains("innerHTML"), "{path} uses innerHTML");
+        assert!(!body.contains("https://"), "{path} names another origin");
+    }
+    let index = api
+        .http
+        .get(api.url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!index.contains("<script>"), "inline script in the page");
+    let missing = api
+        .http
+        .get(api.url("/console/nope.js"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_project_route_names_the_keys_project_and_counts_its_agents() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let api = ApiServer::start(&db).await;
+    let (project, key) = project_key(&client).await;
+    let (other, _) = project_key(&client).await;
+    store::create_agent(&client, project, &default_config())
+        .await
+        .unwrap();
+    store::create_agent(&client, other, &default_config())
+        .await
+        .unwrap();
+    let name: String = client
+        .query_one(
+            "SELECT name FROM holdfast.projects WHERE id = $1",
+            &[&project],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let body: Value = api
+        .request(Method::GET, "/v1/project", &key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["name"], name.as_str());
+    assert_eq!(
+        body["agents_by_state"],
+        json!({"idle": 1, "ready": 0, "running": 0, "waiting": 0, "archived": 0})
+    );
+    let anonymous = api.http.get(api.url("/v1/project")).send().await.unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+}
+
+async fn page(api: &ApiServer, key: &str, query: &str) -> Value {
+    let response = api
+        .request(
+            Method::GET,
+            &format!("/v1/agents?order=activity&{query}"),
+            key,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "{query}");
+    response.json().await.unwrap()
+}
+
+fn ids(page: &Value) -> Vec<String> {
+    page["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_activity_list_pages_newest_first_and_filters_and_searches() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let api = ApiServer::start(&db).await;
+    let (project, key) = project_key(&client).await;
+    let mut created = Vec::new();
+    for n in 0..25 {
+        let config = json!({"model": {"provider": "anthropic", "name": "m"},
+                            "metadata": {"n": n, "team": if n % 5 == 0 { "Blue" } else { "red" }}});
+        created.push(
+            store::create_agent(&client, project, &config)
+                .await
+                .unwrap(),
+        );
+    }
+    // The oldest agent gets an event: it becomes the most recently active.
+    store::create_input(&client, created[0], &json!("hello"), None)
+        .await
+        .unwrap();
+
+    let mut seen = Vec::new();
+    let mut query = "limit=10".to_owned();
+    loop {
+        let body = page(&api, &key, &query).await;
+        seen.extend(ids(&body));
+        if !body["has_more"].as_bool().unwrap() {
+            assert!(body.get("next_cursor").is_none());
+            break;
+        }
+        query = format!("limit=10&cursor={}", body["next_cursor"].as_str().unwrap());
+    }
+    let mut expected: Vec<String> = created[1..].iter().rev().map(Uuid::to_string).collect();
+    expected.insert(0, created[0].to_string());
+    assert_eq!(seen, expected, "newest activity first, every agent once");
+
+    let ready = page(&api, &key, "state=ready").await;
+    assert_eq!(ids(&ready), vec![created[0].to_string()]);
+    let by_id = page(&api, &key, &format!("q={}", created[7])).await;
+    assert_eq!(ids(&by_id), vec![created[7].to_string()]);
+    let by_value = page(&api, &key, "q=n%3D7").await;
+    assert_eq!(ids(&by_value), vec![created[7].to_string()]);
+    let by_text = page(&api, &key, "q=blue").await;
+    assert_eq!(ids(&by_text).len(), 5, "case-insensitive text search");
+
+    let bad = api
+        .request(
+            Method::GET,
+            "/v1/agents?order=activity&cursor=nonsense",
+            &key,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    let body: Value = bad.json().await.unwrap();
+    assert_eq!(body["error"]["field"], "cursor");
+    let bad = api
+        .request(Method::GET, "/v1/agents?q=x", &key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deep_activity_page_over_100000_agents_is_an_index_scan() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, _) = project_key(&client).await;
+    client
+        .execute(
+            "INSERT INTO holdfast.agents (project_id, config, created_at)
+             SELECT $1, '{\"model\": {\"provider\": \"anthropic\", \"name\": \"m\"}}',
+                    now() - g * interval '1 second'
+               FROM generate_series(1, 100000) g",
+            &[&project],
+        )
+        .await
+        .unwrap();
+    client
+        .batch_execute("ANALYZE holdfast.agents")
+        .await
+        .unwrap();
+    let (activity, id): (chrono::DateTime<chrono::Utc>, Uuid) = client
+        .query_one(
+            "SELECT created_at, id FROM holdfast.agents ORDER BY created_at LIMIT 1 OFFSET 50000",
+            &[],
+        )
+        .await
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    for state in [None, Some("idle")] {
+        let plan: Vec<String> = client
+            .query(
+                &format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT) {AGENTS_BY_ACTIVITY_SQL}"),
+                &[
+                    &project,
+                    &state,
+                    &Some(activity),
+                    &Some(id),
+                    &None::<Uuid>,
+                    &None::<Value>,
+                    &None::<String>,
+                    &51i64,
+                ],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let plan = plan.join("\n");
+        assert!(
+            plan.contains("Index Scan using agents_project"),
+            "state {state:?}:\n{plan}"
+        );
+        assert!(!plan.contains("Sort"), "state {state:?}:\n{plan}");
+        // One page of rows read, not the 50,000 above the cursor.
+        let rows_removed = plan.contains("Rows Removed by Filter");
+        assert!(!rows_removed, "state {state:?}:\n{plan}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_shows_only_the_callers_project() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let api = ApiServer::start(&db).await;
+    let (project, key) = project_key(&client).await;
+    let (other, _) = project_key(&client).await;
+    let mine = store::create_agent(&client, project, &default_config())
+        .await
+        .unwrap();
+    let theirs = store::create_agent(&client, other, &default_config())
+        .await
+        .unwrap();
+    for agent in [mine, theirs] {
+        store::create_input(&client, agent, &json!("go"), None)
+            .await
+            .unwrap();
+    }
+    store::claim_agents(&client, "worker-a", 10, std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    let body: Value = api
+        .request(Method::GET, "/v1/operations", &key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["agents_by_state"]["running"], 1);
+    let workers = body["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 1);
+    assert_eq!(workers[0]["worker"], "worker-a");
+    assert_eq!(workers[0]["agents_held"], 1);
+    assert_eq!(workers[0]["agents"], json!([mine]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_activity_list_masks_secrets_in_config() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let api = ApiServer::start(&db).await;
+    let (project, key) = project_key(&client).await;
+    let config = json!({
+        "model": {"provider": "anthropic", "name": "m"},
+        "tools": [{"type": "mcp", "name": "calc", "url": "https://mcp.example/mcp",
+                   "headers": {"Authorization": "Bearer mcp-secret-42"}}]
+    });
+    client
+        .execute(
+            "INSERT INTO holdfast.agents (project_id, config) VALUES ($1, $2)",
+            &[&project, &config],
+        )
+        .await
+        .unwrap();
+    let list: Value = api
+        .request(Method::GET, "/v1/agents?order=activity", &key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        list["agents"][0]["config"]["tools"][0]["headers"]["Authorization"], "***",
+        "{list}"
+    );
+    assert!(!list.to_string().contains("mcp-secret-42"));
+}
