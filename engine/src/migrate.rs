@@ -98,6 +98,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0013_machine_credentials.sql",
         sql: include_str!("../../sql/0013_machine_credentials.sql"),
     },
+    Migration {
+        version: 18,
+        name: "0018_group_commit.sql",
+        sql: include_str!("../../sql/0018_group_commit.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.
