@@ -315,7 +315,6 @@ CREATE OR REPLACE FUNCTION holdfast.commit_model_steps(p_steps holdfast.model_st
 RETURNS TABLE (agent_id uuid, outcome text, step_id uuid, message text, field text)
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_now timestamptz := holdfast.now();
     v_row record;
 BEGIN
     FOR v_row IN
@@ -330,9 +329,12 @@ BEGIN
              ORDER BY a.id
                FOR UPDATE
         )
+        -- holdfast.now() is read per row, after the locks were granted
+        -- (as lock_leased_agent reads it): a lease that ran out while the
+        -- batch waited for a lock is lost.
         SELECT b.*, l.id IS NOT NULL AS found,
-               coalesce(l.state = 'running' AND l.lease_epoch = b.epoch AND l.lease_expires_at > v_now,
-                        false) AS leased
+               coalesce(l.state = 'running' AND l.lease_epoch = b.epoch
+                        AND l.lease_expires_at > holdfast.now(), false) AS leased
           FROM batch b LEFT JOIN locked l ON l.id = b.id
          ORDER BY b.id
     LOOP
