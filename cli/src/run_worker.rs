@@ -4,12 +4,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
+use clap::builder::TypedValueParser;
 use clap::Args;
 use holdfast_engine::backoff::Backoff;
 use holdfast_engine::domain::LimitMaxima;
 use holdfast_engine::duration::parse_duration;
 use holdfast_engine::egress::EgressPolicy;
 use holdfast_engine::provider::{ProviderSettings, Providers};
+use holdfast_worker::committer::GroupCommit;
 use holdfast_worker::WorkerSettings;
 use tokio_util::sync::CancellationToken;
 
@@ -77,6 +79,14 @@ pub struct WorkerArgs {
     /// Most subagents one tree may ever have.
     #[arg(long = "max-descendants", env = "HOLDFAST_MAX_DESCENDANTS", default_value_t = LimitMaxima::default().descendants, value_parser = clap::value_parser!(i32).range(1..))]
     max_descendants: i32,
+    /// How long a finished model step waits for others to share its commit
+    /// (one WAL flush for all); 0ms: only steps already waiting.
+    #[arg(long = "commit-window", env = "HOLDFAST_COMMIT_WINDOW", default_value = "2ms", value_parser = parse_duration)]
+    commit_window: Duration,
+    /// Most model steps in one commit; a full batch commits without waiting
+    /// out the window. 1 turns group commit off.
+    #[arg(long = "commit-batch", env = "HOLDFAST_COMMIT_BATCH", default_value_t = GroupCommit::default().batch, value_parser = clap::value_parser!(u16).range(1..).map(usize::from))]
+    commit_batch: usize,
     /// This worker's name in leases (default: host-pid-nonce).
     #[arg(long = "name", env = "HOLDFAST_WORKER_NAME")]
     name: Option<String>,
@@ -125,6 +135,10 @@ impl WorkerArgs {
                 subagent_depth: self.max_subagent_depth,
                 live_children: self.max_live_children,
                 descendants: self.max_descendants,
+            },
+            group_commit: GroupCommit {
+                window: self.commit_window,
+                batch: self.commit_batch,
             },
         })
     }

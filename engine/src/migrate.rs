@@ -103,6 +103,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0017_console.sql",
         sql: include_str!("../../sql/0017_console.sql"),
     },
+    Migration {
+        version: 18,
+        name: "0018_group_commit.sql",
+        sql: include_str!("../../sql/0018_group_commit.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

@@ -7,8 +7,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use postgres_types::ToSql;
 use serde_json::Value;
-use tokio_postgres::types::ToSql;
 use tokio_postgres::{GenericClient, Row, Statement};
 use uuid::Uuid;
 
@@ -239,39 +239,117 @@ pub async fn start_tool_call(client: &impl Prepared, claim: Claim, tool_call: Uu
     Ok(())
 }
 
+/// One row of `holdfast.model_step[]`: a model response made storable
+/// (pg_text), for every caller of the model-step commits.
+#[derive(Debug, ToSql)]
+#[postgres(name = "model_step")]
+struct ModelStepRow {
+    agent_id: Uuid,
+    epoch: i64,
+    input_ids: Vec<Uuid>,
+    message: Value,
+    tool_calls: Value,
+    usage: Value,
+    stop_reason: Option<String>,
+}
+
+impl ModelStepRow {
+    fn new(claim: Claim, step: &ModelStep) -> Result<ModelStepRow> {
+        let mut message = Value::Array(step.message.clone());
+        make_storable(&mut message);
+        let mut tool_calls =
+            serde_json::to_value(&step.tool_calls).map_err(|e| Error::Invalid {
+                field: Some("tool_calls".into()),
+                message: e.to_string(),
+            })?;
+        make_storable(&mut tool_calls);
+        let mut usage = step.usage.clone();
+        make_storable(&mut usage);
+        Ok(ModelStepRow {
+            agent_id: claim.agent_id,
+            epoch: claim.epoch,
+            input_ids: step.input_ids.clone(),
+            message,
+            tool_calls,
+            usage,
+            stop_reason: step
+                .stop_reason
+                .as_deref()
+                .map(|s| storable_str(s).into_owned()),
+        })
+    }
+}
+
 /// Save a model response with its inputs, tool calls and events, and release
-/// the agent, in one transaction. Returns the step id.
+/// the agent, in one transaction (in SQL, the group commit's batch of one).
+/// Returns the step id; a lost lease is [`Error::LeaseLost`], a malformed
+/// response [`Error::Invalid`].
 pub async fn commit_model_step(
     client: &impl Prepared,
     claim: Claim,
     step: &ModelStep,
 ) -> Result<Uuid> {
-    // Model output is made storable here, for every caller (pg_text).
-    let mut message = Value::Array(step.message.clone());
-    make_storable(&mut message);
-    let mut tool_calls = serde_json::to_value(&step.tool_calls).map_err(|e| Error::Invalid {
-        field: Some("tool_calls".into()),
-        message: e.to_string(),
-    })?;
-    make_storable(&mut tool_calls);
-    let mut usage = step.usage.clone();
-    make_storable(&mut usage);
-    let stop_reason = step.stop_reason.as_deref().map(storable_str);
+    let row = ModelStepRow::new(claim, step)?;
     let row = query_one_prepared(
         client,
         "SELECT holdfast.commit_model_step($1, $2, $3, $4, $5, $6, $7)",
         &[
-            &claim.agent_id,
-            &claim.epoch,
-            &step.input_ids,
-            &message,
-            &tool_calls,
-            &usage,
-            &stop_reason,
+            &row.agent_id,
+            &row.epoch,
+            &row.input_ids,
+            &row.message,
+            &row.tool_calls,
+            &row.usage,
+            &row.stop_reason,
         ],
     )
     .await?;
     Ok(row.get(0))
+}
+
+/// Save several agents' model responses in one statement (the worker's
+/// group commit, `holdfast.commit_model_steps`), each agent fenced on its
+/// own: a lost lease or a malformed response refuses only that agent's step.
+/// Returns each step's agent and outcome (the step id, or the error a single
+/// commit would have raised), in agent id order. `Err` only when the whole
+/// batch failed (nothing of it was saved when `client` commits nothing
+/// else).
+pub async fn commit_model_steps(
+    client: &impl Prepared,
+    steps: &[(Claim, &ModelStep)],
+) -> Result<Vec<(Uuid, Result<Uuid>)>> {
+    let mut rows = Vec::with_capacity(steps.len());
+    let mut refused = Vec::new();
+    for (claim, step) in steps {
+        match ModelStepRow::new(*claim, step) {
+            Ok(row) => rows.push(row),
+            Err(error) => refused.push((claim.agent_id, Err(error))),
+        }
+    }
+    let mut outcomes = refused;
+    if rows.is_empty() {
+        return Ok(outcomes);
+    }
+    for row in query_prepared(
+        client,
+        "SELECT agent_id, outcome, step_id, message, field FROM holdfast.commit_model_steps($1)",
+        &[&rows],
+    )
+    .await?
+    {
+        let message = || row.get::<_, Option<String>>("message").unwrap_or_default();
+        let outcome = match row.get::<_, &str>("outcome") {
+            "committed" => Ok(row.get("step_id")),
+            "lease_lost" => Err(Error::LeaseLost(message())),
+            "not_found" => Err(Error::NotFound(message())),
+            _ => Err(Error::Invalid {
+                field: row.get("field"),
+                message: message(),
+            }),
+        };
+        outcomes.push((row.get("agent_id"), outcome));
+    }
+    Ok(outcomes)
 }
 
 /// Save one tool call's result and its event (the agent stays leased).

@@ -53,17 +53,60 @@ BEGIN
 END
 $$;
 
--- commit_model_step (0009), now enforcing the agent's model limits. It
--- counts the step in turn_model_steps (reset when the commit opens a new
--- turn). A response with tool calls that is the turn's
--- max_model_steps_per_turn-th step (its results would need one more model
--- call), or that has more than max_tool_calls_per_response calls, is saved
--- with every call `cancelled` (none runs, no wait opens) and the turn ends
--- with limit_exceeded (end_turn_with_error: the cause goes into the
--- history, `turn.failed {"error": {"type", "message", "limit", "value"}}`).
--- Otherwise unchanged. Fenced (HF001); HF422 for a malformed message or
--- tool call.
-CREATE OR REPLACE FUNCTION holdfast.commit_model_step(
+-- Why a model response cannot be saved as given: the first malformed part
+-- of its message or tool calls (message, and the field it names), or NULLs
+-- when it is well formed. Pure: reads, locks and raises nothing, so a group
+-- commit can refuse one agent's step without aborting the others'.
+CREATE OR REPLACE FUNCTION holdfast.check_model_step(
+    p_message jsonb, p_tool_calls jsonb, OUT message text, OUT field text)
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_tool_calls jsonb := coalesce(p_tool_calls, '[]');
+    v_call jsonb;
+BEGIN
+    IF jsonb_typeof(p_message) IS DISTINCT FROM 'array' THEN
+        message := 'message must be an array of content blocks';
+        field := 'message';
+        RETURN;
+    END IF;
+    IF jsonb_typeof(v_tool_calls) <> 'array' THEN
+        message := 'tool_calls must be an array';
+        field := 'tool_calls';
+        RETURN;
+    END IF;
+    FOR v_pos IN 0 .. jsonb_array_length(v_tool_calls) - 1 LOOP
+        v_call := v_tool_calls -> v_pos;
+        IF jsonb_typeof(v_call -> 'name') IS DISTINCT FROM 'string'
+           OR jsonb_typeof(v_call -> 'provider_id') IS DISTINCT FROM 'string' THEN
+            message := 'each tool call needs string name and provider_id';
+            field := format('tool_calls[%s]', v_pos);
+            RETURN;
+        END IF;
+        IF NOT coalesce(v_call ->> 'kind' IN ('external', 'internal', 'custom', 'question', 'command'), false) THEN
+            message := 'tool call kind must be external, internal, custom, question or command';
+            field := format('tool_calls[%s].kind', v_pos);
+            RETURN;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- Save one model response that check_model_step passed, for an agent whose
+-- row lock the caller holds and whose lease at p_epoch it has checked
+-- (commit_model_steps does both): the inputs the call saw become user
+-- messages, then the assistant's message, its tool calls and events, and
+-- the agent is released. Enforces the agent's model limits: it counts the
+-- step in turn_model_steps (reset when the commit opens a new turn). A
+-- response with tool calls that is the turn's max_model_steps_per_turn-th
+-- step (its results would need one more model call), or that has more than
+-- max_tool_calls_per_response calls, is saved with every call `cancelled`
+-- (none runs, no wait opens) and the turn ends with limit_exceeded
+-- (end_turn_with_error: the cause goes into the history, `turn.failed
+-- {"error": {"type", "message", "limit", "value"}}`). The agent row is read
+-- here, after the lock, so writes earlier in the same transaction (a
+-- subagent's hand-back to its parent in the same batch) are seen. Raises
+-- nothing of its own. Returns the step id.
+CREATE OR REPLACE FUNCTION holdfast.write_model_step(
     p_agent uuid, p_epoch bigint, p_input_ids uuid[], p_message jsonb,
     p_tool_calls jsonb, p_usage jsonb, p_stop_reason text)
 RETURNS uuid LANGUAGE plpgsql AS $$
@@ -92,28 +135,15 @@ DECLARE
     v_types text[];
     v_data jsonb[];
 BEGIN
-    v_agent := holdfast.lock_leased_agent(p_agent, p_epoch);
-    IF jsonb_typeof(p_message) IS DISTINCT FROM 'array' THEN
-        PERFORM holdfast.raise('HF422', 'message must be an array of content blocks', 'message');
-    END IF;
-    IF jsonb_typeof(v_tool_calls) <> 'array' THEN
-        PERFORM holdfast.raise('HF422', 'tool_calls must be an array', 'tool_calls');
-    END IF;
+    SELECT * INTO STRICT v_agent FROM holdfast.agents WHERE id = p_agent;
 
-    -- Validate the calls and decide their statuses before writing anything.
+    -- Decide the calls' statuses before writing anything.
     v_n_calls := jsonb_array_length(v_tool_calls);
     IF v_n_calls > 0 THEN
         v_require := ARRAY(SELECT jsonb_array_elements_text(coalesce(v_agent.config #> '{approvals,require_for}', '[]')));
     END IF;
     FOR v_pos IN 0 .. v_n_calls - 1 LOOP
         v_call := v_tool_calls -> v_pos;
-        IF jsonb_typeof(v_call -> 'name') IS DISTINCT FROM 'string'
-           OR jsonb_typeof(v_call -> 'provider_id') IS DISTINCT FROM 'string' THEN
-            PERFORM holdfast.raise('HF422', 'each tool call needs string name and provider_id', format('tool_calls[%s]', v_pos));
-        END IF;
-        IF NOT coalesce(v_call ->> 'kind' IN ('external', 'internal', 'custom', 'question', 'command'), false) THEN
-            PERFORM holdfast.raise('HF422', 'tool call kind must be external, internal, custom, question or command', format('tool_calls[%s].kind', v_pos));
-        END IF;
         v_status := CASE
             WHEN v_call ->> 'name' = ANY (v_require) THEN 'awaiting_approval'
             WHEN v_call ->> 'kind' IN ('custom', 'question', 'command') THEN 'waiting'
@@ -264,6 +294,103 @@ BEGIN
         END IF;
     END IF;
     RETURN v_step_id;
+END
+$$;
+
+-- The worker's group commit: save the model responses in p_steps in one
+-- transaction, each agent fenced on its own. One statement locks every
+-- agent of the batch (FOR UPDATE, in id order, so two batches cannot
+-- deadlock on each other) and checks each lease; then only the rows whose
+-- agent was found, is still leased at the row's epoch, appears once in the
+-- batch and passes check_model_step are written (write_model_step, in agent
+-- id order). A refused row writes nothing and aborts nothing: no savepoint,
+-- no exception. Returns one row per step, in agent id order: outcome
+-- 'committed' (with step_id), 'lease_lost', 'not_found' or 'invalid' (with
+-- message, and field when one part is to blame). An agent with two steps in
+-- one batch has both refused as invalid (a lease runs one step at a time).
+-- Raises nothing of its own; any other error (a deadlock with a
+-- non-worker transaction, a lost connection) aborts the whole batch, and
+-- the worker then commits its steps one by one.
+CREATE OR REPLACE FUNCTION holdfast.commit_model_steps(p_steps holdfast.model_step[])
+RETURNS TABLE (agent_id uuid, outcome text, step_id uuid, message text, field text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_row record;
+BEGIN
+    FOR v_row IN
+        WITH batch AS (
+            SELECT s.agent_id AS id, s.epoch, s.input_ids, s.message AS content, s.tool_calls,
+                   s.usage, s.stop_reason, count(*) OVER (PARTITION BY s.agent_id) AS copies
+              FROM unnest(p_steps) AS s
+        ), locked AS MATERIALIZED (
+            SELECT a.id, a.state, a.lease_epoch, a.lease_expires_at
+              FROM holdfast.agents a
+             WHERE a.id IN (SELECT b.id FROM batch b)
+             ORDER BY a.id
+               FOR UPDATE
+        )
+        -- holdfast.now() is read per row, after the locks were granted
+        -- (as lock_leased_agent reads it): a lease that ran out while the
+        -- batch waited for a lock is lost.
+        SELECT b.*, l.id IS NOT NULL AS found,
+               coalesce(l.state = 'running' AND l.lease_epoch = b.epoch
+                        AND l.lease_expires_at > holdfast.now(), false) AS leased
+          FROM batch b LEFT JOIN locked l ON l.id = b.id
+         ORDER BY b.id
+    LOOP
+        agent_id := v_row.id;
+        step_id := NULL;
+        message := NULL;
+        field := NULL;
+        IF NOT v_row.found THEN
+            outcome := 'not_found';
+            message := format('agent %s not found', v_row.id);
+        ELSIF NOT v_row.leased THEN
+            outcome := 'lease_lost';
+            message := format('lease lost on agent %s at epoch %s', v_row.id, v_row.epoch);
+        ELSIF v_row.copies > 1 THEN
+            outcome := 'invalid';
+            message := 'the batch holds more than one step for this agent';
+            field := 'agent_id';
+        ELSE
+            SELECT c.message, c.field INTO message, field
+              FROM holdfast.check_model_step(v_row.content, v_row.tool_calls) c;
+            IF message IS NOT NULL THEN
+                outcome := 'invalid';
+            ELSE
+                outcome := 'committed';
+                step_id := holdfast.write_model_step(v_row.id, v_row.epoch, v_row.input_ids,
+                    v_row.content, v_row.tool_calls, v_row.usage, v_row.stop_reason);
+            END IF;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- Save one model response with its inputs, tool calls and events, and
+-- release the agent: the group commit's batch of one, its outcome raised as
+-- the single-step callers have always seen it. Locks the agent row. Raises
+-- HF001 (lease lost), HF404 (no such agent), HF422 (a malformed message or
+-- tool call, the field named). Returns the step id.
+CREATE OR REPLACE FUNCTION holdfast.commit_model_step(
+    p_agent uuid, p_epoch bigint, p_input_ids uuid[], p_message jsonb,
+    p_tool_calls jsonb, p_usage jsonb, p_stop_reason text)
+RETURNS uuid LANGUAGE plpgsql AS $$
+DECLARE
+    v_result record;
+BEGIN
+    SELECT r.outcome, r.step_id, r.message, r.field INTO v_result
+      FROM holdfast.commit_model_steps(ARRAY[ROW(p_agent, p_epoch, p_input_ids, p_message,
+               p_tool_calls, p_usage, p_stop_reason)::holdfast.model_step]) r;
+    IF v_result.outcome = 'committed' THEN
+        RETURN v_result.step_id;
+    END IF;
+    PERFORM holdfast.raise(CASE v_result.outcome WHEN 'lease_lost' THEN 'HF001'
+                                                 WHEN 'not_found' THEN 'HF404'
+                                                 ELSE 'HF422' END,
+                           v_result.message, v_result.field);
+    RETURN NULL;
 END
 $$;
 

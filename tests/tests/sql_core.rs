@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::{migrate, store, Error};
-use holdfast_tests::{new_agent, project_and_agent, wait_until, TestDb};
+use holdfast_tests::{new_agent, project_and_agent, wait_for_lock_wait_in, wait_until, TestDb};
 use serde_json::{json, Value};
 use tokio_postgres::{AsyncMessage, Client};
 use uuid::Uuid;
@@ -354,6 +354,279 @@ async fn a_model_step_commit_killed_mid_transaction_leaves_nothing() {
         1,
         "the input is still pending"
     );
+}
+
+/// Claim `n` fresh ready agents of one project for worker "w", in agent id
+/// order (the order a group commit locks and writes them in).
+async fn claimed_agents(client: &Client, n: usize) -> Vec<Claim> {
+    let (project, first) = project_and_agent(client).await;
+    ready(client, first).await;
+    for _ in 1..n {
+        let agent = new_agent(client, project).await;
+        ready(client, agent).await;
+    }
+    let mut claims = store::claim_agents(client, "w", n as i32, TTL)
+        .await
+        .unwrap();
+    assert_eq!(claims.len(), n);
+    claims.sort_by_key(|c| c.agent_id);
+    claims
+}
+
+/// What a commit leaves on an agent: (steps, messages, events, pending inputs).
+async fn written(client: &Client, agent: Uuid) -> (i64, i64, i64, i64) {
+    (
+        count(
+            client,
+            "SELECT count(*) FROM holdfast.steps WHERE agent_id = $1",
+            agent,
+        )
+        .await,
+        count(
+            client,
+            "SELECT count(*) FROM holdfast.messages WHERE agent_id = $1",
+            agent,
+        )
+        .await,
+        count(
+            client,
+            "SELECT count(*) FROM holdfast.events WHERE agent_id = $1",
+            agent,
+        )
+        .await,
+        count(
+            client,
+            "SELECT count(*) FROM holdfast.inputs WHERE agent_id = $1 AND consumed_at IS NULL",
+            agent,
+        )
+        .await,
+    )
+}
+
+/// (state, lease_owner, lease_epoch) of an agent.
+async fn lease(client: &Client, agent: Uuid) -> (String, Option<String>, i64) {
+    let row = client
+        .query_one(
+            "SELECT state, lease_owner, lease_epoch FROM holdfast.agents WHERE id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2))
+}
+
+#[tokio::test]
+async fn a_group_commit_with_one_lost_lease_commits_the_others_and_refuses_that_one() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let claims = claimed_agents(&client, 3).await;
+    // The middle agent's lease is lost: released (as a drain would) and
+    // claimed by another worker at a new epoch.
+    let lost = claims[1];
+    store::release_agent(&client, lost, None).await.unwrap();
+    let taken = store::claim_agents(&client, "w-other", 1, TTL)
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0].agent_id, lost.agent_id);
+    let before = written(&client, lost.agent_id).await;
+
+    let mut steps = Vec::new();
+    for claim in &claims {
+        steps.push(text_step(pending_inputs(&client, claim.agent_id).await));
+    }
+    let batch: Vec<(Claim, &ModelStep)> = claims.iter().copied().zip(&steps).collect();
+    let outcomes = store::commit_model_steps(&client, &batch).await.unwrap();
+
+    assert_eq!(outcomes.len(), 3, "one outcome per step: {outcomes:?}");
+    for (agent, outcome) in &outcomes {
+        if *agent == lost.agent_id {
+            assert!(
+                matches!(outcome, Err(Error::LeaseLost(_))),
+                "the lost lease is refused: {outcome:?}"
+            );
+        } else {
+            assert!(outcome.is_ok(), "{agent} commits: {outcome:?}");
+            assert_eq!(
+                written(&client, *agent).await,
+                (1, 2, 4, 0),
+                "one step; the input and the answer; input.received, turn.started, \
+                 model.response, turn.completed; the input consumed"
+            );
+            assert_eq!(agent_state(&client, *agent).await, "idle");
+        }
+    }
+    // Nothing was written for the lost agent; its new holder is untouched.
+    assert_eq!(written(&client, lost.agent_id).await, before);
+    assert_eq!(
+        lease(&client, lost.agent_id).await,
+        ("running".into(), Some("w-other".into()), taken[0].epoch)
+    );
+    // The committed steps share one transaction.
+    let transactions = client
+        .query_one(
+            "SELECT count(DISTINCT xmin::text) FROM holdfast.steps WHERE agent_id = ANY ($1)",
+            &[&vec![claims[0].agent_id, claims[2].agent_id]],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    assert_eq!(transactions, 1);
+}
+
+#[tokio::test]
+async fn a_group_commit_refuses_an_invalid_row_only_for_its_agent() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let claims = claimed_agents(&client, 3).await;
+    let mut before = Vec::new();
+    for claim in &claims {
+        before.push(written(&client, claim.agent_id).await);
+    }
+    // Row 0: a message that is no array of blocks; row 1: well formed;
+    // row 2: a tool call of an unknown kind.
+    let messages = [
+        json!({"type": "text"}),
+        json!([{"type": "text", "text": "ok"}]),
+        json!([]),
+    ];
+    let tool_calls = [
+        json!([]),
+        json!([]),
+        json!([{"provider_id": "toolu_1", "name": "t", "kind": "teleport"}]),
+    ];
+    // The three rows in one batch, each with the inputs its agent has.
+    let outcomes = client
+        .query(
+            "SELECT r.agent_id, r.outcome, r.field FROM holdfast.commit_model_steps(ARRAY(
+                 SELECT ROW(c.agent, c.epoch,
+                            ARRAY(SELECT i.id FROM holdfast.inputs i
+                                   WHERE i.agent_id = c.agent AND i.consumed_at IS NULL),
+                            c.message, c.tool_calls, '{}', 'end_turn')::holdfast.model_step
+                   FROM unnest($1::uuid[], $2::bigint[], $3::jsonb[], $4::jsonb[])
+                        AS c (agent, epoch, message, tool_calls))) r",
+            &[
+                &claims.iter().map(|c| c.agent_id).collect::<Vec<_>>(),
+                &claims.iter().map(|c| c.epoch).collect::<Vec<_>>(),
+                &messages.to_vec(),
+                &tool_calls.to_vec(),
+            ],
+        )
+        .await
+        .unwrap();
+    let outcomes: Vec<(Uuid, String, Option<String>)> = outcomes
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (claims[0].agent_id, "invalid".into(), Some("message".into())),
+            (claims[1].agent_id, "committed".into(), None),
+            (
+                claims[2].agent_id,
+                "invalid".into(),
+                Some("tool_calls[0].kind".into())
+            ),
+        ]
+    );
+    // The refused agents have nothing new and keep their leases (the worker
+    // decides what to do, as after a single commit's HF422).
+    for i in [0, 2] {
+        let agent = claims[i].agent_id;
+        assert_eq!(written(&client, agent).await, before[i], "row {i}");
+        assert_eq!(
+            lease(&client, agent).await,
+            ("running".into(), Some("w".into()), claims[i].epoch)
+        );
+    }
+    assert_eq!(written(&client, claims[1].agent_id).await.0, 1);
+    assert_eq!(agent_state(&client, claims[1].agent_id).await, "idle");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_commit_killed_mid_transaction_leaves_nothing() {
+    let db = TestDb::new().await;
+    let setup = db.connect().await;
+    let claims = claimed_agents(&setup, 2).await;
+    let mut steps = Vec::new();
+    let mut before = Vec::new();
+    for claim in &claims {
+        steps.push(tool_step(
+            pending_inputs(&setup, claim.agent_id).await,
+            &[ToolKind::External, ToolKind::Custom],
+        ));
+        before.push(written(&setup, claim.agent_id).await);
+    }
+    // Hold the second agent's input: the batch writes the first agent's
+    // step, then waits to consume that input, mid-transaction.
+    let blocker = db.connect().await;
+    blocker.batch_execute("BEGIN").await.unwrap();
+    blocker
+        .execute(
+            "SELECT 1 FROM holdfast.inputs WHERE agent_id = $1 FOR UPDATE",
+            &[&claims[1].agent_id],
+        )
+        .await
+        .unwrap();
+
+    let worker = db.connect().await;
+    let pid: i32 = worker
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let batch_claims = claims.clone();
+    let commit = tokio::spawn(async move {
+        let batch: Vec<(Claim, &ModelStep)> = batch_claims.iter().copied().zip(&steps).collect();
+        store::commit_model_steps(&worker, &batch).await.map(|_| ())
+    });
+    wait_for_lock_wait_in(&setup, &db.name, "%commit_model_steps%").await;
+    let wrote_a_step: bool = setup
+        .query_one(
+            "SELECT count(*) > 0 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+              WHERE l.pid = $1 AND c.relname = 'tool_calls' AND l.mode = 'RowExclusiveLock'",
+            &[&pid],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        wrote_a_step,
+        "the batch has written the first agent's tool calls"
+    );
+    // The session dies before COMMIT.
+    setup
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    assert!(
+        commit.await.unwrap().is_err(),
+        "the batch failed as a whole"
+    );
+    blocker.batch_execute("ROLLBACK").await.unwrap();
+
+    for (i, claim) in claims.iter().enumerate() {
+        assert_eq!(
+            written(&setup, claim.agent_id).await,
+            before[i],
+            "agent {i}"
+        );
+        assert_eq!(
+            count(
+                &setup,
+                "SELECT count(*) FROM holdfast.tool_calls WHERE agent_id = $1",
+                claim.agent_id
+            )
+            .await,
+            0
+        );
+        assert_eq!(
+            lease(&setup, claim.agent_id).await,
+            ("running".into(), Some("w".into()), claim.epoch),
+            "agent {i} is still leased, its step unsaved"
+        );
+    }
 }
 
 #[tokio::test]

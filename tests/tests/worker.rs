@@ -308,3 +308,64 @@ async fn a_cancel_stops_a_hanging_model_call_within_a_second() {
         .await
         .contains("Next turn works."));
 }
+
+/// How many transactions saved the model steps of `agents` (distinct xmin
+/// of their step rows).
+async fn step_transactions(client: &Client, agents: &[Uuid]) -> i64 {
+    client
+        .query_one(
+            "SELECT count(DISTINCT xmin::text) FROM holdfast.steps \
+              WHERE agent_id = ANY ($1) AND kind = 'model'",
+            &[&agents],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Six agents ready at once, run by one worker with `extra` settings, to
+/// completion; returns them.
+async fn six_turns_through_one_worker(db: &TestDb, extra: &[(&str, &str)]) -> Vec<Uuid> {
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    let mut agents = Vec::new();
+    for i in 0..6 {
+        agents.push(agent_with_input(&client, &format!("task {i}")).await);
+    }
+    let _w = worker("w-group", &db.config, &fake, extra);
+    for agent in &agents {
+        wait_for_event(&client, *agent, "turn.completed", Duration::from_secs(30)).await;
+        assert_eq!(count_events(&client, *agent, "model.response").await, 1);
+    }
+    agents
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn model_steps_finishing_together_share_one_commit() {
+    let db = TestDb::new().await;
+    // A window long enough for all six, and a batch of six: the sixth
+    // step fills the batch and commits it at once.
+    let agents = six_turns_through_one_worker(
+        &db,
+        &[
+            ("HOLDFAST_COMMIT_WINDOW", "5s"),
+            ("HOLDFAST_COMMIT_BATCH", "6"),
+        ],
+    )
+    .await;
+    assert_eq!(step_transactions(&db.connect().await, &agents).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_commit_batch_of_one_saves_each_model_step_alone() {
+    let db = TestDb::new().await;
+    let agents = six_turns_through_one_worker(
+        &db,
+        &[
+            ("HOLDFAST_COMMIT_WINDOW", "5s"),
+            ("HOLDFAST_COMMIT_BATCH", "1"),
+        ],
+    )
+    .await;
+    assert_eq!(step_transactions(&db.connect().await, &agents).await, 6);
+}

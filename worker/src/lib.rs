@@ -1,6 +1,7 @@
 //! Holdfast's long-running processes: the worker (claims agents and runs
 //! their steps), the maintenance loop, and the machine daemon.
 
+pub mod committer;
 pub mod deltas;
 pub mod machine;
 pub mod maintenance;

@@ -7,6 +7,8 @@ use holdfast_engine::backoff::Backoff;
 use holdfast_engine::domain::LimitMaxima;
 use holdfast_engine::egress::EgressPolicy;
 
+use crate::committer::GroupCommit;
+
 #[derive(Clone, Debug)]
 pub struct WorkerSettings {
     /// This worker's name in leases (`lease_owner`): host, pid and a nonce,
@@ -35,6 +37,9 @@ pub struct WorkerSettings {
     /// a model from being steered into the internal network or a cloud
     /// metadata endpoint.
     pub egress: Arc<EgressPolicy>,
+    /// How model steps are grouped into commits (`HOLDFAST_COMMIT_WINDOW`,
+    /// `HOLDFAST_COMMIT_BATCH`).
+    pub group_commit: GroupCommit,
 }
 
 impl WorkerSettings {
@@ -68,6 +73,7 @@ impl Default for WorkerSettings {
             step_backoff: Backoff::default(),
             limits: LimitMaxima::default(),
             egress: Arc::default(),
+            group_commit: GroupCommit::default(),
         }
     }
 }

@@ -14,6 +14,7 @@ use holdfast_engine::{store, Error, Result};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use crate::committer::Committer;
 use crate::settings::WorkerSettings;
 use crate::stop::{StopReason, StopSignal};
 use crate::tools::mcp::McpRegistry;
@@ -30,6 +31,8 @@ pub struct StepDeps {
     pub web_fetch_limits: WebFetchLimits,
     /// MCP tool lists, cached across steps.
     pub mcp: McpRegistry,
+    /// Model steps are saved through it, grouped into shared commits.
+    pub committer: Committer,
 }
 
 /// How a step ended, for metrics and logs.
@@ -283,8 +286,7 @@ async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Res
         usage: serde_json::to_value(response.usage).unwrap_or(Value::Null),
         stop_reason: response.stop_reason,
     };
-    let client = deps.pool.get().await?;
-    store::commit_model_step(&store::Pooled(&client), claim, &step).await?;
+    deps.committer.commit_model_step(claim, step).await?;
     Ok(StepOutcome::Committed)
 }
 

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
+use crate::committer::Committer;
 use crate::settings::WorkerSettings;
 use crate::step::{self, StepDeps};
 use crate::stop::{StopReason, StopSignal};
@@ -63,6 +64,7 @@ pub async fn run(
         field: Some("web_fetch".into()),
         message: e.to_string(),
     })?;
+    let (committer, committing) = Committer::start(pool.clone(), settings.group_commit);
     let deps = Arc::new(StepDeps {
         pool,
         providers,
@@ -73,6 +75,7 @@ pub async fn run(
             egress: settings.egress.clone(),
             ..McpLimits::default()
         }),
+        committer,
     });
     let mut worker = Worker {
         settings,
@@ -84,6 +87,11 @@ pub async fn run(
         reconnect_attempt: 0,
     };
     worker.run(shutdown).await;
+    // Every step has ended; the committer ends after the commits it holds.
+    drop(worker);
+    if let Err(error) = committing.await {
+        tracing::error!(%error, "the group committer ended abnormally");
+    }
     Ok(())
 }
 
