@@ -16,6 +16,8 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// Every route this API serves, as (method, OpenAPI path).
 const ROUTES: &[(&str, &str)] = &[
+    ("get", "/v1/project"),
+    ("get", "/v1/operations"),
     ("post", "/v1/agents"),
     ("get", "/v1/agents"),
     ("get", "/v1/agents/{id}"),
