@@ -150,6 +150,17 @@ async fn a_deploy_that_sigterms_every_worker_loses_no_step_and_waits_out_no_leas
     }
     fake.wait_for_requests(10).await;
 
+    // Both old workers are up (their SIGTERM handler is installed before
+    // "worker started"): one that got no request yet may still be starting,
+    // and the default action of a SIGTERM would kill it without a drain.
+    for worker in &old {
+        wait_until(
+            Duration::from_secs(30),
+            "the old workers started",
+            || async { worker.log_text().contains("worker started") },
+        )
+        .await;
+    }
     // The deploy: SIGTERM every old worker, then start the new ones.
     for worker in &old {
         worker.signal("TERM");
