@@ -133,7 +133,7 @@ impl Fanout {
 
     /// True while the LISTEN connection is up.
     pub fn is_connected(&self) -> bool {
-        self.inner.connected.load(Ordering::Relaxed)
+        self.inner.connected.load(Ordering::Acquire)
     }
 
     /// Follow an agent's feed. Subscribe before reading the table: whatever
@@ -431,13 +431,16 @@ async fn listen(inner: Arc<Inner>, config: ConnectConfig, shutdown: Cancellation
             }
         };
         failures = 0;
-        inner.connected.store(true, Ordering::Relaxed);
         if connected_before {
             metrics::counter!("holdfast_api_listen_reconnects_total").increment(1);
             tracing::info!("LISTEN connection re-established");
         }
         connected_before = true;
+        // Wake before reporting connected: whoever sees `connected` (the
+        // readiness probe, a claim choosing its poll) started after this
+        // wake, so the reconnect's catch-up never reaches it spuriously.
         inner.wake_all();
+        inner.connected.store(true, Ordering::Release);
         let mut probe = tokio::time::interval(PROBE_INTERVAL);
         probe.tick().await;
         loop {
