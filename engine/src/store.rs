@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio_postgres::{GenericClient, Row, Statement};
 use uuid::Uuid;
 
+use crate::config::AgentConfig;
 use crate::connect::Session;
 use crate::context::{HistoryMessage, PendingInput, StepContext, ToolCallRecord};
 use crate::domain::{
@@ -34,6 +35,7 @@ use crate::domain::{
 use crate::duration::to_interval;
 use crate::error::{Error, Result};
 use crate::pg_text::{make_storable, storable_str};
+use crate::provider::ModelConfig;
 
 pub mod console;
 
@@ -973,8 +975,10 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
         db.query(&inputs_sql, by_agent),
     )?;
     let row = row.ok_or_else(|| Error::NotFound(format!("agent {agent} not found")))?;
-    let (config, turn_open, model_attempts, cancel_requested, context_summary) =
-        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    // Parsed once per step: every use below reads the typed config.
+    let config = AgentConfig::from_value(&row.get::<_, Value>(0))?;
+    let (turn_open, model_attempts, cancel_requested, context_summary) =
+        (row.get(1), row.get(2), row.get(3), row.get(4));
     let messages = messages
         .iter()
         .map(|r| HistoryMessage {
@@ -986,19 +990,27 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
         .collect();
     let tool_calls = tool_calls
         .iter()
-        .map(|r| ToolCallRecord {
-            id: r.get(0),
-            step_id: r.get(1),
-            position: r.get(2),
-            provider_id: r.get(3),
-            name: r.get(4),
-            input: r.get(5),
-            kind: r.get(6),
-            status: r.get(7),
-            output: r.get(8),
-            is_error: r.get(9),
+        .map(|r| {
+            Ok(ToolCallRecord {
+                id: r.get(0),
+                step_id: r.get(1),
+                position: r.get(2),
+                provider_id: r.get(3),
+                name: r.get(4),
+                input: r.get(5),
+                kind: r
+                    .get::<_, &str>(6)
+                    .parse()
+                    .map_err(|message| Error::Invalid {
+                        field: Some("kind".into()),
+                        message,
+                    })?,
+                status: r.get(7),
+                output: r.get(8),
+                is_error: r.get(9),
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let pending_inputs = pending_inputs
         .iter()
         .map(|r| PendingInput {
@@ -1884,14 +1896,16 @@ pub async fn delete_project_provider_key(
 pub async fn resolve_model_endpoint(
     client: &impl Prepared,
     agent: Uuid,
-    model: &Value,
+    model: &ModelConfig,
 ) -> Result<ModelRoute> {
+    // Plain fields: serializing cannot fail.
+    let model = serde_json::to_value(model).unwrap_or(Value::Null);
     let row = query_one_prepared(
         client,
         "SELECT refused_field, refused_message, endpoint, custom_url, base_url, credential_env, \
                 sealed_key, key_fingerprint, project_id \
            FROM holdfast.resolve_model_endpoint($1, $2)",
-        &[&agent, model],
+        &[&agent, &model],
     )
     .await?;
     let project_key = match (row.get(6), row.get(7)) {

@@ -40,7 +40,12 @@ impl ApiServer {
         let task = tokio::spawn(holdfast_api::serve(config, listener, shutdown.clone()));
         let server = ApiServer {
             addr,
-            http: reqwest::Client::new(),
+            // Never through a proxy: egress tests set proxy variables in
+            // this process to prove the server ignores them.
+            http: reqwest::Client::builder()
+                .no_proxy()
+                .build()
+                .expect("an HTTP client"),
             shutdown,
             task: Some(task),
         };

@@ -229,7 +229,7 @@ async fn execute(deps: &StepDeps, claim: Claim, stop: &StopSignal) -> Result<Ste
 const COMPACTION_KEEP_LAST: usize = 4;
 
 async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Result<StepOutcome> {
-    let request = context.model_request(toolbox::definitions(deps, &context.config).await)?;
+    let request = context.model_request(toolbox::definitions(deps, &context.config).await);
     let target = match model_target(deps, claim, context, &request).await? {
         Ok(target) => target,
         Err(error) => return model_failed(deps, claim, context, error).await,
@@ -300,10 +300,13 @@ async fn model_target(
     context: &StepContext,
     request: &ModelRequest,
 ) -> Result<std::result::Result<ModelTarget, ModelError>> {
-    let model = context.config.get("model").cloned().unwrap_or(Value::Null);
     let client = deps.pool.get().await?;
-    let route =
-        store::resolve_model_endpoint(&store::Pooled(&client), claim.agent_id, &model).await?;
+    let route = store::resolve_model_endpoint(
+        &store::Pooled(&client),
+        claim.agent_id,
+        &context.config.model,
+    )
+    .await?;
     Ok(deps.providers.target(&route, request.model.provider))
 }
 
