@@ -44,6 +44,10 @@ pub enum StepOutcome {
     Cancelled,
     Released,
     LeaseLost,
+    /// Nothing more could be written (the database was unreachable, or
+    /// refused the write for a reason other than the lease): the lease
+    /// expires and maintenance releases the agent.
+    Abandoned,
     Nothing,
 }
 
@@ -56,6 +60,7 @@ impl StepOutcome {
             StepOutcome::Cancelled => "cancelled",
             StepOutcome::Released => "released",
             StepOutcome::LeaseLost => "lease_lost",
+            StepOutcome::Abandoned => "abandoned",
             StepOutcome::Nothing => "nothing",
         }
     }
@@ -96,12 +101,12 @@ pub async fn run(deps: Arc<StepDeps>, claim: Claim, stop: StopSignal) -> StepOut
                 Ok(_) => StepOutcome::Cancelled,
                 Err(e) => {
                     tracing::warn!(error = %e, "completing a cancel");
-                    StepOutcome::LeaseLost
+                    unsaved(&e)
                 }
             },
             Err(e) => {
                 tracing::warn!(error = %e, "completing a cancel: no connection");
-                StepOutcome::LeaseLost
+                StepOutcome::Abandoned
             }
         },
         (Some(StopReason::Drain), _) => release(&deps, claim).await,
@@ -151,7 +156,7 @@ async fn contain_failure(deps: &StepDeps, claim: Claim, failure: StepFailure) ->
             // the lease is gone): the lease expires and maintenance releases
             // the agent, a minute from now, not at once.
             tracing::warn!(agent_id = %claim.agent_id, error = %e, "recording a step failure");
-            StepOutcome::LeaseLost
+            unsaved(&e)
         }
     }
 }
@@ -177,6 +182,16 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
+/// The outcome of a step whose last write failed with `error`: a lost lease
+/// only when Postgres refused it for the lease (a plain database error is
+/// not one, and must not count in `holdfast_lease_losses_total`).
+fn unsaved(error: &Error) -> StepOutcome {
+    match error {
+        Error::LeaseLost(_) => StepOutcome::LeaseLost,
+        _ => StepOutcome::Abandoned,
+    }
+}
+
 async fn release(deps: &StepDeps, claim: Claim) -> StepOutcome {
     let released = match deps.pool.get().await {
         Ok(client) => store::release_agent(&store::Pooled(&client), claim, None).await,
@@ -186,7 +201,7 @@ async fn release(deps: &StepDeps, claim: Claim) -> StepOutcome {
         Ok(_) => StepOutcome::Released,
         Err(e) => {
             tracing::warn!(error = %e, "releasing an agent");
-            StepOutcome::LeaseLost
+            unsaved(&e)
         }
     }
 }
@@ -466,5 +481,21 @@ mod tests {
             failed,
             Err(StepFailure::Error(Error::LeaseLost(_)))
         ));
+    }
+
+    #[test]
+    fn only_a_refused_lease_is_a_lost_lease() {
+        assert_eq!(
+            unsaved(&Error::LeaseLost("epoch moved on".into())),
+            StepOutcome::LeaseLost
+        );
+        assert_eq!(
+            unsaved(&Error::Pool("timed out".into())),
+            StepOutcome::Abandoned
+        );
+        assert_eq!(
+            unsaved(&Error::NotFound("agent".into())),
+            StepOutcome::Abandoned
+        );
     }
 }
