@@ -29,6 +29,8 @@ export interface RetryPolicy {
   baseDelayMs: number;
   /** Longest backoff delay, and longest `Retry-After` honoured, in ms (default 30 000). */
   maxDelayMs: number;
+  /** One try's time limit in ms, after which it counts as a network error (default 30 000; streams have none). */
+  timeoutMs: number;
 }
 
 export interface HoldfastOptions {
@@ -76,7 +78,7 @@ interface RequestOptions {
   signal?: AbortSignal;
 }
 
-const DEFAULT_RETRY: RetryPolicy = { maxRetries: 6, baseDelayMs: 250, maxDelayMs: 30_000 };
+const DEFAULT_RETRY: RetryPolicy = { maxRetries: 6, baseDelayMs: 250, maxDelayMs: 30_000, timeoutMs: 30_000 };
 
 export class Holdfast {
   readonly baseUrl: string;
@@ -306,8 +308,9 @@ export class Holdfast {
     for (let attempt = 0; ; attempt++) {
       const last = attempt >= this.retry.maxRetries;
       let response: Response;
+      const limit = withTimeout(this.retry.timeoutMs, options.signal);
       try {
-        response = await this.fetchImpl(url, { method, headers, body, signal: options.signal });
+        response = await this.fetchImpl(url, { method, headers, body, signal: limit.signal });
       } catch (cause) {
         if (options.signal?.aborted) throw cause;
         if (last || onlyRateLimit) {
@@ -315,6 +318,10 @@ export class Holdfast {
         }
         await sleep(backoff(this.retry, attempt + 1), options.signal);
         continue;
+      } finally {
+        // The limit covers getting the answer's headers; its body is the
+        // caller's to read (a stream's for as long as it lasts).
+        limit.clear();
       }
       if (response.ok) return response;
       const retryAfter = parseRetryAfter(response.headers.get("retry-after"));
@@ -439,6 +446,22 @@ export function parseRetryAfter(value: string | null): number | undefined {
   if (/^\d+$/.test(trimmed)) return Number(trimmed);
   const at = Date.parse(trimmed);
   return Number.isNaN(at) ? undefined : Math.max(0, (at - Date.now()) / 1000);
+}
+
+/** A signal that aborts after `ms` or with `outer` (AbortSignal.any and .timeout need Node 20). */
+function withTimeout(ms: number, outer?: AbortSignal): { signal: AbortSignal; clear: () => void } {
+  const controller = new AbortController();
+  const abort = () => controller.abort(outer?.reason);
+  const timer = setTimeout(() => controller.abort(new Error(`no answer within ${ms} ms`)), ms);
+  if (outer?.aborted) abort();
+  outer?.addEventListener("abort", abort, { once: true });
+  return {
+    signal: controller.signal,
+    clear: () => {
+      clearTimeout(timer);
+      outer?.removeEventListener("abort", abort);
+    },
+  };
 }
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {

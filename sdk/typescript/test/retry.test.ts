@@ -58,3 +58,15 @@ test("creating an agent is not retried after a network error (it could create tw
   );
   expect(seen).toHaveLength(1);
 });
+
+test("a try with no answer within timeoutMs counts as a network error and is retried", async () => {
+  let tries = 0;
+  const fetch = ((_url: unknown, init?: RequestInit) => {
+    tries += 1;
+    // Never answers; gives up only when the client's signal aborts.
+    return new Promise((_resolve, reject) => init?.signal?.addEventListener("abort", () => reject(init.signal!.reason)));
+  }) as typeof globalThis.fetch;
+  const client = new Holdfast({ apiKey: "hf_x", fetch, retry: { baseDelayMs: 1, maxRetries: 2, timeoutMs: 50 } });
+  await expect(client.agents.get("a1")).rejects.toBeInstanceOf(ConnectionError);
+  expect(tries).toBe(3);
+});
