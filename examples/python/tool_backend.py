@@ -19,7 +19,7 @@ import pathlib
 import signal
 from typing import Any, Dict
 
-from holdfast import AsyncHoldfast, AsyncToolServer
+from holdfast import AsyncHoldfast, AsyncToolServer, ToolCallView
 
 
 async def run_backend(client: AsyncHoldfast, agent_id: str, ledger: pathlib.Path) -> None:
@@ -30,7 +30,7 @@ async def run_backend(client: AsyncHoldfast, agent_id: str, ledger: pathlib.Path
             entry = json.loads(line)
             answered[entry["id"]] = entry["output"]
 
-    async def lookup_order(tool_input: Dict[str, Any], call: Dict[str, Any]) -> Any:
+    async def lookup_order(tool_input: Dict[str, Any], call: ToolCallView) -> Any:
         if call["id"] in answered:
             return answered[call["id"]]
         # The side effect (here: a made-up order status) happens once per call id.

@@ -360,3 +360,43 @@ def test_the_example_tool_backend_answers_lookup_order_and_records_the_call(stac
     assert completed["data"]["output"] == {"order": 7, "status": "shipped", "carrier": "DHL"}
     ids = [json.loads(line)["id"] for line in ledger.read_text().splitlines()]
     assert ids == [completed["data"]["tool_call_id"]]
+
+
+def test_a_tool_server_fed_by_verified_webhook_deliveries_answers_the_call_once(client):
+    agent = client.agents.create({"model": MODEL, "tools": [LOOKUP]})
+    runs: List[str] = []
+    tools = ToolServer(client, {"lookup": lambda tool_input, call: runs.append(call["id"]) or "looked up"})
+    secret: List[str] = []
+    seen: set = set()
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length", 0)))
+            try:
+                event = verify_webhook(dict(self.headers), body, secret[0])
+            except WebhookVerificationError:
+                self.send_response(400)
+                self.end_headers()
+                return
+            self.send_response(204)
+            self.end_headers()
+            # At least once: dedupe by webhook-id, then do the work after answering.
+            if self.headers["webhook-id"] not in seen and event["agent_id"] == agent["id"]:
+                seen.add(self.headers["webhook-id"])
+                tools.handle_event(event)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    receiver = serve(Receiver)
+    try:
+        hook = client.webhooks.create(f"http://127.0.0.1:{receiver.server_address[1]}/hook", events=["tool_call.created"])
+        secret.append(hook["secret"])
+        client.send(agent["id"], directive(call=[{"name": "lookup", "input": {}}]))
+        events = wait_for_event(client, agent["id"], "turn.completed")
+        tools.idle()
+        assert len(runs) == 1
+        assert len([e for e in events if e["type"] == "tool_call.completed"]) == 1
+        client.webhooks.delete(hook["id"])
+    finally:
+        receiver.shutdown()

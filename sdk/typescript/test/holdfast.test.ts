@@ -250,6 +250,46 @@ describe("webhooks", () => {
 });
 
 describe("serveTools", () => {
+  test("a ToolServer fed by verified webhook deliveries answers the call once", async () => {
+    const agent = await client.agents.create({ model, tools: [lookup] });
+    const runs: string[] = [];
+    const tools = new ToolServer(client, { lookup: (_input, call) => runs.push(call.id) && "looked up" });
+    let secret = "";
+    const seen = new Set<string>();
+    const receiver = http.createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on("data", (c) => chunks.push(c));
+      req.on("end", () => {
+        try {
+          const event = verifyWebhook(req.headers, Buffer.concat(chunks).toString(), secret);
+          res.writeHead(204).end();
+          // At least once: dedupe by webhook-id, then do the work after answering.
+          const id = String(req.headers["webhook-id"]);
+          if (!seen.has(id) && event.agent_id === agent.id) {
+            seen.add(id);
+            void tools.handleEvent(event);
+          }
+        } catch {
+          res.writeHead(400).end();
+        }
+      });
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+    try {
+      const port = (receiver.address() as { port: number }).port;
+      const hook = await client.webhooks.create({ url: `http://127.0.0.1:${port}/hook`, events: ["tool_call.created"] });
+      secret = hook.secret;
+      await client.send(agent.id, directive({ call: [{ name: "lookup", input: {} }] }));
+      const events = await waitForEvent(agent.id, "turn.completed");
+      await tools.idle();
+      expect(runs).toHaveLength(1);
+      expect(events.filter((e) => e.type === "tool_call.completed")).toHaveLength(1);
+      await client.webhooks.delete(hook.id);
+    } finally {
+      receiver.close();
+    }
+  });
+
   test("answers a custom tool call exactly once across a worker SIGKILL and an API restart", async () => {
     const agent = await client.agents.create({ model, tools: [lookup] });
     const runs: string[] = [];

@@ -9,10 +9,18 @@ from ._policy import RetryPolicy, StreamItem
 from .client import AsyncHoldfast, Holdfast, SendResult
 from .errors import *  # noqa: F403 - every typed error
 from .errors import __all__ as _errors
+from .schema import AgentConfig, AgentView, ApprovalView, EventView, InputView, QuestionView, ToolCallView
 from .tools import AsyncToolServer, ToolHandler, ToolServer, serve_tools, serve_tools_async
 from .webhooks import WebhookVerificationError, verify_webhook
 
 __all__ = [
+    "AgentConfig",
+    "AgentView",
+    "ApprovalView",
+    "EventView",
+    "InputView",
+    "QuestionView",
+    "ToolCallView",
     "AsyncHoldfast",
     "AsyncToolServer",
     "Holdfast",

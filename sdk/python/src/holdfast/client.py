@@ -216,7 +216,7 @@ class Holdfast:
         """Every saved event once, in order, following the agent live (no deltas)."""
         for item in self.stream(agent_id, after=after):
             if item["type"] == "event":
-                yield item["event"]  # type: ignore[typeddict-item]
+                yield item["event"]
 
     def submit_tool_result(self, tool_call_id: str, output: Any, *, is_error: bool = False) -> ToolCallView:
         """Post a custom tool call's result. A 409 whose call already holds
@@ -428,7 +428,7 @@ class AsyncHoldfast:
     async def events(self, agent_id: str, *, after: int = 0) -> AsyncIterator[EventView]:
         async for item in self.stream(agent_id, after=after):
             if item["type"] == "event":
-                yield item["event"]  # type: ignore[typeddict-item]
+                yield item["event"]
 
     async def submit_tool_result(self, tool_call_id: str, output: Any, *, is_error: bool = False) -> ToolCallView:
         """See :meth:`Holdfast.submit_tool_result`."""

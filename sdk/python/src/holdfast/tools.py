@@ -74,9 +74,9 @@ class ToolServer:
                 if stop is not None and stop.is_set():
                     return
                 if item["type"] == "tool_call":
-                    self.handle(item["tool_call"])  # type: ignore[typeddict-item]
+                    self.handle(item["tool_call"])
                 elif item["type"] == "event":
-                    self.handle_event(item["event"])  # type: ignore[typeddict-item]
+                    self.handle_event(item["event"])
         finally:
             self.idle()
 
@@ -162,9 +162,9 @@ class AsyncToolServer:
         try:
             async for item in self._client.stream(agent_id):
                 if item["type"] == "tool_call":
-                    self.handle(item["tool_call"])  # type: ignore[typeddict-item]
+                    self.handle(item["tool_call"])
                 elif item["type"] == "event":
-                    await self.handle_event(item["event"])  # type: ignore[typeddict-item]
+                    await self.handle_event(item["event"])
         finally:
             await self.idle()
 
