@@ -173,22 +173,27 @@ export class Holdfast {
     while (!signal?.aborted) {
       try {
         const response = await this.open(`/v1/agents/${enc(agentId)}/stream`, last, signal);
-        failures = 0;
-        // What waits is re-read after the stream is open, so nothing that
-        // starts waiting in between is missed: it is in the stream too.
-        for (const toolCall of await this.pendingToolCalls(agentId)) yield { type: "tool_call", toolCall };
-        for (const approval of await this.pendingApprovals(agentId)) yield { type: "approval", approval };
-        for (const question of await this.pendingQuestions(agentId)) yield { type: "question", question };
-        for await (const message of decodeSse(response.body!)) {
-          if (message.event === "delta") {
-            yield { type: "delta", delta: JSON.parse(message.data) };
-            continue;
+        try {
+          failures = 0;
+          // What waits is re-read after the stream is open, so nothing that
+          // starts waiting in between is missed: it is in the stream too.
+          for (const toolCall of await this.pendingToolCalls(agentId)) yield { type: "tool_call", toolCall };
+          for (const approval of await this.pendingApprovals(agentId)) yield { type: "approval", approval };
+          for (const question of await this.pendingQuestions(agentId)) yield { type: "question", question };
+          for await (const message of decodeSse(response.body!)) {
+            if (message.event === "delta") {
+              yield { type: "delta", delta: JSON.parse(message.data) };
+              continue;
+            }
+            if (message.id === undefined) continue;
+            const seq = Number(message.id);
+            if (!(seq > last)) continue;
+            last = seq;
+            yield { type: "event", event: JSON.parse(message.data) as Event };
           }
-          if (message.id === undefined) continue;
-          const seq = Number(message.id);
-          if (!(seq > last)) continue;
-          last = seq;
-          yield { type: "event", event: JSON.parse(message.data) as Event };
+        } finally {
+          // Closes the connection however this ends (a consumer's break included).
+          await response.body?.cancel().catch(() => undefined);
         }
       } catch (error) {
         if (signal?.aborted) return;

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import httpx
@@ -47,15 +48,12 @@ DEFAULT_URL = "http://127.0.0.1:8080"
 STREAM_TIMEOUT = httpx.Timeout(10.0, read=60.0)
 
 
+@dataclass(frozen=True)
 class SendResult:
     """What ``send`` did: the input as saved, and whether this was a replay of an earlier try."""
 
-    def __init__(self, input: InputView, replayed: bool) -> None:
-        self.input = input
-        self.replayed = replayed
-
-    def __repr__(self) -> str:
-        return f"SendResult(input={self.input!r}, replayed={self.replayed})"
+    input: InputView
+    replayed: bool
 
 
 def _query(**params: Any) -> Dict[str, Any]:
