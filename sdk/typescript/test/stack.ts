@@ -21,10 +21,10 @@ export function stackBinary(): string {
 }
 
 export interface StackInfo {
+  /** The API. */
   url: string;
+  /** A project's API key. */
   key: string;
-  database_url: string;
-  model_url: string;
 }
 
 export class Stack {

@@ -4,17 +4,14 @@
 //! cluster, the fake model, and `holdfast api`, `holdfast worker` (two) and
 //! `holdfast maintenance` processes on them.
 //!
-//! It prints one JSON line, `{"url", "key", "database_url", "model_url"}`,
+//! It prints one JSON line, `{"url", "key"}` (the API and a project's key),
 //! then takes one command per line on stdin and answers each with one JSON
 //! line (`{"ok": true, ...}` or `{"ok": false, "error"}`):
 //!
-//! - `stop-api`, `start-api`, `restart-api`: SIGKILL the API process and/or
-//!   start a new one on the same port (the clients' URL stays valid).
-//! - `kill-worker`: SIGKILL the oldest worker; `kill-lease-holder AGENT`:
-//!   the worker holding that agent's lease (none holding it: an error);
-//!   `start-worker` adds one.
-//! - `model-requests`: `{"count"}`, requests the fake model has received.
-//! - `wait-model-requests N`: answers once the fake has received N.
+//! - `restart-api`: SIGKILL the API process and start a new one on the same
+//!   port (the clients' URL stays valid).
+//! - `kill-lease-holder AGENT`: SIGKILL the worker holding that agent's
+//!   lease (none holding it: an error); `start-worker` adds a worker.
 //!
 //! End of stdin stops everything and drops the database, so a test runner
 //! that dies leaves nothing behind.
@@ -56,7 +53,7 @@ async fn main() {
         .expect("find a free port")
         .port();
     let url = format!("http://127.0.0.1:{port}");
-    let mut api = Some(start_api(&db, port, &url).await);
+    let mut api = start_api(&db, port, &url).await;
     let mut spawned = 0;
     let mut workers = Vec::new();
     for _ in 0..2 {
@@ -74,33 +71,18 @@ async fn main() {
             ("HOLDFAST_WEBHOOK_BACKOFF_MAX", "1s".into()),
         ],
     );
-    println!(
-        "{}",
-        json!({"url": url, "key": key, "database_url": db.url(), "model_url": fake.base_url()})
-    );
+    println!("{}", json!({"url": url, "key": key}));
 
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let mut words = line.split_whitespace();
         let reply = match (words.next(), words.next()) {
-            (Some("stop-api"), None) => {
-                stop(api.take()).await;
-                json!({"ok": true})
-            }
-            (Some("start-api"), None) => {
-                api.get_or_insert(start_api(&db, port, &url).await);
-                json!({"ok": true})
-            }
             (Some("restart-api"), None) => {
-                stop(api.take()).await;
-                api = Some(start_api(&db, port, &url).await);
+                // Gone before the new one binds its port.
+                api.signal("KILL");
+                api.wait_exit(Duration::from_secs(10)).await;
+                api = start_api(&db, port, &url).await;
                 json!({"ok": true})
-            }
-            (Some("kill-worker"), None) if !workers.is_empty() => {
-                let mut killed = workers.remove(0);
-                killed.signal("KILL");
-                killed.wait_exit(Duration::from_secs(10)).await;
-                json!({"ok": true, "killed": killed.name})
             }
             (Some("kill-lease-holder"), Some(agent)) => {
                 let owner = lease_owner(&client, agent).await;
@@ -121,25 +103,9 @@ async fn main() {
                 workers.push(worker(&db, &fake, spawned));
                 json!({"ok": true})
             }
-            (Some("model-requests"), None) => json!({"ok": true, "count": fake.request_count()}),
-            (Some("wait-model-requests"), Some(n)) => match n.parse() {
-                Ok(n) => {
-                    fake.wait_for_requests(n).await;
-                    json!({"ok": true, "count": fake.request_count()})
-                }
-                Err(_) => json!({"ok": false, "error": format!("not a count: {n}")}),
-            },
             _ => json!({"ok": false, "error": format!("unknown command: {line}")}),
         };
         println!("{reply}");
-    }
-}
-
-/// SIGKILL the API and wait for it to be gone, so its port is free again.
-async fn stop(api: Option<HoldfastProcess>) {
-    if let Some(mut api) = api {
-        api.signal("KILL");
-        api.wait_exit(Duration::from_secs(10)).await;
     }
 }
 
