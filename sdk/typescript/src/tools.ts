@@ -11,8 +11,12 @@ export type ToolHandler = (input: any, call: ToolCall) => unknown | Promise<unkn
 export interface ServeToolsOptions {
   /** Stops serving (the promise then resolves once results in flight are posted). */
   signal?: AbortSignal;
-  /** Told about a result that could not be posted (someone else answered first, the turn was cancelled). */
-  onError?: (error: unknown, call: ToolCall) => void;
+  /**
+   * Told about a result that could not be posted (someone else answered
+   * first, the turn was cancelled; `call` given) or a failed re-read of
+   * waiting calls. Default: logged, 409s aside.
+   */
+  onError?: (error: unknown, call?: ToolCall) => void;
 }
 
 /**
@@ -38,7 +42,9 @@ export class ToolServer {
     try {
       for await (const item of this.client.stream(agentId, { signal })) {
         if (item.type === "tool_call") this.handle(item.toolCall);
-        else if (item.type === "event") await this.handleEvent(item.event);
+        // A failed re-read after an approval is not the end of serving:
+        // the stream's next reconnect re-reads what waits anyway.
+        else if (item.type === "event") await this.handleEvent(item.event).catch((e) => this.report(e));
       }
     } finally {
       await this.idle();
@@ -73,6 +79,11 @@ export class ToolServer {
     while (this.inFlight.size > 0) await Promise.all([...this.inFlight]);
   }
 
+  private report(error: unknown, call?: ToolCall): void {
+    if (this.options.onError) this.options.onError(error, call);
+    else if (!(error instanceof ConflictError)) console.error("holdfast: serving tools:", error);
+  }
+
   private async run(handler: ToolHandler, call: ToolCall): Promise<void> {
     let output: unknown;
     let isError = false;
@@ -94,8 +105,7 @@ export class ToolServer {
           error instanceof UnavailableError ||
           error instanceof RateLimitedError;
         if (!transient) {
-          if (this.options.onError) this.options.onError(error, call);
-          else if (!(error instanceof ConflictError)) console.error("holdfast: posting a tool result failed", error);
+          this.report(error, call);
           return;
         }
         await new Promise((resolve) => setTimeout(resolve, Math.min(10_000, 250 * 2 ** Math.min(failures, 6))));

@@ -39,6 +39,19 @@ def _waiting_call(event: EventView) -> Optional[ToolCallView]:
     return None
 
 
+#: Told about a result that could not be posted (someone else answered
+#: first, the turn was cancelled; the call given) or a failed re-read of
+#: waiting calls (``None``). Default: logged, 409s aside.
+OnError = Callable[[Exception, Optional[ToolCallView]], None]
+
+
+def _report(on_error: Optional[OnError], error: Exception, call: Optional[ToolCallView]) -> None:
+    if on_error is not None:
+        on_error(error, call)
+    elif not isinstance(error, ConflictError):
+        log.error("serving tools (call %s): %s", call["id"] if call else None, error)
+
+
 def _run_handler(handler: Callable[[Any, ToolCallView], Any], call: ToolCallView) -> Tuple[Any, bool]:
     try:
         return handler(call["input"], call), False
@@ -55,7 +68,7 @@ class ToolServer:
         handlers: Mapping[str, ToolHandler],
         *,
         max_workers: int = 8,
-        on_error: Optional[Callable[[Exception, ToolCallView], None]] = None,
+        on_error: Optional[OnError] = None,
     ) -> None:
         self._client = client
         self._handlers = dict(handlers)
@@ -76,7 +89,7 @@ class ToolServer:
                 if item["type"] == "tool_call":
                     self.handle(item["tool_call"])
                 elif item["type"] == "event":
-                    self.handle_event(item["event"])
+                    self._handle_streamed(item["event"])
         finally:
             self.idle()
 
@@ -90,6 +103,14 @@ class ToolServer:
         elif event["type"] == "approval.answered":
             for call in self._client.pending_tool_calls(event["agent_id"]):
                 self.handle(call)
+
+    def _handle_streamed(self, event: EventView) -> None:
+        # A failed re-read after an approval is not the end of serving: the
+        # stream's next reconnect re-reads what waits anyway.
+        try:
+            self.handle_event(event)
+        except Exception as e:
+            self._report(e, None)
 
     def handle(self, call: ToolCallView) -> None:
         """Run the handler for ``call`` unless this process has already started it."""
@@ -133,11 +154,8 @@ class ToolServer:
                 self._report(e, call)
                 return
 
-    def _report(self, error: Exception, call: ToolCallView) -> None:
-        if self._on_error is not None:
-            self._on_error(error, call)
-        elif not isinstance(error, ConflictError):
-            log.error("posting the result of tool call %s failed: %s", call["id"], error)
+    def _report(self, error: Exception, call: Optional[ToolCallView]) -> None:
+        _report(self._on_error, error, call)
 
 
 class AsyncToolServer:
@@ -148,7 +166,7 @@ class AsyncToolServer:
         client: AsyncHoldfast,
         handlers: Mapping[str, ToolHandler],
         *,
-        on_error: Optional[Callable[[Exception, ToolCallView], None]] = None,
+        on_error: Optional[OnError] = None,
     ) -> None:
         self._client = client
         self._handlers = dict(handlers)
@@ -164,7 +182,10 @@ class AsyncToolServer:
                 if item["type"] == "tool_call":
                     self.handle(item["tool_call"])
                 elif item["type"] == "event":
-                    await self.handle_event(item["event"])
+                    try:
+                        await self.handle_event(item["event"])
+                    except Exception as e:  # see ToolServer._handle_streamed
+                        _report(self._on_error, e, None)
         finally:
             await self.idle()
 
@@ -210,10 +231,7 @@ class AsyncToolServer:
                 failures += 1
                 await asyncio.sleep(min(10.0, 0.25 * 2 ** min(failures, 6)))
             except Exception as e:
-                if self._on_error is not None:
-                    self._on_error(e, call)
-                elif not isinstance(e, ConflictError):
-                    log.error("posting the result of tool call %s failed: %s", call["id"], e)
+                _report(self._on_error, e, call)
                 return
 
 
