@@ -78,6 +78,9 @@ interface RequestOptions {
   signal?: AbortSignal;
 }
 
+/** A stream silent this long is reconnected: the server sends a heartbeat every 15 s. */
+const STREAM_IDLE_MS = 60_000;
+
 const DEFAULT_RETRY: RetryPolicy = { maxRetries: 6, baseDelayMs: 250, maxDelayMs: 30_000, timeoutMs: 30_000 };
 
 export class Holdfast {
@@ -180,7 +183,7 @@ export class Holdfast {
           for (const toolCall of await this.pendingToolCalls(agentId)) yield { type: "tool_call", toolCall };
           for (const approval of await this.pendingApprovals(agentId)) yield { type: "approval", approval };
           for (const question of await this.pendingQuestions(agentId)) yield { type: "question", question };
-          for await (const message of decodeSse(response.body!)) {
+          for await (const message of decodeSse(response.body!, STREAM_IDLE_MS)) {
             if (message.event === "delta") {
               yield { type: "delta", delta: JSON.parse(message.data) };
               continue;

@@ -9,15 +9,25 @@ export interface SseMessage {
   data: string;
 }
 
-export async function* decodeSse(body: ReadableStream<Uint8Array>): AsyncGenerator<SseMessage> {
+/**
+ * Decode `body`; with `idleMs`, a body silent that long (no data, not even
+ * a heartbeat) is cancelled and the messages end, as for a dropped
+ * connection: a half-open TCP connection never reports that it is gone.
+ */
+export async function* decodeSse(body: ReadableStream<Uint8Array>, idleMs?: number): AsyncGenerator<SseMessage> {
   const decoder = new TextDecoder();
   const reader = body.getReader();
   let buffer = "";
   let id: string | undefined;
   let event = "";
   let data: string[] = [];
+  let watchdog: ReturnType<typeof setTimeout> | undefined;
   try {
     for (;;) {
+      if (idleMs !== undefined) {
+        clearTimeout(watchdog);
+        watchdog = setTimeout(() => void reader.cancel().catch(() => undefined), idleMs);
+      }
       const { value, done } = await reader.read();
       if (done) return;
       buffer += decoder.decode(value, { stream: true });
@@ -46,6 +56,7 @@ export async function* decodeSse(body: ReadableStream<Uint8Array>): AsyncGenerat
       }
     }
   } finally {
+    clearTimeout(watchdog);
     reader.releaseLock();
     await body.cancel().catch(() => undefined);
   }
