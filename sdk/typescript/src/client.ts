@@ -80,6 +80,8 @@ interface RequestOptions {
 
 /** A stream silent this long is reconnected: the server sends a heartbeat every 15 s. */
 const STREAM_IDLE_MS = 60_000;
+/** A stream open this long was healthy: its end starts the backoff afresh. */
+const STREAM_HEALTHY_MS = 5_000;
 
 const DEFAULT_RETRY: RetryPolicy = { maxRetries: 6, baseDelayMs: 250, maxDelayMs: 30_000, timeoutMs: 30_000 };
 
@@ -171,19 +173,23 @@ export class Holdfast {
    */
   async *stream(agentId: string, options: StreamOptions = {}): AsyncGenerator<StreamItem> {
     let last = options.after ?? 0;
+    // Connections in a row that failed, or ended before delivering anything
+    // or lasting a while: the backoff grows with them, so a stream that
+    // opens and drops at once is not reopened in a tight loop.
     let failures = 0;
     const { signal } = options;
     while (!signal?.aborted) {
       try {
         const response = await this.open(`/v1/agents/${enc(agentId)}/stream`, last, signal);
+        const opened = Date.now();
         try {
-          failures = 0;
           // What waits is re-read after the stream is open, so nothing that
           // starts waiting in between is missed: it is in the stream too.
           for (const toolCall of await this.pendingToolCalls(agentId)) yield { type: "tool_call", toolCall };
           for (const approval of await this.pendingApprovals(agentId)) yield { type: "approval", approval };
           for (const question of await this.pendingQuestions(agentId)) yield { type: "question", question };
           for await (const message of decodeSse(response.body!, STREAM_IDLE_MS)) {
+            failures = 0;
             if (message.event === "delta") {
               yield { type: "delta", delta: JSON.parse(message.data) };
               continue;
@@ -197,6 +203,7 @@ export class Holdfast {
         } finally {
           // Closes the connection however this ends (a consumer's break included).
           await response.body?.cancel().catch(() => undefined);
+          if (Date.now() - opened >= STREAM_HEALTHY_MS) failures = 0;
         }
       } catch (error) {
         if (signal?.aborted) return;
@@ -205,8 +212,8 @@ export class Holdfast {
         // connection's failure (refused, reset, cut mid-body): reconnect.
         if (error instanceof HoldfastError && !isTransient(error.status)) throw error;
         if (error instanceof SyntaxError) throw error;
-        failures += 1;
       }
+      failures += 1;
       await sleep(backoff(this.retry, failures), signal);
     }
   }

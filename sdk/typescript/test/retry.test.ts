@@ -70,3 +70,26 @@ test("a try with no answer within timeoutMs counts as a network error and is ret
   await expect(client.agents.get("a1")).rejects.toBeInstanceOf(ConnectionError);
   expect(tries).toBe(3);
 });
+
+test("a stream that opens and ends at once is reopened with a growing backoff, not in a tight loop", async () => {
+  let opens = 0;
+  const fetch = (async (url: unknown) => {
+    const path = new URL(String(url)).pathname;
+    if (path.endsWith("/stream")) {
+      opens += 1;
+      return new Response("", { status: 200, headers: { "content-type": "text/event-stream" } });
+    }
+    const list = path.split("/").at(-1)!.replace("-", "_");
+    return json(200, { [list]: [] });
+  }) as typeof globalThis.fetch;
+  const client = new Holdfast({ apiKey: "hf_x", fetch, retry: { baseDelayMs: 20 } });
+  const controller = new AbortController();
+  setTimeout(() => controller.abort(), 1000);
+  for await (const _ of client.stream("a1", { signal: controller.signal })) {
+    // Nothing arrives.
+  }
+  // Full jitter doubling from 20 ms: about 7 opens in a second at most; a
+  // tight loop would open hundreds.
+  expect(opens).toBeGreaterThan(1);
+  expect(opens).toBeLessThan(15);
+});

@@ -46,6 +46,8 @@ from .schema import (
 DEFAULT_URL = "http://127.0.0.1:8080"
 #: Reads on a stream: the server sends a heartbeat every 15 s.
 STREAM_TIMEOUT = httpx.Timeout(10.0, read=60.0)
+#: A stream open this long (seconds) was healthy: its end starts the backoff afresh.
+STREAM_HEALTHY = 5.0
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,9 @@ class Holdfast:
         ``Last-Event-ID``; an answer that will not change (401, 404) raises.
         Stop by breaking out of the loop."""
         cursor = StreamCursor(after)
+        # Connections in a row that failed, or ended before delivering
+        # anything or lasting a while: the backoff grows with them, so a
+        # stream that opens and drops at once is not reopened in a tight loop.
         failures = 0
         while True:
             try:
@@ -191,23 +196,28 @@ class Holdfast:
                     if not response.is_success:
                         response.read()
                         raise _error(response)
-                    failures = 0
+                    opened = time.monotonic()
                     # Re-read after the stream is open: whatever starts
                     # waiting in between is in the stream too.
                     yield from pending_items(
                         self.pending_tool_calls(agent_id), self.pending_approvals(agent_id), self.pending_questions(agent_id)
                     )
                     decoder = SseDecoder()
-                    for line in response.iter_lines():
-                        message = decoder.feed(line)
-                        if message is not None:
-                            yield from cursor.items(message)
+                    try:
+                        for line in response.iter_lines():
+                            message = decoder.feed(line)
+                            if message is not None:
+                                failures = 0
+                                yield from cursor.items(message)
+                    finally:
+                        if time.monotonic() - opened >= STREAM_HEALTHY:
+                            failures = 0
             except HoldfastError as e:
                 if not transient_stream_status(e.status):
                     raise
-                failures += 1
             except (httpx.TransportError, APIConnectionError):
-                failures += 1
+                pass
+            failures += 1
             time.sleep(self.retry.backoff(failures))
 
     def events(self, agent_id: str, *, after: int = 0) -> Iterator[EventView]:
@@ -392,7 +402,7 @@ class AsyncHoldfast:
     async def stream(self, agent_id: str, *, after: int = 0) -> AsyncIterator[StreamItem]:
         """See :meth:`Holdfast.stream`. Stop by breaking out or cancelling the task."""
         cursor = StreamCursor(after)
-        failures = 0
+        failures = 0  # as in Holdfast.stream
         while True:
             try:
                 async with self._http.stream(
@@ -401,7 +411,7 @@ class AsyncHoldfast:
                     if not response.is_success:
                         await response.aread()
                         raise _error(response)
-                    failures = 0
+                    opened = time.monotonic()
                     pending = pending_items(
                         await self.pending_tool_calls(agent_id),
                         await self.pending_approvals(agent_id),
@@ -410,17 +420,22 @@ class AsyncHoldfast:
                     for item in pending:
                         yield item
                     decoder = SseDecoder()
-                    async for line in response.aiter_lines():
-                        message = decoder.feed(line)
-                        if message is not None:
-                            for item in cursor.items(message):
-                                yield item
+                    try:
+                        async for line in response.aiter_lines():
+                            message = decoder.feed(line)
+                            if message is not None:
+                                failures = 0
+                                for item in cursor.items(message):
+                                    yield item
+                    finally:
+                        if time.monotonic() - opened >= STREAM_HEALTHY:
+                            failures = 0
             except HoldfastError as e:
                 if not transient_stream_status(e.status):
                     raise
-                failures += 1
             except (httpx.TransportError, APIConnectionError):
-                failures += 1
+                pass
+            failures += 1
             await asyncio.sleep(self.retry.backoff(failures))
 
     async def events(self, agent_id: str, *, after: int = 0) -> AsyncIterator[EventView]:
