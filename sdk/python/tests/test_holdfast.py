@@ -22,6 +22,7 @@ from holdfast import (
     RetryPolicy,
     ToolServer,
     WebhookVerificationError,
+    serve_tools,
     verify_webhook,
 )
 
@@ -400,3 +401,22 @@ def test_a_tool_server_fed_by_verified_webhook_deliveries_answers_the_call_once(
         client.webhooks.delete(hook["id"])
     finally:
         receiver.shutdown()
+
+
+def test_the_sync_serve_tools_answers_a_call_and_stops_promptly(client):
+    agent = client.agents.create({"model": MODEL, "tools": [LOOKUP]})
+    runs: List[str] = []
+    stop = threading.Event()
+    serving = threading.Thread(
+        target=serve_tools,
+        args=(client, agent["id"], {"lookup": lambda tool_input, call: runs.append(call["id"]) or {"n": 1}}),
+        kwargs={"stop": stop},
+    )
+    serving.start()
+    client.send(agent["id"], directive(call=[{"name": "lookup", "input": {}}]))
+    events = wait_for_event(client, agent["id"], "turn.completed")
+    stop.set()
+    serving.join(timeout=2)
+    assert not serving.is_alive()
+    assert len(runs) == 1
+    assert [e["data"]["output"] for e in events if e["type"] == "tool_call.completed"] == [{"n": 1}]

@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import queue
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
+from ._policy import StreamItem
 from .client import AsyncHoldfast, Holdfast
 from .errors import APIConnectionError, ConflictError, RateLimitedError, UnavailableError
 from .schema import EventView, ToolCallView
@@ -80,11 +82,37 @@ class ToolServer:
 
     def serve(self, agent_id: str, stop: Optional[threading.Event] = None) -> None:
         """Follow one agent, answering its custom tool calls, until ``stop``
-        is set (checked at each stream item; the server's heartbeat comes
-        every 15 s). Then waits for results in flight to be posted."""
+        is set; then wait for results in flight to be posted. A stream that
+        ends with an error (401, 404) raises it here."""
+        stop = stop or threading.Event()
+        items: "queue.Queue[Optional[StreamItem]]" = queue.Queue()
+        failed: List[BaseException] = []
+
+        def follow() -> None:
+            # A blocking read cannot be interrupted: the stream is read on a
+            # thread of its own, which notices `stop` at its next item (a
+            # heartbeat comes every 15 s) and then closes the connection,
+            # while serve() returns at once.
+            try:
+                for item in self._client.stream(agent_id):
+                    if stop.is_set():
+                        return
+                    items.put(item)
+            except BaseException as e:
+                failed.append(e)
+            finally:
+                items.put(None)
+
+        threading.Thread(target=follow, name="holdfast-stream", daemon=True).start()
         try:
-            for item in self._client.stream(agent_id):
-                if stop is not None and stop.is_set():
+            while not stop.is_set():
+                try:
+                    item = items.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if item is None:
+                    if failed:
+                        raise failed[0]
                     return
                 if item["type"] == "tool_call":
                     self.handle(item["tool_call"])
