@@ -594,11 +594,11 @@ export interface components {
             limits?: null | components["schemas"]["LimitSettings"];
             /** @description Free-form; returned as given. */
             metadata?: Record<string, unknown> | null;
-            model: components["schemas"]["ModelSettings"];
+            model: components["schemas"]["ModelConfig"];
             /** @description The system prompt. */
             system?: string | null;
-            /** @description Tool definitions: `{"type": ..., "name"?: ...}` (names unique). */
-            tools?: Record<string, unknown>[] | null;
+            /** @description The agent's tools, by `type` (tool names unique). */
+            tools?: components["schemas"]["ToolEntry"][];
         };
         AgentList: {
             agents: components["schemas"]["AgentView"][];
@@ -646,9 +646,10 @@ export interface components {
         ApprovalList: {
             approvals: components["schemas"]["ApprovalView"][];
         };
+        /** @description Which tool calls need a person's approval first. */
         ApprovalSettings: {
             /** @description Tool names that need approve/deny before they run. */
-            require_for?: string[] | null;
+            require_for?: string[];
         };
         /**
          * @description An approval's status.
@@ -895,12 +896,13 @@ export interface components {
          * @description Bounds on a runaway agent. Each defaults to, and may not exceed, the
          *     operator's maximum (`HOLDFAST_MAX_<NAME>`); exceeding one ends the turn
          *     with `turn.failed` `limit_exceeded` (model steps, tool calls) or refuses
-         *     the spawn with an error result (subagents).
+         *     the spawn with an error result (subagents). Enforced in SQL.
          */
         LimitSettings: {
             /**
              * Format: int32
-             * @description Subagents the tree may ever have (default 64; the root's setting counts).
+             * @description Subagents the tree may ever have (default 64; the root's setting
+             *     counts).
              */
             max_descendants?: number | null;
             /**
@@ -915,7 +917,8 @@ export interface components {
             max_model_steps_per_turn?: number | null;
             /**
              * Format: int32
-             * @description Levels of subagents below this agent's tree root (default 4; the root's setting counts).
+             * @description Levels of subagents below this agent's tree root (default 4; the
+             *     root's setting counts).
              */
             max_subagent_depth?: number | null;
             /**
@@ -992,7 +995,8 @@ export interface components {
             wake_until?: string | null;
             wake_url?: string | null;
         };
-        ModelSettings: {
+        /** @description `config.model` of an agent. */
+        ModelConfig: {
             /**
              * @description An OpenAI- or Anthropic-compatible server of your own (vLLM, Ollama,
              *     a gateway): refused (422) unless the operator allowed custom URLs for
@@ -1006,8 +1010,7 @@ export interface components {
             endpoint?: string | null;
             /**
              * Format: int32
-             * @description The most output tokens a call may produce (an integer; the range of
-             *     the worker's u32, checked by SQL's `validate_config`).
+             * @description The most output tokens a call may produce.
              */
             max_tokens?: number | null;
             /**
@@ -1201,6 +1204,51 @@ export interface components {
             /** @description The provider's id for the call (`toolu_…`, `call_…`). */
             provider_id: string;
             status: components["schemas"]["StatusName"];
+        };
+        /** @description One entry of `config.tools`. */
+        ToolEntry: {
+            description?: string | null;
+            /**
+             * @description A JSON Schema for the input (default `{"type": "object"}`);
+             *     input that fails it never reaches your backend.
+             */
+            input_schema?: Record<string, unknown> | null;
+            /** @description The name the model calls it by (`^[a-zA-Z0-9_-]{1,64}$`). */
+            name: string;
+            /** @enum {string} */
+            type: "custom";
+        } | {
+            /** @enum {string} */
+            type: "web_fetch";
+        } | {
+            /** @description Sent with each request (a safe set of names; values shown as `***`). */
+            headers?: {
+                [key: string]: string;
+            };
+            /** @description The prefix of its tools' names. */
+            name: string;
+            /** @enum {string} */
+            type: "mcp";
+            url: string;
+        } | {
+            /** @enum {string} */
+            type: "ask_user";
+        } | {
+            /**
+             * @description The child's config (validated when a child is created); by
+             *     default the parent's, without `spawn_subagent`.
+             */
+            config?: Record<string, unknown> | null;
+            /** @enum {string} */
+            type: "spawn_subagent";
+        } | {
+            /**
+             * @description The machine's id or name (without one, each call ends with an
+             *     error result saying so).
+             */
+            machine?: string | null;
+            /** @enum {string} */
+            type: "run_command";
         };
         /** @description A custom tool's result. */
         ToolResultRequest: {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, TypedDict
+from typing import Any, Literal, Optional, TypedDict, Union
 
 from typing_extensions import NotRequired
 
@@ -250,6 +250,43 @@ class ToolCallView(TypedDict):
     status: StatusName
 
 
+class ToolEntry1(TypedDict):
+    description: NotRequired[Optional[str]]
+    input_schema: NotRequired[Optional[dict[str, Any]]]
+    name: str
+    type: Literal['custom']
+
+
+class ToolEntry2(TypedDict):
+    type: Literal['web_fetch']
+
+
+class ToolEntry3(TypedDict):
+    headers: NotRequired[dict[str, str]]
+    name: str
+    type: Literal['mcp']
+    url: str
+
+
+class ToolEntry4(TypedDict):
+    type: Literal['ask_user']
+
+
+class ToolEntry5(TypedDict):
+    config: NotRequired[Optional[dict[str, Any]]]
+    type: Literal['spawn_subagent']
+
+
+class ToolEntry6(TypedDict):
+    machine: NotRequired[Optional[str]]
+    type: Literal['run_command']
+
+
+ToolEntry = Union[
+    ToolEntry1, ToolEntry2, ToolEntry3, ToolEntry4, ToolEntry5, ToolEntry6
+]
+
+
 class ToolResultRequest(TypedDict):
     is_error: NotRequired[bool]
     output: dict[str, Any]
@@ -333,7 +370,7 @@ class MachineList(TypedDict):
     machines: list[MachineView]
 
 
-class ModelSettings(TypedDict):
+class ModelConfig(TypedDict):
     base_url: NotRequired[Optional[str]]
     endpoint: NotRequired[Optional[str]]
     max_tokens: NotRequired[Optional[int]]
@@ -380,9 +417,9 @@ class AgentConfig(TypedDict):
     approvals: NotRequired[Optional[ApprovalSettings]]
     limits: NotRequired[Optional[LimitSettings]]
     metadata: NotRequired[Optional[dict[str, Any]]]
-    model: ModelSettings
+    model: ModelConfig
     system: NotRequired[Optional[str]]
-    tools: NotRequired[list[dict[str, Any]]]
+    tools: NotRequired[list[ToolEntry]]
 
 
 class AgentView(TypedDict):
