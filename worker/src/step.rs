@@ -5,35 +5,17 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use deadpool_postgres::Pool;
 use futures::FutureExt;
 use holdfast_engine::context::{NextAction, StepContext};
 use holdfast_engine::domain::{Claim, ModelStep, NewToolCall};
-use holdfast_engine::provider::{ContentBlock, ModelError, ModelRequest, ModelTarget, Providers};
+use holdfast_engine::provider::{ContentBlock, ModelError, ModelRequest, ModelTarget};
 use holdfast_engine::{store, Error, Result};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use crate::committer::Committer;
-use crate::settings::WorkerSettings;
+use crate::deps::StepDeps;
 use crate::stop::{StopReason, StopSignal};
-use crate::tools::mcp::McpRegistry;
-use crate::tools::web_fetch::WebFetchLimits;
 use crate::{deltas, toolbox};
-
-/// What every step needs, shared by a worker's steps.
-pub struct StepDeps {
-    pub pool: Pool,
-    pub providers: Arc<Providers>,
-    pub settings: WorkerSettings,
-    /// Built once from `settings.web_fetch` (it pools connections).
-    pub web_fetch_client: reqwest::Client,
-    pub web_fetch_limits: WebFetchLimits,
-    /// MCP tool lists, cached across steps.
-    pub mcp: McpRegistry,
-    /// Model steps are saved through it, grouped into shared commits.
-    pub committer: Committer,
-}
 
 /// How a step ended, for metrics and logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,7 +18,7 @@ use holdfast_engine::provider::ToolDefinition;
 use holdfast_engine::{store, Error, Result};
 use serde_json::{json, Value};
 
-use crate::step::StepDeps;
+use crate::deps::StepDeps;
 use crate::tools::mcp::McpServerConfig;
 use crate::tools::schema::validate_input;
 use crate::tools::web_fetch::{web_fetch, web_fetch_definition};

@@ -23,8 +23,9 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::committer::Committer;
+use crate::deps::StepDeps;
 use crate::settings::WorkerSettings;
-use crate::step::{self, StepDeps};
+use crate::step;
 use crate::stop::{StopReason, StopSignal};
 use crate::tools::mcp::{McpLimits, McpRegistry};
 use crate::tools::web_fetch::{web_fetch_client, WebFetchLimits};
