@@ -64,7 +64,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(10);
 pub struct WireEvent {
     pub seq: i64,
     pub kind: String,
-    /// The event as DESIGN §7 JSON.
+    /// The event as its JSON (docs/events.md).
     pub json: String,
 }
 
