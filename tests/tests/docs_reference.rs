@@ -4,7 +4,8 @@
 //! `holdfast.event_types()` is described in docs/events.md (and no other);
 //! every `HOLDFAST_*` name in the crates' sources and every flag of the
 //! server commands is in docs/configuration.md (and every variable its
-//! tables name exists).
+//! tables name exists); nothing but the applied migrations cites sections
+//! of the original design document, which is not in the repository.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -156,15 +157,32 @@ fn workspace_members(root: &Path) -> Vec<PathBuf> {
     members
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// The files under `dir` whose names end in one of `extensions`.
+fn files_under(dir: &Path, extensions: &[&str], out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
+            files_under(&path, extensions, out);
+        } else if path
+            .extension()
+            .is_some_and(|e| extensions.iter().any(|x| e == *x))
+        {
             out.push(path);
         }
     }
+}
+
+/// Every Rust file of the workspace members' `src` and `tests` dirs.
+fn workspace_rust_files(root: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for member in workspace_members(root) {
+        for dir in ["src", "tests"] {
+            if member.join(dir).is_dir() {
+                files_under(&member.join(dir), &["rs"], &mut files);
+            }
+        }
+    }
+    files
 }
 
 /// Every whole variable name with the prefix in `text`. A name ending in `_` is a prefix
@@ -190,14 +208,7 @@ fn holdfast_names(text: &str) -> BTreeSet<String> {
 #[test]
 fn every_holdfast_variable_in_the_sources_is_in_docs_configuration_md() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let mut files = Vec::new();
-    for member in workspace_members(root) {
-        for dir in ["src", "tests"] {
-            if member.join(dir).is_dir() {
-                rust_files(&member.join(dir), &mut files);
-            }
-        }
-    }
+    let files = workspace_rust_files(root);
     let mut in_sources = BTreeSet::new();
     for file in &files {
         in_sources.extend(holdfast_names(&std::fs::read_to_string(file).unwrap()));
@@ -262,4 +273,30 @@ fn every_flag_of_the_server_commands_is_in_docs_configuration_md() {
             "flags of holdfast {command} not in docs/configuration.md: {missing:?}"
         );
     }
+}
+
+#[test]
+fn nothing_but_the_applied_migrations_cites_the_original_design_by_section() {
+    // Built here so this file does not cite it itself.
+    let citation = format!("{} §", "DESIGN");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut files = workspace_rust_files(root);
+    files_under(&root.join("docs"), &["md"], &mut files);
+    files_under(&root.join("sql/functions"), &["sql"], &mut files);
+    files_under(
+        &root.join("api/console"),
+        &["js", "css", "html"],
+        &mut files,
+    );
+    files.extend(["README.md", "BENCHMARKS.md", "docker/Dockerfile"].map(|f| root.join(f)));
+    assert!(files.len() > 100, "found only {} files", files.len());
+    let citing: Vec<_> = files
+        .iter()
+        .filter(|file| std::fs::read_to_string(file).unwrap().contains(&citation))
+        .collect();
+    assert!(
+        citing.is_empty(),
+        "{citing:?} cite the original design, which a clone does not have: \
+         point at docs/api.md, docs/events.md, docs/configuration.md or docs/sql.md"
+    );
 }
