@@ -67,7 +67,7 @@ const LISTEN_RETRY: Backoff = Backoff {
 pub struct WireEvent {
     pub seq: i64,
     pub kind: String,
-    /// The event as DESIGN §7 JSON.
+    /// The event as its JSON (docs/events.md).
     pub json: String,
 }
 
