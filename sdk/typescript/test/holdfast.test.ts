@@ -34,7 +34,7 @@ afterAll(async () => {
 });
 
 const model = { provider: "anthropic" as const, name: "claude-test" };
-const lookup = { type: "custom", name: "lookup", input_schema: { type: "object" } };
+const lookup = { type: "custom" as const, name: "lookup", input_schema: { type: "object" } };
 
 /** A directive for the fake model (tests/src/bin/holdfast-test-stack.rs). */
 function directive(d: { say?: string; call?: Array<{ name: string; input: unknown }>; trickle_ms?: number }) {
