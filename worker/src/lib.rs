@@ -6,6 +6,7 @@ pub mod deltas;
 pub mod deps;
 pub mod machine;
 pub mod maintenance;
+pub mod outcome;
 pub mod settings;
 pub mod step;
 pub mod stop;

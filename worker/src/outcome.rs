@@ -1,0 +1,187 @@
+//! What a step came to, and the one function that saves it.
+//!
+//! A step decides its result — a model response, a retry, a failed turn, a
+//! compaction, nothing — as a [`StepResult`] without writing anything, and
+//! [`save`] writes it: every end-of-step write is fenced by the claim's
+//! epoch in SQL, timed by kind (`holdfast_step_save_seconds{result}`) and
+//! turned into the step's [`StepOutcome`] here, so a batched commit can
+//! replace any of them (model responses already go through the group
+//! [`crate::committer::Committer`]). Tool results are the exception: each
+//! is saved inside its batch as soon as it is in hand (the toolbox), so a
+//! crash later in the batch never loses it.
+
+use std::time::{Duration, Instant};
+
+use holdfast_engine::domain::{Claim, ModelStep};
+use holdfast_engine::{store, Result};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::deps::StepDeps;
+
+/// What a step came to.
+#[derive(Debug)]
+pub enum StepResult {
+    /// Nothing to do (the claim raced a change): release the agent.
+    Nothing,
+    /// A tool batch ran (its results are saved): release the agent.
+    BatchDone,
+    /// The worker is draining: release the agent for another worker.
+    Drained,
+    /// The model's response, with the tool calls it asks for.
+    ModelResponse(ModelStep),
+    /// A retryable model failure: try again after `delay`, unless the turn
+    /// has used its `max_retries` (then it fails).
+    ModelRetry {
+        error: Value,
+        delay: Duration,
+        max_retries: i32,
+        input_ids: Vec<Uuid>,
+    },
+    /// The turn ends with an error.
+    TurnFailed {
+        error_type: String,
+        message: String,
+        input_ids: Vec<Uuid>,
+    },
+    /// The older history summarised; the next step calls the model with it.
+    Compacted {
+        summary: String,
+        keep_from_seq: i64,
+        usage: Value,
+    },
+    /// The turn was cancelled while the step ran: `turn.cancelled`.
+    Cancelled,
+    /// The step failed (an error other than a lost lease, or a panic):
+    /// counted on the agent and retried after a durable backoff; the
+    /// `step_max_attempts`-th failure in a row ends the turn.
+    StepFailed { message: String },
+}
+
+/// How a step ended, for metrics and logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepOutcome {
+    Committed,
+    Retrying,
+    Failed,
+    Cancelled,
+    Released,
+    LeaseLost,
+    /// Nothing more could be written (the database was unreachable, or
+    /// refused the write for a reason other than the lease): the lease
+    /// expires and maintenance releases the agent.
+    Abandoned,
+    Nothing,
+}
+
+impl StepOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepOutcome::Committed => "committed",
+            StepOutcome::Retrying => "retrying",
+            StepOutcome::Failed => "failed",
+            StepOutcome::Cancelled => "cancelled",
+            StepOutcome::Released => "released",
+            StepOutcome::LeaseLost => "lease_lost",
+            StepOutcome::Abandoned => "abandoned",
+            StepOutcome::Nothing => "nothing",
+        }
+    }
+}
+
+impl StepResult {
+    fn kind(&self) -> &'static str {
+        match self {
+            StepResult::Nothing => "nothing",
+            StepResult::BatchDone => "batch_done",
+            StepResult::Drained => "drained",
+            StepResult::ModelResponse(_) => "model_response",
+            StepResult::ModelRetry { .. } => "model_retry",
+            StepResult::TurnFailed { .. } => "turn_failed",
+            StepResult::Compacted { .. } => "compacted",
+            StepResult::Cancelled => "cancelled",
+            StepResult::StepFailed { .. } => "step_failed",
+        }
+    }
+}
+
+/// Save `result` for `claim`: the one place a step's end is written. An
+/// error is the write's (a lost lease is [`holdfast_engine::Error::LeaseLost`]).
+pub async fn save(deps: &StepDeps, claim: Claim, result: StepResult) -> Result<StepOutcome> {
+    let kind = result.kind();
+    let started = Instant::now();
+    let outcome = write(deps, claim, result).await;
+    metrics::histogram!("holdfast_step_save_seconds", "result" => kind)
+        .record(started.elapsed().as_secs_f64());
+    outcome
+}
+
+async fn write(deps: &StepDeps, claim: Claim, result: StepResult) -> Result<StepOutcome> {
+    let release = |outcome| async move {
+        let client = deps.pool.get().await?;
+        store::release_agent(&store::Pooled(&client), claim, None).await?;
+        Ok(outcome)
+    };
+    match result {
+        StepResult::Nothing => release(StepOutcome::Nothing).await,
+        StepResult::BatchDone => release(StepOutcome::Committed).await,
+        StepResult::Drained => release(StepOutcome::Released).await,
+        StepResult::ModelResponse(step) => {
+            deps.committer.commit_model_step(claim, step).await?;
+            Ok(StepOutcome::Committed)
+        }
+        StepResult::ModelRetry {
+            error,
+            delay,
+            max_retries,
+            input_ids,
+        } => {
+            let client = deps.pool.get().await?;
+            let retrying =
+                store::commit_model_retry(&**client, claim, &error, delay, max_retries, &input_ids)
+                    .await?;
+            Ok(if retrying {
+                StepOutcome::Retrying
+            } else {
+                StepOutcome::Failed
+            })
+        }
+        StepResult::TurnFailed {
+            error_type,
+            message,
+            input_ids,
+        } => {
+            let client = deps.pool.get().await?;
+            store::fail_turn(&**client, claim, &error_type, &message, &input_ids).await?;
+            Ok(StepOutcome::Failed)
+        }
+        StepResult::Compacted {
+            summary,
+            keep_from_seq,
+            usage,
+        } => {
+            let client = deps.pool.get().await?;
+            store::commit_compaction(&**client, claim, &summary, keep_from_seq, &usage).await?;
+            Ok(StepOutcome::Committed)
+        }
+        StepResult::Cancelled => {
+            let client = deps.pool.get().await?;
+            store::complete_cancel(&**client, claim).await?;
+            Ok(StepOutcome::Cancelled)
+        }
+        StepResult::StepFailed { message } => {
+            let settings = &deps.settings;
+            let client = deps.pool.get().await?;
+            let failures = store::step_failures(&**client, claim.agent_id).await?;
+            let attempt = u32::try_from(failures).unwrap_or(0).saturating_add(1);
+            let delay = settings.step_backoff.delay(attempt, None);
+            let max = i32::try_from(settings.step_max_attempts).unwrap_or(i32::MAX);
+            if store::fail_step(&**client, claim, &message, delay, max).await? {
+                Ok(StepOutcome::Retrying)
+            } else {
+                tracing::warn!(agent_id = %claim.agent_id, "step failed too often: the turn failed");
+                Ok(StepOutcome::Failed)
+            }
+        }
+    }
+}
