@@ -229,12 +229,17 @@ function pendingForms(agentId, refresh) {
       submit(`result for ${call.name}`, () => api("POST", `/v1/tool-calls/${call.id}/result`, { output: value }));
     } }, el("h3", {}, `Result for ${call.name}`), json(call.input), output, el("button", { type: "submit" }, "Send result"));
   }
+  // Each event starts a reload, and an earlier one may finish last: only
+  // the latest started reads what is pending now.
+  let loads = 0;
   async function load() {
+    const mine = ++loads;
     const [approvals, questions, calls] = await Promise.all([
       api("GET", `/v1/agents/${agentId}/approvals?status=pending`),
       api("GET", `/v1/agents/${agentId}/questions?status=pending`),
       api("GET", `/v1/agents/${agentId}/tool-calls?status=waiting`).catch(() => ({ tool_calls: [] })),
     ]);
+    if (mine !== loads) return;
     const pending = [
       ...approvals.approvals.map((a) => [`approval:${a.id}`, () => approvalForm(a)]),
       ...questions.questions.map((q) => [`question:${q.id}`, () => questionForm(q)]),
@@ -261,7 +266,13 @@ async function agentPage(id, render) {
   const streamStatus = el("span", { id: "stream-status", class: "meta" });
   const pending = pendingForms(id, () => { pending.load().catch(() => {}); });
 
-  const refreshAgent = () => api("GET", `/v1/agents/${id}`).then(setAgent).catch(() => {});
+  // As with the pending forms: a slower earlier read must not show a state
+  // older than a later one did.
+  let refreshes = 0;
+  const refreshAgent = () => {
+    const mine = ++refreshes;
+    return api("GET", `/v1/agents/${id}`).then((a) => { if (mine === refreshes) setAgent(a); }).catch(() => {});
+  };
   const stream = streamEvents({
     url: `/v1/agents/${id}/stream`, key: sessionStorage.getItem(KEY), afterSeq: 0,
     onStatus: (s) => { streamStatus.textContent = `stream: ${s}`; },
