@@ -355,7 +355,6 @@ async function agentPage(id, render) {
 
 // ---- operations ------------------------------------------------------------
 
-
 async function operationsPage(render) {
   await loadProject();
   const ops = await api("GET", "/v1/operations");

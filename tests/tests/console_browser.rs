@@ -3,7 +3,12 @@
 //! speaking the Anthropic wire protocol: sign in, live deltas before the
 //! answer is saved, the operations page, approving and answering from the page, a 409 when
 //! someone else answered first, model output that holds markup, and the
-//! agent list over 1,000 agents. Each test saves a screenshot to
+//! agent list over 1,000 agents. One more test shares one browser session,
+//! server and worker across scenarios run in turn (each an async fn named
+//! after what it asserts): every part of the operations page, a phone-sized
+//! viewport, the keyboard alone, a double click on Send, a 422 config patch,
+//! questions answered here and elsewhere, cancel and archive, and resuming
+//! after the API restarts. Each test saves screenshots to
 //! target/console-screenshots/.
 //!
 //! Without Chromium and chromedriver these tests print SKIPPED and pass,
@@ -1336,7 +1341,7 @@ async fn one_session_operations_phone_keyboard_and_every_action_on_an_agents_pag
     the_keyboard_reaches_the_list_and_the_actions_with_visible_focus(&console, &ops).await;
 
     console
-        .sign_in_as(&console.key.clone(), &console.project_name.clone())
+        .sign_in_as(&console.key, &console.project_name)
         .await;
     let fake = FakeProvider::start().await;
     let _worker = console.worker("console-actions-worker", &fake);
