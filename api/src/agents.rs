@@ -1,15 +1,17 @@
 //! `/v1/agents`: create, read, list, change config, cancel, archive.
 //!
-//! Config values are validated by SQL (`holdfast.validate_config`, one rule
-//! for SQL and HTTP clients, the field named in the error); this module adds
-//! the check SQL does not make: a field the config does not have is a 400,
-//! not a setting silently ignored.
+//! A config is parsed into [`AgentConfig`] here (a field it does not have,
+//! or a value of the wrong type, is a 400 naming the field) and validated
+//! again by SQL (`holdfast.validate_config`, the same rule for SQL clients,
+//! plus what only the database knows: the operator's maxima and the
+//! project's model permissions).
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use chrono::{DateTime, Utc};
+use holdfast_engine::config::{AgentConfig, ToolEntry};
 use holdfast_engine::domain::{Agent, AgentState, CancelOutcome};
 use holdfast_engine::egress::check_mcp_header;
 use holdfast_engine::store;
@@ -25,107 +27,8 @@ use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::observe::record_agent;
 use crate::state::AppState;
 
-/// The top-level fields of an agent config ([`AgentConfig`]).
-pub const CONFIG_FIELDS: &[&str] = &[
-    "model",
-    "system",
-    "tools",
-    "approvals",
-    "metadata",
-    "limits",
-];
-/// The fields of `config.model` ([`ModelSettings`]).
-pub const MODEL_FIELDS: &[&str] = &["provider", "name", "endpoint", "base_url", "max_tokens"];
-/// The fields of `config.approvals` ([`ApprovalSettings`]).
-pub const APPROVAL_FIELDS: &[&str] = &["require_for"];
-/// The fields of `config.limits` ([`LimitSettings`]; `holdfast.limit_names()`).
-pub const LIMIT_FIELDS: &[&str] = &[
-    "max_model_steps_per_turn",
-    "max_tool_calls_per_response",
-    "max_subagent_depth",
-    "max_live_children",
-    "max_descendants",
-];
-
 const LIST_DEFAULT: i64 = 100;
 const LIST_MAX: i64 = 1000;
-
-/// An agent's configuration (the body of `POST /v1/agents`; `PATCH` takes a
-/// JSON merge patch of it).
-#[derive(ToSchema)]
-#[allow(dead_code)] // Describes the JSON for the OpenAPI document.
-pub struct AgentConfig {
-    model: ModelSettings,
-    /// The system prompt.
-    system: Option<String>,
-    /// Tool definitions: `{"type": ..., "name"?: ...}` (names unique).
-    #[schema(value_type = Option<Vec<Object>>)]
-    tools: Option<Vec<Value>>,
-    approvals: Option<ApprovalSettings>,
-    /// Free-form; returned as given.
-    #[schema(value_type = Option<Object>)]
-    metadata: Option<Map<String, Value>>,
-    limits: Option<LimitSettings>,
-}
-
-/// Bounds on a runaway agent. Each defaults to, and may not exceed, the
-/// operator's maximum (`HOLDFAST_MAX_<NAME>`); exceeding one ends the turn
-/// with `turn.failed` `limit_exceeded` (model steps, tool calls) or refuses
-/// the spawn with an error result (subagents).
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct LimitSettings {
-    /// Model calls one turn may make (default 100).
-    #[schema(minimum = 1)]
-    max_model_steps_per_turn: Option<u32>,
-    /// Tool calls one model response may ask for (default 64).
-    #[schema(minimum = 1)]
-    max_tool_calls_per_response: Option<u32>,
-    /// Levels of subagents below this agent's tree root (default 4; the root's setting counts).
-    #[schema(minimum = 1)]
-    max_subagent_depth: Option<u32>,
-    /// Subagents this agent may have running at once (default 16).
-    #[schema(minimum = 1)]
-    max_live_children: Option<u32>,
-    /// Subagents the tree may ever have (default 64; the root's setting counts).
-    #[schema(minimum = 1)]
-    max_descendants: Option<u32>,
-}
-
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct ModelSettings {
-    provider: Provider,
-    /// The provider's model name (within the endpoint's allow-list, if it
-    /// has one).
-    name: String,
-    /// The operator's model endpoint by name (default `default`: the
-    /// operator's Anthropic or OpenAI endpoint, by `provider`).
-    endpoint: Option<String>,
-    /// An OpenAI- or Anthropic-compatible server of your own (vLLM, Ollama,
-    /// a gateway): refused (422) unless the operator allowed custom URLs for
-    /// the project; requests to it carry only the project's own provider key.
-    base_url: Option<String>,
-    /// The most output tokens a call may produce (an integer; the range of
-    /// the worker's u32, checked by SQL's `validate_config`).
-    #[schema(minimum = 1, maximum = 4294967295_u64)]
-    max_tokens: Option<u32>,
-}
-
-#[derive(ToSchema)]
-#[schema(rename_all = "lowercase")]
-#[allow(dead_code)] // Describes the JSON for the OpenAPI document.
-pub enum Provider {
-    Anthropic,
-    Openai,
-}
-
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct ApprovalSettings {
-    /// Tool names that need approve/deny before they run.
-    require_for: Option<Vec<String>>,
-}
 
 /// An agent's state (docs/state-machines.md).
 #[derive(Clone, Copy, Serialize, Deserialize, ToSchema)]
@@ -260,40 +163,13 @@ pub struct CancelView {
     agent: AgentView,
 }
 
-/// Refuse fields a config does not have (in a body for create, or a merge
-/// patch, whose null values remove fields and pass here too).
-fn check_config_fields(config: &Value) -> Result<(), ApiError> {
-    let Some(object) = config.as_object() else {
-        return Err(ApiError::invalid(
-            "config",
-            "the body must be a JSON object (the agent config)",
-        ));
-    };
-    unknown_field(object, CONFIG_FIELDS, "")?;
-    if let Some(Value::Object(model)) = object.get("model") {
-        unknown_field(model, MODEL_FIELDS, "model.")?;
-    }
-    if let Some(Value::Object(approvals)) = object.get("approvals") {
-        unknown_field(approvals, APPROVAL_FIELDS, "approvals.")?;
-    }
-    if let Some(Value::Object(limits)) = object.get("limits") {
-        unknown_field(limits, LIMIT_FIELDS, "limits.")?;
-    }
-    check_mcp_headers(object.get("tools"))
-}
-
-/// Headers of MCP tool entries must be in the egress policy's safe set
-/// ([`check_mcp_header`]). A merge patch replaces `tools` whole, so checking
-/// the array in the body covers creation and patches alike.
-fn check_mcp_headers(tools: Option<&Value>) -> Result<(), ApiError> {
-    let Some(Value::Array(tools)) = tools else {
-        return Ok(());
-    };
-    for (i, tool) in tools.iter().enumerate() {
-        if tool.get("type").and_then(Value::as_str) != Some("mcp") {
-            continue;
-        }
-        let Some(Value::Object(headers)) = tool.get("headers") else {
+/// `value` as an agent config, or the 400 naming the field that does not
+/// fit; MCP tool entries' headers must be in the egress policy's safe set
+/// ([`check_mcp_header`]).
+fn parse_config(value: &Value) -> Result<AgentConfig, ApiError> {
+    let config = AgentConfig::from_value(value)?;
+    for (i, tool) in config.tools.iter().enumerate() {
+        let ToolEntry::Mcp { headers, .. } = tool else {
             continue;
         };
         for name in headers.keys() {
@@ -302,24 +178,7 @@ fn check_mcp_headers(tools: Option<&Value>) -> Result<(), ApiError> {
             })?;
         }
     }
-    Ok(())
-}
-
-fn unknown_field(
-    object: &Map<String, Value>,
-    known: &[&str],
-    prefix: &str,
-) -> Result<(), ApiError> {
-    match object.keys().find(|k| !known.contains(&k.as_str())) {
-        Some(key) => Err(ApiError::invalid(
-            format!("{prefix}{key}"),
-            format!(
-                "unknown field {prefix}{key}; expected one of: {}",
-                known.join(", ")
-            ),
-        )),
-        None => Ok(()),
-    }
+    Ok(config)
 }
 
 /// The agent of `caller`'s project, or the 404 a missing one gets.
@@ -348,7 +207,7 @@ pub async fn create_agent(
     caller: Caller,
     ApiJson(config): ApiJson<Value>,
 ) -> Result<impl IntoResponse, ApiError> {
-    check_config_fields(&config)?;
+    parse_config(&config)?;
     let db = state.db().await?;
     let id = store::create_agent(&**db, caller.project_id, &config).await?;
     record_agent(id);
@@ -556,11 +415,13 @@ pub async fn patch_agent(
     ApiJson(patch): ApiJson<Value>,
 ) -> Result<Json<AgentView>, ApiError> {
     record_agent(id);
-    check_config_fields(&patch)?;
     let db = state.db().await?;
-    if !store::agent_in_project(&**db, caller.project_id, id).await? {
-        return Err(ApiError::agent_not_found(id));
-    }
+    // The patched config is parsed here for its shape (masked header values
+    // are strings like any other); SQL applies the patch again under the
+    // agent's row lock, to the config stored then.
+    let mut patched = load(&db, &caller, id).await?.config;
+    json_patch::merge(&mut patched, &patch);
+    parse_config(&patched)?;
     store::patch_agent_config(&**db, id, &patch).await?;
     Ok(Json(load(&db, &caller, id).await?.into()))
 }
@@ -630,50 +491,4 @@ pub async fn archive_agent(
     }
     store::archive_agent(&**db, id).await?;
     Ok(Json(load(&db, &caller, id).await?.into()))
-}
-
-#[cfg(test)]
-mod tests {
-    use utoipa::openapi::schema::Schema;
-    use utoipa::openapi::RefOr;
-    use utoipa::PartialSchema;
-
-    use super::*;
-
-    fn properties(schema: RefOr<Schema>) -> Vec<String> {
-        match schema {
-            RefOr::T(Schema::Object(object)) => object.properties.keys().cloned().collect(),
-            _ => panic!("not an object schema"),
-        }
-    }
-
-    fn sorted(fields: &[&str]) -> Vec<String> {
-        let mut fields: Vec<String> = fields.iter().map(|f| f.to_string()).collect();
-        fields.sort();
-        fields
-    }
-
-    #[test]
-    fn the_checked_fields_are_the_documented_fields() {
-        let mut config = properties(AgentConfig::schema());
-        config.sort();
-        assert_eq!(config, sorted(CONFIG_FIELDS));
-        let mut model = properties(ModelSettings::schema());
-        model.sort();
-        assert_eq!(model, sorted(MODEL_FIELDS));
-        let mut approvals = properties(ApprovalSettings::schema());
-        approvals.sort();
-        assert_eq!(approvals, sorted(APPROVAL_FIELDS));
-    }
-
-    #[test]
-    fn unknown_fields_are_named() {
-        let error =
-            check_config_fields(&serde_json::json!({"model": {"provider": "openai", "nmae": "x"}}))
-                .unwrap_err();
-        assert_eq!(error.status(), StatusCode::BAD_REQUEST);
-        let error = check_config_fields(&serde_json::json!({"modle": {}})).unwrap_err();
-        assert_eq!(error.status(), StatusCode::BAD_REQUEST);
-        check_config_fields(&serde_json::json!({"model": {"name": "x"}, "system": null})).unwrap();
-    }
 }

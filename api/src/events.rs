@@ -17,7 +17,7 @@ use crate::extract::{ApiPath, ApiQuery};
 use crate::observe::record_agent;
 use crate::state::AppState;
 
-/// One event (DESIGN §7).
+/// One event (docs/events.md).
 #[derive(Serialize, ToSchema)]
 pub struct EventView {
     /// Gap-free per agent, from 1.

@@ -26,9 +26,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
+use holdfast_engine::backoff::Backoff;
 use holdfast_engine::connect::{self, ConnectConfig};
 use holdfast_engine::store;
-use rand::Rng;
 use serde::Deserialize;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
@@ -56,15 +56,18 @@ const READ_PAGE: i64 = 500;
 /// dropped silently by the network would otherwise look idle forever.
 const PROBE_INTERVAL: Duration = Duration::from_secs(30);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// Reconnecting the LISTEN session: from 100 ms, at most 10 s apart.
+const LISTEN_RETRY: Backoff = Backoff {
+    base: Duration::from_millis(100),
+    cap: Duration::from_secs(10),
+};
 
 /// One saved event, serialized once for all streams.
 #[derive(Debug)]
 pub struct WireEvent {
     pub seq: i64,
     pub kind: String,
-    /// The event as DESIGN §7 JSON.
+    /// The event as its JSON (docs/events.md).
     pub json: String,
 }
 
@@ -133,7 +136,7 @@ impl Fanout {
 
     /// True while the LISTEN connection is up.
     pub fn is_connected(&self) -> bool {
-        self.inner.connected.load(Ordering::Relaxed)
+        self.inner.connected.load(Ordering::Acquire)
     }
 
     /// Follow an agent's feed. Subscribe before reading the table: whatever
@@ -411,33 +414,24 @@ pub fn wire_event(event: &holdfast_engine::domain::Event) -> WireEvent {
 /// The LISTEN loop: connect, LISTEN, dispatch; on loss, reconnect with
 /// backoff and jitter and wake every feed and every claim.
 async fn listen(inner: Arc<Inner>, config: ConnectConfig, shutdown: CancellationToken) {
-    let mut failures: u32 = 0;
     let mut connected_before = false;
     loop {
-        let session = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            session = connect::listen(&config, &[EVENTS_CHANNEL, COMMANDS_CHANNEL, STREAM_CHANNEL]) => session,
+        let channels = [EVENTS_CHANNEL, COMMANDS_CHANNEL, STREAM_CHANNEL];
+        let Some(mut session) =
+            connect::listen_retrying(&config, &channels, &LISTEN_RETRY, &shutdown, "API").await
+        else {
+            return;
         };
-        let mut session = match session {
-            Ok(session) => session,
-            Err(e) => {
-                failures = failures.saturating_add(1);
-                let delay = backoff(failures);
-                tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "LISTEN connection failed");
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(delay) => continue,
-                }
-            }
-        };
-        failures = 0;
-        inner.connected.store(true, Ordering::Relaxed);
         if connected_before {
             metrics::counter!("holdfast_api_listen_reconnects_total").increment(1);
             tracing::info!("LISTEN connection re-established");
         }
         connected_before = true;
+        // Wake before reporting connected: whoever sees `connected` (the
+        // readiness probe, a claim choosing its poll) started after this
+        // wake, so the reconnect's catch-up never reaches it spuriously.
         inner.wake_all();
+        inner.connected.store(true, Ordering::Release);
         let mut probe = tokio::time::interval(PROBE_INTERVAL);
         probe.tick().await;
         loop {
@@ -460,29 +454,5 @@ async fn listen(inner: Arc<Inner>, config: ConnectConfig, shutdown: Cancellation
         }
         inner.connected.store(false, Ordering::Relaxed);
         tracing::warn!("LISTEN connection lost; reconnecting");
-    }
-}
-
-/// Exponential backoff with equal jitter: half fixed, half random.
-fn backoff(failures: u32) -> Duration {
-    let exp = BACKOFF_MIN.saturating_mul(1 << failures.min(16));
-    let cap = exp.min(BACKOFF_MAX);
-    let half = cap / 2;
-    half + rand::rng().random_range(Duration::ZERO..=half)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_grows_stays_capped_and_jitters() {
-        for failures in 1..40 {
-            let d = backoff(failures);
-            assert!(d <= BACKOFF_MAX, "{d:?}");
-            assert!(d >= BACKOFF_MIN, "{d:?}");
-        }
-        assert!(backoff(1) <= Duration::from_millis(200));
-        assert!(backoff(20) >= BACKOFF_MAX / 2);
     }
 }

@@ -14,11 +14,11 @@ use holdfast_engine::store;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::agents::Provider;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath};
 use crate::state::AppState;
+use holdfast_engine::provider::Provider;
 
 /// The key to set (`PUT`).
 #[derive(Deserialize, ToSchema)]

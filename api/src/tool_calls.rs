@@ -40,7 +40,7 @@ pub struct ToolCallView {
     completed_at: Option<DateTime<Utc>>,
 }
 
-/// How a tool call runs (DESIGN §4); the client answers `custom` calls.
+/// How a tool call runs (docs/api.md, "Tool calls"); the client answers `custom` calls.
 #[derive(Clone, Copy, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum KindName {

@@ -30,7 +30,7 @@ pub struct CreateWebhookRequest {
     /// addresses are refused unless the deployment allows them
     /// (`HOLDFAST_EGRESS_ALLOW=webhook=…`).
     url: String,
-    /// `["*"]` for every event, or event types (DESIGN §7).
+    /// `["*"]` for every event, or event types (docs/events.md).
     events: Vec<String>,
     description: Option<String>,
 }

@@ -1,6 +1,6 @@
 //! `holdfast maintenance`: release dead leases, wake delayed agents, time
 //! out commands and machines, deliver webhooks. Flags mirror the
-//! environment variables of DESIGN §8.
+//! environment variables of docs/configuration.md.
 
 use std::time::Duration;
 

@@ -32,7 +32,9 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{AsyncMessage, Client, Config, Notification, Socket, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
+use tokio_util::sync::CancellationToken;
 
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 
 /// A connection's driver, as [`ConnectConfig::connect`] returns it next to
@@ -823,6 +825,38 @@ pub async fn listen(config: &ConnectConfig, channels: &[&str]) -> Result<Session
         notifications,
         statements: Mutex::new(HashMap::new()),
     })
+}
+
+/// A LISTEN session on `channels` ([`listen`]), retried with `backoff`
+/// until one opens, or `None` once `shutdown` fires. The one reconnect loop
+/// of every process that listens (the worker, the webhook dispatcher, the
+/// API's fan-out); `who` names it in the log.
+pub async fn listen_retrying(
+    config: &ConnectConfig,
+    channels: &[&str],
+    backoff: &Backoff,
+    shutdown: &CancellationToken,
+    who: &str,
+) -> Option<Session> {
+    let mut failures: u32 = 0;
+    loop {
+        let attempt = tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            attempt = listen(config, channels) => attempt,
+        };
+        match attempt {
+            Ok(session) => return Some(session),
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                let delay = backoff.delay(failures, None);
+                tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "{who}: cannot open a LISTEN session; retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return None,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,10 +6,11 @@
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::error::{Error, Result};
+use crate::config::AgentConfig;
+use crate::domain::ToolKind;
 use crate::provider::{
-    compaction_split, summary_message, summary_request, ContentBlock, Message, ModelConfig,
-    ModelRequest, Role, ToolDefinition,
+    compaction_split, summary_message, summary_request, ContentBlock, Message, ModelRequest, Role,
+    ToolDefinition,
 };
 
 /// One message of the saved history.
@@ -31,7 +32,8 @@ pub struct ToolCallRecord {
     pub provider_id: String,
     pub name: String,
     pub input: Value,
-    pub kind: String,
+    /// How the call runs, decided when it was committed.
+    pub kind: ToolKind,
     pub status: String,
     pub output: Option<Value>,
     pub is_error: Option<bool>,
@@ -48,7 +50,8 @@ pub struct PendingInput {
 #[derive(Clone, Debug, PartialEq)]
 pub struct StepContext {
     pub agent_id: Uuid,
-    pub config: Value,
+    /// The config as stored now (a change applies to the next step).
+    pub config: AgentConfig,
     pub turn_open: bool,
     pub model_attempts: i32,
     pub cancel_requested: bool,
@@ -93,15 +96,6 @@ impl StepContext {
         }
     }
 
-    pub fn model_config(&self) -> Result<ModelConfig> {
-        serde_json::from_value(self.config.get("model").cloned().unwrap_or(Value::Null)).map_err(
-            |e| Error::Invalid {
-                field: Some("model".into()),
-                message: e.to_string(),
-            },
-        )
-    }
-
     /// The ids of the inputs a model request built now would include.
     pub fn pending_input_ids(&self) -> Vec<Uuid> {
         self.pending_inputs.iter().map(|i| i.id).collect()
@@ -110,18 +104,14 @@ impl StepContext {
     /// The provider-neutral request: the compaction summary (if any), the
     /// history, each assistant message followed by its tool results, then
     /// the pending inputs (steering).
-    pub fn model_request(&self, tools: Vec<ToolDefinition>) -> Result<ModelRequest> {
+    pub fn model_request(&self, tools: Vec<ToolDefinition>) -> ModelRequest {
         let (messages, _) = self.rendered_messages();
-        Ok(ModelRequest {
-            model: self.model_config()?,
-            system: self
-                .config
-                .get("system")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
+        ModelRequest {
+            model: self.config.model.clone(),
+            system: self.config.system.clone(),
             messages,
             tools,
-        })
+        }
     }
 
     /// How to compact this context keeping about the last `keep_last`
@@ -256,7 +246,10 @@ mod tests {
     fn context() -> StepContext {
         StepContext {
             agent_id: Uuid::nil(),
-            config: json!({"model": {"provider": "anthropic", "name": "m"}, "system": "be brief"}),
+            config: AgentConfig::from_value(
+                &json!({"model": {"provider": "anthropic", "name": "m"}, "system": "be brief"}),
+            )
+            .unwrap(),
             turn_open: true,
             model_attempts: 0,
             cancel_requested: false,
@@ -275,7 +268,7 @@ mod tests {
             provider_id: "toolu_1".into(),
             name: "t".into(),
             input: json!({}),
-            kind: "custom".into(),
+            kind: ToolKind::Custom,
             status: status.into(),
             output,
             is_error: Some(false),
@@ -317,7 +310,7 @@ mod tests {
             id: Uuid::now_v7(),
             content: json!("steer"),
         });
-        let request = ctx.model_request(vec![]).unwrap();
+        let request = ctx.model_request(vec![]);
         assert_eq!(request.system.as_deref(), Some("be brief"));
         let roles: Vec<Role> = request.messages.iter().map(|m| m.role).collect();
         assert_eq!(roles, [Role::User, Role::Assistant, Role::User, Role::User]);
@@ -348,7 +341,7 @@ mod tests {
             step_id: Some(step),
         });
         ctx.tool_calls.push(call(step, "cancelled", None));
-        let request = ctx.model_request(vec![]).unwrap();
+        let request = ctx.model_request(vec![]);
         assert!(matches!(
             &request.messages[1].content[0],
             ContentBlock::ToolResult { is_error: true, .. }

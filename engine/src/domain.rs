@@ -71,7 +71,7 @@ pub struct Event {
     pub created_at: DateTime<Utc>,
 }
 
-/// How a tool call is run (DESIGN §4).
+/// How a tool call is run (docs/api.md, "Tool calls").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ToolKind {

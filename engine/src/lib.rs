@@ -4,6 +4,7 @@
 
 pub mod backoff;
 pub mod cluster;
+pub mod config;
 pub mod connect;
 pub mod context;
 pub mod domain;

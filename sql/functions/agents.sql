@@ -22,9 +22,26 @@ BEGIN
 END
 $$;
 
--- validate_config (0001) with `limits`: an object whose keys are limit
--- names and whose values are positive integers no larger than the
--- operator's maximum. Raises HF422 naming the field (`limits.<name>`).
+-- Refuse a key of `p_object` that is not in `p_known`: HF422 naming it
+-- (`p_prefix` || key), the known keys listed.
+CREATE OR REPLACE FUNCTION holdfast.refuse_unknown_keys(p_object jsonb, p_known text[], p_prefix text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_key text;
+BEGIN
+    SELECT k INTO v_key FROM jsonb_object_keys(p_object) k WHERE NOT k = ANY (p_known) ORDER BY k LIMIT 1;
+    IF v_key IS NOT NULL THEN
+        PERFORM holdfast.raise('HF422', format('unknown field %s%s; expected one of: %s',
+            p_prefix, v_key, array_to_string(p_known, ', ')), p_prefix || v_key);
+    END IF;
+END
+$$;
+
+-- Validate an agent config: the rule of the API's typed config
+-- (engine/src/config.rs, `AgentConfig`) for SQL clients — the same fields
+-- and tool types, no others — plus what only the database knows: limits
+-- within the operator's maxima. Whatever passes here the worker can parse
+-- (tests/tests/config_rules.rs). Raises HF422 naming the field.
 CREATE OR REPLACE FUNCTION holdfast.validate_config(p_config jsonb)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -32,15 +49,22 @@ DECLARE
     v_i integer := 0;
     v_names text[] := '{}';
     v_name text;
+    v_type text;
+    v_at text;
+    v_known text[];
     v_value jsonb;
     v_max integer;
 BEGIN
     IF p_config IS NULL OR jsonb_typeof(p_config) <> 'object' THEN
         PERFORM holdfast.raise('HF422', 'config must be a JSON object', 'config');
     END IF;
+    PERFORM holdfast.refuse_unknown_keys(p_config,
+        '{model,system,tools,approvals,metadata,limits}', '');
     IF jsonb_typeof(p_config -> 'model') IS DISTINCT FROM 'object' THEN
         PERFORM holdfast.raise('HF422', 'model must be an object', 'model');
     END IF;
+    PERFORM holdfast.refuse_unknown_keys(p_config -> 'model',
+        '{provider,name,endpoint,base_url,max_tokens}', 'model.');
     IF NOT coalesce(p_config #>> '{model,provider}' IN ('anthropic', 'openai'), false)
        OR jsonb_typeof(p_config #> '{model,provider}') <> 'string' THEN
         PERFORM holdfast.raise('HF422', 'model.provider must be "anthropic" or "openai"', 'model.provider');
@@ -48,6 +72,10 @@ BEGIN
     IF jsonb_typeof(p_config #> '{model,name}') IS DISTINCT FROM 'string'
        OR p_config #>> '{model,name}' = '' THEN
         PERFORM holdfast.raise('HF422', 'model.name must be a non-empty string', 'model.name');
+    END IF;
+    IF p_config #> '{model,endpoint}' IS NOT NULL
+       AND jsonb_typeof(p_config #> '{model,endpoint}') <> 'string' THEN
+        PERFORM holdfast.raise('HF422', 'model.endpoint must be a string (an endpoint name)', 'model.endpoint');
     END IF;
     IF p_config #> '{model,base_url}' IS NOT NULL
        AND (jsonb_typeof(p_config #> '{model,base_url}') <> 'string'
@@ -70,19 +98,48 @@ BEGIN
             PERFORM holdfast.raise('HF422', 'tools must be an array', 'tools');
         END IF;
         FOR v_tool IN SELECT value FROM jsonb_array_elements(p_config -> 'tools') LOOP
+            v_at := format('tools[%s]', v_i);
             IF jsonb_typeof(v_tool) <> 'object' THEN
-                PERFORM holdfast.raise('HF422', 'each tool must be an object', format('tools[%s]', v_i));
+                PERFORM holdfast.raise('HF422', 'each tool must be an object', v_at);
             END IF;
-            IF jsonb_typeof(v_tool -> 'type') IS DISTINCT FROM 'string' THEN
-                PERFORM holdfast.raise('HF422', 'tool type must be a string', format('tools[%s].type', v_i));
+            v_type := CASE WHEN jsonb_typeof(v_tool -> 'type') = 'string' THEN v_tool ->> 'type' END;
+            v_known := CASE v_type
+                WHEN 'custom' THEN '{type,name,description,input_schema}'
+                WHEN 'web_fetch' THEN '{type}'
+                WHEN 'mcp' THEN '{type,name,url,headers}'
+                WHEN 'ask_user' THEN '{type}'
+                WHEN 'spawn_subagent' THEN '{type,config}'
+                WHEN 'run_command' THEN '{type,machine}'
+            END;
+            IF v_known IS NULL THEN
+                PERFORM holdfast.raise('HF422', 'tool type must be one of: custom, web_fetch, mcp, ask_user, spawn_subagent, run_command',
+                    v_at || '.type');
             END IF;
-            v_name := coalesce(v_tool ->> 'name', v_tool ->> 'type');
-            IF v_tool ? 'name' AND (jsonb_typeof(v_tool -> 'name') <> 'string'
-                                   OR v_name !~ '^[a-zA-Z0-9_-]{1,64}$') THEN
-                PERFORM holdfast.raise('HF422', 'tool name must match ^[a-zA-Z0-9_-]{1,64}$', format('tools[%s].name', v_i));
+            PERFORM holdfast.refuse_unknown_keys(v_tool, v_known, v_at || '.');
+            IF v_type IN ('custom', 'mcp') THEN
+                IF jsonb_typeof(v_tool -> 'name') IS DISTINCT FROM 'string'
+                   OR v_tool ->> 'name' !~ '^[a-zA-Z0-9_-]{1,64}$' THEN
+                    PERFORM holdfast.raise('HF422', 'tool name must match ^[a-zA-Z0-9_-]{1,64}$', v_at || '.name');
+                END IF;
             END IF;
+            IF v_tool ? 'description' AND jsonb_typeof(v_tool -> 'description') <> 'string' THEN
+                PERFORM holdfast.raise('HF422', 'description must be a string', v_at || '.description');
+            END IF;
+            IF v_type = 'mcp' THEN
+                IF jsonb_typeof(v_tool -> 'url') IS DISTINCT FROM 'string' THEN
+                    PERFORM holdfast.raise('HF422', 'url must be a string (the MCP server''s URL)', v_at || '.url');
+                END IF;
+                IF v_tool ? 'headers' AND (jsonb_typeof(v_tool -> 'headers') <> 'object'
+                   OR EXISTS (SELECT 1 FROM jsonb_each(v_tool -> 'headers') h WHERE jsonb_typeof(h.value) <> 'string')) THEN
+                    PERFORM holdfast.raise('HF422', 'headers must be an object of strings', v_at || '.headers');
+                END IF;
+            END IF;
+            IF v_tool ? 'machine' AND jsonb_typeof(v_tool -> 'machine') <> 'string' THEN
+                PERFORM holdfast.raise('HF422', 'machine must be a string (a machine id or name)', v_at || '.machine');
+            END IF;
+            v_name := coalesce(v_tool ->> 'name', v_type);
             IF v_name = ANY (v_names) THEN
-                PERFORM holdfast.raise('HF422', format('duplicate tool name "%s"', v_name), format('tools[%s].name', v_i));
+                PERFORM holdfast.raise('HF422', format('duplicate tool name "%s"', v_name), v_at || '.name');
             END IF;
             v_names := v_names || v_name;
             v_i := v_i + 1;
@@ -94,6 +151,7 @@ BEGIN
                AND jsonb_typeof(p_config #> '{approvals,require_for}') <> 'array') THEN
             PERFORM holdfast.raise('HF422', 'approvals.require_for must be an array of tool names', 'approvals.require_for');
         END IF;
+        PERFORM holdfast.refuse_unknown_keys(p_config -> 'approvals', '{require_for}', 'approvals.');
         IF EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(p_config #> '{approvals,require_for}', '[]')) e
                     WHERE jsonb_typeof(e.value) <> 'string') THEN
             PERFORM holdfast.raise('HF422', 'approvals.require_for must be an array of tool names', 'approvals.require_for');
@@ -111,13 +169,14 @@ BEGIN
                 PERFORM holdfast.raise('HF422', format('unknown limit; expected one of: %s',
                     array_to_string(holdfast.limit_names(), ', ')), 'limits.' || v_name);
             END IF;
-            IF jsonb_typeof(v_value) <> 'number' OR (v_value #>> '{}')::numeric <= 0
-               OR (v_value #>> '{}')::numeric <> trunc((v_value #>> '{}')::numeric) THEN
+            -- Digits only: an integer, as for max_tokens (1.0 is not one).
+            IF jsonb_typeof(v_value) <> 'number' OR v_value #>> '{}' !~ '^[0-9]{1,10}$'
+               OR (v_value #>> '{}')::bigint <= 0 THEN
                 PERFORM holdfast.raise('HF422', format('limits.%s must be a positive integer', v_name),
                     'limits.' || v_name);
             END IF;
             v_max := holdfast.limit_maximum(v_name);
-            IF (v_value #>> '{}')::numeric > v_max THEN
+            IF (v_value #>> '{}')::bigint > v_max THEN
                 PERFORM holdfast.raise('HF422', format('limits.%s must be at most %s (the operator''s maximum)',
                     v_name, v_max), 'limits.' || v_name);
             END IF;

@@ -43,7 +43,7 @@ BEGIN
 END
 $$;
 
--- Every event type Holdfast writes (DESIGN §7). An endpoint may subscribe to
+-- Every event type Holdfast writes (docs/events.md). An endpoint may subscribe to
 -- these or to '*'. A new event type is added here (tests/tests/sql_schema.rs
 -- checks that every type these functions emit is listed).
 CREATE OR REPLACE FUNCTION holdfast.event_types() RETURNS text[]

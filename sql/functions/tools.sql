@@ -178,7 +178,7 @@ END
 $$;
 
 -- Record the result of a custom tool call, posted by the client's backend
--- (DESIGN §4: first result wins). Locks the agent row, then the call. Only a
+-- (first result wins: docs/api.md). Locks the agent row, then the call. Only a
 -- call of kind 'custom' in status 'waiting' accepts a result: it becomes
 -- completed with tool_call.completed. An unleased agent is settled (ready
 -- once nothing else waits), its event written with the settle in one agent

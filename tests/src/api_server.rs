@@ -71,34 +71,33 @@ impl ApiServer {
         let task = tokio::spawn(holdfast_api::serve(config, listener, shutdown.clone()));
         let server = ApiServer {
             addr,
-            http: reqwest::Client::new(),
+            // Never through a proxy: egress tests set proxy variables in
+            // this process to prove the server ignores them.
+            http: reqwest::Client::builder()
+                .no_proxy()
+                .build()
+                .expect("an HTTP client"),
             shutdown,
             task: Some(task),
         };
-        server.wait_listening(db).await;
+        server.wait_listening().await;
         server
     }
 
-    /// Wait until the server's LISTEN session is up. Live deltas are never
-    /// saved, so one sent before the server listens is gone by design;
-    /// tests that send deltas must not race the server's start.
-    async fn wait_listening(&self, db: &TestDb) {
-        let observer = db.connect().await;
+    /// Wait until the server reports its LISTEN session connected
+    /// (`/readyz`). Live deltas are never saved, so one sent before the
+    /// server listens is gone by design; and the connect wakes every waiting
+    /// claim once, which a test measuring an idle long-poll must not race.
+    async fn wait_listening(&self) {
         crate::wait_until(
             std::time::Duration::from_secs(10),
             "the API's LISTEN session",
             || async {
-                observer
-                    .query_one(
-                        "SELECT count(*) FROM pg_stat_activity \
-                          WHERE datname = current_database() \
-                            AND application_name = 'holdfast-api-listen' \
-                            AND (query ILIKE 'LISTEN holdfast_stream%' OR query = 'SELECT 1')",
-                        &[],
-                    )
-                    .await
-                    .map(|r| r.get::<_, i64>(0) > 0)
-                    .unwrap_or(false)
+                let Ok(response) = self.http.get(self.url("/readyz")).send().await else {
+                    return false;
+                };
+                let body: serde_json::Value = response.json().await.unwrap_or_default();
+                body["listener"] == "connected"
             },
         )
         .await;

@@ -14,10 +14,15 @@ use tokio::process::{Child, Command as AsyncCommand};
 
 static BINARY: OnceLock<PathBuf> = OnceLock::new();
 
-/// The `holdfast` binary of this workspace, built if needed.
+/// The `holdfast` binary of this workspace, built if needed, or the one
+/// `HOLDFAST_BIN` names (set by `holdfast-test-stack`, which runs beside a
+/// built binary and outside cargo).
 pub fn holdfast_bin() -> PathBuf {
     BINARY
         .get_or_init(|| {
+            if let Some(binary) = std::env::var_os("HOLDFAST_BIN") {
+                return PathBuf::from(binary);
+            }
             let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
                 .parent()
                 .expect("workspace root")

@@ -275,7 +275,7 @@ async fn agents_are_created_validated_read_listed_and_patched() {
         ),
         (json!({"model": {"provider": "openai"}}), "model.name"),
         (
-            json!({"model": {"provider": "openai", "name": "x"}, "tools": [{"type": "a", "name": "t"}, {"type": "b", "name": "t"}]}),
+            json!({"model": {"provider": "openai", "name": "x"}, "tools": [{"type": "custom", "name": "t"}, {"type": "custom", "name": "t"}]}),
             "tools[1].name",
         ),
         (

@@ -109,6 +109,36 @@ async fn the_openapi_document_is_3_1_and_lists_every_route() {
     }
 }
 
+/// The committed `sdk/openapi.json`, which the SDKs' types are generated
+/// from, is exactly what a running server serves (pretty-printed, in the
+/// server's order). After an API change, regenerate it, and the SDKs' types
+/// from it, with `sdk/regenerate`; that runs this test with
+/// `HOLDFAST_WRITE_OPENAPI=1`, which writes the file instead of failing.
+#[tokio::test]
+async fn the_committed_openapi_document_is_the_one_served() {
+    let db = TestDb::new().await;
+    let server = ApiServer::start(&db).await;
+    let served: Value = server
+        .http
+        .get(server.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let served = serde_json::to_string_pretty(&served).unwrap() + "\n";
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk/openapi.json");
+    if std::env::var_os("HOLDFAST_WRITE_OPENAPI").is_some() {
+        std::fs::write(&path, &served).expect("write sdk/openapi.json");
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == served,
+        "sdk/openapi.json is not the served document; regenerate it with sdk/regenerate"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_and_metrics_report_the_process_and_the_database() {
     let db = TestDb::new().await;

@@ -2,6 +2,7 @@
 //! server that counts hits, MCP against a real rmcp Streamable HTTP server,
 //! and tool input validation. No database: these modules do IO only.
 
+use holdfast_engine::config::{split_mcp_tool_name, ToolEntry};
 use holdfast_engine::egress::EgressPolicy;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -297,10 +298,12 @@ async fn web_fetch_connection_refused_is_an_error_output() {
 }
 
 fn mcp_config(server: &McpTestServer, prefix: &str) -> McpServerConfig {
-    McpServerConfig::from_tool_entry(&json!({
-        "type": "mcp", "name": prefix, "url": server.url,
-    }))
-    .unwrap()
+    let entry = ToolEntry::Mcp {
+        name: prefix.into(),
+        url: server.url.clone(),
+        headers: Default::default(),
+    };
+    McpServerConfig::from_tool_entry(&entry).unwrap()
 }
 
 #[tokio::test]
@@ -326,7 +329,7 @@ async fn mcp_list_tools_returns_the_servers_tools_with_the_prefix() {
     );
     assert_eq!(server.tools_list_requests(), 1);
     assert_eq!(
-        mcp::split_tool_name(&tools[0].name),
+        split_mcp_tool_name(&tools[0].name),
         Some(("counter", "increment"))
     );
 }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use holdfast_engine::domain::{ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::counting_http::CountingServer;
@@ -338,5 +339,67 @@ async fn an_mcp_result_holding_u0000_reaches_the_model_storable() {
     assert!(
         next.contains("header\u{FFFD}payload"),
         "the model got the result with U+FFFD: {next}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_call_runs_as_the_kind_it_was_committed_with_not_as_a_later_config_says() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    let site = CountingServer::start().await;
+    fake.push(Reply::text("understood"));
+    // The model calls web_fetch, which this agent does not have: the call is
+    // committed as internal (answered with an error by the next batch).
+    let agent = start_turn(&client, json!([{"type": "ask_user"}]), "fetch it").await;
+    let inputs: Vec<Uuid> = client
+        .query(
+            "SELECT id FROM holdfast.inputs WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let claim = store::claim_agents(&client, "w-test", 1, T).await.unwrap()[0];
+    let step = ModelStep {
+        input_ids: inputs,
+        message: vec![
+            json!({"type": "tool_use", "id": "toolu_1", "name": "web_fetch",
+                             "input": {"url": site.url("/html")}}),
+        ],
+        tool_calls: vec![NewToolCall {
+            provider_id: "toolu_1".into(),
+            name: "web_fetch".into(),
+            input: json!({"url": site.url("/html")}),
+            kind: ToolKind::Internal,
+        }],
+        usage: json!({"input_tokens": 1, "output_tokens": 1}),
+        stop_reason: Some("tool_use".into()),
+    };
+    store::commit_model_step(&client, claim, &step)
+        .await
+        .unwrap();
+    // Before the batch runs, the config gains web_fetch.
+    store::update_agent_config(
+        &client,
+        agent,
+        &json!({"model": {"provider": "anthropic", "name": "claude-test"},
+                "tools": [{"type": "web_fetch"}]}),
+    )
+    .await
+    .unwrap();
+
+    let _worker = spawn_worker("w-kind", &db.config, &fake, &[ALLOW_LOOPBACK]);
+    wait_for_event(&client, agent, "turn.completed", T).await;
+    let (_, status, output) = tool_call(&client, agent, "web_fetch").await;
+    assert_eq!(status, "completed");
+    let output = output.unwrap().to_string();
+    assert!(output.contains("call it again"), "{output}");
+    assert_eq!(
+        site.total_hits(),
+        0,
+        "a call committed as internal made external IO"
     );
 }

@@ -3,6 +3,7 @@
 
 pub mod committer;
 pub mod deltas;
+pub mod deps;
 pub mod machine;
 pub mod maintenance;
 pub mod settings;

@@ -1,4 +1,4 @@
-//! The worker's settings (DESIGN §8: each is an env var and a flag).
+//! The worker's settings (docs/configuration.md: each is an env var and a flag).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,35 +5,17 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use deadpool_postgres::Pool;
 use futures::FutureExt;
 use holdfast_engine::context::{NextAction, StepContext};
 use holdfast_engine::domain::{Claim, ModelStep, NewToolCall};
-use holdfast_engine::provider::{ContentBlock, ModelError, ModelRequest, ModelTarget, Providers};
+use holdfast_engine::provider::{ContentBlock, ModelError, ModelRequest, ModelTarget};
 use holdfast_engine::{store, Error, Result};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use crate::committer::Committer;
-use crate::settings::WorkerSettings;
+use crate::deps::StepDeps;
 use crate::stop::{StopReason, StopSignal};
-use crate::tools::mcp::McpRegistry;
-use crate::tools::web_fetch::WebFetchLimits;
 use crate::{deltas, toolbox};
-
-/// What every step needs, shared by a worker's steps.
-pub struct StepDeps {
-    pub pool: Pool,
-    pub providers: Arc<Providers>,
-    pub settings: WorkerSettings,
-    /// Built once from `settings.web_fetch` (it pools connections).
-    pub web_fetch_client: reqwest::Client,
-    pub web_fetch_limits: WebFetchLimits,
-    /// MCP tool lists, cached across steps.
-    pub mcp: McpRegistry,
-    /// Model steps are saved through it, grouped into shared commits.
-    pub committer: Committer,
-}
 
 /// How a step ended, for metrics and logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +26,10 @@ pub enum StepOutcome {
     Cancelled,
     Released,
     LeaseLost,
+    /// Nothing more could be written (the database was unreachable, or
+    /// refused the write for a reason other than the lease): the lease
+    /// expires and maintenance releases the agent.
+    Abandoned,
     Nothing,
 }
 
@@ -56,6 +42,7 @@ impl StepOutcome {
             StepOutcome::Cancelled => "cancelled",
             StepOutcome::Released => "released",
             StepOutcome::LeaseLost => "lease_lost",
+            StepOutcome::Abandoned => "abandoned",
             StepOutcome::Nothing => "nothing",
         }
     }
@@ -96,12 +83,12 @@ pub async fn run(deps: Arc<StepDeps>, claim: Claim, stop: StopSignal) -> StepOut
                 Ok(_) => StepOutcome::Cancelled,
                 Err(e) => {
                     tracing::warn!(error = %e, "completing a cancel");
-                    StepOutcome::LeaseLost
+                    unsaved(&e)
                 }
             },
             Err(e) => {
                 tracing::warn!(error = %e, "completing a cancel: no connection");
-                StepOutcome::LeaseLost
+                StepOutcome::Abandoned
             }
         },
         (Some(StopReason::Drain), _) => release(&deps, claim).await,
@@ -151,7 +138,7 @@ async fn contain_failure(deps: &StepDeps, claim: Claim, failure: StepFailure) ->
             // the lease is gone): the lease expires and maintenance releases
             // the agent, a minute from now, not at once.
             tracing::warn!(agent_id = %claim.agent_id, error = %e, "recording a step failure");
-            StepOutcome::LeaseLost
+            unsaved(&e)
         }
     }
 }
@@ -177,6 +164,16 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
+/// The outcome of a step whose last write failed with `error`: a lost lease
+/// only when Postgres refused it for the lease (a plain database error is
+/// not one, and must not count in `holdfast_lease_losses_total`).
+fn unsaved(error: &Error) -> StepOutcome {
+    match error {
+        Error::LeaseLost(_) => StepOutcome::LeaseLost,
+        _ => StepOutcome::Abandoned,
+    }
+}
+
 async fn release(deps: &StepDeps, claim: Claim) -> StepOutcome {
     let released = match deps.pool.get().await {
         Ok(client) => store::release_agent(&store::Pooled(&client), claim, None).await,
@@ -186,7 +183,7 @@ async fn release(deps: &StepDeps, claim: Claim) -> StepOutcome {
         Ok(_) => StepOutcome::Released,
         Err(e) => {
             tracing::warn!(error = %e, "releasing an agent");
-            StepOutcome::LeaseLost
+            unsaved(&e)
         }
     }
 }
@@ -229,7 +226,7 @@ async fn execute(deps: &StepDeps, claim: Claim, stop: &StopSignal) -> Result<Ste
 const COMPACTION_KEEP_LAST: usize = 4;
 
 async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Result<StepOutcome> {
-    let request = context.model_request(toolbox::definitions(deps, &context.config).await)?;
+    let request = context.model_request(toolbox::definitions(deps, &context.config).await);
     let target = match model_target(deps, claim, context, &request).await? {
         Ok(target) => target,
         Err(error) => return model_failed(deps, claim, context, error).await,
@@ -300,10 +297,13 @@ async fn model_target(
     context: &StepContext,
     request: &ModelRequest,
 ) -> Result<std::result::Result<ModelTarget, ModelError>> {
-    let model = context.config.get("model").cloned().unwrap_or(Value::Null);
     let client = deps.pool.get().await?;
-    let route =
-        store::resolve_model_endpoint(&store::Pooled(&client), claim.agent_id, &model).await?;
+    let route = store::resolve_model_endpoint(
+        &store::Pooled(&client),
+        claim.agent_id,
+        &context.config.model,
+    )
+    .await?;
     Ok(deps.providers.target(&route, request.model.provider))
 }
 
@@ -463,5 +463,21 @@ mod tests {
             failed,
             Err(StepFailure::Error(Error::LeaseLost(_)))
         ));
+    }
+
+    #[test]
+    fn only_a_refused_lease_is_a_lost_lease() {
+        assert_eq!(
+            unsaved(&Error::LeaseLost("epoch moved on".into())),
+            StepOutcome::LeaseLost
+        );
+        assert_eq!(
+            unsaved(&Error::Pool("timed out".into())),
+            StepOutcome::Abandoned
+        );
+        assert_eq!(
+            unsaved(&Error::NotFound("agent".into())),
+            StepOutcome::Abandoned
+        );
     }
 }

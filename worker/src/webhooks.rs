@@ -234,35 +234,23 @@ async fn claim(
 /// and turn its notifications into wake-ups. A reconnect wakes the loop too:
 /// hints sent while disconnected are lost.
 async fn listen(db: connect::ConnectConfig, wake: Arc<Notify>, shutdown: CancellationToken) {
-    let mut failures: u32 = 0;
     loop {
-        let session = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            session = connect::listen(&db, &[CHANNEL]) => session,
+        let Some(mut session) =
+            connect::listen_retrying(&db, &[CHANNEL], &DB_RETRY, &shutdown, "webhooks").await
+        else {
+            return;
         };
-        match session {
-            Ok(mut session) => {
-                failures = 0;
-                wake.notify_one();
-                loop {
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        hint = session.notifications.recv() => match hint {
-                            Some(_) => wake.notify_one(),
-                            None => break,
-                        },
-                    }
-                }
-                tracing::warn!("webhook LISTEN connection lost; reconnecting");
+        wake.notify_one();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                hint = session.notifications.recv() => match hint {
+                    Some(_) => wake.notify_one(),
+                    None => break,
+                },
             }
-            Err(e) => tracing::warn!(error = %e, "webhook LISTEN connection failed"),
         }
-        failures = failures.saturating_add(1);
-        let wait = DB_RETRY.delay(failures, None);
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(wait) => {}
-        }
+        tracing::warn!("webhook LISTEN connection lost; reconnecting");
     }
 }
 

@@ -23,8 +23,9 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::committer::Committer;
+use crate::deps::StepDeps;
 use crate::settings::WorkerSettings;
-use crate::step::{self, StepDeps};
+use crate::step;
 use crate::stop::{StopReason, StopSignal};
 use crate::tools::mcp::{McpLimits, McpRegistry};
 use crate::tools::web_fetch::{web_fetch_client, WebFetchLimits};
@@ -84,7 +85,6 @@ pub async fn run(
         in_flight: HashMap::new(),
         tasks: tokio::task::JoinSet::new(),
         session: None,
-        reconnect_attempt: 0,
     };
     worker.run(shutdown).await;
     // Every step has ended; the committer ends after the commits it holds.
@@ -102,7 +102,6 @@ struct Worker {
     in_flight: HashMap<Uuid, InFlight>,
     tasks: tokio::task::JoinSet<Uuid>,
     session: Option<Session>,
-    reconnect_attempt: u32,
 }
 
 impl Worker {
@@ -193,22 +192,15 @@ impl Worker {
     }
 
     async fn reconnect(&mut self, shutdown: &CancellationToken) {
-        while self.session.is_none() && !shutdown.is_cancelled() {
-            match connect::listen(&self.db, &["holdfast_ready", "holdfast_cancel"]).await {
-                Ok(session) => {
-                    self.session = Some(session);
-                    self.reconnect_attempt = 0;
-                }
-                Err(e) => {
-                    self.reconnect_attempt += 1;
-                    let delay = RECONNECT.delay(self.reconnect_attempt, None);
-                    tracing::warn!(error = %e, ?delay, "cannot reach Postgres; retrying");
-                    tokio::select! {
-                        _ = tokio::time::sleep(delay) => {}
-                        _ = shutdown.cancelled() => {}
-                    }
-                }
-            }
+        if self.session.is_none() {
+            self.session = connect::listen_retrying(
+                &self.db,
+                &["holdfast_ready", "holdfast_cancel"],
+                &RECONNECT,
+                shutdown,
+                "worker",
+            )
+            .await;
         }
     }
 

@@ -1,4 +1,4 @@
-//! Machines and the commands they run (DESIGN §4, §6).
+//! Machines and the commands they run (docs/api.md, "Machines").
 //!
 //! Two audiences, two credentials. A project's API key registers machines,
 //! lists them, starts wake attempts, rotates their tokens and deletes them

@@ -20,7 +20,7 @@ const SILENCE_LIMIT: Duration = Duration::from_secs(45);
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
-/// A saved event (DESIGN §7).
+/// A saved event (docs/events.md).
 #[derive(Clone, Debug)]
 pub struct SavedEvent {
     pub seq: i64,

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 mod anthropic;
 mod classify;
@@ -34,21 +35,29 @@ pub use client::{
 pub use compaction::{compaction_split, estimate_tokens, summary_message, summary_request};
 
 /// `config.model` of an agent.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     pub provider: Provider,
+    /// The provider's model name (within the endpoint's allow-list, if it
+    /// has one).
     pub name: String,
-    /// The operator's model endpoint by name; `None` is `default`.
+    /// The operator's model endpoint by name (default `default`: the
+    /// operator's Anthropic or OpenAI endpoint, by `provider`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
-    /// A tenant-set server (only where the operator allows custom URLs).
+    /// An OpenAI- or Anthropic-compatible server of your own (vLLM, Ollama,
+    /// a gateway): refused (422) unless the operator allowed custom URLs for
+    /// the project; requests to it carry only the project's own provider key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
+    /// The most output tokens a call may produce.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
     pub max_tokens: Option<u32>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Provider {
     Anthropic,

@@ -4,7 +4,7 @@
 //! `{"type": "mcp", "name": "<prefix>", "url": "https://…", "headers"?: {…}}`.
 //! The model sees each of the server's tools as `<prefix>__<tool>`; the
 //! prefix keeps tools of different servers (and built-in tools) apart, and
-//! [`split_tool_name`] maps a call back to its server and tool.
+//! [`holdfast_engine::config::split_mcp_tool_name`] maps a call back to its server and tool.
 //!
 //! Each operation opens its own MCP session (initialize handshake, one
 //! request, close): no connection state outlives a step, so any worker can
@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
+use holdfast_engine::config::{prefixed_tool_name, ToolEntry, MCP_NAME_SEPARATOR};
 use holdfast_engine::egress::{check_mcp_header, refusal_in, EgressKind, EgressPolicy};
 use holdfast_engine::provider::ToolDefinition;
 use reqwest::header::{HeaderName, HeaderValue};
@@ -41,9 +42,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-/// Between the server prefix and the tool name in the name the model sees.
-pub const MCP_NAME_SEPARATOR: &str = "__";
-
 /// One MCP server of an agent's config.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct McpServerConfig {
@@ -55,18 +53,6 @@ pub struct McpServerConfig {
     /// [`check_mcp_header`] allows are sent.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-}
-
-/// The config tool entry, as written in `config.tools`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct McpToolEntry {
-    #[serde(rename = "type")]
-    kind: String,
-    name: String,
-    url: String,
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -82,48 +68,21 @@ pub enum McpError {
 }
 
 impl McpServerConfig {
-    /// Parses and checks one `{"type": "mcp", …}` tool entry of an agent config.
-    pub fn from_tool_entry(entry: &Value) -> Result<McpServerConfig, McpError> {
-        let entry = McpToolEntry::deserialize(entry)
-            .map_err(|e| McpError::InvalidConfig(format!("MCP tool entry: {e}")))?;
-        if entry.kind != "mcp" {
+    /// The server of one `{"type": "mcp", …}` tool entry, checked.
+    pub fn from_tool_entry(entry: &ToolEntry) -> Result<McpServerConfig, McpError> {
+        let ToolEntry::Mcp { name, url, headers } = entry else {
             return Err(McpError::InvalidConfig(format!(
-                "tool entry of type {:?} is not an MCP server",
-                entry.kind
+                "tool entry {:?} is not an MCP server",
+                entry.name()
             )));
-        }
+        };
         let config = McpServerConfig {
-            name: entry.name,
-            url: entry.url,
-            headers: entry.headers,
+            name: name.clone(),
+            url: url.clone(),
+            headers: headers.clone(),
         };
         config.validate()?;
         Ok(config)
-    }
-
-    /// Every MCP server in an agent config (`config.tools[*]` with
-    /// `type: "mcp"`), checked, with distinct prefixes.
-    pub fn all_in_agent_config(config: &Value) -> Result<Vec<McpServerConfig>, McpError> {
-        let entries = config
-            .get("tools")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let mut servers: Vec<McpServerConfig> = Vec::new();
-        for entry in entries {
-            if entry.get("type").and_then(Value::as_str) != Some("mcp") {
-                continue;
-            }
-            let server = McpServerConfig::from_tool_entry(entry)?;
-            if servers.iter().any(|s| s.name == server.name) {
-                return Err(McpError::InvalidConfig(format!(
-                    "two MCP servers are named {:?}; names are tool prefixes and must differ",
-                    server.name
-                )));
-            }
-            servers.push(server);
-        }
-        Ok(servers)
     }
 
     /// Checks the prefix, the URL and the headers' syntax (which headers
@@ -187,19 +146,6 @@ impl McpServerConfig {
         }
         (self.url.clone(), hasher.finalize().into())
     }
-}
-
-/// The name the model sees for `tool` of the server with prefix `prefix`.
-pub fn prefixed_tool_name(prefix: &str, tool: &str) -> String {
-    format!("{prefix}{MCP_NAME_SEPARATOR}{tool}")
-}
-
-/// `"<prefix>__<tool>"` → `("<prefix>", "<tool>")`; `None` for names
-/// without the separator (not an MCP tool). Prefixes never contain `__`,
-/// so the first separator is the one.
-pub fn split_tool_name(name: &str) -> Option<(&str, &str)> {
-    let (prefix, tool) = name.split_once(MCP_NAME_SEPARATOR)?;
-    (!prefix.is_empty() && !tool.is_empty()).then_some((prefix, tool))
 }
 
 /// Bounds of MCP operations.
@@ -649,23 +595,16 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn names_split_at_the_first_separator() {
-        assert_eq!(split_tool_name("docs__search"), Some(("docs", "search")));
-        assert_eq!(
-            split_tool_name("docs__deep__name"),
-            Some(("docs", "deep__name"))
-        );
-        assert_eq!(split_tool_name("web_fetch"), None);
-        assert_eq!(split_tool_name("__x"), None);
+    fn entry(value: Value) -> ToolEntry {
+        serde_json::from_value(value).unwrap()
     }
 
     #[test]
     fn config_entries_are_checked() {
-        let ok = McpServerConfig::from_tool_entry(&json!({
+        let ok = McpServerConfig::from_tool_entry(&entry(json!({
             "type": "mcp", "name": "docs", "url": "https://mcp.example.com/mcp",
             "headers": {"Authorization": "Bearer t"}
-        }))
+        })))
         .unwrap();
         assert_eq!(ok.headers["Authorization"], "Bearer t");
         for bad in [
@@ -673,29 +612,22 @@ mod tests {
             json!({"type": "mcp", "name": "", "url": "https://x/mcp"}),
             json!({"type": "mcp", "name": "a", "url": "file:///etc/passwd"}),
             json!({"type": "mcp", "name": "a", "url": "https://x/mcp", "headers": {"bad name": "x"}}),
-            json!({"type": "mcp", "name": "a", "url": "https://x/mcp", "extra": 1}),
-            json!({"type": "custom", "name": "a", "url": "https://x/mcp"}),
+            json!({"type": "custom", "name": "a"}),
         ] {
             assert!(
-                McpServerConfig::from_tool_entry(&bad).is_err(),
+                McpServerConfig::from_tool_entry(&entry(bad.clone())).is_err(),
                 "accepted {bad}"
             );
         }
-        let twice = json!({"tools": [
-            {"type": "mcp", "name": "a", "url": "https://x/mcp"},
-            {"type": "custom", "name": "c", "description": "", "input_schema": {}},
-            {"type": "mcp", "name": "a", "url": "https://y/mcp"}
-        ]});
-        assert!(McpServerConfig::all_in_agent_config(&twice).is_err());
     }
 
     #[test]
     fn headers_outside_the_safe_set_are_dropped_at_send_time() {
-        let config = McpServerConfig::from_tool_entry(&json!({
+        let config = McpServerConfig::from_tool_entry(&entry(json!({
             "type": "mcp", "name": "a", "url": "https://x/mcp",
             "headers": {"Authorization": "Bearer t", "X-Tenant": "7", "Accept": "x",
                         "Metadata-Flavor": "Google", "X-Forwarded-For": "10.0.0.1"}
-        }))
+        })))
         .unwrap();
         let mut sent: Vec<String> = config
             .header_map()

@@ -23,6 +23,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use holdfast_engine::config::ToolEntry;
 use holdfast_engine::egress::{refusal_in, EgressKind, EgressPolicy};
 use holdfast_engine::provider::ToolDefinition;
 use reqwest::header::CONTENT_TYPE;
@@ -32,8 +33,6 @@ use serde_json::{json, Value};
 
 use super::html_text::html_to_text;
 use super::ToolOutput;
-
-pub const WEB_FETCH_TOOL_NAME: &str = "web_fetch";
 
 /// How far one fetch may go. The defaults suit a model reading web pages.
 #[derive(Clone, Debug)]
@@ -102,7 +101,7 @@ pub fn web_fetch_client(limits: &WebFetchLimits) -> reqwest::Result<reqwest::Cli
 /// The tool as the model sees it.
 pub fn web_fetch_definition() -> ToolDefinition {
     ToolDefinition {
-        name: WEB_FETCH_TOOL_NAME.into(),
+        name: ToolEntry::WebFetch {}.name().into(),
         description: "Fetch a web page or file over http(s) with a GET request and return its \
             content as text. HTML is converted to readable text (headings as #, lists, \
             links as [text](url)); JSON and plain text are returned as they are; binary \

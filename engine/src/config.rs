@@ -1,0 +1,329 @@
+//! An agent's configuration, typed: the one Rust description of the JSON an
+//! agent is created with (`POST /v1/agents`, `holdfast.create_agent`).
+//!
+//! The API parses every config it is given into [`AgentConfig`] (its
+//! OpenAPI schema is derived from these types) and the worker parses the
+//! stored config once per step. SQL's `holdfast.validate_config` keeps the
+//! same rule for SQL clients — the same fields, the same tool types — and
+//! adds what only the database knows (the operator's limit maxima, model
+//! permissions); `tests/tests/config_rules.rs` holds the two to one rule:
+//! whatever SQL stores, the worker can parse.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use crate::domain::ToolKind;
+use crate::error::{Error, Result};
+use crate::provider::ModelConfig;
+
+/// An agent's configuration (the body of `POST /v1/agents`; `PATCH` takes a
+/// JSON merge patch of it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    pub model: ModelConfig,
+    /// The system prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// The agent's tools, by `type` (tool names unique).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<ApprovalSettings>,
+    /// Free-form; returned as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Map<String, Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitSettings>,
+}
+
+/// One entry of `config.tools`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ToolEntry {
+    /// A tool your backend runs: the call waits for its result
+    /// (`POST /v1/agents/{id}/tool-calls/{call}/result`).
+    Custom {
+        /// The name the model calls it by (`^[a-zA-Z0-9_-]{1,64}$`).
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+        /// A JSON Schema for the input (default `{"type": "object"}`);
+        /// input that fails it never reaches your backend.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(value_type = Option<Object>)]
+        input_schema: Option<Value>,
+    },
+    /// Fetch a web page as text (the model calls it `web_fetch`).
+    WebFetch {},
+    /// The tools of an MCP server (Streamable HTTP), each called
+    /// `<name>__<tool>`.
+    Mcp {
+        /// The prefix of its tools' names.
+        name: String,
+        url: String,
+        /// Sent with each request (a safe set of names; values shown as `***`).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        headers: BTreeMap<String, String>,
+    },
+    /// Ask the user a question and wait for the answer (`ask_user`).
+    AskUser {},
+    /// Start a subagent and receive its final answer (`spawn_subagent`).
+    SpawnSubagent {
+        /// The child's config (validated when a child is created); by
+        /// default the parent's, without `spawn_subagent`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(value_type = Option<Object>)]
+        config: Option<Value>,
+    },
+    /// Run a shell command on a machine, at most once (`run_command`).
+    RunCommand {
+        /// The machine's id or name (without one, each call ends with an
+        /// error result saying so).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        machine: Option<String>,
+    },
+}
+
+impl ToolEntry {
+    /// How calls of this tool run.
+    pub fn kind(&self) -> ToolKind {
+        match self {
+            ToolEntry::Custom { .. } => ToolKind::Custom,
+            ToolEntry::WebFetch {} | ToolEntry::Mcp { .. } => ToolKind::External,
+            ToolEntry::AskUser {} => ToolKind::Question,
+            ToolEntry::SpawnSubagent { .. } => ToolKind::Internal,
+            ToolEntry::RunCommand { .. } => ToolKind::Command,
+        }
+    }
+
+    /// The tool's name in the config: the name given (custom, MCP prefix),
+    /// else its type (the name unique among an agent's tools).
+    pub fn name(&self) -> &str {
+        match self {
+            ToolEntry::Custom { name, .. } | ToolEntry::Mcp { name, .. } => name,
+            ToolEntry::WebFetch {} => "web_fetch",
+            ToolEntry::AskUser {} => "ask_user",
+            ToolEntry::SpawnSubagent { .. } => "spawn_subagent",
+            ToolEntry::RunCommand { .. } => "run_command",
+        }
+    }
+}
+
+/// Which tool calls need a person's approval first.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalSettings {
+    /// Tool names that need approve/deny before they run.
+    #[serde(default)]
+    pub require_for: Vec<String>,
+}
+
+/// Bounds on a runaway agent. Each defaults to, and may not exceed, the
+/// operator's maximum (`HOLDFAST_MAX_<NAME>`); exceeding one ends the turn
+/// with `turn.failed` `limit_exceeded` (model steps, tool calls) or refuses
+/// the spawn with an error result (subagents). Enforced in SQL.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitSettings {
+    /// Model calls one turn may make (default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub max_model_steps_per_turn: Option<u32>,
+    /// Tool calls one model response may ask for (default 64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub max_tool_calls_per_response: Option<u32>,
+    /// Levels of subagents below this agent's tree root (default 4; the
+    /// root's setting counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub max_subagent_depth: Option<u32>,
+    /// Subagents this agent may have running at once (default 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub max_live_children: Option<u32>,
+    /// Subagents the tree may ever have (default 64; the root's setting
+    /// counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub max_descendants: Option<u32>,
+}
+
+impl AgentConfig {
+    /// Parse a config; the error names the field that does not fit
+    /// (`model.max_tokens`, `tools[2]`), as `Error::Invalid`.
+    pub fn from_value(value: &Value) -> Result<AgentConfig> {
+        // serde would also read a struct from an array of its fields.
+        if !value.is_object() {
+            return Err(Error::Invalid {
+                field: Some("config".into()),
+                message: "config must be a JSON object".into(),
+            });
+        }
+        serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            let message = e.into_inner().to_string();
+            // A missing field is reported at its parent; name the field
+            // itself (serde's message is "missing field `name`").
+            let missing = message
+                .strip_prefix("missing field `")
+                .and_then(|rest| rest.split_once('`'))
+                .map(|(name, _)| name);
+            let field = match (path.as_str(), missing) {
+                (".", Some(name)) => name.to_owned(),
+                (".", None) => "config".to_owned(),
+                (_, Some(name)) => format!("{path}.{name}"),
+                (_, None) => path,
+            };
+            Error::Invalid {
+                field: Some(field),
+                message,
+            }
+        })
+    }
+
+    /// The config as stored JSON.
+    pub fn to_value(&self) -> Value {
+        // Plain fields and JSON values: serializing cannot fail.
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// The tool entry whose calls the model makes by `name` (an MCP entry
+    /// answers for `<prefix>__<tool>`).
+    pub fn tool_for_call(&self, name: &str) -> Option<&ToolEntry> {
+        self.tools.iter().find(|tool| match tool {
+            ToolEntry::Mcp { name: prefix, .. } => {
+                split_mcp_tool_name(name).is_some_and(|(p, _)| p == prefix)
+            }
+            other => other.name() == name,
+        })
+    }
+}
+
+/// Between an MCP server's prefix and its tool's name, in the name the
+/// model sees.
+pub const MCP_NAME_SEPARATOR: &str = "__";
+
+/// The name the model sees for `tool` of the MCP server with prefix `prefix`.
+pub fn prefixed_tool_name(prefix: &str, tool: &str) -> String {
+    format!("{prefix}{MCP_NAME_SEPARATOR}{tool}")
+}
+
+/// `"<prefix>__<tool>"` → `("<prefix>", "<tool>")`; `None` for names
+/// without the separator (not an MCP tool). Prefixes never contain `__`,
+/// so the first separator is the one.
+pub fn split_mcp_tool_name(name: &str) -> Option<(&str, &str)> {
+    let (prefix, tool) = name.split_once(MCP_NAME_SEPARATOR)?;
+    (!prefix.is_empty() && !tool.is_empty()).then_some((prefix, tool))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn mcp_names_split_at_the_first_separator() {
+        assert_eq!(
+            split_mcp_tool_name("docs__search"),
+            Some(("docs", "search"))
+        );
+        assert_eq!(
+            split_mcp_tool_name("docs__deep__name"),
+            Some(("docs", "deep__name"))
+        );
+        assert_eq!(split_mcp_tool_name("web_fetch"), None);
+        assert_eq!(split_mcp_tool_name("__x"), None);
+    }
+
+    #[test]
+    fn every_tool_type_parses_and_round_trips() {
+        let config = json!({
+            "model": {"provider": "anthropic", "name": "m", "max_tokens": 10},
+            "system": "s",
+            "tools": [
+                {"type": "custom", "name": "lookup", "input_schema": {"type": "object"}},
+                {"type": "web_fetch"},
+                {"type": "mcp", "name": "docs", "url": "https://d.example/mcp", "headers": {"Authorization": "x"}},
+                {"type": "ask_user"},
+                {"type": "spawn_subagent"},
+                {"type": "run_command", "machine": "m1"}
+            ],
+            "approvals": {"require_for": ["lookup"]},
+            "metadata": {"team": "a"},
+            "limits": {"max_descendants": 3}
+        });
+        let parsed = AgentConfig::from_value(&config).unwrap();
+        assert_eq!(parsed.to_value(), config);
+        let kinds: Vec<ToolKind> = parsed.tools.iter().map(ToolEntry::kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                ToolKind::Custom,
+                ToolKind::External,
+                ToolKind::External,
+                ToolKind::Question,
+                ToolKind::Internal,
+                ToolKind::Command
+            ]
+        );
+        assert_eq!(
+            parsed.tool_for_call("docs__search").map(ToolEntry::name),
+            Some("docs")
+        );
+        assert_eq!(
+            parsed.tool_for_call("web_fetch").map(ToolEntry::kind),
+            Some(ToolKind::External)
+        );
+        assert!(parsed.tool_for_call("docs").is_none());
+        assert!(parsed.tool_for_call("nope").is_none());
+    }
+
+    #[test]
+    fn a_field_the_config_does_not_have_is_named() {
+        for (config, field) in [
+            (
+                json!({"model": {"provider": "openai", "name": "x"}, "temperature": 1}),
+                "temperature",
+            ),
+            (
+                json!({"model": {"provider": "openai", "name": "x", "temprature": 1}}),
+                "model.temprature",
+            ),
+            (
+                json!({"model": {"provider": "openai", "name": "x"}, "limits": {"max_steps": 1}}),
+                "limits.max_steps",
+            ),
+            (
+                json!({"model": {"provider": "openai", "name": "x"}, "tools": [{"type": "web_fetch"}, {"type": "custom", "name": "a", "url": "u"}]}),
+                "tools[1]",
+            ),
+            (
+                json!({"model": {"provider": "openai", "name": "x"}, "tools": [{"type": "search"}]}),
+                "tools[0]",
+            ),
+            (
+                json!({"model": {"provider": "openai", "name": "x", "max_tokens": 1.0}}),
+                "model.max_tokens",
+            ),
+            (json!({"model": "gpt"}), "model"),
+            (json!([]), "config"),
+        ] {
+            match AgentConfig::from_value(&config) {
+                Err(Error::Invalid {
+                    field: Some(named),
+                    message,
+                }) => {
+                    assert!(named.starts_with(field), "{config}: {named} ({message})");
+                }
+                other => panic!("{config}: {other:?}"),
+            }
+        }
+    }
+}

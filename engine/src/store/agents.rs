@@ -1,0 +1,237 @@
+//! Projects, agents, their configs and inputs, cancellation
+//! (sql/functions/agents.sql, cancel.sql). Reads are scoped by project where
+//! a client names the object, so another project's object reads as missing.
+
+use serde_json::Value;
+use tokio_postgres::GenericClient;
+use uuid::Uuid;
+
+use crate::domain::{Agent, AgentState, CancelOutcome, Input, InputCreated, LimitMaxima};
+use crate::error::{Error, Result};
+
+/// Write the operator's limit maxima (`holdfast.set_limit_maxima`).
+pub async fn set_limit_maxima(client: &impl GenericClient, maxima: &LimitMaxima) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.set_limit_maxima($1, $2, $3, $4, $5)",
+            &[
+                &maxima.model_steps_per_turn,
+                &maxima.tool_calls_per_response,
+                &maxima.subagent_depth,
+                &maxima.live_children,
+                &maxima.descendants,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Cap (or with `None`, uncap) how many of a project's agents run at once.
+pub async fn set_project_max_running(
+    client: &impl GenericClient,
+    project_name: &str,
+    max_running: Option<i32>,
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.set_project_max_running($1, $2)",
+            &[&project_name, &max_running],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Create an agent; an invalid config is [`Error::Invalid`] naming the field.
+pub async fn create_agent(
+    client: &impl GenericClient,
+    project: Uuid,
+    config: &Value,
+) -> Result<Uuid> {
+    let row = client
+        .query_one("SELECT holdfast.create_agent($1, $2)", &[&project, config])
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Add an input, idempotently when `idempotency_key` is given.
+pub async fn create_input(
+    client: &impl GenericClient,
+    agent: Uuid,
+    content: &Value,
+    idempotency_key: Option<&str>,
+) -> Result<InputCreated> {
+    let row = client
+        .query_one(
+            "SELECT input_id, replayed FROM holdfast.create_input_or_replay($1, $2, $3)",
+            &[&agent, content, &idempotency_key],
+        )
+        .await?;
+    Ok(InputCreated {
+        input_id: row.get(0),
+        replayed: row.get(1),
+    })
+}
+
+/// Create a project if it does not exist; returns its id.
+pub async fn ensure_project(client: &impl GenericClient, name: &str) -> Result<Uuid> {
+    let row = client
+        .query_one("SELECT holdfast.ensure_project($1)", &[&name])
+        .await?;
+    Ok(row.get(0))
+}
+
+pub(super) fn parse_state(text: String) -> Result<AgentState> {
+    text.parse().map_err(|message| Error::Invalid {
+        field: Some("state".into()),
+        message,
+    })
+}
+
+/// The config is masked (`mask_config_secrets`): these rows are for clients.
+pub(super) const AGENT_COLUMNS: &str =
+    "id, project_id, holdfast.mask_config_secrets(config), state, turn_open, cancel_requested_at, \
+                             last_event_seq, created_at, updated_at, state_changed_at";
+
+pub(super) fn agent_from_row(row: &tokio_postgres::Row) -> Result<Agent> {
+    Ok(Agent {
+        id: row.get(0),
+        project_id: row.get(1),
+        config: row.get(2),
+        state: parse_state(row.get(3))?,
+        turn_open: row.get(4),
+        cancel_requested_at: row.get(5),
+        last_event_seq: row.get(6),
+        created_at: row.get(7),
+        updated_at: row.get(8),
+        state_changed_at: row.get(9),
+    })
+}
+
+/// An agent of `project`, its config masked for showing; `None` when it
+/// does not exist or belongs to another project.
+pub async fn get_agent(
+    client: &impl GenericClient,
+    project: Uuid,
+    agent: Uuid,
+) -> Result<Option<Agent>> {
+    let row = client
+        .query_opt(
+            &format!(
+                "SELECT {AGENT_COLUMNS} FROM holdfast.agents WHERE id = $1 AND project_id = $2"
+            ),
+            &[&agent, &project],
+        )
+        .await?;
+    row.as_ref().map(agent_from_row).transpose()
+}
+
+/// True when `agent` exists in `project` (a cheap scope check before a write).
+pub async fn agent_in_project(
+    client: &impl GenericClient,
+    project: Uuid,
+    agent: Uuid,
+) -> Result<bool> {
+    let row = client
+        .query_opt(
+            "SELECT 1 FROM holdfast.agents WHERE id = $1 AND project_id = $2",
+            &[&agent, &project],
+        )
+        .await?;
+    Ok(row.is_some())
+}
+
+/// Agents of `project` (configs masked for showing), oldest first (ids are
+/// UUIDv7), after the id `after`, in `state` when given, at most `limit`.
+pub async fn list_agents(
+    client: &impl GenericClient,
+    project: Uuid,
+    state: Option<AgentState>,
+    after: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<Agent>> {
+    let state = state.map(AgentState::as_str);
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {AGENT_COLUMNS} FROM holdfast.agents \
+                  WHERE project_id = $1 AND ($2::text IS NULL OR state = $2) \
+                    AND ($3::uuid IS NULL OR id > $3) \
+                  ORDER BY id LIMIT $4"
+            ),
+            &[&project, &state, &after, &limit],
+        )
+        .await?;
+    rows.iter().map(agent_from_row).collect()
+}
+
+/// Replace an agent's config (`config.updated`); returns the config in
+/// force, masked. Header values `"***"` keep the stored values.
+pub async fn update_agent_config(
+    client: &impl GenericClient,
+    agent: Uuid,
+    config: &Value,
+) -> Result<Value> {
+    let row = client
+        .query_one(
+            "SELECT holdfast.update_agent_config($1, $2)",
+            &[&agent, config],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Change an agent's config by an RFC 7396 merge patch, applied under the
+/// agent's row lock; returns the config in force, masked.
+pub async fn patch_agent_config(
+    client: &impl GenericClient,
+    agent: Uuid,
+    patch: &Value,
+) -> Result<Value> {
+    let row = client
+        .query_one(
+            "SELECT holdfast.patch_agent_config($1, $2)",
+            &[&agent, patch],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Archive an idle agent (no new inputs); [`Error::Conflict`] otherwise.
+pub async fn archive_agent(client: &impl GenericClient, agent: Uuid) -> Result<()> {
+    client
+        .execute("SELECT holdfast.archive_agent($1)", &[&agent])
+        .await?;
+    Ok(())
+}
+
+/// Cancel an agent's current turn: at once, or by asking its worker to stop.
+pub async fn request_cancel(client: &impl GenericClient, agent: Uuid) -> Result<CancelOutcome> {
+    let row = client
+        .query_one("SELECT holdfast.request_cancel($1)", &[&agent])
+        .await?;
+    let outcome: String = row.get(0);
+    match outcome.as_str() {
+        "requested" => Ok(CancelOutcome::Requested),
+        "cancelled" => Ok(CancelOutcome::Cancelled),
+        other => Err(Error::Invalid {
+            field: Some("request_cancel".into()),
+            message: format!("unexpected outcome {other:?}"),
+        }),
+    }
+}
+
+/// One input by id.
+pub async fn get_input(client: &impl GenericClient, input: Uuid) -> Result<Option<Input>> {
+    let row = client
+        .query_opt(
+            "SELECT id, agent_id, content, created_at FROM holdfast.inputs WHERE id = $1",
+            &[&input],
+        )
+        .await?;
+    Ok(row.map(|r| Input {
+        id: r.get(0),
+        agent_id: r.get(1),
+        content: r.get(2),
+        created_at: r.get(3),
+    }))
+}

@@ -1,0 +1,497 @@
+//! The worker's calls: claims, leases, the fenced commits of a step, the
+//! step's context, and maintenance's tick (sql/functions/leases.sql,
+//! steps.sql).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use postgres_types::ToSql;
+use serde_json::Value;
+use tokio_postgres::GenericClient;
+use uuid::Uuid;
+
+use super::agents::parse_state;
+use super::prepared::{execute_prepared, query_one_prepared, query_prepared, Prepared};
+use crate::config::AgentConfig;
+use crate::context::{HistoryMessage, PendingInput, StepContext, ToolCallRecord};
+use crate::domain::{AgentState, Claim, MaintenanceReport, ModelStep, Renewal};
+use crate::duration::to_interval;
+use crate::error::{Error, Result};
+use crate::pg_text::{make_storable, storable_str};
+
+/// Claim up to `max` ready agents for `worker`. Call it on the worker's own
+/// long-lived session: the session's backend pid is recorded on each claim,
+/// and maintenance releases the claims of a session that dies.
+pub async fn claim_agents(
+    client: &impl Prepared,
+    worker: &str,
+    max: i32,
+    ttl: Duration,
+) -> Result<Vec<Claim>> {
+    let rows = query_prepared(
+        client,
+        "SELECT agent_id, epoch FROM holdfast.claim_agents($1, $2, $3::text::interval)",
+        &[&worker, &max, &to_interval(ttl)],
+    )
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Claim {
+            agent_id: r.get(0),
+            epoch: r.get(1),
+        })
+        .collect())
+}
+
+/// Renew `worker`'s leases on `claims` in one round trip.
+pub async fn renew_leases(
+    client: &impl Prepared,
+    worker: &str,
+    claims: &[Claim],
+    ttl: Duration,
+) -> Result<Vec<Renewal>> {
+    let agents: Vec<Uuid> = claims.iter().map(|c| c.agent_id).collect();
+    let epochs: Vec<i64> = claims.iter().map(|c| c.epoch).collect();
+    let rows = query_prepared(
+        client,
+        "SELECT agent_id, renewed, cancel_requested \
+           FROM holdfast.renew_leases($1, $2, $3, $4::text::interval)",
+        &[&worker, &agents, &epochs, &to_interval(ttl)],
+    )
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Renewal {
+            agent_id: r.get(0),
+            renewed: r.get(1),
+            cancel_requested: r.get(2),
+        })
+        .collect())
+}
+
+/// Give up a lease; the agent's next state is settled from its saved facts.
+/// `run_after` delays the next claim (a durable backoff).
+pub async fn release_agent(
+    client: &impl Prepared,
+    claim: Claim,
+    run_after: Option<DateTime<Utc>>,
+) -> Result<AgentState> {
+    let row = query_one_prepared(
+        client,
+        "SELECT holdfast.release_agent($1, $2, $3)",
+        &[&claim.agent_id, &claim.epoch, &run_after],
+    )
+    .await?;
+    parse_state(row.get(0))
+}
+
+/// Mark an external tool call running before its IO (never rerun after a crash).
+pub async fn start_tool_call(client: &impl Prepared, claim: Claim, tool_call: Uuid) -> Result<()> {
+    execute_prepared(
+        client,
+        "SELECT holdfast.start_tool_call($1, $2, $3)",
+        &[&claim.agent_id, &claim.epoch, &tool_call],
+    )
+    .await?;
+    Ok(())
+}
+
+/// One row of `holdfast.model_step[]`: a model response made storable
+/// (pg_text), for every caller of the model-step commits.
+#[derive(Debug, ToSql)]
+#[postgres(name = "model_step")]
+struct ModelStepRow {
+    agent_id: Uuid,
+    epoch: i64,
+    input_ids: Vec<Uuid>,
+    message: Value,
+    tool_calls: Value,
+    usage: Value,
+    stop_reason: Option<String>,
+}
+
+impl ModelStepRow {
+    fn new(claim: Claim, step: &ModelStep) -> Result<ModelStepRow> {
+        let mut message = Value::Array(step.message.clone());
+        make_storable(&mut message);
+        let mut tool_calls =
+            serde_json::to_value(&step.tool_calls).map_err(|e| Error::Invalid {
+                field: Some("tool_calls".into()),
+                message: e.to_string(),
+            })?;
+        make_storable(&mut tool_calls);
+        let mut usage = step.usage.clone();
+        make_storable(&mut usage);
+        Ok(ModelStepRow {
+            agent_id: claim.agent_id,
+            epoch: claim.epoch,
+            input_ids: step.input_ids.clone(),
+            message,
+            tool_calls,
+            usage,
+            stop_reason: step
+                .stop_reason
+                .as_deref()
+                .map(|s| storable_str(s).into_owned()),
+        })
+    }
+}
+
+/// Save a model response with its inputs, tool calls and events, and release
+/// the agent, in one transaction (in SQL, the group commit's batch of one).
+/// Returns the step id; a lost lease is [`Error::LeaseLost`], a malformed
+/// response [`Error::Invalid`].
+pub async fn commit_model_step(
+    client: &impl Prepared,
+    claim: Claim,
+    step: &ModelStep,
+) -> Result<Uuid> {
+    let row = ModelStepRow::new(claim, step)?;
+    let row = query_one_prepared(
+        client,
+        "SELECT holdfast.commit_model_step($1, $2, $3, $4, $5, $6, $7)",
+        &[
+            &row.agent_id,
+            &row.epoch,
+            &row.input_ids,
+            &row.message,
+            &row.tool_calls,
+            &row.usage,
+            &row.stop_reason,
+        ],
+    )
+    .await?;
+    Ok(row.get(0))
+}
+
+/// Save several agents' model responses in one statement (the worker's
+/// group commit, `holdfast.commit_model_steps`), each agent fenced on its
+/// own: a lost lease or a malformed response refuses only that agent's step.
+/// Returns each step's agent and outcome (the step id, or the error a single
+/// commit would have raised), in agent id order. `Err` only when the whole
+/// batch failed (nothing of it was saved when `client` commits nothing
+/// else).
+pub async fn commit_model_steps(
+    client: &impl Prepared,
+    steps: &[(Claim, &ModelStep)],
+) -> Result<Vec<(Uuid, Result<Uuid>)>> {
+    let mut rows = Vec::with_capacity(steps.len());
+    let mut refused = Vec::new();
+    for (claim, step) in steps {
+        match ModelStepRow::new(*claim, step) {
+            Ok(row) => rows.push(row),
+            Err(error) => refused.push((claim.agent_id, Err(error))),
+        }
+    }
+    let mut outcomes = refused;
+    if rows.is_empty() {
+        return Ok(outcomes);
+    }
+    for row in query_prepared(
+        client,
+        "SELECT agent_id, outcome, step_id, message, field FROM holdfast.commit_model_steps($1)",
+        &[&rows],
+    )
+    .await?
+    {
+        let message = || row.get::<_, Option<String>>("message").unwrap_or_default();
+        let outcome = match row.get::<_, &str>("outcome") {
+            "committed" => Ok(row.get("step_id")),
+            "lease_lost" => Err(Error::LeaseLost(message())),
+            "not_found" => Err(Error::NotFound(message())),
+            _ => Err(Error::Invalid {
+                field: row.get("field"),
+                message: message(),
+            }),
+        };
+        outcomes.push((row.get("agent_id"), outcome));
+    }
+    Ok(outcomes)
+}
+
+/// Save one tool call's result and its event (the agent stays leased).
+pub async fn commit_tool_result(
+    client: &impl Prepared,
+    claim: Claim,
+    tool_call: Uuid,
+    output: &Value,
+    is_error: bool,
+) -> Result<Uuid> {
+    // A tool's result is made storable, never refused: it is already in hand.
+    let mut output = output.clone();
+    make_storable(&mut output);
+    let row = query_one_prepared(
+        client,
+        "SELECT holdfast.commit_tool_result($1, $2, $3, $4, $5)",
+        &[
+            &claim.agent_id,
+            &claim.epoch,
+            &tool_call,
+            &output,
+            &is_error,
+        ],
+    )
+    .await?;
+    Ok(row.get(0))
+}
+
+/// Record a retryable model failure and release the agent until `delay` has
+/// passed; past `max_retries` the turn fails (`retries_exhausted`) and the
+/// inputs the call saw (`input_ids`) become history with the error.
+/// Returns true while retrying, false when the budget is exhausted.
+pub async fn commit_model_retry(
+    client: &impl GenericClient,
+    claim: Claim,
+    error: &Value,
+    delay: Duration,
+    max_retries: i32,
+    input_ids: &[Uuid],
+) -> Result<bool> {
+    // The error text comes from the provider.
+    let mut error = error.clone();
+    make_storable(&mut error);
+    let row = client
+        .query_one(
+            "SELECT holdfast.commit_model_retry($1, $2, $3, $4::text::interval, $5, $6)",
+            &[
+                &claim.agent_id,
+                &claim.epoch,
+                &error,
+                &to_interval(delay),
+                &max_retries,
+                &input_ids,
+            ],
+        )
+        .await?;
+    Ok(row.get::<_, String>(0) == "retrying")
+}
+
+/// End the turn with a fatal model error (no retry).
+pub async fn fail_turn(
+    client: &impl GenericClient,
+    claim: Claim,
+    error_type: &str,
+    message: &str,
+    input_ids: &[Uuid],
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.fail_turn($1, $2, $3, $4, $5)",
+            &[
+                &claim.agent_id,
+                &claim.epoch,
+                &storable_str(error_type),
+                &storable_str(message),
+                &input_ids,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// A step failed with something other than a lost lease: count it, and
+/// release the agent until `delay` from now (`true`), or, at the
+/// `max_attempts`-th failure in a row, end the turn with `internal_error`
+/// (`false`). `message` may carry a model's or tool's text: made storable.
+pub async fn fail_step(
+    client: &impl GenericClient,
+    claim: Claim,
+    message: &str,
+    delay: Duration,
+    max_attempts: i32,
+) -> Result<bool> {
+    let row = client
+        .query_one(
+            "SELECT holdfast.fail_step($1, $2, $3, $4::text::interval, $5)",
+            &[
+                &claim.agent_id,
+                &claim.epoch,
+                &storable_str(message),
+                &to_interval(delay),
+                &max_attempts,
+            ],
+        )
+        .await?;
+    Ok(row.get::<_, String>(0) == "retrying")
+}
+
+/// How many steps of `agent` failed in a row (see [`fail_step`]).
+pub async fn step_failures(client: &impl GenericClient, agent: Uuid) -> Result<i32> {
+    let row = client
+        .query_one(
+            "SELECT step_failures FROM holdfast.agents WHERE id = $1",
+            &[&agent],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// The worker half of a cancel: close the turn as cancelled and release.
+pub async fn complete_cancel(client: &impl GenericClient, claim: Claim) -> Result<AgentState> {
+    let row = client
+        .query_one(
+            "SELECT holdfast.complete_cancel($1, $2)",
+            &[&claim.agent_id, &claim.epoch],
+        )
+        .await?;
+    parse_state(row.get(0))
+}
+
+/// Send a live text delta to stream listeners (never saved).
+pub async fn stream_delta(client: &impl Prepared, claim: Claim, text: &str) -> Result<()> {
+    execute_prepared(
+        client,
+        "SELECT holdfast.stream_delta($1, $2, $3)",
+        &[&claim.agent_id, &claim.epoch, &storable_str(text)],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Everything a step is decided and built from, read fresh at every attempt.
+/// The four reads are sent together (pipelined on the one connection), so
+/// the load costs about one round trip, not four. Each read is its own
+/// snapshot, as before: the agent's lease keeps what they read stable.
+pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<StepContext> {
+    let (agent_sql, messages_sql, tool_calls_sql, inputs_sql) = futures::try_join!(
+        client.statement(
+            "SELECT config, turn_open, model_attempts, cancel_requested_at IS NOT NULL, \
+                    context_summary \
+               FROM holdfast.agents WHERE id = $1",
+        ),
+        // The messages from the agent's context start on (the subquery
+        // reads the same row the first statement does).
+        client.statement(
+            "SELECT seq, role, content, step_id FROM holdfast.messages \
+              WHERE agent_id = $1 \
+                AND seq >= (SELECT context_start_seq FROM holdfast.agents WHERE id = $1) \
+              ORDER BY seq",
+        ),
+        client.statement(
+            "SELECT id, step_id, position, provider_id, name, input, kind, status, output, is_error \
+               FROM holdfast.tool_calls WHERE agent_id = $1 ORDER BY created_at, step_id, position",
+        ),
+        client.statement(
+            "SELECT id, content FROM holdfast.inputs \
+              WHERE agent_id = $1 AND consumed_at IS NULL ORDER BY created_at, id",
+        ),
+    )?;
+    let db = client.client();
+    let by_agent: &[&(dyn tokio_postgres::types::ToSql + Sync)] = &[&agent];
+    let (row, messages, tool_calls, pending_inputs) = futures::try_join!(
+        db.query_opt(&agent_sql, by_agent),
+        db.query(&messages_sql, by_agent),
+        db.query(&tool_calls_sql, by_agent),
+        db.query(&inputs_sql, by_agent),
+    )?;
+    let row = row.ok_or_else(|| Error::NotFound(format!("agent {agent} not found")))?;
+    // Parsed once per step: every use below reads the typed config.
+    let config = AgentConfig::from_value(&row.get::<_, Value>(0))?;
+    let (turn_open, model_attempts, cancel_requested, context_summary) =
+        (row.get(1), row.get(2), row.get(3), row.get(4));
+    let messages = messages
+        .iter()
+        .map(|r| HistoryMessage {
+            seq: r.get(0),
+            role: r.get(1),
+            content: r.get(2),
+            step_id: r.get(3),
+        })
+        .collect();
+    let tool_calls = tool_calls
+        .iter()
+        .map(|r| {
+            Ok(ToolCallRecord {
+                id: r.get(0),
+                step_id: r.get(1),
+                position: r.get(2),
+                provider_id: r.get(3),
+                name: r.get(4),
+                input: r.get(5),
+                kind: r
+                    .get::<_, &str>(6)
+                    .parse()
+                    .map_err(|message| Error::Invalid {
+                        field: Some("kind".into()),
+                        message,
+                    })?,
+                status: r.get(7),
+                output: r.get(8),
+                is_error: r.get(9),
+            })
+        })
+        .collect::<Result<_>>()?;
+    let pending_inputs = pending_inputs
+        .iter()
+        .map(|r| PendingInput {
+            id: r.get(0),
+            content: r.get(1),
+        })
+        .collect();
+    Ok(StepContext {
+        agent_id: agent,
+        config,
+        turn_open,
+        model_attempts,
+        cancel_requested,
+        context_summary,
+        messages,
+        tool_calls,
+        pending_inputs,
+    })
+}
+
+/// Create a subagent for a pending `spawn_subagent` call (one transaction);
+/// returns the child's id, or `None` when a subagent limit refused the spawn
+/// (the call is then completed with an error result naming the limit).
+pub async fn spawn_subagent(
+    client: &impl GenericClient,
+    claim: Claim,
+    tool_call: Uuid,
+    config: &Value,
+    prompt: &str,
+) -> Result<Option<Uuid>> {
+    let row = client
+        .query_one(
+            "SELECT holdfast.spawn_subagent($1, $2, $3, $4, $5)",
+            &[&claim.agent_id, &claim.epoch, &tool_call, config, &prompt],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Save a compaction summary covering every message before `keep_from_seq`,
+/// and release the agent for its next model call.
+pub async fn commit_compaction(
+    client: &impl GenericClient,
+    claim: Claim,
+    summary: &str,
+    keep_from_seq: i64,
+    usage: &Value,
+) -> Result<()> {
+    let mut usage = usage.clone();
+    make_storable(&mut usage);
+    client
+        .execute(
+            "SELECT holdfast.commit_compaction($1, $2, $3, $4, $5)",
+            &[
+                &claim.agent_id,
+                &claim.epoch,
+                &storable_str(summary),
+                &keep_from_seq,
+                &usage,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// One maintenance pass (expired and orphaned leases, due delays).
+pub async fn maintenance_tick(client: &impl GenericClient) -> Result<MaintenanceReport> {
+    let row = client
+        .query_one("SELECT holdfast.maintenance_tick()", &[])
+        .await?;
+    let report: Value = row.get(0);
+    serde_json::from_value(report)
+        .map_err(|e| Error::Migration(format!("maintenance_tick report: {e}")))
+}

@@ -1,0 +1,289 @@
+//! Tool calls, and the approvals and questions that wait on people, as
+//! clients read and answer them (sql/functions/tools.sql).
+
+use serde_json::Value;
+use tokio_postgres::GenericClient;
+use uuid::Uuid;
+
+use super::prepared::{query_one_prepared, Prepared};
+use crate::domain::{Approval, ApprovalStatus, Question, QuestionStatus};
+use crate::domain::{ToolCall, ToolCallStatus, ToolKind};
+use crate::error::{Error, Result};
+
+/// The columns [`tool_call_from_row`] reads, as a literal (a macro, so that
+/// statements built from it stay `&'static str` and can be prepared once).
+macro_rules! tool_call_columns {
+    () => {
+        "id, agent_id, step_id, position, provider_id, name, input, kind, \
+         status, output, is_error, created_at, completed_at"
+    };
+}
+
+const TOOL_CALL_COLUMNS: &str = tool_call_columns!();
+
+fn tool_call_from_row(row: &tokio_postgres::Row) -> Result<ToolCall> {
+    let invalid = |field: &str, message: String| Error::Invalid {
+        field: Some(field.into()),
+        message,
+    };
+    Ok(ToolCall {
+        id: row.get(0),
+        agent_id: row.get(1),
+        step_id: row.get(2),
+        position: row.get(3),
+        provider_id: row.get(4),
+        name: row.get(5),
+        input: row.get(6),
+        kind: row
+            .get::<_, &str>(7)
+            .parse()
+            .map_err(|m| invalid("kind", m))?,
+        status: row
+            .get::<_, &str>(8)
+            .parse()
+            .map_err(|m| invalid("status", m))?,
+        output: row.get(9),
+        is_error: row.get(10),
+        created_at: row.get(11),
+        completed_at: row.get(12),
+    })
+}
+
+/// `a, b` → `t.a, t.b`.
+fn qualified(columns: &str, alias: &str) -> String {
+    columns
+        .split(',')
+        .map(|c| format!("{alias}.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Post a custom tool call's result (first result wins: a later one is
+/// [`Error::Conflict`]); returns the completed call.
+pub async fn submit_tool_result(
+    client: &impl Prepared,
+    tool_call: Uuid,
+    output: &Value,
+    is_error: bool,
+) -> Result<ToolCall> {
+    let row = query_one_prepared(
+        client,
+        concat!(
+            "SELECT ",
+            tool_call_columns!(),
+            " FROM holdfast.submit_tool_result($1, $2, $3)"
+        ),
+        &[&tool_call, output, &is_error],
+    )
+    .await?;
+    tool_call_from_row(&row)
+}
+
+/// A tool call of `project`'s agents; `None` when missing or another project's.
+pub async fn get_tool_call(
+    client: &impl GenericClient,
+    project: Uuid,
+    tool_call: Uuid,
+) -> Result<Option<ToolCall>> {
+    let row = client
+        .query_opt(
+            &format!(
+                "SELECT {} FROM holdfast.tool_calls t JOIN holdfast.agents a ON a.id = t.agent_id \
+                  WHERE t.id = $1 AND a.project_id = $2",
+                qualified(TOOL_CALL_COLUMNS, "t")
+            ),
+            &[&tool_call, &project],
+        )
+        .await?;
+    row.as_ref().map(tool_call_from_row).transpose()
+}
+
+/// An agent's tool calls in `statuses` (all when empty), of `kind` when
+/// given, in the order the model asked for them.
+pub async fn list_tool_calls(
+    client: &impl GenericClient,
+    agent: Uuid,
+    statuses: &[ToolCallStatus],
+    kind: Option<ToolKind>,
+    limit: i64,
+) -> Result<Vec<ToolCall>> {
+    let statuses: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+    let kind = kind.map(ToolKind::as_str);
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {TOOL_CALL_COLUMNS} FROM holdfast.tool_calls \
+                  WHERE agent_id = $1 AND (cardinality($2::text[]) = 0 OR status = ANY ($2)) \
+                    AND ($3::text IS NULL OR kind = $3) \
+                  ORDER BY created_at, step_id, position LIMIT $4"
+            ),
+            &[&agent, &statuses, &kind, &limit],
+        )
+        .await?;
+    rows.iter().map(tool_call_from_row).collect()
+}
+
+/// Decide an approval (`approve` | `deny`): first decision wins; the same
+/// decision again by the same person is accepted again. Returns the
+/// approval's status after the call.
+pub async fn answer_approval(
+    client: &impl GenericClient,
+    approval: Uuid,
+    decision: &str,
+    by: &str,
+    reason: Option<&str>,
+) -> Result<String> {
+    let row = client
+        .query_one(
+            "SELECT (holdfast.answer_approval($1, $2, $3, $4)).status",
+            &[&approval, &decision, &by, &reason],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Answer a question: first answer wins; the same answer again by the same
+/// person is accepted again.
+pub async fn answer_question(
+    client: &impl GenericClient,
+    question: Uuid,
+    answer: &str,
+    by: &str,
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.answer_question($1, $2, $3)",
+            &[&question, &answer, &by],
+        )
+        .await?;
+    Ok(())
+}
+
+const APPROVAL_COLUMNS: &str = "p.id, p.agent_id, p.tool_call_id, t.name, t.input, p.status, \
+                                p.decided_by, p.reason, p.created_at, p.decided_at";
+
+fn approval_from_row(row: &tokio_postgres::Row) -> Result<Approval> {
+    Ok(Approval {
+        id: row.get(0),
+        agent_id: row.get(1),
+        tool_call_id: row.get(2),
+        tool_name: row.get(3),
+        tool_input: row.get(4),
+        status: row
+            .get::<_, &str>(5)
+            .parse()
+            .map_err(|message| Error::Invalid {
+                field: Some("status".into()),
+                message,
+            })?,
+        decided_by: row.get(6),
+        reason: row.get(7),
+        created_at: row.get(8),
+        decided_at: row.get(9),
+    })
+}
+
+/// An approval of `project`'s agents; `None` when missing or another project's.
+pub async fn get_approval(
+    client: &impl GenericClient,
+    project: Uuid,
+    approval: Uuid,
+) -> Result<Option<Approval>> {
+    let row = client
+        .query_opt(
+            &format!(
+                "SELECT {APPROVAL_COLUMNS} FROM holdfast.approvals p \
+                   JOIN holdfast.tool_calls t ON t.id = p.tool_call_id \
+                   JOIN holdfast.agents a ON a.id = p.agent_id \
+                  WHERE p.id = $1 AND a.project_id = $2"
+            ),
+            &[&approval, &project],
+        )
+        .await?;
+    row.as_ref().map(approval_from_row).transpose()
+}
+
+/// An agent's approvals in `status` (all when `None`), oldest first.
+pub async fn list_approvals(
+    client: &impl GenericClient,
+    agent: Uuid,
+    status: Option<ApprovalStatus>,
+    limit: i64,
+) -> Result<Vec<Approval>> {
+    let status = status.map(ApprovalStatus::as_str);
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {APPROVAL_COLUMNS} FROM holdfast.approvals p \
+                   JOIN holdfast.tool_calls t ON t.id = p.tool_call_id \
+                  WHERE p.agent_id = $1 AND ($2::text IS NULL OR p.status = $2) \
+                  ORDER BY p.created_at, p.id LIMIT $3"
+            ),
+            &[&agent, &status, &limit],
+        )
+        .await?;
+    rows.iter().map(approval_from_row).collect()
+}
+
+const QUESTION_COLUMNS: &str = "q.id, q.agent_id, q.tool_call_id, q.question, q.status, q.answer, \
+                                q.answered_by, q.created_at, q.answered_at";
+
+fn question_from_row(row: &tokio_postgres::Row) -> Result<Question> {
+    Ok(Question {
+        id: row.get(0),
+        agent_id: row.get(1),
+        tool_call_id: row.get(2),
+        question: row.get(3),
+        status: row
+            .get::<_, &str>(4)
+            .parse()
+            .map_err(|message| Error::Invalid {
+                field: Some("status".into()),
+                message,
+            })?,
+        answer: row.get(5),
+        answered_by: row.get(6),
+        created_at: row.get(7),
+        answered_at: row.get(8),
+    })
+}
+
+/// A question of `project`'s agents; `None` when missing or another project's.
+pub async fn get_question(
+    client: &impl GenericClient,
+    project: Uuid,
+    question: Uuid,
+) -> Result<Option<Question>> {
+    let row = client
+        .query_opt(
+            &format!(
+                "SELECT {QUESTION_COLUMNS} FROM holdfast.questions q \
+                   JOIN holdfast.agents a ON a.id = q.agent_id \
+                  WHERE q.id = $1 AND a.project_id = $2"
+            ),
+            &[&question, &project],
+        )
+        .await?;
+    row.as_ref().map(question_from_row).transpose()
+}
+
+/// An agent's questions in `status` (all when `None`), oldest first.
+pub async fn list_questions(
+    client: &impl GenericClient,
+    agent: Uuid,
+    status: Option<QuestionStatus>,
+    limit: i64,
+) -> Result<Vec<Question>> {
+    let status = status.map(QuestionStatus::as_str);
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {QUESTION_COLUMNS} FROM holdfast.questions q \
+                  WHERE q.agent_id = $1 AND ($2::text IS NULL OR q.status = $2) \
+                  ORDER BY q.created_at, q.id LIMIT $3"
+            ),
+            &[&agent, &status, &limit],
+        )
+        .await?;
+    rows.iter().map(question_from_row).collect()
+}

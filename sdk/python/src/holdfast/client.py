@@ -1,0 +1,530 @@
+"""The Holdfast clients, sync (:class:`Holdfast`) and async
+(:class:`AsyncHoldfast`), with the protocol's hard parts built in (README,
+"What your code should handle"): an Idempotency-Key on every send and
+retries with the same key, streams that resume with Last-Event-ID and
+re-read what waits, 409s read as "look at the state"."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Tuple
+
+import httpx
+
+from ._policy import (
+    Retry,
+    RetryPolicy,
+    StreamCursor,
+    StreamItem,
+    answer_accepted,
+    decision_accepted,
+    parse_retry_after,
+    pending_items,
+    retryable_status,
+    tool_result_accepted,
+    transient_stream_status,
+)
+from ._sse import SseDecoder
+from .errors import APIConnectionError, ConflictError, HoldfastError, error_for
+from .schema import (
+    AgentConfig,
+    AgentView,
+    ApprovalView,
+    CancelView,
+    CreatedWebhookView,
+    EventList,
+    EventView,
+    InputView,
+    QuestionView,
+    ToolCallView,
+    WebhookView,
+)
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+#: Reads on a stream: the server sends a heartbeat every 15 s.
+STREAM_TIMEOUT = httpx.Timeout(10.0, read=60.0)
+#: A stream open this long (seconds) was healthy: its end starts the backoff afresh.
+STREAM_HEALTHY = 5.0
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """What ``send`` did: the input as saved, and whether this was a replay of an earlier try."""
+
+    input: InputView
+    replayed: bool
+
+
+def _query(**params: Any) -> Dict[str, Any]:
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def _request_args(
+    api_key: str, body: Any, headers: Optional[Mapping[str, str]]
+) -> Dict[str, Any]:
+    merged = {"authorization": f"Bearer {api_key}", "accept": "application/json"}
+    merged.update(headers or {})
+    args: Dict[str, Any] = {"headers": merged}
+    if body is not None:
+        args["json"] = body
+    return args
+
+
+def _error(response: httpx.Response) -> HoldfastError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    return error_for(response.status_code, body, parse_retry_after(response.headers.get("retry-after")))
+
+
+def _pending_paths(agent_id: str) -> List[Tuple[str, Dict[str, str], str]]:
+    return [
+        (f"/v1/agents/{agent_id}/tool-calls", {"status": "waiting", "kind": "custom"}, "tool_calls"),
+        (f"/v1/agents/{agent_id}/approvals", {"status": "pending"}, "approvals"),
+        (f"/v1/agents/{agent_id}/questions", {"status": "pending"}, "questions"),
+    ]
+
+
+class Holdfast:
+    """The sync client. ``Holdfast(api_key, base_url=...)``; use as a context manager or ``close()``."""
+
+    def __init__(
+        self,
+        api_key: str,
+        base_url: str = DEFAULT_URL,
+        *,
+        retry: RetryPolicy = RetryPolicy(),
+        http: Optional[httpx.Client] = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.retry = retry
+        self._api_key = api_key
+        self._http = http or httpx.Client(base_url=self.base_url, timeout=30.0)
+        self.agents = Agents(self)
+        self.webhooks = Webhooks(self)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Holdfast":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Optional[Mapping[str, Any]] = None,
+        headers: Optional[Mapping[str, str]] = None,
+        retry: Retry = "transient",
+    ) -> httpx.Response:
+        """One request, retried per the policy (the same body and headers on
+        every try); a non-2xx answer raises its typed error."""
+        args = _request_args(self._api_key, body, headers)
+        attempt = 0
+        while True:
+            last = attempt >= self.retry.max_retries
+            attempt += 1
+            try:
+                response = self._http.request(method, path, params=params, **args)
+            except httpx.TransportError as e:
+                if last or retry == "rate_limit_only":
+                    raise APIConnectionError(f"{method} {path}: {e}") from e
+                time.sleep(self.retry.backoff(attempt))
+                continue
+            if response.is_success:
+                return response
+            if retryable_status(response.status_code, retry) and not last:
+                time.sleep(self.retry.delay(attempt, parse_retry_after(response.headers.get("retry-after"))))
+                continue
+            raise _error(response)
+
+    def json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self.request(method, path, **kwargs).json()
+
+    def send(self, agent_id: str, content: Any, *, idempotency_key: Optional[str] = None) -> SendResult:
+        """Send an input. One Idempotency-Key per call (yours, e.g. your
+        message id, or a fresh UUID), reused by every retry of a network
+        error, 429 or 503, so the input is recorded once."""
+        key = idempotency_key or str(uuid.uuid4())
+        response = self.request(
+            "POST", f"/v1/agents/{agent_id}/inputs", body={"content": content}, headers={"Idempotency-Key": key}
+        )
+        return SendResult(response.json(), response.headers.get("idempotent-replayed") == "true")
+
+    def list_events(self, agent_id: str, *, after: int = 0, limit: Optional[int] = None) -> EventList:
+        """One page of an agent's saved events after ``after``."""
+        return self.json("GET", f"/v1/agents/{agent_id}/events", params=_query(after=after, limit=limit))
+
+    def pending_tool_calls(self, agent_id: str) -> List[ToolCallView]:
+        """Custom tool calls waiting for their result."""
+        path, params, key = _pending_paths(agent_id)[0]
+        return self.json("GET", path, params=params)[key]
+
+    def pending_approvals(self, agent_id: str) -> List[ApprovalView]:
+        path, params, key = _pending_paths(agent_id)[1]
+        return self.json("GET", path, params=params)[key]
+
+    def pending_questions(self, agent_id: str) -> List[QuestionView]:
+        path, params, key = _pending_paths(agent_id)[2]
+        return self.json("GET", path, params=params)[key]
+
+    def stream(self, agent_id: str, *, after: int = 0) -> Iterator[StreamItem]:
+        """Everything an agent does, live: every saved event once and in
+        order, live deltas, and after each (re)connect what waits on you. A
+        dropped connection or an API restart reconnects with backoff and
+        ``Last-Event-ID``; an answer that will not change (401, 404) raises.
+        Stop by breaking out of the loop."""
+        cursor = StreamCursor(after)
+        # Connections in a row that failed, or ended before delivering
+        # anything or lasting a while: the backoff grows with them, so a
+        # stream that opens and drops at once is not reopened in a tight loop.
+        failures = 0
+        while True:
+            try:
+                with self._http.stream(
+                    "GET", f"/v1/agents/{agent_id}/stream", headers=cursor.headers(self._api_key), timeout=STREAM_TIMEOUT
+                ) as response:
+                    if not response.is_success:
+                        response.read()
+                        raise _error(response)
+                    opened = time.monotonic()
+                    # Re-read after the stream is open: whatever starts
+                    # waiting in between is in the stream too.
+                    yield from pending_items(
+                        self.pending_tool_calls(agent_id), self.pending_approvals(agent_id), self.pending_questions(agent_id)
+                    )
+                    decoder = SseDecoder()
+                    try:
+                        for line in response.iter_lines():
+                            message = decoder.feed(line)
+                            if message is not None:
+                                failures = 0
+                                yield from cursor.items(message)
+                    finally:
+                        if time.monotonic() - opened >= STREAM_HEALTHY:
+                            failures = 0
+            except HoldfastError as e:
+                if not transient_stream_status(e.status):
+                    raise
+            except (httpx.TransportError, APIConnectionError):
+                pass
+            failures += 1
+            time.sleep(self.retry.backoff(failures))
+
+    def events(self, agent_id: str, *, after: int = 0) -> Iterator[EventView]:
+        """Every saved event once, in order, following the agent live (no deltas)."""
+        for item in self.stream(agent_id, after=after):
+            if item["type"] == "event":
+                yield item["event"]
+
+    def submit_tool_result(self, tool_call_id: str, output: Any, *, is_error: bool = False) -> ToolCallView:
+        """Post a custom tool call's result. A 409 whose call already holds
+        this output is success (an earlier try got through); any other 409
+        raises :class:`ConflictError` whose ``current`` is the call as it stands."""
+        try:
+            return self.json("POST", f"/v1/tool-calls/{tool_call_id}/result", body={"output": output, "is_error": is_error})
+        except ConflictError as e:
+            if tool_result_accepted(e.current, output, is_error):
+                return e.current  # type: ignore[return-value]
+            raise
+
+    def approve(self, approval_id: str, *, by: str, reason: Optional[str] = None) -> ApprovalView:
+        """Approve a tool call (a 409 whose approval is already approved is success)."""
+        return self._decide(approval_id, "approve", by, reason)
+
+    def deny(self, approval_id: str, *, by: str, reason: Optional[str] = None) -> ApprovalView:
+        """Deny a tool call (a 409 whose approval is already denied is success)."""
+        return self._decide(approval_id, "deny", by, reason)
+
+    def answer(self, question_id: str, answer: str, *, by: str) -> QuestionView:
+        """Answer a question (a 409 whose question already holds this answer is success)."""
+        try:
+            return self.json("POST", f"/v1/questions/{question_id}/answer", body={"answer": answer, "by": by})
+        except ConflictError as e:
+            if answer_accepted(e.current, answer):
+                return e.current  # type: ignore[return-value]
+            raise
+
+    def _decide(self, approval_id: str, decision: str, by: str, reason: Optional[str]) -> ApprovalView:
+        try:
+            return self.json("POST", f"/v1/approvals/{approval_id}", body=_query(decision=decision, by=by, reason=reason))
+        except ConflictError as e:
+            if decision_accepted(e.current, decision):
+                return e.current  # type: ignore[return-value]
+            raise
+
+
+class Agents:
+    """``/v1/agents``: create, get, list (every page), update, cancel, archive."""
+
+    def __init__(self, client: Holdfast) -> None:
+        self._client = client
+
+    def create(self, config: AgentConfig) -> AgentView:
+        """Create an agent. Retried only on a 429 (a retried create could make two)."""
+        return self._client.json("POST", "/v1/agents", body=config, retry="rate_limit_only")
+
+    def get(self, agent_id: str) -> AgentView:
+        return self._client.json("GET", f"/v1/agents/{agent_id}")
+
+    def list(self, *, state: Optional[str] = None, page_size: Optional[int] = None) -> Iterator[AgentView]:
+        """Every agent (of a state, if given), oldest first, fetching pages as it goes."""
+        after: Optional[str] = None
+        while True:
+            page = self._client.json("GET", "/v1/agents", params=_query(state=state, limit=page_size, after=after))
+            yield from page["agents"]
+            if not page["has_more"] or not page["agents"]:
+                return
+            after = page["agents"][-1]["id"]
+
+    def update(self, agent_id: str, patch: Mapping[str, Any]) -> AgentView:
+        """Change the config with a JSON merge patch (``None`` removes a field)."""
+        return self._client.json("PATCH", f"/v1/agents/{agent_id}", body=patch)
+
+    def cancel(self, agent_id: str) -> CancelView:
+        return self._client.json("POST", f"/v1/agents/{agent_id}/cancel")
+
+    def archive(self, agent_id: str) -> AgentView:
+        return self._client.json("POST", f"/v1/agents/{agent_id}/archive")
+
+
+class Webhooks:
+    """``/v1/webhooks``: endpoints that receive every event, signed per Standard Webhooks."""
+
+    def __init__(self, client: Holdfast) -> None:
+        self._client = client
+
+    def create(self, url: str, *, events: Optional[List[str]] = None, description: Optional[str] = None) -> CreatedWebhookView:
+        """Register an endpoint; the answer holds its ``whsec_…`` secret, shown once."""
+        body = _query(url=url, events=events, description=description)
+        return self._client.json("POST", "/v1/webhooks", body=body, retry="rate_limit_only")
+
+    def list(self) -> List[WebhookView]:
+        return self._client.json("GET", "/v1/webhooks")["webhooks"]
+
+    def delete(self, webhook_id: str) -> None:
+        self._client.request("DELETE", f"/v1/webhooks/{webhook_id}")
+
+
+class AsyncHoldfast:
+    """The async client: the same calls as :class:`Holdfast`, awaited."""
+
+    def __init__(
+        self,
+        api_key: str,
+        base_url: str = DEFAULT_URL,
+        *,
+        retry: RetryPolicy = RetryPolicy(),
+        http: Optional[httpx.AsyncClient] = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.retry = retry
+        self._api_key = api_key
+        self._http = http or httpx.AsyncClient(base_url=self.base_url, timeout=30.0)
+        self.agents = AsyncAgents(self)
+        self.webhooks = AsyncWebhooks(self)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncHoldfast":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Optional[Mapping[str, Any]] = None,
+        headers: Optional[Mapping[str, str]] = None,
+        retry: Retry = "transient",
+    ) -> httpx.Response:
+        """One request, retried per the policy (the same body and headers on
+        every try); a non-2xx answer raises its typed error."""
+        args = _request_args(self._api_key, body, headers)
+        attempt = 0
+        while True:
+            last = attempt >= self.retry.max_retries
+            attempt += 1
+            try:
+                response = await self._http.request(method, path, params=params, **args)
+            except httpx.TransportError as e:
+                if last or retry == "rate_limit_only":
+                    raise APIConnectionError(f"{method} {path}: {e}") from e
+                await asyncio.sleep(self.retry.backoff(attempt))
+                continue
+            if response.is_success:
+                return response
+            if retryable_status(response.status_code, retry) and not last:
+                await asyncio.sleep(self.retry.delay(attempt, parse_retry_after(response.headers.get("retry-after"))))
+                continue
+            raise _error(response)
+
+    async def json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return (await self.request(method, path, **kwargs)).json()
+
+    async def send(self, agent_id: str, content: Any, *, idempotency_key: Optional[str] = None) -> SendResult:
+        """See :meth:`Holdfast.send`."""
+        key = idempotency_key or str(uuid.uuid4())
+        response = await self.request(
+            "POST", f"/v1/agents/{agent_id}/inputs", body={"content": content}, headers={"Idempotency-Key": key}
+        )
+        return SendResult(response.json(), response.headers.get("idempotent-replayed") == "true")
+
+    async def list_events(self, agent_id: str, *, after: int = 0, limit: Optional[int] = None) -> EventList:
+        return await self.json("GET", f"/v1/agents/{agent_id}/events", params=_query(after=after, limit=limit))
+
+    async def pending_tool_calls(self, agent_id: str) -> List[ToolCallView]:
+        path, params, key = _pending_paths(agent_id)[0]
+        return (await self.json("GET", path, params=params))[key]
+
+    async def pending_approvals(self, agent_id: str) -> List[ApprovalView]:
+        path, params, key = _pending_paths(agent_id)[1]
+        return (await self.json("GET", path, params=params))[key]
+
+    async def pending_questions(self, agent_id: str) -> List[QuestionView]:
+        path, params, key = _pending_paths(agent_id)[2]
+        return (await self.json("GET", path, params=params))[key]
+
+    async def stream(self, agent_id: str, *, after: int = 0) -> AsyncIterator[StreamItem]:
+        """See :meth:`Holdfast.stream`. Stop by breaking out or cancelling the task."""
+        cursor = StreamCursor(after)
+        failures = 0  # as in Holdfast.stream
+        while True:
+            try:
+                async with self._http.stream(
+                    "GET", f"/v1/agents/{agent_id}/stream", headers=cursor.headers(self._api_key), timeout=STREAM_TIMEOUT
+                ) as response:
+                    if not response.is_success:
+                        await response.aread()
+                        raise _error(response)
+                    opened = time.monotonic()
+                    pending = pending_items(
+                        await self.pending_tool_calls(agent_id),
+                        await self.pending_approvals(agent_id),
+                        await self.pending_questions(agent_id),
+                    )
+                    for item in pending:
+                        yield item
+                    decoder = SseDecoder()
+                    try:
+                        async for line in response.aiter_lines():
+                            message = decoder.feed(line)
+                            if message is not None:
+                                failures = 0
+                                for item in cursor.items(message):
+                                    yield item
+                    finally:
+                        if time.monotonic() - opened >= STREAM_HEALTHY:
+                            failures = 0
+            except HoldfastError as e:
+                if not transient_stream_status(e.status):
+                    raise
+            except (httpx.TransportError, APIConnectionError):
+                pass
+            failures += 1
+            await asyncio.sleep(self.retry.backoff(failures))
+
+    async def events(self, agent_id: str, *, after: int = 0) -> AsyncIterator[EventView]:
+        async for item in self.stream(agent_id, after=after):
+            if item["type"] == "event":
+                yield item["event"]
+
+    async def submit_tool_result(self, tool_call_id: str, output: Any, *, is_error: bool = False) -> ToolCallView:
+        """See :meth:`Holdfast.submit_tool_result`."""
+        try:
+            return await self.json(
+                "POST", f"/v1/tool-calls/{tool_call_id}/result", body={"output": output, "is_error": is_error}
+            )
+        except ConflictError as e:
+            if tool_result_accepted(e.current, output, is_error):
+                return e.current  # type: ignore[return-value]
+            raise
+
+    async def approve(self, approval_id: str, *, by: str, reason: Optional[str] = None) -> ApprovalView:
+        return await self._decide(approval_id, "approve", by, reason)
+
+    async def deny(self, approval_id: str, *, by: str, reason: Optional[str] = None) -> ApprovalView:
+        return await self._decide(approval_id, "deny", by, reason)
+
+    async def answer(self, question_id: str, answer: str, *, by: str) -> QuestionView:
+        try:
+            return await self.json("POST", f"/v1/questions/{question_id}/answer", body={"answer": answer, "by": by})
+        except ConflictError as e:
+            if answer_accepted(e.current, answer):
+                return e.current  # type: ignore[return-value]
+            raise
+
+    async def _decide(self, approval_id: str, decision: str, by: str, reason: Optional[str]) -> ApprovalView:
+        try:
+            return await self.json(
+                "POST", f"/v1/approvals/{approval_id}", body=_query(decision=decision, by=by, reason=reason)
+            )
+        except ConflictError as e:
+            if decision_accepted(e.current, decision):
+                return e.current  # type: ignore[return-value]
+            raise
+
+
+class AsyncAgents:
+    """See :class:`Agents`."""
+
+    def __init__(self, client: AsyncHoldfast) -> None:
+        self._client = client
+
+    async def create(self, config: AgentConfig) -> AgentView:
+        return await self._client.json("POST", "/v1/agents", body=config, retry="rate_limit_only")
+
+    async def get(self, agent_id: str) -> AgentView:
+        return await self._client.json("GET", f"/v1/agents/{agent_id}")
+
+    async def list(self, *, state: Optional[str] = None, page_size: Optional[int] = None) -> AsyncIterator[AgentView]:
+        after: Optional[str] = None
+        while True:
+            page = await self._client.json("GET", "/v1/agents", params=_query(state=state, limit=page_size, after=after))
+            for agent in page["agents"]:
+                yield agent
+            if not page["has_more"] or not page["agents"]:
+                return
+            after = page["agents"][-1]["id"]
+
+    async def update(self, agent_id: str, patch: Mapping[str, Any]) -> AgentView:
+        return await self._client.json("PATCH", f"/v1/agents/{agent_id}", body=patch)
+
+    async def cancel(self, agent_id: str) -> CancelView:
+        return await self._client.json("POST", f"/v1/agents/{agent_id}/cancel")
+
+    async def archive(self, agent_id: str) -> AgentView:
+        return await self._client.json("POST", f"/v1/agents/{agent_id}/archive")
+
+
+class AsyncWebhooks:
+    """See :class:`Webhooks`."""
+
+    def __init__(self, client: AsyncHoldfast) -> None:
+        self._client = client
+
+    async def create(
+        self, url: str, *, events: Optional[List[str]] = None, description: Optional[str] = None
+    ) -> CreatedWebhookView:
+        body = _query(url=url, events=events, description=description)
+        return await self._client.json("POST", "/v1/webhooks", body=body, retry="rate_limit_only")
+
+    async def list(self) -> List[WebhookView]:
+        return (await self._client.json("GET", "/v1/webhooks"))["webhooks"]
+
+    async def delete(self, webhook_id: str) -> None:
+        await self._client.request("DELETE", f"/v1/webhooks/{webhook_id}")

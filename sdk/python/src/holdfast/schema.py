@@ -1,0 +1,445 @@
+"""The API's types, generated from sdk/openapi.json by scripts/generate.py: do not edit."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, TypedDict, Union
+
+from typing_extensions import NotRequired
+
+
+class AnswerRequest(TypedDict):
+    answer: str
+    by: str
+
+
+class ApprovalSettings(TypedDict):
+    require_for: NotRequired[list[str]]
+
+
+ApprovalStatusName = Literal['pending', 'approved', 'denied', 'cancelled']
+
+
+class ApprovalView(TypedDict):
+    agent_id: str
+    created_at: str
+    decided_at: NotRequired[Optional[str]]
+    decided_by: NotRequired[Optional[str]]
+    id: str
+    reason: NotRequired[Optional[str]]
+    status: ApprovalStatusName
+    tool_call_id: str
+    tool_input: dict[str, Any]
+    tool_name: str
+
+
+class ClaimedCommandView(TypedDict):
+    accepted_at: str
+    agent_id: str
+    command: str
+    id: str
+    timeout_secs: int
+    tool_call_id: str
+
+
+class ClaimedList(TypedDict):
+    commands: list[ClaimedCommandView]
+
+
+class CreateWebhookRequest(TypedDict):
+    description: NotRequired[Optional[str]]
+    events: list[str]
+    url: str
+
+
+DaemonStateName = Literal['accepted', 'running', 'finished']
+
+
+Decision = Literal['approve', 'deny']
+
+
+class DecisionRequest(TypedDict):
+    by: str
+    decision: Decision
+    reason: NotRequired[Optional[str]]
+
+
+class DeliveryFailureView(TypedDict):
+    attempts: int
+    delivery_id: str
+    event_type: str
+    last_attempt_at: NotRequired[Optional[str]]
+    last_error: NotRequired[Optional[str]]
+    last_status_code: NotRequired[Optional[int]]
+    status: str
+
+
+DeliveryStatusName = Literal['pending', 'delivered', 'failed']
+
+
+class DeliveryView(TypedDict):
+    agent_id: str
+    attempts: int
+    created_at: str
+    delivered_at: NotRequired[Optional[str]]
+    event_id: str
+    event_seq: int
+    event_type: str
+    failed_at: NotRequired[Optional[str]]
+    id: str
+    last_attempt_at: NotRequired[Optional[str]]
+    last_error: NotRequired[Optional[str]]
+    last_status_code: NotRequired[Optional[int]]
+    next_attempt_at: NotRequired[Optional[str]]
+    status: DeliveryStatusName
+
+
+class ErrorDetail(TypedDict):
+    field: NotRequired[Optional[str]]
+    message: str
+    type: str
+
+
+class EventView(TypedDict):
+    agent_id: str
+    created_at: str
+    data: dict[str, Any]
+    id: str
+    seq: int
+    type: str
+
+
+class Health(TypedDict):
+    listener: NotRequired[Optional[str]]
+    status: str
+
+
+class HeartbeatView(TypedDict):
+    heartbeat_at: str
+    machine_id: str
+
+
+class InputRequest(TypedDict):
+    content: dict[str, Any]
+
+
+class InputView(TypedDict):
+    agent_id: str
+    content: dict[str, Any]
+    created_at: str
+    id: str
+
+
+KindName = Literal['external', 'internal', 'custom', 'question', 'command']
+
+
+class LimitSettings(TypedDict):
+    max_descendants: NotRequired[Optional[int]]
+    max_live_children: NotRequired[Optional[int]]
+    max_model_steps_per_turn: NotRequired[Optional[int]]
+    max_subagent_depth: NotRequired[Optional[int]]
+    max_tool_calls_per_response: NotRequired[Optional[int]]
+
+
+class MachineCreated(TypedDict):
+    created_at: str
+    id: str
+    name: str
+    token: str
+    token_prefix: str
+    wake_url: NotRequired[Optional[str]]
+
+
+class MachineView(TypedDict):
+    created_at: str
+    id: str
+    last_heartbeat_at: NotRequired[Optional[str]]
+    name: str
+    online: bool
+    queued_commands: int
+    running_commands: list[dict[str, Any]]
+    wake_until: NotRequired[Optional[str]]
+    wake_url: NotRequired[Optional[str]]
+
+
+class ProjectView(TypedDict):
+    agents_by_state: dict[str, int]
+    id: str
+    name: str
+
+
+Provider = Literal['anthropic', 'openai']
+
+
+class ProviderKeyBody(TypedDict):
+    key: str
+
+
+class ProviderKeyView(TypedDict):
+    created_at: str
+    provider: Provider
+    updated_at: str
+
+
+QuestionStatusName = Literal['pending', 'answered', 'cancelled']
+
+
+class QuestionView(TypedDict):
+    agent_id: str
+    answer: NotRequired[Optional[str]]
+    answered_at: NotRequired[Optional[str]]
+    answered_by: NotRequired[Optional[str]]
+    created_at: str
+    id: str
+    question: str
+    status: QuestionStatusName
+    tool_call_id: str
+
+
+class RegisterMachineRequest(TypedDict):
+    name: str
+    wake_url: NotRequired[Optional[str]]
+
+
+class ReportedCommandBody(TypedDict):
+    id: str
+    pid: NotRequired[Optional[int]]
+    state: DaemonStateName
+
+
+ResultStateName = Literal['finished', 'unknown']
+
+
+class ResultView(TypedDict):
+    command_id: str
+    outcome: str
+
+
+class RunningCommandView(TypedDict):
+    accepted_at: NotRequired[Optional[str]]
+    agent_id: str
+    command: str
+    command_id: str
+
+
+StateName = Literal['idle', 'ready', 'running', 'waiting', 'archived']
+
+
+StatusName = Literal[
+    'pending', 'awaiting_approval', 'waiting', 'running', 'completed', 'cancelled'
+]
+
+
+class StuckAgentView(TypedDict):
+    agent_id: str
+    reason: str
+    since: str
+    state: str
+
+
+class ToolCallView(TypedDict):
+    agent_id: str
+    completed_at: NotRequired[Optional[str]]
+    created_at: str
+    id: str
+    input: dict[str, Any]
+    is_error: NotRequired[Optional[bool]]
+    kind: KindName
+    name: str
+    output: NotRequired[Optional[dict[str, Any]]]
+    provider_id: str
+    status: StatusName
+
+
+class ToolEntry1(TypedDict):
+    description: NotRequired[Optional[str]]
+    input_schema: NotRequired[Optional[dict[str, Any]]]
+    name: str
+    type: Literal['custom']
+
+
+class ToolEntry2(TypedDict):
+    type: Literal['web_fetch']
+
+
+class ToolEntry3(TypedDict):
+    headers: NotRequired[dict[str, str]]
+    name: str
+    type: Literal['mcp']
+    url: str
+
+
+class ToolEntry4(TypedDict):
+    type: Literal['ask_user']
+
+
+class ToolEntry5(TypedDict):
+    config: NotRequired[Optional[dict[str, Any]]]
+    type: Literal['spawn_subagent']
+
+
+class ToolEntry6(TypedDict):
+    machine: NotRequired[Optional[str]]
+    type: Literal['run_command']
+
+
+ToolEntry = Union[
+    ToolEntry1, ToolEntry2, ToolEntry3, ToolEntry4, ToolEntry5, ToolEntry6
+]
+
+
+class ToolResultRequest(TypedDict):
+    is_error: NotRequired[bool]
+    output: dict[str, Any]
+
+
+class WakeRequest(TypedDict):
+    window_secs: NotRequired[Optional[int]]
+
+
+class WakeView(TypedDict):
+    machine_id: str
+    wake_until: str
+    wake_url_called: bool
+    wake_url_error: NotRequired[Optional[str]]
+    wake_url_status: NotRequired[Optional[int]]
+
+
+class WebhookBacklogView(TypedDict):
+    due: int
+    endpoint_id: str
+    failed: int
+    in_flight: int
+    oldest_due_at: NotRequired[Optional[str]]
+    pending: int
+    recent_failures: list[DeliveryFailureView]
+    url: str
+
+
+class WebhookView(TypedDict):
+    created_at: str
+    description: NotRequired[Optional[str]]
+    events: list[str]
+    id: str
+    url: str
+
+
+class WorkerView(TypedDict):
+    agents: list[str]
+    agents_held: int
+    soonest_lease_expiry: NotRequired[Optional[str]]
+    worker: str
+
+
+class ApprovalList(TypedDict):
+    approvals: list[ApprovalView]
+
+
+class CreatedWebhookView(WebhookView):
+    secret: str
+
+
+class DeliveryList(TypedDict):
+    deliveries: list[DeliveryView]
+
+
+class ErrorBody(TypedDict):
+    error: ErrorDetail
+
+
+class EventList(TypedDict):
+    events: list[EventView]
+    has_more: bool
+
+
+class HeartbeatRequest(TypedDict):
+    commands: NotRequired[list[ReportedCommandBody]]
+    session: str
+    started: NotRequired[bool]
+
+
+class MachineActivityView(TypedDict):
+    last_heartbeat_at: NotRequired[Optional[str]]
+    machine_id: str
+    name: str
+    online: bool
+    queued: int
+    running: list[RunningCommandView]
+
+
+class MachineList(TypedDict):
+    machines: list[MachineView]
+
+
+class ModelConfig(TypedDict):
+    base_url: NotRequired[Optional[str]]
+    endpoint: NotRequired[Optional[str]]
+    max_tokens: NotRequired[Optional[int]]
+    name: str
+    provider: Provider
+
+
+class OperationsView(TypedDict):
+    agents_by_state: dict[str, int]
+    machines: list[MachineActivityView]
+    stuck_agents: list[StuckAgentView]
+    webhooks: list[WebhookBacklogView]
+    workers: list[WorkerView]
+
+
+class ProviderKeyList(TypedDict):
+    provider_keys: list[ProviderKeyView]
+
+
+class QuestionList(TypedDict):
+    questions: list[QuestionView]
+
+
+class ResultRequest(TypedDict):
+    exit_code: NotRequired[Optional[int]]
+    signal: NotRequired[Optional[int]]
+    state: ResultStateName
+    stderr: NotRequired[str]
+    stderr_truncated: NotRequired[bool]
+    stdout: NotRequired[str]
+    stdout_truncated: NotRequired[bool]
+    timed_out: NotRequired[bool]
+
+
+class ToolCallList(TypedDict):
+    tool_calls: list[ToolCallView]
+
+
+class WebhookList(TypedDict):
+    webhooks: list[WebhookView]
+
+
+class AgentConfig(TypedDict):
+    approvals: NotRequired[Optional[ApprovalSettings]]
+    limits: NotRequired[Optional[LimitSettings]]
+    metadata: NotRequired[Optional[dict[str, Any]]]
+    model: ModelConfig
+    system: NotRequired[Optional[str]]
+    tools: NotRequired[list[ToolEntry]]
+
+
+class AgentView(TypedDict):
+    cancel_requested: bool
+    config: AgentConfig
+    created_at: str
+    id: str
+    last_event_seq: int
+    state: StateName
+    state_changed_at: str
+    turn_open: bool
+    updated_at: str
+
+
+class CancelView(TypedDict):
+    agent: AgentView
+    status: str
+
+
+class AgentList(TypedDict):
+    agents: list[AgentView]
+    has_more: bool
+    next_cursor: NotRequired[Optional[str]]

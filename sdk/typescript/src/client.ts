@@ -1,0 +1,503 @@
+// The Holdfast client: typed calls over fetch, with the protocol's hard
+// parts built in (README, "What your code should handle"): an
+// Idempotency-Key on every send and retries with the same key, streams that
+// resume with Last-Event-ID and re-read what waits, 409s read as "look at
+// the state".
+
+import type { components } from "./schema.js";
+import { ConflictError, ConnectionError, HoldfastError, errorFor } from "./errors.js";
+import { decodeSse } from "./sse.js";
+
+type Schemas = components["schemas"];
+export type Agent = Schemas["AgentView"];
+export type AgentConfig = Schemas["AgentConfig"];
+export type AgentState = Schemas["StateName"];
+export type CancelOutcome = Schemas["CancelView"];
+export type Input = Schemas["InputView"];
+export type Event = Schemas["EventView"];
+export type ToolCall = Schemas["ToolCallView"];
+export type Approval = Schemas["ApprovalView"];
+export type Question = Schemas["QuestionView"];
+export type Webhook = Schemas["WebhookView"];
+export type CreatedWebhook = Schemas["CreatedWebhookView"];
+
+/** How failed requests are retried: network errors, 429 and 503. */
+export interface RetryPolicy {
+  /** Retries after the first try (default 6). */
+  maxRetries: number;
+  /** First backoff delay in ms, doubled per retry, with full jitter (default 250). */
+  baseDelayMs: number;
+  /** Longest backoff delay, and longest `Retry-After` honoured, in ms (default 30 000). */
+  maxDelayMs: number;
+  /** One try's time limit in ms, after which it counts as a network error (default 30 000; streams have none). */
+  timeoutMs: number;
+}
+
+export interface HoldfastOptions {
+  /** The API, e.g. `http://127.0.0.1:8080` (default: that). */
+  baseUrl?: string;
+  /** A project's API key (`hf_…`). */
+  apiKey: string;
+  /** A fetch implementation (default: the global one). */
+  fetch?: typeof fetch;
+  retry?: Partial<RetryPolicy>;
+}
+
+/** What `send` did: the input as saved, and whether this was a replay of an earlier try. */
+export interface SendResult {
+  input: Input;
+  replayed: boolean;
+}
+
+/** One item of `stream()`. */
+export type StreamItem =
+  /** A saved event, each once, in `seq` order. */
+  | { type: "event"; event: Event }
+  /** A live text delta: a preview, never saved (the saved `model.response` has the text). */
+  | { type: "delta"; delta: { text: string; epoch?: number } }
+  /** After every (re)connect: a custom tool call waiting for its result. */
+  | { type: "tool_call"; toolCall: ToolCall }
+  /** After every (re)connect: an approval waiting for a decision. */
+  | { type: "approval"; approval: Approval }
+  /** After every (re)connect: a question waiting for its answer. */
+  | { type: "question"; question: Question };
+
+export interface StreamOptions {
+  /** Start after this seq (default 0: every saved event). */
+  after?: number;
+  /** Stops the stream (the iterator then ends). */
+  signal?: AbortSignal;
+}
+
+interface RequestOptions {
+  body?: unknown;
+  query?: Record<string, string | number | undefined>;
+  headers?: Record<string, string>;
+  /** Which failures may be retried: every transient one, or only a 429 (the request did nothing). */
+  retry?: "transient" | "rate_limit_only";
+  signal?: AbortSignal;
+}
+
+/** A stream silent this long is reconnected: the server sends a heartbeat every 15 s. */
+const STREAM_IDLE_MS = 60_000;
+/** A stream open this long was healthy: its end starts the backoff afresh. */
+const STREAM_HEALTHY_MS = 5_000;
+
+const DEFAULT_RETRY: RetryPolicy = { maxRetries: 6, baseDelayMs: 250, maxDelayMs: 30_000, timeoutMs: 30_000 };
+
+export class Holdfast {
+  readonly baseUrl: string;
+  readonly agents: Agents;
+  readonly webhooks: Webhooks;
+  readonly retry: RetryPolicy;
+  private readonly apiKey: string;
+  private readonly fetchImpl: typeof fetch;
+
+  constructor(options: HoldfastOptions) {
+    this.baseUrl = (options.baseUrl ?? "http://127.0.0.1:8080").replace(/\/+$/, "");
+    this.apiKey = options.apiKey;
+    this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
+    this.retry = { ...DEFAULT_RETRY, ...options.retry };
+    this.agents = new Agents(this);
+    this.webhooks = new Webhooks(this);
+  }
+
+  /**
+   * Send an input. One Idempotency-Key per call (yours, e.g. your message
+   * id, or a fresh UUID), and every retry of a network error, 429 or 503
+   * reuses it, so the input is recorded once however often it is tried.
+   */
+  async send(
+    agentId: string,
+    content: Input["content"] | string,
+    options: { idempotencyKey?: string; signal?: AbortSignal } = {},
+  ): Promise<SendResult> {
+    const key = options.idempotencyKey ?? (await newKey());
+    const response = await this.request("POST", `/v1/agents/${enc(agentId)}/inputs`, {
+      body: { content },
+      headers: { "Idempotency-Key": key },
+      signal: options.signal,
+    });
+    return {
+      input: (await response.json()) as Input,
+      replayed: response.headers.get("idempotent-replayed") === "true",
+    };
+  }
+
+  /** One page of an agent's saved events after `after`. */
+  async listEvents(
+    agentId: string,
+    options: { after?: number; limit?: number } = {},
+  ): Promise<{ events: Event[]; has_more: boolean }> {
+    return this.json("GET", `/v1/agents/${enc(agentId)}/events`, {
+      query: { after: options.after, limit: options.limit },
+    });
+  }
+
+  /** Custom tool calls waiting for their result. */
+  async pendingToolCalls(agentId: string): Promise<ToolCall[]> {
+    const list = await this.json<{ tool_calls: ToolCall[] }>(
+      "GET",
+      `/v1/agents/${enc(agentId)}/tool-calls`,
+      { query: { status: "waiting", kind: "custom" } },
+    );
+    return list.tool_calls;
+  }
+
+  /** Approvals waiting for a decision. */
+  async pendingApprovals(agentId: string): Promise<Approval[]> {
+    const list = await this.json<{ approvals: Approval[] }>(
+      "GET",
+      `/v1/agents/${enc(agentId)}/approvals`,
+      { query: { status: "pending" } },
+    );
+    return list.approvals;
+  }
+
+  /** Questions waiting for an answer. */
+  async pendingQuestions(agentId: string): Promise<Question[]> {
+    const list = await this.json<{ questions: Question[] }>(
+      "GET",
+      `/v1/agents/${enc(agentId)}/questions`,
+      { query: { status: "pending" } },
+    );
+    return list.questions;
+  }
+
+  /**
+   * Everything an agent does, live: every saved event once and in order,
+   * live deltas, and after each (re)connect what waits on you. A dropped
+   * connection or an API restart reconnects with backoff and
+   * `Last-Event-ID`; an answer that will not change on retry (401, 404)
+   * ends it with that error.
+   */
+  async *stream(agentId: string, options: StreamOptions = {}): AsyncGenerator<StreamItem> {
+    let last = options.after ?? 0;
+    // Connections in a row that failed, or ended before delivering anything
+    // or lasting a while: the backoff grows with them, so a stream that
+    // opens and drops at once is not reopened in a tight loop.
+    let failures = 0;
+    const { signal } = options;
+    while (!signal?.aborted) {
+      try {
+        const response = await this.open(`/v1/agents/${enc(agentId)}/stream`, last, signal);
+        const opened = Date.now();
+        try {
+          // What waits is re-read after the stream is open, so nothing that
+          // starts waiting in between is missed: it is in the stream too.
+          for (const toolCall of await this.pendingToolCalls(agentId)) yield { type: "tool_call", toolCall };
+          for (const approval of await this.pendingApprovals(agentId)) yield { type: "approval", approval };
+          for (const question of await this.pendingQuestions(agentId)) yield { type: "question", question };
+          for await (const message of decodeSse(response.body!, STREAM_IDLE_MS)) {
+            failures = 0;
+            if (message.event === "delta") {
+              yield { type: "delta", delta: JSON.parse(message.data) };
+              continue;
+            }
+            if (message.id === undefined) continue;
+            const seq = Number(message.id);
+            if (!(seq > last)) continue;
+            last = seq;
+            yield { type: "event", event: JSON.parse(message.data) as Event };
+          }
+        } finally {
+          // Closes the connection however this ends (a consumer's break included).
+          await response.body?.cancel().catch(() => undefined);
+          if (Date.now() - opened >= STREAM_HEALTHY_MS) failures = 0;
+        }
+      } catch (error) {
+        if (signal?.aborted) return;
+        // An answer that will not change, or a body that is not the API's
+        // (unparseable JSON), ends the stream; anything else is the
+        // connection's failure (refused, reset, cut mid-body): reconnect.
+        if (error instanceof HoldfastError && !isTransient(error.status)) throw error;
+        if (error instanceof SyntaxError) throw error;
+      }
+      failures += 1;
+      await sleep(backoff(this.retry, failures), signal);
+    }
+  }
+
+  /** Every saved event once, in order, following the agent live (no deltas). */
+  async *events(agentId: string, options: StreamOptions = {}): AsyncGenerator<Event> {
+    for await (const item of this.stream(agentId, options)) {
+      if (item.type === "event") yield item.event;
+    }
+  }
+
+  /**
+   * Post a custom tool call's result. A 409 whose call already holds this
+   * output is success (an earlier try got through); any other 409 throws a
+   * `ConflictError` whose `current` is the call as it stands.
+   */
+  async submitToolResult(
+    toolCallId: string,
+    output: unknown,
+    options: { isError?: boolean } = {},
+  ): Promise<ToolCall> {
+    const isError = options.isError ?? false;
+    try {
+      return await this.json("POST", `/v1/tool-calls/${enc(toolCallId)}/result`, {
+        body: { output, is_error: isError },
+      });
+    } catch (error) {
+      const current = error instanceof ConflictError ? error.current : undefined;
+      if (
+        current?.status === "completed" &&
+        deepEqual(current.output, output) &&
+        (current.is_error ?? false) === isError
+      ) {
+        return current as ToolCall;
+      }
+      throw error;
+    }
+  }
+
+  /** Approve a tool call (a 409 whose approval is already approved is success). */
+  approve(approvalId: string, options: { by: string; reason?: string }): Promise<Approval> {
+    return this.decide(approvalId, "approve", options);
+  }
+
+  /** Deny a tool call (a 409 whose approval is already denied is success). */
+  deny(approvalId: string, options: { by: string; reason?: string }): Promise<Approval> {
+    return this.decide(approvalId, "deny", options);
+  }
+
+  /** Answer a question (a 409 whose question already holds this answer is success). */
+  async answer(questionId: string, answer: string, options: { by: string }): Promise<Question> {
+    try {
+      return await this.json("POST", `/v1/questions/${enc(questionId)}/answer`, {
+        body: { answer, by: options.by },
+      });
+    } catch (error) {
+      const current = error instanceof ConflictError ? error.current : undefined;
+      if (current?.status === "answered" && current.answer === answer) return current as Question;
+      throw error;
+    }
+  }
+
+  private async decide(
+    approvalId: string,
+    decision: "approve" | "deny",
+    options: { by: string; reason?: string },
+  ): Promise<Approval> {
+    try {
+      return await this.json("POST", `/v1/approvals/${enc(approvalId)}`, {
+        body: { decision, by: options.by, reason: options.reason },
+      });
+    } catch (error) {
+      const current = error instanceof ConflictError ? error.current : undefined;
+      const decided = decision === "approve" ? "approved" : "denied";
+      if (current?.status === decided) return current as Approval;
+      throw error;
+    }
+  }
+
+  /** A request answering JSON, parsed. */
+  async json<T>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
+    const response = await this.request(method, path, options);
+    return (await response.json()) as T;
+  }
+
+  /**
+   * One request, retried per the policy; a non-2xx answer throws its typed
+   * error. The body and headers (the Idempotency-Key) are the same on
+   * every try.
+   */
+  async request(method: string, path: string, options: RequestOptions = {}): Promise<Response> {
+    const url = new URL(this.baseUrl + path);
+    for (const [name, value] of Object.entries(options.query ?? {})) {
+      if (value !== undefined) url.searchParams.set(name, String(value));
+    }
+    const headers: Record<string, string> = {
+      authorization: `Bearer ${this.apiKey}`,
+      accept: "application/json",
+      ...options.headers,
+    };
+    let body: string | undefined;
+    if (options.body !== undefined) {
+      headers["content-type"] = "application/json";
+      body = JSON.stringify(options.body);
+    }
+    const onlyRateLimit = options.retry === "rate_limit_only";
+    for (let attempt = 0; ; attempt++) {
+      const last = attempt >= this.retry.maxRetries;
+      let response: Response;
+      const limit = withTimeout(this.retry.timeoutMs, options.signal);
+      try {
+        response = await this.fetchImpl(url, { method, headers, body, signal: limit.signal });
+      } catch (cause) {
+        if (options.signal?.aborted) throw cause;
+        if (last || onlyRateLimit) {
+          throw new ConnectionError(`${method} ${url.pathname}: ${String(cause)}`, { cause });
+        }
+        await sleep(backoff(this.retry, attempt + 1), options.signal);
+        continue;
+      } finally {
+        // The limit covers getting the answer's headers; its body is the
+        // caller's to read (a stream's for as long as it lasts).
+        limit.clear();
+      }
+      if (response.ok) return response;
+      const retryAfter = parseRetryAfter(response.headers.get("retry-after"));
+      const retryable = response.status === 429 || (!onlyRateLimit && response.status === 503);
+      if (retryable && !last) {
+        await response.body?.cancel();
+        await sleep(retryDelay(this.retry, attempt + 1, retryAfter), options.signal);
+        continue;
+      }
+      const errorBody = await response.json().catch(() => undefined);
+      throw errorFor(response.status, errorBody, retryAfter);
+    }
+  }
+
+  /** Open the SSE stream after `last` (the one place `Last-Event-ID` is set). */
+  private async open(path: string, last: number, signal?: AbortSignal): Promise<Response> {
+    const headers: Record<string, string> = {
+      authorization: `Bearer ${this.apiKey}`,
+      accept: "text/event-stream",
+    };
+    if (last > 0) headers["last-event-id"] = String(last);
+    const response = await this.fetchImpl(this.baseUrl + path, { headers, signal });
+    if (!response.ok || !response.body) {
+      const errorBody = await response.json().catch(() => undefined);
+      throw errorFor(response.status, errorBody, parseRetryAfter(response.headers.get("retry-after")));
+    }
+    return response;
+  }
+}
+
+/** `/v1/agents`: create, get, list (every page), update, cancel, archive. */
+export class Agents {
+  constructor(private readonly client: Holdfast) {}
+
+  /** Create an agent. Retried only on a 429 (a retried create could make two). */
+  create(config: AgentConfig): Promise<Agent> {
+    return this.client.json("POST", "/v1/agents", { body: config, retry: "rate_limit_only" });
+  }
+
+  get(agentId: string): Promise<Agent> {
+    return this.client.json("GET", `/v1/agents/${enc(agentId)}`);
+  }
+
+  /** Every agent (of a state, if given), oldest first, fetching pages as it goes. */
+  async *list(options: { state?: AgentState; pageSize?: number } = {}): AsyncGenerator<Agent> {
+    let after: string | undefined;
+    for (;;) {
+      const page = await this.client.json<{ agents: Agent[]; has_more: boolean }>("GET", "/v1/agents", {
+        query: { state: options.state, limit: options.pageSize, after },
+      });
+      yield* page.agents;
+      if (!page.has_more || page.agents.length === 0) return;
+      after = page.agents[page.agents.length - 1]!.id;
+    }
+  }
+
+  /** Change the config with a JSON merge patch (`null` removes a field). */
+  update(agentId: string, patch: Record<string, unknown>): Promise<Agent> {
+    return this.client.json("PATCH", `/v1/agents/${enc(agentId)}`, { body: patch });
+  }
+
+  cancel(agentId: string): Promise<CancelOutcome> {
+    return this.client.json("POST", `/v1/agents/${enc(agentId)}/cancel`);
+  }
+
+  archive(agentId: string): Promise<Agent> {
+    return this.client.json("POST", `/v1/agents/${enc(agentId)}/archive`);
+  }
+}
+
+/** `/v1/webhooks`: endpoints that receive every event, signed per Standard Webhooks. */
+export class Webhooks {
+  constructor(private readonly client: Holdfast) {}
+
+  /** Register an endpoint; the answer holds its `whsec_…` secret, shown once. */
+  create(options: { url: string; events?: string[]; description?: string }): Promise<CreatedWebhook> {
+    return this.client.json("POST", "/v1/webhooks", { body: options, retry: "rate_limit_only" });
+  }
+
+  async list(): Promise<Webhook[]> {
+    return (await this.client.json<{ webhooks: Webhook[] }>("GET", "/v1/webhooks")).webhooks;
+  }
+
+  async delete(webhookId: string): Promise<void> {
+    await this.client.request("DELETE", `/v1/webhooks/${enc(webhookId)}`);
+  }
+}
+
+/** A fresh UUID: Web Crypto's (browsers, Node >= 19), else node:crypto's (Node 18). */
+async function newKey(): Promise<string> {
+  const webCrypto = (globalThis as { crypto?: { randomUUID?: () => string } }).crypto;
+  if (webCrypto?.randomUUID) return webCrypto.randomUUID();
+  const nodeCrypto = "node:crypto";
+  return ((await import(nodeCrypto)) as { randomUUID: () => string }).randomUUID();
+}
+
+function enc(segment: string): string {
+  return encodeURIComponent(segment);
+}
+
+function isTransient(status: number): boolean {
+  return status === 429 || status === 502 || status === 503 || status === 504;
+}
+
+/** Full-jitter exponential backoff for the `failures`-th retry. */
+function backoff(policy: RetryPolicy, failures: number): number {
+  if (failures <= 0) return 0;
+  const ceiling = Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** Math.min(failures - 1, 20));
+  return Math.random() * ceiling;
+}
+
+/** The server's `Retry-After` when it gave one (capped), else backoff. */
+function retryDelay(policy: RetryPolicy, failures: number, retryAfterSecs?: number): number {
+  if (retryAfterSecs === undefined) return backoff(policy, failures);
+  return Math.min(policy.maxDelayMs, retryAfterSecs * 1000);
+}
+
+/** `Retry-After` in seconds: delta-seconds or an HTTP date. */
+export function parseRetryAfter(value: string | null): number | undefined {
+  if (value === null) return undefined;
+  const trimmed = value.trim();
+  if (/^\d+$/.test(trimmed)) return Number(trimmed);
+  const at = Date.parse(trimmed);
+  return Number.isNaN(at) ? undefined : Math.max(0, (at - Date.now()) / 1000);
+}
+
+/** A signal that aborts after `ms` or with `outer` (AbortSignal.any and .timeout need Node 20). */
+function withTimeout(ms: number, outer?: AbortSignal): { signal: AbortSignal; clear: () => void } {
+  const controller = new AbortController();
+  const abort = () => controller.abort(outer?.reason);
+  const timer = setTimeout(() => controller.abort(new Error(`no answer within ${ms} ms`)), ms);
+  if (outer?.aborted) abort();
+  outer?.addEventListener("abort", abort, { once: true });
+  return {
+    signal: controller.signal,
+    clear: () => {
+      clearTimeout(timer);
+      outer?.removeEventListener("abort", abort);
+    },
+  };
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted || ms <= 0) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
+
+function deepEqual(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  const ka = Object.keys(a);
+  const kb = Object.keys(b);
+  if (ka.length !== kb.length) return false;
+  return ka.every((k) => deepEqual((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]));
+}

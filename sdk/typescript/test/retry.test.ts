@@ -1,0 +1,95 @@
+// The retry policy, with a scripted fetch: what is retried, with which key,
+// after how long.
+
+import { expect, test } from "vitest";
+import { ConnectionError, Holdfast, UnavailableError } from "../src/index.js";
+
+const input = { id: "i1", agent_id: "a1", content: "hi", created_at: "2026-01-01T00:00:00Z" };
+
+function scripted(answers: Array<() => Response>) {
+  const seen: Array<{ key: string | null; at: number }> = [];
+  const fetch = (async (_url: unknown, init?: RequestInit) => {
+    seen.push({ key: new Headers(init?.headers).get("idempotency-key"), at: Date.now() });
+    const next = answers.shift();
+    if (!next) throw new Error("no more answers");
+    return next();
+  }) as typeof globalThis.fetch;
+  return { seen, fetch };
+}
+
+const json = (status: number, body: unknown, headers: Record<string, string> = {}) =>
+  new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json", ...headers } });
+const busy = { error: { type: "unavailable", message: "busy" } };
+
+test("429 and 503 are retried with the same key, honouring Retry-After", async () => {
+  const { seen, fetch } = scripted([
+    () => json(429, { error: { type: "rate_limited", message: "slow down" } }, { "retry-after": "1" }),
+    () => {
+      throw new TypeError("fetch failed");
+    },
+    () => json(503, busy),
+    () => json(201, input, { "idempotent-replayed": "true" }),
+  ]);
+  const client = new Holdfast({ apiKey: "hf_x", fetch, retry: { baseDelayMs: 10 } });
+  const sent = await client.send("a1", "hi");
+  expect(sent.replayed).toBe(true);
+  expect(seen).toHaveLength(4);
+  expect(new Set(seen.map((s) => s.key)).size).toBe(1);
+  expect(seen[0]!.key).toMatch(/^[0-9a-f-]{36}$/);
+  expect(seen[1]!.at - seen[0]!.at).toBeGreaterThanOrEqual(990);
+});
+
+test("an own Idempotency-Key is used; retries stop after maxRetries with a typed error", async () => {
+  const { seen, fetch } = scripted([() => json(503, busy), () => json(503, busy), () => json(503, busy)]);
+  const client = new Holdfast({ apiKey: "hf_x", fetch, retry: { baseDelayMs: 1, maxRetries: 2 } });
+  await expect(client.send("a1", "hi", { idempotencyKey: "msg-1" })).rejects.toBeInstanceOf(UnavailableError);
+  expect(seen.map((s) => s.key)).toEqual(["msg-1", "msg-1", "msg-1"]);
+});
+
+test("creating an agent is not retried after a network error (it could create two)", async () => {
+  const { seen, fetch } = scripted([
+    () => {
+      throw new TypeError("fetch failed");
+    },
+  ]);
+  const client = new Holdfast({ apiKey: "hf_x", fetch, retry: { baseDelayMs: 1 } });
+  await expect(client.agents.create({ model: { provider: "anthropic", name: "m" } })).rejects.toBeInstanceOf(
+    ConnectionError,
+  );
+  expect(seen).toHaveLength(1);
+});
+
+test("a try with no answer within timeoutMs counts as a network error and is retried", async () => {
+  let tries = 0;
+  const fetch = ((_url: unknown, init?: RequestInit) => {
+    tries += 1;
+    // Never answers; gives up only when the client's signal aborts.
+    return new Promise((_resolve, reject) => init?.signal?.addEventListener("abort", () => reject(init.signal!.reason)));
+  }) as typeof globalThis.fetch;
+  const client = new Holdfast({ apiKey: "hf_x", fetch, retry: { baseDelayMs: 1, maxRetries: 2, timeoutMs: 50 } });
+  await expect(client.agents.get("a1")).rejects.toBeInstanceOf(ConnectionError);
+  expect(tries).toBe(3);
+});
+
+test("a stream that opens and ends at once is reopened with a growing backoff, not in a tight loop", async () => {
+  let opens = 0;
+  const fetch = (async (url: unknown) => {
+    const path = new URL(String(url)).pathname;
+    if (path.endsWith("/stream")) {
+      opens += 1;
+      return new Response("", { status: 200, headers: { "content-type": "text/event-stream" } });
+    }
+    const list = path.split("/").at(-1)!.replace("-", "_");
+    return json(200, { [list]: [] });
+  }) as typeof globalThis.fetch;
+  const client = new Holdfast({ apiKey: "hf_x", fetch, retry: { baseDelayMs: 20 } });
+  const controller = new AbortController();
+  setTimeout(() => controller.abort(), 1000);
+  for await (const _ of client.stream("a1", { signal: controller.signal })) {
+    // Nothing arrives.
+  }
+  // Full jitter doubling from 20 ms: about 7 opens in a second at most; a
+  // tight loop would open hundreds.
+  expect(opens).toBeGreaterThan(1);
+  expect(opens).toBeLessThan(15);
+});

@@ -1,0 +1,257 @@
+//! One rule for an agent config: SQL's `holdfast.validate_config` (what SQL
+//! clients store) and the typed `AgentConfig` (what the API accepts and the
+//! worker parses at every step) agree. Whatever SQL accepts the worker can
+//! parse — otherwise a config stored by SQL would fail every step of its
+//! agent — and a field the config does not have is refused by both, named
+//! the same way.
+
+use holdfast_engine::config::AgentConfig;
+use holdfast_engine::Error;
+use holdfast_tests::TestDb;
+use serde_json::{json, Value};
+
+fn model() -> Value {
+    json!({"provider": "anthropic", "name": "m"})
+}
+
+fn with(fields: Value) -> Value {
+    let mut config = json!({"model": model()});
+    for (key, value) in fields.as_object().unwrap() {
+        config[key] = value.clone();
+    }
+    config
+}
+
+/// Configs both accept.
+fn valid() -> Vec<Value> {
+    vec![
+        json!({"model": model()}),
+        json!({"model": {"provider": "openai", "name": "gpt", "endpoint": "default",
+                         "base_url": "https://llm.example/v1", "max_tokens": 4294967295_u64}}),
+        with(json!({"system": "s", "metadata": {"a": [1, {"b": null}]}})),
+        with(json!({"tools": []})),
+        with(json!({"tools": [
+            {"type": "custom", "name": "lookup"},
+            {"type": "custom", "name": "deploy", "description": "d", "input_schema": {"type": "object"}},
+            {"type": "web_fetch"},
+            {"type": "mcp", "name": "docs", "url": "https://mcp.example/mcp"},
+            {"type": "mcp", "name": "calc", "url": "http://x/mcp", "headers": {"Authorization": "Bearer t"}},
+            {"type": "ask_user"},
+            {"type": "spawn_subagent", "config": {"model": model()}},
+            {"type": "run_command"}
+        ]})),
+        with(
+            json!({"tools": [{"type": "run_command", "machine": "m1"}, {"type": "spawn_subagent"}]}),
+        ),
+        with(json!({"approvals": {}})),
+        with(json!({"approvals": {"require_for": ["lookup", "web_fetch"]}})),
+        with(json!({"limits": {}})),
+        with(
+            json!({"limits": {"max_model_steps_per_turn": 5, "max_tool_calls_per_response": 1,
+                               "max_subagent_depth": 2, "max_live_children": 3, "max_descendants": 4}}),
+        ),
+    ]
+}
+
+/// Configs both refuse, and the field each names first (SQL names the
+/// field exactly; the typed parse names it or, inside a tool entry, the
+/// entry).
+fn invalid() -> Vec<(Value, &'static str)> {
+    vec![
+        (json!([]), "config"),
+        (json!({}), "model"),
+        (json!({"model": "gpt"}), "model"),
+        (with(json!({"temperature": 1})), "temperature"),
+        (
+            json!({"model": {"provider": "anthropic", "name": "m", "temprature": 1}}),
+            "model.temprature",
+        ),
+        (
+            json!({"model": {"provider": "gemini", "name": "m"}}),
+            "model.provider",
+        ),
+        (json!({"model": {"provider": "anthropic"}}), "model.name"),
+        (
+            json!({"model": {"provider": "anthropic", "name": 5}}),
+            "model.name",
+        ),
+        (
+            json!({"model": {"provider": "anthropic", "name": "m", "endpoint": 5}}),
+            "model.endpoint",
+        ),
+        (
+            json!({"model": {"provider": "anthropic", "name": "m", "max_tokens": 1.0}}),
+            "model.max_tokens",
+        ),
+        (
+            json!({"model": {"provider": "anthropic", "name": "m", "max_tokens": 5000000000_u64}}),
+            "model.max_tokens",
+        ),
+        (
+            json!({"model": {"provider": "anthropic", "name": "m", "max_tokens": "10"}}),
+            "model.max_tokens",
+        ),
+        (with(json!({"system": 5})), "system"),
+        (with(json!({"tools": {}})), "tools"),
+        (with(json!({"tools": [5]})), "tools[0]"),
+        (with(json!({"tools": [{"name": "x"}]})), "tools[0]"),
+        (with(json!({"tools": [{"type": "search"}]})), "tools[0]"),
+        (
+            with(json!({"tools": [{"type": "web_fetch"}, {"type": "custom"}]})),
+            "tools[1]",
+        ),
+        (
+            with(json!({"tools": [{"type": "custom", "name": "a", "url": "u"}]})),
+            "tools[0]",
+        ),
+        (
+            with(json!({"tools": [{"type": "web_fetch", "name": "fetch"}]})),
+            "tools[0]",
+        ),
+        (
+            with(json!({"tools": [{"type": "mcp", "name": "a"}]})),
+            "tools[0]",
+        ),
+        (
+            with(json!({"tools": [{"type": "mcp", "name": "a", "url": "u", "headers": {"X": 1}}]})),
+            "tools[0]",
+        ),
+        (
+            with(json!({"tools": [{"type": "run_command", "machine": 7}]})),
+            "tools[0]",
+        ),
+        (
+            with(json!({"tools": [{"type": "custom", "name": "a", "description": 1}]})),
+            "tools[0]",
+        ),
+        (
+            with(json!({"approvals": {"require_for": "lookup"}})),
+            "approvals.require_for",
+        ),
+        (
+            with(json!({"approvals": {"require_for": [1]}})),
+            "approvals.require_for",
+        ),
+        (
+            with(json!({"approvals": {"require": []}})),
+            "approvals.require",
+        ),
+        (with(json!({"metadata": [1]})), "metadata"),
+        (
+            with(json!({"limits": {"max_steps": 1}})),
+            "limits.max_steps",
+        ),
+        (
+            with(json!({"limits": {"max_descendants": 1.0}})),
+            "limits.max_descendants",
+        ),
+        (
+            with(json!({"limits": {"max_descendants": -1}})),
+            "limits.max_descendants",
+        ),
+        (
+            with(json!({"limits": {"max_descendants": "3"}})),
+            "limits.max_descendants",
+        ),
+    ]
+}
+
+/// Configs the typed parse accepts that SQL refuses for what only it
+/// checks: values out of range, the operator's maxima, duplicate names.
+/// (The other direction — SQL accepting what the worker cannot parse — is
+/// what must never happen.)
+fn refused_by_sql_only() -> Vec<(Value, &'static str)> {
+    vec![
+        (
+            json!({"model": {"provider": "anthropic", "name": ""}}),
+            "model.name",
+        ),
+        (
+            json!({"model": {"provider": "anthropic", "name": "m", "base_url": "ftp://x"}}),
+            "model.base_url",
+        ),
+        (
+            json!({"model": {"provider": "anthropic", "name": "m", "max_tokens": 0}}),
+            "model.max_tokens",
+        ),
+        (
+            with(json!({"tools": [{"type": "custom", "name": "a b"}]})),
+            "tools[0].name",
+        ),
+        (
+            with(json!({"tools": [{"type": "ask_user"}, {"type": "ask_user"}]})),
+            "tools[1].name",
+        ),
+        (
+            with(json!({"limits": {"max_descendants": 0}})),
+            "limits.max_descendants",
+        ),
+        (
+            with(json!({"limits": {"max_descendants": 1000000}})),
+            "limits.max_descendants",
+        ),
+        // serde reads a struct from an array of its fields too (here none).
+        (with(json!({"approvals": []})), "approvals.require_for"),
+        (with(json!({"limits": []})), "limits"),
+        // An explicit null is "absent" to the typed parse; SQL wants the
+        // field's type (a merge patch's null removes the field instead).
+        (with(json!({"system": null})), "system"),
+    ]
+}
+
+async fn sql_verdict(client: &tokio_postgres::Client, config: &Value) -> Result<(), Error> {
+    client
+        .execute("SELECT holdfast.validate_config($1)", &[config])
+        .await
+        .map(drop)
+        .map_err(Error::from)
+}
+
+fn field_of(error: Error) -> String {
+    match error {
+        Error::Invalid {
+            field: Some(field), ..
+        } => field,
+        other => panic!("not a named invalid-config error: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn sql_and_the_typed_config_accept_and_refuse_the_same_configs() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+
+    for config in valid() {
+        sql_verdict(&client, &config)
+            .await
+            .unwrap_or_else(|e| panic!("SQL refused {config}: {e:?}"));
+        let parsed = AgentConfig::from_value(&config)
+            .unwrap_or_else(|e| panic!("the typed parse refused {config}: {e:?}"));
+        // Written back (a subagent's config is), it means the same.
+        assert_eq!(
+            AgentConfig::from_value(&parsed.to_value()).unwrap(),
+            parsed,
+            "a round trip changed {config}"
+        );
+    }
+
+    for (config, field) in invalid() {
+        let sql = field_of(sql_verdict(&client, &config).await.unwrap_err());
+        let typed = field_of(AgentConfig::from_value(&config).unwrap_err());
+        assert!(
+            sql.starts_with(field),
+            "SQL named {sql:?} for {config}, expected {field:?}"
+        );
+        assert!(
+            typed.starts_with(field),
+            "the typed parse named {typed:?} for {config}, expected {field:?}"
+        );
+    }
+
+    for (config, field) in refused_by_sql_only() {
+        AgentConfig::from_value(&config)
+            .unwrap_or_else(|e| panic!("the typed parse refused {config}: {e:?}"));
+        let sql = field_of(sql_verdict(&client, &config).await.unwrap_err());
+        assert_eq!(sql, field, "for {config}");
+    }
+}
