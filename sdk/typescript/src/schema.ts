@@ -612,6 +612,12 @@ export interface components {
         };
         /** @description An agent. */
         AgentView: {
+            /**
+             * Format: date-time
+             * @description In a list with `order=activity` only: the time the list is ordered
+             *     by (its latest event's time, else its creation).
+             */
+            activity_at?: string | null;
             /** @description A cancel waits for the worker holding the agent to stop. */
             cancel_requested: boolean;
             /**
@@ -711,7 +717,7 @@ export interface components {
         /** @description A new endpoint. */
         CreateWebhookRequest: {
             description?: string | null;
-            /** @description `["*"]` for every event, or event types (DESIGN §7). */
+            /** @description `["*"]` for every event, or event types (docs/events.md). */
             events: string[];
             /**
              * @description An http(s) URL. Private, loopback and other special-purpose
@@ -820,7 +826,7 @@ export interface components {
             /** @description More events follow: ask again with `after` = the last seq. */
             has_more: boolean;
         };
-        /** @description One event (DESIGN §7). */
+        /** @description One event (docs/events.md). */
         EventView: {
             /** Format: uuid */
             agent_id: string;
@@ -888,7 +894,7 @@ export interface components {
             id: string;
         };
         /**
-         * @description How a tool call runs (DESIGN §4); the client answers `custom` calls.
+         * @description How a tool call runs (docs/api.md, "Tool calls"); the client answers `custom` calls.
          * @enum {string}
          */
         KindName: "external" | "internal" | "custom" | "question" | "command";
