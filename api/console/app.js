@@ -273,12 +273,29 @@ async function agentPage(id, render) {
     const mine = ++refreshes;
     return api("GET", `/v1/agents/${id}`).then((a) => { if (mine === refreshes) setAgent(a); }).catch(() => {});
   };
+  // The worker publishes deltas apart from the commit that saves the
+  // response, so a call's last deltas can arrive after its model.response,
+  // even after its turn ended. They show only while a turn is open (the
+  // stream replays from seq 0, so its events tell), and never for a call
+  // (lease epoch) whose response or retry has been saved.
+  let turnOpen = false, liveEpoch = null, savedEpoch = -1;
   const stream = streamEvents({
     url: `/v1/agents/${id}/stream`, key: sessionStorage.getItem(KEY), afterSeq: 0,
     onStatus: (s) => { streamStatus.textContent = `stream: ${s}`; },
-    onDelta: (delta) => { live.hidden = false; live.querySelector(".delta-text").textContent += delta.text ?? ""; },
+    onDelta: (delta) => {
+      if (!turnOpen || delta.epoch <= savedEpoch) return;
+      const text = live.querySelector(".delta-text");
+      if (delta.epoch !== liveEpoch) { liveEpoch = delta.epoch; text.textContent = ""; }
+      live.hidden = false;
+      text.textContent += delta.text ?? "";
+    },
     onEvent: (event) => {
-      if (event.type === "model.response" || event.type.startsWith("turn.")) { live.hidden = true; live.querySelector(".delta-text").textContent = ""; }
+      if (event.type === "turn.started") turnOpen = true;
+      else if (/^turn\.(completed|failed|cancelled)$/.test(event.type)) turnOpen = false;
+      if (event.type === "model.response" || event.type === "model.retry" || event.type.startsWith("turn.")) {
+        if (liveEpoch !== null) savedEpoch = Math.max(savedEpoch, liveEpoch);
+        live.hidden = true; live.querySelector(".delta-text").textContent = "";
+      }
       timeline.append(eventCard(event));
       if (/^(approval|question|tool_call|turn)\./.test(event.type)) pending.load().catch(() => {});
       refreshAgent();
