@@ -81,6 +81,19 @@ async function loadProject() {
   return project;
 }
 
+// ---- tables ----------------------------------------------------------------
+
+// Each cell carries its column's name: on a phone a row shows as a card of
+// labelled lines (style.css) instead of a table wider than the screen.
+function table(id, headers, rows) {
+  return el("div", { class: "table-wrap" }, el("table", { id },
+    el("thead", {}, el("tr", {}, headers.map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, rows.map((cells) => el("tr", {}, cells.map((c, i) => el("td", { "data-label": headers[i] }, c)))))));
+}
+
+const link = (id) => el("a", { href: `#/agents/${id}` }, id);
+const when = (t) => (t ? new Date(t).toLocaleString() : "—");
+
 // ---- agents ----------------------------------------------------------------
 
 function counts(byState) {
@@ -108,12 +121,14 @@ async function agentsPage(params, render) {
     if (search.value.trim()) next.set("q", search.value.trim());
     location.hash = `#/agents?${next}`;
   } }, stateSelect, search, el("button", { type: "submit", id: "apply-filter" }, "Filter"));
-  const rows = list.agents.map((agent) => el("tr", { class: "agent-row" },
-    el("td", {}, el("a", { href: `#/agents/${agent.id}` }, agent.id)),
-    el("td", { class: "state" }, agent.state),
-    el("td", {}, agent.config?.model?.name ?? ""),
-    el("td", {}, JSON.stringify(agent.config?.metadata ?? {})),
-    el("td", {}, new Date(agent.updated_at).toLocaleString())));
+  const rows = list.agents.map((agent) => [
+    link(agent.id),
+    agent.state,
+    agent.config?.model?.name ?? "",
+    JSON.stringify(agent.config?.metadata ?? {}),
+    // The time the list is ordered by (latest event, else creation).
+    el("time", { datetime: agent.activity_at }, when(agent.activity_at)),
+  ]);
   const pager = el("div", { class: "toolbar" });
   if (list.has_more) {
     const next = new URLSearchParams(params);
@@ -126,9 +141,7 @@ async function agentsPage(params, render) {
     pager.append(el("a", { href: `#/agents?${first}`, id: "first-page" }, "← First page"));
   }
   render(el("h1", {}, "Agents"), counts(project.agents_by_state), filter,
-    el("div", { class: "table-wrap" }, el("table", { id: "agents" },
-      el("thead", {}, el("tr", {}, ["Agent", "State", "Model", "Metadata", "Updated"].map((h) => el("th", { scope: "col" }, h)))),
-      el("tbody", {}, rows))),
+    table("agents", ["Agent", "State", "Model", "Metadata", "Last activity"], rows),
     rows.length === 0 ? el("p", { id: "no-agents" }, "No agents match.") : null, pager);
 }
 
@@ -216,12 +229,17 @@ function pendingForms(agentId, refresh) {
       submit(`result for ${call.name}`, () => api("POST", `/v1/tool-calls/${call.id}/result`, { output: value }));
     } }, el("h3", {}, `Result for ${call.name}`), json(call.input), output, el("button", { type: "submit" }, "Send result"));
   }
+  // Each event starts a reload, and an earlier one may finish last: only
+  // the latest started reads what is pending now.
+  let loads = 0;
   async function load() {
+    const mine = ++loads;
     const [approvals, questions, calls] = await Promise.all([
       api("GET", `/v1/agents/${agentId}/approvals?status=pending`),
       api("GET", `/v1/agents/${agentId}/questions?status=pending`),
       api("GET", `/v1/agents/${agentId}/tool-calls?status=waiting`).catch(() => ({ tool_calls: [] })),
     ]);
+    if (mine !== loads) return;
     const pending = [
       ...approvals.approvals.map((a) => [`approval:${a.id}`, () => approvalForm(a)]),
       ...questions.questions.map((q) => [`question:${q.id}`, () => questionForm(q)]),
@@ -248,53 +266,100 @@ async function agentPage(id, render) {
   const streamStatus = el("span", { id: "stream-status", class: "meta" });
   const pending = pendingForms(id, () => { pending.load().catch(() => {}); });
 
-  const refreshAgent = () => api("GET", `/v1/agents/${id}`).then(setAgent).catch(() => {});
+  // As with the pending forms: a slower earlier read must not show a state
+  // older than a later one did.
+  let refreshes = 0;
+  const refreshAgent = () => {
+    const mine = ++refreshes;
+    return api("GET", `/v1/agents/${id}`).then((a) => { if (mine === refreshes) setAgent(a); }).catch(() => {});
+  };
+  // The worker publishes deltas apart from the commit that saves the
+  // response, so a call's last deltas can arrive after its model.response,
+  // even after its turn ended. They show only while a turn is open (the
+  // stream replays from seq 0, so its events tell), and never for a call
+  // (lease epoch) whose response or retry has been saved.
+  let turnOpen = false, liveEpoch = null, savedEpoch = -1;
   const stream = streamEvents({
     url: `/v1/agents/${id}/stream`, key: sessionStorage.getItem(KEY), afterSeq: 0,
     onStatus: (s) => { streamStatus.textContent = `stream: ${s}`; },
-    onDelta: (delta) => { live.hidden = false; live.querySelector(".delta-text").textContent += delta.text ?? ""; },
+    onDelta: (delta) => {
+      if (!turnOpen || delta.epoch <= savedEpoch) return;
+      const text = live.querySelector(".delta-text");
+      if (delta.epoch !== liveEpoch) { liveEpoch = delta.epoch; text.textContent = ""; }
+      live.hidden = false;
+      text.textContent += delta.text ?? "";
+    },
     onEvent: (event) => {
-      if (event.type === "model.response" || event.type.startsWith("turn.")) { live.hidden = true; live.querySelector(".delta-text").textContent = ""; }
+      if (event.type === "turn.started") turnOpen = true;
+      else if (/^turn\.(completed|failed|cancelled)$/.test(event.type)) turnOpen = false;
+      if (event.type === "model.response" || event.type === "model.retry" || event.type.startsWith("turn.")) {
+        if (liveEpoch !== null) savedEpoch = Math.max(savedEpoch, liveEpoch);
+        live.hidden = true; live.querySelector(".delta-text").textContent = "";
+      }
       timeline.append(eventCard(event));
       if (/^(approval|question|tool_call|turn)\./.test(event.type)) pending.load().catch(() => {});
       refreshAgent();
     },
   });
 
-  const inputText = el("textarea", { id: "input-text", "aria-label": "Message" });
-  const inputStatus = el("p", { role: "status" });
+  const inputText = el("textarea", { id: "input-text", "aria-label": "Message", required: true });
+  const inputStatus = el("p", { role: "status", id: "input-status" });
+  // One Idempotency-Key per message: a double click, or a resend after a
+  // failure whose request did land, repeats the key and the API saves the
+  // input once. A different text is a new message with a new key.
+  let draft = null;
   const sendForm = el("form", { id: "send-input", onsubmit: async (e) => {
     e.preventDefault();
+    const content = inputText.value;
+    if (draft?.content !== content) draft = { content, key: crypto.randomUUID() };
+    const sending = draft;
     try {
-      await api("POST", `/v1/agents/${id}/inputs`, { content: inputText.value }, { "Idempotency-Key": crypto.randomUUID() });
-      inputText.value = ""; inputStatus.replaceChildren(el("span", { class: "notice" }, "sent"));
+      await api("POST", `/v1/agents/${id}/inputs`, { content }, { "Idempotency-Key": sending.key });
+      if (draft === sending) { draft = null; inputText.value = ""; }
+      inputStatus.replaceChildren(el("span", { class: "notice" }, "sent"));
     } catch (error) { inputStatus.replaceChildren(errorLine(error)); }
-  } }, el("h3", {}, "Send an input"), inputText, el("button", { type: "submit", class: "primary" }, "Send"), inputStatus);
+  } }, el("h3", {}, "Send an input"), inputText, el("button", { type: "submit", class: "primary", id: "send" }, "Send"), inputStatus);
 
-  const patchText = el("textarea", { id: "config-patch", "aria-label": "Config merge patch" }, "{}");
+  const patchText = el("textarea", { id: "config-patch", "aria-label": "Config merge patch", "aria-describedby": "config-error" }, "{}");
   const patchStatus = el("p", { role: "status" });
+  // A refused patch (400, 422) names the config field at fault: it is shown
+  // by that name right under the patch, which is marked invalid, until the
+  // next attempt.
+  const fieldError = el("p", { id: "config-error", class: "field-error", role: "alert", hidden: true });
+  const refuse = (field, message) => {
+    patchText.setAttribute("aria-invalid", "true");
+    fieldError.dataset.field = field ?? "";
+    fieldError.replaceChildren(...(field ? [el("code", { class: "field" }, field), " "] : []), message);
+    fieldError.hidden = false;
+  };
   const patchForm = el("form", { id: "edit-config", onsubmit: async (e) => {
     e.preventDefault();
+    patchText.removeAttribute("aria-invalid");
+    fieldError.hidden = true;
+    patchStatus.replaceChildren();
     let patch;
-    try { patch = JSON.parse(patchText.value); } catch { patchStatus.replaceChildren(el("span", { class: "error" }, "the patch must be JSON")); return; }
+    try { patch = JSON.parse(patchText.value); } catch { refuse(null, "the patch must be JSON"); return; }
     try {
       const updated = await api("PATCH", `/v1/agents/${id}`, patch, { "Content-Type": "application/merge-patch+json" });
       setAgent(updated); configView.replaceChildren(folded("config", maskSecrets(updated.config)));
       patchStatus.replaceChildren(el("span", { class: "notice" }, "saved"));
     } catch (error) {
-      const field = error.body?.error?.field;
-      patchStatus.replaceChildren(el("span", { class: "error", role: "alert" }, field ? `${field}: ${error.message}` : error.message));
+      if (error.body?.error?.field) refuse(error.body.error.field, error.message);
+      else patchStatus.replaceChildren(errorLine(error));
     }
-  } }, el("h3", {}, "Edit config (JSON merge patch)"), patchText, el("button", { type: "submit" }, "Apply"), patchStatus);
+  } }, el("h3", {}, "Edit config (JSON merge patch)"), patchText, fieldError, el("button", { type: "submit", id: "apply-patch" }, "Apply"), patchStatus);
 
-  const actionStatus = el("p", { role: "status" });
-  const act = (path) => async () => {
-    try { const r = await api("POST", path); setAgent(r.agent ?? r); actionStatus.textContent = "done"; }
+  const actionStatus = el("p", { role: "status", id: "action-status" });
+  // outcome(response) says what happened: cancel answers "cancelled" or
+  // "requested" (a worker is mid-step and stops within a second).
+  const act = (path, outcome) => async () => {
+    actionStatus.replaceChildren();
+    try { const r = await api("POST", path); setAgent(r.agent ?? r); actionStatus.replaceChildren(el("span", { class: "notice" }, outcome(r))); }
     catch (error) { actionStatus.replaceChildren(errorLine(error)); }
   };
   const controls = el("div", { class: "toolbar" },
-    el("button", { type: "button", id: "cancel", onclick: act(`/v1/agents/${id}/cancel`) }, "Cancel turn"),
-    el("button", { type: "button", id: "archive", onclick: act(`/v1/agents/${id}/archive`) }, "Archive"), actionStatus);
+    el("button", { type: "button", id: "cancel", onclick: act(`/v1/agents/${id}/cancel`, (r) => `cancel: ${r.status}`) }, "Cancel turn"),
+    el("button", { type: "button", id: "archive", onclick: act(`/v1/agents/${id}/archive`, () => "archived") }, "Archive"), actionStatus);
 
   if (!render(el("h1", {}, `Agent ${id}`), stateLine, streamStatus, controls, configView, pending.box,
     el("h2", {}, "Timeline"), timeline, live, el("div", { class: "actions" }, sendForm, patchForm))) {
@@ -307,15 +372,6 @@ async function agentPage(id, render) {
 
 // ---- operations ------------------------------------------------------------
 
-function table(id, headers, rows) {
-  return el("div", { class: "table-wrap" }, el("table", { id },
-    el("thead", {}, el("tr", {}, headers.map((h) => el("th", { scope: "col" }, h)))),
-    el("tbody", {}, rows.map((cells) => el("tr", {}, cells.map((c) => el("td", {}, c)))))));
-}
-
-const link = (id) => el("a", { href: `#/agents/${id}` }, id);
-const when = (t) => (t ? new Date(t).toLocaleString() : "—");
-
 async function operationsPage(render) {
   await loadProject();
   const ops = await api("GET", "/v1/operations");
@@ -325,12 +381,13 @@ async function operationsPage(render) {
       ops.workers.map((w) => [w.worker, w.agents_held, when(w.soonest_lease_expiry), el("span", {}, w.agents.map(link))])),
     el("h2", {}, "Stuck agents"), table("stuck", ["Agent", "State", "Reason", "Since"],
       ops.stuck_agents.map((s) => [link(s.agent_id), s.state, s.reason, when(s.since)])),
-    el("h2", {}, "Webhook endpoints"), table("webhooks", ["URL", "Pending", "Due", "In flight", "Failed", "Recent failures"],
-      ops.webhooks.map((w) => [w.url, w.pending, w.due, w.in_flight, w.failed,
-        el("ul", {}, w.recent_failures.map((f) => el("li", {}, `${f.event_type}: ${f.last_status_code ?? ""} ${f.last_error ?? ""} (${f.attempts} attempts)`)))])),
+    el("h2", {}, "Webhook endpoints"), table("webhooks", ["URL", "Pending", "Due", "Oldest due", "In flight", "Failed", "Recent failures"],
+      ops.webhooks.map((w) => [w.url, w.pending, w.due, when(w.oldest_due_at), w.in_flight, w.failed,
+        el("ul", {}, w.recent_failures.map((f) => el("li", {},
+          `${f.event_type} (${f.status}, ${f.attempts} attempt${f.attempts === 1 ? "" : "s"}): ${[f.last_status_code && `HTTP ${f.last_status_code}`, f.last_error].filter(Boolean).join(" ")}`)))])),
     el("h2", {}, "Machines"), table("machines", ["Machine", "Online", "Last heartbeat", "Queued", "Running commands"],
       ops.machines.map((m) => [m.name, m.online ? "online" : "offline", when(m.last_heartbeat_at), m.queued,
-        el("ul", {}, m.running.map((c) => el("li", {}, el("code", {}, c.command), " · ", link(c.agent_id))))])));
+        el("ul", {}, m.running.map((c) => el("li", {}, el("code", {}, c.command), " · ", link(c.agent_id), ` · since ${when(c.accepted_at)}`)))])));
 }
 
 // ---- routing ---------------------------------------------------------------

@@ -83,6 +83,10 @@ pub struct AgentView {
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
     state_changed_at: DateTime<Utc>,
+    /// In a list with `order=activity` only: the time the list is ordered
+    /// by (its latest event's time, else its creation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    activity_at: Option<DateTime<Utc>>,
 }
 
 impl From<Agent> for AgentView {
@@ -97,6 +101,7 @@ impl From<Agent> for AgentView {
             created_at: agent.created_at,
             updated_at: agent.updated_at,
             state_changed_at: agent.state_changed_at,
+            activity_at: None,
         }
     }
 }
@@ -289,7 +294,10 @@ async fn list_by_activity(
     Ok(Json(AgentList {
         agents: agents
             .into_iter()
-            .map(|a| AgentView::from(a.agent))
+            .map(|a| AgentView {
+                activity_at: Some(a.activity),
+                ..AgentView::from(a.agent)
+            })
             .collect(),
         has_more,
         next_cursor,

@@ -30,11 +30,42 @@ impl ApiServer {
 
     /// A server whose configuration `tune` adjusts first.
     pub async fn start_with(db: &TestDb, tune: impl FnOnce(&mut ApiConfig)) -> ApiServer {
-        let mut config = ApiConfig::new(db.config.clone());
-        tune(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind an ephemeral port");
+        ApiServer::serve_on(db, listener, tune).await
+    }
+
+    /// Stop this server (every open stream is cut, new connections are
+    /// refused), run `while_down`, then serve again on the same address
+    /// (default configuration): a restart as its clients see it.
+    pub async fn restart_after<T>(
+        &mut self,
+        db: &TestDb,
+        while_down: impl std::future::Future<Output = T>,
+    ) -> T {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            let stopped = task.await.expect("serve task panicked");
+            stopped.expect("the server stops cleanly");
+        }
+        let outcome = while_down.await;
+        // tokio binds with SO_REUSEADDR: the old connections' TIME_WAIT does
+        // not keep the port.
+        let listener = tokio::net::TcpListener::bind(self.addr)
+            .await
+            .expect("bind the same address again");
+        *self = ApiServer::serve_on(db, listener, |_| {}).await;
+        outcome
+    }
+
+    async fn serve_on(
+        db: &TestDb,
+        listener: tokio::net::TcpListener,
+        tune: impl FnOnce(&mut ApiConfig),
+    ) -> ApiServer {
+        let mut config = ApiConfig::new(db.config.clone());
+        tune(&mut config);
         let addr = listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(holdfast_api::serve(config, listener, shutdown.clone()));
@@ -108,6 +139,19 @@ pub async fn project_key(client: &Client) -> (Uuid, String) {
 /// Give `agent` a turn whose model step asks for one custom tool call, so
 /// the agent waits for the client's result; returns the call's id.
 pub async fn waiting_custom_call(client: &Client, agent: Uuid) -> Uuid {
+    waiting_tool_call(client, agent, "lookup", json!({"q": 1}), ToolKind::Custom).await
+}
+
+/// Give `agent` (the only ready agent) a turn whose model step asks for one
+/// call of tool `name` of `kind` with `input`, committed as a worker would
+/// (a `run_command` call queues its command); returns the call's id.
+pub async fn waiting_tool_call(
+    client: &Client,
+    agent: Uuid,
+    name: &str,
+    input: serde_json::Value,
+    kind: ToolKind,
+) -> Uuid {
     store::create_input(client, agent, &json!("use the tool"), None)
         .await
         .unwrap();
@@ -130,14 +174,12 @@ pub async fn waiting_custom_call(client: &Client, agent: Uuid) -> Uuid {
         .collect();
     let step = ModelStep {
         input_ids: inputs,
-        message: vec![
-            json!({"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": 1}}),
-        ],
+        message: vec![json!({"type": "tool_use", "id": "toolu_1", "name": name, "input": input})],
         tool_calls: vec![NewToolCall {
             provider_id: "toolu_1".into(),
-            name: "lookup".into(),
-            input: json!({"q": 1}),
-            kind: ToolKind::Custom,
+            name: name.into(),
+            input,
+            kind,
         }],
         usage: json!({}),
         stop_reason: Some("tool_use".into()),

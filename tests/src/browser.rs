@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use fantoccini::actions::{
+    InputSource, KeyAction, KeyActions, MouseActions, PointerAction, MOUSE_BUTTON_LEFT,
+};
+use fantoccini::key::Key;
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{json, Value};
@@ -200,6 +204,52 @@ impl Browser {
             .click()
             .await
             .unwrap_or_else(|e| panic!("click {css}: {e}"));
+    }
+
+    /// Double-click the element matching `css`: one WebDriver action of two
+    /// clicks, as fast as a person's (the page's handlers see both).
+    pub async fn double_click(&self, css: &str) {
+        let element = self.element(css).await;
+        self.eval(
+            "document.querySelector(arguments[0]).scrollIntoView({block: 'center'});",
+            vec![json!(css)],
+        )
+        .await;
+        let left = MOUSE_BUTTON_LEFT;
+        let mouse = MouseActions::new("mouse".into())
+            .then(PointerAction::MoveToElement {
+                element,
+                duration: None,
+                x: 0.0,
+                y: 0.0,
+            })
+            .then(PointerAction::Down { button: left })
+            .then(PointerAction::Up { button: left })
+            .then(PointerAction::Down { button: left })
+            .then(PointerAction::Up { button: left });
+        self.client
+            .perform_actions(mouse)
+            .await
+            .unwrap_or_else(|e| panic!("double-click {css}: {e}"));
+    }
+
+    /// Press `key` on the keyboard: whatever has the focus receives it.
+    pub async fn press(&self, key: Key) {
+        let keys = KeyActions::new("keyboard".into())
+            .then(KeyAction::Down { value: key.into() })
+            .then(KeyAction::Up { value: key.into() });
+        self.client
+            .perform_actions(keys)
+            .await
+            .unwrap_or_else(|e| panic!("press {key:?}: {e}"));
+    }
+
+    /// Resize the window (the page's viewport in headless Chromium).
+    pub async fn resize(&self, width: u32, height: u32) {
+        self.client
+            .set_window_size(width, height)
+            .await
+            .expect("resize the window");
     }
 
     pub async fn type_into(&self, css: &str, text: &str) {

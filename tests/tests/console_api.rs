@@ -3,6 +3,7 @@
 //! activity-ordered agent list (search, state filter, keyset paging) and
 //! its plan over 100,000 agents, and the operations overview.
 
+use chrono::{DateTime, Utc};
 use holdfast_engine::store;
 use holdfast_engine::store::console::AGENTS_BY_ACTIVITY_SQL;
 use holdfast_tests::api_server::{project_key, ApiServer};
@@ -159,6 +160,33 @@ async fn the_activity_list_pages_newest_first_and_filters_and_searches() {
     let mut expected: Vec<String> = created[1..].iter().rev().map(Uuid::to_string).collect();
     expected.insert(0, created[0].to_string());
     assert_eq!(seen, expected, "newest activity first, every agent once");
+
+    // Each agent carries the time it is ordered by: the latest event's,
+    // else its creation; the default order has no such time.
+    let first = page(&api, &key, "limit=2").await;
+    let activity = |agent: &Value| -> DateTime<Utc> {
+        serde_json::from_value(agent["activity_at"].clone()).unwrap()
+    };
+    let (event_at, second_created): (DateTime<Utc>, DateTime<Utc>) = client
+        .query_one(
+            "SELECT (SELECT last_event_at FROM holdfast.agents WHERE id = $1), \
+                    (SELECT created_at FROM holdfast.agents WHERE id = $2)",
+            &[&created[0], &created[24]],
+        )
+        .await
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(activity(&first["agents"][0]), event_at);
+    assert_eq!(activity(&first["agents"][1]), second_created);
+    let by_created: Value = api
+        .request(Method::GET, "/v1/agents?limit=1", &key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(by_created["agents"][0].get("activity_at").is_none());
 
     let ready = page(&api, &key, "state=ready").await;
     assert_eq!(ids(&ready), vec![created[0].to_string()]);

@@ -3,7 +3,12 @@
 //! speaking the Anthropic wire protocol: sign in, live deltas before the
 //! answer is saved, the operations page, approving and answering from the page, a 409 when
 //! someone else answered first, model output that holds markup, and the
-//! agent list over 1,000 agents. Each test saves a screenshot to
+//! agent list over 1,000 agents. One more test shares one browser session,
+//! server and worker across scenarios run in turn (each an async fn named
+//! after what it asserts): every part of the operations page, a phone-sized
+//! viewport, the keyboard alone, a double click on Send, a 422 config patch,
+//! questions answered here and elsewhere, cancel and archive, and resuming
+//! after the API restarts. Each test saves screenshots to
 //! target/console-screenshots/.
 //!
 //! Without Chromium and chromedriver these tests print SKIPPED and pass,
@@ -12,12 +17,18 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
+use fantoccini::key::Key;
+use holdfast_engine::domain::{Heartbeat, ToolKind};
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
-use holdfast_tests::api_server::{project_key, ApiServer};
+use holdfast_tests::api_server::{project_key, waiting_tool_call, ApiServer};
 use holdfast_tests::browser::Browser;
 use holdfast_tests::process::HoldfastProcess;
-use holdfast_tests::scenario::{count_events, spawn_worker, wait_for_event};
+use holdfast_tests::scenario::{
+    agent_state, count_events, spawn_worker, wait_for_event, wait_for_events,
+};
 use holdfast_tests::{default_config, wait_for_lock_wait, TestDb};
 use serde_json::{json, Value};
 use tokio_postgres::Client;
@@ -458,6 +469,18 @@ async fn the_agent_list_over_1000_agents_pages_through_all_and_filters() {
         .iter()
         .map(|r| r.get(0))
         .collect();
+    let activity: Vec<DateTime<Utc>> = console
+        .client
+        .query(
+            "SELECT coalesce(last_event_at, created_at) FROM holdfast.agents WHERE project_id = $1 \
+              ORDER BY created_at DESC",
+            &[&console.project],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
     console.sign_in().await;
     console.browser.wait_for_text("#counts", "idle: 900").await;
     console
@@ -472,6 +495,20 @@ async fn the_agent_list_over_1000_agents_pages_through_all_and_filters() {
         let rows = wait_for_page(&console.browser, 50, first_of_page.as_deref()).await;
         if page == 0 {
             console.browser.screenshot("agents").await;
+            // The time shown is the one the list is ordered by (here each
+            // agent's creation: none has events; updated_at is now for all).
+            let shown = console
+                .browser
+                .eval(
+                    "return { header: document.querySelector('#agents thead th:last-child').textContent, \
+                              times: [...document.querySelectorAll(\"#agents tbody td[data-label='Last activity'] time\")] \
+                                       .map((t) => t.getAttribute('datetime')) };",
+                    vec![],
+                )
+                .await;
+            assert_eq!(shown["header"], "Last activity");
+            let times: Vec<DateTime<Utc>> = serde_json::from_value(shown["times"].clone()).unwrap();
+            assert_eq!(times, activity[..50]);
         }
         first_of_page = rows.first().cloned();
         seen.extend(rows);
@@ -497,7 +534,7 @@ async fn the_agent_list_over_1000_agents_pages_through_all_and_filters() {
     let states = console
         .browser
         .eval(
-            "return [...new Set([...document.querySelectorAll('#agents tbody td.state')].map((td) => td.textContent))];",
+            "return [...new Set([...document.querySelectorAll(\"#agents tbody td[data-label='State']\")].map((td) => td.textContent))];",
             vec![],
         )
         .await;
@@ -520,5 +557,802 @@ async fn the_agent_list_over_1000_agents_pages_through_all_and_filters() {
         .await;
     console.browser.screenshot("agents-filtered").await;
 
+    console.browser.close().await;
+}
+
+// ---- one browser, one server: operations, a phone, the keyboard, and every
+// action on an agent's page ---------------------------------------------------
+
+/// The name of `project`.
+async fn project_name(client: &Client, project: Uuid) -> String {
+    client
+        .query_one(
+            "SELECT name FROM holdfast.projects WHERE id = $1",
+            &[&project],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// The cells' text of each row of the page's table `#id`.
+async fn table_rows(browser: &Browser, id: &str) -> Vec<Vec<String>> {
+    let rows = browser
+        .eval(
+            "return [...document.querySelectorAll(`#${arguments[0]} tbody tr`)] \
+                 .map((tr) => [...tr.cells].map((td) => td.textContent));",
+            vec![json!(id)],
+        )
+        .await;
+    serde_json::from_value(rows).unwrap()
+}
+
+/// The row of table `#id` whose first cell is `first`.
+async fn row_of(browser: &Browser, id: &str, first: &str) -> Vec<String> {
+    table_rows(browser, id)
+        .await
+        .into_iter()
+        .find(|row| row[0] == first)
+        .unwrap_or_else(|| panic!("no row {first:?} in #{id}"))
+}
+
+/// A second project with something in every part of the operations page:
+/// a worker holding an agent, an agent whose lease ran out (stuck), a
+/// webhook endpoint with a delivery in flight, one to retry after a 500 and
+/// one failed, an online machine running a command and one never seen.
+struct OpsProject {
+    key: String,
+    name: String,
+    held: Uuid,
+    lapsed: Uuid,
+    runner: Uuid,
+    endpoint: Uuid,
+}
+
+async fn ops_project(client: &Client) -> OpsProject {
+    let (project, key) = project_key(client).await;
+    let endpoint = store::create_webhook_endpoint(
+        client,
+        project,
+        "https://hooks.example.com/holdfast",
+        &json!(["input.received"]),
+        None,
+        false,
+    )
+    .await
+    .unwrap()
+    .endpoint
+    .id;
+    // No other agent is ready (this runs before any worker): each claim
+    // takes the agent just given an input.
+    let claimed = |worker: &'static str, lease: Duration| async move {
+        let agent = store::create_agent(client, project, &default_config())
+            .await
+            .unwrap();
+        store::create_input(client, agent, &json!("work"), None)
+            .await
+            .unwrap();
+        let claims = store::claim_agents(client, worker, 1, lease).await.unwrap();
+        assert_eq!(
+            claims.iter().map(|c| c.agent_id).collect::<Vec<_>>(),
+            vec![agent]
+        );
+        agent
+    };
+    let held = claimed("ops-worker", Duration::from_secs(3600)).await;
+    let lapsed = claimed("ops-gone-worker", Duration::from_millis(1)).await;
+
+    let machine = store::register_machine(client, project, "build-box", None)
+        .await
+        .unwrap()
+        .machine_id;
+    let session = Uuid::new_v4();
+    let heartbeat = Heartbeat {
+        session,
+        started: true,
+        commands: vec![],
+    };
+    store::machine_heartbeat(client, machine, &heartbeat)
+        .await
+        .unwrap();
+    store::register_machine(client, project, "never-seen", None)
+        .await
+        .unwrap();
+    let runner = store::create_agent(
+        client,
+        project,
+        &json!({"model": {"provider": "anthropic", "name": "claude-test"},
+                "tools": [{"type": "run_command", "machine": machine}]}),
+    )
+    .await
+    .unwrap();
+    waiting_tool_call(
+        client,
+        runner,
+        "run_command",
+        json!({"command": "make test"}),
+        ToolKind::Command,
+    )
+    .await;
+    let accepted = store::claim_commands(client, machine, 10, Some(session))
+        .await
+        .unwrap();
+    assert_eq!(accepted.len(), 1);
+
+    // The three inputs queued three deliveries: one stays in flight, one is
+    // retried in an hour after a 500, one failed for good.
+    let deliveries = store::claim_webhook_deliveries(client, 10, Duration::from_secs(3600), 10)
+        .await
+        .unwrap();
+    assert_eq!(deliveries.len(), 3);
+    let hour = Duration::from_secs(3600);
+    store::record_webhook_attempt(client, &deliveries[0], Some(500), None, hour, 24 * hour)
+        .await
+        .unwrap();
+    store::record_webhook_attempt(
+        client,
+        &deliveries[1],
+        None,
+        Some("connection refused"),
+        hour,
+        Duration::ZERO,
+    )
+    .await
+    .unwrap();
+    OpsProject {
+        name: project_name(client, project).await,
+        key,
+        held,
+        lapsed,
+        runner,
+        endpoint,
+    }
+}
+
+impl Console {
+    /// Sign out and sign in again with `key` (of the project `name`).
+    async fn sign_in_as(&self, key: &str, name: &str) {
+        self.browser.click("#sign-out").await;
+        self.browser.sign_in(&self.api.url(""), key, name).await;
+    }
+}
+
+/// Every part of the operations page, against what the database says.
+async fn operations_shows_queue_workers_stuck_agents_webhooks_and_machines(
+    console: &Console,
+    ops: &OpsProject,
+) {
+    let browser = &console.browser;
+    browser.goto(&console.api.url("/#/operations")).await;
+    browser.wait_for_text("#machines", "make test").await;
+    // Queue depth by state.
+    for count in ["running: 2", "waiting: 1", "ready: 0", "idle: 0"] {
+        browser.wait_for_text("#counts", count).await;
+    }
+    // Workers and the leases they hold.
+    let worker = row_of(browser, "workers", "ops-worker").await;
+    assert_eq!(worker[1], "1", "{worker:?}");
+    assert_eq!(worker[3], ops.held.to_string(), "{worker:?}");
+    let gone = row_of(browser, "workers", "ops-gone-worker").await;
+    assert_eq!(gone[3], ops.lapsed.to_string(), "{gone:?}");
+    // Stuck agents with the reason: the one whose lease ran out, only.
+    let stuck = table_rows(browser, "stuck").await;
+    assert_eq!(stuck.len(), 1, "{stuck:?}");
+    assert_eq!(stuck[0][0], ops.lapsed.to_string());
+    assert_eq!(stuck[0][1], "running");
+    assert!(stuck[0][2].starts_with("lease expired at "), "{stuck:?}");
+    // The webhook endpoint: its backlog as the DBA view counts it, and both
+    // failures with what went wrong.
+    let queue = console
+        .client
+        .query_one(
+            "SELECT pending, due, in_flight, failed FROM holdfast.webhook_queue WHERE endpoint_id = $1",
+            &[&ops.endpoint],
+        )
+        .await
+        .unwrap();
+    let counted: Vec<String> = (0..4).map(|i| queue.get::<_, i64>(i).to_string()).collect();
+    assert_eq!(counted[2..], ["1", "1"], "one in flight, one failed");
+    let hook = row_of(browser, "webhooks", "https://hooks.example.com/holdfast").await;
+    assert_eq!(
+        [&hook[1], &hook[2], &hook[4], &hook[5]],
+        [&counted[0], &counted[1], &counted[2], &counted[3]],
+        "{hook:?}"
+    );
+    assert!(
+        hook[6].contains("input.received (pending, 1 attempt): HTTP 500"),
+        "{hook:?}"
+    );
+    assert!(
+        hook[6].contains("input.received (failed, 1 attempt): connection refused"),
+        "{hook:?}"
+    );
+    // Machines online and offline, with the command running.
+    let machine = row_of(browser, "machines", "build-box").await;
+    assert_eq!(machine[1], "online");
+    assert!(
+        machine[4].starts_with(&format!("make test · {}", ops.runner)),
+        "{machine:?}"
+    );
+    let never = row_of(browser, "machines", "never-seen").await;
+    assert_eq!((never[1].as_str(), never[2].as_str()), ("offline", "—"));
+    browser.screenshot("operations-all-parts").await;
+}
+
+/// Whether the page scrolls sideways, or any of its tables does.
+const SIDEWAYS: &str = "return document.documentElement.scrollWidth > window.innerWidth \
+    || [...document.querySelectorAll('.table-wrap')].some((w) => w.scrollWidth > w.clientWidth);";
+
+/// At 390x844 no page scrolls sideways, every action lies within the
+/// screen, and an input sent from the phone is saved.
+async fn a_phone_sized_page_scrolls_only_down_and_reaches_every_action(
+    console: &Console,
+    ops: &OpsProject,
+) {
+    let browser = &console.browser;
+    browser.resize(390, 844).await;
+    let width = browser.eval("return window.innerWidth;", vec![]).await;
+    assert_eq!(width, json!(390), "the viewport is a phone's");
+    browser.goto(&console.api.url("/#/operations")).await;
+    browser.wait_for_text("#machines", "make test").await;
+    assert_eq!(
+        browser.eval(SIDEWAYS, vec![]).await,
+        json!(false),
+        "operations"
+    );
+    browser.screenshot("phone-operations").await;
+    browser.goto(&console.api.url("/#/agents")).await;
+    browser
+        .wait_for_text("#agents", &ops.held.to_string())
+        .await;
+    assert_eq!(browser.eval(SIDEWAYS, vec![]).await, json!(false), "agents");
+    browser.screenshot("phone-agents").await;
+
+    // Open the agent from the list, as a thumb would.
+    browser
+        .click(&format!("#agents a[href='#/agents/{}']", ops.held))
+        .await;
+    browser
+        .wait_for_text("#stream-status", "stream: live")
+        .await;
+    browser.wait_for_text("#timeline", "input.received").await;
+    assert_eq!(browser.eval(SIDEWAYS, vec![]).await, json!(false), "agent");
+    let outside = browser
+        .eval(
+            "return ['#cancel', '#archive', '#input-text', '#send', '#config-patch', '#apply-patch', \
+                     '#config summary', '#sign-out'] \
+                 .filter((css) => { const r = document.querySelector(css).getBoundingClientRect(); \
+                                     return r.width === 0 || r.left < 0 || r.right > window.innerWidth; });",
+            vec![],
+        )
+        .await;
+    assert_eq!(outside, json!([]), "actions outside the screen");
+    browser.type_into("#input-text", "sent from a phone").await;
+    browser.click("#send").await;
+    browser.wait_for_text("#input-status", "sent").await;
+    console
+        .wait_for_card("input.received", "sent from a phone")
+        .await;
+    browser.screenshot("phone-agent").await;
+    browser.resize(1280, 900).await;
+}
+
+/// Whether the focused element shows a focus ring.
+const FOCUS_RING: &str = "const e = document.activeElement; const s = getComputedStyle(e); \
+    return { tag: e.tagName, id: e.id, href: e.getAttribute('href'), \
+             ring: s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) >= 2 };";
+
+/// Press Tab until the focused element matches `css` (at most `limit`
+/// presses), checking that everything focused on the way shows a ring.
+async fn tab_to(browser: &Browser, css: &str, limit: usize) {
+    for _ in 0..limit {
+        browser.press(Key::Tab).await;
+        let focused = browser.eval(FOCUS_RING, vec![]).await;
+        assert_eq!(
+            focused["ring"],
+            json!(true),
+            "no visible focus on {focused}"
+        );
+        let there = browser
+            .eval(
+                "return document.activeElement.matches(arguments[0]);",
+                vec![json!(css)],
+            )
+            .await;
+        if there == json!(true) {
+            return;
+        }
+    }
+    panic!("{css} not reached in {limit} presses of Tab");
+}
+
+/// From the list to an agent and an input sent, by Tab and Enter alone,
+/// with a visible focus at every step.
+async fn the_keyboard_reaches_the_list_and_the_actions_with_visible_focus(
+    console: &Console,
+    ops: &OpsProject,
+) {
+    let browser = &console.browser;
+    browser.goto(&console.api.url("/#/agents")).await;
+    browser
+        .wait_for_text("#agents", &ops.held.to_string())
+        .await;
+    tab_to(browser, "#agents tbody a", 10).await;
+    let href = browser
+        .eval(
+            "return document.activeElement.getAttribute('href');",
+            vec![],
+        )
+        .await;
+    let agent: Uuid = href
+        .as_str()
+        .unwrap()
+        .trim_start_matches("#/agents/")
+        .parse()
+        .unwrap();
+    browser.press(Key::Enter).await;
+    browser
+        .wait_for_text("#stream-status", "stream: live")
+        .await;
+    browser.wait_for_text("h1", &format!("Agent {agent}")).await;
+    tab_to(browser, "#cancel", 3).await;
+    tab_to(browser, "#input-text", 40).await;
+    browser
+        .client
+        .active_element()
+        .await
+        .unwrap()
+        .send_keys("sent by keyboard")
+        .await
+        .unwrap();
+    tab_to(browser, "#send", 1).await;
+    browser.screenshot("keyboard-focus").await;
+    browser.press(Key::Enter).await;
+    browser.wait_for_text("#input-status", "sent").await;
+    let saved: i64 = console
+        .client
+        .query_one(
+            "SELECT count(*) FROM holdfast.inputs WHERE agent_id = $1 AND content = '\"sent by keyboard\"'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(saved, 1);
+}
+
+/// A double click on Send posts twice with one Idempotency-Key and the
+/// agent gets one input.
+async fn a_double_click_on_send_saves_one_input(console: &Console, fake: &FakeProvider) -> Uuid {
+    let agent = console.new_agent(&default_config()).await;
+    fake.push(Reply::text("Got it once."));
+    console.open_agent(agent).await;
+    // Record what the page posts: each input request's key and status.
+    console
+        .browser
+        .eval(
+            "window.__inputPosts = []; const send = window.fetch; \
+             window.fetch = (url, init) => { \
+               const response = send.call(window, url, init); \
+               if (init?.method === 'POST' && String(url).endsWith('/inputs')) { \
+                 const post = { key: init.headers['Idempotency-Key'], status: null }; \
+                 window.__inputPosts.push(post); \
+                 response.then((r) => { post.status = r.status; }); \
+               } \
+               return response; };",
+            vec![],
+        )
+        .await;
+    console
+        .browser
+        .type_into("#input-text", "only once, please")
+        .await;
+    console.browser.double_click("#send").await;
+    console
+        .browser
+        .wait_for(
+            "both posts answered",
+            "return window.__inputPosts.length >= 2 && window.__inputPosts.every((p) => p.status !== null);",
+            vec![],
+        )
+        .await;
+    let posts = console
+        .browser
+        .eval("return window.__inputPosts;", vec![])
+        .await;
+    let posts = posts.as_array().unwrap();
+    assert_eq!(
+        posts.len(),
+        2,
+        "the double click submitted twice: {posts:?}"
+    );
+    assert_eq!(posts[0]["key"], posts[1]["key"], "with one key");
+    assert_eq!(posts[0]["status"], 201);
+    assert_eq!(posts[1]["status"], 201, "the second is the first's replay");
+    console
+        .wait_for_card("model.response", "Got it once.")
+        .await;
+    let inputs: Vec<(Value, String)> = console
+        .client
+        .query(
+            "SELECT content, idempotency_key FROM holdfast.inputs WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        inputs,
+        vec![(
+            json!("only once, please"),
+            posts[0]["key"].as_str().unwrap().to_owned()
+        )]
+    );
+    let cards = console
+        .browser
+        .eval(
+            "return document.querySelectorAll(\"#timeline [data-type='input.received']\").length;",
+            vec![],
+        )
+        .await;
+    assert_eq!(cards, json!(1));
+    agent
+}
+
+/// A patch the API refuses with 422 names its field under the patch, marks
+/// the patch invalid and changes nothing; a good patch then saves.
+async fn a_refused_config_patch_is_shown_at_its_field_and_changes_nothing(
+    console: &Console,
+    agent: Uuid,
+) {
+    let config = || async {
+        console
+            .client
+            .query_one(
+                "SELECT config FROM holdfast.agents WHERE id = $1",
+                &[&agent],
+            )
+            .await
+            .unwrap()
+            .get::<_, Value>(0)
+    };
+    let before = config().await;
+    let browser = &console.browser;
+    browser
+        .type_into("#config-patch", r#"{"model": {"endpoint": "nowhere"}}"#)
+        .await;
+    browser.click("#apply-patch").await;
+    browser
+        .wait_for_text("#config-error", "no model endpoint named nowhere")
+        .await;
+    let shown = browser
+        .eval(
+            "const error = document.getElementById('config-error'); \
+             return { field: error.dataset.field, code: error.querySelector('code.field').textContent, \
+                      visible: !error.hidden, \
+                      invalid: document.getElementById('config-patch').getAttribute('aria-invalid') };",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        shown,
+        json!({"field": "model.endpoint", "code": "model.endpoint", "visible": true, "invalid": "true"})
+    );
+    browser.screenshot("config-refused").await;
+    assert_eq!(config().await, before, "a refused patch changes nothing");
+
+    browser
+        .type_into("#config-patch", r#"{"system": "Answer briefly."}"#)
+        .await;
+    browser.click("#apply-patch").await;
+    browser.wait_for_text("#edit-config", "saved").await;
+    let cleared = browser
+        .eval(
+            "return { visible: !document.getElementById('config-error').hidden, \
+                      invalid: document.getElementById('config-patch').getAttribute('aria-invalid'), \
+                      config: document.getElementById('config').textContent.includes('Answer briefly.') };",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        cleared,
+        json!({"visible": false, "invalid": null, "config": true})
+    );
+    assert_eq!(config().await["system"], "Answer briefly.");
+}
+
+fn question_config() -> Value {
+    json!({
+        "model": {"provider": "anthropic", "name": "claude-test"},
+        "tools": [{"type": "ask_user"}]
+    })
+}
+
+/// The pending question of `agent` (the page shows its form, so it exists).
+async fn pending_question(client: &Client, agent: Uuid) -> Uuid {
+    client
+        .query_one(
+            "SELECT id FROM holdfast.questions WHERE agent_id = $1 AND status = 'pending'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// An ask_user question answered on the page: the model gets the answer.
+async fn a_question_answered_on_the_page_lets_the_agent_go_on(
+    console: &Console,
+    fake: &FakeProvider,
+) -> Uuid {
+    let agent = console.new_agent(&question_config()).await;
+    fake.push(Reply::tool_calls(vec![(
+        "ask_user",
+        json!({"question": "Which colour?"}),
+    )]));
+    fake.push(Reply::text("Blue it is."));
+    console.open_agent(agent).await;
+    console.input(agent, "paint the fence").await;
+    let browser = &console.browser;
+    browser
+        .wait_for_text("form.question h3", "Which colour?")
+        .await;
+    console
+        .wait_for_card("question.asked", "Which colour?")
+        .await;
+    browser.screenshot("question").await;
+    browser
+        .type_into("form.question input.answer", "blue")
+        .await;
+    browser.click("form.question button[type=submit]").await;
+    browser
+        .wait_for_text("#answer-notice", "answer: sent")
+        .await;
+    console
+        .wait_for_card("question.answered", "blue (console)")
+        .await;
+    console.wait_for_card("model.response", "Blue it is.").await;
+    let row = console
+        .client
+        .query_one(
+            "SELECT status, answer, answered_by FROM holdfast.questions WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            row.get::<_, String>(0),
+            row.get::<_, String>(1),
+            row.get::<_, String>(2)
+        ),
+        ("answered".into(), "blue".into(), "console".into())
+    );
+    agent
+}
+
+/// Someone else's answer lands first: the page shows theirs, which stands.
+async fn a_question_answered_elsewhere_first_shows_as_already_answered_with_theirs(
+    console: &Console,
+    fake: &FakeProvider,
+    agent: Uuid,
+) {
+    fake.push(Reply::tool_calls(vec![(
+        "ask_user",
+        json!({"question": "Which size?"}),
+    )]));
+    fake.push(Reply::text("Large it is."));
+    console.input(agent, "and the size?").await;
+    let browser = &console.browser;
+    browser
+        .wait_for_text("form.question h3", "Which size?")
+        .await;
+    let question = pending_question(&console.client, agent).await;
+    let mut other = console.db.connect().await;
+    let theirs = other.transaction().await.unwrap();
+    store::answer_question(&theirs, question, "large", "someone else")
+        .await
+        .unwrap();
+    browser
+        .type_into("form.question input.answer", "small")
+        .await;
+    browser.click("form.question button[type=submit]").await;
+    wait_for_lock_wait(&console.client, &console.db.name).await;
+    theirs.commit().await.unwrap();
+    browser
+        .wait_for_text(
+            "#answer-notice",
+            r#"answer: already answered: "large" by someone else"#,
+        )
+        .await;
+    console
+        .wait_for_card("model.response", "Large it is.")
+        .await;
+    let answer: String = console
+        .client
+        .query_one(
+            "SELECT answer FROM holdfast.questions WHERE id = $1",
+            &[&question],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(answer, "large");
+}
+
+/// Cancel ends a waiting turn (its question with it) and Archive then
+/// archives the agent, which refuses the next input with the reason shown.
+async fn cancel_and_archive_from_the_page(console: &Console, fake: &FakeProvider, agent: Uuid) {
+    fake.push(Reply::tool_calls(vec![(
+        "ask_user",
+        json!({"question": "Shall I go on?"}),
+    )]));
+    console.input(agent, "one more thing").await;
+    let browser = &console.browser;
+    browser
+        .wait_for_text("form.question h3", "Shall I go on?")
+        .await;
+    let question = pending_question(&console.client, agent).await;
+    browser.click("#cancel").await;
+    browser
+        .wait_for_text("#action-status", "cancel: cancelled")
+        .await;
+    console
+        .wait_for_card("turn.cancelled", "turn.cancelled")
+        .await;
+    browser.wait_for_text("#agent-state", "state: idle").await;
+    browser
+        .wait_for(
+            "the question's form to go",
+            "return !document.querySelector('form.question');",
+            vec![],
+        )
+        .await;
+    let status: String = console
+        .client
+        .query_one(
+            "SELECT status FROM holdfast.questions WHERE id = $1",
+            &[&question],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "cancelled");
+
+    browser.click("#archive").await;
+    browser.wait_for_text("#action-status", "archived").await;
+    browser
+        .wait_for_text("#agent-state", "state: archived")
+        .await;
+    assert_eq!(agent_state(&console.client, agent).await, "archived");
+    browser.type_into("#input-text", "anyone there?").await;
+    browser.click("#send").await;
+    browser
+        .wait_for(
+            "the refusal",
+            "return !!document.querySelector('#input-status .error');",
+            vec![],
+        )
+        .await;
+    browser.screenshot("archived").await;
+    let inputs: i64 = console
+        .client
+        .query_one(
+            "SELECT count(*) FROM holdfast.inputs WHERE agent_id = $1 AND content = '\"anyone there?\"'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(inputs, 0, "an archived agent takes no input");
+}
+
+/// The seqs of the timeline's cards, in page order.
+async fn timeline_seqs(browser: &Browser) -> Vec<i64> {
+    let seqs = browser
+        .eval(
+            "return [...document.querySelectorAll('#timeline [data-seq]')].map((card) => Number(card.dataset.seq));",
+            vec![],
+        )
+        .await;
+    serde_json::from_value(seqs).unwrap()
+}
+
+/// The API the page streams from restarts while a turn runs: the page
+/// reconnects, catches up, and shows every event exactly once, in order.
+async fn the_timeline_resumes_after_the_api_restarts_with_each_event_once(
+    console: &mut Console,
+    fake: &FakeProvider,
+) {
+    let agent = console.new_agent(&default_config()).await;
+    fake.push(Reply::text("Before the restart."));
+    fake.push(Reply::text("While the API was down."));
+    console.open_agent(agent).await;
+    console.input(agent, "first").await;
+    console
+        .wait_for_card("model.response", "Before the restart.")
+        .await;
+    console
+        .wait_for_card("turn.completed", "turn.completed")
+        .await;
+
+    let (browser, client) = (&console.browser, &console.client);
+    console
+        .api
+        .restart_after(&console.db, async {
+            browser
+                .wait_for_text("#stream-status", "reconnecting")
+                .await;
+            store::create_input(client, agent, &json!("second"), None)
+                .await
+                .unwrap();
+            wait_for_events(client, agent, "turn.completed", 2, TURN_TIMEOUT).await;
+        })
+        .await;
+    console
+        .wait_for_card("model.response", "While the API was down.")
+        .await;
+    let saved: Vec<i64> = console
+        .client
+        .query(
+            "SELECT seq FROM holdfast.events WHERE agent_id = $1 ORDER BY seq",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    console
+        .browser
+        .wait_for(
+            "every saved event on the timeline",
+            "return document.querySelectorAll('#timeline [data-seq]').length >= arguments[0];",
+            vec![json!(saved.len())],
+        )
+        .await;
+    console
+        .browser
+        .wait_for_text("#stream-status", "stream: live")
+        .await;
+    assert_eq!(
+        timeline_seqs(&console.browser).await,
+        saved,
+        "each event once, in order"
+    );
+    console.browser.screenshot("resumed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_session_operations_phone_keyboard_and_every_action_on_an_agents_page() {
+    let Some(mut console) = Console::start().await else {
+        return;
+    };
+    // Before any worker runs: nothing but the test moves these agents.
+    let ops = ops_project(&console.client).await;
+    console
+        .browser
+        .sign_in(&console.api.url(""), &ops.key, &ops.name)
+        .await;
+    operations_shows_queue_workers_stuck_agents_webhooks_and_machines(&console, &ops).await;
+    a_phone_sized_page_scrolls_only_down_and_reaches_every_action(&console, &ops).await;
+    the_keyboard_reaches_the_list_and_the_actions_with_visible_focus(&console, &ops).await;
+
+    console
+        .sign_in_as(&console.key, &console.project_name)
+        .await;
+    let fake = FakeProvider::start().await;
+    let _worker = console.worker("console-actions-worker", &fake);
+    let agent = a_double_click_on_send_saves_one_input(&console, &fake).await;
+    a_refused_config_patch_is_shown_at_its_field_and_changes_nothing(&console, agent).await;
+    let asker = a_question_answered_on_the_page_lets_the_agent_go_on(&console, &fake).await;
+    a_question_answered_elsewhere_first_shows_as_already_answered_with_theirs(
+        &console, &fake, asker,
+    )
+    .await;
+    cancel_and_archive_from_the_page(&console, &fake, asker).await;
+    the_timeline_resumes_after_the_api_restarts_with_each_event_once(&mut console, &fake).await;
     console.browser.close().await;
 }

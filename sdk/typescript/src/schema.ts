@@ -612,6 +612,12 @@ export interface components {
         };
         /** @description An agent. */
         AgentView: {
+            /**
+             * Format: date-time
+             * @description In a list with `order=activity` only: the time the list is ordered
+             *     by (its latest event's time, else its creation).
+             */
+            activity_at?: string | null;
             /** @description A cancel waits for the worker holding the agent to stop. */
             cancel_requested: boolean;
             /**

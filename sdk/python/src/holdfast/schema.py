@@ -423,6 +423,7 @@ class AgentConfig(TypedDict):
 
 
 class AgentView(TypedDict):
+    activity_at: NotRequired[Optional[str]]
     cancel_requested: bool
     config: AgentConfig
     created_at: str
