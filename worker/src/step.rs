@@ -352,10 +352,7 @@ async fn compact(
     let text: Vec<&str> = summary
         .content
         .iter()
-        .filter_map(|b| match b {
-            ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
+        .filter_map(ContentBlock::text)
         .collect();
     let usage = serde_json::to_value(summary.usage).unwrap_or(Value::Null);
     let client = deps.pool.get().await?;
