@@ -139,12 +139,17 @@ pub(crate) fn block_frames(
         );
     }
     let output_tokens = usage.map_or(deltas, |(_, output)| output);
+    let searches = blocks
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("server_tool_use"))
+        .count();
     push(
         anthropic_event(
             "message_delta",
             json!({"type": "message_delta",
                    "delta": {"stop_reason": "end_turn", "stop_sequence": null},
-                   "usage": {"output_tokens": output_tokens}}),
+                   "usage": {"output_tokens": output_tokens,
+                             "server_tool_use": {"web_search_requests": searches}}}),
         ),
         false,
     );

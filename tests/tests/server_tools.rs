@@ -69,6 +69,16 @@ async fn server_tool_blocks_and_citations_are_saved_and_sent_back_unchanged() {
         Value::Array(server_search_blocks()),
         "the timeline shows the search and its results"
     );
+    let usage: Value = client
+        .query_one(
+            "SELECT data -> 'usage' FROM holdfast.events WHERE agent_id = $1
+                AND type = 'model.response' ORDER BY seq LIMIT 1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(usage["server_tool_requests"], 1, "{usage}");
 
     store::create_input(&client, agent, &json!("tell me more"), None)
         .await

@@ -256,6 +256,11 @@ impl StreamAssembler for AnthropicStream {
                     if let Some(input) = input_tokens(usage) {
                         self.usage.input_tokens = input;
                     }
+                    // Cumulative like output_tokens: `{"web_search_requests": n, ...}`.
+                    if let Some(counts) = usage.get("server_tool_use").and_then(Value::as_object) {
+                        self.usage.server_tool_requests =
+                            counts.values().filter_map(Value::as_u64).sum();
+                    }
                 }
             }
             "message_stop" => {

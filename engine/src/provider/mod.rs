@@ -152,6 +152,14 @@ pub struct ModelRequest {
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Requests the provider's own server tools made (Anthropic's
+    /// `usage.server_tool_use`: web searches and fetches); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub server_tool_requests: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A finished model response: text and tool_use blocks, in order.

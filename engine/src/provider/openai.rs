@@ -155,6 +155,7 @@ impl StreamAssembler for OpenAiStream {
             self.usage = Usage {
                 input_tokens: field("prompt_tokens"),
                 output_tokens: field("completion_tokens"),
+                server_tool_requests: 0,
             };
         }
         let choices = chunk.get("choices").and_then(Value::as_array);
