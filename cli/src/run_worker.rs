@@ -12,6 +12,7 @@ use holdfast_engine::duration::parse_duration;
 use holdfast_engine::egress::EgressPolicy;
 use holdfast_engine::provider::{ProviderSettings, Providers};
 use holdfast_worker::committer::GroupCommit;
+use holdfast_worker::tools::web_search::{ApiKey, WebSearchBackend, WebSearchLimits};
 use holdfast_worker::WorkerSettings;
 use tokio_util::sync::CancellationToken;
 
@@ -90,6 +91,28 @@ pub struct WorkerArgs {
     /// This worker's name in leases (default: host-pid-nonce).
     #[arg(long = "name", env = "HOLDFAST_WORKER_NAME")]
     name: Option<String>,
+    /// The `web_search` tool's backend: `searxng` or `brave` (unset: calls
+    /// end with an error result saying no backend is configured).
+    #[arg(long = "web-search-backend", env = "HOLDFAST_WEB_SEARCH_BACKEND", value_parser = ["searxng", "brave"])]
+    web_search_backend: Option<String>,
+    /// The backend's base URL (required for SearXNG; Brave's default is
+    /// https://api.search.brave.com).
+    #[arg(long = "web-search-url", env = "HOLDFAST_WEB_SEARCH_URL")]
+    web_search_url: Option<String>,
+    /// The backend's key (Brave's subscription token).
+    #[arg(
+        long = "web-search-api-key",
+        env = "HOLDFAST_WEB_SEARCH_API_KEY",
+        hide_env_values = true
+    )]
+    web_search_api_key: Option<ApiKey>,
+    /// Retries of a search the backend answers with 429 or 5xx.
+    #[arg(long = "web-search-max-retries", env = "HOLDFAST_WEB_SEARCH_MAX_RETRIES", default_value_t = WebSearchLimits::default().max_retries)]
+    web_search_max_retries: u32,
+    #[arg(long = "web-search-backoff-base", env = "HOLDFAST_WEB_SEARCH_BACKOFF_BASE", default_value = "500ms", value_parser = parse_duration)]
+    web_search_backoff_base: Duration,
+    #[arg(long = "web-search-backoff-max", env = "HOLDFAST_WEB_SEARCH_BACKOFF_MAX", default_value = "8s", value_parser = parse_duration)]
+    web_search_backoff_max: Duration,
 }
 
 impl WorkerArgs {
@@ -140,6 +163,42 @@ impl WorkerArgs {
                 window: self.commit_window,
                 batch: self.commit_batch,
             },
+            web_search: WebSearchLimits {
+                backend: self.web_search_backend()?,
+                max_retries: self.web_search_max_retries,
+                backoff: Backoff {
+                    base: self.web_search_backoff_base,
+                    cap: self.web_search_backoff_max,
+                },
+                ..WebSearchLimits::default()
+            },
+        })
+    }
+
+    /// The configured search backend; a URL that does not parse, a SearXNG
+    /// without a URL or a Brave without a key stops the worker at start.
+    fn web_search_backend(&self) -> Result<Option<WebSearchBackend>> {
+        let url = |default: Option<&str>| -> Result<reqwest::Url> {
+            let given = self.web_search_url.as_deref().or(default).ok_or_else(|| {
+                anyhow::anyhow!("HOLDFAST_WEB_SEARCH_URL is required for the searxng backend")
+            })?;
+            let url = reqwest::Url::parse(given)
+                .map_err(|e| anyhow::anyhow!("HOLDFAST_WEB_SEARCH_URL {given:?}: {e}"))?;
+            anyhow::ensure!(
+                matches!(url.scheme(), "http" | "https"),
+                "HOLDFAST_WEB_SEARCH_URL must be an http(s) URL"
+            );
+            Ok(url)
+        };
+        Ok(match self.web_search_backend.as_deref() {
+            None => None,
+            Some("searxng") => Some(WebSearchBackend::Searxng { url: url(None)? }),
+            Some(_) => Some(WebSearchBackend::Brave {
+                url: url(Some(WebSearchBackend::BRAVE_URL))?,
+                api_key: self.web_search_api_key.clone().ok_or_else(|| {
+                    anyhow::anyhow!("HOLDFAST_WEB_SEARCH_API_KEY is required for the brave backend")
+                })?,
+            }),
         })
     }
 }

@@ -60,6 +60,9 @@ pub enum ToolEntry {
     },
     /// Fetch a web page as text (the model calls it `web_fetch`).
     WebFetch {},
+    /// Search the web through the operator's search backend (the model
+    /// calls it `web_search`; the backend and its key are the operator's).
+    WebSearch {},
     /// The tools of an MCP server (Streamable HTTP), each called
     /// `<name>__<tool>`.
     Mcp {
@@ -94,7 +97,9 @@ impl ToolEntry {
     pub fn kind(&self) -> ToolKind {
         match self {
             ToolEntry::Custom { .. } => ToolKind::Custom,
-            ToolEntry::WebFetch {} | ToolEntry::Mcp { .. } => ToolKind::External,
+            ToolEntry::WebFetch {} | ToolEntry::WebSearch {} | ToolEntry::Mcp { .. } => {
+                ToolKind::External
+            }
             ToolEntry::AskUser {} => ToolKind::Question,
             ToolEntry::SpawnSubagent { .. } => ToolKind::Internal,
             ToolEntry::RunCommand { .. } => ToolKind::Command,
@@ -107,6 +112,7 @@ impl ToolEntry {
         match self {
             ToolEntry::Custom { name, .. } | ToolEntry::Mcp { name, .. } => name,
             ToolEntry::WebFetch {} => "web_fetch",
+            ToolEntry::WebSearch {} => "web_search",
             ToolEntry::AskUser {} => "ask_user",
             ToolEntry::SpawnSubagent { .. } => "spawn_subagent",
             ToolEntry::RunCommand { .. } => "run_command",
@@ -250,6 +256,7 @@ mod tests {
             "tools": [
                 {"type": "custom", "name": "lookup", "input_schema": {"type": "object"}},
                 {"type": "web_fetch"},
+                {"type": "web_search"},
                 {"type": "mcp", "name": "docs", "url": "https://d.example/mcp", "headers": {"Authorization": "x"}},
                 {"type": "ask_user"},
                 {"type": "spawn_subagent"},
@@ -266,6 +273,7 @@ mod tests {
             kinds,
             [
                 ToolKind::Custom,
+                ToolKind::External,
                 ToolKind::External,
                 ToolKind::External,
                 ToolKind::Question,

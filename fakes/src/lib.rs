@@ -34,7 +34,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 pub use render::Protocol;
-use render::{context_too_long_body, error_body, message_frames, stream_error_frame, Context};
+use render::{
+    block_frames, context_too_long_body, error_body, message_frames, stream_error_frame, Context,
+};
 pub use reply::Reply;
 use reply::{End, Hold, ReplyBody};
 
@@ -358,19 +360,22 @@ async fn serve(
             response
         }
         ReplyBody::ContextTooLong => json_response(400, context_too_long_body(protocol, serial)),
-        ReplyBody::Message {
-            text,
-            tool_calls,
-            stop_reason,
-        } => {
-            let frames = message_frames(
-                protocol,
-                &cx,
-                text,
-                tool_calls,
-                stop_reason.as_deref(),
-                reply.usage,
-            );
+        ReplyBody::Message { .. } | ReplyBody::Blocks { .. } => {
+            let frames = match &reply.body {
+                ReplyBody::Message {
+                    text,
+                    tool_calls,
+                    stop_reason,
+                } => message_frames(
+                    protocol,
+                    &cx,
+                    text,
+                    tool_calls,
+                    stop_reason.as_deref(),
+                    reply.usage,
+                ),
+                _ => block_frames(protocol, &cx, &reply.body, reply.usage),
+            };
             let mut response = Response::new(stream_body(shared.clone(), protocol, frames, &reply));
             set_header(
                 &mut response,

@@ -12,7 +12,7 @@
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use crate::reply::{json_fragments, text_pieces};
+use crate::reply::{json_fragments, text_pieces, ReplyBody};
 
 /// Which API a request came in on (by its path).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +48,118 @@ fn openai_data(data: &Value) -> Bytes {
 }
 
 /// The frames of a complete streamed message.
+/// The frames of a [`ReplyBody::Blocks`] reply (any other body: none).
+pub(crate) fn block_frames(
+    protocol: Protocol,
+    cx: &Context,
+    body: &ReplyBody,
+    usage: Option<(u64, u64)>,
+) -> Vec<Frame> {
+    let ReplyBody::Blocks { blocks } = body else {
+        return Vec::new();
+    };
+    if protocol == Protocol::Openai {
+        let text: Vec<&str> = blocks
+            .iter()
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect();
+        return message_frames(protocol, cx, &text.concat(), &[], None, usage);
+    }
+    let mut frames = Vec::new();
+    let mut push = |bytes: Bytes, delta: bool| frames.push(Frame { bytes, delta });
+    let mut deltas = 0u64;
+    push(
+        anthropic_event(
+            "message_start",
+            json!({"type": "message_start", "message": {
+                "id": format!("msg_fake{:020}", cx.serial),
+                "type": "message",
+                "role": "assistant",
+                "model": cx.model,
+                "content": [],
+                "stop_reason": null,
+                "stop_sequence": null,
+                "usage": {"input_tokens": usage.map_or(cx.input_tokens, |(input, _)| input),
+                          "output_tokens": 1},
+            }}),
+        ),
+        false,
+    );
+    for (index, block) in blocks.iter().enumerate() {
+        let delta = |delta: Value| {
+            anthropic_event(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": index, "delta": delta}),
+            )
+        };
+        let kind = block.get("type").and_then(Value::as_str);
+        let mut start = block.clone();
+        let mut streamed = Vec::new();
+        if kind == Some("text") {
+            start = json!({"type": "text", "text": ""});
+            for citation in block
+                .get("citations")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                streamed.push(delta(
+                    json!({"type": "citations_delta", "citation": citation}),
+                ));
+            }
+            let text = block.get("text").and_then(Value::as_str).unwrap_or("");
+            for piece in text_pieces(text) {
+                streamed.push(delta(json!({"type": "text_delta", "text": piece})));
+            }
+        } else if let Some(input) = block.get("input") {
+            start["input"] = json!({});
+            for fragment in json_fragments(input) {
+                streamed.push(delta(
+                    json!({"type": "input_json_delta", "partial_json": fragment}),
+                ));
+            }
+        }
+        push(
+            anthropic_event(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": index, "content_block": start}),
+            ),
+            false,
+        );
+        deltas += streamed.len() as u64;
+        for frame in streamed {
+            push(frame, true);
+        }
+        push(
+            anthropic_event(
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": index}),
+            ),
+            false,
+        );
+    }
+    let output_tokens = usage.map_or(deltas, |(_, output)| output);
+    let searches = blocks
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("server_tool_use"))
+        .count();
+    push(
+        anthropic_event(
+            "message_delta",
+            json!({"type": "message_delta",
+                   "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+                   "usage": {"output_tokens": output_tokens,
+                             "server_tool_use": {"web_search_requests": searches}}}),
+        ),
+        false,
+    );
+    push(
+        anthropic_event("message_stop", json!({"type": "message_stop"})),
+        false,
+    );
+    frames
+}
+
 pub(crate) fn message_frames(
     protocol: Protocol,
     cx: &Context,

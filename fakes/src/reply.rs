@@ -27,6 +27,10 @@ pub(crate) enum ReplyBody {
         /// derives it from whether there are tool calls.
         stop_reason: Option<String>,
     },
+    /// Anthropic content blocks as the API returns them (server tool use
+    /// and results, cited text, ...), streamed block by block; over the
+    /// OpenAI protocol only their text.
+    Blocks { blocks: Vec<Value> },
     /// An error status with the protocol's realistic error body (or `body`).
     Status {
         status: u16,
@@ -94,6 +98,16 @@ impl Reply {
             tool_calls: calls.into_iter().map(|(n, v)| (n.into(), v)).collect(),
             stop_reason: None,
         })
+    }
+
+    /// A message of these Anthropic content blocks, streamed as the API
+    /// streams them: text as `text_delta`s after a `citations_delta` per
+    /// citation, a block with `input` (`tool_use`, `server_tool_use`) as
+    /// `input_json_delta` fragments, any other block (`web_search_tool_result`)
+    /// whole in its `content_block_start`. Stop reason `end_turn`; usage
+    /// reports a web search request per `server_tool_use` block.
+    pub fn anthropic_blocks(blocks: Vec<Value>) -> Reply {
+        Reply::new(ReplyBody::Blocks { blocks })
     }
 
     /// An HTTP error with the protocol's error body for that status

@@ -106,13 +106,14 @@ BEGIN
             v_known := CASE v_type
                 WHEN 'custom' THEN '{type,name,description,input_schema}'
                 WHEN 'web_fetch' THEN '{type}'
+                WHEN 'web_search' THEN '{type}'
                 WHEN 'mcp' THEN '{type,name,url,headers}'
                 WHEN 'ask_user' THEN '{type}'
                 WHEN 'spawn_subagent' THEN '{type,config}'
                 WHEN 'run_command' THEN '{type,machine}'
             END;
             IF v_known IS NULL THEN
-                PERFORM holdfast.raise('HF422', 'tool type must be one of: custom, web_fetch, mcp, ask_user, spawn_subagent, run_command',
+                PERFORM holdfast.raise('HF422', 'tool type must be one of: custom, web_fetch, web_search, mcp, ask_user, spawn_subagent, run_command',
                     v_at || '.type');
             END IF;
             PERFORM holdfast.refuse_unknown_keys(v_tool, v_known, v_at || '.');

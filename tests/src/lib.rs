@@ -31,6 +31,7 @@ use uuid::Uuid;
 
 pub mod process;
 pub mod scenario;
+pub mod search_backend;
 pub mod tls_cluster;
 
 /// The server the tests use: a connection config for its admin database.

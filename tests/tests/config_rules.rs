@@ -34,6 +34,7 @@ fn valid() -> Vec<Value> {
             {"type": "custom", "name": "lookup"},
             {"type": "custom", "name": "deploy", "description": "d", "input_schema": {"type": "object"}},
             {"type": "web_fetch"},
+            {"type": "web_search"},
             {"type": "mcp", "name": "docs", "url": "https://mcp.example/mcp"},
             {"type": "mcp", "name": "calc", "url": "http://x/mcp", "headers": {"Authorization": "Bearer t"}},
             {"type": "ask_user"},
@@ -108,6 +109,11 @@ fn invalid() -> Vec<(Value, &'static str)> {
             with(json!({"tools": [{"type": "web_fetch", "name": "fetch"}]})),
             "tools[0]",
         ),
+        // The search backend's key is the operator's: no tenant field for it.
+        (
+            with(json!({"tools": [{"type": "web_search", "api_key": "k"}]})),
+            "tools[0]",
+        ),
         (
             with(json!({"tools": [{"type": "mcp", "name": "a"}]})),
             "tools[0]",
@@ -180,6 +186,10 @@ fn refused_by_sql_only() -> Vec<(Value, &'static str)> {
         ),
         (
             with(json!({"tools": [{"type": "ask_user"}, {"type": "ask_user"}]})),
+            "tools[1].name",
+        ),
+        (
+            with(json!({"tools": [{"type": "web_search"}, {"type": "web_search"}]})),
             "tools[1].name",
         ),
         (

@@ -20,6 +20,9 @@ pub struct StepDeps {
     /// Built once from `settings.web_fetch` (it pools connections).
     pub web_fetch_client: reqwest::Client,
     pub web_fetch_limits: WebFetchLimits,
+    /// For the operator's search backend (`settings.web_search`): a plain
+    /// client, as the backend is the operator's, not the model's, choice.
+    pub web_search_client: reqwest::Client,
     /// MCP tool lists, cached across steps.
     pub mcp: McpRegistry,
     /// Model steps are saved through it, grouped into shared commits.

@@ -8,6 +8,7 @@ use holdfast_engine::domain::LimitMaxima;
 use holdfast_engine::egress::EgressPolicy;
 
 use crate::committer::GroupCommit;
+use crate::tools::web_search::WebSearchLimits;
 
 #[derive(Clone, Debug)]
 pub struct WorkerSettings {
@@ -40,6 +41,9 @@ pub struct WorkerSettings {
     /// How model steps are grouped into commits (`HOLDFAST_COMMIT_WINDOW`,
     /// `HOLDFAST_COMMIT_BATCH`).
     pub group_commit: GroupCommit,
+    /// The `web_search` tool's backend, key and retries
+    /// (`HOLDFAST_WEB_SEARCH_*`); without a backend, calls say so.
+    pub web_search: WebSearchLimits,
 }
 
 impl WorkerSettings {
@@ -74,6 +78,7 @@ impl Default for WorkerSettings {
             limits: LimitMaxima::default(),
             egress: Arc::default(),
             group_commit: GroupCommit::default(),
+            web_search: WebSearchLimits::default(),
         }
     }
 }

@@ -278,10 +278,7 @@ async fn compact(
     let text: Vec<&str> = summary
         .content
         .iter()
-        .filter_map(|b| match b {
-            ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
+        .filter_map(ContentBlock::text)
         .collect();
     StepResult::Compacted {
         summary: text.join("\n"),

@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `custom` (`name`, `description`, `input_schema`) | custom: waits for the client | as declared |
 //! | `web_fetch` | external | `web_fetch` |
+//! | `web_search` | external: the operator's search backend | `web_search` |
 //! | `mcp` (`name` = prefix, `url`, `headers`) | external | `<prefix>__<tool>` per server tool |
 //! | `ask_user` | question: waits for an answer | `ask_user` |
 //! | `spawn_subagent` (`config`?) | internal | `spawn_subagent` |
@@ -22,6 +23,7 @@ use crate::deps::StepDeps;
 use crate::tools::mcp::McpServerConfig;
 use crate::tools::schema::validate_input;
 use crate::tools::web_fetch::{web_fetch, web_fetch_definition};
+use crate::tools::web_search::{web_search, web_search_definition};
 use crate::tools::ToolOutput;
 
 /// The tools declared in an agent's config, as the model sees them. An MCP
@@ -37,6 +39,7 @@ pub async fn definitions(deps: &StepDeps, config: &AgentConfig) -> Vec<ToolDefin
                 input_schema,
             } => out.push(custom_definition(name, description, input_schema)),
             ToolEntry::WebFetch {} => out.push(web_fetch_definition()),
+            ToolEntry::WebSearch {} => out.push(web_search_definition()),
             ToolEntry::AskUser {} => out.push(ask_user_definition()),
             ToolEntry::SpawnSubagent { .. } => out.push(spawn_subagent_definition()),
             ToolEntry::RunCommand { .. } => out.push(run_command_definition()),
@@ -85,6 +88,7 @@ fn schema_of(tool: &ToolEntry) -> Option<Value> {
             input_schema,
         } => custom_definition(name, description, input_schema).input_schema,
         ToolEntry::WebFetch {} => web_fetch_definition().input_schema,
+        ToolEntry::WebSearch {} => web_search_definition().input_schema,
         ToolEntry::AskUser {} => ask_user_definition().input_schema,
         ToolEntry::SpawnSubagent { .. } => spawn_subagent_definition().input_schema,
         ToolEntry::RunCommand { .. } => run_command_definition().input_schema,
@@ -245,6 +249,14 @@ async fn run_external(deps: &StepDeps, tool: &ToolEntry, call: &ToolCallRecord) 
     match tool {
         ToolEntry::WebFetch {} => {
             web_fetch(&deps.web_fetch_client, &call.input, &deps.web_fetch_limits).await
+        }
+        ToolEntry::WebSearch {} => {
+            web_search(
+                &deps.web_search_client,
+                &call.input,
+                &deps.settings.web_search,
+            )
+            .await
         }
         ToolEntry::Mcp { name: prefix, .. } => {
             let Some((_, name)) = split_mcp_tool_name(&call.name) else {

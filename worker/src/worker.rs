@@ -65,6 +65,18 @@ pub async fn run(
         field: Some("web_fetch".into()),
         message: e.to_string(),
     })?;
+    let web_search_client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .user_agent(concat!(
+            "holdfast/",
+            env!("CARGO_PKG_VERSION"),
+            " (web_search)"
+        ))
+        .build()
+        .map_err(|e| Error::Invalid {
+            field: Some("web_search".into()),
+            message: e.to_string(),
+        })?;
     let (committer, committing) = Committer::start(pool.clone(), settings.group_commit);
     let deps = Arc::new(StepDeps {
         pool,
@@ -72,6 +84,7 @@ pub async fn run(
         settings: settings.clone(),
         web_fetch_client,
         web_fetch_limits,
+        web_search_client,
         mcp: McpRegistry::new(McpLimits {
             egress: settings.egress.clone(),
             ..McpLimits::default()

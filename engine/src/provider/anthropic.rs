@@ -9,6 +9,11 @@
 //! `message_delta` (stop_reason, cumulative output usage) and
 //! `message_stop`. `ping` may come at any time; an `error` event (e.g.
 //! `overloaded_error`) can end the stream early.
+//!
+//! Blocks Holdfast does not interpret — the server tools' `server_tool_use`
+//! and `web_search_tool_result`, text with `citations` (`citations_delta`),
+//! and any type added later — are saved as [`ContentBlock::Raw`], exactly as
+//! streamed, and sent back unchanged in later requests.
 
 use std::collections::BTreeMap;
 
@@ -89,19 +94,27 @@ fn block(block: &ContentBlock) -> Value {
             }
             result
         }
+        ContentBlock::Raw(raw) => raw.clone(),
     }
 }
 
 enum Block {
-    Text(String),
+    Text {
+        text: String,
+        /// From `citations_delta`s: a cited text block is kept raw.
+        citations: Vec<Value>,
+    },
     ToolUse {
         id: String,
         name: String,
         json: String,
         input: Option<Value>,
     },
-    /// Block types Holdfast does not keep (thinking, server tools, ...).
-    Ignored,
+    /// Any other block type (`server_tool_use`, `web_search_tool_result`,
+    /// thinking, ...): the `content_block_start` object, with the deltas
+    /// Holdfast knows applied to it (`input_json_delta` into `input`, text,
+    /// thinking and signature deltas appended), kept verbatim.
+    Raw { block: Value, json: String },
 }
 
 /// Assembles the streamed events into a [`ModelResponse`].
@@ -163,14 +176,24 @@ impl StreamAssembler for AnthropicStream {
                         .to_owned()
                 };
                 let block = match start.get("type").and_then(Value::as_str) {
-                    Some("text") => Block::Text(text("text")),
+                    Some("text") => Block::Text {
+                        text: text("text"),
+                        citations: start
+                            .get("citations")
+                            .and_then(Value::as_array)
+                            .cloned()
+                            .unwrap_or_default(),
+                    },
                     Some("tool_use") => Block::ToolUse {
                         id: text("id"),
                         name: text("name"),
                         json: String::new(),
                         input: None,
                     },
-                    _ => Block::Ignored,
+                    _ => Block::Raw {
+                        block: start.clone(),
+                        json: String::new(),
+                    },
                 };
                 self.blocks.insert(index, block);
             }
@@ -181,7 +204,7 @@ impl StreamAssembler for AnthropicStream {
                     self.blocks.get_mut(&index),
                     delta.get("type").and_then(Value::as_str),
                 ) {
-                    (Some(Block::Text(text)), Some("text_delta")) => {
+                    (Some(Block::Text { text, .. }), Some("text_delta")) => {
                         let piece = delta.get("text").and_then(Value::as_str).unwrap_or("");
                         text.push_str(piece);
                         if let (Some(tx), false) = (deltas, piece.is_empty()) {
@@ -189,7 +212,15 @@ impl StreamAssembler for AnthropicStream {
                             let _ = tx.send(piece.to_owned());
                         }
                     }
-                    (Some(Block::ToolUse { json, .. }), Some("input_json_delta")) => {
+                    (Some(Block::Text { citations, .. }), Some("citations_delta")) => {
+                        if let Some(citation) = delta.get("citation") {
+                            citations.push(citation.clone());
+                        }
+                    }
+                    (
+                        Some(Block::ToolUse { json, .. } | Block::Raw { json, .. }),
+                        Some("input_json_delta"),
+                    ) => {
                         json.push_str(
                             delta
                                 .get("partial_json")
@@ -197,13 +228,21 @@ impl StreamAssembler for AnthropicStream {
                                 .unwrap_or(""),
                         );
                     }
+                    (Some(Block::Raw { block, .. }), Some(kind)) => raw_delta(block, kind, delta),
                     _ => {}
                 }
             }
             "content_block_stop" => {
                 let index = index(&data)?;
-                if let Some(Block::ToolUse { json, input, .. }) = self.blocks.get_mut(&index) {
-                    *input = Some(parse_tool_input(json)?);
+                match self.blocks.get_mut(&index) {
+                    Some(Block::ToolUse { json, input, .. }) => {
+                        *input = Some(parse_tool_input(json)?);
+                    }
+                    Some(Block::Raw { block, json }) if !json.is_empty() => {
+                        block["input"] = parse_tool_input(json)?;
+                        json.clear();
+                    }
+                    _ => {}
                 }
             }
             "message_delta" => {
@@ -216,6 +255,11 @@ impl StreamAssembler for AnthropicStream {
                     }
                     if let Some(input) = input_tokens(usage) {
                         self.usage.input_tokens = input;
+                    }
+                    // Cumulative like output_tokens: `{"web_search_requests": n, ...}`.
+                    if let Some(counts) = usage.get("server_tool_use").and_then(Value::as_object) {
+                        self.usage.server_tool_requests =
+                            counts.values().filter_map(Value::as_u64).sum();
                     }
                 }
             }
@@ -240,7 +284,14 @@ impl StreamAssembler for AnthropicStream {
         let mut content = Vec::new();
         for block in self.blocks.into_values() {
             match block {
-                Block::Text(text) if !text.is_empty() => content.push(ContentBlock::Text { text }),
+                Block::Text { text, citations } if !citations.is_empty() => {
+                    content.push(ContentBlock::Raw(
+                        json!({"type": "text", "text": text, "citations": citations}),
+                    ));
+                }
+                Block::Text { text, .. } if !text.is_empty() => {
+                    content.push(ContentBlock::Text { text })
+                }
                 Block::ToolUse {
                     id,
                     name,
@@ -253,7 +304,13 @@ impl StreamAssembler for AnthropicStream {
                     };
                     content.push(ContentBlock::ToolUse { id, name, input });
                 }
-                _ => {}
+                Block::Raw { mut block, json } => {
+                    if !json.is_empty() {
+                        block["input"] = parse_tool_input(&json)?;
+                    }
+                    content.push(ContentBlock::Raw(block));
+                }
+                Block::Text { .. } => {}
             }
         }
         Ok(ModelResponse {
@@ -261,6 +318,29 @@ impl StreamAssembler for AnthropicStream {
             stop_reason: self.stop_reason,
             usage: self.usage,
         })
+    }
+}
+
+/// A delta of a block kept raw: text, thinking and signature deltas build
+/// their field as the API documents (citations come only on text blocks); other delta types are not known here
+/// and leave the block as it started.
+fn raw_delta(block: &mut Value, kind: &str, delta: &Value) {
+    let (field, piece) = match kind {
+        "text_delta" => ("text", "text"),
+        "thinking_delta" => ("thinking", "thinking"),
+        "signature_delta" => ("signature", "signature"),
+        _ => return,
+    };
+    let Some(piece) = delta.get(piece).and_then(Value::as_str) else {
+        return;
+    };
+    if let Some(object) = block.as_object_mut() {
+        let current = object
+            .get(field)
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let joined = format!("{current}{piece}");
+        object.insert(field.into(), Value::String(joined));
     }
 }
 

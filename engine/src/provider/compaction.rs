@@ -43,6 +43,7 @@ pub fn estimate_tokens(request: &ModelRequest) -> u64 {
                     char_count(name) + char_count(&input.to_string())
                 }
                 ContentBlock::ToolResult { content, .. } => char_count(&tool_result_text(content)),
+                ContentBlock::Raw(raw) => char_count(&raw.to_string()),
             };
         }
     }
@@ -121,6 +122,10 @@ pub fn summary_request(request: &ModelRequest, keep_last: usize) -> ModelRequest
                     };
                     prompt.push_str(&format!("[{label}: {}]", clip(&tool_result_text(content))));
                 }
+                raw @ ContentBlock::Raw(value) => match raw.text() {
+                    Some(text) => prompt.push_str(text),
+                    None => prompt.push_str(&format!("[{}]", clip(&value.to_string()))),
+                },
             }
             prompt.push('\n');
         }

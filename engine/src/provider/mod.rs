@@ -81,9 +81,14 @@ pub enum Role {
 }
 
 /// A content block, in the shape saved in `holdfast.messages.content`
-/// (Anthropic-shaped; the OpenAI client maps it).
+/// (Anthropic-shaped; the OpenAI client maps it). A block with a field the
+/// typed variants do not have (text with `citations`) or of a type they do
+/// not know (`server_tool_use`, `web_search_tool_result`, ...) is [`Raw`]:
+/// kept as the provider sent it, so history is never silently altered.
+///
+/// [`Raw`]: ContentBlock::Raw
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ContentBlock {
     Text {
         text: String,
@@ -100,6 +105,23 @@ pub enum ContentBlock {
         #[serde(default)]
         is_error: bool,
     },
+    /// Any other block, verbatim (a JSON object with a `type`): sent back
+    /// to Anthropic unchanged; the OpenAI client keeps only its `text`.
+    #[serde(untagged)]
+    Raw(Value),
+}
+
+impl ContentBlock {
+    /// The block's text, if it is a text block (typed or raw, e.g. cited).
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            ContentBlock::Text { text } => Some(text),
+            ContentBlock::Raw(raw) if raw.get("type").and_then(Value::as_str) == Some("text") => {
+                raw.get("text").and_then(Value::as_str)
+            }
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -130,6 +152,14 @@ pub struct ModelRequest {
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Requests the provider's own server tools made (Anthropic's
+    /// `usage.server_tool_use`: web searches and fetches); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub server_tool_requests: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A finished model response: text and tool_use blocks, in order.

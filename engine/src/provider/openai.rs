@@ -35,10 +35,7 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
         let texts: Vec<&str> = message
             .content
             .iter()
-            .filter_map(|b| match b {
-                ContentBlock::Text { text } => Some(text.as_str()),
-                _ => None,
-            })
+            .filter_map(ContentBlock::text)
             .collect();
         let text = (!texts.is_empty()).then(|| texts.join("\n\n"));
         match message.role {
@@ -158,6 +155,7 @@ impl StreamAssembler for OpenAiStream {
             self.usage = Usage {
                 input_tokens: field("prompt_tokens"),
                 output_tokens: field("completion_tokens"),
+                server_tool_requests: 0,
             };
         }
         let choices = chunk.get("choices").and_then(Value::as_array);

@@ -1227,6 +1227,9 @@ export interface components {
             /** @enum {string} */
             type: "web_fetch";
         } | {
+            /** @enum {string} */
+            type: "web_search";
+        } | {
             /** @description Sent with each request (a safe set of names; values shown as `***`). */
             headers?: {
                 [key: string]: string;

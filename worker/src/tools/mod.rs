@@ -1,4 +1,4 @@
-//! Tools whose IO the worker does itself: `web_fetch`, MCP servers over
+//! Tools whose IO the worker does itself: `web_fetch`, `web_search`, MCP servers over
 //! Streamable HTTP, and validation of a tool call's input against its schema.
 //!
 //! These modules are pure IO: they touch no database. The tool batch step
@@ -10,6 +10,7 @@ mod html_text;
 pub mod mcp;
 pub mod schema;
 pub mod web_fetch;
+pub mod web_search;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

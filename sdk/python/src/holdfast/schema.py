@@ -262,28 +262,32 @@ class ToolEntry2(TypedDict):
 
 
 class ToolEntry3(TypedDict):
+    type: Literal['web_search']
+
+
+class ToolEntry4(TypedDict):
     headers: NotRequired[dict[str, str]]
     name: str
     type: Literal['mcp']
     url: str
 
 
-class ToolEntry4(TypedDict):
+class ToolEntry5(TypedDict):
     type: Literal['ask_user']
 
 
-class ToolEntry5(TypedDict):
+class ToolEntry6(TypedDict):
     config: NotRequired[Optional[dict[str, Any]]]
     type: Literal['spawn_subagent']
 
 
-class ToolEntry6(TypedDict):
+class ToolEntry7(TypedDict):
     machine: NotRequired[Optional[str]]
     type: Literal['run_command']
 
 
 ToolEntry = Union[
-    ToolEntry1, ToolEntry2, ToolEntry3, ToolEntry4, ToolEntry5, ToolEntry6
+    ToolEntry1, ToolEntry2, ToolEntry3, ToolEntry4, ToolEntry5, ToolEntry6, ToolEntry7
 ]
 
 
