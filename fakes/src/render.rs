@@ -43,11 +43,27 @@ fn anthropic_event(name: &str, data: Value) -> Bytes {
     Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
 }
 
+/// Anthropic's `message_start`: an empty assistant message of `cx`'s model.
+fn anthropic_message_start(cx: &Context, input_tokens: u64) -> Bytes {
+    anthropic_event(
+        "message_start",
+        json!({"type": "message_start", "message": {
+            "id": format!("msg_fake{:020}", cx.serial),
+            "type": "message",
+            "role": "assistant",
+            "model": cx.model,
+            "content": [],
+            "stop_reason": null,
+            "stop_sequence": null,
+            "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+        }}),
+    )
+}
+
 fn openai_data(data: &Value) -> Bytes {
     Bytes::from(format!("data: {data}\n\n"))
 }
 
-/// The frames of a complete streamed message.
 /// The frames of a [`ReplyBody::Blocks`] reply (any other body: none).
 pub(crate) fn block_frames(
     protocol: Protocol,
@@ -69,20 +85,7 @@ pub(crate) fn block_frames(
     let mut push = |bytes: Bytes, delta: bool| frames.push(Frame { bytes, delta });
     let mut deltas = 0u64;
     push(
-        anthropic_event(
-            "message_start",
-            json!({"type": "message_start", "message": {
-                "id": format!("msg_fake{:020}", cx.serial),
-                "type": "message",
-                "role": "assistant",
-                "model": cx.model,
-                "content": [],
-                "stop_reason": null,
-                "stop_sequence": null,
-                "usage": {"input_tokens": usage.map_or(cx.input_tokens, |(input, _)| input),
-                          "output_tokens": 1},
-            }}),
-        ),
+        anthropic_message_start(cx, usage.map_or(cx.input_tokens, |(input, _)| input)),
         false,
     );
     for (index, block) in blocks.iter().enumerate() {
@@ -160,6 +163,7 @@ pub(crate) fn block_frames(
     frames
 }
 
+/// The frames of a complete streamed message.
 pub(crate) fn message_frames(
     protocol: Protocol,
     cx: &Context,
@@ -181,22 +185,7 @@ pub(crate) fn message_frames(
     let mut push = |bytes: Bytes, delta: bool| frames.push(Frame { bytes, delta });
     match protocol {
         Protocol::Anthropic => {
-            push(
-                anthropic_event(
-                    "message_start",
-                    json!({"type": "message_start", "message": {
-                        "id": format!("msg_fake{:020}", cx.serial),
-                        "type": "message",
-                        "role": "assistant",
-                        "model": cx.model,
-                        "content": [],
-                        "stop_reason": null,
-                        "stop_sequence": null,
-                        "usage": {"input_tokens": input_tokens, "output_tokens": 1},
-                    }}),
-                ),
-                false,
-            );
+            push(anthropic_message_start(cx, input_tokens), false);
             let mut index = 0;
             // One ping, after the first block starts, as the API's streams do.
             let mut pinged = false;

@@ -37,22 +37,37 @@ pub fn spawn_worker(
 /// A `holdfast api` process on `db`, on a free loopback port; returns it
 /// with its base URL once `/healthz` answers.
 pub async fn spawn_api(name: &str, db: &ConnectConfig) -> (HoldfastProcess, String) {
-    // Bind port 0 to be handed a free port, then give it to the process.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+    let port = free_port();
+    let api = spawn_api_on(name, db, port, &[]).await;
+    (api, format!("http://127.0.0.1:{port}"))
+}
+
+/// A port no one listens on now: bind port 0 to be handed one, then close
+/// it for a process to take.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("find a free port")
-        .port();
-    let url = format!("http://127.0.0.1:{port}");
-    let api = HoldfastProcess::spawn(
-        name,
-        &["api"],
-        &[
-            ("HOLDFAST_DATABASE_URL", db.to_connection_string()),
-            ("HOLDFAST_LISTEN", format!("127.0.0.1:{port}")),
-        ],
-    );
+        .port()
+}
+
+/// A `holdfast api` process on `db` listening on `port`, with `extra` env
+/// on top, once `/healthz` answers (a restart on the same port keeps the
+/// clients' URL).
+pub async fn spawn_api_on(
+    name: &str,
+    db: &ConnectConfig,
+    port: u16,
+    extra: &[(&str, &str)],
+) -> HoldfastProcess {
+    let mut envs = vec![
+        ("HOLDFAST_DATABASE_URL", db.to_connection_string()),
+        ("HOLDFAST_LISTEN", format!("127.0.0.1:{port}")),
+    ];
+    envs.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    let api = HoldfastProcess::spawn(name, &["api"], &envs);
     let http = reqwest::Client::new();
-    let health = format!("{url}/healthz");
+    let health = format!("http://127.0.0.1:{port}/healthz");
     wait_until(
         Duration::from_secs(60),
         "the API answers /healthz",
@@ -64,7 +79,7 @@ pub async fn spawn_api(name: &str, db: &ConnectConfig) -> (HoldfastProcess, Stri
         },
     )
     .await;
-    (api, url)
+    api
 }
 
 /// A new agent on the fake Anthropic model offering `tools`, with the input

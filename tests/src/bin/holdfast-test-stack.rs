@@ -28,8 +28,8 @@ use std::time::Duration;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::project_key;
 use holdfast_tests::process::HoldfastProcess;
-use holdfast_tests::scenario::spawn_worker;
-use holdfast_tests::{wait_until, TestDb};
+use holdfast_tests::scenario::{free_port, spawn_api_on, spawn_worker};
+use holdfast_tests::TestDb;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -48,12 +48,9 @@ async fn main() {
     let (_, key) = project_key(&client).await;
     let fake = FakeProvider::start().await;
     fake.set_responder(answer);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("find a free port")
-        .port();
+    let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
-    let mut api = start_api(&db, port, &url).await;
+    let mut api = start_api(&db, port).await;
     let mut spawned = 0;
     let mut workers = Vec::new();
     for _ in 0..2 {
@@ -81,7 +78,7 @@ async fn main() {
                 // Gone before the new one binds its port.
                 api.signal("KILL");
                 api.wait_exit(Duration::from_secs(10)).await;
-                api = start_api(&db, port, &url).await;
+                api = start_api(&db, port).await;
                 json!({"ok": true})
             }
             (Some("kill-lease-holder"), Some(agent)) => {
@@ -110,30 +107,14 @@ async fn main() {
 }
 
 /// `holdfast api` on `port`, once `/healthz` answers.
-async fn start_api(db: &TestDb, port: u16, url: &str) -> HoldfastProcess {
-    let api = HoldfastProcess::spawn(
+async fn start_api(db: &TestDb, port: u16) -> HoldfastProcess {
+    spawn_api_on(
         "sdk-api",
-        &["api"],
-        &[
-            ("HOLDFAST_DATABASE_URL", db.url()),
-            ("HOLDFAST_LISTEN", format!("127.0.0.1:{port}")),
-            ("HOLDFAST_EGRESS_ALLOW", EGRESS.into()),
-        ],
-    );
-    let http = reqwest::Client::new();
-    let health = format!("{url}/healthz");
-    wait_until(
-        Duration::from_secs(60),
-        "the API answers /healthz",
-        || async {
-            http.get(&health)
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-        },
+        &db.config,
+        port,
+        &[("HOLDFAST_EGRESS_ALLOW", EGRESS)],
     )
-    .await;
-    api
+    .await
 }
 
 /// The worker name holding `agent`'s lease, if any.
