@@ -108,6 +108,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0018_group_commit.sql",
         sql: include_str!("../../sql/0018_group_commit.sql"),
     },
+    Migration {
+        version: 20,
+        name: "0020_stream_watches.sql",
+        sql: include_str!("../../sql/0020_stream_watches.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.
