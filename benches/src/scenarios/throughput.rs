@@ -40,7 +40,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let workers = bench.pick(bench.opts.workers, 2, 2);
     let concurrency = bench.pick(bench.opts.concurrency, 32, 8);
 
-    let config = bench.cluster.fresh_database(DB).await?;
+    let config = bench.fresh_database(DB).await?;
     // The baselines first, on an idle cluster, right before the run.
     let mut baseline = bench.pgbench().await?;
     crate::merge(&mut baseline, bench.plain_queue().await?);
