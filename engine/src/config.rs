@@ -162,7 +162,8 @@ pub struct LimitSettings {
 
 impl AgentConfig {
     /// Parse a config; the error names the field that does not fit
-    /// (`model.max_tokens`, `tools[2]`), as `Error::Invalid`.
+    /// (`model.max_tokens`, `tools[2]`, `model.thinking.budget_tokens`), as
+    /// `Error::Invalid`.
     pub fn from_value(value: &Value) -> Result<AgentConfig> {
         // serde would also read a struct from an array of its fields.
         if !value.is_object() {
@@ -171,7 +172,7 @@ impl AgentConfig {
                 message: "config must be a JSON object".into(),
             });
         }
-        serde_path_to_error::deserialize(value).map_err(|e| {
+        let config: AgentConfig = serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
             let message = e.into_inner().to_string();
             // A missing field is reported at its parent; name the field
@@ -190,7 +191,15 @@ impl AgentConfig {
                 field: Some(field),
                 message,
             }
-        })
+        })?;
+        config
+            .model
+            .check()
+            .map_err(|(field, message)| Error::Invalid {
+                field: Some(format!("model.{field}")),
+                message,
+            })?;
+        Ok(config)
     }
 
     /// The config as stored JSON.

@@ -108,6 +108,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0018_group_commit.sql",
         sql: include_str!("../../sql/0018_group_commit.sql"),
     },
+    Migration {
+        version: 19,
+        name: "0019_model_usage.sql",
+        sql: include_str!("../../sql/0019_model_usage.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

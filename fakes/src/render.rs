@@ -3,7 +3,8 @@
 //! Anthropic Messages streams named SSE events (`event: X` then
 //! `data: {"type":"X",...}` and a blank line): `message_start`,
 //! `content_block_start`, `ping`, `content_block_delta` (`text_delta`,
-//! `input_json_delta`), `content_block_stop`, `message_delta`,
+//! `input_json_delta`, `citations_delta`, `thinking_delta`,
+//! `signature_delta`), `content_block_stop`, `message_delta`,
 //! `message_stop`; mid-stream failures are `event: error`. OpenAI Chat
 //! Completions streams bare `data: {chat.completion.chunk}` lines, a usage
 //! chunk with empty `choices` when `stream_options.include_usage` is set,
@@ -114,6 +115,19 @@ pub(crate) fn block_frames(
             for piece in text_pieces(text) {
                 streamed.push(delta(json!({"type": "text_delta", "text": piece})));
             }
+        } else if kind == Some("thinking") {
+            // As the API streams thinking: an empty block, the text in
+            // `thinking_delta`s, then the whole signature in one
+            // `signature_delta` just before the block stops.
+            start = json!({"type": "thinking", "thinking": "", "signature": ""});
+            let thinking = block.get("thinking").and_then(Value::as_str).unwrap_or("");
+            for piece in text_pieces(thinking) {
+                streamed.push(delta(json!({"type": "thinking_delta", "thinking": piece})));
+            }
+            let signature = block.get("signature").and_then(Value::as_str).unwrap_or("");
+            streamed.push(delta(
+                json!({"type": "signature_delta", "signature": signature}),
+            ));
         } else if let Some(input) = block.get("input") {
             start["input"] = json!({});
             for fragment in json_fragments(input) {
@@ -142,6 +156,14 @@ pub(crate) fn block_frames(
         );
     }
     let output_tokens = usage.map_or(deltas, |(_, output)| output);
+    let stop_reason = if blocks
+        .iter()
+        .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+    {
+        "tool_use"
+    } else {
+        "end_turn"
+    };
     let searches = blocks
         .iter()
         .filter(|b| b.get("type").and_then(Value::as_str) == Some("server_tool_use"))
@@ -150,7 +172,7 @@ pub(crate) fn block_frames(
         anthropic_event(
             "message_delta",
             json!({"type": "message_delta",
-                   "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+                   "delta": {"stop_reason": stop_reason, "stop_sequence": null},
                    "usage": {"output_tokens": output_tokens,
                              "server_tool_use": {"web_search_requests": searches}}}),
         ),

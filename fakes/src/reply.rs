@@ -102,10 +102,13 @@ impl Reply {
 
     /// A message of these Anthropic content blocks, streamed as the API
     /// streams them: text as `text_delta`s after a `citations_delta` per
-    /// citation, a block with `input` (`tool_use`, `server_tool_use`) as
-    /// `input_json_delta` fragments, any other block (`web_search_tool_result`)
-    /// whole in its `content_block_start`. Stop reason `end_turn`; usage
-    /// reports a web search request per `server_tool_use` block.
+    /// citation, `thinking` as `thinking_delta`s and one `signature_delta`,
+    /// a block with `input` (`tool_use`, `server_tool_use`) as
+    /// `input_json_delta` fragments, any other block
+    /// (`web_search_tool_result`, `redacted_thinking`) whole in its
+    /// `content_block_start`. Stop reason `tool_use` if there is a
+    /// `tool_use` block, else `end_turn`; usage reports a web search request
+    /// per `server_tool_use` block.
     pub fn anthropic_blocks(blocks: Vec<Value>) -> Reply {
         Reply::new(ReplyBody::Blocks { blocks })
     }

@@ -64,7 +64,7 @@ BEGIN
         PERFORM holdfast.raise('HF422', 'model must be an object', 'model');
     END IF;
     PERFORM holdfast.refuse_unknown_keys(p_config -> 'model',
-        '{provider,name,endpoint,base_url,max_tokens}', 'model.');
+        '{provider,name,endpoint,base_url,max_tokens,thinking}', 'model.');
     IF NOT coalesce(p_config #>> '{model,provider}' IN ('anthropic', 'openai'), false)
        OR jsonb_typeof(p_config #> '{model,provider}') <> 'string' THEN
         PERFORM holdfast.raise('HF422', 'model.provider must be "anthropic" or "openai"', 'model.provider');
@@ -89,6 +89,29 @@ BEGIN
             OR p_config #>> '{model,max_tokens}' !~ '^[0-9]{1,10}$'
             OR (p_config #>> '{model,max_tokens}')::bigint NOT BETWEEN 1 AND 4294967295) THEN
         PERFORM holdfast.raise('HF422', 'model.max_tokens must be an integer from 1 to 4294967295', 'model.max_tokens');
+    END IF;
+    -- Anthropic extended thinking, in the API's own shape. The budget is
+    -- below the output limit: max_tokens, else the worker's default 4096
+    -- (DEFAULT_MAX_TOKENS in engine/src/provider/anthropic.rs).
+    v_value := p_config #> '{model,thinking}';
+    IF v_value IS NOT NULL THEN
+        IF jsonb_typeof(v_value) <> 'object' OR jsonb_typeof(v_value -> 'type') IS DISTINCT FROM 'string'
+           OR v_value ->> 'type' NOT IN ('enabled', 'adaptive', 'disabled') THEN
+            PERFORM holdfast.raise('HF422', 'model.thinking must be {"type": "enabled", "budget_tokens": n}, {"type": "adaptive"} or {"type": "disabled"}', 'model.thinking');
+        END IF;
+        PERFORM holdfast.refuse_unknown_keys(v_value,
+            CASE WHEN v_value ->> 'type' = 'enabled' THEN '{type,budget_tokens}' ELSE '{type}' END::text[],
+            'model.thinking.');
+        IF p_config #>> '{model,provider}' <> 'anthropic' THEN
+            PERFORM holdfast.raise('HF422', 'thinking is an Anthropic setting (provider "anthropic")', 'model.thinking');
+        END IF;
+        IF v_value ->> 'type' = 'enabled'
+           AND (jsonb_typeof(v_value -> 'budget_tokens') IS DISTINCT FROM 'number'
+                OR v_value ->> 'budget_tokens' !~ '^[0-9]{1,10}$'
+                OR (v_value ->> 'budget_tokens')::bigint NOT BETWEEN 1024
+                   AND coalesce((p_config #>> '{model,max_tokens}')::bigint, 4096) - 1) THEN
+            PERFORM holdfast.raise('HF422', format('thinking.budget_tokens must be at least 1024 and less than max_tokens (%s)', coalesce((p_config #>> '{model,max_tokens}')::bigint, 4096)), 'model.thinking.budget_tokens');
+        END IF;
     END IF;
     IF p_config ? 'system' AND jsonb_typeof(p_config -> 'system') <> 'string' THEN
         PERFORM holdfast.raise('HF422', 'system must be a string', 'system');

@@ -22,6 +22,11 @@ fn with(fields: Value) -> Value {
     config
 }
 
+/// An Anthropic model of the default output limit with this `thinking`.
+fn thinking(thinking: Value) -> Value {
+    json!({"model": {"provider": "anthropic", "name": "m", "thinking": thinking}})
+}
+
 /// Configs both accept.
 fn valid() -> Vec<Value> {
     vec![
@@ -29,6 +34,14 @@ fn valid() -> Vec<Value> {
         json!({"model": {"provider": "openai", "name": "gpt", "endpoint": "default",
                          "base_url": "https://llm.example/v1", "max_tokens": 4294967295_u64}}),
         with(json!({"system": "s", "metadata": {"a": [1, {"b": null}]}})),
+        json!({"model": {"provider": "anthropic", "name": "m",
+                         "thinking": {"type": "enabled", "budget_tokens": 1024}}}),
+        json!({"model": {"provider": "anthropic", "name": "m",
+                         "thinking": {"type": "enabled", "budget_tokens": 4095}}}),
+        json!({"model": {"provider": "anthropic", "name": "m", "max_tokens": 64000,
+                         "thinking": {"type": "enabled", "budget_tokens": 63999}}}),
+        json!({"model": {"provider": "anthropic", "name": "m", "thinking": {"type": "adaptive"}}}),
+        json!({"model": {"provider": "anthropic", "name": "m", "thinking": {"type": "disabled"}}}),
         with(json!({"tools": []})),
         with(json!({"tools": [
             {"type": "custom", "name": "lookup"},
@@ -91,6 +104,44 @@ fn invalid() -> Vec<(Value, &'static str)> {
         (
             json!({"model": {"provider": "anthropic", "name": "m", "max_tokens": "10"}}),
             "model.max_tokens",
+        ),
+        (thinking(json!("on")), "model.thinking"),
+        (thinking(json!({"type": "auto"})), "model.thinking"),
+        (thinking(json!({"budget_tokens": 2048})), "model.thinking"),
+        (
+            thinking(json!({"type": "enabled"})),
+            "model.thinking.budget_tokens",
+        ),
+        (
+            thinking(json!({"type": "enabled", "budget_tokens": 1023})),
+            "model.thinking.budget_tokens",
+        ),
+        // At or above the output limit (max_tokens, default 4096).
+        (
+            thinking(json!({"type": "enabled", "budget_tokens": 4096})),
+            "model.thinking.budget_tokens",
+        ),
+        (
+            json!({"model": {"provider": "anthropic", "name": "m", "max_tokens": 2000,
+                             "thinking": {"type": "enabled", "budget_tokens": 2000}}}),
+            "model.thinking.budget_tokens",
+        ),
+        (
+            thinking(json!({"type": "enabled", "budget_tokens": 2048.0})),
+            "model.thinking",
+        ),
+        (
+            thinking(json!({"type": "enabled", "budget_tokens": 5000000000_u64})),
+            "model.thinking",
+        ),
+        (
+            thinking(json!({"type": "adaptive", "budget_tokens": 2048})),
+            "model.thinking",
+        ),
+        (
+            json!({"model": {"provider": "openai", "name": "o3",
+                             "thinking": {"type": "enabled", "budget_tokens": 2048}}}),
+            "model.thinking",
         ),
         (with(json!({"system": 5})), "system"),
         (with(json!({"tools": {}})), "tools"),

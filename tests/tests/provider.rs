@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use holdfast_engine::provider::{
-    ContentBlock, Message, ModelConfig, ModelError, ModelRequest, ModelResponse, ModelTarget,
-    Provider, ProviderSettings, Providers, Role, ToolDefinition,
+    ContentBlock, Delta, DeltaKind, Message, ModelConfig, ModelError, ModelRequest, ModelResponse,
+    ModelTarget, Provider, ProviderSettings, Providers, Role, Thinking, ToolDefinition,
 };
 use holdfast_fakes::{FakeProvider, Protocol, Reply};
 use serde_json::{json, Value};
@@ -40,13 +40,7 @@ fn text(role: Role, t: &str) -> Message {
 
 fn request(provider: Provider) -> ModelRequest {
     ModelRequest {
-        model: ModelConfig {
-            provider,
-            name: "test-model".into(),
-            endpoint: None,
-            base_url: None,
-            max_tokens: None,
-        },
+        model: ModelConfig::new(provider, "test-model"),
         system: Some("You are terse.".into()),
         messages: vec![text(Role::User, "What is the weather in Zürich?")],
         tools: vec![ToolDefinition {
@@ -65,7 +59,7 @@ fn request(provider: Provider) -> ModelRequest {
 async fn complete(
     providers: &Providers,
     request: &ModelRequest,
-) -> (Result<ModelResponse, ModelError>, Vec<String>) {
+) -> (Result<ModelResponse, ModelError>, Vec<Delta>) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let target = providers.default_target(request.model.provider);
     let result = providers.complete(request, &target, Some(&tx)).await;
@@ -75,6 +69,15 @@ async fn complete(
         deltas.push(delta);
     }
     (result, deltas)
+}
+
+/// The deltas of `kind`, joined.
+fn joined(deltas: &[Delta], kind: DeltaKind) -> String {
+    deltas
+        .iter()
+        .filter(|d| d.kind == kind)
+        .map(|d| d.text.as_str())
+        .collect()
 }
 
 fn expect_retryable(result: Result<ModelResponse, ModelError>, kind: &str) -> Option<Duration> {
@@ -117,7 +120,7 @@ async fn text_deltas_concatenate_to_the_final_text() {
         let (result, deltas) = complete(&providers, &request(provider)).await;
         let response = result.unwrap();
         assert!(deltas.len() > 3, "{provider:?} streamed {deltas:?}");
-        assert_eq!(deltas.concat(), answer);
+        assert_eq!(joined(&deltas, DeltaKind::Text), answer);
         assert_eq!(
             response.content,
             vec![ContentBlock::Text {
@@ -141,7 +144,11 @@ async fn assert_tool_calls_assemble(provider: Provider) {
     ));
     let (result, deltas) = complete(&providers, &request(provider)).await;
     let response = result.unwrap();
-    assert_eq!(deltas.concat(), "Let me check.", "only text goes live");
+    assert_eq!(
+        joined(&deltas, DeltaKind::Text),
+        "Let me check.",
+        "only text goes live"
+    );
     assert_eq!(response.stop_reason.as_deref(), Some("tool_use"));
     assert_eq!(response.content.len(), 3);
     assert_eq!(
@@ -175,6 +182,67 @@ async fn anthropic_input_json_delta_fragments_assemble_into_json() {
 #[tokio::test]
 async fn openai_tool_call_fragments_assemble_into_json() {
     assert_tool_calls_assemble(Provider::Openai).await;
+}
+
+#[tokio::test]
+async fn anthropic_thinking_is_requested_kept_signed_and_streamed_as_its_own_kind() {
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    let mut req = request(Provider::Anthropic);
+    req.model.max_tokens = Some(16000);
+    req.model.thinking = Some(Thinking::Enabled {
+        budget_tokens: 10000,
+    });
+    let thinking = json!({"type": "thinking", "thinking": "Bern is in Switzerland, so Celsius.",
+                          "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"});
+    let redacted = json!({"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT"});
+    let call = json!({"type": "tool_use", "id": "toolu_01T1x1fJ34qAmk2tNTrN7Up6",
+                      "name": "get_weather", "input": {"city": "Bern"}});
+    fake.push(Reply::anthropic_blocks(vec![
+        thinking.clone(),
+        redacted.clone(),
+        call.clone(),
+    ]));
+    let (result, deltas) = complete(&providers, &req).await;
+    let response = result.unwrap();
+
+    let sent = &fake.requests()[0].body;
+    assert_eq!(
+        sent["thinking"],
+        json!({"type": "enabled", "budget_tokens": 10000})
+    );
+    assert_eq!(sent["max_tokens"], 16000);
+    assert_eq!(
+        response.content,
+        vec![
+            ContentBlock::Raw(thinking),
+            ContentBlock::Raw(redacted),
+            ContentBlock::ToolUse {
+                id: "toolu_01T1x1fJ34qAmk2tNTrN7Up6".into(),
+                name: "get_weather".into(),
+                input: json!({"city": "Bern"}),
+            },
+        ],
+        "thinking assembled from its deltas, with its signature"
+    );
+    assert_eq!(response.stop_reason.as_deref(), Some("tool_use"));
+    assert_eq!(
+        joined(&deltas, DeltaKind::Thinking),
+        "Bern is in Switzerland, so Celsius."
+    );
+    assert_eq!(joined(&deltas, DeltaKind::Text), "", "no answer text yet");
+    assert!(
+        !deltas.iter().any(|d| d.text.contains("EqQB")),
+        "signatures never stream live"
+    );
+
+    // Without `thinking` in the config, the request has none.
+    fake.push(Reply::text("ok"));
+    complete(&providers, &request(Provider::Anthropic))
+        .await
+        .0
+        .unwrap();
+    assert!(fake.requests()[1].body.get("thinking").is_none());
 }
 
 #[tokio::test]
@@ -452,7 +520,7 @@ async fn an_overloaded_error_mid_stream_is_retryable() {
         let (result, deltas) = complete(&providers, &request(provider)).await;
         expect_retryable(result, kind);
         assert_eq!(
-            deltas.concat(),
+            joined(&deltas, DeltaKind::Text),
             "one two ",
             "deltas before the error went live"
         );
@@ -498,7 +566,7 @@ async fn a_hang_is_cut_by_the_idle_timeout() {
         fake.push(Reply::text("one two three").hold_after_deltas(1));
         let (result, deltas) = complete(&providers, &request(provider)).await;
         expect_retryable(result, "timeout_error");
-        assert_eq!(deltas, ["one "]);
+        assert_eq!(joined(&deltas, DeltaKind::Text), "one ");
     }
 }
 
@@ -517,7 +585,7 @@ async fn a_slow_stream_that_keeps_streaming_is_not_timed_out() {
     let started = std::time::Instant::now();
     let (result, deltas) = complete(&providers, &request(Provider::Anthropic)).await;
     assert!(started.elapsed() > idle);
-    assert_eq!(deltas.concat(), answer);
+    assert_eq!(joined(&deltas, DeltaKind::Text), answer);
     assert!(result.is_ok(), "{result:?}");
 }
 

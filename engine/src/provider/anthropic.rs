@@ -10,6 +10,12 @@
 //! `message_stop`. `ping` may come at any time; an `error` event (e.g.
 //! `overloaded_error`) can end the stream early.
 //!
+//! Extended thinking (`thinking` in the request) streams `thinking` blocks —
+//! `thinking_delta`s, then one `signature_delta` — and `redacted_thinking`
+//! blocks whole in their `content_block_start` (`data`); both are kept raw
+//! below, and the thinking text is also forwarded live as
+//! [`DeltaKind::Thinking`].
+//!
 //! Blocks Holdfast does not interpret — the server tools' `server_tool_use`
 //! and `web_search_tool_result`, text with `citations` (`citations_delta`),
 //! and any type added later — are saved as [`ContentBlock::Raw`], exactly as
@@ -21,9 +27,9 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::classify::{classify_stream_error, incomplete_stream, invalid_response};
-use super::client::StreamAssembler;
+use super::client::{forward, StreamAssembler};
 use super::history::{normalise, tool_result_text};
-use super::{ContentBlock, ModelError, ModelRequest, ModelResponse, Role, Usage};
+use super::{ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role, Usage};
 use crate::sse::SseEvent;
 
 pub(crate) const API_VERSION: &str = "2023-06-01";
@@ -47,10 +53,11 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
         .collect();
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model.name));
-    body.insert(
-        "max_tokens".into(),
-        json!(request.model.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
-    );
+    body.insert("max_tokens".into(), json!(request.model.output_limit()));
+    if let Some(thinking) = &request.model.thinking {
+        // The config's shape is the API's: `{"type": "enabled", "budget_tokens": n}`.
+        body.insert("thinking".into(), json!(thinking));
+    }
     if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
         body.insert("system".into(), json!(system));
     }
@@ -146,7 +153,7 @@ impl StreamAssembler for AnthropicStream {
     fn event(
         &mut self,
         event: SseEvent,
-        deltas: Option<&UnboundedSender<String>>,
+        deltas: Option<&UnboundedSender<Delta>>,
     ) -> Result<bool, ModelError> {
         let data: Value = serde_json::from_str(&event.data)
             .map_err(|e| invalid_response(format!("event {:?} is not JSON: {e}", event.event)))?;
@@ -207,10 +214,7 @@ impl StreamAssembler for AnthropicStream {
                     (Some(Block::Text { text, .. }), Some("text_delta")) => {
                         let piece = delta.get("text").and_then(Value::as_str).unwrap_or("");
                         text.push_str(piece);
-                        if let (Some(tx), false) = (deltas, piece.is_empty()) {
-                            // A receiver gone away only means nobody watches live.
-                            let _ = tx.send(piece.to_owned());
-                        }
+                        forward(deltas, DeltaKind::Text, piece);
                     }
                     (Some(Block::Text { citations, .. }), Some("citations_delta")) => {
                         if let Some(citation) = delta.get("citation") {
@@ -228,7 +232,13 @@ impl StreamAssembler for AnthropicStream {
                                 .unwrap_or(""),
                         );
                     }
-                    (Some(Block::Raw { block, .. }), Some(kind)) => raw_delta(block, kind, delta),
+                    (Some(Block::Raw { block, .. }), Some(kind)) => {
+                        raw_delta(block, kind, delta);
+                        if kind == "thinking_delta" {
+                            let piece = delta.get("thinking").and_then(Value::as_str);
+                            forward(deltas, DeltaKind::Thinking, piece.unwrap_or(""));
+                        }
+                    }
                     _ => {}
                 }
             }

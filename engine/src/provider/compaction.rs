@@ -202,13 +202,7 @@ mod tests {
 
     fn request(messages: Vec<Message>) -> ModelRequest {
         ModelRequest {
-            model: ModelConfig {
-                provider: Provider::Anthropic,
-                name: "claude-test".into(),
-                endpoint: None,
-                base_url: None,
-                max_tokens: None,
-            },
+            model: ModelConfig::new(Provider::Anthropic, "claude-test"),
             system: Some("You are a careful sysadmin.".into()),
             messages,
             tools: Vec::new(),

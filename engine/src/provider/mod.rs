@@ -55,6 +55,77 @@ pub struct ModelConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     pub max_tokens: Option<u32>,
+    /// Anthropic extended thinking, sent as the request's `thinking`
+    /// (Anthropic only). The thinking blocks the model writes are saved with
+    /// their signatures and sent back unchanged, as the API requires of a
+    /// turn that uses tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<Thinking>,
+}
+
+/// The smallest `budget_tokens` Anthropic accepts.
+pub const MIN_THINKING_BUDGET: u32 = 1024;
+
+/// `config.model.thinking`: the Messages API's `thinking` parameter.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Thinking {
+    /// Think before answering, using at most `budget_tokens` of the output
+    /// (at least 1024, and less than `max_tokens`).
+    Enabled {
+        #[schema(minimum = 1024)]
+        budget_tokens: u32,
+    },
+    /// The model decides whether and how much to think (models that
+    /// support it).
+    Adaptive {},
+    /// No thinking (the model's default said explicitly).
+    Disabled {},
+}
+
+impl ModelConfig {
+    /// `name` of `provider`, every setting at its default.
+    pub fn new(provider: Provider, name: impl Into<String>) -> ModelConfig {
+        ModelConfig {
+            provider,
+            name: name.into(),
+            endpoint: None,
+            base_url: None,
+            max_tokens: None,
+            thinking: None,
+        }
+    }
+
+    /// The output tokens a call may produce: `max_tokens`, else
+    /// [`DEFAULT_MAX_TOKENS`].
+    pub fn output_limit(&self) -> u32 {
+        self.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)
+    }
+
+    /// What the field types alone do not say: `thinking` is Anthropic's,
+    /// and its budget is at least [`MIN_THINKING_BUDGET`] and below the
+    /// output limit (the API refuses the call otherwise). `Err` is the field
+    /// (within `model`) and why.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        match &self.thinking {
+            Some(_) if self.provider != Provider::Anthropic => Err((
+                "thinking",
+                "thinking is an Anthropic setting (provider \"anthropic\")".into(),
+            )),
+            Some(Thinking::Enabled { budget_tokens })
+                if *budget_tokens < MIN_THINKING_BUDGET || *budget_tokens >= self.output_limit() =>
+            {
+                Err((
+                    "thinking.budget_tokens",
+                    format!(
+                        "thinking.budget_tokens must be at least {MIN_THINKING_BUDGET} and less than max_tokens ({})",
+                        self.output_limit()
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -80,10 +151,40 @@ pub enum Role {
     Assistant,
 }
 
+/// A live piece of a response being streamed: sent to stream listeners as
+/// it arrives, never saved (the saved response is the truth).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delta {
+    pub kind: DeltaKind,
+    pub text: String,
+}
+
+/// Named as in the `holdfast_stream` payload's `kind` (absent: `text`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeltaKind {
+    /// Answer text (`text_delta`, OpenAI `delta.content`).
+    #[default]
+    Text,
+    /// Extended thinking (`thinking_delta`).
+    Thinking,
+}
+
+impl DeltaKind {
+    /// Its name in the `holdfast_stream` payload.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeltaKind::Text => "text",
+            DeltaKind::Thinking => "thinking",
+        }
+    }
+}
+
 /// A content block, in the shape saved in `holdfast.messages.content`
 /// (Anthropic-shaped; the OpenAI client maps it). A block with a field the
 /// typed variants do not have (text with `citations`) or of a type they do
-/// not know (`server_tool_use`, `web_search_tool_result`, ...) is [`Raw`]:
+/// not know (`thinking` and `redacted_thinking` with their signatures,
+/// `server_tool_use`, `web_search_tool_result`, ...) is [`Raw`]:
 /// kept as the provider sent it, so history is never silently altered.
 ///
 /// [`Raw`]: ContentBlock::Raw

@@ -20,9 +20,9 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::anthropic::parse_tool_input;
 use super::classify::{classify_stream_error, incomplete_stream, invalid_response};
-use super::client::StreamAssembler;
+use super::client::{forward, StreamAssembler};
 use super::history::{normalise, tool_result_text};
-use super::{ContentBlock, ModelError, ModelRequest, ModelResponse, Role, Usage};
+use super::{ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role, Usage};
 use crate::sse::SseEvent;
 
 /// The request body.
@@ -139,7 +139,7 @@ impl StreamAssembler for OpenAiStream {
     fn event(
         &mut self,
         event: SseEvent,
-        deltas: Option<&UnboundedSender<String>>,
+        deltas: Option<&UnboundedSender<Delta>>,
     ) -> Result<bool, ModelError> {
         if event.data.trim() == "[DONE]" {
             self.complete = true;
@@ -167,13 +167,8 @@ impl StreamAssembler for OpenAiStream {
         };
         let delta = choice.get("delta").unwrap_or(&Value::Null);
         if let Some(piece) = delta.get("content").and_then(Value::as_str) {
-            if !piece.is_empty() {
-                self.text.push_str(piece);
-                if let Some(tx) = deltas {
-                    // A receiver gone away only means nobody watches live.
-                    let _ = tx.send(piece.to_owned());
-                }
-            }
+            self.text.push_str(piece);
+            forward(deltas, DeltaKind::Text, piece);
         }
         let fragments = delta.get("tool_calls").and_then(Value::as_array);
         for (position, fragment) in fragments.into_iter().flatten().enumerate() {

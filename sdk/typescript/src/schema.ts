@@ -1025,6 +1025,7 @@ export interface components {
              */
             name: string;
             provider: components["schemas"]["Provider"];
+            thinking?: null | components["schemas"]["Thinking"];
         };
         OperationsView: {
             /** @description The queue depth: agents per state. */
@@ -1187,6 +1188,19 @@ export interface components {
             /** Format: date-time */
             since: string;
             state: string;
+        };
+        /** @description `config.model.thinking`: the Messages API's `thinking` parameter. */
+        Thinking: {
+            /** Format: int32 */
+            budget_tokens: number;
+            /** @enum {string} */
+            type: "enabled";
+        } | {
+            /** @enum {string} */
+            type: "adaptive";
+        } | {
+            /** @enum {string} */
+            type: "disabled";
         };
         ToolCallList: {
             tool_calls: components["schemas"]["ToolCallView"][];
@@ -2144,7 +2158,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description an SSE stream: saved events (`id: SEQ`, `event: TYPE`, `data: JSON`), live deltas (`event: delta`, data `{"text", "epoch"}`), heartbeat comments */
+            /** @description an SSE stream: saved events (`id: SEQ`, `event: TYPE`, `data: JSON`), live deltas (`event: delta` for answer text, `event: thinking_delta` for extended thinking; data `{"text", "epoch"}`), heartbeat comments */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -236,6 +236,22 @@ class StuckAgentView(TypedDict):
     state: str
 
 
+class Thinking1(TypedDict):
+    budget_tokens: int
+    type: Literal['enabled']
+
+
+class Thinking2(TypedDict):
+    type: Literal['adaptive']
+
+
+class Thinking3(TypedDict):
+    type: Literal['disabled']
+
+
+Thinking = Union[Thinking1, Thinking2, Thinking3]
+
+
 class ToolCallView(TypedDict):
     agent_id: str
     completed_at: NotRequired[Optional[str]]
@@ -380,6 +396,7 @@ class ModelConfig(TypedDict):
     max_tokens: NotRequired[Optional[int]]
     name: str
     provider: Provider
+    thinking: NotRequired[Optional[Thinking]]
 
 
 class OperationsView(TypedDict):
