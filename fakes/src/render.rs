@@ -38,14 +38,21 @@ pub(crate) struct Context {
     pub input_tokens: u64,
     pub include_usage: bool,
     pub created: u64,
+    /// Of the input tokens, `(read, written)` in the prompt cache.
+    pub cache_tokens: (u64, u64),
+    /// Of the output tokens, reasoning.
+    pub reasoning_tokens: u64,
 }
 
 fn anthropic_event(name: &str, data: Value) -> Bytes {
     Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
 }
 
-/// Anthropic's `message_start`: an empty assistant message of `cx`'s model.
+/// Anthropic's `message_start`: an empty assistant message of `cx`'s model,
+/// its usage split as the API splits it: the uncached `input_tokens` beside
+/// the cache reads and writes (the whole prompt is their sum).
 fn anthropic_message_start(cx: &Context, input_tokens: u64) -> Bytes {
+    let (read, written) = cx.cache_tokens;
     anthropic_event(
         "message_start",
         json!({"type": "message_start", "message": {
@@ -56,7 +63,10 @@ fn anthropic_message_start(cx: &Context, input_tokens: u64) -> Bytes {
             "content": [],
             "stop_reason": null,
             "stop_sequence": null,
-            "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+            "usage": {"input_tokens": input_tokens.saturating_sub(read + written),
+                      "cache_creation_input_tokens": written,
+                      "cache_read_input_tokens": read,
+                      "output_tokens": 1},
         }}),
     )
 }
@@ -353,7 +363,13 @@ pub(crate) fn message_frames(
                         "choices": [],
                         "usage": {"prompt_tokens": input_tokens,
                                   "completion_tokens": output_tokens,
-                                  "total_tokens": input_tokens + output_tokens},
+                                  "total_tokens": input_tokens + output_tokens,
+                                  "prompt_tokens_details": {"cached_tokens": cx.cache_tokens.0,
+                                                            "audio_tokens": 0},
+                                  "completion_tokens_details": {"reasoning_tokens": cx.reasoning_tokens,
+                                                                "audio_tokens": 0,
+                                                                "accepted_prediction_tokens": 0,
+                                                                "rejected_prediction_tokens": 0}},
                     })),
                     false,
                 );

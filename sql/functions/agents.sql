@@ -64,7 +64,7 @@ BEGIN
         PERFORM holdfast.raise('HF422', 'model must be an object', 'model');
     END IF;
     PERFORM holdfast.refuse_unknown_keys(p_config -> 'model',
-        '{provider,name,endpoint,base_url,max_tokens,thinking}', 'model.');
+        '{provider,name,endpoint,base_url,max_tokens,thinking,cache}', 'model.');
     IF NOT coalesce(p_config #>> '{model,provider}' IN ('anthropic', 'openai'), false)
        OR jsonb_typeof(p_config #> '{model,provider}') <> 'string' THEN
         PERFORM holdfast.raise('HF422', 'model.provider must be "anthropic" or "openai"', 'model.provider');
@@ -111,6 +111,15 @@ BEGIN
                 OR (v_value ->> 'budget_tokens')::bigint NOT BETWEEN 1024
                    AND coalesce((p_config #>> '{model,max_tokens}')::bigint, 4096) - 1) THEN
             PERFORM holdfast.raise('HF422', format('thinking.budget_tokens must be at least 1024 and less than max_tokens (%s)', coalesce((p_config #>> '{model,max_tokens}')::bigint, 4096)), 'model.thinking.budget_tokens');
+        END IF;
+    END IF;
+    -- Anthropic prompt caching on (the default) or off.
+    IF p_config #> '{model,cache}' IS NOT NULL THEN
+        IF jsonb_typeof(p_config #> '{model,cache}') <> 'boolean' THEN
+            PERFORM holdfast.raise('HF422', 'model.cache must be true or false', 'model.cache');
+        END IF;
+        IF p_config #>> '{model,provider}' <> 'anthropic' THEN
+            PERFORM holdfast.raise('HF422', 'cache is an Anthropic setting (provider "anthropic"; OpenAI caches by itself)', 'model.cache');
         END IF;
     END IF;
     IF p_config ? 'system' AND jsonb_typeof(p_config -> 'system') <> 'string' THEN

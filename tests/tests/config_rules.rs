@@ -42,6 +42,8 @@ fn valid() -> Vec<Value> {
                          "thinking": {"type": "enabled", "budget_tokens": 63999}}}),
         json!({"model": {"provider": "anthropic", "name": "m", "thinking": {"type": "adaptive"}}}),
         json!({"model": {"provider": "anthropic", "name": "m", "thinking": {"type": "disabled"}}}),
+        json!({"model": {"provider": "anthropic", "name": "m", "cache": false}}),
+        json!({"model": {"provider": "anthropic", "name": "m", "cache": true}}),
         with(json!({"tools": []})),
         with(json!({"tools": [
             {"type": "custom", "name": "lookup"},
@@ -142,6 +144,18 @@ fn invalid() -> Vec<(Value, &'static str)> {
             json!({"model": {"provider": "openai", "name": "o3",
                              "thinking": {"type": "enabled", "budget_tokens": 2048}}}),
             "model.thinking",
+        ),
+        (
+            json!({"model": {"provider": "anthropic", "name": "m", "cache": "off"}}),
+            "model.cache",
+        ),
+        (
+            json!({"model": {"provider": "anthropic", "name": "m", "cache": {"type": "ephemeral"}}}),
+            "model.cache",
+        ),
+        (
+            json!({"model": {"provider": "openai", "name": "gpt", "cache": false}}),
+            "model.cache",
         ),
         (with(json!({"system": 5})), "system"),
         (with(json!({"tools": {}})), "tools"),

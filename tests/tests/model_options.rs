@@ -1,7 +1,8 @@
 //! Model options end to end, through real worker processes and the fake
 //! provider speaking the Anthropic Messages API: extended thinking (signed
 //! thinking blocks kept and sent back unchanged, thinking streamed live as
-//! its own delta kind).
+//! its own delta kind) and prompt caching (breakpoints where the API
+//! documents them, cache reads and writes saved in the usage).
 
 use std::time::Duration;
 
@@ -35,6 +36,20 @@ fn thinking_then_call() -> Vec<Value> {
     ]
 }
 
+/// Wait until the agent's `lookup` call is waiting for its result, then
+/// submit `output` as the result.
+async fn answer_lookup(client: &tokio_postgres::Client, agent: Uuid, output: Value) {
+    let lookup = "SELECT id FROM holdfast.tool_calls WHERE agent_id = $1 AND name = 'lookup'";
+    wait_until(T, "the lookup call waits for its result", || async {
+        client.query_opt(lookup, &[&agent]).await.unwrap().is_some()
+    })
+    .await;
+    let call: Uuid = client.query_one(lookup, &[&agent]).await.unwrap().get(0);
+    store::submit_tool_result(client, call, &output, false)
+        .await
+        .unwrap();
+}
+
 async fn assistant_messages(client: &tokio_postgres::Client, agent: Uuid) -> Vec<Value> {
     client
         .query(
@@ -66,15 +81,7 @@ async fn a_tool_use_turn_with_thinking_sends_each_signed_block_back_unchanged() 
         .await
         .unwrap();
 
-    let lookup = "SELECT id FROM holdfast.tool_calls WHERE agent_id = $1 AND name = 'lookup'";
-    wait_until(T, "the lookup call waits for its result", || async {
-        client.query_opt(lookup, &[&agent]).await.unwrap().is_some()
-    })
-    .await;
-    let call: Uuid = client.query_one(lookup, &[&agent]).await.unwrap().get(0);
-    store::submit_tool_result(&client, call, &json!({"status": "shipped"}), false)
-        .await
-        .unwrap();
+    answer_lookup(&client, agent, json!({"status": "shipped"})).await;
     wait_for_events(&client, agent, "turn.completed", 1, T).await;
 
     let requests = fake.requests();
@@ -156,4 +163,111 @@ async fn thinking_streams_live_as_thinking_deltas_apart_from_the_answer_text() {
         "the saved block is whole"
     );
     assert_eq!(saved[0][0]["signature"], "EqQBCgIYAhIMsig");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn prompt_caching_marks_the_tools_the_system_and_the_latest_message_and_saves_cache_usage() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    fake.push(
+        Reply::tool_calls(vec![("lookup", json!({"order": "A-7"}))])
+            .usage(3000, 20)
+            .cache_tokens(0, 2500),
+    );
+    fake.push(
+        Reply::text("It shipped.")
+            .usage(3100, 10)
+            .cache_tokens(2500, 550),
+    );
+    fake.push(Reply::text("Uncached."));
+    let _worker = spawn_worker("w-cache", &db.config, &fake, &[]);
+    let tools = json!([{"type": "custom", "name": "lookup"},
+                       {"type": "custom", "name": "cancel"}]);
+    let config = json!({"model": {"provider": "anthropic", "name": "claude-test"},
+                        "system": "You answer order questions.", "tools": tools});
+    let agent = agent_with_config(&client, &config).await;
+    store::create_input(&client, agent, &json!("where is A-7?"), None)
+        .await
+        .unwrap();
+    answer_lookup(&client, agent, json!("shipped")).await;
+    wait_for_events(&client, agent, "turn.completed", 1, T).await;
+
+    let ephemeral = json!({"type": "ephemeral"});
+    let requests = fake.requests();
+    for request in &requests {
+        let body = &request.body;
+        assert_eq!(body["tools"][0].get("cache_control"), None);
+        assert_eq!(
+            body["tools"][1]["cache_control"], ephemeral,
+            "the last tool"
+        );
+        assert_eq!(
+            body["system"],
+            json!([{"type": "text", "text": "You answer order questions.",
+                    "cache_control": ephemeral}])
+        );
+        let messages = body["messages"].as_array().unwrap();
+        let marked: Vec<(usize, usize)> = messages
+            .iter()
+            .enumerate()
+            .flat_map(|(m, message)| {
+                let blocks = message["content"].as_array().unwrap();
+                blocks
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, block)| block.get("cache_control").is_some())
+                    .map(move |(b, _)| (m, b))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let last = messages.len() - 1;
+        let last_block = messages[last]["content"].as_array().unwrap().len() - 1;
+        assert_eq!(
+            marked,
+            [(last, last_block)],
+            "only the latest message's last block"
+        );
+        assert_eq!(
+            messages[last]["content"][last_block]["cache_control"],
+            ephemeral
+        );
+    }
+    assert_eq!(
+        requests[1].body["messages"][2]["content"][0]["type"],
+        "tool_result"
+    );
+
+    let usages: Vec<Value> = client
+        .query(
+            "SELECT data -> 'usage' FROM holdfast.events WHERE agent_id = $1
+                AND type = 'model.response' ORDER BY seq",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(
+        usages,
+        [
+            json!({"input_tokens": 3000, "output_tokens": 20, "cache_write_tokens": 2500}),
+            json!({"input_tokens": 3100, "output_tokens": 10,
+                   "cache_read_tokens": 2500, "cache_write_tokens": 550}),
+        ],
+        "what the provider reported, the whole prompt in input_tokens"
+    );
+
+    // Turned off: no breakpoint anywhere, the system prompt a string.
+    let uncached = json!({"model": {"provider": "anthropic", "name": "claude-test", "cache": false},
+                          "system": "You answer order questions.", "tools": tools});
+    let agent = agent_with_config(&client, &uncached).await;
+    store::create_input(&client, agent, &json!("hi"), None)
+        .await
+        .unwrap();
+    wait_for_events(&client, agent, "turn.completed", 1, T).await;
+    let body = &fake.requests()[2].body;
+    assert!(!body.to_string().contains("cache_control"), "{body}");
+    assert_eq!(body["system"], "You answer order questions.");
 }

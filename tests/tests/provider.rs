@@ -734,14 +734,42 @@ fn rich_request(provider: Provider) -> ModelRequest {
     req
 }
 
-#[tokio::test]
-async fn anthropic_requests_have_the_documented_wire_shape() {
+/// The Anthropic body of [`rich_request`] without prompt caching.
+fn rich_anthropic_body() -> Value {
+    json!({
+        "model": "test-model",
+        "max_tokens": 1000,
+        "system": "You are terse.",
+        "stream": true,
+        "tools": [{
+            "name": "get_weather",
+            "description": "Current weather for a city",
+            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        }],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Weather in Zürich and Bern?"}]},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "Checking both."},
+                {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Zürich"}},
+                {"type": "tool_use", "id": "call_2", "name": "get_weather", "input": {"city": "Bern"}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "call_1", "content": "21 °C, sunny"},
+                {"type": "tool_result", "tool_use_id": "call_2", "content": "{\"error\":\"station offline\"}", "is_error": true},
+                {"type": "text", "text": "Also Geneva, please."},
+            ]},
+        ],
+    })
+}
+
+/// The body Anthropic got for `request`, with its headers checked.
+async fn sent_to_anthropic(request: &ModelRequest) -> Value {
     let fake = FakeProvider::start().await;
     let providers = providers(&fake);
     providers
         .complete(
-            &rich_request(Provider::Anthropic),
-            &providers.default_target(rich_request(Provider::Anthropic).model.provider),
+            request,
+            &providers.default_target(request.model.provider),
             None,
         )
         .await
@@ -750,33 +778,84 @@ async fn anthropic_requests_have_the_documented_wire_shape() {
     assert_eq!(seen.protocol, Protocol::Anthropic);
     assert_eq!(seen.header("x-api-key"), Some("sk-ant-test"));
     assert_eq!(seen.header("anthropic-version"), Some("2023-06-01"));
+    seen.body
+}
+
+#[tokio::test]
+async fn anthropic_requests_have_the_documented_wire_shape() {
+    let mut uncached = rich_request(Provider::Anthropic);
+    uncached.model.cache = Some(false);
+    assert_eq!(sent_to_anthropic(&uncached).await, rich_anthropic_body());
+}
+
+#[tokio::test]
+async fn anthropic_requests_mark_cache_breakpoints_on_the_last_tool_the_system_and_the_latest_message(
+) {
+    let ephemeral = json!({"type": "ephemeral"});
+    let mut expected = rich_anthropic_body();
+    expected["tools"][0]["cache_control"] = ephemeral.clone();
+    expected["system"] =
+        json!([{"type": "text", "text": "You are terse.", "cache_control": ephemeral}]);
+    expected["messages"][2]["content"][2]["cache_control"] = ephemeral.clone();
+    let request = rich_request(Provider::Anthropic);
+    assert_eq!(request.model.cache, None, "caching is the default");
+    assert_eq!(sent_to_anthropic(&request).await, expected);
+
+    // Thinking blocks may not carry a breakpoint: the latest block that may.
+    let mut thinking_last = request.clone();
+    thinking_last.messages.push(Message {
+        role: Role::Assistant,
+        content: vec![
+            ContentBlock::Text {
+                text: "Geneva next.".into(),
+            },
+            ContentBlock::Raw(json!({"type": "redacted_thinking", "data": "EmwKAhgB"})),
+        ],
+    });
+    let body = sent_to_anthropic(&thinking_last).await;
     assert_eq!(
-        seen.body,
-        json!({
-            "model": "test-model",
-            "max_tokens": 1000,
-            "system": "You are terse.",
-            "stream": true,
-            "tools": [{
-                "name": "get_weather",
-                "description": "Current weather for a city",
-                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-            }],
-            "messages": [
-                {"role": "user", "content": [{"type": "text", "text": "Weather in Zürich and Bern?"}]},
-                {"role": "assistant", "content": [
-                    {"type": "text", "text": "Checking both."},
-                    {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Zürich"}},
-                    {"type": "tool_use", "id": "call_2", "name": "get_weather", "input": {"city": "Bern"}},
-                ]},
-                {"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": "call_1", "content": "21 °C, sunny"},
-                    {"type": "tool_result", "tool_use_id": "call_2", "content": "{\"error\":\"station offline\"}", "is_error": true},
-                    {"type": "text", "text": "Also Geneva, please."},
-                ]},
-            ],
-        })
+        body["messages"][3]["content"],
+        json!([{"type": "text", "text": "Geneva next.", "cache_control": ephemeral},
+               {"type": "redacted_thinking", "data": "EmwKAhgB"}])
     );
+    assert!(
+        body["messages"][2]["content"][2]
+            .get("cache_control")
+            .is_none(),
+        "one breakpoint on the messages, on the latest"
+    );
+}
+
+#[tokio::test]
+async fn openai_cached_and_reasoning_tokens_are_in_the_usage() {
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    fake.push(
+        Reply::text("ok")
+            .usage(2048, 300)
+            .cache_tokens(1024, 0)
+            .reasoning_tokens(256),
+    );
+    let (result, _) = complete(&providers, &request(Provider::Openai)).await;
+    let usage = result.unwrap().usage;
+    assert_eq!(usage.input_tokens, 2048);
+    assert_eq!(usage.cache_read_tokens, 1024);
+    assert_eq!(usage.cache_write_tokens, 0);
+    assert_eq!(usage.output_tokens, 300);
+    assert_eq!(usage.reasoning_tokens, 256);
+}
+
+#[tokio::test]
+async fn anthropic_cache_reads_and_writes_are_counted_in_the_usage() {
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    fake.push(Reply::text("ok").usage(5000, 7).cache_tokens(4000, 900));
+    let (result, _) = complete(&providers, &request(Provider::Anthropic)).await;
+    let usage = result.unwrap().usage;
+    assert_eq!(usage.input_tokens, 5000, "the whole prompt");
+    assert_eq!(usage.cache_read_tokens, 4000);
+    assert_eq!(usage.cache_write_tokens, 900);
+    assert_eq!(usage.output_tokens, 7);
 }
 
 #[tokio::test]

@@ -10,6 +10,12 @@
 //! `message_stop`. `ping` may come at any time; an `error` event (e.g.
 //! `overloaded_error`) can end the stream early.
 //!
+//! Prompt caching (unless the agent's `model.cache` is false) marks
+//! `cache_control` breakpoints on the last tool, the system prompt (sent as
+//! a text block for it) and the latest message; the usage reports
+//! `cache_read_input_tokens` and `cache_creation_input_tokens` beside the
+//! uncached `input_tokens`, all three counted in [`Usage::input_tokens`].
+//!
 //! Extended thinking (`thinking` in the request) streams `thinking` blocks —
 //! `thinking_delta`s, then one `signature_delta` — and `redacted_thinking`
 //! blocks whole in their `content_block_start` (`data`); both are kept raw
@@ -58,8 +64,15 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
         // The config's shape is the API's: `{"type": "enabled", "budget_tokens": n}`.
         body.insert("thinking".into(), json!(thinking));
     }
+    let caching = request.model.caches_prompt();
     if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
-        body.insert("system".into(), json!(system));
+        let system = if caching {
+            // A breakpoint needs the block form of the system prompt.
+            json!([{"type": "text", "text": system, "cache_control": cache_breakpoint()}])
+        } else {
+            json!(system)
+        };
+        body.insert("system".into(), system);
     }
     body.insert("messages".into(), Value::Array(messages));
     if !request.tools.is_empty() {
@@ -76,8 +89,54 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
+    if caching {
+        mark_cache_breakpoints(&mut body);
+    }
     body.insert("stream".into(), json!(true));
     Value::Object(body)
+}
+
+/// A prompt-cache breakpoint: the prompt up to the block carrying it is
+/// cached (for 5 minutes, refreshed by each read).
+fn cache_breakpoint() -> Value {
+    json!({"type": "ephemeral"})
+}
+
+/// Breakpoints where Anthropic's prompt caching documents them for a
+/// growing conversation: on the last tool (all tool definitions cached), on
+/// the system prompt (set where it is built) and on the last block of the
+/// latest message that may carry one (thinking blocks may not), so the next
+/// step reads this whole prompt from the cache. Three of the four a request
+/// may have. Only the wire body changes, never the saved history.
+fn mark_cache_breakpoints(body: &mut Map<String, Value>) {
+    let last_tool = body
+        .get_mut("tools")
+        .and_then(Value::as_array_mut)
+        .and_then(|tools| tools.last_mut())
+        .and_then(Value::as_object_mut);
+    if let Some(tool) = last_tool {
+        tool.insert("cache_control".into(), cache_breakpoint());
+    }
+    let latest = body
+        .get_mut("messages")
+        .and_then(Value::as_array_mut)
+        .and_then(|messages| messages.last_mut())
+        .and_then(|message| message.get_mut("content"))
+        .and_then(Value::as_array_mut);
+    let cacheable = latest
+        .into_iter()
+        .flatten()
+        .rev()
+        .filter_map(Value::as_object_mut)
+        .find(|block| {
+            !matches!(
+                block.get("type").and_then(Value::as_str),
+                Some("thinking" | "redacted_thinking")
+            )
+        });
+    if let Some(block) = cacheable {
+        block.insert("cache_control".into(), cache_breakpoint());
+    }
 }
 
 fn block(block: &ContentBlock) -> Value {
@@ -143,6 +202,16 @@ fn input_tokens(usage: &Value) -> Option<u64> {
     )
 }
 
+impl AnthropicStream {
+    /// The cache reads and writes of a usage object that has the input
+    /// counts (`message_start`, or a `message_delta` that repeats them).
+    fn cache_usage(&mut self, usage: &Value) {
+        let field = |name: &str| usage.get(name).and_then(Value::as_u64).unwrap_or(0);
+        self.usage.cache_read_tokens = field("cache_read_input_tokens");
+        self.usage.cache_write_tokens = field("cache_creation_input_tokens");
+    }
+}
+
 fn index(data: &Value) -> Result<u64, ModelError> {
     data.get("index")
         .and_then(Value::as_u64)
@@ -170,6 +239,7 @@ impl StreamAssembler for AnthropicStream {
                         .get("output_tokens")
                         .and_then(Value::as_u64)
                         .unwrap_or(0);
+                    self.cache_usage(usage);
                 }
             }
             "content_block_start" => {
@@ -265,6 +335,7 @@ impl StreamAssembler for AnthropicStream {
                     }
                     if let Some(input) = input_tokens(usage) {
                         self.usage.input_tokens = input;
+                        self.cache_usage(usage);
                     }
                     // Cumulative like output_tokens: `{"web_search_requests": n, ...}`.
                     if let Some(counts) = usage.get("server_tool_use").and_then(Value::as_object) {

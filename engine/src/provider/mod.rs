@@ -61,6 +61,13 @@ pub struct ModelConfig {
     /// turn that uses tools.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<Thinking>,
+    /// Anthropic prompt caching (default `true`): `cache_control`
+    /// breakpoints on the last tool, the system prompt and the latest
+    /// message, so each step reads the prompt so far from the cache instead
+    /// of paying for it again; `false` sends none (Anthropic only: OpenAI
+    /// caches by itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<bool>,
 }
 
 /// The smallest `budget_tokens` Anthropic accepts.
@@ -93,6 +100,7 @@ impl ModelConfig {
             base_url: None,
             max_tokens: None,
             thinking: None,
+            cache: None,
         }
     }
 
@@ -102,11 +110,24 @@ impl ModelConfig {
         self.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)
     }
 
-    /// What the field types alone do not say: `thinking` is Anthropic's,
-    /// and its budget is at least [`MIN_THINKING_BUDGET`] and below the
-    /// output limit (the API refuses the call otherwise). `Err` is the field
-    /// (within `model`) and why.
+    /// Whether requests carry prompt-cache breakpoints (Anthropic's, unless
+    /// turned off).
+    pub fn caches_prompt(&self) -> bool {
+        self.provider == Provider::Anthropic && self.cache != Some(false)
+    }
+
+    /// What the field types alone do not say: `thinking` and `cache` are
+    /// Anthropic's, and the thinking budget is at least
+    /// [`MIN_THINKING_BUDGET`] and below the output limit (the API refuses
+    /// the call otherwise). `Err` is the field (within `model`) and why.
     pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.cache.is_some() && self.provider != Provider::Anthropic {
+            return Err((
+                "cache",
+                "cache is an Anthropic setting (provider \"anthropic\"; OpenAI caches by itself)"
+                    .into(),
+            ));
+        }
         match &self.thinking {
             Some(_) if self.provider != Provider::Anthropic => Err((
                 "thinking",
@@ -251,8 +272,23 @@ pub struct ModelRequest {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// The whole prompt, its cached parts included.
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Of `input_tokens`, read from the provider's prompt cache (Anthropic
+    /// `cache_read_input_tokens`); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    /// Of `input_tokens`, written to the prompt cache (Anthropic
+    /// `cache_creation_input_tokens`); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+    /// Of `output_tokens`, the reasoning a reasoning model did before
+    /// answering (OpenAI `completion_tokens_details.reasoning_tokens`;
+    /// Anthropic counts thinking in `output_tokens` without a split);
+    /// absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
     /// Requests the provider's own server tools made (Anthropic's
     /// `usage.server_tool_use`: web searches and fetches); absent when none.
     #[serde(default, skip_serializing_if = "is_zero")]

@@ -7,7 +7,10 @@
 //! tool calls in `choices[0].delta.tool_calls[]`, keyed by `index`, the
 //! first fragment carrying `id` and `function.name`, later ones appending
 //! to `function.arguments`. `finish_reason` comes on the last choice chunk;
-//! with `include_usage`, a final chunk with empty `choices` carries `usage`.
+//! with `include_usage`, a final chunk with empty `choices` carries `usage`
+//! (`prompt_tokens`, `completion_tokens`, and in `prompt_tokens_details` /
+//! `completion_tokens_details` the `cached_tokens` and `reasoning_tokens`
+//! among them).
 //!
 //! Holdfast's history is Anthropic-shaped; here the system prompt becomes a
 //! `system` message, assistant tool calls become `tool_calls`, and each tool
@@ -152,10 +155,15 @@ impl StreamAssembler for OpenAiStream {
         }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             let field = |name: &str| usage.get(name).and_then(Value::as_u64).unwrap_or(0);
+            let detail = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64);
             self.usage = Usage {
                 input_tokens: field("prompt_tokens"),
                 output_tokens: field("completion_tokens"),
-                server_tool_requests: 0,
+                // OpenAI caches long prompts by itself and reports the hits.
+                cache_read_tokens: detail("/prompt_tokens_details/cached_tokens").unwrap_or(0),
+                reasoning_tokens: detail("/completion_tokens_details/reasoning_tokens")
+                    .unwrap_or(0),
+                ..Usage::default()
             };
         }
         let choices = chunk.get("choices").and_then(Value::as_array);

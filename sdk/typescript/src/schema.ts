@@ -1010,6 +1010,14 @@ export interface components {
              */
             base_url?: string | null;
             /**
+             * @description Anthropic prompt caching (default `true`): `cache_control`
+             *     breakpoints on the last tool, the system prompt and the latest
+             *     message, so each step reads the prompt so far from the cache instead
+             *     of paying for it again; `false` sends none (Anthropic only: OpenAI
+             *     caches by itself).
+             */
+            cache?: boolean | null;
+            /**
              * @description The operator's model endpoint by name (default `default`: the
              *     operator's Anthropic or OpenAI endpoint, by `provider`).
              */

@@ -392,6 +392,7 @@ class MachineList(TypedDict):
 
 class ModelConfig(TypedDict):
     base_url: NotRequired[Optional[str]]
+    cache: NotRequired[Optional[bool]]
     endpoint: NotRequired[Optional[str]]
     max_tokens: NotRequired[Optional[int]]
     name: str
