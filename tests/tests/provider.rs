@@ -8,7 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use holdfast_engine::provider::{
     ContentBlock, Delta, DeltaKind, Message, ModelConfig, ModelError, ModelRequest, ModelResponse,
-    ModelTarget, Provider, ProviderSettings, Providers, Role, Thinking, ToolDefinition,
+    ModelTarget, Provider, ProviderSettings, Providers, ReasoningEffort, Role, ServiceTier,
+    Thinking, ToolDefinition,
 };
 use holdfast_fakes::{FakeProvider, Protocol, Reply};
 use serde_json::{json, Value};
@@ -843,6 +844,83 @@ async fn openai_cached_and_reasoning_tokens_are_in_the_usage() {
     assert_eq!(usage.cache_write_tokens, 0);
     assert_eq!(usage.output_tokens, 300);
     assert_eq!(usage.reasoning_tokens, 256);
+}
+
+#[tokio::test]
+async fn sampling_options_go_out_under_each_api_s_own_names() {
+    let mut anthropic = rich_request(Provider::Anthropic);
+    anthropic.model = ModelConfig {
+        max_tokens: Some(1000),
+        cache: Some(false),
+        temperature: Some(0.2),
+        top_p: Some(0.9),
+        top_k: Some(40),
+        stop_sequences: Some(vec!["END".into()]),
+        user: Some("user-7f3a".into()),
+        service_tier: Some(ServiceTier::StandardOnly),
+        ..ModelConfig::new(Provider::Anthropic, "test-model")
+    };
+    let mut expected = rich_anthropic_body();
+    for (name, value) in [
+        ("temperature", json!(0.2)),
+        ("top_p", json!(0.9)),
+        ("top_k", json!(40)),
+        ("stop_sequences", json!(["END"])),
+        ("metadata", json!({"user_id": "user-7f3a"})),
+        ("service_tier", json!("standard_only")),
+    ] {
+        expected[name] = value;
+    }
+    assert_eq!(sent_to_anthropic(&anthropic).await, expected);
+
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    let mut openai = rich_request(Provider::Openai);
+    openai.model = ModelConfig {
+        temperature: Some(1.5),
+        top_p: Some(0.5),
+        stop: Some(vec!["END".into(), "STOP".into()]),
+        seed: Some(42),
+        user: Some("user-7f3a".into()),
+        reasoning_effort: Some(ReasoningEffort::Low),
+        parallel_tool_calls: Some(false),
+        ..ModelConfig::new(Provider::Openai, "test-model")
+    };
+    complete(&providers, &openai).await.0.unwrap();
+    let body = &fake.last_request().unwrap().body;
+    for (name, value) in [
+        ("temperature", json!(1.5)),
+        ("top_p", json!(0.5)),
+        ("stop", json!(["END", "STOP"])),
+        ("seed", json!(42)),
+        ("user", json!("user-7f3a")),
+        ("reasoning_effort", json!("low")),
+        ("parallel_tool_calls", json!(false)),
+    ] {
+        assert_eq!(body[name], value, "{name}");
+    }
+    // Without tools OpenAI refuses parallel_tool_calls: it is left out.
+    openai.tools.clear();
+    complete(&providers, &openai).await.0.unwrap();
+    let body = &fake.last_request().unwrap().body;
+    assert!(body.get("parallel_tool_calls").is_none(), "{body}");
+    assert_eq!(body["seed"], 42);
+    // Unset options are not sent at all.
+    complete(&providers, &request(Provider::Openai))
+        .await
+        .0
+        .unwrap();
+    let body = &fake.last_request().unwrap().body;
+    for name in [
+        "temperature",
+        "top_p",
+        "stop",
+        "seed",
+        "user",
+        "reasoning_effort",
+    ] {
+        assert!(body.get(name).is_none(), "{name} in {body}");
+    }
 }
 
 #[tokio::test]

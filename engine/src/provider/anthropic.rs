@@ -33,7 +33,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::classify::{classify_stream_error, incomplete_stream, invalid_response};
-use super::client::{forward, StreamAssembler};
+use super::client::{forward, insert_if_set, StreamAssembler};
 use super::history::{normalise, tool_result_text};
 use super::{ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role, Usage};
 use crate::sse::SseEvent;
@@ -60,9 +60,16 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model.name));
     body.insert("max_tokens".into(), json!(request.model.output_limit()));
-    if let Some(thinking) = &request.model.thinking {
-        // The config's shape is the API's: `{"type": "enabled", "budget_tokens": n}`.
-        body.insert("thinking".into(), json!(thinking));
+    let model = &request.model;
+    // The config's shape is the API's: `{"type": "enabled", "budget_tokens": n}`.
+    insert_if_set(&mut body, "thinking", &model.thinking);
+    insert_if_set(&mut body, "temperature", &model.temperature);
+    insert_if_set(&mut body, "top_p", &model.top_p);
+    insert_if_set(&mut body, "top_k", &model.top_k);
+    insert_if_set(&mut body, "stop_sequences", &model.stop_sequences);
+    insert_if_set(&mut body, "service_tier", &model.service_tier);
+    if let Some(user) = &model.user {
+        body.insert("metadata".into(), json!({"user_id": user}));
     }
     let caching = request.model.caches_prompt();
     if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {

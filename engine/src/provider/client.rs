@@ -225,6 +225,18 @@ pub(crate) trait StreamAssembler {
     fn finish(self) -> Result<ModelResponse, ModelError>;
 }
 
+/// `body[name] = value` when the agent set it (a request leaves out what
+/// the config leaves out, so the provider's default applies).
+pub(crate) fn insert_if_set<T: serde::Serialize>(
+    body: &mut serde_json::Map<String, serde_json::Value>,
+    name: &str,
+    value: &Option<T>,
+) {
+    if let Some(value) = value {
+        body.insert(name.into(), serde_json::json!(value));
+    }
+}
+
 /// Send a non-empty piece to the live listeners, if any.
 pub(crate) fn forward(deltas: Option<&UnboundedSender<Delta>>, kind: DeltaKind, piece: &str) {
     if let (Some(tx), false) = (deltas, piece.is_empty()) {

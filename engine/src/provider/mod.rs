@@ -68,7 +68,66 @@ pub struct ModelConfig {
     /// caches by itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<bool>,
+    /// Sampling temperature: Anthropic 0 to 1, OpenAI 0 to 2 (not with
+    /// Anthropic thinking).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling, 0 to 1 (with Anthropic thinking, 0.95 to 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// Anthropic: sample from the `top_k` likeliest tokens only (not with
+    /// thinking).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<u32>,
+    /// Anthropic: text that ends the response when generated (each
+    /// non-empty; the stop reason is then `stop_sequence`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_sequences: Option<Vec<String>>,
+    /// OpenAI: up to 4 texts that end the response when generated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<Vec<String>>,
+    /// OpenAI: best-effort deterministic sampling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+    /// Your identifier of the end user (1 to 256 characters, no personal
+    /// data), for the provider's abuse detection: Anthropic
+    /// `metadata.user_id`, OpenAI `user`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Anthropic: `auto` (priority capacity when available) or
+    /// `standard_only`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_tier: Option<ServiceTier>,
+    /// OpenAI reasoning models: how much to reason before answering.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<ReasoningEffort>,
+    /// OpenAI: whether one response may call several tools (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
 }
+
+/// `config.model.service_tier` (Anthropic).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceTier {
+    Auto,
+    StandardOnly,
+}
+
+/// `config.model.reasoning_effort` (OpenAI).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningEffort {
+    Minimal,
+    Low,
+    Medium,
+    High,
+}
+
+/// The longest `model.user`, Anthropic's limit for `metadata.user_id`.
+pub const MAX_USER_CHARS: usize = 256;
+/// The most `model.stop` sequences OpenAI takes.
+pub const MAX_OPENAI_STOP: usize = 4;
 
 /// The smallest `budget_tokens` Anthropic accepts.
 pub const MIN_THINKING_BUDGET: u32 = 1024;
@@ -101,6 +160,16 @@ impl ModelConfig {
             max_tokens: None,
             thinking: None,
             cache: None,
+            temperature: None,
+            top_p: None,
+            top_k: None,
+            stop_sequences: None,
+            stop: None,
+            seed: None,
+            user: None,
+            service_tier: None,
+            reasoning_effort: None,
+            parallel_tool_calls: None,
         }
     }
 
@@ -116,36 +185,112 @@ impl ModelConfig {
         self.provider == Provider::Anthropic && self.cache != Some(false)
     }
 
-    /// What the field types alone do not say: `thinking` and `cache` are
-    /// Anthropic's, and the thinking budget is at least
-    /// [`MIN_THINKING_BUDGET`] and below the output limit (the API refuses
-    /// the call otherwise). `Err` is the field (within `model`) and why.
+    /// What the field types alone do not say (SQL's `validate_config`
+    /// checks the same): each provider's own settings only for it; the
+    /// thinking budget at least [`MIN_THINKING_BUDGET`] and below the
+    /// output limit; sampling values in the provider's ranges, and the ones
+    /// thinking does not allow left out (the API would refuse each call
+    /// otherwise). `Err` is the field (within `model`) and why.
     pub fn check(&self) -> Result<(), (&'static str, String)> {
-        if self.cache.is_some() && self.provider != Provider::Anthropic {
-            return Err((
-                "cache",
-                "cache is an Anthropic setting (provider \"anthropic\"; OpenAI caches by itself)"
-                    .into(),
-            ));
+        let refuse = |field: &'static str, message: String| Err((field, message));
+        let anthropic_only = [
+            ("thinking", self.thinking.is_some()),
+            ("cache", self.cache.is_some()),
+            ("top_k", self.top_k.is_some()),
+            ("stop_sequences", self.stop_sequences.is_some()),
+            ("service_tier", self.service_tier.is_some()),
+        ];
+        let openai_only = [
+            ("stop", self.stop.is_some()),
+            ("seed", self.seed.is_some()),
+            ("reasoning_effort", self.reasoning_effort.is_some()),
+            ("parallel_tool_calls", self.parallel_tool_calls.is_some()),
+        ];
+        let (foreign, owner): (&[(&'static str, bool)], Provider) = match self.provider {
+            Provider::Anthropic => (&openai_only, Provider::Openai),
+            Provider::Openai => (&anthropic_only, Provider::Anthropic),
+        };
+        if let Some((field, _)) = foreign.iter().find(|(_, set)| *set) {
+            return refuse(
+                field,
+                format!(
+                    "{field} is an {} setting (provider \"{}\")",
+                    match owner {
+                        Provider::Anthropic => "Anthropic",
+                        Provider::Openai => "OpenAI",
+                    },
+                    owner.as_str()
+                ),
+            );
         }
-        match &self.thinking {
-            Some(_) if self.provider != Provider::Anthropic => Err((
-                "thinking",
-                "thinking is an Anthropic setting (provider \"anthropic\")".into(),
-            )),
-            Some(Thinking::Enabled { budget_tokens })
-                if *budget_tokens < MIN_THINKING_BUDGET || *budget_tokens >= self.output_limit() =>
-            {
-                Err((
+        if let Some(Thinking::Enabled { budget_tokens }) = self.thinking {
+            if budget_tokens < MIN_THINKING_BUDGET || budget_tokens >= self.output_limit() {
+                return refuse(
                     "thinking.budget_tokens",
                     format!(
                         "thinking.budget_tokens must be at least {MIN_THINKING_BUDGET} and less than max_tokens ({})",
                         self.output_limit()
                     ),
-                ))
+                );
             }
-            _ => Ok(()),
         }
+        let thinks = matches!(
+            self.thinking,
+            Some(Thinking::Enabled { .. } | Thinking::Adaptive {})
+        );
+        let max_temperature = match self.provider {
+            Provider::Anthropic => 1.0,
+            Provider::Openai => 2.0,
+        };
+        if let Some(temperature) = self.temperature {
+            if thinks {
+                return refuse(
+                    "temperature",
+                    "temperature cannot be set with thinking".into(),
+                );
+            }
+            if !(0.0..=max_temperature).contains(&temperature) {
+                return refuse(
+                    "temperature",
+                    format!("temperature must be from 0 to {max_temperature}"),
+                );
+            }
+        }
+        if let Some(top_p) = self.top_p {
+            let min = if thinks { 0.95 } else { 0.0 };
+            if !(min..=1.0).contains(&top_p) {
+                return refuse("top_p", format!("top_p must be from {min} to 1"));
+            }
+        }
+        if self.top_k.is_some() && thinks {
+            return refuse("top_k", "top_k cannot be set with thinking".into());
+        }
+        if let Some(sequences) = &self.stop_sequences {
+            if sequences.iter().any(String::is_empty) {
+                return refuse(
+                    "stop_sequences",
+                    "stop_sequences must be non-empty strings".into(),
+                );
+            }
+        }
+        if let Some(stop) = &self.stop {
+            if stop.is_empty() || stop.len() > MAX_OPENAI_STOP || stop.iter().any(String::is_empty)
+            {
+                return refuse(
+                    "stop",
+                    format!("stop must be 1 to {MAX_OPENAI_STOP} non-empty strings"),
+                );
+            }
+        }
+        if let Some(user) = &self.user {
+            if user.is_empty() || user.chars().count() > MAX_USER_CHARS {
+                return refuse(
+                    "user",
+                    format!("user must be 1 to {MAX_USER_CHARS} characters"),
+                );
+            }
+        }
+        Ok(())
     }
 }
 

@@ -23,7 +23,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::anthropic::parse_tool_input;
 use super::classify::{classify_stream_error, incomplete_stream, invalid_response};
-use super::client::{forward, StreamAssembler};
+use super::client::{forward, insert_if_set, StreamAssembler};
 use super::history::{normalise, tool_result_text};
 use super::{ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role, Usage};
 use crate::sse::SseEvent;
@@ -110,6 +110,17 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
             })
             .collect();
         body.insert("tools".into(), Value::Array(tools));
+    }
+    let model = &request.model;
+    insert_if_set(&mut body, "temperature", &model.temperature);
+    insert_if_set(&mut body, "top_p", &model.top_p);
+    insert_if_set(&mut body, "stop", &model.stop);
+    insert_if_set(&mut body, "seed", &model.seed);
+    insert_if_set(&mut body, "user", &model.user);
+    insert_if_set(&mut body, "reasoning_effort", &model.reasoning_effort);
+    if !request.tools.is_empty() {
+        // OpenAI refuses `parallel_tool_calls` in a request without tools.
+        insert_if_set(&mut body, "parallel_tool_calls", &model.parallel_tool_calls);
     }
     if let Some(max_tokens) = request.model.max_tokens {
         // `max_tokens` is deprecated by OpenAI and rejected by its

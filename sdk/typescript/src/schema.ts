@@ -1032,8 +1032,47 @@ export interface components {
              *     has one).
              */
             name: string;
+            /** @description OpenAI: whether one response may call several tools (default true). */
+            parallel_tool_calls?: boolean | null;
             provider: components["schemas"]["Provider"];
+            reasoning_effort?: null | components["schemas"]["ReasoningEffort"];
+            /**
+             * Format: int64
+             * @description OpenAI: best-effort deterministic sampling.
+             */
+            seed?: number | null;
+            service_tier?: null | components["schemas"]["ServiceTier"];
+            /** @description OpenAI: up to 4 texts that end the response when generated. */
+            stop?: string[] | null;
+            /**
+             * @description Anthropic: text that ends the response when generated (each
+             *     non-empty; the stop reason is then `stop_sequence`).
+             */
+            stop_sequences?: string[] | null;
+            /**
+             * Format: double
+             * @description Sampling temperature: Anthropic 0 to 1, OpenAI 0 to 2 (not with
+             *     Anthropic thinking).
+             */
+            temperature?: number | null;
             thinking?: null | components["schemas"]["Thinking"];
+            /**
+             * Format: int32
+             * @description Anthropic: sample from the `top_k` likeliest tokens only (not with
+             *     thinking).
+             */
+            top_k?: number | null;
+            /**
+             * Format: double
+             * @description Nucleus sampling, 0 to 1 (with Anthropic thinking, 0.95 to 1).
+             */
+            top_p?: number | null;
+            /**
+             * @description Your identifier of the end user (1 to 256 characters, no personal
+             *     data), for the provider's abuse detection: Anthropic
+             *     `metadata.user_id`, OpenAI `user`.
+             */
+            user?: string | null;
         };
         OperationsView: {
             /** @description The queue depth: agents per state. */
@@ -1107,6 +1146,11 @@ export interface components {
             /** Format: uuid */
             tool_call_id: string;
         };
+        /**
+         * @description `config.model.reasoning_effort` (OpenAI).
+         * @enum {string}
+         */
+        ReasoningEffort: "minimal" | "low" | "medium" | "high";
         /** @description A machine to register. */
         RegisterMachineRequest: {
             /**
@@ -1178,6 +1222,11 @@ export interface components {
             /** Format: uuid */
             command_id: string;
         };
+        /**
+         * @description `config.model.service_tier` (Anthropic).
+         * @enum {string}
+         */
+        ServiceTier: "auto" | "standard_only";
         /**
          * @description An agent's state (docs/state-machines.md).
          * @enum {string}

@@ -195,6 +195,9 @@ class QuestionView(TypedDict):
     tool_call_id: str
 
 
+ReasoningEffort = Literal['minimal', 'low', 'medium', 'high']
+
+
 class RegisterMachineRequest(TypedDict):
     name: str
     wake_url: NotRequired[Optional[str]]
@@ -219,6 +222,9 @@ class RunningCommandView(TypedDict):
     agent_id: str
     command: str
     command_id: str
+
+
+ServiceTier = Literal['auto', 'standard_only']
 
 
 StateName = Literal['idle', 'ready', 'running', 'waiting', 'archived']
@@ -396,8 +402,18 @@ class ModelConfig(TypedDict):
     endpoint: NotRequired[Optional[str]]
     max_tokens: NotRequired[Optional[int]]
     name: str
+    parallel_tool_calls: NotRequired[Optional[bool]]
     provider: Provider
+    reasoning_effort: NotRequired[Optional[ReasoningEffort]]
+    seed: NotRequired[Optional[int]]
+    service_tier: NotRequired[Optional[ServiceTier]]
+    stop: NotRequired[list[str]]
+    stop_sequences: NotRequired[list[str]]
+    temperature: NotRequired[Optional[float]]
     thinking: NotRequired[Optional[Thinking]]
+    top_k: NotRequired[Optional[int]]
+    top_p: NotRequired[Optional[float]]
+    user: NotRequired[Optional[str]]
 
 
 class OperationsView(TypedDict):
