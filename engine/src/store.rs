@@ -29,3 +29,17 @@ pub use status::*;
 pub use steps::*;
 pub use tool_calls::*;
 pub use webhooks::*;
+
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+
+/// A text column holding one of `T`'s strings (a domain enum's, see
+/// [`crate::domain`]); a string `T` does not know is [`Error::Invalid`]
+/// naming `field`.
+fn parse_text<T: FromStr>(text: &str, field: &str) -> Result<T> {
+    text.parse().map_err(|_| Error::Invalid {
+        field: Some(field.into()),
+        message: format!("unknown {field} {text:?}"),
+    })
+}
