@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use strum::VariantArray;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
@@ -55,14 +56,6 @@ pub struct AgentActivity {
     pub activity: DateTime<Utc>,
 }
 
-const STATES: [AgentState; 5] = [
-    AgentState::Idle,
-    AgentState::Ready,
-    AgentState::Running,
-    AgentState::Waiting,
-    AgentState::Archived,
-];
-
 /// The project `project` with its agent counts; `None` if it does not exist.
 pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Option<Project>> {
     let Some(row) = client
@@ -74,8 +67,10 @@ pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Optio
     else {
         return Ok(None);
     };
-    let mut agents_by_state: BTreeMap<&'static str, i64> =
-        STATES.iter().map(|s| (<&str>::from(s), 0)).collect();
+    let mut agents_by_state: BTreeMap<&'static str, i64> = AgentState::VARIANTS
+        .iter()
+        .map(|s| (<&str>::from(s), 0))
+        .collect();
     let counts = client
         .query(
             "SELECT state, count(*) FROM holdfast.agents WHERE project_id = $1 GROUP BY state",
