@@ -18,7 +18,7 @@ use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath};
 use crate::state::AppState;
-use holdfast_engine::provider::Provider;
+use holdfast_engine::config::Provider;
 
 /// The key to set (`PUT`).
 #[derive(Deserialize, ToSchema)]

@@ -13,11 +13,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 use utoipa::ToSchema;
 
 use crate::domain::ToolKind;
 use crate::error::{Error, Result};
-use crate::provider::ModelConfig;
 
 /// An agent's configuration (the body of `POST /v1/agents`; `PATCH` takes a
 /// JSON merge patch of it).
@@ -39,6 +39,50 @@ pub struct AgentConfig {
     pub metadata: Option<Map<String, Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<LimitSettings>,
+}
+
+/// `config.model` of an agent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub provider: Provider,
+    /// The provider's model name (within the endpoint's allow-list, if it
+    /// has one).
+    pub name: String,
+    /// The operator's model endpoint by name (default `default`: the
+    /// operator's Anthropic or OpenAI endpoint, by `provider`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// An OpenAI- or Anthropic-compatible server of your own (vLLM, Ollama,
+    /// a gateway): refused (422) unless the operator allowed custom URLs for
+    /// the project; requests to it carry only the project's own provider key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// The most output tokens a call may produce.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub max_tokens: Option<u32>,
+}
+
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    EnumString,
+    IntoStaticStr,
+    Display,
+    VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum Provider {
+    Anthropic,
+    Openai,
 }
 
 /// One entry of `config.tools`.

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use holdfast_engine::domain::{CancelOutcome, ModelStep, NewToolCall, ToolKind};
+use holdfast_engine::domain::{
+    AgentState, CancelOutcome, ModelStep, NewToolCall, ToolCallStatus, ToolKind,
+};
 use holdfast_engine::{store, Error};
 use holdfast_tests::api_server::waiting_custom_call;
 use holdfast_tests::{default_config, project_and_agent, wait_for_lock_wait, TestDb};
@@ -169,7 +171,7 @@ async fn a_result_while_a_worker_holds_the_agent_is_settled_by_its_release() {
     let done = store::submit_tool_result(&client, custom, &json!({"found": true}), false)
         .await
         .unwrap();
-    assert_eq!(done.status.as_str(), "completed");
+    assert_eq!(done.status, ToolCallStatus::Completed);
     assert_eq!(
         agent_state(&client, agent).await,
         "running",
@@ -191,8 +193,8 @@ async fn a_result_while_a_worker_holds_the_agent_is_settled_by_its_release() {
         .unwrap();
     let state = store::release_agent(&client, claim, None).await.unwrap();
     assert_eq!(
-        state.as_str(),
-        "ready",
+        state,
+        AgentState::Ready,
         "both results in: the model answers"
     );
 }

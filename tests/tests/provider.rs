@@ -6,9 +6,10 @@ use holdfast_engine::egress::EgressPolicy;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use holdfast_engine::config::{ModelConfig, Provider};
 use holdfast_engine::provider::{
-    ContentBlock, Message, ModelConfig, ModelError, ModelRequest, ModelResponse, ModelTarget,
-    Provider, ProviderSettings, Providers, Role, ToolDefinition,
+    ContentBlock, Message, ModelError, ModelRequest, ModelResponse, ModelTarget, ProviderSettings,
+    Providers, Role, ToolDefinition,
 };
 use holdfast_fakes::{FakeProvider, Protocol, Reply};
 use serde_json::{json, Value};

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::future::join_all;
-use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
+use holdfast_engine::domain::{AgentState, Claim, ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::{migrate, store, Error};
 use holdfast_tests::{new_agent, project_and_agent, wait_for_lock_wait_in, wait_until, TestDb};
 use serde_json::{json, Value};
@@ -722,8 +722,8 @@ async fn a_turn_runs_from_input_through_tools_to_completion() {
     assert!(matches!(again, Err(Error::Conflict(_))), "{again:?}");
     let state = store::release_agent(&client, claim, None).await.unwrap();
     assert_eq!(
-        state.as_str(),
-        "ready",
+        state,
+        AgentState::Ready,
         "all results in: the model must answer"
     );
 

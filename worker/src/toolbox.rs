@@ -13,8 +13,7 @@
 //! | `run_command` (`machine`) | command: handed to a machine once | `run_command` |
 
 use holdfast_engine::config::{split_mcp_tool_name, AgentConfig, ToolEntry};
-use holdfast_engine::context::{StepContext, ToolCallRecord};
-use holdfast_engine::domain::{Claim, ToolKind};
+use holdfast_engine::domain::{Claim, StepContext, ToolCallRecord, ToolKind};
 use holdfast_engine::provider::ToolDefinition;
 use holdfast_engine::{store, Error, Result};
 use serde_json::{json, Value};

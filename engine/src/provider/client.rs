@@ -282,7 +282,7 @@ impl Providers {
                     ),
                 })?;
                 let opened = secret
-                    .open_provider_key(route.project_id, provider.as_str(), sealed)
+                    .open_provider_key(route.project_id, provider.into(), sealed)
                     .map_err(|e| ModelError::Fatal {
                         error_type: "authentication_error".into(),
                         message: e.to_string(),

@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
 
 mod anthropic;
 mod classify;
@@ -33,45 +32,8 @@ pub use client::{
     DEFAULT_OPENAI_BASE_URL,
 };
 pub use compaction::{compaction_split, estimate_tokens, summary_message, summary_request};
-
-/// `config.model` of an agent.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ModelConfig {
-    pub provider: Provider,
-    /// The provider's model name (within the endpoint's allow-list, if it
-    /// has one).
-    pub name: String,
-    /// The operator's model endpoint by name (default `default`: the
-    /// operator's Anthropic or OpenAI endpoint, by `provider`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub endpoint: Option<String>,
-    /// An OpenAI- or Anthropic-compatible server of your own (vLLM, Ollama,
-    /// a gateway): refused (422) unless the operator allowed custom URLs for
-    /// the project; requests to it carry only the project's own provider key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base_url: Option<String>,
-    /// The most output tokens a call may produce.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1)]
-    pub max_tokens: Option<u32>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Provider {
-    Anthropic,
-    Openai,
-}
-
-impl Provider {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Provider::Anthropic => "anthropic",
-            Provider::Openai => "openai",
-        }
-    }
-}
+// `config.model`, which requests carry and clients are picked by.
+use crate::config::{ModelConfig, Provider};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

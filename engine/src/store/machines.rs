@@ -7,6 +7,7 @@ use serde_json::Value;
 use tokio_postgres::{GenericClient, Row};
 use uuid::Uuid;
 
+use super::parse_text;
 use crate::domain::{
     ClaimedCommand, CommandResult, CommandResultOutcome, Heartbeat, MachineIdentity,
     MachineRegistered, MachineStatus, MachineTickReport, MachineWake,
@@ -162,7 +163,7 @@ pub async fn submit_command_result(
             &[
                 &machine,
                 &command,
-                &result.state.as_str(),
+                &<&str>::from(result.state),
                 &result.exit_code,
                 &result.stdout,
                 &result.stderr,
@@ -173,15 +174,7 @@ pub async fn submit_command_result(
             ],
         )
         .await?;
-    match row.get::<_, &str>(0) {
-        "delivered" => Ok(CommandResultOutcome::Delivered),
-        "late" => Ok(CommandResultOutcome::Late),
-        "duplicate" => Ok(CommandResultOutcome::Duplicate),
-        other => Err(Error::Invalid {
-            field: Some("submit_command_result".into()),
-            message: format!("unexpected outcome {other:?}"),
-        }),
-    }
+    parse_text(row.get(0), "submit_command_result")
 }
 
 /// The machines of `project`, oldest first, with their online state.
