@@ -111,6 +111,7 @@ impl StepContext {
             system: self.config.system.clone(),
             messages,
             tools,
+            provider_tools: self.config.provider_tools(),
         }
     }
 

@@ -58,6 +58,7 @@ fn request(provider: Provider) -> ModelRequest {
                 "required": ["city"],
             }),
         }],
+        provider_tools: vec![],
     }
 }
 

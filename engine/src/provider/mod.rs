@@ -20,6 +20,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use crate::config::ToolEntry;
+
 mod anthropic;
 mod classify;
 mod client;
@@ -146,6 +148,9 @@ pub struct ModelRequest {
     pub system: Option<String>,
     pub messages: Vec<Message>,
     pub tools: Vec<ToolDefinition>,
+    /// The config's tools the provider runs inside the call (Anthropic's
+    /// web search and web fetch), sent in the provider's own form.
+    pub provider_tools: Vec<ToolEntry>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,8 +171,9 @@ fn is_zero(n: &u64) -> bool {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelResponse {
     pub content: Vec<ContentBlock>,
-    /// Normalised: `end_turn`, `tool_use`, `max_tokens`, `stop_sequence`
-    /// (OpenAI's `stop` / `tool_calls` / `length` map to these).
+    /// Normalised: `end_turn`, `tool_use`, `max_tokens`, `stop_sequence`,
+    /// `pause_turn` (Anthropic: continue by sending the response back);
+    /// OpenAI's `stop` / `tool_calls` / `length` map to these.
     pub stop_reason: Option<String>,
     pub usage: Usage,
 }
