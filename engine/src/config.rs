@@ -134,12 +134,92 @@ pub enum ToolEntry {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         machine: Option<String>,
     },
+    /// Anthropic's own web search (`web_search_20250305`), run by Anthropic
+    /// inside the model call: the model calls it `web_search`, and its
+    /// queries and results come back as blocks of the response, kept as
+    /// sent. Anthropic agents only; not with Holdfast's `web_search`.
+    AnthropicWebSearch(AnthropicWebSearch),
+    /// Anthropic's own web fetch (`web_fetch_20250910`, sent with the
+    /// `anthropic-beta: web-fetch-2025-09-10` header), run by Anthropic
+    /// inside the model call: the model calls it `web_fetch`. Anthropic
+    /// agents only; not with Holdfast's `web_fetch`.
+    AnthropicWebFetch(AnthropicWebFetch),
+}
+
+/// The settings of Anthropic's web search server tool, named as Anthropic
+/// names them (sent as given).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnthropicWebSearch {
+    /// The most searches one model call may make.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub max_uses: Option<u32>,
+    /// Only results from these domains (not with `blocked_domains`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_domains: Option<Vec<String>>,
+    /// Never results from these domains (not with `allowed_domains`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_domains: Option<Vec<String>>,
+    /// Where the user is, to localise results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_location: Option<UserLocation>,
+}
+
+/// An approximate location (`{"type": "approximate", ...}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum UserLocation {
+    Approximate {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        city: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        region: Option<String>,
+        /// An ISO 3166-1 alpha-2 country code.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        country: Option<String>,
+        /// An IANA time zone (`America/New_York`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timezone: Option<String>,
+    },
+}
+
+/// The settings of Anthropic's web fetch server tool, named as Anthropic
+/// names them (sent as given).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnthropicWebFetch {
+    /// The most fetches one model call may make.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub max_uses: Option<u32>,
+    /// Only pages on these domains (not with `blocked_domains`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_domains: Option<Vec<String>>,
+    /// Never pages on these domains (not with `allowed_domains`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_domains: Option<Vec<String>>,
+    /// Citations on the text drawn from fetched pages (off by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub citations: Option<CitationSettings>,
+    /// The most tokens of one page's content the model is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub max_content_tokens: Option<u32>,
+}
+
+/// `{"enabled": true}` turns citations on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CitationSettings {
+    pub enabled: bool,
 }
 
 impl ToolEntry {
-    /// How calls of this tool run.
-    pub fn kind(&self) -> ToolKind {
-        match self {
+    /// How calls of this tool run; `None` for a tool the provider runs
+    /// inside the model call (no call of it is ever committed or run here).
+    pub fn kind(&self) -> Option<ToolKind> {
+        Some(match self {
             ToolEntry::Custom { .. } => ToolKind::Custom,
             ToolEntry::WebFetch {} | ToolEntry::WebSearch {} | ToolEntry::Mcp { .. } => {
                 ToolKind::External
@@ -147,7 +227,8 @@ impl ToolEntry {
             ToolEntry::AskUser {} => ToolKind::Question,
             ToolEntry::SpawnSubagent { .. } => ToolKind::Internal,
             ToolEntry::RunCommand { .. } => ToolKind::Command,
-        }
+            ToolEntry::AnthropicWebSearch(_) | ToolEntry::AnthropicWebFetch(_) => return None,
+        })
     }
 
     /// The tool's name in the config: the name given (custom, MCP prefix),
@@ -155,8 +236,8 @@ impl ToolEntry {
     pub fn name(&self) -> &str {
         match self {
             ToolEntry::Custom { name, .. } | ToolEntry::Mcp { name, .. } => name,
-            ToolEntry::WebFetch {} => "web_fetch",
-            ToolEntry::WebSearch {} => "web_search",
+            ToolEntry::WebFetch {} | ToolEntry::AnthropicWebFetch(_) => "web_fetch",
+            ToolEntry::WebSearch {} | ToolEntry::AnthropicWebSearch(_) => "web_search",
             ToolEntry::AskUser {} => "ask_user",
             ToolEntry::SpawnSubagent { .. } => "spawn_subagent",
             ToolEntry::RunCommand { .. } => "run_command",
@@ -244,14 +325,29 @@ impl AgentConfig {
     }
 
     /// The tool entry whose calls the model makes by `name` (an MCP entry
-    /// answers for `<prefix>__<tool>`).
-    pub fn tool_for_call(&self, name: &str) -> Option<&ToolEntry> {
-        self.tools.iter().find(|tool| match tool {
-            ToolEntry::Mcp { name: prefix, .. } => {
-                split_mcp_tool_name(name).is_some_and(|(p, _)| p == prefix)
-            }
-            other => other.name() == name,
+    /// answers for `<prefix>__<tool>`), with how such calls run. A tool the
+    /// provider runs answers for none: its calls never come back as
+    /// `tool_use`.
+    pub fn tool_for_call(&self, name: &str) -> Option<(&ToolEntry, ToolKind)> {
+        self.tools.iter().find_map(|tool| {
+            let kind = tool.kind()?;
+            let named = match tool {
+                ToolEntry::Mcp { name: prefix, .. } => {
+                    split_mcp_tool_name(name).is_some_and(|(p, _)| p == prefix)
+                }
+                other => other.name() == name,
+            };
+            named.then_some((tool, kind))
         })
+    }
+
+    /// The entries the provider runs inside the model call, in config order.
+    pub fn provider_tools(&self) -> Vec<ToolEntry> {
+        self.tools
+            .iter()
+            .filter(|tool| tool.kind().is_none())
+            .cloned()
+            .collect()
     }
 }
 
@@ -312,7 +408,7 @@ mod tests {
         });
         let parsed = AgentConfig::from_value(&config).unwrap();
         assert_eq!(parsed.to_value(), config);
-        let kinds: Vec<ToolKind> = parsed.tools.iter().map(ToolEntry::kind).collect();
+        let kinds: Vec<ToolKind> = parsed.tools.iter().filter_map(ToolEntry::kind).collect();
         assert_eq!(
             kinds,
             [
@@ -326,15 +422,43 @@ mod tests {
             ]
         );
         assert_eq!(
-            parsed.tool_for_call("docs__search").map(ToolEntry::name),
+            parsed.tool_for_call("docs__search").map(|(t, _)| t.name()),
             Some("docs")
         );
         assert_eq!(
-            parsed.tool_for_call("web_fetch").map(ToolEntry::kind),
+            parsed.tool_for_call("web_fetch").map(|(_, kind)| kind),
             Some(ToolKind::External)
         );
         assert!(parsed.tool_for_call("docs").is_none());
         assert!(parsed.tool_for_call("nope").is_none());
+    }
+
+    #[test]
+    fn tools_the_provider_runs_are_sent_but_never_called_here() {
+        let config = AgentConfig::from_value(&json!({
+            "model": {"provider": "anthropic", "name": "m"},
+            "tools": [
+                {"type": "anthropic_web_search", "max_uses": 2,
+                 "user_location": {"type": "approximate", "country": "CH"}},
+                {"type": "custom", "name": "lookup"},
+                {"type": "anthropic_web_fetch", "citations": {"enabled": false}}
+            ]
+        }))
+        .unwrap();
+        let names: Vec<&str> = config.tools.iter().map(ToolEntry::name).collect();
+        assert_eq!(names, ["web_search", "lookup", "web_fetch"]);
+        let provider_tools: Vec<String> = config
+            .provider_tools()
+            .iter()
+            .map(|t| t.name().to_owned())
+            .collect();
+        assert_eq!(provider_tools, ["web_search", "web_fetch"]);
+        assert!(config.tool_for_call("web_search").is_none());
+        assert!(config.tool_for_call("web_fetch").is_none());
+        assert_eq!(
+            config.tool_for_call("lookup").map(|(_, kind)| kind),
+            Some(ToolKind::Custom)
+        );
     }
 
     #[test]

@@ -71,7 +71,11 @@ pub(crate) fn block_frames(
     body: &ReplyBody,
     usage: Option<(u64, u64)>,
 ) -> Vec<Frame> {
-    let ReplyBody::Blocks { blocks } = body else {
+    let ReplyBody::Blocks {
+        blocks,
+        stop_reason,
+    } = body
+    else {
         return Vec::new();
     };
     if protocol == Protocol::Openai {
@@ -79,7 +83,14 @@ pub(crate) fn block_frames(
             .iter()
             .filter_map(|b| b.get("text").and_then(Value::as_str))
             .collect();
-        return message_frames(protocol, cx, &text.concat(), &[], None, usage);
+        return message_frames(
+            protocol,
+            cx,
+            &text.concat(),
+            &[],
+            stop_reason.as_deref(),
+            usage,
+        );
     }
     let mut frames = Vec::new();
     let mut push = |bytes: Bytes, delta: bool| frames.push(Frame { bytes, delta });
@@ -150,7 +161,8 @@ pub(crate) fn block_frames(
         anthropic_event(
             "message_delta",
             json!({"type": "message_delta",
-                   "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+                   "delta": {"stop_reason": stop_reason.as_deref().unwrap_or("end_turn"),
+                             "stop_sequence": null},
                    "usage": {"output_tokens": output_tokens,
                              "server_tool_use": {"web_search_requests": searches}}}),
         ),

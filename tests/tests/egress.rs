@@ -286,6 +286,7 @@ async fn an_agent_model_base_url_goes_through_the_policy() {
                 system: None,
                 messages: vec![],
                 tools: vec![],
+                provider_tools: vec![],
             };
             // A project allowed custom URLs: the one path a tenant-chosen
             // model URL takes.

@@ -59,6 +59,7 @@ fn request(provider: Provider) -> ModelRequest {
                 "required": ["city"],
             }),
         }],
+        provider_tools: vec![],
     }
 }
 

@@ -51,6 +51,7 @@ pub fn model_request(context: &StepContext, tools: Vec<ToolDefinition>) -> Model
         system: context.config.system.clone(),
         messages,
         tools,
+        provider_tools: context.config.provider_tools(),
     }
 }
 

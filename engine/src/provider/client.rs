@@ -412,6 +412,9 @@ impl Providers {
                 if let Some(key) = api_key {
                     http = http.header("x-api-key", key);
                 }
+                if let Some(beta) = anthropic::beta_header(request) {
+                    http = http.header("anthropic-beta", beta);
+                }
                 self.stream(http, AnthropicStream::default(), deltas).await
             }
             Provider::Openai => {

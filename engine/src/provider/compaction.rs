@@ -139,6 +139,7 @@ pub fn summary_request(request: &ModelRequest, keep_last: usize) -> ModelRequest
             content: vec![ContentBlock::Text { text: prompt }],
         }],
         tools: Vec::new(),
+        provider_tools: Vec::new(),
     }
 }
 
@@ -212,6 +213,7 @@ mod tests {
             system: Some("You are a careful sysadmin.".into()),
             messages,
             tools: Vec::new(),
+            provider_tools: Vec::new(),
         }
     }
 

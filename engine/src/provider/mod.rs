@@ -33,7 +33,7 @@ pub use client::{
 };
 pub use compaction::{compaction_split, estimate_tokens, summary_message, summary_request};
 // `config.model`, which requests carry and clients are picked by.
-use crate::config::{ModelConfig, Provider};
+use crate::config::{ModelConfig, Provider, ToolEntry};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -108,6 +108,9 @@ pub struct ModelRequest {
     pub system: Option<String>,
     pub messages: Vec<Message>,
     pub tools: Vec<ToolDefinition>,
+    /// The config's tools the provider runs inside the call (Anthropic's
+    /// web search and web fetch), sent in the provider's own form.
+    pub provider_tools: Vec<ToolEntry>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -128,8 +131,9 @@ fn is_zero(n: &u64) -> bool {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelResponse {
     pub content: Vec<ContentBlock>,
-    /// Normalised: `end_turn`, `tool_use`, `max_tokens`, `stop_sequence`
-    /// (OpenAI's `stop` / `tool_calls` / `length` map to these).
+    /// Normalised: `end_turn`, `tool_use`, `max_tokens`, `stop_sequence`,
+    /// `pause_turn` (Anthropic: continue by sending the response back);
+    /// OpenAI's `stop` / `tool_calls` / `length` map to these.
     pub stop_reason: Option<String>,
     pub usage: Usage,
 }

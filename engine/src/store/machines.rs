@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row};
 use uuid::Uuid;
 
@@ -128,11 +129,19 @@ pub async fn claim_commands(
     max: i32,
     session: Option<Uuid>,
 ) -> Result<Vec<ClaimedCommand>> {
+    // Typed parameters: parse, bind and execute go in one round trip, so a
+    // long-poll's claim is one exchange with the server (and its session
+    // goes idle once, after the claim has run, not between a prepare and
+    // an execute as well).
     let rows = client
-        .query(
+        .query_typed(
             "SELECT command_id, tool_call_id, agent_id, command, timeout_secs, accepted_at \
                FROM holdfast.claim_commands($1, $2, $3)",
-            &[&machine, &max, &session],
+            &[
+                (&machine, Type::UUID),
+                (&max, Type::INT4),
+                (&session, Type::UUID),
+            ],
         )
         .await?;
     Ok(rows
