@@ -10,13 +10,14 @@ use std::collections::BTreeMap;
 use axum::extract::State;
 use axum::Json;
 use chrono::{DateTime, Utc};
+use holdfast_client::wire::error::ErrorBody;
 use holdfast_engine::store::console;
 use serde::Serialize;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::state::AppState;
 
 #[derive(Serialize, ToSchema)]

@@ -1,5 +1,6 @@
 //! Liveness and readiness.
 
+use holdfast_client::wire::error::ErrorBody;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -7,7 +8,7 @@ use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::state::AppState;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(2);

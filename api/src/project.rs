@@ -5,13 +5,14 @@ use std::collections::BTreeMap;
 
 use axum::extract::State;
 use axum::Json;
+use holdfast_client::wire::error::ErrorBody;
 use holdfast_engine::store::console;
 use serde::Serialize;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::state::AppState;
 
 /// The project an API key belongs to.
