@@ -8,6 +8,7 @@ pub mod error;
 pub mod events;
 pub mod inputs;
 pub mod machines;
+pub mod operations;
 pub mod provider_keys;
 pub mod tool_calls;
 pub mod webhooks;

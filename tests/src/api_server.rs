@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 
 use holdfast_api::{ApiConfig, ServeError};
+use holdfast_client::wire::operations::Health;
 use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::store;
 use reqwest::{Method, RequestBuilder};
@@ -96,8 +97,11 @@ impl ApiServer {
                 let Ok(response) = self.http.get(self.url("/readyz")).send().await else {
                     return false;
                 };
-                let body: serde_json::Value = response.json().await.unwrap_or_default();
-                body["listener"] == "connected"
+                // Not ready yet is a 503 with an error body, not a Health.
+                response
+                    .json::<Health>()
+                    .await
+                    .is_ok_and(|health| health.listener.as_deref() == Some("connected"))
             },
         )
         .await;

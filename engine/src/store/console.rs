@@ -25,7 +25,7 @@ pub struct Project {
     pub id: Uuid,
     pub name: String,
     /// Agents per state; every state is present (0 when none).
-    pub agents_by_state: BTreeMap<&'static str, i64>,
+    pub agents_by_state: BTreeMap<String, i64>,
 }
 
 /// Where a page of the activity-ordered list starts: below this row.
@@ -74,8 +74,8 @@ pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Optio
     else {
         return Ok(None);
     };
-    let mut agents_by_state: BTreeMap<&'static str, i64> =
-        STATES.iter().map(|s| (s.as_str(), 0)).collect();
+    let mut agents_by_state: BTreeMap<String, i64> =
+        STATES.iter().map(|s| (s.as_str().to_owned(), 0)).collect();
     let counts = client
         .query(
             "SELECT state, count(*) FROM holdfast.agents WHERE project_id = $1 GROUP BY state",
@@ -85,7 +85,7 @@ pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Optio
     for row in counts {
         let state: String = row.get(0);
         let state = super::parse_state(state)?;
-        agents_by_state.insert(state.as_str(), row.get(1));
+        agents_by_state.insert(state.as_str().to_owned(), row.get(1));
     }
     Ok(Some(Project {
         id: project,
@@ -218,7 +218,7 @@ pub struct RunningCommand {
 /// The operations overview of one project.
 #[derive(Clone, Debug)]
 pub struct Operations {
-    pub agents_by_state: BTreeMap<&'static str, i64>,
+    pub agents_by_state: BTreeMap<String, i64>,
     pub workers: Vec<WorkerHolding>,
     pub stuck: Vec<StuckAgentRow>,
     pub webhooks: Vec<WebhookBacklog>,
