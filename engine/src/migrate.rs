@@ -108,6 +108,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0018_group_commit.sql",
         sql: include_str!("../../sql/0018_group_commit.sql"),
     },
+    Migration {
+        version: 21,
+        name: "0021_audit.sql",
+        sql: include_str!("../../sql/0021_audit.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

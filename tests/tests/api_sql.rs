@@ -8,33 +8,12 @@ use holdfast_engine::domain::{
 };
 use holdfast_engine::{store, Error};
 use holdfast_tests::api_server::waiting_custom_call;
+use holdfast_tests::scenario::{agent_state, event_types};
 use holdfast_tests::{default_config, project_and_agent, wait_for_lock_wait, TestDb};
 use serde_json::json;
-use tokio_postgres::Client;
 use uuid::Uuid;
 
 const TTL: Duration = Duration::from_secs(60);
-
-async fn agent_state(client: &Client, agent: Uuid) -> String {
-    client
-        .query_one("SELECT state FROM holdfast.agents WHERE id = $1", &[&agent])
-        .await
-        .unwrap()
-        .get(0)
-}
-
-async fn event_types(client: &Client, agent: Uuid) -> Vec<String> {
-    client
-        .query(
-            "SELECT type FROM holdfast.events WHERE agent_id = $1 ORDER BY seq",
-            &[&agent],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
-}
 
 #[tokio::test]
 async fn api_keys_are_stored_hashed_and_revoked_by_id_prefix_or_key() {

@@ -26,7 +26,7 @@ pub struct Project {
     pub id: Uuid,
     pub name: String,
     /// Agents per state; every state is present (0 when none).
-    pub agents_by_state: BTreeMap<&'static str, i64>,
+    pub agents_by_state: BTreeMap<String, i64>,
 }
 
 /// Where a page of the activity-ordered list starts: below this row.
@@ -67,9 +67,9 @@ pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Optio
     else {
         return Ok(None);
     };
-    let mut agents_by_state: BTreeMap<&'static str, i64> = AgentState::VARIANTS
+    let mut agents_by_state: BTreeMap<String, i64> = AgentState::VARIANTS
         .iter()
-        .map(|s| (<&str>::from(s), 0))
+        .map(|s| (s.to_string(), 0))
         .collect();
     let counts = client
         .query(
@@ -79,7 +79,7 @@ pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Optio
         .await?;
     for row in counts {
         let state: AgentState = super::parse_text(row.get(0), "state")?;
-        agents_by_state.insert(state.into(), row.get(1));
+        agents_by_state.insert(state.to_string(), row.get(1));
     }
     Ok(Some(Project {
         id: project,
@@ -212,7 +212,7 @@ pub struct RunningCommand {
 /// The operations overview of one project.
 #[derive(Clone, Debug)]
 pub struct Operations {
-    pub agents_by_state: BTreeMap<&'static str, i64>,
+    pub agents_by_state: BTreeMap<String, i64>,
     pub workers: Vec<WorkerHolding>,
     pub stuck: Vec<StuckAgentRow>,
     pub webhooks: Vec<WebhookBacklog>,
