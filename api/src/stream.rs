@@ -21,6 +21,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
+use holdfast_client::wire::error::ErrorBody;
 use holdfast_engine::store;
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
@@ -29,7 +30,7 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery};
 use crate::fanout::{sse_event, wire_event, Signal, Subscription, WireEvent};
 use crate::observe::record_agent;

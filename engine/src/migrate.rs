@@ -113,6 +113,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0019_model_usage.sql",
         sql: include_str!("../../sql/0019_model_usage.sql"),
     },
+    Migration {
+        version: 21,
+        name: "0021_audit.sql",
+        sql: include_str!("../../sql/0021_audit.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

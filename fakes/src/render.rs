@@ -82,7 +82,11 @@ pub(crate) fn block_frames(
     body: &ReplyBody,
     usage: Option<(u64, u64)>,
 ) -> Vec<Frame> {
-    let ReplyBody::Blocks { blocks } = body else {
+    let ReplyBody::Blocks {
+        blocks,
+        stop_reason,
+    } = body
+    else {
         return Vec::new();
     };
     if protocol == Protocol::Openai {
@@ -90,7 +94,14 @@ pub(crate) fn block_frames(
             .iter()
             .filter_map(|b| b.get("text").and_then(Value::as_str))
             .collect();
-        return message_frames(protocol, cx, &text.concat(), &[], None, usage);
+        return message_frames(
+            protocol,
+            cx,
+            &text.concat(),
+            &[],
+            stop_reason.as_deref(),
+            usage,
+        );
     }
     let mut frames = Vec::new();
     let mut push = |bytes: Bytes, delta: bool| frames.push(Frame { bytes, delta });
@@ -166,14 +177,16 @@ pub(crate) fn block_frames(
         );
     }
     let output_tokens = usage.map_or(deltas, |(_, output)| output);
-    let stop_reason = if blocks
-        .iter()
-        .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
-    {
-        "tool_use"
-    } else {
-        "end_turn"
-    };
+    let stop_reason = stop_reason.as_deref().unwrap_or(
+        if blocks
+            .iter()
+            .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+        {
+            "tool_use"
+        } else {
+            "end_turn"
+        },
+    );
     let searches = blocks
         .iter()
         .filter(|b| b.get("type").and_then(Value::as_str) == Some("server_tool_use"))

@@ -34,7 +34,11 @@ pub(crate) enum ReplyBody {
     /// Anthropic content blocks as the API returns them (server tool use
     /// and results, cited text, ...), streamed block by block; over the
     /// OpenAI protocol only their text.
-    Blocks { blocks: Vec<Value> },
+    Blocks {
+        blocks: Vec<Value>,
+        /// `None`: `end_turn`.
+        stop_reason: Option<String>,
+    },
     /// An error status with the protocol's realistic error body (or `body`).
     Status {
         status: u16,
@@ -113,10 +117,14 @@ impl Reply {
     /// `input_json_delta` fragments, any other block
     /// (`web_search_tool_result`, `redacted_thinking`) whole in its
     /// `content_block_start`. Stop reason `tool_use` if there is a
-    /// `tool_use` block, else `end_turn`; usage reports a web search request
-    /// per `server_tool_use` block.
+    /// `tool_use` block, else `end_turn` (unless [`Reply::stop_reason`] sets
+    /// one, e.g. `pause_turn`); usage reports a web search request per
+    /// `server_tool_use` block.
     pub fn anthropic_blocks(blocks: Vec<Value>) -> Reply {
-        Reply::new(ReplyBody::Blocks { blocks })
+        Reply::new(ReplyBody::Blocks {
+            blocks,
+            stop_reason: None,
+        })
     }
 
     /// An HTTP error with the protocol's error body for that status
@@ -145,10 +153,14 @@ impl Reply {
 
     /// Override the stop reason (normalised names: `end_turn`, `tool_use`,
     /// `max_tokens`, `stop_sequence`; OpenAI renders them as `stop`,
-    /// `tool_calls`, `length`).
+    /// `tool_calls`, `length`; Anthropic-only ones such as `pause_turn` are
+    /// sent as given). For a message or blocks reply.
     pub fn stop_reason(mut self, reason: impl Into<String>) -> Reply {
-        if let ReplyBody::Message { stop_reason, .. } = &mut self.body {
-            *stop_reason = Some(reason.into());
+        match &mut self.body {
+            ReplyBody::Message { stop_reason, .. } | ReplyBody::Blocks { stop_reason, .. } => {
+                *stop_reason = Some(reason.into());
+            }
+            other => panic!("a stop reason on a reply that has none: {other:?}"),
         }
         self
     }

@@ -56,6 +56,7 @@ DECLARE
     v_max integer;
     v_thinks boolean;
     v_bound numeric;
+    v_server_tools text[] := '{}';
 BEGIN
     IF p_config IS NULL OR jsonb_typeof(p_config) <> 'object' THEN
         PERFORM holdfast.raise('HF422', 'config must be a JSON object', 'config');
@@ -222,12 +223,18 @@ BEGIN
                 WHEN 'ask_user' THEN '{type}'
                 WHEN 'spawn_subagent' THEN '{type,config}'
                 WHEN 'run_command' THEN '{type,machine}'
+                WHEN 'anthropic_web_search' THEN '{type,max_uses,allowed_domains,blocked_domains,user_location}'
+                WHEN 'anthropic_web_fetch' THEN '{type,max_uses,allowed_domains,blocked_domains,citations,max_content_tokens}'
             END;
             IF v_known IS NULL THEN
-                PERFORM holdfast.raise('HF422', 'tool type must be one of: custom, web_fetch, web_search, mcp, ask_user, spawn_subagent, run_command',
+                PERFORM holdfast.raise('HF422', 'tool type must be one of: custom, web_fetch, web_search, mcp, ask_user, spawn_subagent, run_command, anthropic_web_search, anthropic_web_fetch',
                     v_at || '.type');
             END IF;
             PERFORM holdfast.refuse_unknown_keys(v_tool, v_known, v_at || '.');
+            IF v_type IN ('anthropic_web_search', 'anthropic_web_fetch') THEN
+                PERFORM holdfast.validate_server_tool(v_tool, p_config #>> '{model,provider}', v_at);
+                v_server_tools := v_server_tools || (CASE v_type WHEN 'anthropic_web_search' THEN 'web_search' ELSE 'web_fetch' END);
+            END IF;
             IF v_type IN ('custom', 'mcp') THEN
                 IF jsonb_typeof(v_tool -> 'name') IS DISTINCT FROM 'string'
                    OR v_tool ->> 'name' !~ '^[a-zA-Z0-9_-]{1,64}$' THEN
@@ -249,7 +256,10 @@ BEGIN
             IF v_tool ? 'machine' AND jsonb_typeof(v_tool -> 'machine') <> 'string' THEN
                 PERFORM holdfast.raise('HF422', 'machine must be a string (a machine id or name)', v_at || '.machine');
             END IF;
-            v_name := coalesce(v_tool ->> 'name', v_type);
+            v_name := CASE v_type
+                WHEN 'anthropic_web_search' THEN 'web_search'
+                WHEN 'anthropic_web_fetch' THEN 'web_fetch'
+                ELSE coalesce(v_tool ->> 'name', v_type) END;
             IF v_name = ANY (v_names) THEN
                 PERFORM holdfast.raise('HF422', format('duplicate tool name "%s"', v_name), v_at || '.name');
             END IF;
@@ -267,6 +277,12 @@ BEGIN
         IF EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(p_config #> '{approvals,require_for}', '[]')) e
                     WHERE jsonb_typeof(e.value) <> 'string') THEN
             PERFORM holdfast.raise('HF422', 'approvals.require_for must be an array of tool names', 'approvals.require_for');
+        END IF;
+        SELECT e.value #>> '{}' INTO v_name
+          FROM jsonb_array_elements(coalesce(p_config #> '{approvals,require_for}', '[]')) e
+         WHERE e.value #>> '{}' = ANY (v_server_tools) LIMIT 1;
+        IF v_name IS NOT NULL THEN
+            PERFORM holdfast.raise('HF422', format('%s runs at the provider inside the model call; it cannot wait for an approval', v_name), 'approvals.require_for');
         END IF;
     END IF;
     IF p_config ? 'metadata' AND jsonb_typeof(p_config -> 'metadata') <> 'object' THEN
@@ -293,6 +309,67 @@ BEGIN
                     v_name, v_max), 'limits.' || v_name);
             END IF;
         END LOOP;
+    END IF;
+END
+$$;
+
+-- Validate one of Anthropic's server tool entries (anthropic_web_search,
+-- anthropic_web_fetch; unknown keys already refused) of an agent whose
+-- model.provider is p_provider, at config path p_at: Anthropic agents only,
+-- and the settings in the types and ranges of the typed config
+-- (engine/src/config.rs) and the combinations Anthropic accepts.
+CREATE OR REPLACE FUNCTION holdfast.validate_server_tool(p_tool jsonb, p_provider text, p_at text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_key text;
+BEGIN
+    IF p_provider IS DISTINCT FROM 'anthropic' THEN
+        PERFORM holdfast.raise('HF422', format(
+            '%s is run by Anthropic: only an agent whose model.provider is "anthropic" can have it',
+            p_tool ->> 'type'), p_at || '.type');
+    END IF;
+    FOREACH v_key IN ARRAY ARRAY['max_uses', 'max_content_tokens'] LOOP
+        IF p_tool ? v_key AND (jsonb_typeof(p_tool -> v_key) <> 'number'
+               OR p_tool ->> v_key !~ '^[0-9]{1,10}$'
+               OR (p_tool ->> v_key)::bigint NOT BETWEEN 1 AND 4294967295) THEN
+            PERFORM holdfast.raise('HF422', format('%s must be an integer from 1 to 4294967295', v_key),
+                p_at || '.' || v_key);
+        END IF;
+    END LOOP;
+    FOREACH v_key IN ARRAY ARRAY['allowed_domains', 'blocked_domains'] LOOP
+        IF p_tool ? v_key AND (jsonb_typeof(p_tool -> v_key) <> 'array'
+               OR EXISTS (SELECT 1 FROM jsonb_array_elements(p_tool -> v_key) d
+                           WHERE jsonb_typeof(d.value) <> 'string' OR d.value #>> '{}' = '')) THEN
+            PERFORM holdfast.raise('HF422', format('%s must be an array of domain names', v_key),
+                p_at || '.' || v_key);
+        END IF;
+    END LOOP;
+    IF p_tool ? 'allowed_domains' AND p_tool ? 'blocked_domains' THEN
+        PERFORM holdfast.raise('HF422', 'allowed_domains and blocked_domains cannot both be set',
+            p_at || '.blocked_domains');
+    END IF;
+    IF p_tool ? 'user_location' THEN
+        IF jsonb_typeof(p_tool -> 'user_location') <> 'object'
+           OR p_tool #>> '{user_location,type}' IS DISTINCT FROM 'approximate'
+           OR jsonb_typeof(p_tool #> '{user_location,type}') <> 'string' THEN
+            PERFORM holdfast.raise('HF422', 'user_location must be an object with "type": "approximate"',
+                p_at || '.user_location');
+        END IF;
+        PERFORM holdfast.refuse_unknown_keys(p_tool -> 'user_location',
+            '{type,city,region,country,timezone}', p_at || '.user_location.');
+        SELECT k INTO v_key FROM jsonb_each(p_tool -> 'user_location') e (k, v)
+         WHERE jsonb_typeof(v) <> 'string' ORDER BY k LIMIT 1;
+        IF v_key IS NOT NULL THEN
+            PERFORM holdfast.raise('HF422', format('user_location.%s must be a string', v_key),
+                p_at || '.user_location.' || v_key);
+        END IF;
+    END IF;
+    IF p_tool ? 'citations' THEN
+        IF jsonb_typeof(p_tool -> 'citations') <> 'object'
+           OR jsonb_typeof(p_tool #> '{citations,enabled}') IS DISTINCT FROM 'boolean' THEN
+            PERFORM holdfast.raise('HF422', 'citations must be {"enabled": true|false}', p_at || '.citations');
+        END IF;
+        PERFORM holdfast.refuse_unknown_keys(p_tool -> 'citations', '{enabled}', p_at || '.citations.');
     END IF;
 END
 $$;

@@ -88,6 +88,13 @@ fn valid() -> Vec<Value> {
         with(
             json!({"tools": [{"type": "run_command", "machine": "m1"}, {"type": "spawn_subagent"}]}),
         ),
+        with(json!({"tools": [
+            {"type": "anthropic_web_search", "max_uses": 3, "allowed_domains": ["docs.example"],
+             "user_location": {"type": "approximate", "city": "Bern", "country": "CH", "timezone": "Europe/Zurich"}},
+            {"type": "anthropic_web_fetch", "blocked_domains": ["intranet.example"],
+             "citations": {"enabled": true}, "max_content_tokens": 100000}
+        ]})),
+        with(json!({"tools": [{"type": "anthropic_web_search"}, {"type": "anthropic_web_fetch"}]})),
         with(json!({"approvals": {}})),
         with(json!({"approvals": {"require_for": ["lookup", "web_fetch"]}})),
         with(json!({"limits": {}})),
@@ -103,6 +110,36 @@ fn valid() -> Vec<Value> {
 /// entry).
 fn invalid() -> Vec<(Value, &'static str)> {
     vec![
+        (
+            with(json!({"tools": [{"type": "anthropic_web_search", "name": "search"}]})),
+            "tools[0]",
+        ),
+        (
+            with(json!({"tools": [{"type": "anthropic_web_fetch", "max_uses": "3"}]})),
+            "tools[0]",
+        ),
+        (
+            with(
+                json!({"tools": [{"type": "anthropic_web_search", "user_location": {"type": "exact"}}]}),
+            ),
+            "tools[0]",
+        ),
+        (
+            with(
+                json!({"tools": [{"type": "anthropic_web_search", "user_location": {"type": "approximate", "street": "x"}}]}),
+            ),
+            "tools[0]",
+        ),
+        (
+            with(
+                json!({"tools": [{"type": "anthropic_web_fetch", "citations": {"enabled": "yes"}}]}),
+            ),
+            "tools[0]",
+        ),
+        (
+            with(json!({"tools": [{"type": "anthropic_web_fetch", "citations": {}}]})),
+            "tools[0]",
+        ),
         (json!([]), "config"),
         (json!({}), "model"),
         (json!({"model": "gpt"}), "model"),
@@ -376,6 +413,43 @@ fn refused_by_sql_only() -> Vec<(Value, &'static str)> {
         (
             openai(json!({"seed": 1000000000000000000_i64})),
             "model.seed",
+        ),
+        // Anthropic's server tools: Anthropic agents only, one web_search
+        // and one web_fetch whoever runs it, settings Anthropic accepts.
+        (
+            json!({"model": {"provider": "openai", "name": "gpt"},
+                   "tools": [{"type": "anthropic_web_search"}]}),
+            "tools[0].type",
+        ),
+        (
+            with(json!({"tools": [{"type": "web_search"}, {"type": "anthropic_web_search"}]})),
+            "tools[1].name",
+        ),
+        (
+            with(json!({"tools": [{"type": "anthropic_web_fetch"}, {"type": "web_fetch"}]})),
+            "tools[1].name",
+        ),
+        (
+            with(json!({"tools": [{"type": "anthropic_web_search", "max_uses": 0}]})),
+            "tools[0].max_uses",
+        ),
+        (
+            with(json!({"tools": [{"type": "anthropic_web_fetch", "max_content_tokens": 0}]})),
+            "tools[0].max_content_tokens",
+        ),
+        (
+            with(json!({"tools": [{"type": "anthropic_web_search",
+                                   "allowed_domains": ["a.example"], "blocked_domains": ["b.example"]}]})),
+            "tools[0].blocked_domains",
+        ),
+        (
+            with(json!({"tools": [{"type": "anthropic_web_fetch", "allowed_domains": [""]}]})),
+            "tools[0].allowed_domains",
+        ),
+        (
+            with(json!({"tools": [{"type": "anthropic_web_search"}],
+                        "approvals": {"require_for": ["web_search"]}})),
+            "approvals.require_for",
         ),
         // serde reads a struct from an array of its fields too (here none).
         (with(json!({"approvals": []})), "approvals.require_for"),

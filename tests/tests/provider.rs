@@ -6,10 +6,10 @@ use holdfast_engine::egress::EgressPolicy;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use holdfast_engine::config::{ModelConfig, Provider, ReasoningEffort, ServiceTier, Thinking};
 use holdfast_engine::provider::{
-    ContentBlock, Delta, DeltaKind, Message, ModelConfig, ModelError, ModelRequest, ModelResponse,
-    ModelTarget, Provider, ProviderSettings, Providers, ReasoningEffort, Role, ServiceTier,
-    Thinking, ToolDefinition,
+    ContentBlock, Delta, DeltaKind, Message, ModelError, ModelRequest, ModelResponse, ModelTarget,
+    ProviderSettings, Providers, Role, ToolDefinition,
 };
 use holdfast_fakes::{FakeProvider, Protocol, Reply};
 use serde_json::{json, Value};
@@ -53,6 +53,7 @@ fn request(provider: Provider) -> ModelRequest {
                 "required": ["city"],
             }),
         }],
+        provider_tools: vec![],
     }
 }
 

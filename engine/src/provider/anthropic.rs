@@ -36,12 +36,10 @@ use super::classify::{classify_stream_error, incomplete_stream, invalid_response
 use super::client::{forward, insert_if_set, StreamAssembler};
 use super::history::{normalise, tool_result_text};
 use super::{ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role, Usage};
+use crate::config::ToolEntry;
 use crate::sse::SseEvent;
 
 pub(crate) const API_VERSION: &str = "2023-06-01";
-
-/// Anthropic requires `max_tokens`; this is used when the agent sets none.
-pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
 /// The request body.
 pub(crate) fn request_body(request: &ModelRequest) -> Value {
@@ -82,18 +80,19 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
         body.insert("system".into(), system);
     }
     body.insert("messages".into(), Value::Array(messages));
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
-            .tools
-            .iter()
-            .map(|t| {
-                json!({
-                    "name": t.name,
-                    "description": t.description,
-                    "input_schema": t.input_schema,
-                })
+    let tools: Vec<Value> = request
+        .tools
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "description": t.description,
+                "input_schema": t.input_schema,
             })
-            .collect();
+        })
+        .chain(request.provider_tools.iter().filter_map(server_tool))
+        .collect();
+    if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));
     }
     if caching {
@@ -144,6 +143,34 @@ fn mark_cache_breakpoints(body: &mut Map<String, Value>) {
     if let Some(block) = cacheable {
         block.insert("cache_control".into(), cache_breakpoint());
     }
+}
+
+/// The beta web fetch needs: `anthropic-beta: web-fetch-2025-09-10`.
+const WEB_FETCH_BETA: &str = "web-fetch-2025-09-10";
+
+/// The `anthropic-beta` header `request` needs, if any.
+pub(crate) fn beta_header(request: &ModelRequest) -> Option<&'static str> {
+    request
+        .provider_tools
+        .iter()
+        .any(|tool| matches!(tool, ToolEntry::AnthropicWebFetch(_)))
+        .then_some(WEB_FETCH_BETA)
+}
+
+/// A server tool's entry in `tools`: its versioned type, the name the model
+/// calls it by, and its settings as configured (their names are
+/// Anthropic's).
+fn server_tool(tool: &ToolEntry) -> Option<Value> {
+    let (settings, tool_type) = match tool {
+        ToolEntry::AnthropicWebSearch(settings) => (json!(settings), "web_search_20250305"),
+        ToolEntry::AnthropicWebFetch(settings) => (json!(settings), "web_fetch_20250910"),
+        _ => return None,
+    };
+    let mut entry = json!({"type": tool_type, "name": tool.name()});
+    if let (Some(entry), Value::Object(settings)) = (entry.as_object_mut(), settings) {
+        entry.extend(settings);
+    }
+    Some(entry)
 }
 
 fn block(block: &ContentBlock) -> Value {

@@ -305,7 +305,7 @@ impl Providers {
                     ),
                 })?;
                 let opened = secret
-                    .open_provider_key(route.project_id, provider.as_str(), sealed)
+                    .open_provider_key(route.project_id, provider.into(), sealed)
                     .map_err(|e| ModelError::Fatal {
                         error_type: "authentication_error".into(),
                         message: e.to_string(),
@@ -434,6 +434,9 @@ impl Providers {
                     .json(&anthropic::request_body(request));
                 if let Some(key) = api_key {
                     http = http.header("x-api-key", key);
+                }
+                if let Some(beta) = anthropic::beta_header(request) {
+                    http = http.header("anthropic-beta", beta);
                 }
                 self.stream(http, AnthropicStream::default(), deltas).await
             }

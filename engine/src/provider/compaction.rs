@@ -144,6 +144,7 @@ pub fn summary_request(request: &ModelRequest, keep_last: usize) -> ModelRequest
             content: vec![ContentBlock::Text { text: prompt }],
         }],
         tools: Vec::new(),
+        provider_tools: Vec::new(),
     }
 }
 
@@ -180,7 +181,7 @@ fn clip(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::{ModelConfig, Provider};
+    use crate::config::{ModelConfig, Provider};
     use serde_json::json;
 
     fn text(role: Role, t: &str) -> Message {
@@ -218,6 +219,7 @@ mod tests {
             system: Some("You are a careful sysadmin.".into()),
             messages,
             tools: Vec::new(),
+            provider_tools: Vec::new(),
         }
     }
 

@@ -649,6 +649,43 @@ export interface components {
             /** @description Who answers (the same person sending the same answer again gets 200). */
             by: string;
         };
+        /**
+         * @description The settings of Anthropic's web fetch server tool, named as Anthropic
+         *     names them (sent as given).
+         */
+        AnthropicWebFetch: {
+            /** @description Only pages on these domains (not with `blocked_domains`). */
+            allowed_domains?: string[] | null;
+            /** @description Never pages on these domains (not with `allowed_domains`). */
+            blocked_domains?: string[] | null;
+            citations?: null | components["schemas"]["CitationSettings"];
+            /**
+             * Format: int32
+             * @description The most tokens of one page's content the model is given.
+             */
+            max_content_tokens?: number | null;
+            /**
+             * Format: int32
+             * @description The most fetches one model call may make.
+             */
+            max_uses?: number | null;
+        };
+        /**
+         * @description The settings of Anthropic's web search server tool, named as Anthropic
+         *     names them (sent as given).
+         */
+        AnthropicWebSearch: {
+            /** @description Only results from these domains (not with `blocked_domains`). */
+            allowed_domains?: string[] | null;
+            /** @description Never results from these domains (not with `allowed_domains`). */
+            blocked_domains?: string[] | null;
+            /**
+             * Format: int32
+             * @description The most searches one model call may make.
+             */
+            max_uses?: number | null;
+            user_location?: null | components["schemas"]["UserLocation"];
+        };
         ApprovalList: {
             approvals: components["schemas"]["ApprovalView"][];
         };
@@ -692,6 +729,10 @@ export interface components {
              * @example cancelled
              */
             status: string;
+        };
+        /** @description `{"enabled": true}` turns citations on. */
+        CitationSettings: {
+            enabled: boolean;
         };
         /** @description A command handed to this machine: run it once. */
         ClaimedCommandView: {
@@ -1329,13 +1370,30 @@ export interface components {
             machine?: string | null;
             /** @enum {string} */
             type: "run_command";
-        };
+        } | (components["schemas"]["AnthropicWebSearch"] & {
+            /** @enum {string} */
+            type: "anthropic_web_search";
+        }) | (components["schemas"]["AnthropicWebFetch"] & {
+            /** @enum {string} */
+            type: "anthropic_web_fetch";
+        });
         /** @description A custom tool's result. */
         ToolResultRequest: {
             /** @description The tool failed; the model is told so. */
             is_error?: boolean;
             /** @description Any JSON (null included); sent to the model as the tool's result. */
             output: Record<string, unknown>;
+        };
+        /** @description An approximate location (`{"type": "approximate", ...}`). */
+        UserLocation: {
+            city?: string | null;
+            /** @description An ISO 3166-1 alpha-2 country code. */
+            country?: string | null;
+            region?: string | null;
+            /** @description An IANA time zone (`America/New_York`). */
+            timezone?: string | null;
+            /** @enum {string} */
+            type: "approximate";
         };
         /** @description How long to wait for the machine to come up. */
         WakeRequest: {

@@ -32,6 +32,10 @@ class ApprovalView(TypedDict):
     tool_name: str
 
 
+class CitationSettings(TypedDict):
+    enabled: bool
+
+
 class ClaimedCommandView(TypedDict):
     accepted_at: str
     agent_id: str
@@ -308,14 +312,20 @@ class ToolEntry7(TypedDict):
     type: Literal['run_command']
 
 
-ToolEntry = Union[
-    ToolEntry1, ToolEntry2, ToolEntry3, ToolEntry4, ToolEntry5, ToolEntry6, ToolEntry7
-]
-
-
 class ToolResultRequest(TypedDict):
     is_error: NotRequired[bool]
     output: dict[str, Any]
+
+
+class UserLocation1(TypedDict):
+    city: NotRequired[Optional[str]]
+    country: NotRequired[Optional[str]]
+    region: NotRequired[Optional[str]]
+    timezone: NotRequired[Optional[str]]
+    type: Literal['approximate']
+
+
+UserLocation = UserLocation1
 
 
 class WakeRequest(TypedDict):
@@ -354,6 +364,21 @@ class WorkerView(TypedDict):
     agents_held: int
     soonest_lease_expiry: NotRequired[Optional[str]]
     worker: str
+
+
+class AnthropicWebFetch(TypedDict):
+    allowed_domains: NotRequired[list[str]]
+    blocked_domains: NotRequired[list[str]]
+    citations: NotRequired[Optional[CitationSettings]]
+    max_content_tokens: NotRequired[Optional[int]]
+    max_uses: NotRequired[Optional[int]]
+
+
+class AnthropicWebSearch(TypedDict):
+    allowed_domains: NotRequired[list[str]]
+    blocked_domains: NotRequired[list[str]]
+    max_uses: NotRequired[Optional[int]]
+    user_location: NotRequired[Optional[UserLocation]]
 
 
 class ApprovalList(TypedDict):
@@ -445,6 +470,27 @@ class ResultRequest(TypedDict):
 
 class ToolCallList(TypedDict):
     tool_calls: list[ToolCallView]
+
+
+class ToolEntry8(AnthropicWebSearch):
+    type: Literal['anthropic_web_search']
+
+
+class ToolEntry9(AnthropicWebFetch):
+    type: Literal['anthropic_web_fetch']
+
+
+ToolEntry = Union[
+    ToolEntry1,
+    ToolEntry2,
+    ToolEntry3,
+    ToolEntry4,
+    ToolEntry5,
+    ToolEntry6,
+    ToolEntry7,
+    ToolEntry8,
+    ToolEntry9,
+]
 
 
 class WebhookList(TypedDict):
