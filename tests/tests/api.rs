@@ -669,6 +669,29 @@ async fn bad_requests_get_the_right_4xx_with_the_error_shape_and_write_nothing()
             field: Some("config"),
         },
         Case {
+            name: "a thinking budget not below max_tokens",
+            request: raw(
+                Method::POST,
+                "/v1/agents",
+                r#"{"model": {"provider": "anthropic", "name": "m", "max_tokens": 2048,
+                              "thinking": {"type": "enabled", "budget_tokens": 2048}}}"#,
+            ),
+            status: StatusCode::BAD_REQUEST,
+            kind: "invalid_request",
+            field: Some("model.thinking.budget_tokens"),
+        },
+        Case {
+            name: "an OpenAI setting on an Anthropic model",
+            request: raw(
+                Method::POST,
+                "/v1/agents",
+                r#"{"model": {"provider": "anthropic", "name": "m", "seed": 7}}"#,
+            ),
+            status: StatusCode::BAD_REQUEST,
+            kind: "invalid_request",
+            field: Some("model.seed"),
+        },
+        Case {
             name: "not JSON",
             request: server
                 .request(Method::POST, &inputs, &key)

@@ -277,11 +277,8 @@ async fn an_agent_model_base_url_goes_through_the_policy() {
         async move {
             let request = ModelRequest {
                 model: holdfast_engine::config::ModelConfig {
-                    provider: Provider::Openai,
-                    name: "m".into(),
-                    endpoint: None,
                     base_url: Some(url.clone()),
-                    max_tokens: None,
+                    ..holdfast_engine::config::ModelConfig::new(Provider::Openai, "m")
                 },
                 system: None,
                 messages: vec![],

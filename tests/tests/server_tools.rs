@@ -119,7 +119,13 @@ async fn anthropic_server_tools_from_the_config_are_sent_as_documented_and_a_pau
     fake.push(Reply::anthropic_blocks(server_search_blocks()).stop_reason("pause_turn"));
     fake.push(Reply::text("Done searching."));
     let _worker = spawn_worker("w-server-tool-config", &db.config, &fake, &[]);
-    let agent = start_turn(&client, server_tool_config(), "find the docs").await;
+    // Without prompt caching, so the wire body is exactly the saved history.
+    let config = json!({"model": {"provider": "anthropic", "name": "claude-test", "cache": false},
+                        "tools": server_tool_config()});
+    let agent = agent_with_config(&client, &config).await;
+    store::create_input(&client, agent, &json!("find the docs"), None)
+        .await
+        .unwrap();
     wait_for_events(&client, agent, "turn.completed", 1, T).await;
 
     let requests = fake.requests();

@@ -26,7 +26,6 @@ mod compaction;
 mod history;
 mod openai;
 
-pub use anthropic::DEFAULT_MAX_TOKENS;
 pub use client::{
     ModelTarget, ProviderSettings, ProviderSetupError, Providers, DEFAULT_ANTHROPIC_BASE_URL,
     DEFAULT_OPENAI_BASE_URL,
@@ -42,10 +41,40 @@ pub enum Role {
     Assistant,
 }
 
+/// A live piece of a response being streamed: sent to stream listeners as
+/// it arrives, never saved (the saved response is the truth).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delta {
+    pub kind: DeltaKind,
+    pub text: String,
+}
+
+/// Named as in the `holdfast_stream` payload's `kind` (absent: `text`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeltaKind {
+    /// Answer text (`text_delta`, OpenAI `delta.content`).
+    #[default]
+    Text,
+    /// Extended thinking (`thinking_delta`).
+    Thinking,
+}
+
+impl DeltaKind {
+    /// Its name in the `holdfast_stream` payload.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeltaKind::Text => "text",
+            DeltaKind::Thinking => "thinking",
+        }
+    }
+}
+
 /// A content block, in the shape saved in `holdfast.messages.content`
 /// (Anthropic-shaped; the OpenAI client maps it). A block with a field the
 /// typed variants do not have (text with `citations`) or of a type they do
-/// not know (`server_tool_use`, `web_search_tool_result`, ...) is [`Raw`]:
+/// not know (`thinking` and `redacted_thinking` with their signatures,
+/// `server_tool_use`, `web_search_tool_result`, ...) is [`Raw`]:
 /// kept as the provider sent it, so history is never silently altered.
 ///
 /// [`Raw`]: ContentBlock::Raw
@@ -115,8 +144,23 @@ pub struct ModelRequest {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// The whole prompt, its cached parts included.
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Of `input_tokens`, read from the provider's prompt cache (Anthropic
+    /// `cache_read_input_tokens`); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    /// Of `input_tokens`, written to the prompt cache (Anthropic
+    /// `cache_creation_input_tokens`); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+    /// Of `output_tokens`, the reasoning a reasoning model did before
+    /// answering (OpenAI `completion_tokens_details.reasoning_tokens`;
+    /// Anthropic counts thinking in `output_tokens` without a split);
+    /// absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
     /// Requests the provider's own server tools made (Anthropic's
     /// `usage.server_tool_use`: web searches and fetches); absent when none.
     #[serde(default, skip_serializing_if = "is_zero")]

@@ -20,6 +20,7 @@ use crate::domain::{
 use crate::duration::to_interval;
 use crate::error::{Error, Result};
 use crate::pg_text::{make_storable, storable_str};
+use crate::provider::DeltaKind;
 
 /// Claim up to `max` ready agents for `worker`. Call it on the worker's own
 /// long-lived session: the session's backend pid is recorded on each claim,
@@ -339,12 +340,23 @@ pub async fn complete_cancel(client: &impl GenericClient, claim: Claim) -> Resul
     parse_text(row.get(0), "state")
 }
 
-/// Send a live text delta to stream listeners (never saved).
-pub async fn stream_delta(client: &impl Prepared, claim: Claim, text: &str) -> Result<()> {
+/// Send a live delta (answer text or thinking) to stream listeners (never
+/// saved).
+pub async fn stream_delta(
+    client: &impl Prepared,
+    claim: Claim,
+    kind: DeltaKind,
+    text: &str,
+) -> Result<()> {
     execute_prepared(
         client,
-        "SELECT holdfast.stream_delta($1, $2, $3)",
-        &[&claim.agent_id, &claim.epoch, &storable_str(text)],
+        "SELECT holdfast.stream_delta($1, $2, $3, $4)",
+        &[
+            &claim.agent_id,
+            &claim.epoch,
+            &kind.as_str(),
+            &storable_str(text),
+        ],
     )
     .await?;
     Ok(())

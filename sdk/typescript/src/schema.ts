@@ -1051,6 +1051,14 @@ export interface components {
              */
             base_url?: string | null;
             /**
+             * @description Anthropic prompt caching (default `true`): `cache_control`
+             *     breakpoints on the last tool, the system prompt and the latest
+             *     message, so each step reads the prompt so far from the cache instead
+             *     of paying for it again; `false` sends none (Anthropic only: OpenAI
+             *     caches by itself).
+             */
+            cache?: boolean | null;
+            /**
              * @description The operator's model endpoint by name (default `default`: the
              *     operator's Anthropic or OpenAI endpoint, by `provider`).
              */
@@ -1065,7 +1073,47 @@ export interface components {
              *     has one).
              */
             name: string;
+            /** @description OpenAI: whether one response may call several tools (default true). */
+            parallel_tool_calls?: boolean | null;
             provider: components["schemas"]["Provider"];
+            reasoning_effort?: null | components["schemas"]["ReasoningEffort"];
+            /**
+             * Format: int64
+             * @description OpenAI: best-effort deterministic sampling.
+             */
+            seed?: number | null;
+            service_tier?: null | components["schemas"]["ServiceTier"];
+            /** @description OpenAI: up to 4 texts that end the response when generated. */
+            stop?: string[] | null;
+            /**
+             * @description Anthropic: text that ends the response when generated (each
+             *     non-empty; the stop reason is then `stop_sequence`).
+             */
+            stop_sequences?: string[] | null;
+            /**
+             * Format: double
+             * @description Sampling temperature: Anthropic 0 to 1, OpenAI 0 to 2 (not with
+             *     Anthropic thinking).
+             */
+            temperature?: number | null;
+            thinking?: null | components["schemas"]["Thinking"];
+            /**
+             * Format: int32
+             * @description Anthropic: sample from the `top_k` likeliest tokens only (not with
+             *     thinking).
+             */
+            top_k?: number | null;
+            /**
+             * Format: double
+             * @description Nucleus sampling, 0 to 1 (with Anthropic thinking, 0.95 to 1).
+             */
+            top_p?: number | null;
+            /**
+             * @description Your identifier of the end user (1 to 256 characters, no personal
+             *     data), for the provider's abuse detection: Anthropic
+             *     `metadata.user_id`, OpenAI `user`.
+             */
+            user?: string | null;
         };
         OperationsView: {
             /** @description The queue depth: agents per state. */
@@ -1139,6 +1187,11 @@ export interface components {
             /** Format: uuid */
             tool_call_id: string;
         };
+        /**
+         * @description `config.model.reasoning_effort` (OpenAI).
+         * @enum {string}
+         */
+        ReasoningEffort: "minimal" | "low" | "medium" | "high";
         /** @description A machine to register. */
         RegisterMachineRequest: {
             /**
@@ -1211,6 +1264,11 @@ export interface components {
             command_id: string;
         };
         /**
+         * @description `config.model.service_tier` (Anthropic).
+         * @enum {string}
+         */
+        ServiceTier: "auto" | "standard_only";
+        /**
          * @description An agent's state (docs/state-machines.md).
          * @enum {string}
          */
@@ -1228,6 +1286,19 @@ export interface components {
             /** Format: date-time */
             since: string;
             state: string;
+        };
+        /** @description `config.model.thinking`: the Messages API's `thinking` parameter. */
+        Thinking: {
+            /** Format: int32 */
+            budget_tokens: number;
+            /** @enum {string} */
+            type: "enabled";
+        } | {
+            /** @enum {string} */
+            type: "adaptive";
+        } | {
+            /** @enum {string} */
+            type: "disabled";
         };
         ToolCallList: {
             tool_calls: components["schemas"]["ToolCallView"][];
@@ -2202,7 +2273,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description an SSE stream: saved events (`id: SEQ`, `event: TYPE`, `data: JSON`), live deltas (`event: delta`, data `{"text", "epoch"}`), heartbeat comments */
+            /** @description an SSE stream: saved events (`id: SEQ`, `event: TYPE`, `data: JSON`), live deltas (`event: delta` for answer text, `event: thinking_delta` for extended thinking; data `{"text", "epoch"}`), heartbeat comments */
             200: {
                 headers: {
                     [name: string]: unknown;

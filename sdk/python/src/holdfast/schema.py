@@ -199,6 +199,9 @@ class QuestionView(TypedDict):
     tool_call_id: str
 
 
+ReasoningEffort = Literal['minimal', 'low', 'medium', 'high']
+
+
 class RegisterMachineRequest(TypedDict):
     name: str
     wake_url: NotRequired[Optional[str]]
@@ -225,6 +228,9 @@ class RunningCommandView(TypedDict):
     command_id: str
 
 
+ServiceTier = Literal['auto', 'standard_only']
+
+
 StateName = Literal['idle', 'ready', 'running', 'waiting', 'archived']
 
 
@@ -238,6 +244,22 @@ class StuckAgentView(TypedDict):
     reason: str
     since: str
     state: str
+
+
+class Thinking1(TypedDict):
+    budget_tokens: int
+    type: Literal['enabled']
+
+
+class Thinking2(TypedDict):
+    type: Literal['adaptive']
+
+
+class Thinking3(TypedDict):
+    type: Literal['disabled']
+
+
+Thinking = Union[Thinking1, Thinking2, Thinking3]
 
 
 class ToolCallView(TypedDict):
@@ -401,10 +423,22 @@ class MachineList(TypedDict):
 
 class ModelConfig(TypedDict):
     base_url: NotRequired[Optional[str]]
+    cache: NotRequired[Optional[bool]]
     endpoint: NotRequired[Optional[str]]
     max_tokens: NotRequired[Optional[int]]
     name: str
+    parallel_tool_calls: NotRequired[Optional[bool]]
     provider: Provider
+    reasoning_effort: NotRequired[Optional[ReasoningEffort]]
+    seed: NotRequired[Optional[int]]
+    service_tier: NotRequired[Optional[ServiceTier]]
+    stop: NotRequired[list[str]]
+    stop_sequences: NotRequired[list[str]]
+    temperature: NotRequired[Optional[float]]
+    thinking: NotRequired[Optional[Thinking]]
+    top_k: NotRequired[Optional[int]]
+    top_p: NotRequired[Optional[float]]
+    user: NotRequired[Optional[str]]
 
 
 class OperationsView(TypedDict):
