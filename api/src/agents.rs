@@ -11,123 +11,26 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use chrono::{DateTime, Utc};
+use holdfast_client::wire::agents::{AgentList, AgentView, CancelView, ListOrder, StateName};
+use holdfast_client::wire::error::ErrorBody;
 use holdfast_engine::config::{AgentConfig, ToolEntry};
-use holdfast_engine::domain::{Agent, AgentState, CancelOutcome};
+use holdfast_engine::domain::{Agent, CancelOutcome};
 use holdfast_engine::egress::check_mcp_header;
 use holdfast_engine::store;
 use holdfast_engine::store::console;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Map, Value};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::observe::record_agent;
 use crate::state::AppState;
 
 const LIST_DEFAULT: i64 = 100;
 const LIST_MAX: i64 = 1000;
-
-/// An agent's state (docs/state-machines.md).
-#[derive(Clone, Copy, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum StateName {
-    Idle,
-    Ready,
-    Running,
-    Waiting,
-    Archived,
-}
-
-impl From<AgentState> for StateName {
-    fn from(state: AgentState) -> StateName {
-        match state {
-            AgentState::Idle => StateName::Idle,
-            AgentState::Ready => StateName::Ready,
-            AgentState::Running => StateName::Running,
-            AgentState::Waiting => StateName::Waiting,
-            AgentState::Archived => StateName::Archived,
-        }
-    }
-}
-
-impl From<StateName> for AgentState {
-    fn from(state: StateName) -> AgentState {
-        match state {
-            StateName::Idle => AgentState::Idle,
-            StateName::Ready => AgentState::Ready,
-            StateName::Running => AgentState::Running,
-            StateName::Waiting => AgentState::Waiting,
-            StateName::Archived => AgentState::Archived,
-        }
-    }
-}
-
-/// An agent.
-#[derive(Serialize, ToSchema)]
-pub struct AgentView {
-    id: Uuid,
-    state: StateName,
-    /// Secrets (MCP header values) show as `"***"`; sent back in a PATCH or
-    /// create, `"***"` keeps the stored value.
-    #[schema(value_type = AgentConfig)]
-    config: Value,
-    /// A turn is under way (from an input to turn.completed/failed/cancelled).
-    turn_open: bool,
-    /// A cancel waits for the worker holding the agent to stop.
-    cancel_requested: bool,
-    /// The seq of its latest event: resume a stream from here.
-    last_event_seq: i64,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-    state_changed_at: DateTime<Utc>,
-    /// In a list with `order=activity` only: the time the list is ordered
-    /// by (its latest event's time, else its creation).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    activity_at: Option<DateTime<Utc>>,
-}
-
-impl From<Agent> for AgentView {
-    fn from(agent: Agent) -> AgentView {
-        AgentView {
-            id: agent.id,
-            state: agent.state.into(),
-            config: agent.config,
-            turn_open: agent.turn_open,
-            cancel_requested: agent.cancel_requested_at.is_some(),
-            last_event_seq: agent.last_event_seq,
-            created_at: agent.created_at,
-            updated_at: agent.updated_at,
-            state_changed_at: agent.state_changed_at,
-            activity_at: None,
-        }
-    }
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct AgentList {
-    agents: Vec<AgentView>,
-    /// More agents follow: ask again with `after` = the last id
-    /// (`order=created`) or `cursor` = `next_cursor` (`order=activity`).
-    has_more: bool,
-    /// With `order=activity` and `has_more`: the `cursor` of the next page.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    next_cursor: Option<String>,
-}
-
-/// The order of a list.
-#[derive(Clone, Copy, Default, Deserialize, ToSchema, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum ListOrder {
-    /// Oldest first (by id, a UUIDv7); pages with `after`.
-    #[default]
-    Created,
-    /// Newest activity first (the latest event's time, else creation);
-    /// pages with `cursor`; takes `q`.
-    Activity,
-}
 
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -150,17 +53,6 @@ pub struct ListQuery {
     /// `3` or `true`, else the text); anything else finds agents whose
     /// metadata contains the text, case-insensitively.
     q: Option<String>,
-}
-
-/// The outcome of a cancel.
-#[derive(Serialize, ToSchema)]
-pub struct CancelView {
-    /// `cancelled`: the turn ended (`turn.cancelled` is saved).
-    /// `requested`: a worker is mid-step; it stops within a second and then
-    /// saves `turn.cancelled`.
-    #[schema(value_type = String, example = "cancelled")]
-    status: CancelOutcome,
-    agent: AgentView,
 }
 
 /// `value` as an agent config, or the 400 naming the field that does not

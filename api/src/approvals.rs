@@ -7,93 +7,23 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use chrono::{DateTime, Utc};
-use holdfast_engine::domain::{Approval, ApprovalStatus, Question, QuestionStatus};
+use holdfast_client::wire::approvals::{
+    AnswerRequest, ApprovalList, ApprovalStatusName, ApprovalView, DecisionRequest, QuestionList,
+    QuestionStatusName, QuestionView,
+};
+use holdfast_client::wire::error::ErrorBody;
 use holdfast_engine::{store, Error};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 use uuid::Uuid;
 
 use crate::agents::page_limit;
 use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::observe::record_agent;
 use crate::state::AppState;
-
-/// An approval's status.
-#[derive(Clone, Copy, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ApprovalStatusName {
-    Pending,
-    Approved,
-    Denied,
-    /// Its turn was cancelled before anyone decided.
-    Cancelled,
-}
-
-impl From<ApprovalStatus> for ApprovalStatusName {
-    fn from(status: ApprovalStatus) -> Self {
-        match status {
-            ApprovalStatus::Pending => ApprovalStatusName::Pending,
-            ApprovalStatus::Approved => ApprovalStatusName::Approved,
-            ApprovalStatus::Denied => ApprovalStatusName::Denied,
-            ApprovalStatus::Cancelled => ApprovalStatusName::Cancelled,
-        }
-    }
-}
-
-impl From<ApprovalStatusName> for ApprovalStatus {
-    fn from(status: ApprovalStatusName) -> Self {
-        match status {
-            ApprovalStatusName::Pending => ApprovalStatus::Pending,
-            ApprovalStatusName::Approved => ApprovalStatus::Approved,
-            ApprovalStatusName::Denied => ApprovalStatus::Denied,
-            ApprovalStatusName::Cancelled => ApprovalStatus::Cancelled,
-        }
-    }
-}
-
-/// A tool call waiting for approve or deny.
-#[derive(Serialize, ToSchema)]
-pub struct ApprovalView {
-    id: Uuid,
-    agent_id: Uuid,
-    tool_call_id: Uuid,
-    /// The tool the model wants to call.
-    tool_name: String,
-    /// What it wants to call it with.
-    #[schema(value_type = Object)]
-    tool_input: Value,
-    status: ApprovalStatusName,
-    decided_by: Option<String>,
-    reason: Option<String>,
-    created_at: DateTime<Utc>,
-    decided_at: Option<DateTime<Utc>>,
-}
-
-impl From<Approval> for ApprovalView {
-    fn from(approval: Approval) -> Self {
-        ApprovalView {
-            id: approval.id,
-            agent_id: approval.agent_id,
-            tool_call_id: approval.tool_call_id,
-            tool_name: approval.tool_name,
-            tool_input: approval.tool_input,
-            status: approval.status.into(),
-            decided_by: approval.decided_by,
-            reason: approval.reason,
-            created_at: approval.created_at,
-            decided_at: approval.decided_at,
-        }
-    }
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct ApprovalList {
-    approvals: Vec<ApprovalView>,
-}
 
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -130,37 +60,6 @@ pub async fn list_approvals(
     Ok(Json(ApprovalList {
         approvals: approvals.into_iter().map(ApprovalView::from).collect(),
     }))
-}
-
-/// Approve or deny.
-#[derive(Clone, Copy, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Decision {
-    /// The call runs (or waits for its outside party, e.g. a custom tool).
-    Approve,
-    /// The call completes with an error the model sees.
-    Deny,
-}
-
-impl Decision {
-    fn as_str(self) -> &'static str {
-        match self {
-            Decision::Approve => "approve",
-            Decision::Deny => "deny",
-        }
-    }
-}
-
-/// A decision on an approval.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct DecisionRequest {
-    decision: Decision,
-    /// Who decides (kept with the decision; the same person sending the
-    /// same decision again gets 200).
-    by: String,
-    /// Why; shown to the model on a denial.
-    reason: Option<String>,
 }
 
 /// Decide an approval. The first decision wins.
@@ -210,71 +109,6 @@ pub async fn decide_approval(
     }
 }
 
-/// A question's status.
-#[derive(Clone, Copy, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum QuestionStatusName {
-    Pending,
-    Answered,
-    /// Its turn was cancelled before anyone answered.
-    Cancelled,
-}
-
-impl From<QuestionStatus> for QuestionStatusName {
-    fn from(status: QuestionStatus) -> Self {
-        match status {
-            QuestionStatus::Pending => QuestionStatusName::Pending,
-            QuestionStatus::Answered => QuestionStatusName::Answered,
-            QuestionStatus::Cancelled => QuestionStatusName::Cancelled,
-        }
-    }
-}
-
-impl From<QuestionStatusName> for QuestionStatus {
-    fn from(status: QuestionStatusName) -> Self {
-        match status {
-            QuestionStatusName::Pending => QuestionStatus::Pending,
-            QuestionStatusName::Answered => QuestionStatus::Answered,
-            QuestionStatusName::Cancelled => QuestionStatus::Cancelled,
-        }
-    }
-}
-
-/// A question an agent asked (`ask_user`).
-#[derive(Serialize, ToSchema)]
-pub struct QuestionView {
-    id: Uuid,
-    agent_id: Uuid,
-    tool_call_id: Uuid,
-    question: String,
-    status: QuestionStatusName,
-    answer: Option<String>,
-    answered_by: Option<String>,
-    created_at: DateTime<Utc>,
-    answered_at: Option<DateTime<Utc>>,
-}
-
-impl From<Question> for QuestionView {
-    fn from(question: Question) -> Self {
-        QuestionView {
-            id: question.id,
-            agent_id: question.agent_id,
-            tool_call_id: question.tool_call_id,
-            question: question.question,
-            status: question.status.into(),
-            answer: question.answer,
-            answered_by: question.answered_by,
-            created_at: question.created_at,
-            answered_at: question.answered_at,
-        }
-    }
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct QuestionList {
-    questions: Vec<QuestionView>,
-}
-
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct QuestionsQuery {
@@ -310,16 +144,6 @@ pub async fn list_questions(
     Ok(Json(QuestionList {
         questions: questions.into_iter().map(QuestionView::from).collect(),
     }))
-}
-
-/// An answer to a question.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AnswerRequest {
-    /// Sent to the model as the `ask_user` call's result.
-    answer: String,
-    /// Who answers (the same person sending the same answer again gets 200).
-    by: String,
 }
 
 /// Answer a question. The first answer wins.

@@ -6,9 +6,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use holdfast_engine::Error;
-use serde::Serialize;
 use serde_json::{json, Value};
-use utoipa::ToSchema;
 
 /// An error answer: status, machine-readable type, human message.
 #[derive(Debug)]
@@ -30,25 +28,6 @@ enum Extra {
     Context(&'static str, Value),
     /// Whole seconds for a `Retry-After` header (a 429).
     RetryAfterSecs(u64),
-}
-
-/// The error body (for the OpenAPI document).
-#[derive(Serialize, ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct ErrorDetail {
-    /// Machine-readable: `invalid_request`, `invalid_json`, `unauthorized`,
-    /// `not_found`, `conflict`, `idempotency_key_reused`, `model_not_permitted`,
-    /// `payload_too_large`, `rate_limited`, `unavailable`, `internal`, ...
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub message: String,
-    /// The offending field, for `invalid_request`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
 }
 
 impl ApiError {

@@ -2,55 +2,19 @@
 
 use axum::extract::State;
 use axum::Json;
-use chrono::{DateTime, Utc};
-use holdfast_engine::domain::Event;
+use holdfast_client::wire::error::ErrorBody;
+use holdfast_client::wire::events::{EventList, EventView};
 use holdfast_engine::store;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use utoipa::{IntoParams, ToSchema};
+use serde::Deserialize;
+use utoipa::IntoParams;
 use uuid::Uuid;
 
 use crate::agents::page_limit;
 use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery};
 use crate::observe::record_agent;
 use crate::state::AppState;
-
-/// One event (docs/events.md).
-#[derive(Serialize, ToSchema)]
-pub struct EventView {
-    /// Gap-free per agent, from 1.
-    seq: i64,
-    id: Uuid,
-    agent_id: Uuid,
-    /// `input.received`, `turn.started`, `model.response`, ...
-    #[serde(rename = "type")]
-    kind: String,
-    #[schema(value_type = Object)]
-    data: Value,
-    created_at: DateTime<Utc>,
-}
-
-impl From<Event> for EventView {
-    fn from(event: Event) -> EventView {
-        EventView {
-            seq: event.seq,
-            id: event.id,
-            agent_id: event.agent_id,
-            kind: event.kind,
-            data: event.data,
-            created_at: event.created_at,
-        }
-    }
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct EventList {
-    events: Vec<EventView>,
-    /// More events follow: ask again with `after` = the last seq.
-    has_more: bool,
-}
 
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]

@@ -36,6 +36,7 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 use holdfast_engine::backoff::Backoff;
 use holdfast_engine::connect::{self, ConnectConfig};
+use holdfast_engine::provider::DeltaKind;
 use holdfast_engine::store;
 use serde::Deserialize;
 use tokio::sync::{broadcast, mpsc, watch, Mutex as AsyncMutex};
@@ -46,7 +47,8 @@ use uuid::Uuid;
 
 /// Saved events: the agent id in the payload.
 pub const EVENTS_CHANNEL: &str = "holdfast_events";
-/// Live deltas: `{"agent_id", "epoch", "text"}`.
+/// Live deltas: `{"agent_id", "epoch", "kind", "text"}` (`kind` `text` or
+/// `thinking`; absent means `text`).
 pub const STREAM_CHANNEL: &str = "holdfast_stream";
 /// A machine's commands or credentials changed: the machine id.
 pub const COMMANDS_CHANNEL: &str = "holdfast_commands";
@@ -84,15 +86,23 @@ pub struct WireEvent {
 pub enum Signal {
     /// New saved events, contiguous, oldest first.
     Events(Arc<[WireEvent]>),
-    /// A live text delta: `{"text", "epoch"}` JSON.
-    Delta(Arc<str>),
+    /// A live delta: `{"text", "epoch"}` JSON, of answer text or thinking.
+    Delta(DeltaKind, Arc<str>),
     /// The feed could not read the table: the stream reads it itself.
     Resync,
 }
 
 enum Inbound {
     Saved,
-    Delta(Arc<str>),
+    Delta(DeltaKind, Arc<str>),
+}
+
+/// The SSE event name a live delta of `kind` is sent as.
+pub fn sse_event(kind: DeltaKind) -> &'static str {
+    match kind {
+        DeltaKind::Text => "delta",
+        DeltaKind::Thinking => "thinking_delta",
+    }
 }
 
 /// The fan-out: cheap to clone.
@@ -127,6 +137,8 @@ struct Feed {
 struct StreamPayload {
     agent_id: Uuid,
     epoch: i64,
+    #[serde(default)]
+    kind: DeltaKind,
     text: String,
 }
 
@@ -252,7 +264,7 @@ impl Inner {
                     if let Some(feed) = feeds.get(&delta.agent_id) {
                         // A full inbox means the reader is stuck on the
                         // database; a delta is worth nothing late.
-                        let _ = feed.inbox.try_send(Inbound::Delta(json.into()));
+                        let _ = feed.inbox.try_send(Inbound::Delta(delta.kind, json.into()));
                     }
                 }
                 Err(e) => tracing::debug!(error = %e, "malformed stream delta"),
@@ -429,8 +441,8 @@ async fn read_feed(
     while let Some(message) = inbox.recv().await {
         match message {
             Inbound::Saved => read_new_events(&pool, agent, &mut position, &signals).await,
-            Inbound::Delta(json) => {
-                let _ = signals.send(Signal::Delta(json));
+            Inbound::Delta(kind, json) => {
+                let _ = signals.send(Signal::Delta(kind, json));
             }
         }
         if behind.swap(false, Ordering::AcqRel) {

@@ -9,16 +9,13 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
-use chrono::{DateTime, Utc};
-use holdfast_engine::domain::Input;
+use holdfast_client::wire::error::ErrorBody;
+use holdfast_client::wire::inputs::{InputRequest, InputView};
 use holdfast_engine::store;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath};
 use crate::observe::record_agent;
 use crate::state::AppState;
@@ -26,37 +23,6 @@ use crate::state::AppState;
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
-
-/// A message for the agent. Mid-turn, it steers the next model call.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct InputRequest {
-    /// A non-empty string, or a non-empty array of content blocks (objects
-    /// with a string `type`, e.g. `{"type": "text", "text": "..."}`).
-    #[schema(value_type = Object)]
-    content: Value,
-}
-
-/// A saved input.
-#[derive(Serialize, ToSchema)]
-pub struct InputView {
-    id: Uuid,
-    agent_id: Uuid,
-    #[schema(value_type = Object)]
-    content: Value,
-    created_at: DateTime<Utc>,
-}
-
-impl From<Input> for InputView {
-    fn from(input: Input) -> InputView {
-        InputView {
-            id: input.id,
-            agent_id: input.agent_id,
-            content: input.content,
-            created_at: input.created_at,
-        }
-    }
-}
 
 /// Send an input to an agent.
 #[utoipa::path(

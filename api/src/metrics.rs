@@ -15,12 +15,13 @@ use std::sync::{Arc, OnceLock};
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::IntoResponse;
+use holdfast_client::wire::error::ErrorBody;
 use holdfast_engine::store;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use sha2::{Digest, Sha256};
 
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::observe::REQUEST_DURATION;
 use crate::state::AppState;
 

@@ -5,94 +5,18 @@
 //! views (`holdfast.stuck_agents`, `webhook_queue`, `machine_overview`),
 //! narrowed to the project.
 
-use std::collections::BTreeMap;
-
 use axum::extract::State;
 use axum::Json;
-use chrono::{DateTime, Utc};
+use holdfast_client::wire::error::ErrorBody;
+use holdfast_client::wire::operations::{
+    DeliveryFailureView, MachineActivityView, OperationsView, RunningCommandView, StuckAgentView,
+    WebhookBacklogView, WorkerView,
+};
 use holdfast_engine::store::console;
-use serde::Serialize;
-use utoipa::ToSchema;
-use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::state::AppState;
-
-#[derive(Serialize, ToSchema)]
-pub struct OperationsView {
-    /// The queue depth: agents per state.
-    agents_by_state: BTreeMap<&'static str, i64>,
-    workers: Vec<WorkerView>,
-    stuck_agents: Vec<StuckAgentView>,
-    webhooks: Vec<WebhookBacklogView>,
-    machines: Vec<MachineActivityView>,
-}
-
-/// A worker holding leases on this project's agents.
-#[derive(Serialize, ToSchema)]
-pub struct WorkerView {
-    worker: String,
-    agents_held: i64,
-    /// The lease that runs out first (a worker renews before then).
-    soonest_lease_expiry: Option<DateTime<Utc>>,
-    /// The agents it holds (at most 20).
-    agents: Vec<Uuid>,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct StuckAgentView {
-    agent_id: Uuid,
-    state: String,
-    /// Why it is listed (unclaimed while ready, lease expired, session gone).
-    reason: String,
-    since: DateTime<Utc>,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct WebhookBacklogView {
-    endpoint_id: Uuid,
-    url: String,
-    pending: i64,
-    /// Pending and due now.
-    due: i64,
-    in_flight: i64,
-    failed: i64,
-    oldest_due_at: Option<DateTime<Utc>>,
-    /// Up to five deliveries whose latest attempt failed, newest first.
-    recent_failures: Vec<DeliveryFailureView>,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct DeliveryFailureView {
-    delivery_id: Uuid,
-    event_type: String,
-    status: String,
-    attempts: i32,
-    last_status_code: Option<i32>,
-    last_error: Option<String>,
-    last_attempt_at: Option<DateTime<Utc>>,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct MachineActivityView {
-    machine_id: Uuid,
-    name: String,
-    online: bool,
-    last_heartbeat_at: Option<DateTime<Utc>>,
-    /// Commands waiting for the machine to accept them.
-    queued: i64,
-    /// Commands accepted and still running.
-    running: Vec<RunningCommandView>,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct RunningCommandView {
-    command_id: Uuid,
-    agent_id: Uuid,
-    command: String,
-    accepted_at: Option<DateTime<Utc>>,
-}
 
 /// The operations overview of the caller's project.
 #[utoipa::path(

@@ -1,28 +1,15 @@
 //! `GET /v1/project`: the caller's project, for a client (the console) to
 //! show which project a key opens, with its agent counts by state.
 
-use std::collections::BTreeMap;
-
 use axum::extract::State;
 use axum::Json;
+use holdfast_client::wire::error::ErrorBody;
+use holdfast_client::wire::operations::ProjectView;
 use holdfast_engine::store::console;
-use serde::Serialize;
-use utoipa::ToSchema;
-use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::state::AppState;
-
-/// The project an API key belongs to.
-#[derive(Serialize, ToSchema)]
-pub struct ProjectView {
-    id: Uuid,
-    name: String,
-    /// Agents per state; every state is listed (0 when none).
-    #[schema(example = json!({"idle": 3, "ready": 0, "running": 1, "waiting": 2, "archived": 0}))]
-    agents_by_state: BTreeMap<&'static str, i64>,
-}
 
 /// The caller's project.
 #[utoipa::path(

@@ -9,48 +9,15 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use holdfast_engine::domain::ProviderKeyStatus;
+use holdfast_client::wire::error::ErrorBody;
+use holdfast_client::wire::provider_keys::{ProviderKeyBody, ProviderKeyList, ProviderKeyView};
 use holdfast_engine::store;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath};
 use crate::state::AppState;
-use holdfast_engine::provider::Provider;
-
-/// The key to set (`PUT`).
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ProviderKeyBody {
-    /// The provider's API key; stored sealed, never shown again.
-    key: String,
-}
-
-/// That a key is set (never the key).
-#[derive(Serialize, ToSchema)]
-pub struct ProviderKeyView {
-    #[schema(value_type = Provider)]
-    provider: String,
-    created_at: chrono::DateTime<chrono::Utc>,
-    updated_at: chrono::DateTime<chrono::Utc>,
-}
-
-impl From<ProviderKeyStatus> for ProviderKeyView {
-    fn from(status: ProviderKeyStatus) -> ProviderKeyView {
-        ProviderKeyView {
-            provider: status.provider,
-            created_at: status.created_at,
-            updated_at: status.updated_at,
-        }
-    }
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct ProviderKeyList {
-    provider_keys: Vec<ProviderKeyView>,
-}
+use holdfast_engine::config::Provider;
 
 /// `anthropic` or `openai`, or a 404 naming the choices (as an unknown
 /// route would be).

@@ -1,7 +1,8 @@
 //! `GET /v1/agents/{id}/stream`: Server-Sent Events. First the saved events
 //! after `Last-Event-ID` (or `?after=`), read from the table; then live: new
-//! events as they commit (`id: SEQ`, `event: TYPE`, `data: JSON`) and text
-//! deltas (`event: delta`, no id, never saved).
+//! events as they commit (`id: SEQ`, `event: TYPE`, `data: JSON`) and live
+//! deltas (`event: delta` for text, `event: thinking_delta` for extended
+//! thinking; no id, never saved).
 //!
 //! Each stream is a task writing into a small bounded channel that the
 //! response body drains. A client that does not take the next message within
@@ -20,6 +21,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
+use holdfast_client::wire::error::ErrorBody;
 use holdfast_engine::store;
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
@@ -28,9 +30,9 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery};
-use crate::fanout::{wire_event, Signal, Subscription, WireEvent};
+use crate::fanout::{sse_event, wire_event, Signal, Subscription, WireEvent};
 use crate::observe::record_agent;
 use crate::state::AppState;
 
@@ -59,7 +61,7 @@ pub struct StreamQuery {
         StreamQuery,
     ),
     responses(
-        (status = 200, description = "an SSE stream: saved events (`id: SEQ`, `event: TYPE`, `data: JSON`), live deltas (`event: delta`, data `{\"text\", \"epoch\"}`), heartbeat comments", content_type = "text/event-stream", body = String),
+        (status = 200, description = "an SSE stream: saved events (`id: SEQ`, `event: TYPE`, `data: JSON`), live deltas (`event: delta` for answer text, `event: thinking_delta` for extended thinking; data `{\"text\", \"epoch\"}`), heartbeat comments", content_type = "text/event-stream", body = String),
         (status = 400, description = "bad Last-Event-ID or after", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
@@ -176,8 +178,8 @@ async fn pump(
             };
             match signal {
                 Ok(Signal::Events(batch)) => pump.follow(&batch).await?,
-                Ok(Signal::Delta(json)) => {
-                    pump.send(Event::default().event("delta").data(&*json))
+                Ok(Signal::Delta(kind, json)) => {
+                    pump.send(Event::default().event(sse_event(kind)).data(&*json))
                         .await?
                 }
                 Ok(Signal::Resync) => pump.catch_up().await?,

@@ -5,149 +5,22 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use chrono::{DateTime, Utc};
-use holdfast_engine::domain::{ToolCall, ToolCallStatus, ToolKind};
+use holdfast_client::wire::error::ErrorBody;
+use holdfast_client::wire::tool_calls::{
+    KindName, StatusFilter, ToolCallList, ToolCallView, ToolResultRequest,
+};
 use holdfast_engine::{store, Error};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 use uuid::Uuid;
 
 use crate::agents::page_limit;
 use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::observe::record_agent;
 use crate::state::AppState;
-
-/// A tool call.
-#[derive(Serialize, ToSchema)]
-pub struct ToolCallView {
-    id: Uuid,
-    agent_id: Uuid,
-    /// The provider's id for the call (`toolu_…`, `call_…`).
-    provider_id: String,
-    name: String,
-    #[schema(value_type = Object)]
-    input: Value,
-    kind: KindName,
-    status: StatusName,
-    /// Set once completed.
-    #[schema(value_type = Option<Object>)]
-    output: Option<Value>,
-    is_error: Option<bool>,
-    created_at: DateTime<Utc>,
-    completed_at: Option<DateTime<Utc>>,
-}
-
-/// How a tool call runs (docs/api.md, "Tool calls"); the client answers `custom` calls.
-#[derive(Clone, Copy, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum KindName {
-    External,
-    Internal,
-    Custom,
-    Question,
-    Command,
-}
-
-/// A tool call's status (docs/state-machines.md).
-#[derive(Clone, Copy, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum StatusName {
-    Pending,
-    AwaitingApproval,
-    Waiting,
-    Running,
-    Completed,
-    Cancelled,
-}
-
-/// The `status` filter. `pending` means every call not finished yet.
-#[derive(Clone, Copy, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum StatusFilter {
-    /// Not finished: pending, awaiting_approval, waiting or running.
-    Pending,
-    AwaitingApproval,
-    Waiting,
-    Running,
-    Completed,
-    Cancelled,
-}
-
-impl StatusFilter {
-    fn statuses(self) -> Vec<ToolCallStatus> {
-        match self {
-            StatusFilter::Pending => ToolCallStatus::UNFINISHED.to_vec(),
-            StatusFilter::AwaitingApproval => vec![ToolCallStatus::AwaitingApproval],
-            StatusFilter::Waiting => vec![ToolCallStatus::Waiting],
-            StatusFilter::Running => vec![ToolCallStatus::Running],
-            StatusFilter::Completed => vec![ToolCallStatus::Completed],
-            StatusFilter::Cancelled => vec![ToolCallStatus::Cancelled],
-        }
-    }
-}
-
-impl From<ToolKind> for KindName {
-    fn from(kind: ToolKind) -> KindName {
-        match kind {
-            ToolKind::External => KindName::External,
-            ToolKind::Internal => KindName::Internal,
-            ToolKind::Custom => KindName::Custom,
-            ToolKind::Question => KindName::Question,
-            ToolKind::Command => KindName::Command,
-        }
-    }
-}
-
-impl From<KindName> for ToolKind {
-    fn from(kind: KindName) -> ToolKind {
-        match kind {
-            KindName::External => ToolKind::External,
-            KindName::Internal => ToolKind::Internal,
-            KindName::Custom => ToolKind::Custom,
-            KindName::Question => ToolKind::Question,
-            KindName::Command => ToolKind::Command,
-        }
-    }
-}
-
-impl From<ToolCallStatus> for StatusName {
-    fn from(status: ToolCallStatus) -> StatusName {
-        match status {
-            ToolCallStatus::Pending => StatusName::Pending,
-            ToolCallStatus::AwaitingApproval => StatusName::AwaitingApproval,
-            ToolCallStatus::Waiting => StatusName::Waiting,
-            ToolCallStatus::Running => StatusName::Running,
-            ToolCallStatus::Completed => StatusName::Completed,
-            ToolCallStatus::Cancelled => StatusName::Cancelled,
-        }
-    }
-}
-
-impl From<ToolCall> for ToolCallView {
-    fn from(call: ToolCall) -> ToolCallView {
-        ToolCallView {
-            id: call.id,
-            agent_id: call.agent_id,
-            provider_id: call.provider_id,
-            name: call.name,
-            input: call.input,
-            kind: call.kind.into(),
-            status: call.status.into(),
-            output: call.output,
-            is_error: call.is_error,
-            created_at: call.created_at,
-            completed_at: call.completed_at,
-        }
-    }
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct ToolCallList {
-    tool_calls: Vec<ToolCallView>,
-}
 
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -190,18 +63,6 @@ pub async fn list_tool_calls(
     Ok(Json(ToolCallList {
         tool_calls: calls.into_iter().map(ToolCallView::from).collect(),
     }))
-}
-
-/// A custom tool's result.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ToolResultRequest {
-    /// Any JSON (null included); sent to the model as the tool's result.
-    #[schema(value_type = Object)]
-    output: Value,
-    /// The tool failed; the model is told so.
-    #[serde(default)]
-    is_error: bool,
 }
 
 /// Post the result of a custom tool call. The first result wins.

@@ -6,70 +6,23 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use chrono::{DateTime, Utc};
-use holdfast_engine::domain::{
-    WebhookDelivery, WebhookDeliveryFilter, WebhookDeliveryStatus, WebhookEndpoint,
+use holdfast_client::wire::error::ErrorBody;
+use holdfast_client::wire::webhooks::{
+    CreateWebhookRequest, CreatedWebhookView, DeliveryList, DeliveryStatusName, DeliveryView,
+    WebhookList, WebhookView,
 };
+use holdfast_engine::domain::WebhookDeliveryFilter;
 use holdfast_engine::egress::EgressKind;
 use holdfast_engine::store;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::state::AppState;
-
-/// A new endpoint.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateWebhookRequest {
-    /// An http(s) URL. Private, loopback and other special-purpose
-    /// addresses are refused unless the deployment allows them
-    /// (`HOLDFAST_EGRESS_ALLOW=webhook=…`).
-    url: String,
-    /// `["*"]` for every event, or event types (docs/events.md).
-    events: Vec<String>,
-    description: Option<String>,
-}
-
-/// An endpoint as listed (never with its secret).
-#[derive(Serialize, ToSchema)]
-pub struct WebhookView {
-    id: Uuid,
-    url: String,
-    events: Vec<String>,
-    description: Option<String>,
-    created_at: DateTime<Utc>,
-}
-
-/// A new endpoint with the secret receivers verify signatures with
-/// (`whsec_…`, Standard Webhooks). Shown only in this response.
-#[derive(Serialize, ToSchema)]
-pub struct CreatedWebhookView {
-    #[serde(flatten)]
-    endpoint: WebhookView,
-    secret: String,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct WebhookList {
-    webhooks: Vec<WebhookView>,
-}
-
-impl From<WebhookEndpoint> for WebhookView {
-    fn from(e: WebhookEndpoint) -> WebhookView {
-        WebhookView {
-            id: e.id,
-            url: e.url,
-            events: e.events,
-            description: e.description,
-            created_at: e.created_at,
-        }
-    }
-}
 
 /// Register a webhook endpoint for the key's project.
 #[utoipa::path(
@@ -150,81 +103,6 @@ pub async fn delete_webhook(
     let db = state.db().await?;
     store::delete_webhook_endpoint(&**db, caller.project_id, id).await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// A delivery's state.
-#[derive(Clone, Copy, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum DeliveryStatusName {
-    Pending,
-    Delivered,
-    Failed,
-}
-
-impl From<DeliveryStatusName> for WebhookDeliveryStatus {
-    fn from(s: DeliveryStatusName) -> Self {
-        match s {
-            DeliveryStatusName::Pending => WebhookDeliveryStatus::Pending,
-            DeliveryStatusName::Delivered => WebhookDeliveryStatus::Delivered,
-            DeliveryStatusName::Failed => WebhookDeliveryStatus::Failed,
-        }
-    }
-}
-
-impl From<WebhookDeliveryStatus> for DeliveryStatusName {
-    fn from(s: WebhookDeliveryStatus) -> Self {
-        match s {
-            WebhookDeliveryStatus::Pending => DeliveryStatusName::Pending,
-            WebhookDeliveryStatus::Delivered => DeliveryStatusName::Delivered,
-            WebhookDeliveryStatus::Failed => DeliveryStatusName::Failed,
-        }
-    }
-}
-
-/// One delivery of one event to one endpoint.
-#[derive(Serialize, ToSchema)]
-pub struct DeliveryView {
-    /// Also the `webhook-id` header of every attempt (dedupe on it).
-    id: Uuid,
-    agent_id: Uuid,
-    event_seq: i64,
-    event_id: Uuid,
-    event_type: String,
-    status: DeliveryStatusName,
-    attempts: i32,
-    last_status_code: Option<i32>,
-    last_error: Option<String>,
-    next_attempt_at: Option<DateTime<Utc>>,
-    last_attempt_at: Option<DateTime<Utc>>,
-    created_at: DateTime<Utc>,
-    delivered_at: Option<DateTime<Utc>>,
-    failed_at: Option<DateTime<Utc>>,
-}
-
-impl From<WebhookDelivery> for DeliveryView {
-    fn from(d: WebhookDelivery) -> DeliveryView {
-        DeliveryView {
-            id: d.id,
-            agent_id: d.agent_id,
-            event_seq: d.event_seq,
-            event_id: d.event_id,
-            event_type: d.event_type,
-            status: d.status.into(),
-            attempts: d.attempts,
-            last_status_code: d.last_status_code,
-            last_error: d.last_error,
-            next_attempt_at: d.next_attempt_at,
-            last_attempt_at: d.last_attempt_at,
-            created_at: d.created_at,
-            delivered_at: d.delivered_at,
-            failed_at: d.failed_at,
-        }
-    }
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct DeliveryList {
-    deliveries: Vec<DeliveryView>,
 }
 
 #[derive(Deserialize, IntoParams)]

@@ -1,12 +1,15 @@
 //! Many SSE clients on one agent's `GET /v1/agents/{id}/stream`: each a
 //! task on its own HTTP connection that records when every saved event
-//! (`id: SEQ`) arrives.
+//! (`id: SEQ`) arrives. Opened with the shared API client and read with
+//! the engine's SSE decoder, as the CLI and the demo read streams.
 
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
+use holdfast_client::Client;
+use holdfast_engine::sse::SseDecoder;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
@@ -31,7 +34,7 @@ impl StreamClients {
     /// response headers (it is registered with the API's fan-out by then).
     pub async fn open(base: &str, key: &str, agent: Uuid, n: usize) -> Result<StreamClients> {
         let http = reqwest::Client::builder().http1_only().build()?;
-        let url = format!("{base}/v1/agents/{agent}/stream");
+        let api = Client::with_http(http, base, key);
         let (stop, stop_rx) = watch::channel(false);
         let highest: Arc<Vec<AtomicI64>> = Arc::new((0..n).map(|_| AtomicI64::new(0)).collect());
         // Streams past their headers, and streams that failed to open.
@@ -42,10 +45,7 @@ impl StreamClients {
         let started = Instant::now();
         let mut tasks = Vec::with_capacity(n);
         for i in 0..n {
-            let request = http
-                .get(&url)
-                .bearer_auth(key)
-                .header("accept", "text/event-stream");
+            let api = api.clone();
             let mut stop_rx = stop_rx.clone();
             let highest = highest.clone();
             let (opened, failed, settled_tx) = (opened.clone(), failed.clone(), settled_tx.clone());
@@ -53,10 +53,10 @@ impl StreamClients {
             tasks.push(tokio::spawn(async move {
                 let response = async {
                     let _permit = gate.acquire_owned().await?;
-                    let response = request.send().await?;
-                    if !response.status().is_success() {
-                        bail!("stream {i}: HTTP {}", response.status());
-                    }
+                    let response = api
+                        .open_stream(agent, 0)
+                        .await
+                        .map_err(|e| anyhow!("stream {i}: {e}"))?;
                     anyhow::Ok(response)
                 }
                 .await;
@@ -65,7 +65,7 @@ impl StreamClients {
                 settled_tx.send_modify(|settled| *settled += 1);
                 let mut response = response?;
                 let mut arrivals = Vec::new();
-                let mut buffer = String::new();
+                let mut decoder = SseDecoder::default();
                 loop {
                     let chunk = tokio::select! {
                         chunk = response.chunk() => chunk?,
@@ -75,8 +75,11 @@ impl StreamClients {
                         bail!("stream {i}: the server ended the stream");
                     };
                     let now = Instant::now();
-                    buffer.push_str(&String::from_utf8_lossy(&chunk));
-                    for seq in take_event_ids(&mut buffer) {
+                    let saved = decoder
+                        .push(&chunk)
+                        .into_iter()
+                        .filter_map(|event| event.id?.parse().ok());
+                    for seq in saved {
                         arrivals.push((seq, now));
                         highest[i].fetch_max(seq, Ordering::SeqCst);
                     }
@@ -141,37 +144,5 @@ impl StreamClients {
             out.push(task.await.map_err(|e| anyhow!("stream task: {e}"))??);
         }
         Ok(out)
-    }
-}
-
-/// Remove the complete SSE messages from `buffer`; the ids they carry.
-fn take_event_ids(buffer: &mut String) -> Vec<i64> {
-    let mut ids = Vec::new();
-    while let Some(end) = buffer.find("\n\n") {
-        let message: String = buffer.drain(..end + 2).collect();
-        for line in message.lines() {
-            if let Some(id) = line.strip_prefix("id:") {
-                if let Ok(seq) = id.trim().parse() {
-                    ids.push(seq);
-                }
-            }
-        }
-    }
-    ids
-}
-
-#[cfg(test)]
-mod tests {
-    use super::take_event_ids;
-
-    #[test]
-    fn ids_of_complete_messages_only() {
-        let mut buffer =
-            String::from(": hi\n\nid: 1\nevent: input.received\ndata: {}\n\nevent: delta\ndata: {\"text\":\"a\"}\n\nid: 2\nevent: x\n");
-        assert_eq!(take_event_ids(&mut buffer), vec![1]);
-        assert_eq!(buffer, "id: 2\nevent: x\n");
-        buffer.push_str("data: {}\n\n");
-        assert_eq!(take_event_ids(&mut buffer), vec![2]);
-        assert!(buffer.is_empty());
     }
 }

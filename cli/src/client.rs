@@ -3,20 +3,26 @@
 //! JSON (one document, or one event per line for `tail`), and on an error
 //! the API's error body, so scripts can branch on `.error.type`.
 
-pub mod follow;
-pub mod http;
 mod render;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use holdfast_client::follow::{follow, StreamItem};
+use holdfast_client::wire::agents::StateName;
+use holdfast_client::wire::approvals::{
+    AnswerRequest, ApprovalStatusName, ApprovalView, Decision, DecisionRequest, QuestionStatusName,
+    QuestionView,
+};
+use holdfast_client::wire::inputs::InputRequest;
+use holdfast_client::wire::tool_calls::{KindName, StatusFilter, ToolCallView, ToolResultRequest};
+use holdfast_client::{CallError, Client};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::signals::cancel_on_signal;
-use follow::{follow, StreamItem};
-use http::{ApiClient, CallError};
 
 /// Where the API is and who is calling.
 #[derive(Args, Clone)]
@@ -34,8 +40,9 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    fn client(&self) -> Result<ApiClient> {
-        ApiClient::new(&self.url, &self.api_key).context("building the HTTP client")
+    fn client(&self) -> Result<Client> {
+        let user_agent = concat!("holdfast-cli/", env!("CARGO_PKG_VERSION"));
+        Client::new(&self.url, &self.api_key, user_agent).context("building the HTTP client")
     }
 }
 
@@ -54,8 +61,8 @@ pub enum AgentsCommand {
     /// List the project's agents, oldest first.
     List {
         /// Only agents in this state (idle, ready, running, waiting, archived).
-        #[arg(long)]
-        state: Option<String>,
+        #[arg(long, value_parser = parse_state)]
+        state: Option<StateName>,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -212,14 +219,11 @@ pub async fn agents(command: AgentsCommand) -> Result<()> {
             endpoint,
         } => {
             let api = endpoint.client()?;
-            let answer = api
-                .get(&format!("/v1/agents/{agent}"))
-                .await
-                .or_else(|e| fail(e, json))?;
+            let agent = api.agent(agent).await.or_else(|e| fail(e, json))?;
             if json {
-                print_json(&answer.body);
+                print_json(&agent);
             } else {
-                render::agent(&answer.body);
+                render::agent(&agent);
             }
             Ok(())
         }
@@ -239,7 +243,7 @@ pub async fn machines(command: MachinesCommand) -> Result<()> {
             endpoint,
         } => {
             let api = endpoint.client()?;
-            api.delete_once(&format!("/v1/machines/{machine}"))
+            api.delete_machine(machine)
                 .await
                 .or_else(|e| fail(e, json))?;
             if json {
@@ -255,21 +259,19 @@ pub async fn machines(command: MachinesCommand) -> Result<()> {
             endpoint,
         } => {
             let api = endpoint.client()?;
-            // Not retried: a repeat after a lost answer would replace the
-            // token this answer carried.
-            let answer = api
-                .post_once(&format!("/v1/machines/{machine}/token"), &json!({}))
+            let rotated = api
+                .rotate_machine_token(machine)
                 .await
                 .or_else(|e| fail(e, json))?;
             if json {
-                print_json(&answer.body);
+                print_json(&rotated);
             } else {
-                let name = answer.body["name"].as_str().unwrap_or_default();
+                let name = &rotated.name;
                 println!("New token for machine {name} ({machine}); the old one no longer works.");
                 println!(
                     "Start its daemon with it, e.g. in a file: holdfast machine --token-file FILE"
                 );
-                println!("{}", answer.body["token"].as_str().unwrap_or_default());
+                println!("{}", rotated.token);
             }
             Ok(())
         }
@@ -310,15 +312,14 @@ async fn create_agent(args: CreateArgs) -> Result<()> {
         config["metadata"] = Value::Object(metadata);
     }
     let api = args.endpoint.client()?;
-    // Not retried: a repeat after a lost answer would create a second agent.
-    let answer = api
-        .post_once("/v1/agents", &config)
+    let agent = api
+        .create_agent(&config)
         .await
         .or_else(|e| fail(e, args.json))?;
     if args.json {
-        print_json(&answer.body);
+        print_json(&agent);
     } else {
-        render::agent_created(&answer.body);
+        render::agent_created(&agent);
     }
     Ok(())
 }
@@ -346,26 +347,24 @@ fn tool_from_spec(spec: &str) -> Result<Value> {
     Ok(json!({"type": spec}))
 }
 
-async fn list_agents(endpoint: Endpoint, state: Option<String>, json: bool) -> Result<()> {
+/// `--state` as the API names states.
+fn parse_state(state: &str) -> Result<StateName, String> {
+    serde_json::from_value(json!(state))
+        .map_err(|_| "expected idle, ready, running, waiting or archived".to_owned())
+}
+
+async fn list_agents(endpoint: Endpoint, state: Option<StateName>, json: bool) -> Result<()> {
     let api = endpoint.client()?;
     let mut agents = Vec::new();
-    let mut after: Option<String> = None;
+    let mut after = None;
     loop {
-        let mut path = "/v1/agents?limit=1000".to_owned();
-        if let Some(state) = &state {
-            path.push_str(&format!("&state={state}"));
-        }
-        if let Some(after) = &after {
-            path.push_str(&format!("&after={after}"));
-        }
-        let page = api.get(&path).await.or_else(|e| fail(e, json))?.body;
-        let batch = page["agents"].as_array().cloned().unwrap_or_default();
-        after = batch
-            .last()
-            .and_then(|a| a["id"].as_str())
-            .map(str::to_owned);
-        agents.extend(batch);
-        if page["has_more"] != json!(true) || after.is_none() {
+        let page = api
+            .list_agents(state, after, 1000)
+            .await
+            .or_else(|e| fail(e, json))?;
+        after = page.agents.last().map(|agent| agent.id);
+        agents.extend(page.agents);
+        if !page.has_more || after.is_none() {
             break;
         }
     }
@@ -383,12 +382,11 @@ pub async fn send(args: SendArgs) -> Result<()> {
         .idempotency_key
         .clone()
         .unwrap_or_else(|| Uuid::new_v4().to_string());
+    let input = InputRequest {
+        content: json!(args.text),
+    };
     let answer = api
-        .post(
-            &format!("/v1/agents/{}/inputs", args.agent),
-            &json!({"content": args.text}),
-            Some(&key),
-        )
+        .send_input(args.agent, &input, &key)
         .await
         .or_else(|e| fail(e, args.json))?;
     if args.json {
@@ -398,7 +396,7 @@ pub async fn send(args: SendArgs) -> Result<()> {
             "replayed": answer.replayed,
         }));
     } else {
-        let id = answer.body["id"].as_str().unwrap_or("?");
+        let id = answer.body.id;
         let replay = if answer.replayed {
             " — a replay: the first send with this key was recorded"
         } else {
@@ -483,47 +481,51 @@ pub async fn pending(args: PendingArgs) -> Result<()> {
 
 /// What waits on people and on the client: pending approvals, questions,
 /// and custom tool calls waiting for a result.
-async fn pending_items(api: &ApiClient, agent: Uuid) -> Result<Value, CallError> {
-    let approvals = api
-        .get(&format!("/v1/agents/{agent}/approvals?status=pending"))
-        .await?;
-    let questions = api
-        .get(&format!("/v1/agents/{agent}/questions?status=pending"))
-        .await?;
-    let calls = api
-        .get(&format!(
-            "/v1/agents/{agent}/tool-calls?status=waiting&kind=custom"
-        ))
-        .await?;
-    Ok(json!({
-        "approvals": approvals.body["approvals"],
-        "questions": questions.body["questions"],
-        "tool_calls": calls.body["tool_calls"],
-    }))
+#[derive(Serialize)]
+pub struct Pending {
+    pub approvals: Vec<ApprovalView>,
+    pub questions: Vec<QuestionView>,
+    pub tool_calls: Vec<ToolCallView>,
 }
 
-pub async fn decide(args: DecideArgs, decision: &str) -> Result<()> {
+async fn pending_items(api: &Client, agent: Uuid) -> Result<Pending, CallError> {
+    let approvals = api
+        .approvals(agent, Some(ApprovalStatusName::Pending))
+        .await?;
+    let questions = api
+        .questions(agent, Some(QuestionStatusName::Pending))
+        .await?;
+    let calls = api
+        .tool_calls(agent, Some(StatusFilter::Waiting), Some(KindName::Custom))
+        .await?;
+    Ok(Pending {
+        approvals: approvals.approvals,
+        questions: questions.questions,
+        tool_calls: calls.tool_calls,
+    })
+}
+
+pub async fn decide(args: DecideArgs, decision: Decision) -> Result<()> {
     let api = args.endpoint.client()?;
-    let mut body = json!({"decision": decision, "by": who(args.by)});
-    if let Some(reason) = &args.reason {
-        body["reason"] = json!(reason);
-    }
-    // Safe to retry: the same decision by the same person is accepted again.
-    let answer = api
-        .post(&format!("/v1/approvals/{}", args.approval), &body, None)
+    let request = DecisionRequest {
+        decision,
+        by: who(args.by),
+        reason: args.reason,
+    };
+    let approval = api
+        .decide(args.approval, &request)
         .await
         .or_else(|e| fail(e, args.json))?;
     if args.json {
-        print_json(&answer.body);
+        print_json(&approval);
     } else {
-        let a = &answer.body;
         println!(
             "approval {} {} by {} ({} {})",
             args.approval,
-            a["status"].as_str().unwrap_or("?"),
-            a["decided_by"].as_str().unwrap_or("?"),
-            a["tool_name"].as_str().unwrap_or("?"),
-            a["tool_input"]
+            approval.status.as_str(),
+            approval.decided_by.as_deref().unwrap_or("?"),
+            approval.tool_name,
+            approval.tool_input
         );
     }
     Ok(())
@@ -531,24 +533,22 @@ pub async fn decide(args: DecideArgs, decision: &str) -> Result<()> {
 
 pub async fn answer(args: AnswerArgs) -> Result<()> {
     let api = args.endpoint.client()?;
-    let body = json!({"answer": args.answer, "by": who(args.by)});
-    // Safe to retry: the same answer by the same person is accepted again.
-    let answer = api
-        .post(
-            &format!("/v1/questions/{}/answer", args.question),
-            &body,
-            None,
-        )
+    let request = AnswerRequest {
+        answer: args.answer,
+        by: who(args.by),
+    };
+    let question = api
+        .answer_question(args.question, &request)
         .await
         .or_else(|e| fail(e, args.json))?;
     if args.json {
-        print_json(&answer.body);
+        print_json(&question);
     } else {
         println!(
             "question {} answered by {}: {:?}",
             args.question,
-            answer.body["answered_by"].as_str().unwrap_or("?"),
-            answer.body["answer"].as_str().unwrap_or_default()
+            question.answered_by.as_deref().unwrap_or("?"),
+            question.answer.as_deref().unwrap_or_default()
         );
     }
     Ok(())
@@ -558,39 +558,42 @@ pub async fn result(args: ResultArgs) -> Result<()> {
     let output: Value = serde_json::from_str(&args.output)
         .context("OUTPUT must be JSON (quote a string: '\"done\"')")?;
     let api = args.endpoint.client()?;
-    let body = json!({"output": output, "is_error": args.error});
-    let recorded = match api
-        .post(
-            &format!("/v1/tool-calls/{}/result", args.tool_call),
-            &body,
-            None,
-        )
-        .await
-    {
-        Ok(answer) => answer.body,
-        // A 409 means: look at the call. If it holds exactly this result, an
-        // earlier try of ours got through before its answer was lost.
-        Err(CallError::Api {
-            status,
-            body: error,
-        }) if status == reqwest::StatusCode::CONFLICT
-            && error["tool_call"]["output"] == output
-            && error["tool_call"]["is_error"] == json!(args.error) =>
-        {
-            error["tool_call"].clone()
-        }
-        Err(e) => return fail(e, args.json),
+    let request = ToolResultRequest {
+        output,
+        is_error: args.error,
+    };
+    let recorded = match api.post_tool_result(args.tool_call, &request).await {
+        Ok(call) => call,
+        Err(e) => match ours_already(&e, &request) {
+            Some(call) => call,
+            None => return fail(e, args.json),
+        },
     };
     if args.json {
         print_json(&recorded);
     } else {
         println!(
             "result recorded for tool call {} ({}); the agent continues",
-            args.tool_call,
-            recorded["name"].as_str().unwrap_or("?")
+            args.tool_call, recorded.name
         );
     }
     Ok(())
+}
+
+/// A 409 on a tool result means: look at the call. If it holds exactly
+/// `result`, an earlier try of ours got through before its answer was lost;
+/// this is the call as it stands.
+pub fn ours_already(error: &CallError, result: &ToolResultRequest) -> Option<ToolCallView> {
+    let CallError::Api(failure) = error else {
+        return None;
+    };
+    if failure.status != reqwest::StatusCode::CONFLICT {
+        return None;
+    }
+    let call: ToolCallView = serde_json::from_value(failure.body["tool_call"].clone()).ok()?;
+    (call.output.as_ref().unwrap_or(&Value::Null) == &result.output
+        && call.is_error == Some(result.is_error))
+    .then_some(call)
 }
 
 /// `--by` or the OS user's name.
@@ -609,11 +612,11 @@ fn fail<T>(error: CallError, json: bool) -> Result<T> {
     Err(error.into())
 }
 
-fn print_json(value: &Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
-    );
+fn print_json(value: &impl Serialize) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => println!("{text}"),
+        Err(e) => eprintln!("printing the answer as JSON: {e}"),
+    }
 }
 
 fn print_json_line(value: &Value) {

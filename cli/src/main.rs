@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use holdfast_client::wire::approvals::Decision;
 use holdfast_engine::egress::EgressPolicy;
 
 /// Holdfast: a durable runtime for LLM agents on PostgreSQL.
@@ -182,8 +183,8 @@ fn run(cli: Cli) -> Result<()> {
             Command::Send(args) => client::send(args).await,
             Command::Tail(args) => client::tail(args).await,
             Command::Pending(args) => client::pending(args).await,
-            Command::Approve(args) => client::decide(args, "approve").await,
-            Command::Deny(args) => client::decide(args, "deny").await,
+            Command::Approve(args) => client::decide(args, Decision::Approve).await,
+            Command::Deny(args) => client::decide(args, Decision::Deny).await,
             Command::Answer(args) => client::answer(args).await,
             Command::Result(args) => client::result(args).await,
             // The daemon runs on a user's machine and speaks HTTP only: it

@@ -13,11 +13,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 use utoipa::ToSchema;
 
 use crate::domain::ToolKind;
 use crate::error::{Error, Result};
-use crate::provider::ModelConfig;
 
 /// An agent's configuration (the body of `POST /v1/agents`; `PATCH` takes a
 /// JSON merge patch of it).
@@ -39,6 +39,291 @@ pub struct AgentConfig {
     pub metadata: Option<Map<String, Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<LimitSettings>,
+}
+
+/// The output limit of a call whose agent sets no `model.max_tokens`
+/// (Anthropic requires one in every request).
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// `config.model` of an agent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub provider: Provider,
+    /// The provider's model name (within the endpoint's allow-list, if it
+    /// has one).
+    pub name: String,
+    /// The operator's model endpoint by name (default `default`: the
+    /// operator's Anthropic or OpenAI endpoint, by `provider`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// An OpenAI- or Anthropic-compatible server of your own (vLLM, Ollama,
+    /// a gateway): refused (422) unless the operator allowed custom URLs for
+    /// the project; requests to it carry only the project's own provider key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// The most output tokens a call may produce.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub max_tokens: Option<u32>,
+    /// Anthropic extended thinking, sent as the request's `thinking`
+    /// (Anthropic only). The thinking blocks the model writes are saved with
+    /// their signatures and sent back unchanged, as the API requires of a
+    /// turn that uses tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<Thinking>,
+    /// Anthropic prompt caching (default `true`): `cache_control`
+    /// breakpoints on the last tool, the system prompt and the latest
+    /// message, so each step reads the prompt so far from the cache instead
+    /// of paying for it again; `false` sends none (Anthropic only: OpenAI
+    /// caches by itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<bool>,
+    /// Sampling temperature: Anthropic 0 to 1, OpenAI 0 to 2 (not with
+    /// Anthropic thinking).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling, 0 to 1 (with Anthropic thinking, 0.95 to 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// Anthropic: sample from the `top_k` likeliest tokens only (not with
+    /// thinking).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<u32>,
+    /// Anthropic: text that ends the response when generated (each
+    /// non-empty; the stop reason is then `stop_sequence`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_sequences: Option<Vec<String>>,
+    /// OpenAI: up to 4 texts that end the response when generated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<Vec<String>>,
+    /// OpenAI: best-effort deterministic sampling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+    /// Your identifier of the end user (1 to 256 characters, no personal
+    /// data), for the provider's abuse detection: Anthropic
+    /// `metadata.user_id`, OpenAI `user`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Anthropic: `auto` (priority capacity when available) or
+    /// `standard_only`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_tier: Option<ServiceTier>,
+    /// OpenAI reasoning models: how much to reason before answering.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<ReasoningEffort>,
+    /// OpenAI: whether one response may call several tools (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+}
+
+/// `config.model.service_tier` (Anthropic).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceTier {
+    Auto,
+    StandardOnly,
+}
+
+/// `config.model.reasoning_effort` (OpenAI).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningEffort {
+    Minimal,
+    Low,
+    Medium,
+    High,
+}
+
+/// The longest `model.user`, Anthropic's limit for `metadata.user_id`.
+pub const MAX_USER_CHARS: usize = 256;
+/// The most `model.stop` sequences OpenAI takes.
+pub const MAX_OPENAI_STOP: usize = 4;
+
+/// The smallest `budget_tokens` Anthropic accepts.
+pub const MIN_THINKING_BUDGET: u32 = 1024;
+
+/// `config.model.thinking`: the Messages API's `thinking` parameter.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Thinking {
+    /// Think before answering, using at most `budget_tokens` of the output
+    /// (at least 1024, and less than `max_tokens`).
+    Enabled {
+        #[schema(minimum = 1024)]
+        budget_tokens: u32,
+    },
+    /// The model decides whether and how much to think (models that
+    /// support it).
+    Adaptive {},
+    /// No thinking (the model's default said explicitly).
+    Disabled {},
+}
+
+impl ModelConfig {
+    /// `name` of `provider`, every setting at its default.
+    pub fn new(provider: Provider, name: impl Into<String>) -> ModelConfig {
+        ModelConfig {
+            provider,
+            name: name.into(),
+            endpoint: None,
+            base_url: None,
+            max_tokens: None,
+            thinking: None,
+            cache: None,
+            temperature: None,
+            top_p: None,
+            top_k: None,
+            stop_sequences: None,
+            stop: None,
+            seed: None,
+            user: None,
+            service_tier: None,
+            reasoning_effort: None,
+            parallel_tool_calls: None,
+        }
+    }
+
+    /// The output tokens a call may produce: `max_tokens`, else
+    /// [`DEFAULT_MAX_TOKENS`].
+    pub fn output_limit(&self) -> u32 {
+        self.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)
+    }
+
+    /// Whether requests carry prompt-cache breakpoints (Anthropic's, unless
+    /// turned off).
+    pub fn caches_prompt(&self) -> bool {
+        self.provider == Provider::Anthropic && self.cache != Some(false)
+    }
+
+    /// What the field types alone do not say (SQL's `validate_config`
+    /// checks the same): each provider's own settings only for it; the
+    /// thinking budget at least [`MIN_THINKING_BUDGET`] and below the
+    /// output limit; sampling values in the provider's ranges, and the ones
+    /// thinking does not allow left out (the API would refuse each call
+    /// otherwise). `Err` is the field (within `model`) and why.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        let refuse = |field: &'static str, message: String| Err((field, message));
+        let anthropic_only = [
+            ("thinking", self.thinking.is_some()),
+            ("cache", self.cache.is_some()),
+            ("top_k", self.top_k.is_some()),
+            ("stop_sequences", self.stop_sequences.is_some()),
+            ("service_tier", self.service_tier.is_some()),
+        ];
+        let openai_only = [
+            ("stop", self.stop.is_some()),
+            ("seed", self.seed.is_some()),
+            ("reasoning_effort", self.reasoning_effort.is_some()),
+            ("parallel_tool_calls", self.parallel_tool_calls.is_some()),
+        ];
+        let (foreign, owner): (&[(&'static str, bool)], Provider) = match self.provider {
+            Provider::Anthropic => (&openai_only, Provider::Openai),
+            Provider::Openai => (&anthropic_only, Provider::Anthropic),
+        };
+        if let Some((field, _)) = foreign.iter().find(|(_, set)| *set) {
+            return refuse(
+                field,
+                format!(
+                    "{field} is an {} setting (provider \"{}\")",
+                    match owner {
+                        Provider::Anthropic => "Anthropic",
+                        Provider::Openai => "OpenAI",
+                    },
+                    <&str>::from(owner)
+                ),
+            );
+        }
+        if let Some(Thinking::Enabled { budget_tokens }) = self.thinking {
+            if budget_tokens < MIN_THINKING_BUDGET || budget_tokens >= self.output_limit() {
+                return refuse(
+                    "thinking.budget_tokens",
+                    format!(
+                        "thinking.budget_tokens must be at least {MIN_THINKING_BUDGET} and less than max_tokens ({})",
+                        self.output_limit()
+                    ),
+                );
+            }
+        }
+        let thinks = matches!(
+            self.thinking,
+            Some(Thinking::Enabled { .. } | Thinking::Adaptive {})
+        );
+        let max_temperature = match self.provider {
+            Provider::Anthropic => 1.0,
+            Provider::Openai => 2.0,
+        };
+        if let Some(temperature) = self.temperature {
+            if thinks {
+                return refuse(
+                    "temperature",
+                    "temperature cannot be set with thinking".into(),
+                );
+            }
+            if !(0.0..=max_temperature).contains(&temperature) {
+                return refuse(
+                    "temperature",
+                    format!("temperature must be from 0 to {max_temperature}"),
+                );
+            }
+        }
+        if let Some(top_p) = self.top_p {
+            let min = if thinks { 0.95 } else { 0.0 };
+            if !(min..=1.0).contains(&top_p) {
+                return refuse("top_p", format!("top_p must be from {min} to 1"));
+            }
+        }
+        if self.top_k.is_some() && thinks {
+            return refuse("top_k", "top_k cannot be set with thinking".into());
+        }
+        if let Some(sequences) = &self.stop_sequences {
+            if sequences.iter().any(String::is_empty) {
+                return refuse(
+                    "stop_sequences",
+                    "stop_sequences must be non-empty strings".into(),
+                );
+            }
+        }
+        if let Some(stop) = &self.stop {
+            if stop.is_empty() || stop.len() > MAX_OPENAI_STOP || stop.iter().any(String::is_empty)
+            {
+                return refuse(
+                    "stop",
+                    format!("stop must be 1 to {MAX_OPENAI_STOP} non-empty strings"),
+                );
+            }
+        }
+        if let Some(user) = &self.user {
+            if user.is_empty() || user.chars().count() > MAX_USER_CHARS {
+                return refuse(
+                    "user",
+                    format!("user must be 1 to {MAX_USER_CHARS} characters"),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    EnumString,
+    IntoStaticStr,
+    Display,
+    VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum Provider {
+    Anthropic,
+    Openai,
 }
 
 /// One entry of `config.tools`.
@@ -90,12 +375,92 @@ pub enum ToolEntry {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         machine: Option<String>,
     },
+    /// Anthropic's own web search (`web_search_20250305`), run by Anthropic
+    /// inside the model call: the model calls it `web_search`, and its
+    /// queries and results come back as blocks of the response, kept as
+    /// sent. Anthropic agents only; not with Holdfast's `web_search`.
+    AnthropicWebSearch(AnthropicWebSearch),
+    /// Anthropic's own web fetch (`web_fetch_20250910`, sent with the
+    /// `anthropic-beta: web-fetch-2025-09-10` header), run by Anthropic
+    /// inside the model call: the model calls it `web_fetch`. Anthropic
+    /// agents only; not with Holdfast's `web_fetch`.
+    AnthropicWebFetch(AnthropicWebFetch),
+}
+
+/// The settings of Anthropic's web search server tool, named as Anthropic
+/// names them (sent as given).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnthropicWebSearch {
+    /// The most searches one model call may make.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub max_uses: Option<u32>,
+    /// Only results from these domains (not with `blocked_domains`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_domains: Option<Vec<String>>,
+    /// Never results from these domains (not with `allowed_domains`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_domains: Option<Vec<String>>,
+    /// Where the user is, to localise results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_location: Option<UserLocation>,
+}
+
+/// An approximate location (`{"type": "approximate", ...}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum UserLocation {
+    Approximate {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        city: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        region: Option<String>,
+        /// An ISO 3166-1 alpha-2 country code.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        country: Option<String>,
+        /// An IANA time zone (`America/New_York`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timezone: Option<String>,
+    },
+}
+
+/// The settings of Anthropic's web fetch server tool, named as Anthropic
+/// names them (sent as given).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnthropicWebFetch {
+    /// The most fetches one model call may make.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub max_uses: Option<u32>,
+    /// Only pages on these domains (not with `blocked_domains`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_domains: Option<Vec<String>>,
+    /// Never pages on these domains (not with `allowed_domains`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_domains: Option<Vec<String>>,
+    /// Citations on the text drawn from fetched pages (off by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub citations: Option<CitationSettings>,
+    /// The most tokens of one page's content the model is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub max_content_tokens: Option<u32>,
+}
+
+/// `{"enabled": true}` turns citations on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CitationSettings {
+    pub enabled: bool,
 }
 
 impl ToolEntry {
-    /// How calls of this tool run.
-    pub fn kind(&self) -> ToolKind {
-        match self {
+    /// How calls of this tool run; `None` for a tool the provider runs
+    /// inside the model call (no call of it is ever committed or run here).
+    pub fn kind(&self) -> Option<ToolKind> {
+        Some(match self {
             ToolEntry::Custom { .. } => ToolKind::Custom,
             ToolEntry::WebFetch {} | ToolEntry::WebSearch {} | ToolEntry::Mcp { .. } => {
                 ToolKind::External
@@ -103,7 +468,8 @@ impl ToolEntry {
             ToolEntry::AskUser {} => ToolKind::Question,
             ToolEntry::SpawnSubagent { .. } => ToolKind::Internal,
             ToolEntry::RunCommand { .. } => ToolKind::Command,
-        }
+            ToolEntry::AnthropicWebSearch(_) | ToolEntry::AnthropicWebFetch(_) => return None,
+        })
     }
 
     /// The tool's name in the config: the name given (custom, MCP prefix),
@@ -111,8 +477,8 @@ impl ToolEntry {
     pub fn name(&self) -> &str {
         match self {
             ToolEntry::Custom { name, .. } | ToolEntry::Mcp { name, .. } => name,
-            ToolEntry::WebFetch {} => "web_fetch",
-            ToolEntry::WebSearch {} => "web_search",
+            ToolEntry::WebFetch {} | ToolEntry::AnthropicWebFetch(_) => "web_fetch",
+            ToolEntry::WebSearch {} | ToolEntry::AnthropicWebSearch(_) => "web_search",
             ToolEntry::AskUser {} => "ask_user",
             ToolEntry::SpawnSubagent { .. } => "spawn_subagent",
             ToolEntry::RunCommand { .. } => "run_command",
@@ -162,7 +528,8 @@ pub struct LimitSettings {
 
 impl AgentConfig {
     /// Parse a config; the error names the field that does not fit
-    /// (`model.max_tokens`, `tools[2]`), as `Error::Invalid`.
+    /// (`model.max_tokens`, `tools[2]`, `model.thinking.budget_tokens`), as
+    /// `Error::Invalid`.
     pub fn from_value(value: &Value) -> Result<AgentConfig> {
         // serde would also read a struct from an array of its fields.
         if !value.is_object() {
@@ -171,7 +538,7 @@ impl AgentConfig {
                 message: "config must be a JSON object".into(),
             });
         }
-        serde_path_to_error::deserialize(value).map_err(|e| {
+        let config: AgentConfig = serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
             let message = e.into_inner().to_string();
             // A missing field is reported at its parent; name the field
@@ -190,7 +557,15 @@ impl AgentConfig {
                 field: Some(field),
                 message,
             }
-        })
+        })?;
+        config
+            .model
+            .check()
+            .map_err(|(field, message)| Error::Invalid {
+                field: Some(format!("model.{field}")),
+                message,
+            })?;
+        Ok(config)
     }
 
     /// The config as stored JSON.
@@ -200,14 +575,29 @@ impl AgentConfig {
     }
 
     /// The tool entry whose calls the model makes by `name` (an MCP entry
-    /// answers for `<prefix>__<tool>`).
-    pub fn tool_for_call(&self, name: &str) -> Option<&ToolEntry> {
-        self.tools.iter().find(|tool| match tool {
-            ToolEntry::Mcp { name: prefix, .. } => {
-                split_mcp_tool_name(name).is_some_and(|(p, _)| p == prefix)
-            }
-            other => other.name() == name,
+    /// answers for `<prefix>__<tool>`), with how such calls run. A tool the
+    /// provider runs answers for none: its calls never come back as
+    /// `tool_use`.
+    pub fn tool_for_call(&self, name: &str) -> Option<(&ToolEntry, ToolKind)> {
+        self.tools.iter().find_map(|tool| {
+            let kind = tool.kind()?;
+            let named = match tool {
+                ToolEntry::Mcp { name: prefix, .. } => {
+                    split_mcp_tool_name(name).is_some_and(|(p, _)| p == prefix)
+                }
+                other => other.name() == name,
+            };
+            named.then_some((tool, kind))
         })
+    }
+
+    /// The entries the provider runs inside the model call, in config order.
+    pub fn provider_tools(&self) -> Vec<ToolEntry> {
+        self.tools
+            .iter()
+            .filter(|tool| tool.kind().is_none())
+            .cloned()
+            .collect()
     }
 }
 
@@ -268,7 +658,7 @@ mod tests {
         });
         let parsed = AgentConfig::from_value(&config).unwrap();
         assert_eq!(parsed.to_value(), config);
-        let kinds: Vec<ToolKind> = parsed.tools.iter().map(ToolEntry::kind).collect();
+        let kinds: Vec<ToolKind> = parsed.tools.iter().filter_map(ToolEntry::kind).collect();
         assert_eq!(
             kinds,
             [
@@ -282,15 +672,43 @@ mod tests {
             ]
         );
         assert_eq!(
-            parsed.tool_for_call("docs__search").map(ToolEntry::name),
+            parsed.tool_for_call("docs__search").map(|(t, _)| t.name()),
             Some("docs")
         );
         assert_eq!(
-            parsed.tool_for_call("web_fetch").map(ToolEntry::kind),
+            parsed.tool_for_call("web_fetch").map(|(_, kind)| kind),
             Some(ToolKind::External)
         );
         assert!(parsed.tool_for_call("docs").is_none());
         assert!(parsed.tool_for_call("nope").is_none());
+    }
+
+    #[test]
+    fn tools_the_provider_runs_are_sent_but_never_called_here() {
+        let config = AgentConfig::from_value(&json!({
+            "model": {"provider": "anthropic", "name": "m"},
+            "tools": [
+                {"type": "anthropic_web_search", "max_uses": 2,
+                 "user_location": {"type": "approximate", "country": "CH"}},
+                {"type": "custom", "name": "lookup"},
+                {"type": "anthropic_web_fetch", "citations": {"enabled": false}}
+            ]
+        }))
+        .unwrap();
+        let names: Vec<&str> = config.tools.iter().map(ToolEntry::name).collect();
+        assert_eq!(names, ["web_search", "lookup", "web_fetch"]);
+        let provider_tools: Vec<String> = config
+            .provider_tools()
+            .iter()
+            .map(|t| t.name().to_owned())
+            .collect();
+        assert_eq!(provider_tools, ["web_search", "web_fetch"]);
+        assert!(config.tool_for_call("web_search").is_none());
+        assert!(config.tool_for_call("web_fetch").is_none());
+        assert_eq!(
+            config.tool_for_call("lookup").map(|(_, kind)| kind),
+            Some(ToolKind::Custom)
+        );
     }
 
     #[test]

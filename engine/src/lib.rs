@@ -6,7 +6,6 @@ pub mod backoff;
 pub mod cluster;
 pub mod config;
 pub mod connect;
-pub mod context;
 pub mod domain;
 pub mod duration;
 pub mod egress;

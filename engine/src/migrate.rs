@@ -109,9 +109,19 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../sql/0018_group_commit.sql"),
     },
     Migration {
+        version: 19,
+        name: "0019_model_usage.sql",
+        sql: include_str!("../../sql/0019_model_usage.sql"),
+    },
+    Migration {
         version: 20,
         name: "0020_stream_watches.sql",
         sql: include_str!("../../sql/0020_stream_watches.sql"),
+    },
+    Migration {
+        version: 21,
+        name: "0021_audit.sql",
+        sql: include_str!("../../sql/0021_audit.sql"),
     },
 ];
 

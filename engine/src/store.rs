@@ -7,6 +7,10 @@
 //! [`tool_calls`], [`webhooks`], [`machines`], [`status`], [`models`]; each
 //! function is re-exported here, so callers write `store::claim_agents`.
 
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+
 mod agents;
 pub mod console;
 mod events;
@@ -29,3 +33,13 @@ pub use status::*;
 pub use steps::*;
 pub use tool_calls::*;
 pub use webhooks::*;
+
+/// A text column holding one of `T`'s strings (a domain enum's, see
+/// [`crate::domain`]); a string `T` does not know is [`Error::Invalid`]
+/// naming `field`.
+fn parse_text<T: FromStr>(text: &str, field: &str) -> Result<T> {
+    text.parse().map_err(|_| Error::Invalid {
+        field: Some(field.into()),
+        message: format!("unknown {field} {text:?}"),
+    })
+}

@@ -297,7 +297,7 @@ async fn serve(
     let serial = shared.serial.fetch_add(1, Ordering::Relaxed) + 1;
     let json: Value = serde_json::from_slice(&body)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
-    let cx = Context {
+    let mut cx = Context {
         serial,
         model: json
             .get("model")
@@ -309,6 +309,8 @@ async fn serve(
         created: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        cache_tokens: (0, 0),
+        reasoning_tokens: 0,
     };
     let responder = lock(&shared.responder).clone();
     let scripted = responder.map(|respond| respond(&json));
@@ -330,6 +332,8 @@ async fn serve(
     let reply = queued
         .or(scripted)
         .unwrap_or_else(|| lock(&shared.default_reply).clone());
+    cx.cache_tokens = reply.cache_tokens;
+    cx.reasoning_tokens = reply.reasoning_tokens;
 
     if reply.hold == Some(Hold::BeforeHeaders) {
         let watch = AbortWatch {

@@ -3,7 +3,8 @@
 //! Anthropic Messages streams named SSE events (`event: X` then
 //! `data: {"type":"X",...}` and a blank line): `message_start`,
 //! `content_block_start`, `ping`, `content_block_delta` (`text_delta`,
-//! `input_json_delta`), `content_block_stop`, `message_delta`,
+//! `input_json_delta`, `citations_delta`, `thinking_delta`,
+//! `signature_delta`), `content_block_stop`, `message_delta`,
 //! `message_stop`; mid-stream failures are `event: error`. OpenAI Chat
 //! Completions streams bare `data: {chat.completion.chunk}` lines, a usage
 //! chunk with empty `choices` when `stream_options.include_usage` is set,
@@ -37,14 +38,21 @@ pub(crate) struct Context {
     pub input_tokens: u64,
     pub include_usage: bool,
     pub created: u64,
+    /// Of the input tokens, `(read, written)` in the prompt cache.
+    pub cache_tokens: (u64, u64),
+    /// Of the output tokens, reasoning.
+    pub reasoning_tokens: u64,
 }
 
 fn anthropic_event(name: &str, data: Value) -> Bytes {
     Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
 }
 
-/// Anthropic's `message_start`: an empty assistant message of `cx`'s model.
+/// Anthropic's `message_start`: an empty assistant message of `cx`'s model,
+/// its usage split as the API splits it: the uncached `input_tokens` beside
+/// the cache reads and writes (the whole prompt is their sum).
 fn anthropic_message_start(cx: &Context, input_tokens: u64) -> Bytes {
+    let (read, written) = cx.cache_tokens;
     anthropic_event(
         "message_start",
         json!({"type": "message_start", "message": {
@@ -55,7 +63,10 @@ fn anthropic_message_start(cx: &Context, input_tokens: u64) -> Bytes {
             "content": [],
             "stop_reason": null,
             "stop_sequence": null,
-            "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+            "usage": {"input_tokens": input_tokens.saturating_sub(read + written),
+                      "cache_creation_input_tokens": written,
+                      "cache_read_input_tokens": read,
+                      "output_tokens": 1},
         }}),
     )
 }
@@ -71,7 +82,11 @@ pub(crate) fn block_frames(
     body: &ReplyBody,
     usage: Option<(u64, u64)>,
 ) -> Vec<Frame> {
-    let ReplyBody::Blocks { blocks } = body else {
+    let ReplyBody::Blocks {
+        blocks,
+        stop_reason,
+    } = body
+    else {
         return Vec::new();
     };
     if protocol == Protocol::Openai {
@@ -79,7 +94,14 @@ pub(crate) fn block_frames(
             .iter()
             .filter_map(|b| b.get("text").and_then(Value::as_str))
             .collect();
-        return message_frames(protocol, cx, &text.concat(), &[], None, usage);
+        return message_frames(
+            protocol,
+            cx,
+            &text.concat(),
+            &[],
+            stop_reason.as_deref(),
+            usage,
+        );
     }
     let mut frames = Vec::new();
     let mut push = |bytes: Bytes, delta: bool| frames.push(Frame { bytes, delta });
@@ -114,6 +136,19 @@ pub(crate) fn block_frames(
             for piece in text_pieces(text) {
                 streamed.push(delta(json!({"type": "text_delta", "text": piece})));
             }
+        } else if kind == Some("thinking") {
+            // As the API streams thinking: an empty block, the text in
+            // `thinking_delta`s, then the whole signature in one
+            // `signature_delta` just before the block stops.
+            start = json!({"type": "thinking", "thinking": "", "signature": ""});
+            let thinking = block.get("thinking").and_then(Value::as_str).unwrap_or("");
+            for piece in text_pieces(thinking) {
+                streamed.push(delta(json!({"type": "thinking_delta", "thinking": piece})));
+            }
+            let signature = block.get("signature").and_then(Value::as_str).unwrap_or("");
+            streamed.push(delta(
+                json!({"type": "signature_delta", "signature": signature}),
+            ));
         } else if let Some(input) = block.get("input") {
             start["input"] = json!({});
             for fragment in json_fragments(input) {
@@ -142,6 +177,16 @@ pub(crate) fn block_frames(
         );
     }
     let output_tokens = usage.map_or(deltas, |(_, output)| output);
+    let stop_reason = stop_reason.as_deref().unwrap_or(
+        if blocks
+            .iter()
+            .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+        {
+            "tool_use"
+        } else {
+            "end_turn"
+        },
+    );
     let searches = blocks
         .iter()
         .filter(|b| b.get("type").and_then(Value::as_str) == Some("server_tool_use"))
@@ -150,7 +195,7 @@ pub(crate) fn block_frames(
         anthropic_event(
             "message_delta",
             json!({"type": "message_delta",
-                   "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+                   "delta": {"stop_reason": stop_reason, "stop_sequence": null},
                    "usage": {"output_tokens": output_tokens,
                              "server_tool_use": {"web_search_requests": searches}}}),
         ),
@@ -331,7 +376,13 @@ pub(crate) fn message_frames(
                         "choices": [],
                         "usage": {"prompt_tokens": input_tokens,
                                   "completion_tokens": output_tokens,
-                                  "total_tokens": input_tokens + output_tokens},
+                                  "total_tokens": input_tokens + output_tokens,
+                                  "prompt_tokens_details": {"cached_tokens": cx.cache_tokens.0,
+                                                            "audio_tokens": 0},
+                                  "completion_tokens_details": {"reasoning_tokens": cx.reasoning_tokens,
+                                                                "audio_tokens": 0,
+                                                                "accepted_prediction_tokens": 0,
+                                                                "rejected_prediction_tokens": 0}},
                     })),
                     false,
                 );

@@ -14,6 +14,10 @@ pub struct Reply {
     pub(crate) end: End,
     pub(crate) trickle: Option<Duration>,
     pub(crate) usage: Option<(u64, u64)>,
+    /// Of the input tokens, `(read from, written to)` the prompt cache.
+    pub(crate) cache_tokens: (u64, u64),
+    /// Of the output tokens, reasoning (OpenAI reports them).
+    pub(crate) reasoning_tokens: u64,
     pub(crate) headers: Vec<(String, String)>,
 }
 
@@ -30,7 +34,11 @@ pub(crate) enum ReplyBody {
     /// Anthropic content blocks as the API returns them (server tool use
     /// and results, cited text, ...), streamed block by block; over the
     /// OpenAI protocol only their text.
-    Blocks { blocks: Vec<Value> },
+    Blocks {
+        blocks: Vec<Value>,
+        /// `None`: `end_turn`.
+        stop_reason: Option<String>,
+    },
     /// An error status with the protocol's realistic error body (or `body`).
     Status {
         status: u16,
@@ -68,6 +76,8 @@ impl Reply {
             end: End::Complete,
             trickle: None,
             usage: None,
+            cache_tokens: (0, 0),
+            reasoning_tokens: 0,
             headers: Vec::new(),
         }
     }
@@ -102,12 +112,19 @@ impl Reply {
 
     /// A message of these Anthropic content blocks, streamed as the API
     /// streams them: text as `text_delta`s after a `citations_delta` per
-    /// citation, a block with `input` (`tool_use`, `server_tool_use`) as
-    /// `input_json_delta` fragments, any other block (`web_search_tool_result`)
-    /// whole in its `content_block_start`. Stop reason `end_turn`; usage
-    /// reports a web search request per `server_tool_use` block.
+    /// citation, `thinking` as `thinking_delta`s and one `signature_delta`,
+    /// a block with `input` (`tool_use`, `server_tool_use`) as
+    /// `input_json_delta` fragments, any other block
+    /// (`web_search_tool_result`, `redacted_thinking`) whole in its
+    /// `content_block_start`. Stop reason `tool_use` if there is a
+    /// `tool_use` block, else `end_turn` (unless [`Reply::stop_reason`] sets
+    /// one, e.g. `pause_turn`); usage reports a web search request per
+    /// `server_tool_use` block.
     pub fn anthropic_blocks(blocks: Vec<Value>) -> Reply {
-        Reply::new(ReplyBody::Blocks { blocks })
+        Reply::new(ReplyBody::Blocks {
+            blocks,
+            stop_reason: None,
+        })
     }
 
     /// An HTTP error with the protocol's error body for that status
@@ -136,10 +153,14 @@ impl Reply {
 
     /// Override the stop reason (normalised names: `end_turn`, `tool_use`,
     /// `max_tokens`, `stop_sequence`; OpenAI renders them as `stop`,
-    /// `tool_calls`, `length`).
+    /// `tool_calls`, `length`; Anthropic-only ones such as `pause_turn` are
+    /// sent as given). For a message or blocks reply.
     pub fn stop_reason(mut self, reason: impl Into<String>) -> Reply {
-        if let ReplyBody::Message { stop_reason, .. } = &mut self.body {
-            *stop_reason = Some(reason.into());
+        match &mut self.body {
+            ReplyBody::Message { stop_reason, .. } | ReplyBody::Blocks { stop_reason, .. } => {
+                *stop_reason = Some(reason.into());
+            }
+            other => panic!("a stop reason on a reply that has none: {other:?}"),
         }
         self
     }
@@ -214,9 +235,27 @@ impl Reply {
         self
     }
 
-    /// Reported usage (default: request bytes / 4 in, one token per delta out).
+    /// Reported usage (default: request bytes / 4 in, one token per delta
+    /// out); `input_tokens` is the whole prompt, cached parts included.
     pub fn usage(mut self, input_tokens: u64, output_tokens: u64) -> Reply {
         self.usage = Some((input_tokens, output_tokens));
+        self
+    }
+
+    /// Of the input tokens, `read` came from the prompt cache and `written`
+    /// went into it: Anthropic reports them as `cache_read_input_tokens` and
+    /// `cache_creation_input_tokens` beside the uncached `input_tokens`;
+    /// OpenAI the reads as `prompt_tokens_details.cached_tokens` (it has no
+    /// writes to report).
+    pub fn cache_tokens(mut self, read: u64, written: u64) -> Reply {
+        self.cache_tokens = (read, written);
+        self
+    }
+
+    /// Of the output tokens, `n` were reasoning: OpenAI reports them as
+    /// `completion_tokens_details.reasoning_tokens`.
+    pub fn reasoning_tokens(mut self, n: u64) -> Reply {
+        self.reasoning_tokens = n;
         self
     }
 }

@@ -54,6 +54,9 @@ DECLARE
     v_known text[];
     v_value jsonb;
     v_max integer;
+    v_thinks boolean;
+    v_bound numeric;
+    v_server_tools text[] := '{}';
 BEGIN
     IF p_config IS NULL OR jsonb_typeof(p_config) <> 'object' THEN
         PERFORM holdfast.raise('HF422', 'config must be a JSON object', 'config');
@@ -64,7 +67,8 @@ BEGIN
         PERFORM holdfast.raise('HF422', 'model must be an object', 'model');
     END IF;
     PERFORM holdfast.refuse_unknown_keys(p_config -> 'model',
-        '{provider,name,endpoint,base_url,max_tokens}', 'model.');
+        '{provider,name,endpoint,base_url,max_tokens,thinking,cache,temperature,top_p,top_k,stop_sequences,stop,seed,user,service_tier,reasoning_effort,parallel_tool_calls}',
+        'model.');
     IF NOT coalesce(p_config #>> '{model,provider}' IN ('anthropic', 'openai'), false)
        OR jsonb_typeof(p_config #> '{model,provider}') <> 'string' THEN
         PERFORM holdfast.raise('HF422', 'model.provider must be "anthropic" or "openai"', 'model.provider');
@@ -90,6 +94,114 @@ BEGIN
             OR (p_config #>> '{model,max_tokens}')::bigint NOT BETWEEN 1 AND 4294967295) THEN
         PERFORM holdfast.raise('HF422', 'model.max_tokens must be an integer from 1 to 4294967295', 'model.max_tokens');
     END IF;
+    -- The sampling and provider settings (ModelConfig::check in
+    -- engine/src/provider/mod.rs): first each one's type, then which
+    -- provider has it, then its range.
+    v_value := p_config #> '{model,thinking}';
+    IF v_value IS NOT NULL THEN
+        IF jsonb_typeof(v_value) <> 'object' OR jsonb_typeof(v_value -> 'type') IS DISTINCT FROM 'string'
+           OR v_value ->> 'type' NOT IN ('enabled', 'adaptive', 'disabled') THEN
+            PERFORM holdfast.raise('HF422', 'model.thinking must be {"type": "enabled", "budget_tokens": n}, {"type": "adaptive"} or {"type": "disabled"}', 'model.thinking');
+        END IF;
+        PERFORM holdfast.refuse_unknown_keys(v_value,
+            CASE WHEN v_value ->> 'type' = 'enabled' THEN '{type,budget_tokens}' ELSE '{type}' END::text[],
+            'model.thinking.');
+        IF v_value ->> 'type' = 'enabled'
+           AND (jsonb_typeof(v_value -> 'budget_tokens') IS DISTINCT FROM 'number'
+                OR v_value ->> 'budget_tokens' !~ '^[0-9]{1,10}$'
+                OR (v_value ->> 'budget_tokens')::bigint > 4294967295) THEN
+            PERFORM holdfast.raise('HF422', 'model.thinking.budget_tokens must be an integer', 'model.thinking.budget_tokens');
+        END IF;
+    END IF;
+    FOREACH v_name IN ARRAY '{temperature,top_p}'::text[] LOOP
+        IF p_config -> 'model' ? v_name AND jsonb_typeof(p_config -> 'model' -> v_name) <> 'number' THEN
+            PERFORM holdfast.raise('HF422', format('model.%s must be a number', v_name), 'model.' || v_name);
+        END IF;
+    END LOOP;
+    FOREACH v_name IN ARRAY '{cache,parallel_tool_calls}'::text[] LOOP
+        IF p_config -> 'model' ? v_name AND jsonb_typeof(p_config -> 'model' -> v_name) <> 'boolean' THEN
+            PERFORM holdfast.raise('HF422', format('model.%s must be true or false', v_name), 'model.' || v_name);
+        END IF;
+    END LOOP;
+    FOREACH v_name IN ARRAY '{stop_sequences,stop}'::text[] LOOP
+        IF p_config -> 'model' ? v_name
+           AND (jsonb_typeof(p_config -> 'model' -> v_name) <> 'array'
+                OR EXISTS (SELECT FROM jsonb_array_elements(p_config -> 'model' -> v_name) e
+                            WHERE jsonb_typeof(e) <> 'string')) THEN
+            PERFORM holdfast.raise('HF422', format('model.%s must be an array of strings', v_name), 'model.' || v_name);
+        END IF;
+    END LOOP;
+    IF p_config #> '{model,top_k}' IS NOT NULL
+       AND (jsonb_typeof(p_config #> '{model,top_k}') <> 'number'
+            OR p_config #>> '{model,top_k}' !~ '^[0-9]{1,10}$'
+            OR (p_config #>> '{model,top_k}')::bigint > 4294967295) THEN
+        PERFORM holdfast.raise('HF422', 'model.top_k must be an integer from 0 to 4294967295', 'model.top_k');
+    END IF;
+    -- Within i64 (the worker's type) by being at most 18 digits.
+    IF p_config #> '{model,seed}' IS NOT NULL
+       AND (jsonb_typeof(p_config #> '{model,seed}') <> 'number'
+            OR p_config #>> '{model,seed}' !~ '^-?[0-9]{1,18}$') THEN
+        PERFORM holdfast.raise('HF422', 'model.seed must be an integer of at most 18 digits', 'model.seed');
+    END IF;
+    IF p_config #> '{model,user}' IS NOT NULL AND jsonb_typeof(p_config #> '{model,user}') <> 'string' THEN
+        PERFORM holdfast.raise('HF422', 'model.user must be a string', 'model.user');
+    END IF;
+    IF p_config #> '{model,service_tier}' IS NOT NULL
+       AND (jsonb_typeof(p_config #> '{model,service_tier}') <> 'string'
+            OR p_config #>> '{model,service_tier}' NOT IN ('auto', 'standard_only')) THEN
+        PERFORM holdfast.raise('HF422', 'model.service_tier must be "auto" or "standard_only"', 'model.service_tier');
+    END IF;
+    IF p_config #> '{model,reasoning_effort}' IS NOT NULL
+       AND (jsonb_typeof(p_config #> '{model,reasoning_effort}') <> 'string'
+            OR p_config #>> '{model,reasoning_effort}' NOT IN ('minimal', 'low', 'medium', 'high')) THEN
+        PERFORM holdfast.raise('HF422', 'model.reasoning_effort must be "minimal", "low", "medium" or "high"', 'model.reasoning_effort');
+    END IF;
+    SELECT k INTO v_name
+      FROM unnest(CASE WHEN p_config #>> '{model,provider}' = 'anthropic'
+                       THEN '{stop,seed,reasoning_effort,parallel_tool_calls}'::text[]
+                       ELSE '{thinking,cache,top_k,stop_sequences,service_tier}'::text[] END) WITH ORDINALITY AS f(k, n)
+     WHERE p_config -> 'model' ? k ORDER BY n LIMIT 1;
+    IF v_name IS NOT NULL THEN
+        PERFORM holdfast.raise('HF422', format('%s is an %s setting (provider "%s")', v_name,
+            CASE WHEN p_config #>> '{model,provider}' = 'anthropic' THEN 'OpenAI' ELSE 'Anthropic' END,
+            CASE WHEN p_config #>> '{model,provider}' = 'anthropic' THEN 'openai' ELSE 'anthropic' END), 'model.' || v_name);
+    END IF;
+    -- The budget is below the output limit: max_tokens, else the worker's
+    -- default 4096 (DEFAULT_MAX_TOKENS in engine/src/provider/anthropic.rs).
+    IF v_value ->> 'type' = 'enabled'
+       AND (v_value ->> 'budget_tokens')::bigint NOT BETWEEN 1024
+           AND coalesce((p_config #>> '{model,max_tokens}')::bigint, 4096) - 1 THEN
+        PERFORM holdfast.raise('HF422', format('thinking.budget_tokens must be at least 1024 and less than max_tokens (%s)', coalesce((p_config #>> '{model,max_tokens}')::bigint, 4096)), 'model.thinking.budget_tokens');
+    END IF;
+    -- (An IF's condition ends at its first THEN: bounds go in variables.)
+    v_thinks := coalesce(v_value ->> 'type' IN ('enabled', 'adaptive'), false);
+    IF p_config #> '{model,temperature}' IS NOT NULL THEN
+        IF v_thinks THEN
+            PERFORM holdfast.raise('HF422', 'temperature cannot be set with thinking', 'model.temperature');
+        END IF;
+        v_bound := CASE WHEN p_config #>> '{model,provider}' = 'anthropic' THEN 1 ELSE 2 END;
+        IF (p_config #>> '{model,temperature}')::numeric NOT BETWEEN 0 AND v_bound THEN
+            PERFORM holdfast.raise('HF422', format('temperature must be from 0 to %s', v_bound), 'model.temperature');
+        END IF;
+    END IF;
+    v_bound := CASE WHEN v_thinks THEN 0.95 ELSE 0 END;
+    IF (p_config #>> '{model,top_p}')::numeric NOT BETWEEN v_bound AND 1 THEN
+        PERFORM holdfast.raise('HF422', format('top_p must be from %s to 1', v_bound), 'model.top_p');
+    END IF;
+    IF p_config #> '{model,top_k}' IS NOT NULL AND v_thinks THEN
+        PERFORM holdfast.raise('HF422', 'top_k cannot be set with thinking', 'model.top_k');
+    END IF;
+    IF EXISTS (SELECT FROM jsonb_array_elements_text(coalesce(p_config #> '{model,stop_sequences}', '[]')) e WHERE e = '') THEN
+        PERFORM holdfast.raise('HF422', 'stop_sequences must be non-empty strings', 'model.stop_sequences');
+    END IF;
+    IF p_config #> '{model,stop}' IS NOT NULL
+       AND (jsonb_array_length(p_config #> '{model,stop}') NOT BETWEEN 1 AND 4
+            OR EXISTS (SELECT FROM jsonb_array_elements_text(p_config #> '{model,stop}') e WHERE e = '')) THEN
+        PERFORM holdfast.raise('HF422', 'stop must be 1 to 4 non-empty strings', 'model.stop');
+    END IF;
+    IF char_length(p_config #>> '{model,user}') NOT BETWEEN 1 AND 256 THEN
+        PERFORM holdfast.raise('HF422', 'user must be 1 to 256 characters', 'model.user');
+    END IF;
     IF p_config ? 'system' AND jsonb_typeof(p_config -> 'system') <> 'string' THEN
         PERFORM holdfast.raise('HF422', 'system must be a string', 'system');
     END IF;
@@ -111,12 +223,18 @@ BEGIN
                 WHEN 'ask_user' THEN '{type}'
                 WHEN 'spawn_subagent' THEN '{type,config}'
                 WHEN 'run_command' THEN '{type,machine}'
+                WHEN 'anthropic_web_search' THEN '{type,max_uses,allowed_domains,blocked_domains,user_location}'
+                WHEN 'anthropic_web_fetch' THEN '{type,max_uses,allowed_domains,blocked_domains,citations,max_content_tokens}'
             END;
             IF v_known IS NULL THEN
-                PERFORM holdfast.raise('HF422', 'tool type must be one of: custom, web_fetch, web_search, mcp, ask_user, spawn_subagent, run_command',
+                PERFORM holdfast.raise('HF422', 'tool type must be one of: custom, web_fetch, web_search, mcp, ask_user, spawn_subagent, run_command, anthropic_web_search, anthropic_web_fetch',
                     v_at || '.type');
             END IF;
             PERFORM holdfast.refuse_unknown_keys(v_tool, v_known, v_at || '.');
+            IF v_type IN ('anthropic_web_search', 'anthropic_web_fetch') THEN
+                PERFORM holdfast.validate_server_tool(v_tool, p_config #>> '{model,provider}', v_at);
+                v_server_tools := v_server_tools || (CASE v_type WHEN 'anthropic_web_search' THEN 'web_search' ELSE 'web_fetch' END);
+            END IF;
             IF v_type IN ('custom', 'mcp') THEN
                 IF jsonb_typeof(v_tool -> 'name') IS DISTINCT FROM 'string'
                    OR v_tool ->> 'name' !~ '^[a-zA-Z0-9_-]{1,64}$' THEN
@@ -138,7 +256,10 @@ BEGIN
             IF v_tool ? 'machine' AND jsonb_typeof(v_tool -> 'machine') <> 'string' THEN
                 PERFORM holdfast.raise('HF422', 'machine must be a string (a machine id or name)', v_at || '.machine');
             END IF;
-            v_name := coalesce(v_tool ->> 'name', v_type);
+            v_name := CASE v_type
+                WHEN 'anthropic_web_search' THEN 'web_search'
+                WHEN 'anthropic_web_fetch' THEN 'web_fetch'
+                ELSE coalesce(v_tool ->> 'name', v_type) END;
             IF v_name = ANY (v_names) THEN
                 PERFORM holdfast.raise('HF422', format('duplicate tool name "%s"', v_name), v_at || '.name');
             END IF;
@@ -156,6 +277,12 @@ BEGIN
         IF EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(p_config #> '{approvals,require_for}', '[]')) e
                     WHERE jsonb_typeof(e.value) <> 'string') THEN
             PERFORM holdfast.raise('HF422', 'approvals.require_for must be an array of tool names', 'approvals.require_for');
+        END IF;
+        SELECT e.value #>> '{}' INTO v_name
+          FROM jsonb_array_elements(coalesce(p_config #> '{approvals,require_for}', '[]')) e
+         WHERE e.value #>> '{}' = ANY (v_server_tools) LIMIT 1;
+        IF v_name IS NOT NULL THEN
+            PERFORM holdfast.raise('HF422', format('%s runs at the provider inside the model call; it cannot wait for an approval', v_name), 'approvals.require_for');
         END IF;
     END IF;
     IF p_config ? 'metadata' AND jsonb_typeof(p_config -> 'metadata') <> 'object' THEN
@@ -182,6 +309,67 @@ BEGIN
                     v_name, v_max), 'limits.' || v_name);
             END IF;
         END LOOP;
+    END IF;
+END
+$$;
+
+-- Validate one of Anthropic's server tool entries (anthropic_web_search,
+-- anthropic_web_fetch; unknown keys already refused) of an agent whose
+-- model.provider is p_provider, at config path p_at: Anthropic agents only,
+-- and the settings in the types and ranges of the typed config
+-- (engine/src/config.rs) and the combinations Anthropic accepts.
+CREATE OR REPLACE FUNCTION holdfast.validate_server_tool(p_tool jsonb, p_provider text, p_at text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_key text;
+BEGIN
+    IF p_provider IS DISTINCT FROM 'anthropic' THEN
+        PERFORM holdfast.raise('HF422', format(
+            '%s is run by Anthropic: only an agent whose model.provider is "anthropic" can have it',
+            p_tool ->> 'type'), p_at || '.type');
+    END IF;
+    FOREACH v_key IN ARRAY ARRAY['max_uses', 'max_content_tokens'] LOOP
+        IF p_tool ? v_key AND (jsonb_typeof(p_tool -> v_key) <> 'number'
+               OR p_tool ->> v_key !~ '^[0-9]{1,10}$'
+               OR (p_tool ->> v_key)::bigint NOT BETWEEN 1 AND 4294967295) THEN
+            PERFORM holdfast.raise('HF422', format('%s must be an integer from 1 to 4294967295', v_key),
+                p_at || '.' || v_key);
+        END IF;
+    END LOOP;
+    FOREACH v_key IN ARRAY ARRAY['allowed_domains', 'blocked_domains'] LOOP
+        IF p_tool ? v_key AND (jsonb_typeof(p_tool -> v_key) <> 'array'
+               OR EXISTS (SELECT 1 FROM jsonb_array_elements(p_tool -> v_key) d
+                           WHERE jsonb_typeof(d.value) <> 'string' OR d.value #>> '{}' = '')) THEN
+            PERFORM holdfast.raise('HF422', format('%s must be an array of domain names', v_key),
+                p_at || '.' || v_key);
+        END IF;
+    END LOOP;
+    IF p_tool ? 'allowed_domains' AND p_tool ? 'blocked_domains' THEN
+        PERFORM holdfast.raise('HF422', 'allowed_domains and blocked_domains cannot both be set',
+            p_at || '.blocked_domains');
+    END IF;
+    IF p_tool ? 'user_location' THEN
+        IF jsonb_typeof(p_tool -> 'user_location') <> 'object'
+           OR p_tool #>> '{user_location,type}' IS DISTINCT FROM 'approximate'
+           OR jsonb_typeof(p_tool #> '{user_location,type}') <> 'string' THEN
+            PERFORM holdfast.raise('HF422', 'user_location must be an object with "type": "approximate"',
+                p_at || '.user_location');
+        END IF;
+        PERFORM holdfast.refuse_unknown_keys(p_tool -> 'user_location',
+            '{type,city,region,country,timezone}', p_at || '.user_location.');
+        SELECT k INTO v_key FROM jsonb_each(p_tool -> 'user_location') e (k, v)
+         WHERE jsonb_typeof(v) <> 'string' ORDER BY k LIMIT 1;
+        IF v_key IS NOT NULL THEN
+            PERFORM holdfast.raise('HF422', format('user_location.%s must be a string', v_key),
+                p_at || '.user_location.' || v_key);
+        END IF;
+    END IF;
+    IF p_tool ? 'citations' THEN
+        IF jsonb_typeof(p_tool -> 'citations') <> 'object'
+           OR jsonb_typeof(p_tool #> '{citations,enabled}') IS DISTINCT FROM 'boolean' THEN
+            PERFORM holdfast.raise('HF422', 'citations must be {"enabled": true|false}', p_at || '.citations');
+        END IF;
+        PERFORM holdfast.refuse_unknown_keys(p_tool -> 'citations', '{enabled}', p_at || '.citations.');
     END IF;
 END
 $$;

@@ -108,15 +108,20 @@ RETURNS void LANGUAGE sql AS $$
     DELETE FROM holdfast.stream_watches WHERE id = p_watch;
 $$;
 
--- Send a live text delta to stream listeners (the API's SSE). Never saved:
--- a client that reconnects reads the finished response from the event log.
--- The payload stays under Postgres' 8000-byte NOTIFY limit: callers send at
--- most a few KiB of text per call, and longer text is refused (HF422).
-CREATE OR REPLACE FUNCTION holdfast.stream_delta(p_agent uuid, p_epoch bigint, p_text text)
+-- Send a live delta to stream listeners (the API's SSE): `p_kind` 'text'
+-- (answer text) or 'thinking' (extended thinking). Never saved: a client
+-- that reconnects reads the finished response from the event log. The
+-- payload stays under Postgres' 8000-byte NOTIFY limit: callers send at most
+-- a few KiB of text per call, and longer text is refused (HF422).
+CREATE OR REPLACE FUNCTION holdfast.stream_delta(p_agent uuid, p_epoch bigint, p_kind text, p_text text)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
-    v_payload text := jsonb_build_object('agent_id', p_agent, 'epoch', p_epoch, 'text', p_text)::text;
+    v_payload text := jsonb_build_object('agent_id', p_agent, 'epoch', p_epoch,
+                                         'kind', p_kind, 'text', p_text)::text;
 BEGIN
+    IF p_kind IS NULL OR p_kind NOT IN ('text', 'thinking') THEN
+        PERFORM holdfast.raise('HF422', 'kind must be "text" or "thinking"', 'kind');
+    END IF;
     IF octet_length(v_payload) >= 8000 THEN
         PERFORM holdfast.raise('HF422', 'delta too large for one notification', 'text');
     END IF;

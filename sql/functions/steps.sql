@@ -102,7 +102,11 @@ $$;
 -- max_tool_calls_per_response calls, is saved with every call `cancelled`
 -- (none runs, no wait opens) and the turn ends with limit_exceeded
 -- (end_turn_with_error: the cause goes into the history, `turn.failed
--- {"error": {"type", "message", "limit", "value"}}`). The agent row is read
+-- {"error": {"type", "message", "limit", "value"}}`). A response without
+-- tool calls that the provider paused (stop_reason `pause_turn`: Anthropic
+-- ending a long server-tool turn early) leaves the turn open and the agent
+-- ready: the next model call sends it back and the model goes on; the step
+-- limit counts it like a response with calls. The agent row is read
 -- here, after the lock, so writes earlier in the same transaction (a
 -- subagent's hand-back to its parent in the same batch) are seen. Raises
 -- nothing of its own. Returns the step id.
@@ -134,6 +138,10 @@ DECLARE
     v_calls jsonb := '[]';
     v_types text[];
     v_data jsonb[];
+    -- Anthropic paused a long turn (server tools): it goes on with another
+    -- model call that sends this response back as the last message.
+    v_paused boolean := jsonb_array_length(coalesce(p_tool_calls, '[]')) = 0
+                        AND p_stop_reason IS NOT DISTINCT FROM 'pause_turn';
 BEGIN
     SELECT * INTO STRICT v_agent FROM holdfast.agents WHERE id = p_agent;
 
@@ -155,9 +163,10 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- The limits: a response whose calls would need a model call past the
-    -- step limit, or with too many calls, keeps its calls only as cancelled.
-    IF v_n_calls > 0 THEN
+    -- The limits: a response whose calls (or pause) would need a model call
+    -- past the step limit, or with too many calls, keeps its calls only as
+    -- cancelled.
+    IF v_n_calls > 0 OR v_paused THEN
         IF v_n_calls > holdfast.agent_limit(v_agent.config, 'max_tool_calls_per_response') THEN
             v_limit := 'max_tool_calls_per_response';
         ELSIF v_agent.turn_model_steps + 1 >= holdfast.agent_limit(v_agent.config, 'max_model_steps_per_turn') THEN
@@ -180,8 +189,9 @@ BEGIN
         v_n_inputs := cardinality(v_input_ids);
     END IF;
 
-    -- No tool calls: the model has answered; the turn is complete.
-    v_turn_open := CASE WHEN v_n_calls = 0 THEN false ELSE v_agent.turn_open END;
+    -- No tool calls: the model has answered; the turn is complete (unless
+    -- the provider paused it).
+    v_turn_open := CASE WHEN v_n_calls = 0 AND NOT v_paused THEN false ELSE v_agent.turn_open END;
     v_types := ARRAY['model.response'];
     IF v_opens_waits OR v_limit IS NOT NULL THEN
         UPDATE holdfast.agents
@@ -203,7 +213,7 @@ BEGIN
             v_new_turn := true;
         END IF;
         v_types := v_types || array_fill('tool_call.created'::text, ARRAY[v_n_calls]);
-        IF v_n_calls = 0 THEN
+        IF v_n_calls = 0 AND NOT v_paused THEN
             v_types := array_append(v_types, 'turn.completed');
         END IF;
         IF v_new_turn THEN
@@ -265,7 +275,7 @@ BEGIN
     IF NOT (v_opens_waits OR v_limit IS NOT NULL) THEN
         v_data := v_data || ARRAY(SELECT c.value FROM jsonb_array_elements(v_calls) WITH ORDINALITY AS c (value, ord)
                                    ORDER BY c.ord);
-        IF v_n_calls = 0 THEN
+        IF v_n_calls = 0 AND NOT v_paused THEN
             v_data := array_append(v_data, jsonb_build_object('step_id', v_step_id, 'stop_reason', p_stop_reason));
         END IF;
         IF v_new_turn THEN
@@ -283,10 +293,13 @@ BEGIN
             PERFORM holdfast.settle_agent(p_agent);
         ELSE
             PERFORM holdfast.end_turn_with_error(p_agent, 'limit_exceeded',
-                CASE v_limit
-                    WHEN 'max_tool_calls_per_response' THEN format(
+                CASE
+                    WHEN v_limit = 'max_tool_calls_per_response' THEN format(
                         'the response asked for %s tool calls; this agent may make at most %s per response (limits.%s). None of them ran.',
                         v_n_calls, v_limit_value, v_limit)
+                    WHEN v_paused THEN format(
+                        'this turn reached %s model steps, the most this agent may take in one turn (limits.%s); the paused response was not continued.',
+                        v_limit_value, v_limit)
                     ELSE format(
                         'this turn reached %s model steps, the most this agent may take in one turn (limits.%s); the tool calls of the last response did not run.',
                         v_limit_value, v_limit) END,

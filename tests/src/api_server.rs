@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 
 use holdfast_api::{ApiConfig, ServeError};
+use holdfast_client::wire::operations::Health;
 use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::store;
 use reqwest::{Method, RequestBuilder};
@@ -96,8 +97,11 @@ impl ApiServer {
                 let Ok(response) = self.http.get(self.url("/readyz")).send().await else {
                     return false;
                 };
-                let body: serde_json::Value = response.json().await.unwrap_or_default();
-                body["listener"] == "connected"
+                // Not ready yet is a 503 with an error body, not a Health.
+                response
+                    .json::<Health>()
+                    .await
+                    .is_ok_and(|health| health.listener.as_deref() == Some("connected"))
             },
         )
         .await;
@@ -105,6 +109,12 @@ impl ApiServer {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
+    }
+
+    /// The typed API client, as the holder of `key` (an API key or a machine
+    /// token), on this server's connection pool.
+    pub fn client(&self, key: &str) -> holdfast_client::Client {
+        holdfast_client::Client::with_http(self.http.clone(), &self.url(""), key)
     }
 
     /// A request with `key` as its bearer token.
@@ -195,4 +205,76 @@ pub async fn waiting_tool_call(
         .await
         .unwrap()
         .get(0)
+}
+
+/// An error answer's status, and its body's `type`, `message` and
+/// `field`, checking the API's error shape on the way (JSON, with
+/// `error.type` and `error.message` strings).
+pub async fn error_of(
+    response: reqwest::Response,
+) -> (reqwest::StatusCode, String, String, Option<String>) {
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let body: serde_json::Value = response.json().await.expect("an error body is JSON");
+    assert!(
+        content_type.starts_with("application/json"),
+        "{status}: content-type {content_type}"
+    );
+    let error = body
+        .get("error")
+        .unwrap_or_else(|| panic!("{status}: no error in {body}"));
+    let kind = error["type"].as_str().expect("error.type").to_owned();
+    let message = error["message"].as_str().expect("error.message").to_owned();
+    (
+        status,
+        kind,
+        message,
+        error
+            .get("field")
+            .and_then(|f| f.as_str())
+            .map(str::to_owned),
+    )
+}
+
+/// `method path` to the API at `base_url` as the holder of `key`, with
+/// `body` as JSON: the status, and the answer as JSON (null when it is
+/// not JSON). For tests of statuses and bodies as sent; a test that only
+/// needs the API to do something uses [`ApiServer::client`].
+pub async fn call_at(
+    http: &reqwest::Client,
+    base_url: &str,
+    method: Method,
+    path: &str,
+    key: &str,
+    body: Option<serde_json::Value>,
+) -> (reqwest::StatusCode, serde_json::Value) {
+    let mut request = http
+        .request(method, format!("{base_url}{path}"))
+        .bearer_auth(key);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// [`call_at`] `server`.
+pub async fn call(
+    server: &ApiServer,
+    method: Method,
+    path: &str,
+    key: &str,
+    body: Option<serde_json::Value>,
+) -> (reqwest::StatusCode, serde_json::Value) {
+    call_at(&server.http, &server.url(""), method, path, key, body).await
 }

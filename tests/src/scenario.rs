@@ -185,3 +185,18 @@ pub async fn agent_state(client: &Client, agent: Uuid) -> String {
         .unwrap()
         .get(0)
 }
+
+/// The ids of `agent`'s inputs not yet consumed into its history, oldest
+/// first.
+pub async fn pending_inputs(client: &Client, agent: Uuid) -> Vec<Uuid> {
+    client
+        .query(
+            "SELECT id FROM holdfast.inputs WHERE agent_id = $1 AND consumed_at IS NULL ORDER BY created_at",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use holdfast_engine::store;
-use holdfast_tests::api_server::{project_key, waiting_custom_call, ApiServer};
+use holdfast_tests::api_server::{error_of, project_key, waiting_custom_call, ApiServer};
 use holdfast_tests::api_sse::SseReader;
 use holdfast_tests::{default_config, TestDb};
 use reqwest::{Method, StatusCode};
@@ -35,36 +35,6 @@ async fn snapshot(client: &Client, project: Uuid) -> Value {
         .await
         .unwrap()
         .get(0)
-}
-
-/// The error body's type and message, checking the shape on the way.
-async fn error_of(response: reqwest::Response) -> (StatusCode, String, String, Option<String>) {
-    let status = response.status();
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let body: Value = response.json().await.expect("an error body is JSON");
-    assert!(
-        content_type.starts_with("application/json"),
-        "{status}: content-type {content_type}"
-    );
-    let error = body
-        .get("error")
-        .unwrap_or_else(|| panic!("{status}: no error in {body}"));
-    let kind = error["type"].as_str().expect("error.type").to_owned();
-    let message = error["message"].as_str().expect("error.message").to_owned();
-    (
-        status,
-        kind,
-        message,
-        error
-            .get("field")
-            .and_then(|f| f.as_str())
-            .map(str::to_owned),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -697,6 +667,29 @@ async fn bad_requests_get_the_right_4xx_with_the_error_shape_and_write_nothing()
             status: StatusCode::BAD_REQUEST,
             kind: "invalid_request",
             field: Some("config"),
+        },
+        Case {
+            name: "a thinking budget not below max_tokens",
+            request: raw(
+                Method::POST,
+                "/v1/agents",
+                r#"{"model": {"provider": "anthropic", "name": "m", "max_tokens": 2048,
+                              "thinking": {"type": "enabled", "budget_tokens": 2048}}}"#,
+            ),
+            status: StatusCode::BAD_REQUEST,
+            kind: "invalid_request",
+            field: Some("model.thinking.budget_tokens"),
+        },
+        Case {
+            name: "an OpenAI setting on an Anthropic model",
+            request: raw(
+                Method::POST,
+                "/v1/agents",
+                r#"{"model": {"provider": "anthropic", "name": "m", "seed": 7}}"#,
+            ),
+            status: StatusCode::BAD_REQUEST,
+            kind: "invalid_request",
+            field: Some("model.seed"),
         },
         Case {
             name: "not JSON",

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::store;
-use holdfast_tests::api_server::{project_key, ApiServer};
+use holdfast_tests::api_server::{call, project_key, ApiServer};
 use holdfast_tests::TestDb;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -96,22 +96,6 @@ async fn count_events(client: &Client, agent: Uuid, kind: &str) -> i64 {
         .await
         .unwrap()
         .get(0)
-}
-
-async fn call(
-    server: &ApiServer,
-    method: Method,
-    path: &str,
-    key: &str,
-    body: Option<Value>,
-) -> (StatusCode, Value) {
-    let mut request = server.request(method, path, key);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status();
-    (status, response.json().await.unwrap())
 }
 
 struct Setup {

@@ -8,9 +8,9 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use holdfast_api::rate_limit::RateLimit;
-use holdfast_engine::provider::ModelConfig;
+use holdfast_engine::config::ModelConfig;
 use holdfast_engine::store;
-use holdfast_tests::api_server::{waiting_custom_call, ApiServer};
+use holdfast_tests::api_server::{error_of, waiting_custom_call, ApiServer};
 use holdfast_tests::api_sse::{SseItem, SseReader};
 use holdfast_tests::TestDb;
 use rand::rngs::StdRng;
@@ -50,22 +50,6 @@ async fn database_snapshot(client: &Client) -> Vec<(String, String)> {
         snapshot.push((table, digest));
     }
     snapshot
-}
-
-/// Status, and the error body's `type` and `field` (the shape checked).
-async fn error_of(response: reqwest::Response) -> (StatusCode, String, Option<String>) {
-    let status = response.status();
-    let body: Value = response.json().await.expect("an error body is JSON");
-    let error = &body["error"];
-    assert!(
-        error["message"].is_string(),
-        "{status}: no error.message in {body}"
-    );
-    let kind = error["type"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{status}: no error.type in {body}"))
-        .to_owned();
-    (status, kind, error["field"].as_str().map(str::to_owned))
 }
 
 /// A valid agent config that uses every config field with a string in it.
@@ -256,7 +240,7 @@ async fn nul_in_any_string_field_of_any_route_is_refused_naming_it_and_writes_no
                 .send()
                 .await
                 .unwrap();
-            let (status, kind, named) = error_of(response).await;
+            let (status, kind, _, named) = error_of(response).await;
             assert_eq!(
                 (status, kind.as_str(), named.as_deref()),
                 (
@@ -283,7 +267,7 @@ async fn nul_in_any_string_field_of_any_route_is_refused_naming_it_and_writes_no
             .send()
             .await
             .unwrap();
-        let (status, _, named) = error_of(response).await;
+        let (status, _, _, named) = error_of(response).await;
         let param = path.split('?').nth(1).unwrap().split('=').next().unwrap();
         assert_eq!(
             (status, named.as_deref()),
@@ -332,7 +316,7 @@ async fn out_of_range_config_numbers_are_refused_by_the_api_and_by_sql() {
             .send()
             .await
             .unwrap();
-        let (status, _, field) = error_of(response).await;
+        let (status, _, _, field) = error_of(response).await;
         assert_eq!(
             (status, field.as_deref()),
             (StatusCode::BAD_REQUEST, Some("model.max_tokens")),
@@ -344,7 +328,7 @@ async fn out_of_range_config_numbers_are_refused_by_the_api_and_by_sql() {
             .send()
             .await
             .unwrap();
-        let (status, _, field) = error_of(response).await;
+        let (status, _, _, field) = error_of(response).await;
         assert_eq!(
             (status, field.as_deref()),
             (StatusCode::BAD_REQUEST, Some("model.max_tokens")),
@@ -732,7 +716,7 @@ async fn a_burst_over_the_rate_limit_gets_429_with_retry_after_and_other_keys_ar
         (1..=3600).contains(&retry_after),
         "Retry-After {retry_after}"
     );
-    let (status, kind, _) = error_of(refused).await;
+    let (status, kind, _, _) = error_of(refused).await;
     assert_eq!(
         (status, kind.as_str()),
         (StatusCode::TOO_MANY_REQUESTS, "rate_limited")

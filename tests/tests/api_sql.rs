@@ -3,36 +3,17 @@
 
 use std::time::Duration;
 
-use holdfast_engine::domain::{CancelOutcome, ModelStep, NewToolCall, ToolKind};
+use holdfast_engine::domain::{
+    AgentState, CancelOutcome, ModelStep, NewToolCall, ToolCallStatus, ToolKind,
+};
 use holdfast_engine::{store, Error};
 use holdfast_tests::api_server::waiting_custom_call;
+use holdfast_tests::scenario::{agent_state, event_types};
 use holdfast_tests::{default_config, project_and_agent, wait_for_lock_wait, TestDb};
 use serde_json::json;
-use tokio_postgres::Client;
 use uuid::Uuid;
 
 const TTL: Duration = Duration::from_secs(60);
-
-async fn agent_state(client: &Client, agent: Uuid) -> String {
-    client
-        .query_one("SELECT state FROM holdfast.agents WHERE id = $1", &[&agent])
-        .await
-        .unwrap()
-        .get(0)
-}
-
-async fn event_types(client: &Client, agent: Uuid) -> Vec<String> {
-    client
-        .query(
-            "SELECT type FROM holdfast.events WHERE agent_id = $1 ORDER BY seq",
-            &[&agent],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
-}
 
 #[tokio::test]
 async fn api_keys_are_stored_hashed_and_revoked_by_id_prefix_or_key() {
@@ -169,7 +150,7 @@ async fn a_result_while_a_worker_holds_the_agent_is_settled_by_its_release() {
     let done = store::submit_tool_result(&client, custom, &json!({"found": true}), false)
         .await
         .unwrap();
-    assert_eq!(done.status.as_str(), "completed");
+    assert_eq!(done.status, ToolCallStatus::Completed);
     assert_eq!(
         agent_state(&client, agent).await,
         "running",
@@ -191,8 +172,8 @@ async fn a_result_while_a_worker_holds_the_agent_is_settled_by_its_release() {
         .unwrap();
     let state = store::release_agent(&client, claim, None).await.unwrap();
     assert_eq!(
-        state.as_str(),
-        "ready",
+        state,
+        AgentState::Ready,
         "both results in: the model answers"
     );
 }

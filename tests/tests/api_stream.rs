@@ -170,12 +170,14 @@ async fn deltas_arrive_live_in_order_with_the_events_and_without_ids() {
         .unwrap();
     notify(json!({"agent_id": agent, "epoch": 1, "text": "Hel"})).await;
     notify(json!({"agent_id": agent, "epoch": 1, "text": "lo"})).await;
+    notify(json!({"agent_id": agent, "epoch": 1, "kind": "thinking", "text": "hmm"})).await;
+    notify(json!({"agent_id": agent, "epoch": 1, "kind": "text", "text": "!"})).await;
     store::create_input(&client, agent, &json!("more"), None)
         .await
         .unwrap();
 
     let mut seen = Vec::new();
-    while seen.len() < 3 {
+    while seen.len() < 5 {
         let event = stream.next_event(WAIT).await.expect("an event");
         seen.push(event);
     }
@@ -183,8 +185,17 @@ async fn deltas_arrive_live_in_order_with_the_events_and_without_ids() {
     assert_eq!(seen[0].id, None, "deltas carry no id");
     assert_eq!(seen[0].json(), json!({"text": "Hel", "epoch": 1}));
     assert_eq!(seen[1].json(), json!({"text": "lo", "epoch": 1}));
-    assert_eq!(seen[2].event.as_deref(), Some("input.received"));
-    assert_eq!(seen[2].seq(), Some(3));
+    assert_eq!(
+        seen[2].event.as_deref(),
+        Some("thinking_delta"),
+        "its own kind"
+    );
+    assert_eq!(seen[2].id, None);
+    assert_eq!(seen[2].json(), json!({"text": "hmm", "epoch": 1}));
+    assert_eq!(seen[3].event.as_deref(), Some("delta"));
+    assert_eq!(seen[3].json(), json!({"text": "!", "epoch": 1}));
+    assert_eq!(seen[4].event.as_deref(), Some("input.received"));
+    assert_eq!(seen[4].seq(), Some(3));
     let saved: i64 = client
         .query_one(
             "SELECT count(*) FROM holdfast.events WHERE agent_id = $1",

@@ -7,32 +7,12 @@ use std::time::Duration;
 use futures::future::join_all;
 use holdfast_engine::store;
 use holdfast_tests::api_server::{project_key, waiting_custom_call, ApiServer};
+use holdfast_tests::scenario::{agent_state, event_types};
 use holdfast_tests::{default_config, TestDb};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use tokio_postgres::{AsyncMessage, Client};
+use tokio_postgres::AsyncMessage;
 use uuid::Uuid;
-
-async fn event_types(client: &Client, agent: Uuid) -> Vec<String> {
-    client
-        .query(
-            "SELECT type FROM holdfast.events WHERE agent_id = $1 ORDER BY seq",
-            &[&agent],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
-}
-
-async fn agent_state(client: &Client, agent: Uuid) -> String {
-    client
-        .query_one("SELECT state FROM holdfast.agents WHERE id = $1", &[&agent])
-        .await
-        .unwrap()
-        .get(0)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_concurrent_results_for_one_custom_call_exactly_one_wins() {

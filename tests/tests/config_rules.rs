@@ -22,6 +22,27 @@ fn with(fields: Value) -> Value {
     config
 }
 
+/// An Anthropic model with these `fields` besides its provider and name.
+fn anthropic(fields: Value) -> Value {
+    let mut model = json!({"provider": "anthropic", "name": "m"});
+    for (key, value) in fields.as_object().unwrap() {
+        model[key] = value.clone();
+    }
+    json!({"model": model})
+}
+
+/// [`anthropic`] of OpenAI.
+fn openai(fields: Value) -> Value {
+    let mut config = anthropic(fields);
+    config["model"]["provider"] = json!("openai");
+    config
+}
+
+/// An Anthropic model of the default output limit with this `thinking`.
+fn thinking(thinking: Value) -> Value {
+    json!({"model": {"provider": "anthropic", "name": "m", "thinking": thinking}})
+}
+
 /// Configs both accept.
 fn valid() -> Vec<Value> {
     vec![
@@ -29,6 +50,29 @@ fn valid() -> Vec<Value> {
         json!({"model": {"provider": "openai", "name": "gpt", "endpoint": "default",
                          "base_url": "https://llm.example/v1", "max_tokens": 4294967295_u64}}),
         with(json!({"system": "s", "metadata": {"a": [1, {"b": null}]}})),
+        json!({"model": {"provider": "anthropic", "name": "m",
+                         "thinking": {"type": "enabled", "budget_tokens": 1024}}}),
+        json!({"model": {"provider": "anthropic", "name": "m",
+                         "thinking": {"type": "enabled", "budget_tokens": 4095}}}),
+        json!({"model": {"provider": "anthropic", "name": "m", "max_tokens": 64000,
+                         "thinking": {"type": "enabled", "budget_tokens": 63999}}}),
+        json!({"model": {"provider": "anthropic", "name": "m", "thinking": {"type": "adaptive"}}}),
+        json!({"model": {"provider": "anthropic", "name": "m", "thinking": {"type": "disabled"}}}),
+        json!({"model": {"provider": "anthropic", "name": "m", "cache": false}}),
+        json!({"model": {"provider": "anthropic", "name": "m", "cache": true}}),
+        json!({"model": {"provider": "anthropic", "name": "m", "temperature": 1, "top_p": 0.9,
+                         "top_k": 40, "stop_sequences": ["END"], "user": "u-42",
+                         "service_tier": "standard_only"}}),
+        json!({"model": {"provider": "anthropic", "name": "m", "temperature": 0.0,
+                         "stop_sequences": [], "service_tier": "auto"}}),
+        json!({"model": {"provider": "anthropic", "name": "m", "top_p": 0.95,
+                         "thinking": {"type": "adaptive"}}}),
+        json!({"model": {"provider": "anthropic", "name": "m", "temperature": 0.5,
+                         "thinking": {"type": "disabled"}}}),
+        json!({"model": {"provider": "openai", "name": "gpt", "temperature": 2, "top_p": 0,
+                         "stop": ["a", "b", "c", "d"], "seed": -9007199254740993_i64,
+                         "user": "u-42", "reasoning_effort": "minimal",
+                         "parallel_tool_calls": false}}),
         with(json!({"tools": []})),
         with(json!({"tools": [
             {"type": "custom", "name": "lookup"},
@@ -44,6 +88,13 @@ fn valid() -> Vec<Value> {
         with(
             json!({"tools": [{"type": "run_command", "machine": "m1"}, {"type": "spawn_subagent"}]}),
         ),
+        with(json!({"tools": [
+            {"type": "anthropic_web_search", "max_uses": 3, "allowed_domains": ["docs.example"],
+             "user_location": {"type": "approximate", "city": "Bern", "country": "CH", "timezone": "Europe/Zurich"}},
+            {"type": "anthropic_web_fetch", "blocked_domains": ["intranet.example"],
+             "citations": {"enabled": true}, "max_content_tokens": 100000}
+        ]})),
+        with(json!({"tools": [{"type": "anthropic_web_search"}, {"type": "anthropic_web_fetch"}]})),
         with(json!({"approvals": {}})),
         with(json!({"approvals": {"require_for": ["lookup", "web_fetch"]}})),
         with(json!({"limits": {}})),
@@ -59,6 +110,36 @@ fn valid() -> Vec<Value> {
 /// entry).
 fn invalid() -> Vec<(Value, &'static str)> {
     vec![
+        (
+            with(json!({"tools": [{"type": "anthropic_web_search", "name": "search"}]})),
+            "tools[0]",
+        ),
+        (
+            with(json!({"tools": [{"type": "anthropic_web_fetch", "max_uses": "3"}]})),
+            "tools[0]",
+        ),
+        (
+            with(
+                json!({"tools": [{"type": "anthropic_web_search", "user_location": {"type": "exact"}}]}),
+            ),
+            "tools[0]",
+        ),
+        (
+            with(
+                json!({"tools": [{"type": "anthropic_web_search", "user_location": {"type": "approximate", "street": "x"}}]}),
+            ),
+            "tools[0]",
+        ),
+        (
+            with(
+                json!({"tools": [{"type": "anthropic_web_fetch", "citations": {"enabled": "yes"}}]}),
+            ),
+            "tools[0]",
+        ),
+        (
+            with(json!({"tools": [{"type": "anthropic_web_fetch", "citations": {}}]})),
+            "tools[0]",
+        ),
         (json!([]), "config"),
         (json!({}), "model"),
         (json!({"model": "gpt"}), "model"),
@@ -91,6 +172,134 @@ fn invalid() -> Vec<(Value, &'static str)> {
         (
             json!({"model": {"provider": "anthropic", "name": "m", "max_tokens": "10"}}),
             "model.max_tokens",
+        ),
+        (thinking(json!("on")), "model.thinking"),
+        (thinking(json!({"type": "auto"})), "model.thinking"),
+        (thinking(json!({"budget_tokens": 2048})), "model.thinking"),
+        (
+            thinking(json!({"type": "enabled"})),
+            "model.thinking.budget_tokens",
+        ),
+        (
+            thinking(json!({"type": "enabled", "budget_tokens": 1023})),
+            "model.thinking.budget_tokens",
+        ),
+        // At or above the output limit (max_tokens, default 4096).
+        (
+            thinking(json!({"type": "enabled", "budget_tokens": 4096})),
+            "model.thinking.budget_tokens",
+        ),
+        (
+            json!({"model": {"provider": "anthropic", "name": "m", "max_tokens": 2000,
+                             "thinking": {"type": "enabled", "budget_tokens": 2000}}}),
+            "model.thinking.budget_tokens",
+        ),
+        (
+            thinking(json!({"type": "enabled", "budget_tokens": 2048.0})),
+            "model.thinking",
+        ),
+        (
+            thinking(json!({"type": "enabled", "budget_tokens": 5000000000_u64})),
+            "model.thinking",
+        ),
+        (
+            thinking(json!({"type": "adaptive", "budget_tokens": 2048})),
+            "model.thinking",
+        ),
+        (
+            json!({"model": {"provider": "openai", "name": "o3",
+                             "thinking": {"type": "enabled", "budget_tokens": 2048}}}),
+            "model.thinking",
+        ),
+        (
+            json!({"model": {"provider": "anthropic", "name": "m", "cache": "off"}}),
+            "model.cache",
+        ),
+        (
+            json!({"model": {"provider": "anthropic", "name": "m", "cache": {"type": "ephemeral"}}}),
+            "model.cache",
+        ),
+        (
+            json!({"model": {"provider": "openai", "name": "gpt", "cache": false}}),
+            "model.cache",
+        ),
+        (anthropic(json!({"temperature": "1"})), "model.temperature"),
+        (anthropic(json!({"temperature": 1.5})), "model.temperature"),
+        (anthropic(json!({"temperature": -0.1})), "model.temperature"),
+        (
+            json!({"model": {"provider": "openai", "name": "gpt", "temperature": 2.5}}),
+            "model.temperature",
+        ),
+        (
+            anthropic(json!({"temperature": 0.5, "thinking": {"type": "adaptive"}})),
+            "model.temperature",
+        ),
+        (anthropic(json!({"top_p": 1.01})), "model.top_p"),
+        (
+            anthropic(
+                json!({"top_p": 0.9, "thinking": {"type": "enabled", "budget_tokens": 1024}}),
+            ),
+            "model.top_p",
+        ),
+        (anthropic(json!({"top_k": -1})), "model.top_k"),
+        (anthropic(json!({"top_k": 2.5})), "model.top_k"),
+        (
+            anthropic(json!({"top_k": 5, "thinking": {"type": "adaptive"}})),
+            "model.top_k",
+        ),
+        (
+            anthropic(json!({"stop_sequences": "END"})),
+            "model.stop_sequences",
+        ),
+        (
+            anthropic(json!({"stop_sequences": [1]})),
+            "model.stop_sequences",
+        ),
+        (
+            anthropic(json!({"stop_sequences": [""]})),
+            "model.stop_sequences",
+        ),
+        (anthropic(json!({"user": 42})), "model.user"),
+        (anthropic(json!({"user": ""})), "model.user"),
+        (anthropic(json!({"user": "u".repeat(257)})), "model.user"),
+        (
+            anthropic(json!({"service_tier": "priority"})),
+            "model.service_tier",
+        ),
+        (anthropic(json!({"stop": ["END"]})), "model.stop"),
+        (anthropic(json!({"seed": 7})), "model.seed"),
+        (
+            anthropic(json!({"reasoning_effort": "high"})),
+            "model.reasoning_effort",
+        ),
+        (
+            anthropic(json!({"parallel_tool_calls": true})),
+            "model.parallel_tool_calls",
+        ),
+        (openai(json!({"top_k": 5})), "model.top_k"),
+        (
+            openai(json!({"stop_sequences": ["x"]})),
+            "model.stop_sequences",
+        ),
+        (
+            openai(json!({"service_tier": "auto"})),
+            "model.service_tier",
+        ),
+        (openai(json!({"stop": []})), "model.stop"),
+        (
+            openai(json!({"stop": ["a", "b", "c", "d", "e"]})),
+            "model.stop",
+        ),
+        (openai(json!({"stop": ["a", ""]})), "model.stop"),
+        (openai(json!({"seed": 1.5})), "model.seed"),
+        (openai(json!({"seed": "7"})), "model.seed"),
+        (
+            openai(json!({"reasoning_effort": "max"})),
+            "model.reasoning_effort",
+        ),
+        (
+            openai(json!({"parallel_tool_calls": "yes"})),
+            "model.parallel_tool_calls",
         ),
         (with(json!({"system": 5})), "system"),
         (with(json!({"tools": {}})), "tools"),
@@ -199,6 +408,48 @@ fn refused_by_sql_only() -> Vec<(Value, &'static str)> {
         (
             with(json!({"limits": {"max_descendants": 1000000}})),
             "limits.max_descendants",
+        ),
+        // Within i64 but over SQL's 18 digits.
+        (
+            openai(json!({"seed": 1000000000000000000_i64})),
+            "model.seed",
+        ),
+        // Anthropic's server tools: Anthropic agents only, one web_search
+        // and one web_fetch whoever runs it, settings Anthropic accepts.
+        (
+            json!({"model": {"provider": "openai", "name": "gpt"},
+                   "tools": [{"type": "anthropic_web_search"}]}),
+            "tools[0].type",
+        ),
+        (
+            with(json!({"tools": [{"type": "web_search"}, {"type": "anthropic_web_search"}]})),
+            "tools[1].name",
+        ),
+        (
+            with(json!({"tools": [{"type": "anthropic_web_fetch"}, {"type": "web_fetch"}]})),
+            "tools[1].name",
+        ),
+        (
+            with(json!({"tools": [{"type": "anthropic_web_search", "max_uses": 0}]})),
+            "tools[0].max_uses",
+        ),
+        (
+            with(json!({"tools": [{"type": "anthropic_web_fetch", "max_content_tokens": 0}]})),
+            "tools[0].max_content_tokens",
+        ),
+        (
+            with(json!({"tools": [{"type": "anthropic_web_search",
+                                   "allowed_domains": ["a.example"], "blocked_domains": ["b.example"]}]})),
+            "tools[0].blocked_domains",
+        ),
+        (
+            with(json!({"tools": [{"type": "anthropic_web_fetch", "allowed_domains": [""]}]})),
+            "tools[0].allowed_domains",
+        ),
+        (
+            with(json!({"tools": [{"type": "anthropic_web_search"}],
+                        "approvals": {"require_for": ["web_search"]}})),
+            "approvals.require_for",
         ),
         // serde reads a struct from an array of its fields too (here none).
         (with(json!({"approvals": []})), "approvals.require_for"),

@@ -17,8 +17,9 @@ use std::time::Duration;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use holdfast_api::ApiConfig;
+use holdfast_engine::config::Provider;
 use holdfast_engine::egress::EgressPolicy;
-use holdfast_engine::provider::{ModelRequest, Provider, ProviderSettings, Providers};
+use holdfast_engine::provider::{ModelRequest, ProviderSettings, Providers};
 use holdfast_engine::store;
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::{new_agent, wait_until, TestDb};
@@ -275,16 +276,14 @@ async fn an_agent_model_base_url_goes_through_the_policy() {
         let providers = &providers;
         async move {
             let request = ModelRequest {
-                model: holdfast_engine::provider::ModelConfig {
-                    provider: Provider::Openai,
-                    name: "m".into(),
-                    endpoint: None,
+                model: holdfast_engine::config::ModelConfig {
                     base_url: Some(url.clone()),
-                    max_tokens: None,
+                    ..holdfast_engine::config::ModelConfig::new(Provider::Openai, "m")
                 },
                 system: None,
                 messages: vec![],
                 tools: vec![],
+                provider_tools: vec![],
             };
             // A project allowed custom URLs: the one path a tenant-chosen
             // model URL takes.

@@ -10,7 +10,7 @@ use holdfast_engine::domain::NewModelEndpoint;
 use holdfast_engine::secrets::SecretKey;
 use holdfast_engine::store;
 use holdfast_fakes::FakeProvider;
-use holdfast_tests::api_server::ApiServer;
+use holdfast_tests::api_server::{call, ApiServer};
 use holdfast_tests::mcp_server::McpTestServer;
 use holdfast_tests::process::holdfast_bin;
 use holdfast_tests::scenario::{spawn_worker, wait_for_event};
@@ -51,7 +51,7 @@ impl Setup {
     }
 
     async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        call_as(&self.api, &self.key, method, path, body).await
+        call(&self.api, method, path, &self.key, body).await
     }
 }
 
@@ -61,23 +61,6 @@ async fn new_project(db: &TestDb) -> (Uuid, String, String) {
         .await
         .unwrap();
     (created.project_id, name, created.key)
-}
-
-async fn call_as(
-    api: &ApiServer,
-    key: &str,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-) -> (StatusCode, Value) {
-    let mut request = api.request(method, path, key);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status();
-    let text = response.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
 /// A worker on `operator` (the `default` endpoint of both providers) with
@@ -324,20 +307,20 @@ async fn an_operator_endpoint_enforces_its_allow_list_and_project_scope() {
     assert_refused(status, &body, "model.endpoint");
 
     // Another project: the endpoint is out of scope, told like an unknown one.
-    let (status, out_of_scope) = call_as(
+    let (status, out_of_scope) = call(
         &setup.api,
-        &other_key,
         Method::POST,
         "/v1/agents",
+        &other_key,
         Some(config("m-allowed")),
     )
     .await;
     assert_refused(status, &out_of_scope, "model.endpoint");
-    let (_, unknown) = call_as(
+    let (_, unknown) = call(
         &setup.api,
-        &other_key,
         Method::POST,
         "/v1/agents",
+        &other_key,
         Some(json!({"model": {"provider": "openai", "name": "m-allowed", "endpoint": "nope"}})),
     )
     .await;

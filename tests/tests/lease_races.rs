@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use holdfast_engine::domain::{ModelStep, NewToolCall, ToolKind};
+use holdfast_engine::domain::{AgentState, ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::store;
 use holdfast_tests::{project_and_agent, wait_for_lock_wait, TestDb};
 use serde_json::json;
@@ -200,8 +200,8 @@ async fn a_drained_release_interrupts_an_in_flight_external_call() {
     };
     let state = store::release_agent(&client, claim, None).await.unwrap();
     assert_eq!(
-        state.as_str(),
-        "ready",
+        state,
+        AgentState::Ready,
         "the model must hear about the interruption"
     );
     assert_eq!(interrupted_events(&client, agent).await, 1);

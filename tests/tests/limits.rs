@@ -10,8 +10,8 @@ use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::{store, Error};
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::scenario::{
-    agent_state, agent_with_config, count_events, last_event_data, saved_text, spawn_worker,
-    wait_for_event,
+    agent_state, agent_with_config, count_events, last_event_data, pending_inputs, saved_text,
+    spawn_worker, wait_for_event,
 };
 use holdfast_tests::{wait_until, TestDb};
 use serde_json::{json, Value};
@@ -57,19 +57,6 @@ fn calls_step(input_ids: Vec<Uuid>, calls: &[(&str, ToolKind)]) -> ModelStep {
         usage: json!({}),
         stop_reason: Some("tool_use".into()),
     }
-}
-
-async fn pending_inputs(client: &Client, agent: Uuid) -> Vec<Uuid> {
-    client
-        .query(
-            "SELECT id FROM holdfast.inputs WHERE agent_id = $1 AND consumed_at IS NULL ORDER BY created_at",
-            &[&agent],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
 }
 
 /// Claim `agent`, which must be the only ready agent.

@@ -10,12 +10,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use holdfast_client::wire::machines::{HeartbeatRequest, RegisterMachineRequest, WakeRequest};
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{count_events, last_event_data, spawn_worker, wait_for_event};
 use holdfast_tests::{wait_until, ScratchDir, TestDb};
-use reqwest::Method;
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 use uuid::Uuid;
@@ -74,20 +74,16 @@ impl Rig {
 
     /// Register a machine over HTTP: (id, token).
     async fn register(&self, name: &str) -> (Uuid, String) {
-        let created: Value = self
+        let created = self
             .server
-            .request(Method::POST, "/v1/machines", &self.key)
-            .json(&json!({"name": name}))
-            .send()
-            .await
-            .unwrap()
-            .json()
+            .client(&self.key)
+            .register_machine(&RegisterMachineRequest {
+                name: name.into(),
+                wake_url: None,
+            })
             .await
             .unwrap();
-        (
-            created["id"].as_str().unwrap().parse().unwrap(),
-            created["token"].as_str().unwrap().to_owned(),
-        )
+        (created.id, created.token)
     }
 
     /// `holdfast machine` for `token`, keeping its journal in `state`, running
@@ -348,16 +344,11 @@ async fn a_daemon_restarted_with_a_wiped_state_dir_runs_nothing_twice() {
 
     // The second daemon is up and claiming, and still nothing ran twice.
     wait_until(WAIT, "the second daemon heartbeats", || async {
-        let listed: Value = rig
-            .server
-            .request(Method::GET, "/v1/machines", &rig.key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        listed["machines"][0]["online"] == json!(true)
+        let listed = rig.server.client(&rig.key).machines().await.unwrap();
+        listed
+            .machines
+            .first()
+            .is_some_and(|machine| machine.online)
     })
     .await;
     assert_eq!(rig.dir.marker_lines(), 1);
@@ -384,28 +375,19 @@ async fn a_machine_that_never_comes_up_fails_the_command_after_the_accept_timeou
 
     // The machine shows up late: nothing is handed to it, nothing runs.
     let session = Uuid::new_v4();
-    let heartbeat = rig
-        .server
-        .request(Method::POST, "/v1/machine/heartbeat", &token)
-        .json(&json!({"session": session, "started": true}))
-        .send()
+    let late = rig.server.client(&token);
+    late.heartbeat(&HeartbeatRequest {
+        session,
+        started: true,
+        commands: Vec::new(),
+    })
+    .await
+    .unwrap();
+    let claimed = late
+        .claim_commands(session, Duration::from_secs(1), 10)
         .await
         .unwrap();
-    assert!(heartbeat.status().is_success());
-    let claimed: Value = rig
-        .server
-        .request(
-            Method::POST,
-            &format!("/v1/machine/commands/claim?session={session}&wait=1"),
-            &token,
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(claimed["commands"], json!([]));
+    assert!(claimed.commands.is_empty(), "{claimed:?}");
     assert!(!rig.dir.marker().exists(), "the command never ran");
 }
 
@@ -463,18 +445,16 @@ async fn a_wake_attempt_keeps_queued_commands_alive_past_the_offline_window() {
     let _maintenance = rig.maintenance("5m", "1s");
     let (asleep, token) = rig.register("asleep").await;
     let (witness, _) = rig.register("witness").await;
-    let woke = rig
-        .server
-        .request(
-            Method::POST,
-            &format!("/v1/machines/{asleep}/wake"),
-            &rig.key,
+    rig.server
+        .client(&rig.key)
+        .wake_machine(
+            asleep,
+            &WakeRequest {
+                window_secs: Some(600),
+            },
         )
-        .json(&json!({"window_secs": 600}))
-        .send()
         .await
         .unwrap();
-    assert!(woke.status().is_success());
     let _worker = rig.worker("w");
     let waiting = rig.agent_running(asleep, "echo woke-up").await;
     wait_for_event(&rig.client, waiting, "command.queued", WAIT).await;

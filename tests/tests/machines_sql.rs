@@ -12,6 +12,7 @@ use holdfast_engine::domain::{
     ModelStep, NewToolCall, ReportedCommand, ToolKind,
 };
 use holdfast_engine::{store, Error};
+use holdfast_tests::scenario::agent_state;
 use holdfast_tests::TestDb;
 use serde_json::{json, Value};
 use tokio_postgres::{Client, GenericClient};
@@ -163,14 +164,6 @@ async fn call_outcome(client: &Client, call: Uuid) -> (String, Option<Value>, Op
         .await
         .unwrap();
     (row.get(0), row.get(1), row.get(2))
-}
-
-async fn agent_state(client: &Client, agent: Uuid) -> String {
-    client
-        .query_one("SELECT state FROM holdfast.agents WHERE id = $1", &[&agent])
-        .await
-        .unwrap()
-        .get(0)
 }
 
 async fn events_of(client: &Client, agent: Uuid, kind: &str) -> Vec<Value> {

@@ -12,6 +12,7 @@ use std::time::Duration;
 use std::process::Stdio;
 
 use holdfast_fakes::{FakeProvider, Reply};
+use holdfast_tests::api_server::call_at;
 use holdfast_tests::process::{holdfast_bin, processes_working_in};
 use holdfast_tests::{wait_until, ScratchDir};
 use reqwest::StatusCode;
@@ -156,15 +157,15 @@ async fn api(
     path: &str,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let mut request = reqwest::Client::new()
-        .request(method, format!("{}{path}", up.url))
-        .bearer_auth(&up.key);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status();
-    (status, response.json().await.unwrap_or(Value::Null))
+    call_at(
+        &reqwest::Client::new(),
+        &up.url,
+        method,
+        path,
+        &up.key,
+        body,
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

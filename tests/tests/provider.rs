@@ -6,9 +6,10 @@ use holdfast_engine::egress::EgressPolicy;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use holdfast_engine::config::{ModelConfig, Provider, ReasoningEffort, ServiceTier, Thinking};
 use holdfast_engine::provider::{
-    ContentBlock, Message, ModelConfig, ModelError, ModelRequest, ModelResponse, ModelTarget,
-    Provider, ProviderSettings, Providers, Role, ToolDefinition,
+    ContentBlock, Delta, DeltaKind, Message, ModelError, ModelRequest, ModelResponse, ModelTarget,
+    ProviderSettings, Providers, Role, ToolDefinition,
 };
 use holdfast_fakes::{FakeProvider, Protocol, Reply};
 use serde_json::{json, Value};
@@ -40,13 +41,7 @@ fn text(role: Role, t: &str) -> Message {
 
 fn request(provider: Provider) -> ModelRequest {
     ModelRequest {
-        model: ModelConfig {
-            provider,
-            name: "test-model".into(),
-            endpoint: None,
-            base_url: None,
-            max_tokens: None,
-        },
+        model: ModelConfig::new(provider, "test-model"),
         system: Some("You are terse.".into()),
         messages: vec![text(Role::User, "What is the weather in Zürich?")],
         tools: vec![ToolDefinition {
@@ -58,6 +53,7 @@ fn request(provider: Provider) -> ModelRequest {
                 "required": ["city"],
             }),
         }],
+        provider_tools: vec![],
     }
 }
 
@@ -65,7 +61,7 @@ fn request(provider: Provider) -> ModelRequest {
 async fn complete(
     providers: &Providers,
     request: &ModelRequest,
-) -> (Result<ModelResponse, ModelError>, Vec<String>) {
+) -> (Result<ModelResponse, ModelError>, Vec<Delta>) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let target = providers.default_target(request.model.provider);
     let result = providers.complete(request, &target, Some(&tx)).await;
@@ -75,6 +71,15 @@ async fn complete(
         deltas.push(delta);
     }
     (result, deltas)
+}
+
+/// The deltas of `kind`, joined.
+fn joined(deltas: &[Delta], kind: DeltaKind) -> String {
+    deltas
+        .iter()
+        .filter(|d| d.kind == kind)
+        .map(|d| d.text.as_str())
+        .collect()
 }
 
 fn expect_retryable(result: Result<ModelResponse, ModelError>, kind: &str) -> Option<Duration> {
@@ -117,7 +122,7 @@ async fn text_deltas_concatenate_to_the_final_text() {
         let (result, deltas) = complete(&providers, &request(provider)).await;
         let response = result.unwrap();
         assert!(deltas.len() > 3, "{provider:?} streamed {deltas:?}");
-        assert_eq!(deltas.concat(), answer);
+        assert_eq!(joined(&deltas, DeltaKind::Text), answer);
         assert_eq!(
             response.content,
             vec![ContentBlock::Text {
@@ -141,7 +146,11 @@ async fn assert_tool_calls_assemble(provider: Provider) {
     ));
     let (result, deltas) = complete(&providers, &request(provider)).await;
     let response = result.unwrap();
-    assert_eq!(deltas.concat(), "Let me check.", "only text goes live");
+    assert_eq!(
+        joined(&deltas, DeltaKind::Text),
+        "Let me check.",
+        "only text goes live"
+    );
     assert_eq!(response.stop_reason.as_deref(), Some("tool_use"));
     assert_eq!(response.content.len(), 3);
     assert_eq!(
@@ -175,6 +184,67 @@ async fn anthropic_input_json_delta_fragments_assemble_into_json() {
 #[tokio::test]
 async fn openai_tool_call_fragments_assemble_into_json() {
     assert_tool_calls_assemble(Provider::Openai).await;
+}
+
+#[tokio::test]
+async fn anthropic_thinking_is_requested_kept_signed_and_streamed_as_its_own_kind() {
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    let mut req = request(Provider::Anthropic);
+    req.model.max_tokens = Some(16000);
+    req.model.thinking = Some(Thinking::Enabled {
+        budget_tokens: 10000,
+    });
+    let thinking = json!({"type": "thinking", "thinking": "Bern is in Switzerland, so Celsius.",
+                          "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"});
+    let redacted = json!({"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT"});
+    let call = json!({"type": "tool_use", "id": "toolu_01T1x1fJ34qAmk2tNTrN7Up6",
+                      "name": "get_weather", "input": {"city": "Bern"}});
+    fake.push(Reply::anthropic_blocks(vec![
+        thinking.clone(),
+        redacted.clone(),
+        call.clone(),
+    ]));
+    let (result, deltas) = complete(&providers, &req).await;
+    let response = result.unwrap();
+
+    let sent = &fake.requests()[0].body;
+    assert_eq!(
+        sent["thinking"],
+        json!({"type": "enabled", "budget_tokens": 10000})
+    );
+    assert_eq!(sent["max_tokens"], 16000);
+    assert_eq!(
+        response.content,
+        vec![
+            ContentBlock::Raw(thinking),
+            ContentBlock::Raw(redacted),
+            ContentBlock::ToolUse {
+                id: "toolu_01T1x1fJ34qAmk2tNTrN7Up6".into(),
+                name: "get_weather".into(),
+                input: json!({"city": "Bern"}),
+            },
+        ],
+        "thinking assembled from its deltas, with its signature"
+    );
+    assert_eq!(response.stop_reason.as_deref(), Some("tool_use"));
+    assert_eq!(
+        joined(&deltas, DeltaKind::Thinking),
+        "Bern is in Switzerland, so Celsius."
+    );
+    assert_eq!(joined(&deltas, DeltaKind::Text), "", "no answer text yet");
+    assert!(
+        !deltas.iter().any(|d| d.text.contains("EqQB")),
+        "signatures never stream live"
+    );
+
+    // Without `thinking` in the config, the request has none.
+    fake.push(Reply::text("ok"));
+    complete(&providers, &request(Provider::Anthropic))
+        .await
+        .0
+        .unwrap();
+    assert!(fake.requests()[1].body.get("thinking").is_none());
 }
 
 #[tokio::test]
@@ -452,7 +522,7 @@ async fn an_overloaded_error_mid_stream_is_retryable() {
         let (result, deltas) = complete(&providers, &request(provider)).await;
         expect_retryable(result, kind);
         assert_eq!(
-            deltas.concat(),
+            joined(&deltas, DeltaKind::Text),
             "one two ",
             "deltas before the error went live"
         );
@@ -498,7 +568,7 @@ async fn a_hang_is_cut_by_the_idle_timeout() {
         fake.push(Reply::text("one two three").hold_after_deltas(1));
         let (result, deltas) = complete(&providers, &request(provider)).await;
         expect_retryable(result, "timeout_error");
-        assert_eq!(deltas, ["one "]);
+        assert_eq!(joined(&deltas, DeltaKind::Text), "one ");
     }
 }
 
@@ -517,7 +587,7 @@ async fn a_slow_stream_that_keeps_streaming_is_not_timed_out() {
     let started = std::time::Instant::now();
     let (result, deltas) = complete(&providers, &request(Provider::Anthropic)).await;
     assert!(started.elapsed() > idle);
-    assert_eq!(deltas.concat(), answer);
+    assert_eq!(joined(&deltas, DeltaKind::Text), answer);
     assert!(result.is_ok(), "{result:?}");
 }
 
@@ -666,14 +736,42 @@ fn rich_request(provider: Provider) -> ModelRequest {
     req
 }
 
-#[tokio::test]
-async fn anthropic_requests_have_the_documented_wire_shape() {
+/// The Anthropic body of [`rich_request`] without prompt caching.
+fn rich_anthropic_body() -> Value {
+    json!({
+        "model": "test-model",
+        "max_tokens": 1000,
+        "system": "You are terse.",
+        "stream": true,
+        "tools": [{
+            "name": "get_weather",
+            "description": "Current weather for a city",
+            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        }],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Weather in Zürich and Bern?"}]},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "Checking both."},
+                {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Zürich"}},
+                {"type": "tool_use", "id": "call_2", "name": "get_weather", "input": {"city": "Bern"}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "call_1", "content": "21 °C, sunny"},
+                {"type": "tool_result", "tool_use_id": "call_2", "content": "{\"error\":\"station offline\"}", "is_error": true},
+                {"type": "text", "text": "Also Geneva, please."},
+            ]},
+        ],
+    })
+}
+
+/// The body Anthropic got for `request`, with its headers checked.
+async fn sent_to_anthropic(request: &ModelRequest) -> Value {
     let fake = FakeProvider::start().await;
     let providers = providers(&fake);
     providers
         .complete(
-            &rich_request(Provider::Anthropic),
-            &providers.default_target(rich_request(Provider::Anthropic).model.provider),
+            request,
+            &providers.default_target(request.model.provider),
             None,
         )
         .await
@@ -682,33 +780,161 @@ async fn anthropic_requests_have_the_documented_wire_shape() {
     assert_eq!(seen.protocol, Protocol::Anthropic);
     assert_eq!(seen.header("x-api-key"), Some("sk-ant-test"));
     assert_eq!(seen.header("anthropic-version"), Some("2023-06-01"));
+    seen.body
+}
+
+#[tokio::test]
+async fn anthropic_requests_have_the_documented_wire_shape() {
+    let mut uncached = rich_request(Provider::Anthropic);
+    uncached.model.cache = Some(false);
+    assert_eq!(sent_to_anthropic(&uncached).await, rich_anthropic_body());
+}
+
+#[tokio::test]
+async fn anthropic_requests_mark_cache_breakpoints_on_the_last_tool_the_system_and_the_latest_message(
+) {
+    let ephemeral = json!({"type": "ephemeral"});
+    let mut expected = rich_anthropic_body();
+    expected["tools"][0]["cache_control"] = ephemeral.clone();
+    expected["system"] =
+        json!([{"type": "text", "text": "You are terse.", "cache_control": ephemeral}]);
+    expected["messages"][2]["content"][2]["cache_control"] = ephemeral.clone();
+    let request = rich_request(Provider::Anthropic);
+    assert_eq!(request.model.cache, None, "caching is the default");
+    assert_eq!(sent_to_anthropic(&request).await, expected);
+
+    // Thinking blocks may not carry a breakpoint: the latest block that may.
+    let mut thinking_last = request.clone();
+    thinking_last.messages.push(Message {
+        role: Role::Assistant,
+        content: vec![
+            ContentBlock::Text {
+                text: "Geneva next.".into(),
+            },
+            ContentBlock::Raw(json!({"type": "redacted_thinking", "data": "EmwKAhgB"})),
+        ],
+    });
+    let body = sent_to_anthropic(&thinking_last).await;
     assert_eq!(
-        seen.body,
-        json!({
-            "model": "test-model",
-            "max_tokens": 1000,
-            "system": "You are terse.",
-            "stream": true,
-            "tools": [{
-                "name": "get_weather",
-                "description": "Current weather for a city",
-                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-            }],
-            "messages": [
-                {"role": "user", "content": [{"type": "text", "text": "Weather in Zürich and Bern?"}]},
-                {"role": "assistant", "content": [
-                    {"type": "text", "text": "Checking both."},
-                    {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Zürich"}},
-                    {"type": "tool_use", "id": "call_2", "name": "get_weather", "input": {"city": "Bern"}},
-                ]},
-                {"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": "call_1", "content": "21 °C, sunny"},
-                    {"type": "tool_result", "tool_use_id": "call_2", "content": "{\"error\":\"station offline\"}", "is_error": true},
-                    {"type": "text", "text": "Also Geneva, please."},
-                ]},
-            ],
-        })
+        body["messages"][3]["content"],
+        json!([{"type": "text", "text": "Geneva next.", "cache_control": ephemeral},
+               {"type": "redacted_thinking", "data": "EmwKAhgB"}])
     );
+    assert!(
+        body["messages"][2]["content"][2]
+            .get("cache_control")
+            .is_none(),
+        "one breakpoint on the messages, on the latest"
+    );
+}
+
+#[tokio::test]
+async fn openai_cached_and_reasoning_tokens_are_in_the_usage() {
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    fake.push(
+        Reply::text("ok")
+            .usage(2048, 300)
+            .cache_tokens(1024, 0)
+            .reasoning_tokens(256),
+    );
+    let (result, _) = complete(&providers, &request(Provider::Openai)).await;
+    let usage = result.unwrap().usage;
+    assert_eq!(usage.input_tokens, 2048);
+    assert_eq!(usage.cache_read_tokens, 1024);
+    assert_eq!(usage.cache_write_tokens, 0);
+    assert_eq!(usage.output_tokens, 300);
+    assert_eq!(usage.reasoning_tokens, 256);
+}
+
+#[tokio::test]
+async fn sampling_options_go_out_under_each_api_s_own_names() {
+    let mut anthropic = rich_request(Provider::Anthropic);
+    anthropic.model = ModelConfig {
+        max_tokens: Some(1000),
+        cache: Some(false),
+        temperature: Some(0.2),
+        top_p: Some(0.9),
+        top_k: Some(40),
+        stop_sequences: Some(vec!["END".into()]),
+        user: Some("user-7f3a".into()),
+        service_tier: Some(ServiceTier::StandardOnly),
+        ..ModelConfig::new(Provider::Anthropic, "test-model")
+    };
+    let mut expected = rich_anthropic_body();
+    for (name, value) in [
+        ("temperature", json!(0.2)),
+        ("top_p", json!(0.9)),
+        ("top_k", json!(40)),
+        ("stop_sequences", json!(["END"])),
+        ("metadata", json!({"user_id": "user-7f3a"})),
+        ("service_tier", json!("standard_only")),
+    ] {
+        expected[name] = value;
+    }
+    assert_eq!(sent_to_anthropic(&anthropic).await, expected);
+
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    let mut openai = rich_request(Provider::Openai);
+    openai.model = ModelConfig {
+        temperature: Some(1.5),
+        top_p: Some(0.5),
+        stop: Some(vec!["END".into(), "STOP".into()]),
+        seed: Some(42),
+        user: Some("user-7f3a".into()),
+        reasoning_effort: Some(ReasoningEffort::Low),
+        parallel_tool_calls: Some(false),
+        ..ModelConfig::new(Provider::Openai, "test-model")
+    };
+    complete(&providers, &openai).await.0.unwrap();
+    let body = &fake.last_request().unwrap().body;
+    for (name, value) in [
+        ("temperature", json!(1.5)),
+        ("top_p", json!(0.5)),
+        ("stop", json!(["END", "STOP"])),
+        ("seed", json!(42)),
+        ("user", json!("user-7f3a")),
+        ("reasoning_effort", json!("low")),
+        ("parallel_tool_calls", json!(false)),
+    ] {
+        assert_eq!(body[name], value, "{name}");
+    }
+    // Without tools OpenAI refuses parallel_tool_calls: it is left out.
+    openai.tools.clear();
+    complete(&providers, &openai).await.0.unwrap();
+    let body = &fake.last_request().unwrap().body;
+    assert!(body.get("parallel_tool_calls").is_none(), "{body}");
+    assert_eq!(body["seed"], 42);
+    // Unset options are not sent at all.
+    complete(&providers, &request(Provider::Openai))
+        .await
+        .0
+        .unwrap();
+    let body = &fake.last_request().unwrap().body;
+    for name in [
+        "temperature",
+        "top_p",
+        "stop",
+        "seed",
+        "user",
+        "reasoning_effort",
+    ] {
+        assert!(body.get(name).is_none(), "{name} in {body}");
+    }
+}
+
+#[tokio::test]
+async fn anthropic_cache_reads_and_writes_are_counted_in_the_usage() {
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    fake.push(Reply::text("ok").usage(5000, 7).cache_tokens(4000, 900));
+    let (result, _) = complete(&providers, &request(Provider::Anthropic)).await;
+    let usage = result.unwrap().usage;
+    assert_eq!(usage.input_tokens, 5000, "the whole prompt");
+    assert_eq!(usage.cache_read_tokens, 4000);
+    assert_eq!(usage.cache_write_tokens, 900);
+    assert_eq!(usage.output_tokens, 7);
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
-use holdfast_tests::scenario::{spawn_worker, start_turn, wait_for_events};
+use holdfast_tests::scenario::{agent_with_config, spawn_worker, start_turn, wait_for_events};
 use holdfast_tests::TestDb;
 use serde_json::{json, Value};
 
@@ -86,6 +86,11 @@ async fn server_tool_blocks_and_citations_are_saved_and_sent_back_unchanged() {
     wait_for_events(&client, agent, "turn.completed", 2, T).await;
     let requests = fake.requests();
     assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[0].header("anthropic-beta"),
+        None,
+        "no beta without web fetch"
+    );
     let history = &requests[1].body["messages"];
     assert_eq!(history[1]["role"], "assistant");
     assert_eq!(
@@ -93,4 +98,122 @@ async fn server_tool_blocks_and_citations_are_saved_and_sent_back_unchanged() {
         Value::Array(server_search_blocks()),
         "sent back unchanged"
     );
+}
+
+/// The config's Anthropic server tools as `tools` entries of the request,
+/// in Anthropic's documented shapes.
+fn server_tool_config() -> Value {
+    json!([
+        {"type": "custom", "name": "lookup"},
+        {"type": "anthropic_web_search", "max_uses": 2, "allowed_domains": ["docs.example"],
+         "user_location": {"type": "approximate", "city": "Bern", "country": "CH", "timezone": "Europe/Zurich"}},
+        {"type": "anthropic_web_fetch", "citations": {"enabled": true}, "max_content_tokens": 5000}
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn anthropic_server_tools_from_the_config_are_sent_as_documented_and_a_paused_turn_goes_on() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    fake.push(Reply::anthropic_blocks(server_search_blocks()).stop_reason("pause_turn"));
+    fake.push(Reply::text("Done searching."));
+    let _worker = spawn_worker("w-server-tool-config", &db.config, &fake, &[]);
+    // Without prompt caching, so the wire body is exactly the saved history.
+    let config = json!({"model": {"provider": "anthropic", "name": "claude-test", "cache": false},
+                        "tools": server_tool_config()});
+    let agent = agent_with_config(&client, &config).await;
+    store::create_input(&client, agent, &json!("find the docs"), None)
+        .await
+        .unwrap();
+    wait_for_events(&client, agent, "turn.completed", 1, T).await;
+
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2, "the paused turn took one more call");
+    for request in &requests {
+        assert_eq!(
+            request.body["tools"],
+            json!([
+                {"name": "lookup", "description": "", "input_schema": {"type": "object"}},
+                {"type": "web_search_20250305", "name": "web_search", "max_uses": 2,
+                 "allowed_domains": ["docs.example"],
+                 "user_location": {"type": "approximate", "city": "Bern", "country": "CH",
+                                   "timezone": "Europe/Zurich"}},
+                {"type": "web_fetch_20250910", "name": "web_fetch",
+                 "citations": {"enabled": true}, "max_content_tokens": 5000}
+            ])
+        );
+        assert_eq!(
+            request.header("anthropic-beta"),
+            Some("web-fetch-2025-09-10")
+        );
+    }
+    // Anthropic continues a paused turn from the response sent back as the
+    // last message, unchanged.
+    let history = requests[1].body["messages"].as_array().unwrap().clone();
+    assert_eq!(history.len(), 2, "{history:?}");
+    assert_eq!(history[1]["role"], "assistant");
+    assert_eq!(history[1]["content"], Value::Array(server_search_blocks()));
+
+    let types: Vec<String> = client
+        .query(
+            "SELECT type FROM holdfast.events WHERE agent_id = $1 ORDER BY seq",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "input.received",
+            "turn.started",
+            "model.response",
+            "model.response",
+            "turn.completed"
+        ],
+        "one turn, two responses, completed once"
+    );
+    let tool_calls: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.tool_calls WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        tool_calls, 0,
+        "Anthropic ran the server tools; nothing ran here"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_turn_paused_again_and_again_stops_at_the_step_limit() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    fake.set_default(Reply::anthropic_blocks(server_search_blocks()).stop_reason("pause_turn"));
+    let _worker = spawn_worker("w-pause-limit", &db.config, &fake, &[]);
+    let config = json!({"model": {"provider": "anthropic", "name": "claude-test"},
+                        "tools": [{"type": "anthropic_web_search"}],
+                        "limits": {"max_model_steps_per_turn": 2}});
+    let agent = agent_with_config(&client, &config).await;
+    store::create_input(&client, agent, &json!("search forever"), None)
+        .await
+        .unwrap();
+    wait_for_events(&client, agent, "turn.failed", 1, T).await;
+    assert_eq!(fake.request_count(), 2, "no call past the limit");
+    let error: Value = client
+        .query_one(
+            "SELECT data -> 'error' FROM holdfast.events WHERE agent_id = $1 AND type = 'turn.failed'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(error["type"], "limit_exceeded", "{error}");
+    assert_eq!(error["limit"], "max_model_steps_per_turn", "{error}");
 }

@@ -5,8 +5,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::future::join_all;
-use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
+use holdfast_engine::domain::{AgentState, Claim, ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::{migrate, store, Error};
+use holdfast_tests::scenario::{agent_state, pending_inputs};
 use holdfast_tests::{new_agent, project_and_agent, wait_for_lock_wait_in, wait_until, TestDb};
 use serde_json::{json, Value};
 use tokio_postgres::{AsyncMessage, Client};
@@ -27,14 +28,6 @@ async fn ready(client: &Client, agent: Uuid) {
 
 async fn count(client: &Client, sql: &str, agent: Uuid) -> i64 {
     client.query_one(sql, &[&agent]).await.unwrap().get(0)
-}
-
-async fn agent_state(client: &Client, agent: Uuid) -> String {
-    client
-        .query_one("SELECT state FROM holdfast.agents WHERE id = $1", &[&agent])
-        .await
-        .unwrap()
-        .get(0)
 }
 
 fn text_step(input_ids: Vec<Uuid>) -> ModelStep {
@@ -64,19 +57,6 @@ fn tool_step(input_ids: Vec<Uuid>, kinds: &[ToolKind]) -> ModelStep {
         usage: json!({}),
         stop_reason: Some("tool_use".into()),
     }
-}
-
-async fn pending_inputs(client: &Client, agent: Uuid) -> Vec<Uuid> {
-    client
-        .query(
-            "SELECT id FROM holdfast.inputs WHERE agent_id = $1 AND consumed_at IS NULL ORDER BY created_at",
-            &[&agent],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -722,8 +702,8 @@ async fn a_turn_runs_from_input_through_tools_to_completion() {
     assert!(matches!(again, Err(Error::Conflict(_))), "{again:?}");
     let state = store::release_agent(&client, claim, None).await.unwrap();
     assert_eq!(
-        state.as_str(),
-        "ready",
+        state,
+        AgentState::Ready,
         "all results in: the model must answer"
     );
 

@@ -1,11 +1,19 @@
 //! The schema source itself: each function defined once, in the function
 //! files; migrations after the split define none; a changed function file is
-//! re-applied; every event type the SQL emits is a known event type.
+//! re-applied; every event type the SQL emits is a known event type; each
+//! text enum of the domain has exactly the strings its column's CHECK allows.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use holdfast_engine::config::Provider;
+use holdfast_engine::domain::{
+    AgentState, ApprovalStatus, CommandResultState, QuestionStatus, ToolCallStatus, ToolKind,
+    WebhookDeliveryStatus,
+};
 use holdfast_engine::migrate::{self, FUNCTION_FILES, MIGRATIONS};
 use holdfast_tests::TestDb;
+use strum::VariantArray;
+use tokio_postgres::Client;
 
 /// The last migration written before functions moved to `sql/functions/`:
 /// later migrations hold tables, indexes, triggers and views only.
@@ -184,4 +192,76 @@ async fn every_event_type_the_sql_emits_is_in_event_types() {
         .execute("SELECT holdfast.validate_webhook_events($1)", &[&all])
         .await
         .unwrap();
+}
+
+/// The strings the `column IN (...)` CHECK of `holdfast.table` allows, as
+/// the migrated database has it (Postgres shows it as
+/// `(column = ANY (ARRAY['a'::text, ...]))`).
+async fn check_strings(client: &Client, table: &str, column: &str) -> BTreeSet<String> {
+    let definitions: Vec<String> = client
+        .query(
+            "SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c
+               JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+              WHERE c.conrelid = ('holdfast.' || $1)::regclass AND c.contype = 'c'
+                AND cardinality(c.conkey) = 1 AND a.attname = $2",
+            &[&table, &column],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .filter(|d: &String| d.contains("ANY (ARRAY["))
+        .collect();
+    assert_eq!(
+        definitions.len(),
+        1,
+        "one IN list on {table}.{column}: {definitions:?}"
+    );
+    // The quoted literals are every other piece between single quotes.
+    definitions[0]
+        .split('\'')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+fn strings_of<T: VariantArray + Copy + Into<&'static str>>() -> BTreeSet<String> {
+    T::VARIANTS.iter().map(|&v| v.into().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn each_text_enum_has_the_strings_of_its_column_check() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let columns = [
+        ("agents", "state", strings_of::<AgentState>()),
+        ("tool_calls", "kind", strings_of::<ToolKind>()),
+        ("tool_calls", "status", strings_of::<ToolCallStatus>()),
+        ("approvals", "status", strings_of::<ApprovalStatus>()),
+        ("questions", "status", strings_of::<QuestionStatus>()),
+        (
+            "webhook_deliveries",
+            "status",
+            strings_of::<WebhookDeliveryStatus>(),
+        ),
+        (
+            "commands",
+            "result_state",
+            strings_of::<CommandResultState>(),
+        ),
+        ("model_endpoints", "kind", strings_of::<Provider>()),
+        (
+            "project_provider_keys",
+            "provider",
+            strings_of::<Provider>(),
+        ),
+    ];
+    for (table, column, expected) in columns {
+        assert_eq!(
+            check_strings(&client, table, column).await,
+            expected,
+            "{table}.{column}"
+        );
+    }
 }

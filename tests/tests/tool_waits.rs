@@ -6,6 +6,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::{store, Error};
+use holdfast_tests::scenario::event_types;
 use holdfast_tests::TestDb;
 use serde_json::{json, Value};
 use tokio_postgres::Client;
@@ -82,19 +83,6 @@ async fn state(client: &Client, agent: Uuid) -> String {
         .await
         .unwrap()
         .get(0)
-}
-
-async fn event_types(client: &Client, agent: Uuid) -> Vec<String> {
-    client
-        .query(
-            "SELECT type FROM holdfast.events WHERE agent_id = $1 ORDER BY seq",
-            &[&agent],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
 }
 
 fn config_with(tools: Value, require_for: &[&str]) -> Value {

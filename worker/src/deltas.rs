@@ -1,10 +1,12 @@
-//! Live text deltas: batched (every 50 ms or 1 KiB) and sent as
-//! notifications on `holdfast_stream`, never saved.
+//! Live deltas (answer text and extended thinking): batched per kind (every
+//! 50 ms or 1 KiB, and whenever the kind changes, so their order holds) and
+//! sent as notifications on `holdfast_stream`, never saved.
 
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use holdfast_engine::domain::Claim;
+use holdfast_engine::provider::{Delta, DeltaKind};
 use holdfast_engine::store;
 use tokio::sync::mpsc;
 
@@ -15,13 +17,22 @@ const FLUSH_BYTES: usize = 1024;
 /// so long buffers are split).
 const MAX_TEXT_PER_NOTIFY: usize = 1200;
 
+/// Deltas of one kind waiting to be sent.
+struct Buffer {
+    kind: DeltaKind,
+    text: String,
+}
+
 /// Forward deltas from `rx` until it closes, then flush what is left.
 /// Delivery is best effort: a failed notify is logged, never retried, and
 /// never fails the step (the saved response is the source of truth).
-pub async fn publish(pool: Pool, claim: Claim, mut rx: mpsc::UnboundedReceiver<String>) {
-    let mut buffer = String::new();
+pub async fn publish(pool: Pool, claim: Claim, mut rx: mpsc::UnboundedReceiver<Delta>) {
+    let mut buffer = Buffer {
+        kind: DeltaKind::Text,
+        text: String::new(),
+    };
     loop {
-        let next = if buffer.is_empty() {
+        let next = if buffer.text.is_empty() {
             rx.recv().await
         } else {
             match tokio::time::timeout(FLUSH_EVERY, rx.recv()).await {
@@ -33,9 +44,13 @@ pub async fn publish(pool: Pool, claim: Claim, mut rx: mpsc::UnboundedReceiver<S
             }
         };
         match next {
-            Some(text) => {
-                buffer.push_str(&text);
-                if buffer.len() >= FLUSH_BYTES {
+            Some(delta) => {
+                if delta.kind != buffer.kind {
+                    flush(&pool, claim, &mut buffer).await;
+                    buffer.kind = delta.kind;
+                }
+                buffer.text.push_str(&delta.text);
+                if buffer.text.len() >= FLUSH_BYTES {
                     flush(&pool, claim, &mut buffer).await;
                 }
             }
@@ -47,11 +62,11 @@ pub async fn publish(pool: Pool, claim: Claim, mut rx: mpsc::UnboundedReceiver<S
     }
 }
 
-async fn flush(pool: &Pool, claim: Claim, buffer: &mut String) {
-    if buffer.is_empty() {
+async fn flush(pool: &Pool, claim: Claim, buffer: &mut Buffer) {
+    if buffer.text.is_empty() {
         return;
     }
-    let text = std::mem::take(buffer);
+    let text = std::mem::take(&mut buffer.text);
     let client = match pool.get().await {
         Ok(client) => client,
         Err(e) => {
@@ -60,7 +75,9 @@ async fn flush(pool: &Pool, claim: Claim, buffer: &mut String) {
         }
     };
     for chunk in chunks(&text, MAX_TEXT_PER_NOTIFY) {
-        if let Err(e) = store::stream_delta(&store::Pooled(&client), claim, chunk).await {
+        if let Err(e) =
+            store::stream_delta(&store::Pooled(&client), claim, buffer.kind, chunk).await
+        {
             tracing::debug!(error = %e, "dropping a delta");
         }
     }

@@ -7,6 +7,7 @@ pub mod deps;
 pub mod machine;
 pub mod maintenance;
 pub mod outcome;
+pub mod plan;
 pub mod settings;
 pub mod step;
 pub mod stop;

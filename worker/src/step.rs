@@ -8,8 +8,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use holdfast_engine::context::{NextAction, StepContext};
-use holdfast_engine::domain::{Claim, ModelStep, NewToolCall};
+use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, StepContext};
 use holdfast_engine::provider::{ContentBlock, ModelError, ModelRequest, ModelTarget};
 use holdfast_engine::{store, Error, Result};
 use serde_json::{json, Value};
@@ -17,6 +16,7 @@ use tokio::sync::mpsc;
 
 use crate::deps::StepDeps;
 use crate::outcome::{save, StepOutcome, StepResult};
+use crate::plan::{compaction_plan, model_request, next_action, NextAction};
 use crate::stop::{StopReason, StopSignal};
 use crate::{deltas, toolbox};
 
@@ -143,7 +143,7 @@ async fn execute(deps: &StepDeps, claim: Claim, stop: &StopSignal) -> Result<Ste
         stop.stop(StopReason::Cancel);
         return Ok(StepResult::Cancelled);
     }
-    let action = context.next_action();
+    let action = next_action(&context);
     let kind = match &action {
         NextAction::Nothing => "nothing",
         NextAction::Tools(_) => "tools",
@@ -166,7 +166,7 @@ async fn execute(deps: &StepDeps, claim: Claim, stop: &StopSignal) -> Result<Ste
 const COMPACTION_KEEP_LAST: usize = 4;
 
 async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Result<StepResult> {
-    let request = context.model_request(toolbox::definitions(deps, &context.config).await);
+    let request = model_request(context, toolbox::definitions(deps, &context.config).await);
     let target = match model_target(deps, claim, context, &request).await? {
         Ok(target) => target,
         Err(error) => return Ok(model_failed(deps, context, error)),
@@ -260,9 +260,8 @@ async fn compact(
         message,
         input_ids: context.pending_input_ids(),
     };
-    let plan = context
-        .compaction_plan(request, COMPACTION_KEEP_LAST)
-        .or_else(|| context.compaction_plan(request, 0));
+    let plan = compaction_plan(context, request, COMPACTION_KEEP_LAST)
+        .or_else(|| compaction_plan(context, request, 0));
     let Some(plan) = plan else {
         return too_long(
             "the context is too long for the model and nothing older is left to summarise".into(),

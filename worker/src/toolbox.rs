@@ -11,10 +11,10 @@
 //! | `ask_user` | question: waits for an answer | `ask_user` |
 //! | `spawn_subagent` (`config`?) | internal | `spawn_subagent` |
 //! | `run_command` (`machine`) | command: handed to a machine once | `run_command` |
+//! | `anthropic_web_search`, `anthropic_web_fetch` | none here: Anthropic runs them inside the model call | `web_search`, `web_fetch` |
 
 use holdfast_engine::config::{split_mcp_tool_name, AgentConfig, ToolEntry};
-use holdfast_engine::context::{StepContext, ToolCallRecord};
-use holdfast_engine::domain::{Claim, ToolKind};
+use holdfast_engine::domain::{Claim, StepContext, ToolCallRecord, ToolKind};
 use holdfast_engine::provider::ToolDefinition;
 use holdfast_engine::{store, Error, Result};
 use serde_json::{json, Value};
@@ -50,6 +50,8 @@ pub async fn definitions(deps: &StepDeps, config: &AgentConfig) -> Vec<ToolDefin
                 },
                 Err(e) => tracing::warn!(error = %e, "invalid MCP tool entry"),
             },
+            // Sent as the provider's own tools (ModelRequest::provider_tools).
+            ToolEntry::AnthropicWebSearch(_) | ToolEntry::AnthropicWebFetch(_) => {}
         }
     }
     out
@@ -64,10 +66,10 @@ pub async fn definitions(deps: &StepDeps, config: &AgentConfig) -> Vec<ToolDefin
 /// can correct itself and the turn goes on. Runnable calls are validated when
 /// they run.
 pub fn commit_kind(config: &AgentConfig, name: &str, input: &Value) -> ToolKind {
-    let Some(tool) = config.tool_for_call(name) else {
+    let Some((tool, kind)) = config.tool_for_call(name) else {
         return ToolKind::Internal;
     };
-    match tool.kind() {
+    match kind {
         kind @ (ToolKind::Custom | ToolKind::Question | ToolKind::Command) => {
             match schema_of(tool) {
                 Some(schema) if validate_input(&schema, input).is_err() => ToolKind::Internal,
@@ -92,7 +94,9 @@ fn schema_of(tool: &ToolEntry) -> Option<Value> {
         ToolEntry::AskUser {} => ask_user_definition().input_schema,
         ToolEntry::SpawnSubagent { .. } => spawn_subagent_definition().input_schema,
         ToolEntry::RunCommand { .. } => run_command_definition().input_schema,
-        ToolEntry::Mcp { .. } => return None,
+        ToolEntry::Mcp { .. }
+        | ToolEntry::AnthropicWebSearch(_)
+        | ToolEntry::AnthropicWebFetch(_) => return None,
     })
 }
 
@@ -206,7 +210,7 @@ fn checked_tool<'a>(
     config: &'a AgentConfig,
     call: &ToolCallRecord,
 ) -> std::result::Result<&'a ToolEntry, ToolOutput> {
-    let Some(tool) = config.tool_for_call(&call.name) else {
+    let Some((tool, kind)) = config.tool_for_call(&call.name) else {
         return Err(ToolOutput::error(format!(
             "Unknown tool {:?}: this agent has no such tool.",
             call.name
@@ -218,7 +222,7 @@ fn checked_tool<'a>(
             call.name
         )));
     }
-    if tool.kind() != call.kind {
+    if kind != call.kind {
         return Err(ToolOutput::error(format!(
             "Tool {:?} changed since it was called; call it again.",
             call.name

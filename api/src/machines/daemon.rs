@@ -17,19 +17,19 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::Json;
-use chrono::{DateTime, Utc};
-use holdfast_engine::domain::{
-    ClaimedCommand, CommandResult, CommandResultOutcome, CommandResultState, DaemonCommandState,
-    Heartbeat, ReportedCommand,
+use holdfast_client::wire::error::ErrorBody;
+use holdfast_client::wire::machines::{
+    ClaimedCommandView, ClaimedList, HeartbeatRequest, HeartbeatView, ResultRequest, ResultView,
 };
+use holdfast_engine::domain::{CommandResult, Heartbeat};
 use holdfast_engine::store;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio::time::Instant;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::token::MachineCaller;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery, MachineJson};
 use crate::state::AppState;
 
@@ -41,74 +41,6 @@ pub const CLAIM_FALLBACK_POLL: Duration = Duration::from_secs(5);
 pub const CLAIM_POLL_WITHOUT_LISTEN: Duration = Duration::from_millis(500);
 /// Commands per claim, unless the daemon asks for fewer.
 const DEFAULT_CLAIM_MAX: i32 = 10;
-
-/// Where a command stands on the daemon.
-#[derive(Clone, Copy, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum DaemonStateName {
-    /// Journaled; its process has not started.
-    Accepted,
-    /// Its process runs.
-    Running,
-    /// Its result waits for the server to acknowledge it.
-    Finished,
-}
-
-/// One command the daemon's journal holds.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReportedCommandBody {
-    id: Uuid,
-    state: DaemonStateName,
-    /// The process id, while it runs.
-    pid: Option<u32>,
-}
-
-/// A heartbeat.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct HeartbeatRequest {
-    /// The daemon process: a new random id at every process start.
-    session: Uuid,
-    /// True on the first heartbeat of a process start: this session takes
-    /// the machine over (an older session's heartbeats and claims get 409),
-    /// and any accepted command missing from `commands` is one the daemon
-    /// has no record of, resolved as `unknown`. Send it before claiming.
-    #[serde(default)]
-    started: bool,
-    /// Every command the daemon's journal holds (kept as their last known
-    /// state). At most 1000.
-    #[serde(default)]
-    commands: Vec<ReportedCommandBody>,
-}
-
-impl From<HeartbeatRequest> for Heartbeat {
-    fn from(request: HeartbeatRequest) -> Heartbeat {
-        Heartbeat {
-            session: request.session,
-            started: request.started,
-            commands: request
-                .commands
-                .into_iter()
-                .map(|c| ReportedCommand {
-                    id: c.id,
-                    state: match c.state {
-                        DaemonStateName::Accepted => DaemonCommandState::Accepted,
-                        DaemonStateName::Running => DaemonCommandState::Running,
-                        DaemonStateName::Finished => DaemonCommandState::Finished,
-                    },
-                    pid: c.pid,
-                })
-                .collect(),
-        }
-    }
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct HeartbeatView {
-    machine_id: Uuid,
-    heartbeat_at: DateTime<Utc>,
-}
 
 /// Record a heartbeat: the machine is online, and a wake attempt (if any)
 /// has succeeded.
@@ -149,37 +81,6 @@ pub struct ClaimQuery {
     /// At most this many commands (1 to 100, default 10).
     #[param(minimum = 1, maximum = 100)]
     max: Option<i32>,
-}
-
-/// A command handed to this machine: run it once.
-#[derive(Serialize, ToSchema)]
-pub struct ClaimedCommandView {
-    id: Uuid,
-    tool_call_id: Uuid,
-    agent_id: Uuid,
-    /// Run with `sh -c`.
-    command: String,
-    /// Kill it after this many seconds.
-    timeout_secs: i32,
-    accepted_at: DateTime<Utc>,
-}
-
-impl From<ClaimedCommand> for ClaimedCommandView {
-    fn from(command: ClaimedCommand) -> ClaimedCommandView {
-        ClaimedCommandView {
-            id: command.id,
-            tool_call_id: command.tool_call_id,
-            agent_id: command.agent_id,
-            command: command.command,
-            timeout_secs: command.timeout_secs,
-            accepted_at: command.accepted_at,
-        }
-    }
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct ClaimedList {
-    commands: Vec<ClaimedCommandView>,
 }
 
 /// Claim queued commands, waiting up to `wait` seconds for one. Every
@@ -248,68 +149,6 @@ pub async fn claim_commands(
             }
         }
     }
-}
-
-/// How a command ended on the machine.
-#[derive(Clone, Copy, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ResultStateName {
-    /// The process exited, or was killed at its timeout (`timed_out`).
-    Finished,
-    /// The daemon lost the process without an exit status (e.g. it was
-    /// restarted while the command ran).
-    Unknown,
-}
-
-/// A command's result. Text is UTF-8 (invalid bytes replaced); the daemon
-/// bounds it and says so with the `*_truncated` flags.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ResultRequest {
-    state: ResultStateName,
-    exit_code: Option<i32>,
-    /// The signal that ended the process, if one did.
-    signal: Option<i32>,
-    #[serde(default)]
-    timed_out: bool,
-    #[serde(default)]
-    stdout: String,
-    #[serde(default)]
-    stderr: String,
-    #[serde(default)]
-    stdout_truncated: bool,
-    #[serde(default)]
-    stderr_truncated: bool,
-}
-
-impl From<ResultRequest> for CommandResult {
-    fn from(request: ResultRequest) -> CommandResult {
-        CommandResult {
-            state: match request.state {
-                ResultStateName::Finished => CommandResultState::Finished,
-                ResultStateName::Unknown => CommandResultState::Unknown,
-            },
-            exit_code: request.exit_code,
-            signal: request.signal,
-            timed_out: request.timed_out,
-            stdout: request.stdout,
-            stderr: request.stderr,
-            stdout_truncated: request.stdout_truncated,
-            stderr_truncated: request.stderr_truncated,
-        }
-    }
-}
-
-/// What became of a result.
-#[derive(Serialize, ToSchema)]
-pub struct ResultView {
-    command_id: Uuid,
-    /// `delivered`: the agent continues with it. `late`: the agent had
-    /// already moved on (machine_unreachable, a cancelled turn); it is
-    /// recorded as an event only. `duplicate`: this result was recorded
-    /// before.
-    #[schema(value_type = String, example = "delivered")]
-    outcome: CommandResultOutcome,
 }
 
 /// Report a command's result (U+0000 in its output is kept as U+FFFD).

@@ -10,17 +10,18 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
-use chrono::{DateTime, Utc};
-use holdfast_engine::domain::{MachineRegistered, MachineStatus, MachineWake};
+use holdfast_client::wire::error::ErrorBody;
+use holdfast_client::wire::machines::{
+    MachineCreated, MachineList, MachineView, RegisterMachineRequest, WakeRequest, WakeView,
+};
+use holdfast_engine::domain::MachineWake;
 use holdfast_engine::egress::{refusal_in, EgressKind, EgressPolicy};
 use holdfast_engine::store;
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
-use utoipa::ToSchema;
+use serde_json::json;
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::extract::{parse_json, ApiJson, ApiPath};
 use crate::state::AppState;
 
@@ -28,102 +29,6 @@ use crate::state::AppState;
 const DEFAULT_WAKE_WINDOW_SECS: u64 = 300;
 /// How long the API waits for a machine's wake_url to answer.
 const WAKE_URL_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// A machine to register.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RegisterMachineRequest {
-    /// Unique in the project: 1 to 100 letters, digits, `.`, `_` or `-`.
-    /// Agents name the machine by it (or by id) in their `run_command`
-    /// tool entry.
-    name: String,
-    /// POSTed when a wake attempt starts (`{"machine_id", "name",
-    /// "wake_until"}`): e.g. a Wake-on-LAN relay on the machine's network.
-    wake_url: Option<String>,
-}
-
-/// A machine with its token (registered, or its token rotated). The token
-/// is shown here only: give it to the machine's daemon (`--token-file` or
-/// `HOLDFAST_MACHINE_TOKEN`).
-#[derive(Serialize, ToSchema)]
-pub struct MachineCreated {
-    id: Uuid,
-    name: String,
-    wake_url: Option<String>,
-    /// The token's first characters, to tell tokens apart later.
-    token_prefix: String,
-    /// `hfm_…`: authenticates the daemon on `/v1/machine/...`.
-    token: String,
-    created_at: DateTime<Utc>,
-}
-
-/// A machine and where it stands.
-#[derive(Serialize, ToSchema)]
-pub struct MachineView {
-    id: Uuid,
-    name: String,
-    wake_url: Option<String>,
-    /// A heartbeat arrived within the offline window
-    /// (`HOLDFAST_MACHINE_OFFLINE_AFTER`, 30 s).
-    online: bool,
-    last_heartbeat_at: Option<DateTime<Utc>>,
-    /// Set while a wake attempt is in progress: queued commands wait until
-    /// then instead of failing as offline.
-    wake_until: Option<DateTime<Utc>>,
-    /// Commands waiting for the machine to claim them.
-    queued_commands: i64,
-    /// Accepted commands: `{"id", "agent_id", "tool_call_id", "command",
-    /// "accepted_at", "last_known_state"}` (the state the daemon last
-    /// reported: `accepted`, `running` with its `pid`, or `finished`).
-    #[schema(value_type = Vec<Object>)]
-    running_commands: Value,
-    created_at: DateTime<Utc>,
-}
-
-impl From<MachineStatus> for MachineView {
-    fn from(machine: MachineStatus) -> MachineView {
-        MachineView {
-            id: machine.id,
-            name: machine.name,
-            wake_url: machine.wake_url,
-            online: machine.online,
-            last_heartbeat_at: machine.last_heartbeat_at,
-            wake_until: machine.wake_until,
-            queued_commands: machine.queued_commands,
-            running_commands: machine.running_commands,
-            created_at: machine.created_at,
-        }
-    }
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct MachineList {
-    machines: Vec<MachineView>,
-}
-
-/// How long to wait for the machine to come up.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct WakeRequest {
-    /// The wake attempt's window in seconds (1 to 86400, default 300). A
-    /// heartbeat ends it early: the machine is up.
-    #[schema(minimum = 1, maximum = 86400)]
-    window_secs: Option<u64>,
-}
-
-/// A wake attempt, started.
-#[derive(Serialize, ToSchema)]
-pub struct WakeView {
-    machine_id: Uuid,
-    /// Queued commands wait until then.
-    wake_until: DateTime<Utc>,
-    /// The machine's wake_url was POSTed.
-    wake_url_called: bool,
-    /// Its answer's status, when it answered.
-    wake_url_status: Option<u16>,
-    /// Why the call failed, when it did (the attempt is recorded anyway).
-    wake_url_error: Option<String>,
-}
 
 /// Register a machine; the answer carries its token, shown only once.
 #[utoipa::path(
@@ -165,19 +70,6 @@ pub async fn register_machine(
         [(header::LOCATION, format!("/v1/machines/{id}"))],
         Json(MachineCreated::from(created)),
     ))
-}
-
-impl From<MachineRegistered> for MachineCreated {
-    fn from(machine: MachineRegistered) -> MachineCreated {
-        MachineCreated {
-            id: machine.machine_id,
-            name: machine.name,
-            wake_url: machine.wake_url,
-            token_prefix: machine.token_prefix,
-            token: machine.token,
-            created_at: machine.created_at,
-        }
-    }
 }
 
 /// Give a machine a new token, shown only in this answer. The old token is

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
+use holdfast_client::wire::inputs::{InputRequest, InputView};
+use holdfast_client::{Answer, CallError, Client, Retry};
 use holdfast_engine::store;
 use serde_json::json;
 use uuid::Uuid;
@@ -39,6 +41,10 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let (api, base) = fleet.api("bench-inputs-api").await?;
 
     let http = reqwest::Client::builder().http1_only().build()?;
+    let http_api = Client::with_http(http, &base, &key.key);
+    let input = Arc::new(InputRequest {
+        content: json!("Hello from the benchmark."),
+    });
     let postmaster = bench.cluster.postmaster_pid();
     let pg_ticks_before = postmaster.map_or(0, children_cpu_ticks);
     let api_ticks_before = api.cpu_ticks()?;
@@ -46,8 +52,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let deadline = started + Duration::from_secs(u64::from(seconds));
     let mut tasks = Vec::with_capacity(clients);
     for c in 0..clients {
-        let (http, base, key, agents) =
-            (http.clone(), base.clone(), key.key.clone(), agents.clone());
+        let (http_api, agents, input) = (http_api.clone(), agents.clone(), input.clone());
         tasks.push(tokio::spawn(async move {
             let mut latency = Samples::new();
             let mut failures = 0u64;
@@ -56,19 +61,19 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
                 let agent = agents[i % agents.len()];
                 i += clients;
                 let sent = Instant::now();
-                let response = http
-                    .post(format!("{base}/v1/agents/{agent}/inputs"))
-                    .bearer_auth(&key)
-                    .header("idempotency-key", Uuid::new_v4().to_string())
-                    .json(&json!({"content": "Hello from the benchmark."}))
-                    .send()
-                    .await?;
-                let ok = response.status().is_success();
-                response.bytes().await?;
-                if ok {
-                    latency.push(sent.elapsed());
-                } else {
-                    failures += 1;
+                // Once: a retry would hide a failure and blur the latency.
+                let sent_input: Result<Answer<InputView>, CallError> = http_api
+                    .post(
+                        &format!("/v1/agents/{agent}/inputs"),
+                        &*input,
+                        Retry::Once,
+                        Some(&Uuid::new_v4().to_string()),
+                    )
+                    .await;
+                match sent_input {
+                    Ok(_) => latency.push(sent.elapsed()),
+                    Err(CallError::Api(_)) => failures += 1,
+                    Err(e) => return Err(e.into()),
                 }
             }
             anyhow::Ok((latency, failures))

@@ -4,9 +4,11 @@
 
 use std::io::Write;
 
+use holdfast_client::follow::SavedEvent;
+use holdfast_client::wire::agents::AgentView;
 use serde_json::Value;
 
-use super::follow::SavedEvent;
+use super::Pending;
 
 /// Prints a stream as a timeline. Live deltas of a model call are written
 /// inline after `▸`; the saved event that follows starts on a new line.
@@ -133,23 +135,19 @@ fn describe(event: &SavedEvent, streamed: bool) -> String {
     }
 }
 
-pub fn agent_created(agent: &Value) {
-    println!(
-        "agent {} created: {}",
-        agent["id"].as_str().unwrap_or("?"),
-        summary(agent)
-    );
+pub fn agent_created(agent: &AgentView) {
+    println!("agent {} created: {}", agent.id, summary(agent));
 }
 
-pub fn agent(agent: &Value) {
-    println!("agent      {}", agent["id"].as_str().unwrap_or("?"));
-    println!("state      {}", agent["state"].as_str().unwrap_or("?"));
+pub fn agent(agent: &AgentView) {
+    println!("agent      {}", agent.id);
+    println!("state      {}", agent.state.as_str());
     println!("config     {}", summary(agent));
-    println!("turn open  {}", agent["turn_open"]);
-    println!("last event #{}", agent["last_event_seq"]);
+    println!("turn open  {}", agent.turn_open);
+    println!("last event #{}", agent.last_event_seq);
 }
 
-pub fn agent_list(agents: &[Value]) {
+pub fn agent_list(agents: &[AgentView]) {
     if agents.is_empty() {
         println!("no agents");
         return;
@@ -157,16 +155,16 @@ pub fn agent_list(agents: &[Value]) {
     for agent in agents {
         println!(
             "{}  {:<8}  {}",
-            agent["id"].as_str().unwrap_or("?"),
-            agent["state"].as_str().unwrap_or("?"),
+            agent.id,
+            agent.state.as_str(),
             summary(agent)
         );
     }
 }
 
 /// `provider/name, tools a, b (approval: a)`.
-fn summary(agent: &Value) -> String {
-    let config = &agent["config"];
+fn summary(agent: &AgentView) -> String {
+    let config = &agent.config;
     let mut line = format!(
         "{}/{}",
         config["model"]["provider"].as_str().unwrap_or("?"),
@@ -194,36 +192,33 @@ fn summary(agent: &Value) -> String {
 }
 
 /// What waits, with the command that answers each.
-pub fn pending(waiting: &Value, only_if_any: bool) {
-    let list = |key: &str| waiting[key].as_array().cloned().unwrap_or_default();
-    let (approvals, questions, calls) = (list("approvals"), list("questions"), list("tool_calls"));
-    if approvals.is_empty() && questions.is_empty() && calls.is_empty() {
+pub fn pending(waiting: &Pending, only_if_any: bool) {
+    if waiting.approvals.is_empty() && waiting.questions.is_empty() && waiting.tool_calls.is_empty()
+    {
         if !only_if_any {
             println!("nothing waits on you");
         }
         return;
     }
-    for a in &approvals {
-        let id = a["id"].as_str().unwrap_or("?");
+    for a in &waiting.approvals {
+        let id = a.id;
         println!(
             "approval   {id}  {} {}  → holdfast approve {id} | holdfast deny {id}",
-            a["tool_name"].as_str().unwrap_or("?"),
-            a["tool_input"]
+            a.tool_name, a.tool_input
         );
     }
-    for q in &questions {
-        let id = q["id"].as_str().unwrap_or("?");
+    for q in &waiting.questions {
+        let id = q.id;
         println!(
             "question   {id}  {}  → holdfast answer {id} \"…\"",
-            quote(q["question"].as_str().unwrap_or_default())
+            quote(&q.question)
         );
     }
-    for c in &calls {
-        let id = c["id"].as_str().unwrap_or("?");
+    for c in &waiting.tool_calls {
+        let id = c.id;
         println!(
             "tool call  {id}  {} {}  → holdfast result {id} '<json>'",
-            c["name"].as_str().unwrap_or("?"),
-            c["input"]
+            c.name, c.input
         );
     }
 }

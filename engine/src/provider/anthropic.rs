@@ -10,6 +10,18 @@
 //! `message_stop`. `ping` may come at any time; an `error` event (e.g.
 //! `overloaded_error`) can end the stream early.
 //!
+//! Prompt caching (unless the agent's `model.cache` is false) marks
+//! `cache_control` breakpoints on the last tool, the system prompt (sent as
+//! a text block for it) and the latest message; the usage reports
+//! `cache_read_input_tokens` and `cache_creation_input_tokens` beside the
+//! uncached `input_tokens`, all three counted in [`Usage::input_tokens`].
+//!
+//! Extended thinking (`thinking` in the request) streams `thinking` blocks —
+//! `thinking_delta`s, then one `signature_delta` — and `redacted_thinking`
+//! blocks whole in their `content_block_start` (`data`); both are kept raw
+//! below, and the thinking text is also forwarded live as
+//! [`DeltaKind::Thinking`].
+//!
 //! Blocks Holdfast does not interpret — the server tools' `server_tool_use`
 //! and `web_search_tool_result`, text with `citations` (`citations_delta`),
 //! and any type added later — are saved as [`ContentBlock::Raw`], exactly as
@@ -21,15 +33,13 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::classify::{classify_stream_error, incomplete_stream, invalid_response};
-use super::client::StreamAssembler;
+use super::client::{forward, insert_if_set, StreamAssembler};
 use super::history::{normalise, tool_result_text};
-use super::{ContentBlock, ModelError, ModelRequest, ModelResponse, Role, Usage};
+use super::{ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role, Usage};
+use crate::config::ToolEntry;
 use crate::sse::SseEvent;
 
 pub(crate) const API_VERSION: &str = "2023-06-01";
-
-/// Anthropic requires `max_tokens`; this is used when the agent sets none.
-pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
 /// The request body.
 pub(crate) fn request_body(request: &ModelRequest) -> Value {
@@ -47,30 +57,120 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
         .collect();
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model.name));
-    body.insert(
-        "max_tokens".into(),
-        json!(request.model.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
-    );
+    body.insert("max_tokens".into(), json!(request.model.output_limit()));
+    let model = &request.model;
+    // The config's shape is the API's: `{"type": "enabled", "budget_tokens": n}`.
+    insert_if_set(&mut body, "thinking", &model.thinking);
+    insert_if_set(&mut body, "temperature", &model.temperature);
+    insert_if_set(&mut body, "top_p", &model.top_p);
+    insert_if_set(&mut body, "top_k", &model.top_k);
+    insert_if_set(&mut body, "stop_sequences", &model.stop_sequences);
+    insert_if_set(&mut body, "service_tier", &model.service_tier);
+    if let Some(user) = &model.user {
+        body.insert("metadata".into(), json!({"user_id": user}));
+    }
+    let caching = request.model.caches_prompt();
     if let Some(system) = request.system.as_deref().filter(|s| !s.is_empty()) {
-        body.insert("system".into(), json!(system));
+        let system = if caching {
+            // A breakpoint needs the block form of the system prompt.
+            json!([{"type": "text", "text": system, "cache_control": cache_breakpoint()}])
+        } else {
+            json!(system)
+        };
+        body.insert("system".into(), system);
     }
     body.insert("messages".into(), Value::Array(messages));
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
-            .tools
-            .iter()
-            .map(|t| {
-                json!({
-                    "name": t.name,
-                    "description": t.description,
-                    "input_schema": t.input_schema,
-                })
+    let tools: Vec<Value> = request
+        .tools
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "description": t.description,
+                "input_schema": t.input_schema,
             })
-            .collect();
+        })
+        .chain(request.provider_tools.iter().filter_map(server_tool))
+        .collect();
+    if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));
+    }
+    if caching {
+        mark_cache_breakpoints(&mut body);
     }
     body.insert("stream".into(), json!(true));
     Value::Object(body)
+}
+
+/// A prompt-cache breakpoint: the prompt up to the block carrying it is
+/// cached (for 5 minutes, refreshed by each read).
+fn cache_breakpoint() -> Value {
+    json!({"type": "ephemeral"})
+}
+
+/// Breakpoints where Anthropic's prompt caching documents them for a
+/// growing conversation: on the last tool (all tool definitions cached), on
+/// the system prompt (set where it is built) and on the last block of the
+/// latest message that may carry one (thinking blocks may not), so the next
+/// step reads this whole prompt from the cache. Three of the four a request
+/// may have. Only the wire body changes, never the saved history.
+fn mark_cache_breakpoints(body: &mut Map<String, Value>) {
+    let last_tool = body
+        .get_mut("tools")
+        .and_then(Value::as_array_mut)
+        .and_then(|tools| tools.last_mut())
+        .and_then(Value::as_object_mut);
+    if let Some(tool) = last_tool {
+        tool.insert("cache_control".into(), cache_breakpoint());
+    }
+    let latest = body
+        .get_mut("messages")
+        .and_then(Value::as_array_mut)
+        .and_then(|messages| messages.last_mut())
+        .and_then(|message| message.get_mut("content"))
+        .and_then(Value::as_array_mut);
+    let cacheable = latest
+        .into_iter()
+        .flatten()
+        .rev()
+        .filter_map(Value::as_object_mut)
+        .find(|block| {
+            !matches!(
+                block.get("type").and_then(Value::as_str),
+                Some("thinking" | "redacted_thinking")
+            )
+        });
+    if let Some(block) = cacheable {
+        block.insert("cache_control".into(), cache_breakpoint());
+    }
+}
+
+/// The beta web fetch needs: `anthropic-beta: web-fetch-2025-09-10`.
+const WEB_FETCH_BETA: &str = "web-fetch-2025-09-10";
+
+/// The `anthropic-beta` header `request` needs, if any.
+pub(crate) fn beta_header(request: &ModelRequest) -> Option<&'static str> {
+    request
+        .provider_tools
+        .iter()
+        .any(|tool| matches!(tool, ToolEntry::AnthropicWebFetch(_)))
+        .then_some(WEB_FETCH_BETA)
+}
+
+/// A server tool's entry in `tools`: its versioned type, the name the model
+/// calls it by, and its settings as configured (their names are
+/// Anthropic's).
+fn server_tool(tool: &ToolEntry) -> Option<Value> {
+    let (settings, tool_type) = match tool {
+        ToolEntry::AnthropicWebSearch(settings) => (json!(settings), "web_search_20250305"),
+        ToolEntry::AnthropicWebFetch(settings) => (json!(settings), "web_fetch_20250910"),
+        _ => return None,
+    };
+    let mut entry = json!({"type": tool_type, "name": tool.name()});
+    if let (Some(entry), Value::Object(settings)) = (entry.as_object_mut(), settings) {
+        entry.extend(settings);
+    }
+    Some(entry)
 }
 
 fn block(block: &ContentBlock) -> Value {
@@ -136,6 +236,16 @@ fn input_tokens(usage: &Value) -> Option<u64> {
     )
 }
 
+impl AnthropicStream {
+    /// The cache reads and writes of a usage object that has the input
+    /// counts (`message_start`, or a `message_delta` that repeats them).
+    fn cache_usage(&mut self, usage: &Value) {
+        let field = |name: &str| usage.get(name).and_then(Value::as_u64).unwrap_or(0);
+        self.usage.cache_read_tokens = field("cache_read_input_tokens");
+        self.usage.cache_write_tokens = field("cache_creation_input_tokens");
+    }
+}
+
 fn index(data: &Value) -> Result<u64, ModelError> {
     data.get("index")
         .and_then(Value::as_u64)
@@ -146,7 +256,7 @@ impl StreamAssembler for AnthropicStream {
     fn event(
         &mut self,
         event: SseEvent,
-        deltas: Option<&UnboundedSender<String>>,
+        deltas: Option<&UnboundedSender<Delta>>,
     ) -> Result<bool, ModelError> {
         let data: Value = serde_json::from_str(&event.data)
             .map_err(|e| invalid_response(format!("event {:?} is not JSON: {e}", event.event)))?;
@@ -163,6 +273,7 @@ impl StreamAssembler for AnthropicStream {
                         .get("output_tokens")
                         .and_then(Value::as_u64)
                         .unwrap_or(0);
+                    self.cache_usage(usage);
                 }
             }
             "content_block_start" => {
@@ -207,10 +318,7 @@ impl StreamAssembler for AnthropicStream {
                     (Some(Block::Text { text, .. }), Some("text_delta")) => {
                         let piece = delta.get("text").and_then(Value::as_str).unwrap_or("");
                         text.push_str(piece);
-                        if let (Some(tx), false) = (deltas, piece.is_empty()) {
-                            // A receiver gone away only means nobody watches live.
-                            let _ = tx.send(piece.to_owned());
-                        }
+                        forward(deltas, DeltaKind::Text, piece);
                     }
                     (Some(Block::Text { citations, .. }), Some("citations_delta")) => {
                         if let Some(citation) = delta.get("citation") {
@@ -228,7 +336,13 @@ impl StreamAssembler for AnthropicStream {
                                 .unwrap_or(""),
                         );
                     }
-                    (Some(Block::Raw { block, .. }), Some(kind)) => raw_delta(block, kind, delta),
+                    (Some(Block::Raw { block, .. }), Some(kind)) => {
+                        raw_delta(block, kind, delta);
+                        if kind == "thinking_delta" {
+                            let piece = delta.get("thinking").and_then(Value::as_str);
+                            forward(deltas, DeltaKind::Thinking, piece.unwrap_or(""));
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -255,6 +369,7 @@ impl StreamAssembler for AnthropicStream {
                     }
                     if let Some(input) = input_tokens(usage) {
                         self.usage.input_tokens = input;
+                        self.cache_usage(usage);
                     }
                     // Cumulative like output_tokens: `{"web_search_requests": n, ...}`.
                     if let Some(counts) = usage.get("server_tool_use").and_then(Value::as_object) {

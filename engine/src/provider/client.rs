@@ -21,7 +21,7 @@ use super::classify::{
 };
 use super::compaction::estimate_tokens;
 use super::openai::{self, OpenAiStream};
-use super::{ModelError, ModelRequest, ModelResponse, Provider};
+use super::{Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Provider};
 use crate::domain::{ModelDestination, ModelRoute};
 use crate::duration::parse_duration;
 use crate::egress::{EgressKind, EgressPolicy};
@@ -218,11 +218,34 @@ pub(crate) trait StreamAssembler {
     fn event(
         &mut self,
         event: SseEvent,
-        deltas: Option<&UnboundedSender<String>>,
+        deltas: Option<&UnboundedSender<Delta>>,
     ) -> Result<bool, ModelError>;
 
     /// The assembled response; an error if the stream never completed.
     fn finish(self) -> Result<ModelResponse, ModelError>;
+}
+
+/// `body[name] = value` when the agent set it (a request leaves out what
+/// the config leaves out, so the provider's default applies).
+pub(crate) fn insert_if_set<T: serde::Serialize>(
+    body: &mut serde_json::Map<String, serde_json::Value>,
+    name: &str,
+    value: &Option<T>,
+) {
+    if let Some(value) = value {
+        body.insert(name.into(), serde_json::json!(value));
+    }
+}
+
+/// Send a non-empty piece to the live listeners, if any.
+pub(crate) fn forward(deltas: Option<&UnboundedSender<Delta>>, kind: DeltaKind, piece: &str) {
+    if let (Some(tx), false) = (deltas, piece.is_empty()) {
+        // A receiver gone away only means nobody watches live.
+        let _ = tx.send(Delta {
+            kind,
+            text: piece.to_owned(),
+        });
+    }
 }
 
 impl Providers {
@@ -282,7 +305,7 @@ impl Providers {
                     ),
                 })?;
                 let opened = secret
-                    .open_provider_key(route.project_id, provider.as_str(), sealed)
+                    .open_provider_key(route.project_id, provider.into(), sealed)
                     .map_err(|e| ModelError::Fatal {
                         error_type: "authentication_error".into(),
                         message: e.to_string(),
@@ -346,15 +369,15 @@ impl Providers {
         }
     }
 
-    /// One streaming model call to `target`. Each text delta goes to
-    /// `deltas` as it arrives (send errors are ignored: nobody watching is
+    /// One streaming model call to `target`. Each text or thinking delta
+    /// goes to `deltas` as it arrives (send errors are ignored: nobody watching is
     /// fine); the result is the assembled response, or the failure
     /// classified. Drop the future to cancel: the connection is closed.
     pub async fn complete(
         &self,
         request: &ModelRequest,
         target: &ModelTarget,
-        deltas: Option<&UnboundedSender<String>>,
+        deltas: Option<&UnboundedSender<Delta>>,
     ) -> Result<ModelResponse, ModelError> {
         match target {
             ModelTarget::Operator { base_url, api_key } => {
@@ -381,7 +404,7 @@ impl Providers {
         request: &ModelRequest,
         base_url: &str,
         project_key: Option<&str>,
-        deltas: Option<&UnboundedSender<String>>,
+        deltas: Option<&UnboundedSender<Delta>>,
     ) -> Result<ModelResponse, ModelError> {
         if let Ok(url) = reqwest::Url::parse(base_url) {
             self.settings
@@ -401,7 +424,7 @@ impl Providers {
         client: &reqwest::Client,
         base: &str,
         api_key: Option<&str>,
-        deltas: Option<&UnboundedSender<String>>,
+        deltas: Option<&UnboundedSender<Delta>>,
     ) -> Result<ModelResponse, ModelError> {
         match request.model.provider {
             Provider::Anthropic => {
@@ -411,6 +434,9 @@ impl Providers {
                     .json(&anthropic::request_body(request));
                 if let Some(key) = api_key {
                     http = http.header("x-api-key", key);
+                }
+                if let Some(beta) = anthropic::beta_header(request) {
+                    http = http.header("anthropic-beta", beta);
                 }
                 self.stream(http, AnthropicStream::default(), deltas).await
             }
@@ -439,10 +465,7 @@ impl Providers {
     /// estimated size plus the output it reserves (`max_tokens`) exceeds
     /// `compact_threshold` of the model's context window.
     pub fn should_compact(&self, request: &ModelRequest) -> bool {
-        let output = request
-            .model
-            .max_tokens
-            .unwrap_or(anthropic::DEFAULT_MAX_TOKENS);
+        let output = request.model.output_limit();
         let needed = estimate_tokens(request) + u64::from(output);
         let window = self.context_window(&request.model.name) as f64;
         needed as f64 > window * self.settings.compact_threshold
@@ -454,7 +477,7 @@ impl Providers {
         &self,
         http: RequestBuilder,
         mut assembler: impl StreamAssembler,
-        deltas: Option<&UnboundedSender<String>>,
+        deltas: Option<&UnboundedSender<Delta>>,
     ) -> Result<ModelResponse, ModelError> {
         let idle = self.settings.idle_timeout;
         let response = timeout(idle, http.send())

@@ -104,6 +104,11 @@ pub fn summary_request(request: &ModelRequest, keep_last: usize) -> ModelRequest
             Role::Assistant => "\nAgent:\n",
         });
         for block in &message.content {
+            if is_thinking(block) {
+                // The model's private reasoning (an encrypted blob, for
+                // redacted thinking) says nothing the summary needs.
+                continue;
+            }
             match block {
                 ContentBlock::Text { text } => prompt.push_str(text),
                 ContentBlock::ToolUse { name, input, .. } => {
@@ -139,7 +144,15 @@ pub fn summary_request(request: &ModelRequest, keep_last: usize) -> ModelRequest
             content: vec![ContentBlock::Text { text: prompt }],
         }],
         tools: Vec::new(),
+        provider_tools: Vec::new(),
     }
+}
+
+/// A `thinking` or `redacted_thinking` block.
+fn is_thinking(block: &ContentBlock) -> bool {
+    matches!(block, ContentBlock::Raw(raw)
+        if matches!(raw.get("type").and_then(serde_json::Value::as_str),
+                    Some("thinking" | "redacted_thinking")))
 }
 
 /// The message that takes the summarised messages' place in the history.
@@ -168,7 +181,7 @@ fn clip(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::{ModelConfig, Provider};
+    use crate::config::{ModelConfig, Provider};
     use serde_json::json;
 
     fn text(role: Role, t: &str) -> Message {
@@ -202,16 +215,11 @@ mod tests {
 
     fn request(messages: Vec<Message>) -> ModelRequest {
         ModelRequest {
-            model: ModelConfig {
-                provider: Provider::Anthropic,
-                name: "claude-test".into(),
-                endpoint: None,
-                base_url: None,
-                max_tokens: None,
-            },
+            model: ModelConfig::new(Provider::Anthropic, "claude-test"),
             system: Some("You are a careful sysadmin.".into()),
             messages,
             tools: Vec::new(),
+            provider_tools: Vec::new(),
         }
     }
 
@@ -240,6 +248,35 @@ mod tests {
         assert_eq!(compaction_split(&history, 2), 1);
         assert_eq!(compaction_split(&history, 10), 0);
         assert_eq!(compaction_split(&history, 0), 5);
+    }
+
+    #[test]
+    fn the_transcript_leaves_out_thinking() {
+        let history = vec![
+            text(Role::User, "check the hosts file"),
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    ContentBlock::Raw(json!({"type": "thinking", "thinking": "PRIVATE-THOUGHT",
+                                             "signature": "SIGNATURE-BLOB"})),
+                    ContentBlock::Raw(
+                        json!({"type": "redacted_thinking", "data": "REDACTED-BLOB"}),
+                    ),
+                    ContentBlock::Text {
+                        text: "it maps localhost".into(),
+                    },
+                ],
+            },
+            text(Role::User, "KEPT MESSAGE"),
+        ];
+        let r = summary_request(&request(history), 1);
+        let ContentBlock::Text { text } = &r.messages[0].content[0] else {
+            panic!("a text prompt")
+        };
+        assert!(text.contains("it maps localhost"));
+        for hidden in ["PRIVATE-THOUGHT", "SIGNATURE-BLOB", "REDACTED-BLOB"] {
+            assert!(!text.contains(hidden), "{hidden} in {text}");
+        }
     }
 
     #[test]

@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
 
 mod anthropic;
 mod classify;
@@ -27,51 +26,13 @@ mod compaction;
 mod history;
 mod openai;
 
-pub use anthropic::DEFAULT_MAX_TOKENS;
 pub use client::{
     ModelTarget, ProviderSettings, ProviderSetupError, Providers, DEFAULT_ANTHROPIC_BASE_URL,
     DEFAULT_OPENAI_BASE_URL,
 };
 pub use compaction::{compaction_split, estimate_tokens, summary_message, summary_request};
-
-/// `config.model` of an agent.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ModelConfig {
-    pub provider: Provider,
-    /// The provider's model name (within the endpoint's allow-list, if it
-    /// has one).
-    pub name: String,
-    /// The operator's model endpoint by name (default `default`: the
-    /// operator's Anthropic or OpenAI endpoint, by `provider`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub endpoint: Option<String>,
-    /// An OpenAI- or Anthropic-compatible server of your own (vLLM, Ollama,
-    /// a gateway): refused (422) unless the operator allowed custom URLs for
-    /// the project; requests to it carry only the project's own provider key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base_url: Option<String>,
-    /// The most output tokens a call may produce.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1)]
-    pub max_tokens: Option<u32>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Provider {
-    Anthropic,
-    Openai,
-}
-
-impl Provider {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Provider::Anthropic => "anthropic",
-            Provider::Openai => "openai",
-        }
-    }
-}
+// `config.model`, which requests carry and clients are picked by.
+use crate::config::{ModelConfig, Provider, ToolEntry};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -80,10 +41,40 @@ pub enum Role {
     Assistant,
 }
 
+/// A live piece of a response being streamed: sent to stream listeners as
+/// it arrives, never saved (the saved response is the truth).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delta {
+    pub kind: DeltaKind,
+    pub text: String,
+}
+
+/// Named as in the `holdfast_stream` payload's `kind` (absent: `text`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeltaKind {
+    /// Answer text (`text_delta`, OpenAI `delta.content`).
+    #[default]
+    Text,
+    /// Extended thinking (`thinking_delta`).
+    Thinking,
+}
+
+impl DeltaKind {
+    /// Its name in the `holdfast_stream` payload.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeltaKind::Text => "text",
+            DeltaKind::Thinking => "thinking",
+        }
+    }
+}
+
 /// A content block, in the shape saved in `holdfast.messages.content`
 /// (Anthropic-shaped; the OpenAI client maps it). A block with a field the
 /// typed variants do not have (text with `citations`) or of a type they do
-/// not know (`server_tool_use`, `web_search_tool_result`, ...) is [`Raw`]:
+/// not know (`thinking` and `redacted_thinking` with their signatures,
+/// `server_tool_use`, `web_search_tool_result`, ...) is [`Raw`]:
 /// kept as the provider sent it, so history is never silently altered.
 ///
 /// [`Raw`]: ContentBlock::Raw
@@ -146,12 +137,30 @@ pub struct ModelRequest {
     pub system: Option<String>,
     pub messages: Vec<Message>,
     pub tools: Vec<ToolDefinition>,
+    /// The config's tools the provider runs inside the call (Anthropic's
+    /// web search and web fetch), sent in the provider's own form.
+    pub provider_tools: Vec<ToolEntry>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// The whole prompt, its cached parts included.
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Of `input_tokens`, read from the provider's prompt cache (Anthropic
+    /// `cache_read_input_tokens`); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    /// Of `input_tokens`, written to the prompt cache (Anthropic
+    /// `cache_creation_input_tokens`); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+    /// Of `output_tokens`, the reasoning a reasoning model did before
+    /// answering (OpenAI `completion_tokens_details.reasoning_tokens`;
+    /// Anthropic counts thinking in `output_tokens` without a split);
+    /// absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
     /// Requests the provider's own server tools made (Anthropic's
     /// `usage.server_tool_use`: web searches and fetches); absent when none.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -166,8 +175,9 @@ fn is_zero(n: &u64) -> bool {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelResponse {
     pub content: Vec<ContentBlock>,
-    /// Normalised: `end_turn`, `tool_use`, `max_tokens`, `stop_sequence`
-    /// (OpenAI's `stop` / `tool_calls` / `length` map to these).
+    /// Normalised: `end_turn`, `tool_use`, `max_tokens`, `stop_sequence`,
+    /// `pause_turn` (Anthropic: continue by sending the response back);
+    /// OpenAI's `stop` / `tool_calls` / `length` map to these.
     pub stop_reason: Option<String>,
     pub usage: Usage,
 }

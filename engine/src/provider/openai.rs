@@ -7,7 +7,10 @@
 //! tool calls in `choices[0].delta.tool_calls[]`, keyed by `index`, the
 //! first fragment carrying `id` and `function.name`, later ones appending
 //! to `function.arguments`. `finish_reason` comes on the last choice chunk;
-//! with `include_usage`, a final chunk with empty `choices` carries `usage`.
+//! with `include_usage`, a final chunk with empty `choices` carries `usage`
+//! (`prompt_tokens`, `completion_tokens`, and in `prompt_tokens_details` /
+//! `completion_tokens_details` the `cached_tokens` and `reasoning_tokens`
+//! among them).
 //!
 //! Holdfast's history is Anthropic-shaped; here the system prompt becomes a
 //! `system` message, assistant tool calls become `tool_calls`, and each tool
@@ -20,9 +23,9 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::anthropic::parse_tool_input;
 use super::classify::{classify_stream_error, incomplete_stream, invalid_response};
-use super::client::StreamAssembler;
+use super::client::{forward, insert_if_set, StreamAssembler};
 use super::history::{normalise, tool_result_text};
-use super::{ContentBlock, ModelError, ModelRequest, ModelResponse, Role, Usage};
+use super::{ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role, Usage};
 use crate::sse::SseEvent;
 
 /// The request body.
@@ -108,6 +111,17 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
+    let model = &request.model;
+    insert_if_set(&mut body, "temperature", &model.temperature);
+    insert_if_set(&mut body, "top_p", &model.top_p);
+    insert_if_set(&mut body, "stop", &model.stop);
+    insert_if_set(&mut body, "seed", &model.seed);
+    insert_if_set(&mut body, "user", &model.user);
+    insert_if_set(&mut body, "reasoning_effort", &model.reasoning_effort);
+    if !request.tools.is_empty() {
+        // OpenAI refuses `parallel_tool_calls` in a request without tools.
+        insert_if_set(&mut body, "parallel_tool_calls", &model.parallel_tool_calls);
+    }
     if let Some(max_tokens) = request.model.max_tokens {
         // `max_tokens` is deprecated by OpenAI and rejected by its
         // reasoning models; this is its replacement.
@@ -139,7 +153,7 @@ impl StreamAssembler for OpenAiStream {
     fn event(
         &mut self,
         event: SseEvent,
-        deltas: Option<&UnboundedSender<String>>,
+        deltas: Option<&UnboundedSender<Delta>>,
     ) -> Result<bool, ModelError> {
         if event.data.trim() == "[DONE]" {
             self.complete = true;
@@ -152,10 +166,15 @@ impl StreamAssembler for OpenAiStream {
         }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             let field = |name: &str| usage.get(name).and_then(Value::as_u64).unwrap_or(0);
+            let detail = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64);
             self.usage = Usage {
                 input_tokens: field("prompt_tokens"),
                 output_tokens: field("completion_tokens"),
-                server_tool_requests: 0,
+                // OpenAI caches long prompts by itself and reports the hits.
+                cache_read_tokens: detail("/prompt_tokens_details/cached_tokens").unwrap_or(0),
+                reasoning_tokens: detail("/completion_tokens_details/reasoning_tokens")
+                    .unwrap_or(0),
+                ..Usage::default()
             };
         }
         let choices = chunk.get("choices").and_then(Value::as_array);
@@ -167,13 +186,8 @@ impl StreamAssembler for OpenAiStream {
         };
         let delta = choice.get("delta").unwrap_or(&Value::Null);
         if let Some(piece) = delta.get("content").and_then(Value::as_str) {
-            if !piece.is_empty() {
-                self.text.push_str(piece);
-                if let Some(tx) = deltas {
-                    // A receiver gone away only means nobody watches live.
-                    let _ = tx.send(piece.to_owned());
-                }
-            }
+            self.text.push_str(piece);
+            forward(deltas, DeltaKind::Text, piece);
         }
         let fragments = delta.get("tool_calls").and_then(Value::as_array);
         for (position, fragment) in fragments.into_iter().flatten().enumerate() {

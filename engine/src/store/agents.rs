@@ -6,8 +6,9 @@ use serde_json::Value;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
+use super::parse_text;
 use crate::domain::{Agent, AgentState, CancelOutcome, Input, InputCreated, LimitMaxima};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Write the operator's limit maxima (`holdfast.set_limit_maxima`).
 pub async fn set_limit_maxima(client: &impl GenericClient, maxima: &LimitMaxima) -> Result<()> {
@@ -80,13 +81,6 @@ pub async fn ensure_project(client: &impl GenericClient, name: &str) -> Result<U
     Ok(row.get(0))
 }
 
-pub(super) fn parse_state(text: String) -> Result<AgentState> {
-    text.parse().map_err(|message| Error::Invalid {
-        field: Some("state".into()),
-        message,
-    })
-}
-
 /// The config is masked (`mask_config_secrets`): these rows are for clients.
 pub(super) const AGENT_COLUMNS: &str =
     "id, project_id, holdfast.mask_config_secrets(config), state, turn_open, cancel_requested_at, \
@@ -97,7 +91,7 @@ pub(super) fn agent_from_row(row: &tokio_postgres::Row) -> Result<Agent> {
         id: row.get(0),
         project_id: row.get(1),
         config: row.get(2),
-        state: parse_state(row.get(3))?,
+        state: parse_text(row.get(3), "state")?,
         turn_open: row.get(4),
         cancel_requested_at: row.get(5),
         last_event_seq: row.get(6),
@@ -149,7 +143,7 @@ pub async fn list_agents(
     after: Option<Uuid>,
     limit: i64,
 ) -> Result<Vec<Agent>> {
-    let state = state.map(AgentState::as_str);
+    let state = state.map(<&str>::from);
     let rows = client
         .query(
             &format!(
@@ -209,15 +203,7 @@ pub async fn request_cancel(client: &impl GenericClient, agent: Uuid) -> Result<
     let row = client
         .query_one("SELECT holdfast.request_cancel($1)", &[&agent])
         .await?;
-    let outcome: String = row.get(0);
-    match outcome.as_str() {
-        "requested" => Ok(CancelOutcome::Requested),
-        "cancelled" => Ok(CancelOutcome::Cancelled),
-        other => Err(Error::Invalid {
-            field: Some("request_cancel".into()),
-            message: format!("unexpected outcome {other:?}"),
-        }),
-    }
+    parse_text(row.get(0), "request_cancel")
 }
 
 /// One input by id.

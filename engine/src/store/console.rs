@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use strum::VariantArray;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
@@ -25,7 +26,7 @@ pub struct Project {
     pub id: Uuid,
     pub name: String,
     /// Agents per state; every state is present (0 when none).
-    pub agents_by_state: BTreeMap<&'static str, i64>,
+    pub agents_by_state: BTreeMap<String, i64>,
 }
 
 /// Where a page of the activity-ordered list starts: below this row.
@@ -55,14 +56,6 @@ pub struct AgentActivity {
     pub activity: DateTime<Utc>,
 }
 
-const STATES: [AgentState; 5] = [
-    AgentState::Idle,
-    AgentState::Ready,
-    AgentState::Running,
-    AgentState::Waiting,
-    AgentState::Archived,
-];
-
 /// The project `project` with its agent counts; `None` if it does not exist.
 pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Option<Project>> {
     let Some(row) = client
@@ -74,8 +67,10 @@ pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Optio
     else {
         return Ok(None);
     };
-    let mut agents_by_state: BTreeMap<&'static str, i64> =
-        STATES.iter().map(|s| (s.as_str(), 0)).collect();
+    let mut agents_by_state: BTreeMap<String, i64> = AgentState::VARIANTS
+        .iter()
+        .map(|s| (s.to_string(), 0))
+        .collect();
     let counts = client
         .query(
             "SELECT state, count(*) FROM holdfast.agents WHERE project_id = $1 GROUP BY state",
@@ -83,9 +78,8 @@ pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Optio
         )
         .await?;
     for row in counts {
-        let state: String = row.get(0);
-        let state = super::parse_state(state)?;
-        agents_by_state.insert(state.as_str(), row.get(1));
+        let state: AgentState = super::parse_text(row.get(0), "state")?;
+        agents_by_state.insert(state.to_string(), row.get(1));
     }
     Ok(Some(Project {
         id: project,
@@ -122,7 +116,7 @@ pub async fn agents_by_activity(
     before: Option<ActivityCursor>,
     limit: i64,
 ) -> Result<Vec<AgentActivity>> {
-    let state = filter.state.map(AgentState::as_str);
+    let state = filter.state.map(<&str>::from);
     let before_activity = before.map(|c| c.activity);
     let before_id = before.map(|c| c.id);
     let rows = client
@@ -218,7 +212,7 @@ pub struct RunningCommand {
 /// The operations overview of one project.
 #[derive(Clone, Debug)]
 pub struct Operations {
-    pub agents_by_state: BTreeMap<&'static str, i64>,
+    pub agents_by_state: BTreeMap<String, i64>,
     pub workers: Vec<WorkerHolding>,
     pub stuck: Vec<StuckAgentRow>,
     pub webhooks: Vec<WebhookBacklog>,

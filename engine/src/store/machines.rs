@@ -4,9 +4,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row};
 use uuid::Uuid;
 
+use super::parse_text;
 use crate::domain::{
     ClaimedCommand, CommandResult, CommandResultOutcome, Heartbeat, MachineIdentity,
     MachineRegistered, MachineStatus, MachineTickReport, MachineWake,
@@ -127,11 +129,19 @@ pub async fn claim_commands(
     max: i32,
     session: Option<Uuid>,
 ) -> Result<Vec<ClaimedCommand>> {
+    // Typed parameters: parse, bind and execute go in one round trip, so a
+    // long-poll's claim is one exchange with the server (and its session
+    // goes idle once, after the claim has run, not between a prepare and
+    // an execute as well).
     let rows = client
-        .query(
+        .query_typed(
             "SELECT command_id, tool_call_id, agent_id, command, timeout_secs, accepted_at \
                FROM holdfast.claim_commands($1, $2, $3)",
-            &[&machine, &max, &session],
+            &[
+                (&machine, Type::UUID),
+                (&max, Type::INT4),
+                (&session, Type::UUID),
+            ],
         )
         .await?;
     Ok(rows
@@ -162,7 +172,7 @@ pub async fn submit_command_result(
             &[
                 &machine,
                 &command,
-                &result.state.as_str(),
+                &<&str>::from(result.state),
                 &result.exit_code,
                 &result.stdout,
                 &result.stderr,
@@ -173,15 +183,7 @@ pub async fn submit_command_result(
             ],
         )
         .await?;
-    match row.get::<_, &str>(0) {
-        "delivered" => Ok(CommandResultOutcome::Delivered),
-        "late" => Ok(CommandResultOutcome::Late),
-        "duplicate" => Ok(CommandResultOutcome::Duplicate),
-        other => Err(Error::Invalid {
-            field: Some("submit_command_result".into()),
-            message: format!("unexpected outcome {other:?}"),
-        }),
-    }
+    parse_text(row.get(0), "submit_command_result")
 }
 
 /// The machines of `project`, oldest first, with their online state.

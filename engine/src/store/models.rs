@@ -6,11 +6,11 @@ use tokio_postgres::{GenericClient, Row};
 use uuid::Uuid;
 
 use super::prepared::{query_one_prepared, Prepared};
+use crate::config::ModelConfig;
 use crate::domain::{
     ModelDestination, ModelEndpoint, ModelRoute, NewModelEndpoint, ProviderKeyStatus, SealedKey,
 };
 use crate::error::Result;
-use crate::provider::ModelConfig;
 
 /// Add an operator model endpoint; [`Error::Conflict`] when the name is taken.
 pub async fn add_model_endpoint(

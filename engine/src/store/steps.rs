@@ -10,14 +10,17 @@ use serde_json::Value;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
-use super::agents::parse_state;
+use super::parse_text;
 use super::prepared::{execute_prepared, query_one_prepared, query_prepared, Prepared};
 use crate::config::AgentConfig;
-use crate::context::{HistoryMessage, PendingInput, StepContext, ToolCallRecord};
-use crate::domain::{AgentState, Claim, MaintenanceReport, ModelStep, Renewal};
+use crate::domain::{
+    AgentState, Claim, HistoryMessage, MaintenanceReport, ModelStep, PendingInput, Renewal,
+    StepContext, ToolCallRecord,
+};
 use crate::duration::to_interval;
 use crate::error::{Error, Result};
 use crate::pg_text::{make_storable, storable_str};
+use crate::provider::DeltaKind;
 
 /// Claim up to `max` ready agents for `worker`. Call it on the worker's own
 /// long-lived session: the session's backend pid is recorded on each claim,
@@ -82,7 +85,7 @@ pub async fn release_agent(
         &[&claim.agent_id, &claim.epoch, &run_after],
     )
     .await?;
-    parse_state(row.get(0))
+    parse_text(row.get(0), "state")
 }
 
 /// Mark an external tool call running before its IO (never rerun after a crash).
@@ -334,15 +337,26 @@ pub async fn complete_cancel(client: &impl GenericClient, claim: Claim) -> Resul
             &[&claim.agent_id, &claim.epoch],
         )
         .await?;
-    parse_state(row.get(0))
+    parse_text(row.get(0), "state")
 }
 
-/// Send a live text delta to stream listeners (never saved).
-pub async fn stream_delta(client: &impl Prepared, claim: Claim, text: &str) -> Result<()> {
+/// Send a live delta (answer text or thinking) to stream listeners (never
+/// saved).
+pub async fn stream_delta(
+    client: &impl Prepared,
+    claim: Claim,
+    kind: DeltaKind,
+    text: &str,
+) -> Result<()> {
     execute_prepared(
         client,
-        "SELECT holdfast.stream_delta($1, $2, $3)",
-        &[&claim.agent_id, &claim.epoch, &storable_str(text)],
+        "SELECT holdfast.stream_delta($1, $2, $3, $4)",
+        &[
+            &claim.agent_id,
+            &claim.epoch,
+            &kind.as_str(),
+            &storable_str(text),
+        ],
     )
     .await?;
     Ok(())
@@ -408,13 +422,7 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
                 provider_id: r.get(3),
                 name: r.get(4),
                 input: r.get(5),
-                kind: r
-                    .get::<_, &str>(6)
-                    .parse()
-                    .map_err(|message| Error::Invalid {
-                        field: Some("kind".into()),
-                        message,
-                    })?,
+                kind: parse_text(r.get(6), "kind")?,
                 status: r.get(7),
                 output: r.get(8),
                 is_error: r.get(9),

@@ -5,10 +5,11 @@ use serde_json::Value;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
+use super::parse_text;
 use super::prepared::{query_one_prepared, Prepared};
 use crate::domain::{Approval, ApprovalStatus, Question, QuestionStatus};
 use crate::domain::{ToolCall, ToolCallStatus, ToolKind};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The columns [`tool_call_from_row`] reads, as a literal (a macro, so that
 /// statements built from it stay `&'static str` and can be prepared once).
@@ -22,10 +23,6 @@ macro_rules! tool_call_columns {
 const TOOL_CALL_COLUMNS: &str = tool_call_columns!();
 
 fn tool_call_from_row(row: &tokio_postgres::Row) -> Result<ToolCall> {
-    let invalid = |field: &str, message: String| Error::Invalid {
-        field: Some(field.into()),
-        message,
-    };
     Ok(ToolCall {
         id: row.get(0),
         agent_id: row.get(1),
@@ -34,14 +31,8 @@ fn tool_call_from_row(row: &tokio_postgres::Row) -> Result<ToolCall> {
         provider_id: row.get(4),
         name: row.get(5),
         input: row.get(6),
-        kind: row
-            .get::<_, &str>(7)
-            .parse()
-            .map_err(|m| invalid("kind", m))?,
-        status: row
-            .get::<_, &str>(8)
-            .parse()
-            .map_err(|m| invalid("status", m))?,
+        kind: parse_text(row.get(7), "kind")?,
+        status: parse_text(row.get(8), "status")?,
         output: row.get(9),
         is_error: row.get(10),
         created_at: row.get(11),
@@ -107,8 +98,8 @@ pub async fn list_tool_calls(
     kind: Option<ToolKind>,
     limit: i64,
 ) -> Result<Vec<ToolCall>> {
-    let statuses: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
-    let kind = kind.map(ToolKind::as_str);
+    let statuses: Vec<&str> = statuses.iter().map(<&str>::from).collect();
+    let kind = kind.map(<&str>::from);
     let rows = client
         .query(
             &format!(
@@ -169,13 +160,7 @@ fn approval_from_row(row: &tokio_postgres::Row) -> Result<Approval> {
         tool_call_id: row.get(2),
         tool_name: row.get(3),
         tool_input: row.get(4),
-        status: row
-            .get::<_, &str>(5)
-            .parse()
-            .map_err(|message| Error::Invalid {
-                field: Some("status".into()),
-                message,
-            })?,
+        status: parse_text(row.get(5), "status")?,
         decided_by: row.get(6),
         reason: row.get(7),
         created_at: row.get(8),
@@ -210,7 +195,7 @@ pub async fn list_approvals(
     status: Option<ApprovalStatus>,
     limit: i64,
 ) -> Result<Vec<Approval>> {
-    let status = status.map(ApprovalStatus::as_str);
+    let status = status.map(<&str>::from);
     let rows = client
         .query(
             &format!(
@@ -234,13 +219,7 @@ fn question_from_row(row: &tokio_postgres::Row) -> Result<Question> {
         agent_id: row.get(1),
         tool_call_id: row.get(2),
         question: row.get(3),
-        status: row
-            .get::<_, &str>(4)
-            .parse()
-            .map_err(|message| Error::Invalid {
-                field: Some("status".into()),
-                message,
-            })?,
+        status: parse_text(row.get(4), "status")?,
         answer: row.get(5),
         answered_by: row.get(6),
         created_at: row.get(7),
@@ -274,7 +253,7 @@ pub async fn list_questions(
     status: Option<QuestionStatus>,
     limit: i64,
 ) -> Result<Vec<Question>> {
-    let status = status.map(QuestionStatus::as_str);
+    let status = status.map(<&str>::from);
     let rows = client
         .query(
             &format!(

@@ -6,13 +6,14 @@ use serde_json::Value;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
+use super::parse_text;
 use crate::domain::Event;
 use crate::domain::{
     ClaimedWebhookDelivery, CreatedWebhookEndpoint, RecordedAttempt, WebhookDelivery,
     WebhookDeliveryFilter, WebhookDeliveryStatus, WebhookEndpoint, WebhookQueueStats,
 };
 use crate::duration::to_interval;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Create a webhook endpoint in `project`; the answer carries the signing
 /// secret (show it once). `allow_private` is the deployment's setting
@@ -116,13 +117,7 @@ pub async fn list_webhook_deliveries(
                 event_seq: r.get(3),
                 event_id: r.get(4),
                 event_type: r.get(5),
-                status: r
-                    .get::<_, String>(6)
-                    .parse()
-                    .map_err(|message| Error::Invalid {
-                        field: Some("status".into()),
-                        message,
-                    })?,
+                status: parse_text(r.get(6), "status")?,
                 attempts: r.get(7),
                 last_status_code: r.get(8),
                 last_error: r.get(9),
@@ -198,16 +193,7 @@ pub async fn record_webhook_attempt(
             ],
         )
         .await?;
-    match row.get::<_, &str>(0) {
-        "delivered" => Ok(RecordedAttempt::Delivered),
-        "pending" => Ok(RecordedAttempt::RetryScheduled),
-        "failed" => Ok(RecordedAttempt::Failed),
-        "superseded" => Ok(RecordedAttempt::Superseded),
-        other => Err(Error::Invalid {
-            field: Some("record_webhook_attempt".into()),
-            message: format!("unexpected outcome {other:?}"),
-        }),
-    }
+    parse_text(row.get(0), "record_webhook_attempt")
 }
 
 /// Give back claims whose attempt has no outcome (shutdown mid-request): they

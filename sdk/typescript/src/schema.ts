@@ -649,6 +649,43 @@ export interface components {
             /** @description Who answers (the same person sending the same answer again gets 200). */
             by: string;
         };
+        /**
+         * @description The settings of Anthropic's web fetch server tool, named as Anthropic
+         *     names them (sent as given).
+         */
+        AnthropicWebFetch: {
+            /** @description Only pages on these domains (not with `blocked_domains`). */
+            allowed_domains?: string[] | null;
+            /** @description Never pages on these domains (not with `allowed_domains`). */
+            blocked_domains?: string[] | null;
+            citations?: null | components["schemas"]["CitationSettings"];
+            /**
+             * Format: int32
+             * @description The most tokens of one page's content the model is given.
+             */
+            max_content_tokens?: number | null;
+            /**
+             * Format: int32
+             * @description The most fetches one model call may make.
+             */
+            max_uses?: number | null;
+        };
+        /**
+         * @description The settings of Anthropic's web search server tool, named as Anthropic
+         *     names them (sent as given).
+         */
+        AnthropicWebSearch: {
+            /** @description Only results from these domains (not with `blocked_domains`). */
+            allowed_domains?: string[] | null;
+            /** @description Never results from these domains (not with `allowed_domains`). */
+            blocked_domains?: string[] | null;
+            /**
+             * Format: int32
+             * @description The most searches one model call may make.
+             */
+            max_uses?: number | null;
+            user_location?: null | components["schemas"]["UserLocation"];
+        };
         ApprovalList: {
             approvals: components["schemas"]["ApprovalView"][];
         };
@@ -692,6 +729,10 @@ export interface components {
              * @example cancelled
              */
             status: string;
+        };
+        /** @description `{"enabled": true}` turns citations on. */
+        CitationSettings: {
+            enabled: boolean;
         };
         /** @description A command handed to this machine: run it once. */
         ClaimedCommandView: {
@@ -1010,6 +1051,14 @@ export interface components {
              */
             base_url?: string | null;
             /**
+             * @description Anthropic prompt caching (default `true`): `cache_control`
+             *     breakpoints on the last tool, the system prompt and the latest
+             *     message, so each step reads the prompt so far from the cache instead
+             *     of paying for it again; `false` sends none (Anthropic only: OpenAI
+             *     caches by itself).
+             */
+            cache?: boolean | null;
+            /**
              * @description The operator's model endpoint by name (default `default`: the
              *     operator's Anthropic or OpenAI endpoint, by `provider`).
              */
@@ -1024,7 +1073,47 @@ export interface components {
              *     has one).
              */
             name: string;
+            /** @description OpenAI: whether one response may call several tools (default true). */
+            parallel_tool_calls?: boolean | null;
             provider: components["schemas"]["Provider"];
+            reasoning_effort?: null | components["schemas"]["ReasoningEffort"];
+            /**
+             * Format: int64
+             * @description OpenAI: best-effort deterministic sampling.
+             */
+            seed?: number | null;
+            service_tier?: null | components["schemas"]["ServiceTier"];
+            /** @description OpenAI: up to 4 texts that end the response when generated. */
+            stop?: string[] | null;
+            /**
+             * @description Anthropic: text that ends the response when generated (each
+             *     non-empty; the stop reason is then `stop_sequence`).
+             */
+            stop_sequences?: string[] | null;
+            /**
+             * Format: double
+             * @description Sampling temperature: Anthropic 0 to 1, OpenAI 0 to 2 (not with
+             *     Anthropic thinking).
+             */
+            temperature?: number | null;
+            thinking?: null | components["schemas"]["Thinking"];
+            /**
+             * Format: int32
+             * @description Anthropic: sample from the `top_k` likeliest tokens only (not with
+             *     thinking).
+             */
+            top_k?: number | null;
+            /**
+             * Format: double
+             * @description Nucleus sampling, 0 to 1 (with Anthropic thinking, 0.95 to 1).
+             */
+            top_p?: number | null;
+            /**
+             * @description Your identifier of the end user (1 to 256 characters, no personal
+             *     data), for the provider's abuse detection: Anthropic
+             *     `metadata.user_id`, OpenAI `user`.
+             */
+            user?: string | null;
         };
         OperationsView: {
             /** @description The queue depth: agents per state. */
@@ -1098,6 +1187,11 @@ export interface components {
             /** Format: uuid */
             tool_call_id: string;
         };
+        /**
+         * @description `config.model.reasoning_effort` (OpenAI).
+         * @enum {string}
+         */
+        ReasoningEffort: "minimal" | "low" | "medium" | "high";
         /** @description A machine to register. */
         RegisterMachineRequest: {
             /**
@@ -1170,6 +1264,11 @@ export interface components {
             command_id: string;
         };
         /**
+         * @description `config.model.service_tier` (Anthropic).
+         * @enum {string}
+         */
+        ServiceTier: "auto" | "standard_only";
+        /**
          * @description An agent's state (docs/state-machines.md).
          * @enum {string}
          */
@@ -1187,6 +1286,19 @@ export interface components {
             /** Format: date-time */
             since: string;
             state: string;
+        };
+        /** @description `config.model.thinking`: the Messages API's `thinking` parameter. */
+        Thinking: {
+            /** Format: int32 */
+            budget_tokens: number;
+            /** @enum {string} */
+            type: "enabled";
+        } | {
+            /** @enum {string} */
+            type: "adaptive";
+        } | {
+            /** @enum {string} */
+            type: "disabled";
         };
         ToolCallList: {
             tool_calls: components["schemas"]["ToolCallView"][];
@@ -1258,13 +1370,30 @@ export interface components {
             machine?: string | null;
             /** @enum {string} */
             type: "run_command";
-        };
+        } | (components["schemas"]["AnthropicWebSearch"] & {
+            /** @enum {string} */
+            type: "anthropic_web_search";
+        }) | (components["schemas"]["AnthropicWebFetch"] & {
+            /** @enum {string} */
+            type: "anthropic_web_fetch";
+        });
         /** @description A custom tool's result. */
         ToolResultRequest: {
             /** @description The tool failed; the model is told so. */
             is_error?: boolean;
             /** @description Any JSON (null included); sent to the model as the tool's result. */
             output: Record<string, unknown>;
+        };
+        /** @description An approximate location (`{"type": "approximate", ...}`). */
+        UserLocation: {
+            city?: string | null;
+            /** @description An ISO 3166-1 alpha-2 country code. */
+            country?: string | null;
+            region?: string | null;
+            /** @description An IANA time zone (`America/New_York`). */
+            timezone?: string | null;
+            /** @enum {string} */
+            type: "approximate";
         };
         /** @description How long to wait for the machine to come up. */
         WakeRequest: {
@@ -2144,7 +2273,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description an SSE stream: saved events (`id: SEQ`, `event: TYPE`, `data: JSON`), live deltas (`event: delta`, data `{"text", "epoch"}`), heartbeat comments */
+            /** @description an SSE stream: saved events (`id: SEQ`, `event: TYPE`, `data: JSON`), live deltas (`event: delta` for answer text, `event: thinking_delta` for extended thinking; data `{"text", "epoch"}`), heartbeat comments */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -1,17 +1,18 @@
-//! The daemon's HTTP calls to the Holdfast API (`/v1/machine/...`, with the
-//! machine token), and what their failures mean for the daemon.
+//! The daemon's calls to the Holdfast API (`/v1/machine/...`, with the
+//! machine token), made with the shared [`holdfast_client::Client`], and
+//! what their failures mean for the daemon.
 
 use std::time::Duration;
 
+use holdfast_client::wire::machines::{HeartbeatRequest, ResultRequest};
+use holdfast_client::{ApiFailure, Client};
 use holdfast_engine::domain::{ClaimedCommand, CommandResult, CommandResultOutcome, Heartbeat};
 use reqwest::StatusCode;
-use serde::Deserialize;
 use uuid::Uuid;
 
-/// Time for a heartbeat or a result to be answered.
+/// Time for a heartbeat or a result to be answered (a claim gets its
+/// long-poll on top).
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-/// Time for a claim to be answered, beyond the long-poll it asks for.
-const CLAIM_MARGIN: Duration = Duration::from_secs(15);
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -38,43 +39,24 @@ pub enum CallError {
 /// The API as the daemon sees it.
 #[derive(Clone)]
 pub struct ApiClient {
-    http: reqwest::Client,
-    base: String,
-    token: String,
-}
-
-#[derive(Deserialize)]
-struct ClaimAnswer {
-    commands: Vec<ClaimedCommand>,
-}
-
-#[derive(Deserialize)]
-struct ResultAnswer {
-    outcome: CommandResultOutcome,
+    api: Client,
 }
 
 impl ApiClient {
     /// `base` is the API's root URL (`http://host:8080`).
     pub fn new(base: &str, token: &str) -> Result<ApiClient, reqwest::Error> {
+        let user_agent = concat!("holdfast-machine/", env!("CARGO_PKG_VERSION"));
         Ok(ApiClient {
-            http: reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(10))
-                .build()?,
-            base: base.trim_end_matches('/').to_owned(),
-            token: token.to_owned(),
+            api: Client::new(base, token, user_agent)?.with_timeout(CALL_TIMEOUT),
         })
     }
 
     pub async fn heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), CallError> {
-        let response = self
-            .http
-            .post(format!("{}/v1/machine/heartbeat", self.base))
-            .bearer_auth(&self.token)
-            .timeout(CALL_TIMEOUT)
-            .json(heartbeat)
-            .send()
-            .await;
-        check(response, true).await.map(drop)
+        self.api
+            .heartbeat(&HeartbeatRequest::from(heartbeat))
+            .await
+            .map(drop)
+            .map_err(|e| classify(e, true))
     }
 
     /// Claim up to `max` commands, long-polling up to `wait`. Every command
@@ -85,24 +67,12 @@ impl ApiClient {
         wait: Duration,
         max: usize,
     ) -> Result<Vec<ClaimedCommand>, CallError> {
-        let response = self
-            .http
-            .post(format!("{}/v1/machine/commands/claim", self.base))
-            .query(&[
-                ("session", session.to_string()),
-                ("wait", wait.as_secs().to_string()),
-                ("max", max.to_string()),
-            ])
-            .bearer_auth(&self.token)
-            .timeout(wait + CLAIM_MARGIN)
-            .send()
-            .await;
-        let response = check(response, true).await?;
-        let answer: ClaimAnswer = response
-            .json()
+        let claimed = self
+            .api
+            .claim_commands(session, wait, max)
             .await
-            .map_err(|e| CallError::Unavailable(format!("reading a claim's answer: {e}")))?;
-        Ok(answer.commands)
+            .map_err(|e| classify(e, true))?;
+        Ok(claimed.commands.into_iter().map(Into::into).collect())
     }
 
     pub async fn submit_result(
@@ -110,46 +80,32 @@ impl ApiClient {
         command: Uuid,
         result: &CommandResult,
     ) -> Result<CommandResultOutcome, CallError> {
-        let response = self
-            .http
-            .post(format!(
-                "{}/v1/machine/commands/{command}/result",
-                self.base
-            ))
-            .bearer_auth(&self.token)
-            .timeout(CALL_TIMEOUT)
-            .json(result)
-            .send()
-            .await;
-        let response = check(response, false).await?;
-        let answer: ResultAnswer = response
-            .json()
+        let answer = self
+            .api
+            .submit_command_result(command, &ResultRequest::from(result))
             .await
-            .map_err(|e| CallError::Unavailable(format!("reading a result's answer: {e}")))?;
+            .map_err(|e| classify(e, false))?;
         Ok(answer.outcome)
     }
 }
 
-/// Sort a response into success or a [`CallError`]. `session_bound`: a 409
-/// means another daemon took over (heartbeats, claims).
-async fn check(
-    response: Result<reqwest::Response, reqwest::Error>,
-    session_bound: bool,
-) -> Result<reqwest::Response, CallError> {
-    let response = response.map_err(|e| CallError::Unavailable(e.to_string()))?;
-    let status = response.status();
-    if status.is_success() {
-        return Ok(response);
-    }
-    let message = response.text().await.unwrap_or_default();
-    Err(match status {
+/// What a failed call means for the daemon. `session_bound`: a 409 means
+/// another daemon took over (heartbeats, claims).
+fn classify(error: holdfast_client::CallError, session_bound: bool) -> CallError {
+    let failure: ApiFailure = match error {
+        holdfast_client::CallError::Api(failure) => failure,
+        other => return CallError::Unavailable(other.to_string()),
+    };
+    let status = failure.status;
+    let message = format!("{}: {}", failure.kind, failure.message);
+    match status {
         StatusCode::UNAUTHORIZED => CallError::Unauthorized(message),
         StatusCode::CONFLICT if session_bound => CallError::Superseded(message),
         StatusCode::PAYLOAD_TOO_LARGE => CallError::TooLarge,
         StatusCode::REQUEST_TIMEOUT | StatusCode::TOO_MANY_REQUESTS => {
-            CallError::Unavailable(format!("{status}: {message}"))
+            CallError::Unavailable(message)
         }
         s if s.is_client_error() => CallError::Rejected { status, message },
-        _ => CallError::Unavailable(format!("{status}: {message}")),
-    })
+        _ => CallError::Unavailable(message),
+    }
 }

@@ -32,6 +32,10 @@ class ApprovalView(TypedDict):
     tool_name: str
 
 
+class CitationSettings(TypedDict):
+    enabled: bool
+
+
 class ClaimedCommandView(TypedDict):
     accepted_at: str
     agent_id: str
@@ -195,6 +199,9 @@ class QuestionView(TypedDict):
     tool_call_id: str
 
 
+ReasoningEffort = Literal['minimal', 'low', 'medium', 'high']
+
+
 class RegisterMachineRequest(TypedDict):
     name: str
     wake_url: NotRequired[Optional[str]]
@@ -221,6 +228,9 @@ class RunningCommandView(TypedDict):
     command_id: str
 
 
+ServiceTier = Literal['auto', 'standard_only']
+
+
 StateName = Literal['idle', 'ready', 'running', 'waiting', 'archived']
 
 
@@ -234,6 +244,22 @@ class StuckAgentView(TypedDict):
     reason: str
     since: str
     state: str
+
+
+class Thinking1(TypedDict):
+    budget_tokens: int
+    type: Literal['enabled']
+
+
+class Thinking2(TypedDict):
+    type: Literal['adaptive']
+
+
+class Thinking3(TypedDict):
+    type: Literal['disabled']
+
+
+Thinking = Union[Thinking1, Thinking2, Thinking3]
 
 
 class ToolCallView(TypedDict):
@@ -286,14 +312,20 @@ class ToolEntry7(TypedDict):
     type: Literal['run_command']
 
 
-ToolEntry = Union[
-    ToolEntry1, ToolEntry2, ToolEntry3, ToolEntry4, ToolEntry5, ToolEntry6, ToolEntry7
-]
-
-
 class ToolResultRequest(TypedDict):
     is_error: NotRequired[bool]
     output: dict[str, Any]
+
+
+class UserLocation1(TypedDict):
+    city: NotRequired[Optional[str]]
+    country: NotRequired[Optional[str]]
+    region: NotRequired[Optional[str]]
+    timezone: NotRequired[Optional[str]]
+    type: Literal['approximate']
+
+
+UserLocation = UserLocation1
 
 
 class WakeRequest(TypedDict):
@@ -332,6 +364,21 @@ class WorkerView(TypedDict):
     agents_held: int
     soonest_lease_expiry: NotRequired[Optional[str]]
     worker: str
+
+
+class AnthropicWebFetch(TypedDict):
+    allowed_domains: NotRequired[list[str]]
+    blocked_domains: NotRequired[list[str]]
+    citations: NotRequired[Optional[CitationSettings]]
+    max_content_tokens: NotRequired[Optional[int]]
+    max_uses: NotRequired[Optional[int]]
+
+
+class AnthropicWebSearch(TypedDict):
+    allowed_domains: NotRequired[list[str]]
+    blocked_domains: NotRequired[list[str]]
+    max_uses: NotRequired[Optional[int]]
+    user_location: NotRequired[Optional[UserLocation]]
 
 
 class ApprovalList(TypedDict):
@@ -376,10 +423,22 @@ class MachineList(TypedDict):
 
 class ModelConfig(TypedDict):
     base_url: NotRequired[Optional[str]]
+    cache: NotRequired[Optional[bool]]
     endpoint: NotRequired[Optional[str]]
     max_tokens: NotRequired[Optional[int]]
     name: str
+    parallel_tool_calls: NotRequired[Optional[bool]]
     provider: Provider
+    reasoning_effort: NotRequired[Optional[ReasoningEffort]]
+    seed: NotRequired[Optional[int]]
+    service_tier: NotRequired[Optional[ServiceTier]]
+    stop: NotRequired[list[str]]
+    stop_sequences: NotRequired[list[str]]
+    temperature: NotRequired[Optional[float]]
+    thinking: NotRequired[Optional[Thinking]]
+    top_k: NotRequired[Optional[int]]
+    top_p: NotRequired[Optional[float]]
+    user: NotRequired[Optional[str]]
 
 
 class OperationsView(TypedDict):
@@ -411,6 +470,27 @@ class ResultRequest(TypedDict):
 
 class ToolCallList(TypedDict):
     tool_calls: list[ToolCallView]
+
+
+class ToolEntry8(AnthropicWebSearch):
+    type: Literal['anthropic_web_search']
+
+
+class ToolEntry9(AnthropicWebFetch):
+    type: Literal['anthropic_web_fetch']
+
+
+ToolEntry = Union[
+    ToolEntry1,
+    ToolEntry2,
+    ToolEntry3,
+    ToolEntry4,
+    ToolEntry5,
+    ToolEntry6,
+    ToolEntry7,
+    ToolEntry8,
+    ToolEntry9,
+]
 
 
 class WebhookList(TypedDict):

@@ -11,14 +11,19 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::http::{ApiClient, CallError};
+use holdfast_engine::backoff::Backoff;
 use holdfast_engine::sse::{SseDecoder, SseEvent};
+
+use crate::http::{CallError, Client};
 
 /// The API sends a heartbeat comment every 15 s; a stream silent for this
 /// long is taken for dead and reopened.
 const SILENCE_LIMIT: Duration = Duration::from_secs(45);
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Waits between tries to reopen a broken stream.
+const REOPEN_BACKOFF: Backoff = Backoff {
+    base: Duration::from_millis(100),
+    cap: Duration::from_secs(5),
+};
 
 /// A saved event (docs/events.md).
 #[derive(Clone, Debug)]
@@ -51,14 +56,15 @@ pub enum StreamItem {
 /// answers that another try would not change (401, 404, 400); once
 /// connected, every break is retried with backoff.
 pub async fn follow(
-    api: ApiClient,
+    api: Client,
     agent: Uuid,
     after: i64,
     items: mpsc::Sender<StreamItem>,
     stop: CancellationToken,
 ) -> Result<(), CallError> {
     let mut last_seq = after;
-    let mut backoff = BACKOFF_MIN;
+    // Tries since data last flowed.
+    let mut failures: u32 = 0;
     let mut connected_before = false;
     let mut outage_reported = false;
     loop {
@@ -91,7 +97,7 @@ pub async fn follow(
                         Ok(Ok(None)) | Ok(Err(_)) | Err(_) => break,
                     };
                     // Data flowing again: a later break starts from a short wait.
-                    backoff = BACKOFF_MIN;
+                    failures = 0;
                     for event in decoder.push(&bytes) {
                         let Some(item) = item_of(event, last_seq) else {
                             continue;
@@ -111,13 +117,13 @@ pub async fn follow(
             Err(e) if !connected_before => return Err(e),
             Err(e) => {
                 if !outage_reported {
-                    eprintln!("stream interrupted ({e}); reconnecting");
+                    tracing::warn!("stream interrupted ({e}); reconnecting");
                     outage_reported = true;
                 }
             }
         }
-        let delay = backoff.mul_f64(0.5 + rand::random::<f64>() / 2.0);
-        backoff = (backoff * 2).min(BACKOFF_MAX);
+        failures += 1;
+        let delay = REOPEN_BACKOFF.delay(failures, None);
         tokio::select! {
             _ = stop.cancelled() => return Ok(()),
             _ = tokio::time::sleep(delay) => {}

@@ -1,0 +1,92 @@
+//! Agents: their state, config as saved, inputs and cancels.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use strum::{Display, EnumString, IntoStaticStr, VariantArray};
+use uuid::Uuid;
+
+/// An agent's state (see docs/state-machines.md).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    EnumString,
+    IntoStaticStr,
+    Display,
+    VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum AgentState {
+    Idle,
+    Ready,
+    Running,
+    Waiting,
+    Archived,
+}
+
+/// What `create_input_or_replay` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InputCreated {
+    pub input_id: Uuid,
+    /// True when an earlier call with the same idempotency key created it.
+    pub replayed: bool,
+}
+
+/// An agent as saved: its config and where it stands.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Agent {
+    pub id: Uuid,
+    pub project_id: Uuid,
+    /// The config as shown to clients: secrets (MCP header values) are
+    /// `"***"` (`holdfast.mask_config_secrets`); the worker reads the stored
+    /// config through its step context instead.
+    pub config: Value,
+    pub state: AgentState,
+    /// A turn runs from the input that starts it to turn.completed/failed/cancelled.
+    pub turn_open: bool,
+    /// Set while a cancel waits for the worker holding the agent to stop.
+    pub cancel_requested_at: Option<DateTime<Utc>>,
+    /// The seq of its latest event (0: none yet).
+    pub last_event_seq: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub state_changed_at: DateTime<Utc>,
+}
+
+/// A saved input.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Input {
+    pub id: Uuid,
+    pub agent_id: Uuid,
+    pub content: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What `request_cancel` did.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    EnumString,
+    IntoStaticStr,
+    Display,
+    VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum CancelOutcome {
+    /// A worker holds the agent: it was asked to stop; `turn.cancelled` follows.
+    Requested,
+    /// The turn ended at once (`turn.cancelled` is saved).
+    Cancelled,
+}

@@ -1,0 +1,122 @@
+//! Domain types shared by the worker, the API and the CLI, by entity (the
+//! same areas as [`crate::store`]); each type is re-exported here, so callers
+//! write `domain::Agent`.
+//!
+//! An enum that is stored or sent as text converts one way: strum derives
+//! its SQL string (`IntoStaticStr` for `<&str>::from(state)`, `Display`,
+//! `EnumString` for `parse`), snake_case like its serde name and the
+//! strings of the column's CHECK (tested in `tests/tests/domain_strings.rs`).
+
+mod agents;
+mod approvals;
+mod endpoints;
+mod events;
+mod keys;
+mod machines;
+mod status;
+mod steps;
+mod tool_calls;
+mod webhooks;
+
+pub use agents::*;
+pub use approvals::*;
+pub use endpoints::*;
+pub use events::*;
+pub use keys::*;
+pub use machines::*;
+pub use status::*;
+pub use steps::*;
+pub use tool_calls::*;
+pub use webhooks::*;
+
+#[cfg(test)]
+mod tests {
+    use std::fmt::{Debug, Display};
+    use std::str::FromStr;
+
+    use serde::de::DeserializeOwned;
+    use serde::Serialize;
+    use serde_json::Value;
+    use strum::VariantArray;
+
+    use super::*;
+    use crate::config::Provider;
+
+    /// Each variant's string parses back to it and is its `Display` text.
+    fn text_round_trips<T>()
+    where
+        T: VariantArray + Copy + PartialEq + Debug + Display + FromStr + Into<&'static str>,
+        <T as FromStr>::Err: Debug,
+    {
+        for &variant in T::VARIANTS {
+            let text: &'static str = variant.into();
+            assert_eq!(text.parse::<T>().unwrap(), variant);
+            assert_eq!(variant.to_string(), text);
+        }
+        assert!("no_such_variant".parse::<T>().is_err());
+    }
+
+    /// The string is also the variant's serde name, both ways.
+    fn text_is_the_serde_name<T>()
+    where
+        T: VariantArray
+            + Copy
+            + PartialEq
+            + Debug
+            + Into<&'static str>
+            + Serialize
+            + DeserializeOwned,
+    {
+        for &variant in T::VARIANTS {
+            let text: &'static str = variant.into();
+            assert_eq!(serde_json::to_value(variant).unwrap(), Value::from(text));
+            assert_eq!(
+                serde_json::from_value::<T>(Value::from(text)).unwrap(),
+                variant
+            );
+        }
+    }
+
+    fn text_round_trips_and_is_the_serde_name<T>()
+    where
+        T: VariantArray
+            + Copy
+            + PartialEq
+            + Debug
+            + Display
+            + FromStr
+            + Into<&'static str>
+            + Serialize
+            + DeserializeOwned,
+        <T as FromStr>::Err: Debug,
+    {
+        text_round_trips::<T>();
+        text_is_the_serde_name::<T>();
+    }
+
+    #[test]
+    fn every_text_enum_round_trips_and_matches_its_serde_name() {
+        text_round_trips_and_is_the_serde_name::<AgentState>();
+        text_round_trips_and_is_the_serde_name::<CancelOutcome>();
+        text_round_trips_and_is_the_serde_name::<ToolKind>();
+        text_round_trips_and_is_the_serde_name::<ToolCallStatus>();
+        text_round_trips_and_is_the_serde_name::<ApprovalStatus>();
+        text_round_trips_and_is_the_serde_name::<QuestionStatus>();
+        text_round_trips_and_is_the_serde_name::<WebhookDeliveryStatus>();
+        text_round_trips_and_is_the_serde_name::<DaemonCommandState>();
+        text_round_trips_and_is_the_serde_name::<CommandResultState>();
+        text_round_trips_and_is_the_serde_name::<CommandResultOutcome>();
+        text_round_trips_and_is_the_serde_name::<Provider>();
+        // SQL's outcome of record_webhook_attempt only (no serde form).
+        text_round_trips::<RecordedAttempt>();
+    }
+
+    #[test]
+    fn multi_word_variants_are_snake_case() {
+        assert_eq!(
+            <&str>::from(ToolCallStatus::AwaitingApproval),
+            "awaiting_approval"
+        );
+        assert_eq!(<&str>::from(RecordedAttempt::RetryScheduled), "pending");
+    }
+}

@@ -1,0 +1,141 @@
+//! A worker's side: claims, leases, a step's context and its saved model
+//! response, maintenance, the limit maxima.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{NewToolCall, ToolKind};
+use crate::config::AgentConfig;
+
+/// A claim on an agent: run one step for it, writing with this epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Claim {
+    pub agent_id: Uuid,
+    pub epoch: i64,
+}
+
+/// The answer of `renew_leases` for one agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Renewal {
+    pub agent_id: Uuid,
+    /// False: the lease is lost; stop the step, save nothing.
+    pub renewed: bool,
+    /// A cancel is pending for this agent's turn.
+    pub cancel_requested: bool,
+}
+
+/// A saved model response, ready to commit.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelStep {
+    /// The unconsumed inputs the request was built with.
+    pub input_ids: Vec<Uuid>,
+    /// Assistant content blocks (provider-neutral, Anthropic-shaped).
+    pub message: Vec<Value>,
+    pub tool_calls: Vec<NewToolCall>,
+    pub usage: Value,
+    pub stop_reason: Option<String>,
+}
+
+/// What one `maintenance_tick` did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct MaintenanceReport {
+    /// Leases released because they expired.
+    pub expired: i64,
+    /// Leases released because the claiming session is gone.
+    pub session_gone: i64,
+    /// Delayed agents that came due (one wake hint covers them all).
+    pub woken: i64,
+    /// Subagents whose turn was cancelled here because their parent's call
+    /// was cancelled while they were busy (0011).
+    pub subagents_cancelled: i64,
+    /// Stream watches dropped because their LISTEN session is gone (0020).
+    pub watches_dropped: i64,
+}
+
+/// The operator's maxima for the per-agent limits (`holdfast.limit_settings`,
+/// written by each worker at start from its `HOLDFAST_MAX_*` settings). An
+/// agent's `config.limits` may lower them, never raise them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitMaxima {
+    /// Model calls one turn may make (`HOLDFAST_MAX_MODEL_STEPS_PER_TURN`).
+    pub model_steps_per_turn: i32,
+    /// Tool calls one model response may ask for (`HOLDFAST_MAX_TOOL_CALLS_PER_RESPONSE`).
+    pub tool_calls_per_response: i32,
+    /// Levels of subagents below a client's agent (`HOLDFAST_MAX_SUBAGENT_DEPTH`).
+    pub subagent_depth: i32,
+    /// Subagents one agent may have running at once (`HOLDFAST_MAX_LIVE_CHILDREN`).
+    pub live_children: i32,
+    /// Subagents in one tree, ever (`HOLDFAST_MAX_DESCENDANTS`).
+    pub descendants: i32,
+}
+
+impl Default for LimitMaxima {
+    /// The defaults of `holdfast.limit_settings` (0011).
+    fn default() -> Self {
+        LimitMaxima {
+            model_steps_per_turn: 100,
+            tool_calls_per_response: 64,
+            subagent_depth: 4,
+            live_children: 16,
+            descendants: 64,
+        }
+    }
+}
+
+/// One message of the saved history.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryMessage {
+    pub seq: i64,
+    pub role: String,
+    pub content: Value,
+    /// The model step that produced it (assistant), or consumed it (user).
+    pub step_id: Option<Uuid>,
+}
+
+/// A saved tool call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolCallRecord {
+    pub id: Uuid,
+    pub step_id: Uuid,
+    pub position: i32,
+    pub provider_id: String,
+    pub name: String,
+    pub input: Value,
+    /// How the call runs, decided when it was committed.
+    pub kind: ToolKind,
+    pub status: String,
+    pub output: Option<Value>,
+    pub is_error: Option<bool>,
+}
+
+/// An input not yet seen by a committed model call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PendingInput {
+    pub id: Uuid,
+    pub content: Value,
+}
+
+/// Everything a step is decided and built from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepContext {
+    pub agent_id: Uuid,
+    /// The config as stored now (a change applies to the next step).
+    pub config: AgentConfig,
+    pub turn_open: bool,
+    pub model_attempts: i32,
+    pub cancel_requested: bool,
+    /// The summary of messages compacted away (those before the first of
+    /// `messages`), if the context was ever compacted.
+    pub context_summary: Option<String>,
+    pub messages: Vec<HistoryMessage>,
+    pub tool_calls: Vec<ToolCallRecord>,
+    pub pending_inputs: Vec<PendingInput>,
+}
+
+impl StepContext {
+    /// The ids of the inputs a model request built now would include.
+    pub fn pending_input_ids(&self) -> Vec<Uuid> {
+        self.pending_inputs.iter().map(|i| i.id).collect()
+    }
+}

@@ -1,0 +1,294 @@
+//! What a claimed agent needs next, and the model requests it needs:
+//! decided from its [`StepContext`] (the saved state, read fresh at every
+//! attempt). Pure functions, so they are tested without a database.
+
+use holdfast_engine::domain::{StepContext, ToolCallRecord};
+use holdfast_engine::provider::{
+    compaction_split, summary_message, summary_request, ContentBlock, Message, ModelRequest, Role,
+    ToolDefinition,
+};
+use serde_json::{json, Value};
+
+/// What a claimed agent needs next.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NextAction {
+    /// Run these tool calls (a batch), in order.
+    Tools(Vec<ToolCallRecord>),
+    /// Call the model.
+    Model,
+    /// Nothing to do (the claim raced a change): release.
+    Nothing,
+}
+
+/// What the model is told about a call its turn's cancel closed.
+const CANCELLED_OUTPUT: &str = "Tool call was cancelled.";
+
+/// Decided from saved state only: runnable tool calls first (their
+/// results must exist before the model is asked again), then the model.
+pub fn next_action(context: &StepContext) -> NextAction {
+    let runnable: Vec<ToolCallRecord> = context
+        .tool_calls
+        .iter()
+        .filter(|c| c.status == "pending")
+        .cloned()
+        .collect();
+    if !runnable.is_empty() {
+        NextAction::Tools(runnable)
+    } else if context.turn_open || !context.pending_inputs.is_empty() {
+        NextAction::Model
+    } else {
+        NextAction::Nothing
+    }
+}
+
+/// The provider-neutral request: the compaction summary (if any), the
+/// history, each assistant message followed by its tool results, then
+/// the pending inputs (steering).
+pub fn model_request(context: &StepContext, tools: Vec<ToolDefinition>) -> ModelRequest {
+    let (messages, _) = rendered_messages(context);
+    ModelRequest {
+        model: context.config.model.clone(),
+        system: context.config.system.clone(),
+        messages,
+        tools,
+        provider_tools: context.config.provider_tools(),
+    }
+}
+
+/// How to compact this context keeping about the last `keep_last`
+/// messages: the summarisation request, and the first saved message
+/// kept verbatim. `None` when nothing saved can be summarised (the
+/// context is all pending inputs, or the tail cannot be split).
+pub fn compaction_plan(
+    context: &StepContext,
+    request: &ModelRequest,
+    keep_last: usize,
+) -> Option<CompactionPlan> {
+    let (messages, seqs) = rendered_messages(context);
+    let split = compaction_split(&messages, keep_last);
+    if split == 0 {
+        return None;
+    }
+    let next_seq = context.messages.last().map_or(0, |m| m.seq) + 1;
+    // The first kept message's seq; a pending input (no seq yet) or the
+    // end means every saved message is summarised.
+    let keep_from_seq = seqs.get(split).copied().flatten().unwrap_or(next_seq);
+    let first_saved = context.messages.first().map(|m| m.seq)?;
+    if keep_from_seq <= first_saved {
+        return None;
+    }
+    Some(CompactionPlan {
+        request: summary_request(request, keep_last),
+        keep_from_seq,
+    })
+}
+
+/// The messages of a request, each with the saved seq it came from
+/// (tool results carry their assistant message's seq; the summary and
+/// pending inputs have none).
+fn rendered_messages(context: &StepContext) -> (Vec<Message>, Vec<Option<i64>>) {
+    let mut messages = Vec::new();
+    let mut seqs = Vec::new();
+    if let Some(summary) = &context.context_summary {
+        messages.push(summary_message(summary));
+        seqs.push(None);
+    }
+    for message in &context.messages {
+        let role = match message.role.as_str() {
+            "assistant" => Role::Assistant,
+            _ => Role::User,
+        };
+        messages.push(Message {
+            role,
+            content: blocks(&message.content),
+        });
+        seqs.push(Some(message.seq));
+        if role == Role::Assistant {
+            let results: Vec<ContentBlock> = context
+                .tool_calls
+                .iter()
+                .filter(|c| Some(c.step_id) == message.step_id)
+                .map(tool_result_block)
+                .collect();
+            if !results.is_empty() {
+                messages.push(Message {
+                    role: Role::User,
+                    content: results,
+                });
+                seqs.push(Some(message.seq));
+            }
+        }
+    }
+    for input in &context.pending_inputs {
+        messages.push(Message {
+            role: Role::User,
+            content: input_blocks(&input.content),
+        });
+        seqs.push(None);
+    }
+    (messages, seqs)
+}
+
+/// A planned compaction (see [`compaction_plan`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompactionPlan {
+    /// The model call that writes the summary.
+    pub request: ModelRequest,
+    /// Messages from this seq on stay verbatim.
+    pub keep_from_seq: i64,
+}
+
+fn tool_result_block(call: &ToolCallRecord) -> ContentBlock {
+    let (content, is_error) = match (call.status.as_str(), &call.output) {
+        ("completed", Some(output)) => (output.clone(), call.is_error.unwrap_or(false)),
+        ("cancelled", _) => (json!(CANCELLED_OUTPUT), true),
+        // Not reachable at model time (settle_agent only readies the model
+        // when every call is terminal), but a request must still pair every
+        // tool_use with a result.
+        _ => (json!("Tool call has no result."), true),
+    };
+    ContentBlock::ToolResult {
+        tool_use_id: call.provider_id.clone(),
+        content,
+        is_error,
+    }
+}
+
+/// Saved content blocks; a block this version does not model is passed to
+/// the model as its JSON text rather than dropped.
+fn blocks(content: &Value) -> Vec<ContentBlock> {
+    content
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|b| {
+                    serde_json::from_value(b.clone()).unwrap_or_else(|_| ContentBlock::Text {
+                        text: b.to_string(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn input_blocks(content: &Value) -> Vec<ContentBlock> {
+    match content {
+        Value::String(text) => vec![ContentBlock::Text { text: text.clone() }],
+        other => blocks(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use holdfast_engine::config::AgentConfig;
+    use holdfast_engine::domain::{HistoryMessage, PendingInput, ToolKind};
+    use uuid::Uuid;
+
+    use super::*;
+
+    fn context() -> StepContext {
+        StepContext {
+            agent_id: Uuid::nil(),
+            config: AgentConfig::from_value(
+                &json!({"model": {"provider": "anthropic", "name": "m"}, "system": "be brief"}),
+            )
+            .unwrap(),
+            turn_open: true,
+            model_attempts: 0,
+            cancel_requested: false,
+            context_summary: None,
+            messages: vec![],
+            tool_calls: vec![],
+            pending_inputs: vec![],
+        }
+    }
+
+    fn call(step: Uuid, status: &str, output: Option<Value>) -> ToolCallRecord {
+        ToolCallRecord {
+            id: Uuid::now_v7(),
+            step_id: step,
+            position: 0,
+            provider_id: "toolu_1".into(),
+            name: "t".into(),
+            input: json!({}),
+            kind: ToolKind::Custom,
+            status: status.into(),
+            output,
+            is_error: Some(false),
+        }
+    }
+
+    #[test]
+    fn pending_tool_calls_come_before_the_model() {
+        let mut ctx = context();
+        ctx.tool_calls.push(call(Uuid::nil(), "pending", None));
+        assert!(matches!(next_action(&ctx), NextAction::Tools(c) if c.len() == 1));
+        ctx.tool_calls[0].status = "completed".into();
+        assert_eq!(next_action(&ctx), NextAction::Model);
+        ctx.turn_open = false;
+        assert_eq!(next_action(&ctx), NextAction::Nothing);
+    }
+
+    #[test]
+    fn tool_results_follow_their_assistant_message_and_inputs_come_last() {
+        let step = Uuid::now_v7();
+        let mut ctx = context();
+        ctx.messages = vec![
+            HistoryMessage {
+                seq: 1,
+                role: "user".into(),
+                content: json!([{"type": "text", "text": "hi"}]),
+                step_id: Some(step),
+            },
+            HistoryMessage {
+                seq: 2,
+                role: "assistant".into(),
+                content: json!([{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}}]),
+                step_id: Some(step),
+            },
+        ];
+        ctx.tool_calls
+            .push(call(step, "completed", Some(json!("42"))));
+        ctx.pending_inputs.push(PendingInput {
+            id: Uuid::now_v7(),
+            content: json!("steer"),
+        });
+        let request = model_request(&ctx, vec![]);
+        assert_eq!(request.system.as_deref(), Some("be brief"));
+        let roles: Vec<Role> = request.messages.iter().map(|m| m.role).collect();
+        assert_eq!(roles, [Role::User, Role::Assistant, Role::User, Role::User]);
+        assert_eq!(
+            request.messages[2].content,
+            [ContentBlock::ToolResult {
+                tool_use_id: "toolu_1".into(),
+                content: json!("42"),
+                is_error: false
+            }]
+        );
+        assert_eq!(
+            request.messages[3].content,
+            [ContentBlock::Text {
+                text: "steer".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_cancelled_call_is_reported_to_the_model_as_an_error() {
+        let step = Uuid::now_v7();
+        let mut ctx = context();
+        ctx.messages.push(HistoryMessage {
+            seq: 1,
+            role: "assistant".into(),
+            content: json!([{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}}]),
+            step_id: Some(step),
+        });
+        ctx.tool_calls.push(call(step, "cancelled", None));
+        let request = model_request(&ctx, vec![]);
+        assert!(matches!(
+            &request.messages[1].content[0],
+            ContentBlock::ToolResult { is_error: true, .. }
+        ));
+    }
+}
