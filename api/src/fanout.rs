@@ -19,6 +19,14 @@
 //! so an event is never skipped or doubled, and after a lost LISTEN
 //! connection every feed re-reads. Streams check that what they receive
 //! continues their own sequence and re-read the table on any gap.
+//!
+//! Events hints are sent only for agents someone follows: each feed
+//! registers a *stream watch* (`holdfast.watch_agent_events`, naming the
+//! LISTEN session's pid) before it reads the agent's position, and drops it
+//! when its last stream ends; when the LISTEN session reconnects, every feed
+//! is registered again with the new pid before the feeds re-read. Every
+//! change to the watches is made under one lock (`Inner::listener`), so a
+//! feed is registered either by its own creation or by the reconnect.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +39,7 @@ use holdfast_engine::connect::{self, ConnectConfig};
 use holdfast_engine::provider::DeltaKind;
 use holdfast_engine::store;
 use serde::Deserialize;
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{broadcast, mpsc, watch, Mutex as AsyncMutex};
 use tokio::task::JoinHandle;
 use tokio_postgres::Notification;
 use tokio_util::sync::CancellationToken;
@@ -109,6 +117,11 @@ struct Inner {
     /// Per machine with a claim waiting: marked on each hint for it.
     machines: Mutex<HashMap<Uuid, watch::Sender<()>>>,
     connected: AtomicBool,
+    /// The LISTEN session's backend pid while it is up. Held while feeds
+    /// are created and while stream watches are written, so that creating a
+    /// feed and re-registering every feed after a reconnect never
+    /// interleave.
+    listener: AsyncMutex<Option<i32>>,
 }
 
 struct Feed {
@@ -116,6 +129,8 @@ struct Feed {
     inbox: mpsc::Sender<Inbound>,
     /// Set when a hint found the inbox full: the reader reads anyway.
     behind: Arc<AtomicBool>,
+    /// This feed's row in `holdfast.stream_watches`.
+    watch: Uuid,
 }
 
 #[derive(Deserialize)]
@@ -139,6 +154,7 @@ impl Fanout {
             feeds: Mutex::new(HashMap::new()),
             machines: Mutex::new(HashMap::new()),
             connected: AtomicBool::new(false),
+            listener: AsyncMutex::new(None),
         });
         let mut config = database.clone();
         config.postgres.application_name(LISTEN_APPLICATION_NAME);
@@ -157,19 +173,25 @@ impl Fanout {
         if let Some(receiver) = self.inner.join(agent) {
             return Ok(self.subscription(agent, receiver));
         }
-        // The feed starts at the agent's latest event, read before the feed
-        // exists: an event committed later is hinted to the feed or read by
-        // the stream's own first read, which comes after this one.
-        let start = {
-            let db = self.inner.pool.get().await?;
-            store::last_event_seq(&**db, agent).await?.unwrap_or(0)
-        };
-        let mut feeds = lock(&self.inner.feeds);
-        if let Some(feed) = feeds.get(&agent) {
-            let receiver = feed.signals.subscribe();
-            drop(feeds);
+        // Feeds are created one at a time: a feed created while another
+        // waited for the lock is joined.
+        let listener = self.inner.listener.lock().await;
+        if let Some(receiver) = self.inner.join(agent) {
             return Ok(self.subscription(agent, receiver));
         }
+        // Registered, then the start read: an event committed after the
+        // watch is hinted, one committed before it is at or before the
+        // start (or read by the stream's own first read, which comes after
+        // this one). Without a LISTEN session there is nothing to register
+        // with; the reconnect registers this feed before its wake-up.
+        let watch = Uuid::new_v4();
+        let start = {
+            let db = self.inner.pool.get().await?;
+            if let Some(pid) = *listener {
+                store::watch_agent_events(&**db, watch, agent, pid).await?;
+            }
+            store::last_event_seq(&**db, agent).await?.unwrap_or(0)
+        };
         let (signals, receiver) = broadcast::channel(FEED_CAPACITY);
         let (inbox, inbox_rx) = mpsc::channel(INBOX_CAPACITY);
         let behind = Arc::new(AtomicBool::new(false));
@@ -181,15 +203,16 @@ impl Fanout {
             signals.clone(),
             behind.clone(),
         ));
-        feeds.insert(
+        lock(&self.inner.feeds).insert(
             agent,
             Feed {
                 signals,
                 inbox,
                 behind,
+                watch,
             },
         );
-        drop(feeds);
+        drop(listener);
         Ok(self.subscription(agent, receiver))
     }
 
@@ -267,6 +290,50 @@ impl Inner {
         }
     }
 
+    /// After a (re)connect, before the wake-up: register every feed's watch
+    /// with the new LISTEN session (pid `listener`), so that what commits
+    /// from now on is hinted to it.
+    async fn watch_all(&self, listener: i32) -> holdfast_engine::Result<()> {
+        let mut current = self.listener.lock().await;
+        let watches: Vec<(Uuid, Uuid)> = lock(&self.feeds)
+            .iter()
+            .map(|(agent, feed)| (*agent, feed.watch))
+            .collect();
+        let db = self.pool.get().await?;
+        for (agent, watch) in watches {
+            store::watch_agent_events(&**db, watch, agent, listener).await?;
+        }
+        *current = Some(listener);
+        Ok(())
+    }
+
+    /// The LISTEN session is gone: feeds created from now on wait for the
+    /// reconnect to register them.
+    async fn listener_lost(&self) {
+        *self.listener.lock().await = None;
+    }
+
+    /// Drop an ended feed's watch, in the background (the feed ends in a
+    /// `Drop`). Best effort: a watch left behind only costs hints nobody
+    /// reads, and maintenance drops it once the LISTEN session is gone.
+    fn unwatch(self: &Arc<Self>, watch: Uuid) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = self.clone();
+        runtime.spawn(async move {
+            let _listener = inner.listener.lock().await;
+            let dropped = async {
+                let db = inner.pool.get().await?;
+                store::unwatch_agent_events(&**db, watch).await
+            }
+            .await;
+            if let Err(e) = dropped {
+                tracing::debug!(%watch, error = %e, "dropping a stream watch failed");
+            }
+        });
+    }
+
     /// After a (re)connect: anything may have committed unheard.
     fn wake_all(&self) {
         for feed in lock(&self.feeds).values() {
@@ -313,7 +380,9 @@ impl Drop for Subscription {
             .is_some_and(|feed| feed.signals.receiver_count() == 0)
         {
             // Dropping the feed closes its inbox; its reader then ends.
-            feeds.remove(&self.agent);
+            if let Some(feed) = feeds.remove(&self.agent) {
+                self.inner.unwatch(feed.watch);
+            }
         }
     }
 }
@@ -423,10 +492,12 @@ pub fn wire_event(event: &holdfast_engine::domain::Event) -> WireEvent {
     }
 }
 
-/// The LISTEN loop: connect, LISTEN, dispatch; on loss, reconnect with
-/// backoff and jitter and wake every feed and every claim.
+/// The LISTEN loop: connect, LISTEN, register every feed's watch,
+/// dispatch; on loss, reconnect with backoff and jitter and wake every feed
+/// and every claim.
 async fn listen(inner: Arc<Inner>, config: ConnectConfig, shutdown: CancellationToken) {
     let mut connected_before = false;
+    let mut watch_failures: u32 = 0;
     loop {
         let channels = [EVENTS_CHANNEL, COMMANDS_CHANNEL, STREAM_CHANNEL];
         let Some(mut session) =
@@ -434,6 +505,25 @@ async fn listen(inner: Arc<Inner>, config: ConnectConfig, shutdown: Cancellation
         else {
             return;
         };
+        let watched = async {
+            let pid: i32 = session
+                .client
+                .query_one("SELECT pg_backend_pid()", &[])
+                .await?
+                .get(0);
+            inner.watch_all(pid).await
+        }
+        .await;
+        if let Err(e) = watched {
+            watch_failures = watch_failures.saturating_add(1);
+            let delay = LISTEN_RETRY.delay(watch_failures, None);
+            tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "API: cannot register the stream watches; reconnecting");
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(delay) => continue,
+            }
+        }
+        watch_failures = 0;
         if connected_before {
             metrics::counter!("holdfast_api_listen_reconnects_total").increment(1);
             tracing::info!("LISTEN connection re-established");
@@ -465,6 +555,7 @@ async fn listen(inner: Arc<Inner>, config: ConnectConfig, shutdown: Cancellation
             }
         }
         inner.connected.store(false, Ordering::Relaxed);
+        inner.listener_lost().await;
         tracing::warn!("LISTEN connection lost; reconnecting");
     }
 }

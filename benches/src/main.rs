@@ -24,6 +24,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
+use holdfast_engine::connect::ConnectConfig;
 use serde_json::{json, Value};
 
 use crate::postgres::BenchCluster;
@@ -209,6 +210,18 @@ impl Bench {
     /// `explicit` if given, else the full or the quick default.
     pub fn pick<T>(&self, explicit: Option<T>, full: T, quick: T) -> T {
         explicit.unwrap_or(if self.opts.quick { quick } else { full })
+    }
+
+    /// A fresh database for a scenario, migrated by the `holdfast` under
+    /// test (`holdfast migrate`): a run of another build (`--holdfast-bin`)
+    /// gets that build's tables, triggers and functions, not the driver's.
+    pub async fn fresh_database(&self, name: &str) -> Result<ConnectConfig> {
+        let config = self.cluster.empty_database(name).await?;
+        self.holdfast
+            .migrate(&self.cluster.url(name, "holdfast-bench-migrate"))
+            .await?;
+        self.cluster.prepare_database(&config).await?;
+        Ok(config)
     }
 
     /// The same-run `pgbench -N` baseline (tps), with its parameters.

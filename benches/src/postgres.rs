@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use holdfast_engine::cluster::{ClusterOptions, LocalCluster, SUPERUSER};
 use holdfast_engine::connect::{self, ConnectConfig};
-use holdfast_engine::migrate;
 use serde_json::{json, Value};
 use tokio::sync::OnceCell;
 use tokio_postgres::Client;
@@ -185,30 +184,33 @@ impl BenchCluster {
         connect_to(&self.config("postgres")?).await
     }
 
-    /// Drop `name` if it exists, create it, and apply the migrations.
-    pub async fn fresh_database(&self, name: &str) -> Result<ConnectConfig> {
+    /// Drop `name` if it exists and create it, empty.
+    pub async fn empty_database(&self, name: &str) -> Result<ConnectConfig> {
         self.drop_database(name).await?;
         self.admin()
             .await?
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .await?;
-        let config = self.config(name)?;
-        let (mut client, connection) = config.connect().await?;
-        let task = tokio::spawn(connection);
-        migrate::migrate(&mut client).await?;
+        self.config(name)
+    }
+
+    /// After the migrations: apply `--sql`, and start the statement counts
+    /// afresh (the scenario's statements only, from here on).
+    pub async fn prepare_database(&self, config: &ConnectConfig) -> Result<()> {
         if let Some(sql) = &self.extra_sql {
-            client.batch_execute(sql).await.context("applying --sql")?;
+            connect_to(config)
+                .await?
+                .batch_execute(sql)
+                .await
+                .context("applying --sql")?;
         }
-        drop(client);
-        let _ = task.await;
         if self.statement_stats.load(Ordering::SeqCst) {
-            // The scenario's statements only, from here on.
             self.admin()
                 .await?
                 .execute("SELECT pg_stat_statements_reset()", &[])
                 .await?;
         }
-        Ok(config)
+        Ok(())
     }
 
     pub async fn drop_database(&self, name: &str) -> Result<()> {

@@ -74,6 +74,27 @@ impl Holdfast {
     }
 }
 
+impl Holdfast {
+    /// Run `holdfast migrate` against `database_url` and wait for it.
+    pub async fn migrate(&self, database_url: &str) -> Result<()> {
+        let output = Command::new(&self.bin)
+            .arg("migrate")
+            .env("HOLDFAST_DATABASE_URL", database_url)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .with_context(|| format!("running {} migrate", self.bin.display()))?;
+        if !output.status.success() {
+            bail!(
+                "{} migrate failed: {}",
+                self.bin.display(),
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+}
+
 /// The cargo profile this driver was built with: the name of the directory
 /// its executable is in when that is a cargo target directory
 /// (`<target>/<profile>/holdfast-bench`), else `debug` or `release` by its

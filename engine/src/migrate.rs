@@ -114,6 +114,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../sql/0019_model_usage.sql"),
     },
     Migration {
+        version: 20,
+        name: "0020_stream_watches.sql",
+        sql: include_str!("../../sql/0020_stream_watches.sql"),
+    },
+    Migration {
         version: 21,
         name: "0021_audit.sql",
         sql: include_str!("../../sql/0021_audit.sql"),

@@ -58,14 +58,54 @@ LANGUAGE sql IMMUTABLE AS $$
         'turn.failed', 'agent.archived']
 $$;
 
--- Tell stream listeners (the API's SSE fan-out) which agent has new events:
--- one notification per agent per transaction (identical payloads fold).
+-- Tell stream listeners (the API's SSE fan-out) which agents have new
+-- events: statement-level, over the statement's new rows, at most one hint
+-- per agent (identical payloads also fold within a transaction), and only
+-- for agents with a stream watch (watch_agent_events). A commit that sends
+-- a NOTIFY holds the notify queue's lock across its WAL flush, so hints
+-- nobody hears would make the workers' commits wait on each other.
+-- The watch check sees watches committed before the statement's row locks
+-- were granted only under READ COMMITTED (each query takes a new
+-- snapshot); under a stronger isolation level the transaction's snapshot
+-- may predate a watch, so such transactions hint every agent, as before.
 CREATE OR REPLACE FUNCTION holdfast.tg_events_notify() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('holdfast_events', NEW.agent_id::text);
+    PERFORM pg_notify('holdfast_events', n.agent_id::text)
+       FROM (SELECT DISTINCT e.agent_id FROM new_events e) n
+      WHERE current_setting('transaction_isolation') <> 'read committed'
+         OR EXISTS (SELECT 1 FROM holdfast.stream_watches w WHERE w.agent_id = n.agent_id);
     RETURN NULL;
 END
+$$;
+
+-- Register a feed's watch on an agent (or move it to a new LISTEN session:
+-- p_listener_pid is the pid of the session that LISTENs on holdfast_events
+-- for it), so that the agent's events are hinted from now on. The API calls
+-- it, in a transaction of its own, before it reads the agent's events.
+-- Why nothing is missed: the agent's row is locked FOR SHARE, which waits
+-- for every transaction writing the agent's events (they all hold the row
+-- lock, see append_event) and makes later writers wait for this one. So a
+-- writer either committed before the watch did, and the reader, which reads
+-- after it, sees its events; or its trigger runs after the watch committed,
+-- sees it (tg_events_notify) and hints.
+CREATE OR REPLACE FUNCTION holdfast.watch_agent_events(p_watch uuid, p_agent uuid, p_listener_pid integer)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM holdfast.agents WHERE id = p_agent FOR SHARE;
+    INSERT INTO holdfast.stream_watches (id, agent_id, listener_pid, listener_backend_start)
+    SELECT p_watch, p_agent, p_listener_pid, s.backend_start
+      FROM (SELECT 1) one LEFT JOIN pg_stat_get_activity(p_listener_pid) s ON true
+    ON CONFLICT (id) DO UPDATE
+       SET agent_id = EXCLUDED.agent_id, listener_pid = EXCLUDED.listener_pid,
+           listener_backend_start = EXCLUDED.listener_backend_start;
+END
+$$;
+
+-- Drop a feed's watch (its last stream ended). Unknown ids are ignored.
+CREATE OR REPLACE FUNCTION holdfast.unwatch_agent_events(p_watch uuid)
+RETURNS void LANGUAGE sql AS $$
+    DELETE FROM holdfast.stream_watches WHERE id = p_watch;
 $$;
 
 -- Send a live delta to stream listeners (the API's SSE): `p_kind` 'text'

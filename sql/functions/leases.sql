@@ -366,9 +366,11 @@ $$;
 --   2. release leases whose claiming session is gone;
 --   3. wake workers when delayed agents (run_after) have come due;
 --   4. cancel the turns of subagents whose parent's call was cancelled
---      while they were busy (subagent_cancels; child rows SKIP LOCKED).
+--      while they were busy (subagent_cancels; child rows SKIP LOCKED);
+--   5. drop stream watches whose LISTEN session is gone (an API process
+--      that died or reconnected: nobody hears their hints).
 -- Returns counts as JSON, e.g. {"expired": 1, "session_gone": 0, "woken": 0,
--- "subagents_cancelled": 0}. Safe to run from several processes at once.
+-- "subagents_cancelled": 0, "watches_dropped": 0}. Safe to run from several processes at once.
 CREATE OR REPLACE FUNCTION holdfast.maintenance_tick(p_batch integer DEFAULT 1000)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
@@ -379,6 +381,7 @@ DECLARE
     v_gone integer := 0;
     v_due integer := 0;
     v_children integer := 0;
+    v_watches integer := 0;
 BEGIN
     FOR v_id IN
         SELECT a.id FROM holdfast.agents a
@@ -433,7 +436,16 @@ BEGIN
         v_children := v_children + 1;
     END LOOP;
 
+    -- The same liveness test as for leases above.
+    DELETE FROM holdfast.stream_watches w
+     WHERE NOT EXISTS (
+         SELECT 1 FROM pg_stat_activity s
+          WHERE s.pid = w.listener_pid
+            AND (s.backend_start IS NULL OR w.listener_backend_start IS NULL
+                 OR s.backend_start = w.listener_backend_start));
+    GET DIAGNOSTICS v_watches = ROW_COUNT;
+
     RETURN jsonb_build_object('expired', v_expired, 'session_gone', v_gone, 'woken', v_due,
-                              'subagents_cancelled', v_children);
+                              'subagents_cancelled', v_children, 'watches_dropped', v_watches);
 END
 $$;

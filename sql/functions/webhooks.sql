@@ -163,20 +163,24 @@ $$;
 
 -- One pending delivery per live endpoint of the agent's project whose filter
 -- matches the event, in the event's own transaction; then one wake-up hint
--- for dispatchers (identical notifications fold within a transaction). Reads
--- endpoints without locking them: an endpoint deleted concurrently may still
--- get this delivery, and claim_webhook_deliveries fails it instead of sending.
+-- for dispatchers (identical notifications fold within a transaction).
+-- Statement-level (0020), over the statement's new events: one INSERT per
+-- statement that writes events, not one per event row. Reads endpoints
+-- without locking them: an endpoint deleted concurrently may still get this
+-- delivery, and claim_webhook_deliveries fails it instead of sending.
 CREATE OR REPLACE FUNCTION holdfast.tg_events_webhook_outbox() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     v_inserted integer;
 BEGIN
     INSERT INTO holdfast.webhook_deliveries (endpoint_id, agent_id, event_seq, event_id, event_type, next_attempt_at)
-    SELECT e.id, NEW.agent_id, NEW.seq, NEW.id, NEW.type, holdfast.now()
-      FROM holdfast.webhook_endpoints e
-     WHERE e.project_id = (SELECT a.project_id FROM holdfast.agents a WHERE a.id = NEW.agent_id)
-       AND e.deleted_at IS NULL
-       AND ('*' = ANY (e.events) OR NEW.type = ANY (e.events));
+    SELECT e.id, n.agent_id, n.seq, n.id, n.type, holdfast.now()
+      FROM new_events n
+      JOIN holdfast.agents a ON a.id = n.agent_id
+      JOIN holdfast.webhook_endpoints e ON e.project_id = a.project_id
+     WHERE e.deleted_at IS NULL
+       AND ('*' = ANY (e.events) OR n.type = ANY (e.events))
+     ORDER BY n.agent_id, n.seq, e.id;
     GET DIAGNOSTICS v_inserted = ROW_COUNT;
     IF v_inserted > 0 THEN
         PERFORM pg_notify('holdfast_webhooks', '');

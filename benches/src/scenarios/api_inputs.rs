@@ -28,7 +28,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let seconds = bench.pick(bench.opts.seconds, 10, 2);
     let agent_count = bench.pick(bench.opts.agents, 256, 16);
 
-    let config = bench.cluster.fresh_database(DB).await?;
+    let config = bench.fresh_database(DB).await?;
     let baseline = bench.pgbench().await?;
     let admin = connect_to(&config).await?;
     let key = store::create_api_key(&admin, "bench").await?;

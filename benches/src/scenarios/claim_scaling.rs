@@ -42,7 +42,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let events_per_agent = bench.pick(bench.opts.events_per_agent, 10, 10).max(1);
     let samples = bench.pick(bench.opts.samples, 1000, 200);
 
-    let config = bench.cluster.fresh_database(DB).await?;
+    let config = bench.fresh_database(DB).await?;
     let admin = connect_to(&config).await?;
     let project = store::ensure_project(&admin, "bench").await?;
     let mut live = Vec::with_capacity(LIVE_AGENTS);

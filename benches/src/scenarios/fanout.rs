@@ -29,7 +29,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let clients = bench.pick(bench.opts.clients, 1000, 50);
     let commits = bench.pick(bench.opts.commits, 30, 5);
 
-    let config = bench.cluster.fresh_database(DB).await?;
+    let config = bench.fresh_database(DB).await?;
     let notify = notify_round_trip(&config, bench.pick(None, 200, 50)).await?;
     let admin = connect_to(&config).await?;
     let key = store::create_api_key(&admin, "bench").await?;

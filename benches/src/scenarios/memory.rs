@@ -31,7 +31,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let in_flight = bench.pick(bench.opts.in_flight, 1000, 100);
     let streams = bench.pick(bench.opts.streams, 1000, 100);
 
-    let config = bench.cluster.fresh_database(DB).await?;
+    let config = bench.fresh_database(DB).await?;
     let admin = connect_to(&config).await?;
     let fake = FakeProvider::start().await;
     fake.set_default(Reply::hang());

@@ -105,7 +105,7 @@ async fn rounds(
     workers: usize,
     worker_env: &[(&str, String)],
 ) -> Result<Samples> {
-    let config = bench.cluster.fresh_database(db).await?;
+    let config = bench.fresh_database(db).await?;
     let admin = connect_to(&config).await?;
     let fake = FakeProvider::start().await;
     fake.set_default(Reply::hang());

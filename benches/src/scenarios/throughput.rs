@@ -30,6 +30,8 @@ use crate::{Bench, Outcome};
 const DB: &str = "bench_throughput";
 /// The driver's connections answering tool calls.
 const ANSWERERS: usize = 8;
+/// How often the driver looks for waiting tool calls when it found none.
+const ANSWER_POLL: Duration = Duration::from_millis(5);
 const RUN_LIMIT: Duration = Duration::from_secs(900);
 
 pub async fn run(bench: &Bench) -> Result<Outcome> {
@@ -38,7 +40,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let workers = bench.pick(bench.opts.workers, 2, 2);
     let concurrency = bench.pick(bench.opts.concurrency, 32, 8);
 
-    let config = bench.cluster.fresh_database(DB).await?;
+    let config = bench.fresh_database(DB).await?;
     // The baselines first, on an idle cluster, right before the run.
     let mut baseline = bench.pgbench().await?;
     crate::merge(&mut baseline, bench.plain_queue().await?);
@@ -191,10 +193,12 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
 }
 
 /// Answer every waiting `lookup` call until each agent has had `steps`
-/// model steps (its last call is left waiting). Woken by the events
-/// channel, polling as a fallback. Returns the number of results submitted.
+/// model steps (its last call is left waiting). Polls for waiting calls, as
+/// a client backend's job poller does: it streams no agent, so no events
+/// hints are sent for them (0020), and the driver does not wait for any.
+/// Returns the number of results submitted.
 async fn answer_tool_calls(config: &ConnectConfig, agents: usize, steps: usize) -> Result<u64> {
-    let mut listen = connect::listen(config, &["holdfast_events"]).await?;
+    let poller = connect_to(config).await?;
     let pool = connect::pool(config.clone(), ANSWERERS)?;
     let mut calls_seen: HashMap<Uuid, usize> = HashMap::new();
     let mut handled: HashSet<Uuid> = HashSet::new();
@@ -202,9 +206,7 @@ async fn answer_tool_calls(config: &ConnectConfig, agents: usize, steps: usize) 
     let mut submitted = 0u64;
     let deadline = Instant::now() + RUN_LIMIT;
     while done < agents {
-        while listen.notifications.try_recv().is_ok() {}
-        let rows = listen
-            .client
+        let rows = poller
             .query(
                 "SELECT id, agent_id FROM holdfast.tool_calls WHERE status = 'waiting'",
                 &[],
@@ -228,8 +230,7 @@ async fn answer_tool_calls(config: &ConnectConfig, agents: usize, steps: usize) 
             if Instant::now() > deadline {
                 bail!("{done} of {agents} agents finished within {RUN_LIMIT:?}");
             }
-            let _ =
-                tokio::time::timeout(Duration::from_millis(50), listen.notifications.recv()).await;
+            tokio::time::sleep(ANSWER_POLL).await;
             continue;
         }
         submitted += answer.len() as u64;

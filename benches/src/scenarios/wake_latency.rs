@@ -34,7 +34,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let workers = bench.pick(bench.opts.workers, 2, 2);
     let concurrency = bench.pick(bench.opts.concurrency, 32, 8);
 
-    let config = bench.cluster.fresh_database(DB).await?;
+    let config = bench.fresh_database(DB).await?;
     let notify = notify_round_trip(&config, samples).await?;
 
     let fake = FakeProvider::start().await;

@@ -49,6 +49,8 @@ pub struct MaintenanceReport {
     /// Subagents whose turn was cancelled here because their parent's call
     /// was cancelled while they were busy (0011).
     pub subagents_cancelled: i64,
+    /// Stream watches dropped because their LISTEN session is gone (0020).
+    pub watches_dropped: i64,
 }
 
 /// The operator's maxima for the per-agent limits (`holdfast.limit_settings`,

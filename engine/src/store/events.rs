@@ -55,3 +55,30 @@ pub async fn events_written(client: &impl GenericClient) -> Result<i64> {
         .await?;
     Ok(row.get(0))
 }
+
+/// Register the stream watch `watch` on `agent`, heard by the LISTEN session
+/// with backend pid `listener_pid` (or move it to that session): from its
+/// commit on, the agent's events are hinted on `holdfast_events`. Call it
+/// before reading the agent's events (see `holdfast.watch_agent_events`).
+pub async fn watch_agent_events(
+    client: &impl GenericClient,
+    watch: Uuid,
+    agent: Uuid,
+    listener_pid: i32,
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.watch_agent_events($1, $2, $3)",
+            &[&watch, &agent, &listener_pid],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Drop the stream watch `watch` (unknown ids are ignored).
+pub async fn unwatch_agent_events(client: &impl GenericClient, watch: Uuid) -> Result<()> {
+    client
+        .execute("SELECT holdfast.unwatch_agent_events($1)", &[&watch])
+        .await?;
+    Ok(())
+}
