@@ -7,6 +7,7 @@ use futures::future::join_all;
 use holdfast_engine::store;
 use holdfast_tests::api_server::{error_of, project_key, waiting_custom_call, ApiServer};
 use holdfast_tests::api_sse::SseReader;
+use holdfast_tests::scenario::event_types;
 use holdfast_tests::{default_config, TestDb};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -473,16 +474,7 @@ async fn archive_refuses_new_inputs_and_only_an_idle_agent_is_archived() {
         .unwrap()
         .get(0);
     assert_eq!(inputs, 0);
-    let events: Vec<String> = client
-        .query(
-            "SELECT type FROM holdfast.events WHERE agent_id = $1 ORDER BY seq",
-            &[&idle],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let events = event_types(&client, idle).await;
     assert_eq!(events, vec!["agent.archived"]);
 }
 

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
-use holdfast_tests::scenario::{agent_with_config, spawn_worker, start_turn, wait_for_events};
+use holdfast_tests::scenario::{
+    agent_with_config, event_types, last_event_data, spawn_worker, start_turn, wait_for_events,
+};
 use holdfast_tests::TestDb;
 use serde_json::{json, Value};
 
@@ -155,18 +157,8 @@ async fn anthropic_server_tools_from_the_config_are_sent_as_documented_and_a_pau
     assert_eq!(history[1]["role"], "assistant");
     assert_eq!(history[1]["content"], Value::Array(server_search_blocks()));
 
-    let types: Vec<String> = client
-        .query(
-            "SELECT type FROM holdfast.events WHERE agent_id = $1 ORDER BY seq",
-            &[&agent],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
     assert_eq!(
-        types,
+        event_types(&client, agent).await,
         [
             "input.received",
             "turn.started",
@@ -206,14 +198,7 @@ async fn a_turn_paused_again_and_again_stops_at_the_step_limit() {
         .unwrap();
     wait_for_events(&client, agent, "turn.failed", 1, T).await;
     assert_eq!(fake.request_count(), 2, "no call past the limit");
-    let error: Value = client
-        .query_one(
-            "SELECT data -> 'error' FROM holdfast.events WHERE agent_id = $1 AND type = 'turn.failed'",
-            &[&agent],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let error = &last_event_data(&client, agent, "turn.failed").await["error"];
     assert_eq!(error["type"], "limit_exceeded", "{error}");
     assert_eq!(error["limit"], "max_model_steps_per_turn", "{error}");
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use holdfast_engine::domain::{AgentState, Claim, ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::{migrate, store, Error};
-use holdfast_tests::scenario::{agent_state, pending_inputs};
+use holdfast_tests::scenario::{agent_state, event_types, pending_inputs};
 use holdfast_tests::{new_agent, project_and_agent, wait_for_lock_wait_in, wait_until, TestDb};
 use serde_json::{json, Value};
 use tokio_postgres::{AsyncMessage, Client};
@@ -647,16 +647,7 @@ async fn a_model_step_commit_saves_history_tool_calls_and_events_together() {
         .map(|r| r.get(0))
         .collect();
     assert_eq!(statuses, ["pending", "waiting"]);
-    let types: Vec<String> = client
-        .query(
-            "SELECT type FROM holdfast.events WHERE agent_id = $1 ORDER BY seq",
-            &[&agent],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let types = event_types(&client, agent).await;
     assert_eq!(
         types,
         [
