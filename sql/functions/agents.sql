@@ -37,6 +37,17 @@ BEGIN
 END
 $$;
 
+-- Whether p_value is a JSON integer from p_min to p_max. The text of a
+-- jsonb number keeps its fraction (1.0 stays "1.0"), so a digits-only text
+-- is a JSON integer; ten digits at most fit a bigint for the range check
+-- (the CASE keeps the cast from text that is not digits).
+CREATE OR REPLACE FUNCTION holdfast.is_integer_between(p_value jsonb, p_min bigint, p_max bigint)
+RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN jsonb_typeof(p_value) = 'number' AND p_value #>> '{}' ~ '^[0-9]{1,10}$'
+                THEN (p_value #>> '{}')::bigint BETWEEN p_min AND p_max
+                ELSE false END;
+$$;
+
 -- Validate an agent config: the rule of the API's typed config
 -- (engine/src/config.rs, `AgentConfig`) for SQL clients — the same fields
 -- and tool types, no others — plus what only the database knows: limits
@@ -86,16 +97,13 @@ BEGIN
             OR p_config #>> '{model,base_url}' !~ '^https?://') THEN
         PERFORM holdfast.raise('HF422', 'model.base_url must be an http(s) URL', 'model.base_url');
     END IF;
-    -- The text of a jsonb number keeps its fraction (1.0 stays "1.0"), so a
-    -- digits-only text is a JSON integer; the range is the worker's u32.
+    -- The integer ranges are the worker's u32.
     IF p_config #> '{model,max_tokens}' IS NOT NULL
-       AND (jsonb_typeof(p_config #> '{model,max_tokens}') <> 'number'
-            OR p_config #>> '{model,max_tokens}' !~ '^[0-9]{1,10}$'
-            OR (p_config #>> '{model,max_tokens}')::bigint NOT BETWEEN 1 AND 4294967295) THEN
+       AND NOT holdfast.is_integer_between(p_config #> '{model,max_tokens}', 1, 4294967295) THEN
         PERFORM holdfast.raise('HF422', 'model.max_tokens must be an integer from 1 to 4294967295', 'model.max_tokens');
     END IF;
     -- The sampling and provider settings (ModelConfig::check in
-    -- engine/src/provider/mod.rs): first each one's type, then which
+    -- engine/src/config.rs): first each one's type, then which
     -- provider has it, then its range.
     v_value := p_config #> '{model,thinking}';
     IF v_value IS NOT NULL THEN
@@ -107,9 +115,7 @@ BEGIN
             CASE WHEN v_value ->> 'type' = 'enabled' THEN '{type,budget_tokens}' ELSE '{type}' END::text[],
             'model.thinking.');
         IF v_value ->> 'type' = 'enabled'
-           AND (jsonb_typeof(v_value -> 'budget_tokens') IS DISTINCT FROM 'number'
-                OR v_value ->> 'budget_tokens' !~ '^[0-9]{1,10}$'
-                OR (v_value ->> 'budget_tokens')::bigint > 4294967295) THEN
+           AND NOT holdfast.is_integer_between(v_value -> 'budget_tokens', 0, 4294967295) THEN
             PERFORM holdfast.raise('HF422', 'model.thinking.budget_tokens must be an integer', 'model.thinking.budget_tokens');
         END IF;
     END IF;
@@ -132,9 +138,7 @@ BEGIN
         END IF;
     END LOOP;
     IF p_config #> '{model,top_k}' IS NOT NULL
-       AND (jsonb_typeof(p_config #> '{model,top_k}') <> 'number'
-            OR p_config #>> '{model,top_k}' !~ '^[0-9]{1,10}$'
-            OR (p_config #>> '{model,top_k}')::bigint > 4294967295) THEN
+       AND NOT holdfast.is_integer_between(p_config #> '{model,top_k}', 0, 4294967295) THEN
         PERFORM holdfast.raise('HF422', 'model.top_k must be an integer from 0 to 4294967295', 'model.top_k');
     END IF;
     -- Within i64 (the worker's type) by being at most 18 digits.
@@ -297,9 +301,8 @@ BEGIN
                 PERFORM holdfast.raise('HF422', format('unknown limit; expected one of: %s',
                     array_to_string(holdfast.limit_names(), ', ')), 'limits.' || v_name);
             END IF;
-            -- Digits only: an integer, as for max_tokens (1.0 is not one).
-            IF jsonb_typeof(v_value) <> 'number' OR v_value #>> '{}' !~ '^[0-9]{1,10}$'
-               OR (v_value #>> '{}')::bigint <= 0 THEN
+            -- An integer, as for max_tokens (1.0 is not one).
+            IF NOT holdfast.is_integer_between(v_value, 1, 9999999999) THEN
                 PERFORM holdfast.raise('HF422', format('limits.%s must be a positive integer', v_name),
                     'limits.' || v_name);
             END IF;
@@ -329,9 +332,7 @@ BEGIN
             p_tool ->> 'type'), p_at || '.type');
     END IF;
     FOREACH v_key IN ARRAY ARRAY['max_uses', 'max_content_tokens'] LOOP
-        IF p_tool ? v_key AND (jsonb_typeof(p_tool -> v_key) <> 'number'
-               OR p_tool ->> v_key !~ '^[0-9]{1,10}$'
-               OR (p_tool ->> v_key)::bigint NOT BETWEEN 1 AND 4294967295) THEN
+        IF p_tool ? v_key AND NOT holdfast.is_integer_between(p_tool -> v_key, 1, 4294967295) THEN
             PERFORM holdfast.raise('HF422', format('%s must be an integer from 1 to 4294967295', v_key),
                 p_at || '.' || v_key);
         END IF;
