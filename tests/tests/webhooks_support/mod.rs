@@ -310,14 +310,17 @@ pub struct Expected {
     pub agent_id: Uuid,
     pub seq: i64,
     pub status: String,
+    /// Attempts begun (counted when claimed).
     pub attempts: i32,
+    /// An attempt is under way: claimed, its outcome not yet recorded.
+    pub in_flight: bool,
 }
 
 /// Every delivery of `endpoint`, oldest first.
 pub async fn deliveries(client: &Client, endpoint: Uuid) -> Vec<Expected> {
     client
         .query(
-            "SELECT id, event_id, agent_id, event_seq, status, attempts \
+            "SELECT id, event_id, agent_id, event_seq, status, attempts, claimed_until IS NOT NULL \
                FROM holdfast.webhook_deliveries WHERE endpoint_id = $1 ORDER BY id",
             &[&endpoint],
         )
@@ -331,6 +334,7 @@ pub async fn deliveries(client: &Client, endpoint: Uuid) -> Vec<Expected> {
             seq: r.get(3),
             status: r.get(4),
             attempts: r.get(5),
+            in_flight: r.get(6),
         })
         .collect()
 }
