@@ -12,6 +12,7 @@ use axum::Json;
 use holdfast_client::wire::error::ErrorBody;
 use holdfast_client::wire::inputs::{InputRequest, InputView};
 use holdfast_engine::store;
+use holdfast_engine::telemetry::TraceHeaders;
 use uuid::Uuid;
 
 use crate::auth::Caller;
@@ -23,6 +24,8 @@ use crate::state::AppState;
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+const TRACEPARENT: &str = "traceparent";
+const TRACESTATE: &str = "tracestate";
 
 /// Send an input to an agent.
 #[utoipa::path(
@@ -32,6 +35,8 @@ const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
     params(
         ("id" = Uuid, Path, description = "agent id"),
         ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 characters; a replay returns the first response"),
+        ("traceparent" = Option<String>, Header, description = "W3C trace context: the turn this input opens is traced as its child; malformed: 400"),
+        ("tracestate" = Option<String>, Header, description = "W3C trace state, kept with `traceparent` (ignored without it)"),
     ),
     request_body = InputRequest,
     responses(
@@ -53,11 +58,13 @@ pub async fn create_input(
 ) -> Result<impl IntoResponse, ApiError> {
     record_agent(id);
     let key = idempotency_key(&headers)?;
+    let trace = trace_headers(&headers)?;
     let db = state.db().await?;
     if !store::agent_in_project(&**db, caller.project_id, id).await? {
         return Err(ApiError::agent_not_found(id));
     }
-    let created = store::create_input(&**db, id, &request.content, key).await?;
+    let created =
+        store::create_traced_input(&**db, id, &request.content, key, trace.as_ref()).await?;
     let input = store::get_input(&**db, created.input_id)
         .await?
         .ok_or_else(ApiError::internal)?;
@@ -84,4 +91,28 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
         ));
     }
     Ok(Some(key))
+}
+
+/// The W3C trace context the input was posted with. A malformed one is
+/// refused (400 naming the header) rather than ignored: the input is
+/// durable, and a silently dropped parent would leave its turn in a trace
+/// of its own with nothing to say why.
+fn trace_headers(headers: &HeaderMap) -> Result<Option<TraceHeaders>, ApiError> {
+    let Some(parent) = headers.get(TRACEPARENT) else {
+        return Ok(None);
+    };
+    let parent = header_text(TRACEPARENT, parent)?;
+    let state = headers
+        .get(TRACESTATE)
+        .map(|value| header_text(TRACESTATE, value))
+        .transpose()?;
+    TraceHeaders::parse(parent, state)
+        .map(Some)
+        .map_err(|e| ApiError::invalid(e.header, e.message))
+}
+
+fn header_text<'a>(name: &'static str, value: &'a HeaderValue) -> Result<&'a str, ApiError> {
+    value
+        .to_str()
+        .map_err(|_| ApiError::invalid(name, format!("{name} must be visible ASCII")))
 }

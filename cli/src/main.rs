@@ -20,6 +20,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use holdfast_client::wire::approvals::Decision;
 use holdfast_engine::egress::EgressPolicy;
+use holdfast_engine::telemetry::Telemetry;
 
 /// Holdfast: a durable runtime for LLM agents on PostgreSQL.
 #[derive(Parser)]
@@ -138,10 +139,17 @@ fn run(cli: Cli) -> Result<()> {
     );
     let default_log = if speaks_to_people { "warn" } else { "info" };
     init_tracing(cli.log.as_deref().unwrap_or(default_log), cli.log_json);
+    // Before the runtime: the exporter's blocking HTTP client must not be
+    // built on one. Only workers make spans (docs/api.md, "Tracing").
+    let telemetry = if matches!(cli.command, Command::Worker(_) | Command::Up(_)) {
+        Telemetry::from_env(|name| std::env::var(name).ok())?
+    } else {
+        Telemetry::disabled()
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         let url = cli.database_url.as_deref();
         let open = || database::Database::open(url);
         // Read by the server commands only: a bad value stops them, and
@@ -191,7 +199,10 @@ fn run(cli: Cli) -> Result<()> {
             // never opens, let alone starts, a database.
             Command::Machine(args) => machine::run(args).await,
         }
-    })
+    });
+    // The spans of the last steps (a worker drained by SIGTERM) go out now.
+    telemetry.shutdown();
+    result
 }
 
 fn init_tracing(filter: &str, json: bool) {

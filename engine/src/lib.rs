@@ -16,5 +16,6 @@ pub mod provider;
 pub mod secrets;
 pub mod sse;
 pub mod store;
+pub mod telemetry;
 
 pub use error::{Error, Result};

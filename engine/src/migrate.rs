@@ -123,6 +123,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0021_audit.sql",
         sql: include_str!("../../sql/0021_audit.sql"),
     },
+    Migration {
+        version: 26,
+        name: "0026_traces.sql",
+        sql: include_str!("../../sql/0026_traces.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

@@ -495,9 +495,15 @@ $$;
 -- agent or content raises HF422 (idempotency_key_reused). Concurrent callers
 -- with one key serialize on the unique index: exactly one input is created.
 --
+-- p_trace_parent/p_trace_state: the W3C trace context the input was posted
+-- with (checked by the API; the columns' CHECKs guard the form), stored
+-- with it; a replay keeps the first request's.
+--
 -- Locks: the agent row (so the input, its event and the state change are one
 -- step in the agent's history). Raises HF404 (agent), HF409 (archived), HF422.
-CREATE OR REPLACE FUNCTION holdfast.create_input_or_replay(p_agent uuid, p_content jsonb, p_idempotency_key text)
+CREATE OR REPLACE FUNCTION holdfast.create_input_or_replay(
+    p_agent uuid, p_content jsonb, p_idempotency_key text,
+    p_trace_parent text DEFAULT NULL, p_trace_state text DEFAULT NULL)
 RETURNS TABLE (input_id uuid, replayed boolean) LANGUAGE plpgsql AS $$
 DECLARE
     v_agent holdfast.agents;
@@ -522,8 +528,8 @@ BEGIN
     IF v_agent.state = 'archived' THEN
         PERFORM holdfast.raise('HF409', format('agent %s is archived', p_agent));
     END IF;
-    INSERT INTO holdfast.inputs (project_id, agent_id, content, idempotency_key)
-    VALUES (v_agent.project_id, p_agent, p_content, p_idempotency_key)
+    INSERT INTO holdfast.inputs (project_id, agent_id, content, idempotency_key, trace_parent, trace_state)
+    VALUES (v_agent.project_id, p_agent, p_content, p_idempotency_key, p_trace_parent, p_trace_state)
     RETURNING * INTO v_input;
     PERFORM holdfast.append_event(p_agent, 'input.received',
         jsonb_build_object('input_id', v_input.id, 'content', p_content));

@@ -72,10 +72,33 @@ $$;
 
 -- Settle an agent (decide_state) and write everything in one agent-row
 -- UPDATE: the given events' seqs, the state, the turn, run_after. Resets
--- model_attempts and turn_model_steps when it opens a turn, and
--- step_failures always: every way a step ends well goes through it
+-- model_attempts and turn_model_steps when it opens a turn (and sets its
+-- trace context, turn_trace_context), and step_failures and the lost
+-- attempt (reap_agent sets it again after its settle) always: every way a
+-- step ends well goes through it
 -- (commits, releases, retries, turn ends); fail_step sets the count again
 -- after its settle. The caller holds the agent's row lock.
+-- The trace context of a turn that opens now: the traceparent/tracestate of
+-- the earliest unconsumed input (the one that opens it), or, when that input
+-- brought none, a new trace whose parent span id names the turn (no span is
+-- exported with that id: the turn's steps are the trace's top spans).
+-- Reads the agent's pending inputs; locks nothing (the caller holds the
+-- agent's row lock). Raises nothing.
+CREATE OR REPLACE FUNCTION holdfast.turn_trace_context(p_agent uuid, OUT parent text, OUT state text)
+LANGUAGE plpgsql AS $$
+BEGIN
+    SELECT i.trace_parent, i.trace_state INTO parent, state
+      FROM holdfast.inputs i
+     WHERE i.agent_id = p_agent AND i.consumed_at IS NULL
+     ORDER BY i.created_at, i.id LIMIT 1;
+    IF parent IS NULL THEN
+        parent := '00-' || replace(gen_random_uuid()::text, '-', '') || '-'
+                  || left(replace(gen_random_uuid()::text, '-', ''), 16) || '-01';
+        state := NULL;
+    END IF;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION holdfast.settle_agent_with(
     p_agent uuid, p_types text[], p_data jsonb[], p_run_after timestamptz)
 RETURNS text LANGUAGE plpgsql AS $$
@@ -85,6 +108,8 @@ DECLARE
     v_types text[] := coalesce(p_types, '{}');
     v_data jsonb[] := coalesce(p_data, '{}');
     v_open_turn boolean := false;
+    v_trace_parent text;
+    v_trace_state text;
     v_last_seq bigint;
 BEGIN
     SELECT state, turn_open INTO v_state, v_turn_open FROM holdfast.agents WHERE id = p_agent;
@@ -106,6 +131,8 @@ BEGIN
         v_open_turn := true;
         v_types := array_append(v_types, 'turn.started');
         v_data := array_append(v_data, '{}'::jsonb);
+        SELECT t.parent, t.state INTO v_trace_parent, v_trace_state
+          FROM holdfast.turn_trace_context(p_agent) t;
     END IF;
     UPDATE holdfast.agents
        SET state = v_state,
@@ -114,7 +141,11 @@ BEGIN
            turn_open = turn_open OR v_open_turn,
            model_attempts = CASE WHEN v_open_turn THEN 0 ELSE model_attempts END,
            turn_model_steps = CASE WHEN v_open_turn THEN 0 ELSE turn_model_steps END,
+           turn_trace_parent = CASE WHEN v_open_turn THEN v_trace_parent ELSE turn_trace_parent END,
+           turn_trace_state = CASE WHEN v_open_turn THEN v_trace_state ELSE turn_trace_state END,
            step_failures = 0,
+           first_attempt_epoch = NULL, lost_attempt_epoch = NULL,
+           lost_attempt_started_at = NULL, lost_attempt_ended_at = NULL,
            run_after = coalesce(p_run_after, run_after),
            last_event_seq = last_event_seq + cardinality(v_types),
            last_event_at = CASE WHEN cardinality(v_types) > 0 THEN holdfast.now() ELSE last_event_at END
@@ -348,14 +379,27 @@ $$;
 -- An in-flight model call needs nothing: it is retried from saved state. An
 -- external tool call marked running might have happened: it is completed as
 -- interrupted (interrupt_running_calls), never rerun. Waiting calls are
--- untouched. The caller holds the agent's row lock.
+-- untouched. The dead attempt is recorded (lost_attempt_*, and the step's
+-- first_attempt_epoch) for the traces. The caller holds the agent's row lock.
 -- p_reason: 'lease_expired' | 'session_gone' | 'released'.
 CREATE OR REPLACE FUNCTION holdfast.reap_agent(p_agent uuid, p_reason text)
 RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_lost holdfast.agents;
 BEGIN
     PERFORM holdfast.interrupt_running_calls(p_agent);
-    UPDATE holdfast.agents SET lease_epoch = lease_epoch + 1 WHERE id = p_agent;
+    UPDATE holdfast.agents SET lease_epoch = lease_epoch + 1 WHERE id = p_agent
+    RETURNING * INTO v_lost;
     PERFORM holdfast.settle_agent(p_agent);
+    -- The dead holder's attempt, for its span (emitted by the next attempt,
+    -- which links to the step's first attempt). Its start is the claim's
+    -- time, or of its last saved write within the lease (updated_at).
+    UPDATE holdfast.agents
+       SET lost_attempt_epoch = v_lost.lease_epoch - 1,
+           lost_attempt_started_at = v_lost.updated_at,
+           lost_attempt_ended_at = holdfast.now(),
+           first_attempt_epoch = coalesce(v_lost.first_attempt_epoch, v_lost.lease_epoch - 1)
+     WHERE id = p_agent;
     RAISE LOG 'holdfast: released agent % (%)', p_agent, p_reason;
 END
 $$;

@@ -228,6 +228,9 @@ BEGIN
                turn_open = v_turn_open OR v_new_turn,
                state = v_state,
                lease_owner = NULL, lease_expires_at = NULL, lease_pid = NULL, lease_backend_start = NULL,
+               -- settle_agent_with's reset of a lost attempt (0026).
+               first_attempt_epoch = NULL, lost_attempt_epoch = NULL,
+               lost_attempt_started_at = NULL, lost_attempt_ended_at = NULL,
                updated_at = holdfast.now()
          WHERE id = p_agent
         RETURNING last_step_seq, last_message_seq, last_event_seq

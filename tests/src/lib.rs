@@ -17,6 +17,7 @@
 pub mod browser;
 pub mod counting_http;
 pub mod mcp_server;
+pub mod otlp_receiver;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};

@@ -9,6 +9,7 @@ pub mod maintenance;
 pub mod outcome;
 pub mod plan;
 pub mod settings;
+pub mod spans;
 pub mod step;
 pub mod stop;
 pub mod toolbox;

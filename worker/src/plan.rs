@@ -201,6 +201,7 @@ mod tests {
             messages: vec![],
             tool_calls: vec![],
             pending_inputs: vec![],
+            trace: Default::default(),
         }
     }
 

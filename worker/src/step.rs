@@ -11,6 +11,7 @@ use futures::FutureExt;
 use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, StepContext};
 use holdfast_engine::provider::{ContentBlock, ModelError, ModelRequest, ModelTarget};
 use holdfast_engine::{store, Error, Result};
+use opentelemetry::context::FutureExt as _;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -18,7 +19,7 @@ use crate::deps::StepDeps;
 use crate::outcome::{save, StepOutcome, StepResult};
 use crate::plan::{compaction_plan, model_request, next_action, NextAction};
 use crate::stop::{StopReason, StopSignal};
-use crate::{deltas, toolbox};
+use crate::{deltas, spans, toolbox};
 
 /// Why a step ended without an outcome of its own.
 enum StepFailure {
@@ -38,8 +39,10 @@ enum StepFailure {
 /// would fail the same way, in a loop, perhaps paying for a model call
 /// each time.
 pub async fn run(deps: Arc<StepDeps>, claim: Claim, stop: StopSignal) -> StepOutcome {
+    // The attempt's span, started once its turn's trace context is loaded.
+    let mut attempt = None;
     let result = tokio::select! {
-        result = contained(execute(&deps, claim, &stop)) => result,
+        result = contained(execute(&deps, claim, &stop, &mut attempt)) => result,
         _ = stop.stopped() => Ok(StepResult::Nothing),
     };
     let outcome = match (stop.reason(), result) {
@@ -55,6 +58,9 @@ pub async fn run(deps: Arc<StepDeps>, claim: Claim, stop: StopSignal) -> StepOut
         (Some(StopReason::Cancel), _) => finish(&deps, claim, StepResult::Cancelled).await,
         (Some(StopReason::Drain), _) => finish(&deps, claim, StepResult::Drained).await,
     };
+    if let Some(attempt) = attempt {
+        spans::end_attempt(&attempt, outcome.as_str());
+    }
     metrics::counter!("holdfast_steps_total", "outcome" => outcome.as_str()).increment(1);
     if outcome == StepOutcome::LeaseLost {
         metrics::counter!("holdfast_lease_losses_total").increment(1);
@@ -134,31 +140,51 @@ fn unsaved(claim: Claim, error: &Error) -> StepOutcome {
     }
 }
 
-async fn execute(deps: &StepDeps, claim: Claim, stop: &StopSignal) -> Result<StepResult> {
+async fn execute(
+    deps: &StepDeps,
+    claim: Claim,
+    stop: &StopSignal,
+    attempt: &mut Option<opentelemetry::Context>,
+) -> Result<StepResult> {
     let context = {
         let client = deps.pool.get().await?;
         store::load_step_context(&store::Pooled(&client), claim.agent_id).await?
     };
+    let trace = spans::start_attempt(claim, &context.trace);
+    *attempt = Some(trace.clone());
+    decide_and_run(deps, claim, stop, &context)
+        .with_context(trace)
+        .await
+}
+
+/// The step for the loaded `context`, run inside its attempt's span.
+async fn decide_and_run(
+    deps: &StepDeps,
+    claim: Claim,
+    stop: &StopSignal,
+    context: &StepContext,
+) -> Result<StepResult> {
     if context.cancel_requested {
         stop.stop(StopReason::Cancel);
         return Ok(StepResult::Cancelled);
     }
-    let action = next_action(&context);
+    let action = next_action(context);
     let kind = match &action {
         NextAction::Nothing => "nothing",
         NextAction::Tools(_) => "tools",
         NextAction::Model => "model",
     };
     tracing::Span::current().record("kind", kind);
+    spans::record_kind(kind);
     metrics::counter!("holdfast_steps_started_total", "kind" => kind).increment(1);
     match action {
         NextAction::Nothing => Ok(StepResult::Nothing),
         NextAction::Tools(calls) => {
             tracing::debug!(calls = calls.len(), "tool batch");
-            toolbox::run_batch(deps, claim, &context, calls).await?;
+            toolbox::run_batch(deps, claim, context, calls).await?;
             Ok(StepResult::BatchDone)
         }
-        NextAction::Model => model_step(deps, claim, &context).await,
+        NextAction::Model => model_step(deps, claim, context).await,
     }
 }
 
@@ -180,10 +206,13 @@ async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Res
     let (delta_tx, delta_rx) = mpsc::unbounded_channel();
     let publisher = tokio::spawn(deltas::publish(deps.pool.clone(), claim, delta_rx));
     let started = std::time::Instant::now();
+    let call = spans::start_model_call(&request);
     let response = deps
         .providers
         .complete(&request, &target, Some(&delta_tx))
+        .with_context(call.clone())
         .await;
+    spans::end_model_call(&call, response.as_ref().map(|r| &r.usage));
     drop(delta_tx);
     // Deltas go out before the saved response, so a live client never sees
     // a delta after the model.response event it belongs to.

@@ -17,9 +17,11 @@ use holdfast_engine::config::{split_mcp_tool_name, AgentConfig, ToolEntry};
 use holdfast_engine::domain::{Claim, StepContext, ToolCallRecord, ToolKind};
 use holdfast_engine::provider::ToolDefinition;
 use holdfast_engine::{store, Error, Result};
+use opentelemetry::context::FutureExt as _;
 use serde_json::{json, Value};
 
 use crate::deps::StepDeps;
+use crate::spans;
 use crate::tools::mcp::McpServerConfig;
 use crate::tools::schema::validate_input;
 use crate::tools::web_fetch::{web_fetch, web_fetch_definition};
@@ -187,7 +189,11 @@ pub async fn run_batch(
                     let client = deps.pool.get().await?;
                     store::start_tool_call(&store::Pooled(&client), claim, call.id).await?;
                 }
-                let output = run_external(deps, tool, &call).await;
+                let span = spans::start_tool_call(&call.name, &call.provider_id);
+                let output = run_external(deps, tool, &call)
+                    .with_context(span.clone())
+                    .await;
+                spans::end_tool_call(&span, output.is_error);
                 commit(deps, claim, &call, output).await?;
             }
             ToolKind::Internal => spawn_subagent(deps, claim, context, tool, &call).await?,

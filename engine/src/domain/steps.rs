@@ -131,6 +131,30 @@ pub struct StepContext {
     pub messages: Vec<HistoryMessage>,
     pub tool_calls: Vec<ToolCallRecord>,
     pub pending_inputs: Vec<PendingInput>,
+    /// What the attempt's span needs (docs/api.md, "Tracing").
+    pub trace: AttemptTrace,
+}
+
+/// The trace an attempt's span belongs in, and the attempt before it that
+/// no one could end: the agent row's `turn_trace_*` and `*_attempt_*`
+/// columns (0026).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AttemptTrace {
+    /// The W3C `traceparent` the turn's spans are children of.
+    pub turn_parent: Option<String>,
+    pub turn_state: Option<String>,
+    /// The step's first attempt, when this one retries it after a crash.
+    pub first_attempt_epoch: Option<i64>,
+    /// The attempt whose worker died, not yet in any trace.
+    pub lost: Option<LostAttempt>,
+}
+
+/// A step attempt whose holder died: its epoch and how long it held the lease.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LostAttempt {
+    pub epoch: i64,
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    pub ended_at: chrono::DateTime<chrono::Utc>,
 }
 
 impl StepContext {

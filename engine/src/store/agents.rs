@@ -9,6 +9,7 @@ use uuid::Uuid;
 use super::parse_text;
 use crate::domain::{Agent, AgentState, CancelOutcome, Input, InputCreated, LimitMaxima};
 use crate::error::Result;
+use crate::telemetry::TraceHeaders;
 
 /// Write the operator's limit maxima (`holdfast.set_limit_maxima`).
 pub async fn set_limit_maxima(client: &impl GenericClient, maxima: &LimitMaxima) -> Result<()> {
@@ -61,10 +62,24 @@ pub async fn create_input(
     content: &Value,
     idempotency_key: Option<&str>,
 ) -> Result<InputCreated> {
+    create_traced_input(client, agent, content, idempotency_key, None).await
+}
+
+/// [`create_input`] with the W3C trace context the input was posted with:
+/// the steps of the turn it opens are children of it.
+pub async fn create_traced_input(
+    client: &impl GenericClient,
+    agent: Uuid,
+    content: &Value,
+    idempotency_key: Option<&str>,
+    trace: Option<&TraceHeaders>,
+) -> Result<InputCreated> {
+    let parent = trace.map(|t| t.traceparent.as_str());
+    let state = trace.and_then(|t| t.tracestate.as_deref());
     let row = client
         .query_one(
-            "SELECT input_id, replayed FROM holdfast.create_input_or_replay($1, $2, $3)",
-            &[&agent, content, &idempotency_key],
+            "SELECT input_id, replayed FROM holdfast.create_input_or_replay($1, $2, $3, $4, $5)",
+            &[&agent, content, &idempotency_key, &parent, &state],
         )
         .await?;
     Ok(InputCreated {

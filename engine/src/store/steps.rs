@@ -14,8 +14,8 @@ use super::parse_text;
 use super::prepared::{execute_prepared, query_one_prepared, query_prepared, Prepared};
 use crate::config::AgentConfig;
 use crate::domain::{
-    AgentState, Claim, HistoryMessage, MaintenanceReport, ModelStep, PendingInput, Renewal,
-    StepContext, ToolCallRecord,
+    AgentState, AttemptTrace, Claim, HistoryMessage, LostAttempt, MaintenanceReport, ModelStep,
+    PendingInput, Renewal, StepContext, ToolCallRecord,
 };
 use crate::duration::to_interval;
 use crate::error::{Error, Result};
@@ -370,7 +370,8 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
     let (agent_sql, messages_sql, tool_calls_sql, inputs_sql) = futures::try_join!(
         client.statement(
             "SELECT config, turn_open, model_attempts, cancel_requested_at IS NOT NULL, \
-                    context_summary \
+                    context_summary, turn_trace_parent, turn_trace_state, first_attempt_epoch, \
+                    lost_attempt_epoch, lost_attempt_started_at, lost_attempt_ended_at \
                FROM holdfast.agents WHERE id = $1",
         ),
         // The messages from the agent's context start on (the subquery
@@ -403,6 +404,21 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
     let config = AgentConfig::from_value(&row.get::<_, Value>(0))?;
     let (turn_open, model_attempts, cancel_requested, context_summary) =
         (row.get(1), row.get(2), row.get(3), row.get(4));
+    let lost_epoch: Option<i64> = row.get(8);
+    let (lost_started, lost_ended): (Option<_>, Option<_>) = (row.get(9), row.get(10));
+    let trace = AttemptTrace {
+        turn_parent: row.get(5),
+        turn_state: row.get(6),
+        first_attempt_epoch: row.get(7),
+        // All or none (agents_lost_attempt_complete).
+        lost: lost_epoch.zip(lost_started.zip(lost_ended)).map(
+            |(epoch, (started_at, ended_at))| LostAttempt {
+                epoch,
+                started_at,
+                ended_at,
+            },
+        ),
+    };
     let messages = messages
         .iter()
         .map(|r| HistoryMessage {
@@ -446,6 +462,7 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
         messages,
         tool_calls,
         pending_inputs,
+        trace,
     })
 }
 

@@ -2104,6 +2104,10 @@ export interface operations {
             header?: {
                 /** @description 1 to 255 characters; a replay returns the first response */
                 "Idempotency-Key"?: string | null;
+                /** @description W3C trace context: the turn this input opens is traced as its child; malformed: 400 */
+                traceparent?: string | null;
+                /** @description W3C trace state, kept with `traceparent` (ignored without it) */
+                tracestate?: string | null;
             };
             path: {
                 /** @description agent id */

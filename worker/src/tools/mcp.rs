@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use holdfast_engine::config::{prefixed_tool_name, ToolEntry, MCP_NAME_SEPARATOR};
 use holdfast_engine::egress::{check_mcp_header, refusal_in, EgressKind, EgressPolicy};
 use holdfast_engine::provider::ToolDefinition;
+use holdfast_engine::telemetry;
 use reqwest::header::{HeaderName, HeaderValue};
 use reqwest_013 as reqwest13;
 use rmcp::model::{
@@ -468,8 +469,16 @@ async fn open_session(config: &McpServerConfig, limits: &McpLimits) -> Result<Se
         _ => None,
     };
     let http = egress_client(&limits.egress, resolved).map_err(|e| refused(e.to_string()))?;
+    let mut headers = config.header_map()?;
+    // The current span (the tool call's, or the step's while listing), so
+    // the server's spans join the turn's trace.
+    for (name, value) in telemetry::outbound_headers() {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
     let transport_config = StreamableHttpClientTransportConfig::with_uri(config.url.clone())
-        .custom_headers(config.header_map()?)
+        .custom_headers(headers)
         .max_json_response_size(limits.max_response_bytes)
         .max_sse_event_size(limits.max_response_bytes);
     let transport = StreamableHttpClientTransport::with_client(http, transport_config);

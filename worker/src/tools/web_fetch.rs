@@ -26,6 +26,7 @@ use std::time::Duration;
 use holdfast_engine::config::ToolEntry;
 use holdfast_engine::egress::{refusal_in, EgressKind, EgressPolicy};
 use holdfast_engine::provider::ToolDefinition;
+use holdfast_engine::telemetry;
 use reqwest::header::CONTENT_TYPE;
 use reqwest::{redirect, Url};
 use serde::Deserialize;
@@ -211,7 +212,11 @@ async fn fetch(
     body_cap: usize,
     limits: &WebFetchLimits,
 ) -> reqwest::Result<ToolOutput> {
-    let mut response = client.get(url).send().await?;
+    let mut request = client.get(url);
+    for (name, value) in telemetry::outbound_headers() {
+        request = request.header(name, value);
+    }
+    let mut response = request.send().await?;
     let status = response.status();
     let final_url = response.url().clone();
     let content_type = response

@@ -1,0 +1,237 @@
+//! OpenTelemetry traces (docs/api.md, "Tracing"), received by an in-process
+//! OTLP/HTTP collector from real worker processes: one trace per turn under
+//! the input's `traceparent`, one span per step attempt even across a
+//! SIGKILL, GenAI attributes on model and tool spans, and the trace context
+//! carried on to an MCP server.
+
+use std::time::Duration;
+
+use holdfast_engine::store;
+use holdfast_fakes::{FakeProvider, Reply};
+use holdfast_tests::api_server::{error_of, project_key, ApiServer};
+use holdfast_tests::mcp_server::McpTestServer;
+use holdfast_tests::otlp_receiver::{OtlpReceiver, ReceivedSpan};
+use holdfast_tests::scenario::{spawn_worker, wait_for_event};
+use holdfast_tests::{default_config, MaintenanceLoop, TestDb};
+use reqwest::Method;
+use serde_json::json;
+
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT_ID: &str = "00f067aa0ba902b7";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_turn_across_a_worker_kill_is_one_trace_under_the_inputs_traceparent() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let receiver = OtlpReceiver::start().await;
+    let fake = FakeProvider::start().await;
+    let mcp = McpTestServer::start().await;
+    let api = ApiServer::start(&db).await;
+    let (project, key) = project_key(&client).await;
+    let mut config = default_config();
+    config["tools"] = json!([{"type": "mcp", "name": "calc", "url": mcp.url}]);
+    let agent = store::create_agent(&client, project, &config)
+        .await
+        .unwrap();
+
+    // The first attempt's model call is held until its worker is killed.
+    fake.push(Reply::hang());
+    fake.push(Reply::tool_calls(vec![("calc__increment", json!({"by": 2}))]).usage(120, 7));
+    fake.push(Reply::text("The counter is 2.").usage(150, 9));
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.as_str()),
+        ("OTEL_SERVICE_NAME", "holdfast-worker"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ("HOLDFAST_EGRESS_ALLOW", "mcp=127.0.0.1"),
+    ];
+    let mut first = spawn_worker("traced-w1", &db.config, &fake, &env);
+    let response = api
+        .request(Method::POST, &format!("/v1/agents/{agent}/inputs"), &key)
+        .header("traceparent", format!("00-{TRACE_ID}-{PARENT_ID}-01"))
+        .header("tracestate", "vendor=opaque")
+        .json(&json!({"content": "add two"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    fake.wait_until_held(1).await;
+    first.signal("KILL");
+    assert_eq!(first.wait_exit(Duration::from_secs(10)).await, None);
+
+    let _maintenance = MaintenanceLoop::start(&db.config);
+    let mut second = spawn_worker("traced-w2", &db.config, &fake, &env);
+    wait_for_event(&client, agent, "turn.completed", Duration::from_secs(30)).await;
+    second.signal("TERM");
+    assert_eq!(second.wait_exit(Duration::from_secs(15)).await, Some(0));
+
+    // The drained worker exported everything before it exited.
+    let spans = receiver.spans();
+    let steps: Vec<&ReceivedSpan> = spans
+        .iter()
+        .filter(|s| s.span.name == "holdfast.step")
+        .collect();
+    assert!(!steps.is_empty(), "no step spans: {spans:#?}");
+    for span in &spans {
+        assert_eq!(span.service, "holdfast-worker");
+        assert_eq!(
+            span.trace_id(),
+            TRACE_ID,
+            "{}: one trace per turn",
+            span.span.name
+        );
+    }
+    for step in &steps {
+        assert_eq!(
+            step.parent_span_id(),
+            PARENT_ID,
+            "a step's parent is the input's span"
+        );
+    }
+    // One span per attempt: every epoch once, none replayed.
+    let mut epochs: Vec<i64> = steps
+        .iter()
+        .map(|s| {
+            s.attribute("holdfast.lease.epoch")
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    epochs.sort();
+    let distinct = {
+        let mut d = epochs.clone();
+        d.dedup();
+        d
+    };
+    assert_eq!(epochs, distinct, "an attempt's span was emitted twice");
+    let attempt = |epoch: i64| {
+        steps
+            .iter()
+            .find(|s| s.attribute("holdfast.lease.epoch") == Some(epoch.to_string()))
+            .unwrap_or_else(|| panic!("no span for the attempt of epoch {epoch}: {steps:#?}"))
+    };
+    // The killed attempt's span, emitted by the attempt that retried it,
+    // which links to it.
+    let lost = attempt(1);
+    assert_eq!(
+        lost.attribute("holdfast.step.outcome").as_deref(),
+        Some("lost")
+    );
+    // A reap moves the epoch on, so the retry's claim is a later epoch.
+    let retry = attempt(epochs[1]);
+    assert_eq!(
+        retry.attribute("holdfast.step.outcome").as_deref(),
+        Some("committed")
+    );
+    assert_eq!(retry.span.links.len(), 1, "{retry:#?}");
+    assert_eq!(retry.span.links[0].span_id, lost.span.span_id);
+    assert_eq!(hex::encode(&retry.span.links[0].trace_id), TRACE_ID);
+    // The trace state came along.
+    assert_eq!(retry.span.trace_state, "vendor=opaque");
+
+    let mut chats: Vec<&ReceivedSpan> = spans
+        .iter()
+        .filter(|s| s.span.name == "chat claude-test")
+        .collect();
+    chats.sort_by_key(|s| s.span.start_time_unix_nano);
+    let usage: Vec<(Option<String>, Option<String>)> = chats
+        .iter()
+        .map(|s| {
+            (
+                s.attribute("gen_ai.usage.input_tokens"),
+                s.attribute("gen_ai.usage.output_tokens"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        usage,
+        [
+            (Some("120".into()), Some("7".into())),
+            (Some("150".into()), Some("9".into()))
+        ],
+        "the model calls that answered, with their token usage"
+    );
+    for chat in &chats {
+        assert_eq!(
+            chat.attribute("gen_ai.operation.name").as_deref(),
+            Some("chat")
+        );
+        assert_eq!(
+            chat.attribute("gen_ai.provider.name").as_deref(),
+            Some("anthropic")
+        );
+        assert_eq!(
+            chat.attribute("gen_ai.request.model").as_deref(),
+            Some("claude-test")
+        );
+        assert!(
+            steps
+                .iter()
+                .any(|s| s.span.span_id == chat.span.parent_span_id),
+            "a model call is a child of its attempt"
+        );
+    }
+
+    let tool = spans
+        .iter()
+        .find(|s| s.span.name == "execute_tool calc__increment")
+        .unwrap_or_else(|| panic!("no tool span: {spans:#?}"));
+    assert_eq!(
+        tool.attribute("gen_ai.tool.name").as_deref(),
+        Some("calc__increment")
+    );
+    assert!(tool
+        .attribute("gen_ai.tool.call.id")
+        .is_some_and(|id| !id.is_empty()));
+    // The MCP call carried the tool span as its parent.
+    let expected = format!("00-{TRACE_ID}-{}-01", tool.span_id());
+    let sent = mcp.header_values("traceparent");
+    assert!(
+        sent.contains(&expected),
+        "MCP requests carried {sent:?}, not {expected}"
+    );
+    assert_eq!(mcp.counter(), 2);
+}
+
+#[tokio::test]
+async fn a_malformed_traceparent_is_refused_naming_the_header() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let api = ApiServer::start(&db).await;
+    let (project, key) = project_key(&client).await;
+    let agent = store::create_agent(&client, project, &default_config())
+        .await
+        .unwrap();
+    for (header, value) in [
+        ("traceparent", format!("00-{TRACE_ID}-{PARENT_ID}")),
+        (
+            "traceparent",
+            format!("00-{}-{PARENT_ID}-01", "0".repeat(32)),
+        ),
+        ("tracestate", "no equals sign".to_owned()),
+    ] {
+        let mut request = api
+            .request(Method::POST, &format!("/v1/agents/{agent}/inputs"), &key)
+            .json(&json!({"content": "hi"}));
+        request = if header == "traceparent" {
+            request.header("traceparent", value.as_str())
+        } else {
+            request
+                .header("traceparent", format!("00-{TRACE_ID}-{PARENT_ID}-01"))
+                .header("tracestate", value.as_str())
+        };
+        let (status, kind, message, field) = error_of(request.send().await.unwrap()).await;
+        assert_eq!(status, 400, "{header}: {value}");
+        assert_eq!(kind, "invalid_request");
+        assert_eq!(field.as_deref(), Some(header), "{message}");
+    }
+    let inputs: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.inputs WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(inputs, 0, "a refused input changes nothing");
+}

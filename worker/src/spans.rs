@@ -1,0 +1,175 @@
+//! The worker's trace spans (docs/api.md, "Tracing"): one per step attempt,
+//! a child per model call (GenAI semantic conventions: `chat {model}`) and
+//! per tool call (`execute_tool {name}`). All no-ops when tracing is off
+//! ([`holdfast_engine::telemetry`]).
+//!
+//! Nothing is replayed, so a step's span is emitted once, by the attempt
+//! that ran it. An attempt whose worker died cannot end its own span: the
+//! next attempt emits it (its span id derives from the agent and the lost
+//! epoch, its times come from the agent row) and links its own span to the
+//! step's first attempt.
+
+use std::time::SystemTime;
+
+use holdfast_engine::domain::{AttemptTrace, Claim, LostAttempt};
+use holdfast_engine::provider::{ModelError, ModelRequest, Usage};
+use holdfast_engine::telemetry::{attempt_span_id, context_of, start_child, tracer};
+use opentelemetry::trace::{
+    Link, SpanContext, SpanKind, Status, TraceContextExt, TraceFlags, TraceState, Tracer,
+};
+use opentelemetry::{Context, KeyValue};
+
+/// Start the span of the attempt `claim` runs, as a child of its turn's
+/// trace context, first emitting the span of the attempt before it that
+/// died (if any). Returns the context to run the attempt in.
+pub fn start_attempt(claim: Claim, trace: &AttemptTrace) -> Context {
+    let parent = trace
+        .turn_parent
+        .as_deref()
+        .map(|p| context_of(p, trace.turn_state.as_deref()))
+        .unwrap_or_default();
+    let remote = parent.span().span_context().clone();
+    let first_attempt = trace
+        .first_attempt_epoch
+        .filter(|_| remote.is_valid())
+        .map(|epoch| {
+            Link::with_context(SpanContext::new(
+                remote.trace_id(),
+                attempt_span_id(claim.agent_id, epoch),
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::default(),
+            ))
+        });
+    if let Some(lost) = trace.lost {
+        emit_lost_attempt(claim, lost, &parent, first_attempt.clone());
+    }
+    let mut builder = tracer()
+        .span_builder("holdfast.step")
+        .with_kind(SpanKind::Internal)
+        .with_span_id(attempt_span_id(claim.agent_id, claim.epoch))
+        .with_attributes(attempt_attributes(claim, claim.epoch));
+    if let Some(link) = first_attempt {
+        builder = builder.with_links(vec![link]);
+    }
+    let span = builder.start_with_context(&tracer(), &parent);
+    parent.with_span(span)
+}
+
+/// Record what the current attempt does (`model`, `tools`, `nothing`).
+pub fn record_kind(kind: &'static str) {
+    Context::current()
+        .span()
+        .set_attribute(KeyValue::new("holdfast.step.kind", kind));
+}
+
+/// End the attempt's span with what the step came to.
+pub fn end_attempt(attempt: &Context, outcome: &str) {
+    let span = attempt.span();
+    span.set_attribute(KeyValue::new("holdfast.step.outcome", outcome.to_owned()));
+    if outcome == "failed" {
+        span.set_status(Status::error("the step failed"));
+    }
+    span.end();
+}
+
+/// The span of an attempt whose worker died mid-step, emitted for it.
+fn emit_lost_attempt(claim: Claim, lost: LostAttempt, parent: &Context, first: Option<Link>) {
+    let mut builder = tracer()
+        .span_builder("holdfast.step")
+        .with_kind(SpanKind::Internal)
+        .with_span_id(attempt_span_id(claim.agent_id, lost.epoch))
+        .with_start_time(SystemTime::from(lost.started_at))
+        .with_attributes(attempt_attributes(claim, lost.epoch))
+        .with_status(Status::error(
+            "the worker running this attempt stopped; maintenance released its lease",
+        ));
+    // The first attempt links to nothing; later lost ones to the first.
+    if let Some(link) =
+        first.filter(|l| l.span_context.span_id() != attempt_span_id(claim.agent_id, lost.epoch))
+    {
+        builder = builder.with_links(vec![link]);
+    }
+    let mut span = builder.start_with_context(&tracer(), parent);
+    opentelemetry::trace::Span::set_attribute(
+        &mut span,
+        KeyValue::new("holdfast.step.outcome", "lost"),
+    );
+    opentelemetry::trace::Span::end_with_timestamp(&mut span, SystemTime::from(lost.ended_at));
+}
+
+fn attempt_attributes(claim: Claim, epoch: i64) -> Vec<KeyValue> {
+    vec![
+        KeyValue::new("holdfast.agent.id", claim.agent_id.to_string()),
+        KeyValue::new("holdfast.lease.epoch", epoch),
+    ]
+}
+
+/// Start a model call's span (`chat {model}`, a client span), a child of
+/// the current attempt.
+pub fn start_model_call(request: &ModelRequest) -> Context {
+    let provider = request.model.provider.to_string();
+    start_child(
+        format!("chat {}", request.model.name),
+        SpanKind::Client,
+        vec![
+            KeyValue::new("gen_ai.operation.name", "chat"),
+            KeyValue::new("gen_ai.provider.name", provider.clone()),
+            // The name before semantic conventions 1.37, still read by
+            // many backends.
+            KeyValue::new("gen_ai.system", provider),
+            KeyValue::new("gen_ai.request.model", request.model.name.clone()),
+        ],
+    )
+}
+
+/// End a model call's span with its usage, or the error it ended with.
+pub fn end_model_call(call: &Context, result: Result<&Usage, &ModelError>) {
+    let span = call.span();
+    match result {
+        Ok(usage) => {
+            span.set_attribute(KeyValue::new(
+                "gen_ai.usage.input_tokens",
+                i64::try_from(usage.input_tokens).unwrap_or(i64::MAX),
+            ));
+            span.set_attribute(KeyValue::new(
+                "gen_ai.usage.output_tokens",
+                i64::try_from(usage.output_tokens).unwrap_or(i64::MAX),
+            ));
+        }
+        Err(error) => {
+            let error_type = match error {
+                ModelError::Retryable { kind, .. } => kind.clone(),
+                ModelError::Fatal { error_type, .. } => error_type.clone(),
+                ModelError::ContextTooLong { .. } => "context_length_exceeded".to_owned(),
+            };
+            span.set_status(Status::error(error.to_string()));
+            span.set_attribute(KeyValue::new("error.type", error_type));
+        }
+    }
+    span.end();
+}
+
+/// Start a tool call's span (`execute_tool {name}`), a child of the
+/// current attempt.
+pub fn start_tool_call(name: &str, call_id: &str) -> Context {
+    start_child(
+        format!("execute_tool {name}"),
+        SpanKind::Internal,
+        vec![
+            KeyValue::new("gen_ai.operation.name", "execute_tool"),
+            KeyValue::new("gen_ai.tool.name", name.to_owned()),
+            KeyValue::new("gen_ai.tool.call.id", call_id.to_owned()),
+        ],
+    )
+}
+
+/// End a tool call's span; a tool's error result marks it an error.
+pub fn end_tool_call(call: &Context, is_error: bool) {
+    let span = call.span();
+    if is_error {
+        span.set_attribute(KeyValue::new("error.type", "tool_error"));
+        span.set_status(Status::error("the tool returned an error"));
+    }
+    span.end();
+}
