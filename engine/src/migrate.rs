@@ -123,6 +123,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0021_audit.sql",
         sql: include_str!("../../sql/0021_audit.sql"),
     },
+    Migration {
+        version: 22,
+        name: "0022_usage.sql",
+        sql: include_str!("../../sql/0022_usage.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.
@@ -148,6 +153,7 @@ pub const FUNCTION_FILES: &[FunctionFile] = function_files![
     "events.sql",
     "agents.sql",
     "leases.sql",
+    "usage.sql",
     "steps.sql",
     "cancel.sql",
     "tools.sql",

@@ -72,7 +72,8 @@ $$;
 
 -- Settle an agent (decide_state) and write everything in one agent-row
 -- UPDATE: the given events' seqs, the state, the turn, run_after. Resets
--- model_attempts and turn_model_steps when it opens a turn, and
+-- model_attempts, turn_model_steps and turn_usage (and counts turn_seq up)
+-- when it opens a turn, and
 -- step_failures always: every way a step ends well goes through it
 -- (commits, releases, retries, turn ends); fail_step sets the count again
 -- after its settle. The caller holds the agent's row lock.
@@ -114,6 +115,8 @@ BEGIN
            turn_open = turn_open OR v_open_turn,
            model_attempts = CASE WHEN v_open_turn THEN 0 ELSE model_attempts END,
            turn_model_steps = CASE WHEN v_open_turn THEN 0 ELSE turn_model_steps END,
+           turn_seq = turn_seq + CASE WHEN v_open_turn THEN 1 ELSE 0 END,
+           turn_usage = CASE WHEN v_open_turn THEN holdfast.zero_usage() ELSE turn_usage END,
            step_failures = 0,
            run_after = coalesce(p_run_after, run_after),
            last_event_seq = last_event_seq + cardinality(v_types),

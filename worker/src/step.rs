@@ -8,8 +8,9 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt;
+use holdfast_engine::config::ModelConfig;
 use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, StepContext};
-use holdfast_engine::provider::{ContentBlock, ModelError, ModelRequest, ModelTarget};
+use holdfast_engine::provider::{ContentBlock, ModelError, ModelRequest, ModelTarget, Usage};
 use holdfast_engine::{store, Error, Result};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -198,6 +199,7 @@ async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Res
         }
         Err(error) => return Ok(model_failed(deps, context, error)),
     };
+    count_tokens(&context.config.model, &response.usage);
     let tool_calls = response
         .content
         .iter()
@@ -223,6 +225,25 @@ async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Res
         usage: serde_json::to_value(response.usage).unwrap_or(Value::Null),
         stop_reason: response.stop_reason,
     }))
+}
+
+/// `holdfast_model_tokens_total{provider, model, kind}`: the tokens a
+/// response used (a compaction's summary too), counted as it arrives
+/// (paid for, whether or not its commit lands). Kinds as in the saved usage: input, output, cache_read,
+/// cache_write, reasoning (the last three are parts of the first two).
+fn count_tokens(model: &ModelConfig, usage: &Usage) {
+    let provider: &'static str = model.provider.into();
+    for (kind, tokens) in [
+        ("input", usage.input_tokens),
+        ("output", usage.output_tokens),
+        ("cache_read", usage.cache_read_tokens),
+        ("cache_write", usage.cache_write_tokens),
+        ("reasoning", usage.reasoning_tokens),
+    ] {
+        metrics::counter!("holdfast_model_tokens_total",
+            "provider" => provider, "model" => model.name.clone(), "kind" => kind)
+        .increment(tokens);
+    }
 }
 
 /// Where this attempt's model call goes: the endpoint resolved now, from the
@@ -274,6 +295,7 @@ async fn compact(
         }
         Err(error) => return model_failed(deps, context, error),
     };
+    count_tokens(&context.config.model, &summary.usage);
     let text: Vec<&str> = summary
         .content
         .iter()

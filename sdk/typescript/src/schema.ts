@@ -257,6 +257,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/agents/{id}/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An agent's model usage: the sum of every saved model response, and each
+         *     turn's, oldest first; cost in USD at the operator's prices (`null` when
+         *     the model has none).
+         */
+        get: operations["get_agent_usage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/approvals/{id}": {
         parameters: {
             query?: never;
@@ -609,6 +630,15 @@ export interface components {
             has_more: boolean;
             /** @description With `order=activity` and `has_more`: the `cursor` of the next page. */
             next_cursor?: string | null;
+        };
+        /** @description An agent's usage: its whole life, and each turn that called the model. */
+        AgentUsage: {
+            /** Format: uuid */
+            agent_id: string;
+            /** @description Oldest turn first. */
+            turns: components["schemas"]["TurnUsage"][];
+            /** @description Every model response the agent has had saved. */
+            usage: components["schemas"]["TokenUsage"];
         };
         /** @description An agent. */
         AgentView: {
@@ -1300,6 +1330,41 @@ export interface components {
             /** @enum {string} */
             type: "disabled";
         };
+        /** @description Tokens by kind as the providers report them, and their cost. */
+        TokenUsage: {
+            /**
+             * Format: int64
+             * @description Of `input_tokens`, read from the provider's prompt cache.
+             */
+            cache_read_tokens: number;
+            /**
+             * Format: int64
+             * @description Of `input_tokens`, written to the prompt cache.
+             */
+            cache_write_tokens: number;
+            /**
+             * Format: double
+             * @description USD at the operator's prices when each step committed; `null` while
+             *     none of the steps summed was priced (a sum over priced and unpriced
+             *     steps counts the priced ones).
+             */
+            cost_usd?: number | null;
+            /**
+             * Format: int64
+             * @description The whole prompt, cache reads and writes included.
+             */
+            input_tokens: number;
+            /**
+             * Format: int64
+             * @description Everything generated, reasoning included.
+             */
+            output_tokens: number;
+            /**
+             * Format: int64
+             * @description Of `output_tokens`, a reasoning model's reasoning.
+             */
+            reasoning_tokens: number;
+        };
         ToolCallList: {
             tool_calls: components["schemas"]["ToolCallView"][];
         };
@@ -1383,6 +1448,25 @@ export interface components {
             is_error?: boolean;
             /** @description Any JSON (null included); sent to the model as the tool's result. */
             output: Record<string, unknown>;
+        };
+        /** @description One turn's usage. */
+        TurnUsage: {
+            /**
+             * Format: int64
+             * @description Model responses saved in the turn.
+             */
+            model_steps: number;
+            /**
+             * Format: date-time
+             * @description When its first model response was saved.
+             */
+            started_at: string;
+            /**
+             * Format: int64
+             * @description The turn's number on the agent (counted up as turns open).
+             */
+            turn: number;
+            usage: components["schemas"]["TokenUsage"];
         };
         /** @description An approximate location (`{"type": "approximate", ...}`). */
         UserLocation: {
@@ -2348,6 +2432,63 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ToolCallList"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_agent_usage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description agent id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentUsage"];
                 };
             };
             400: {

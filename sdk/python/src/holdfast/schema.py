@@ -262,6 +262,15 @@ class Thinking3(TypedDict):
 Thinking = Union[Thinking1, Thinking2, Thinking3]
 
 
+class TokenUsage(TypedDict):
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cost_usd: NotRequired[Optional[float]]
+    input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+
+
 class ToolCallView(TypedDict):
     agent_id: str
     completed_at: NotRequired[Optional[str]]
@@ -317,6 +326,13 @@ class ToolResultRequest(TypedDict):
     output: dict[str, Any]
 
 
+class TurnUsage(TypedDict):
+    model_steps: int
+    started_at: str
+    turn: int
+    usage: TokenUsage
+
+
 class UserLocation1(TypedDict):
     city: NotRequired[Optional[str]]
     country: NotRequired[Optional[str]]
@@ -364,6 +380,12 @@ class WorkerView(TypedDict):
     agents_held: int
     soonest_lease_expiry: NotRequired[Optional[str]]
     worker: str
+
+
+class AgentUsage(TypedDict):
+    agent_id: str
+    turns: list[TurnUsage]
+    usage: TokenUsage
 
 
 class AnthropicWebFetch(TypedDict):
