@@ -218,7 +218,11 @@ async fn usage_sums_per_turn_agent_and_project_equal_what_the_provider_reported_
     );
     assert_eq!(usage.usage.cost_usd, None, "unpriced: cost null");
     assert_eq!(usage.turns.len(), 1);
-    assert_usage(&usage.turns[0].usage, &sum(&reasoning, None), "an unpriced turn");
+    assert_usage(
+        &usage.turns[0].usage,
+        &sum(&reasoning, None),
+        "an unpriced turn",
+    );
 
     // The project's view: one row per provider and model (one day).
     let rows = client
