@@ -39,6 +39,8 @@ pub struct AgentConfig {
     pub metadata: Option<Map<String, Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<LimitSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetSettings>,
 }
 
 /// The output limit of a call whose agent sets no `model.max_tokens`
@@ -524,6 +526,29 @@ pub struct LimitSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     pub max_descendants: Option<u32>,
+}
+
+/// `config.budget`: the most model usage a turn and the agent may reach
+/// (tokens: input + output; cost: USD at the operator's prices, so a cost
+/// budget counts only priced models). Checked in SQL before each model
+/// call: once a sum has reached its maximum, the turn ends with
+/// `turn.failed` `budget_exceeded` and the call is not made (a turn may
+/// pass a maximum by the one call that reached it).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 9999999999_u64)]
+    pub max_tokens_per_turn: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 9999999999_u64)]
+    pub max_tokens_per_agent: Option<u64>,
+    /// USD, more than 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd_per_turn: Option<f64>,
+    /// USD, more than 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd_per_agent: Option<f64>,
 }
 
 impl AgentConfig {

@@ -73,7 +73,7 @@ BEGIN
         PERFORM holdfast.raise('HF422', 'config must be a JSON object', 'config');
     END IF;
     PERFORM holdfast.refuse_unknown_keys(p_config,
-        '{model,system,tools,approvals,metadata,limits}', '');
+        '{model,system,tools,approvals,metadata,limits,budget}', '');
     IF jsonb_typeof(p_config -> 'model') IS DISTINCT FROM 'object' THEN
         PERFORM holdfast.raise('HF422', 'model must be an object', 'model');
     END IF;
@@ -310,6 +310,26 @@ BEGIN
             IF (v_value #>> '{}')::bigint > v_max THEN
                 PERFORM holdfast.raise('HF422', format('limits.%s must be at most %s (the operator''s maximum)',
                     v_name, v_max), 'limits.' || v_name);
+            END IF;
+        END LOOP;
+    END IF;
+    IF p_config ? 'budget' THEN
+        IF jsonb_typeof(p_config -> 'budget') <> 'object' THEN
+            PERFORM holdfast.raise('HF422', 'budget must be an object', 'budget');
+        END IF;
+        PERFORM holdfast.refuse_unknown_keys(p_config -> 'budget',
+            '{max_tokens_per_turn,max_tokens_per_agent,max_cost_usd_per_turn,max_cost_usd_per_agent}', 'budget.');
+        FOR v_name IN SELECT unnest(ARRAY['max_tokens_per_turn', 'max_tokens_per_agent']) LOOP
+            IF p_config -> 'budget' ? v_name
+               AND NOT holdfast.is_integer_between(p_config #> ARRAY['budget', v_name], 1, 9999999999) THEN
+                PERFORM holdfast.raise('HF422', format('budget.%s must be an integer from 1 to 9999999999', v_name), 'budget.' || v_name);
+            END IF;
+        END LOOP;
+        FOR v_name IN SELECT unnest(ARRAY['max_cost_usd_per_turn', 'max_cost_usd_per_agent']) LOOP
+            IF p_config -> 'budget' ? v_name
+               AND NOT coalesce(jsonb_typeof(p_config #> ARRAY['budget', v_name]) = 'number'
+                                AND (p_config #>> ARRAY['budget', v_name])::numeric > 0, false) THEN
+                PERFORM holdfast.raise('HF422', format('budget.%s must be a number of USD above 0', v_name), 'budget.' || v_name);
             END IF;
         END LOOP;
     END IF;

@@ -165,3 +165,57 @@ RETURNS boolean LANGUAGE sql AS $$
     )
     SELECT EXISTS (SELECT 1 FROM removed)
 $$;
+
+-- Which of the agent's budgets (config.budget) its usage has reached, as
+-- {"budget", "limit", "value"} (the first in the order documented:
+-- max_tokens_per_turn, max_cost_usd_per_turn, max_tokens_per_agent,
+-- max_cost_usd_per_agent), or NULL when none. Tokens are input + output;
+-- a cost budget counts the priced usage only. The worker reads it with the
+-- step's context and makes no model call when it is set. Pure.
+CREATE OR REPLACE FUNCTION holdfast.budget_exceeded(p_agent holdfast.agents) RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT jsonb_build_object('budget', b.name, 'limit', b.max, 'value', b.used)
+      FROM (VALUES
+          (1, 'max_tokens_per_turn',
+           ((p_agent).turn_usage).input_tokens + ((p_agent).turn_usage).output_tokens::numeric),
+          (2, 'max_cost_usd_per_turn', coalesce(((p_agent).turn_usage).cost_usd, 0)),
+          (3, 'max_tokens_per_agent',
+           ((p_agent).usage).input_tokens + ((p_agent).usage).output_tokens::numeric),
+          (4, 'max_cost_usd_per_agent', coalesce(((p_agent).usage).cost_usd, 0))
+      ) AS b0 (ord, name, used)
+      CROSS JOIN LATERAL (SELECT b0.name, b0.used,
+                                 ((p_agent).config #>> ARRAY['budget', b0.name])::numeric AS max) b
+     WHERE b.max IS NOT NULL AND b.used >= b.max
+     ORDER BY b0.ord
+     LIMIT 1
+$$;
+
+-- End the turn of an agent whose budget is exhausted, before the model
+-- call it would have made: `turn.failed` {"error": {"type":
+-- "budget_exceeded", "message", "budget", "limit", "value"}}, the inputs
+-- the call would have sent (p_input_ids) into the history with the cause
+-- (end_turn_with_error). Checked again under the row lock; when no budget
+-- is exceeded any more (the config changed meanwhile) the agent is only
+-- released, for the next step to call the model. Fenced: locks the agent
+-- row, raises HF001 when the lease is not p_epoch's. Returns whether the
+-- turn ended.
+CREATE OR REPLACE FUNCTION holdfast.end_turn_over_budget(
+    p_agent uuid, p_epoch bigint, p_input_ids uuid[])
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_exceeded jsonb;
+BEGIN
+    v_exceeded := holdfast.budget_exceeded(holdfast.lock_leased_agent(p_agent, p_epoch));
+    IF v_exceeded IS NULL THEN
+        PERFORM holdfast.settle_agent(p_agent);
+        RETURN false;
+    END IF;
+    PERFORM holdfast.interrupt_running_calls(p_agent);
+    PERFORM holdfast.end_turn_with_error(p_agent, 'budget_exceeded',
+        format('this %s has used %s of its budget.%s of %s; no further model call was made.',
+            CASE WHEN v_exceeded ->> 'budget' LIKE '%per_turn' THEN 'turn' ELSE 'agent' END,
+            v_exceeded ->> 'value', v_exceeded ->> 'budget', v_exceeded ->> 'limit'),
+        p_input_ids, NULL, v_exceeded);
+    RETURN true;
+END
+$$;

@@ -197,6 +197,7 @@ mod tests {
             turn_open: true,
             model_attempts: 0,
             cancel_requested: false,
+            over_budget: false,
             context_summary: None,
             messages: vec![],
             tool_calls: vec![],

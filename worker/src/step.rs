@@ -167,6 +167,12 @@ async fn execute(deps: &StepDeps, claim: Claim, stop: &StopSignal) -> Result<Ste
 const COMPACTION_KEEP_LAST: usize = 4;
 
 async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Result<StepResult> {
+    // Before anything is paid for (a compaction's summary call included).
+    if context.over_budget {
+        return Ok(StepResult::OverBudget {
+            input_ids: context.pending_input_ids(),
+        });
+    }
     let request = model_request(context, toolbox::definitions(deps, &context.config).await);
     let target = match model_target(deps, claim, context, &request).await? {
         Ok(target) => target,

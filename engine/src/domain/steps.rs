@@ -125,6 +125,9 @@ pub struct StepContext {
     pub turn_open: bool,
     pub model_attempts: i32,
     pub cancel_requested: bool,
+    /// A budget of `config.budget` is used up (`holdfast.budget_exceeded`):
+    /// the next model call is not made.
+    pub over_budget: bool,
     /// The summary of messages compacted away (those before the first of
     /// `messages`), if the context was ever compacted.
     pub context_summary: Option<String>,

@@ -4,7 +4,7 @@ use serde_json::Value;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
-use crate::domain::{AgentUsage, ModelPrice};
+use crate::domain::{AgentUsage, Claim, ModelPrice};
 use crate::error::{Error, Result};
 
 /// The usage of `agent` in `project`: its sum and each turn's; `None` when
@@ -89,6 +89,24 @@ pub async fn remove_model_price(
         .query_one(
             "SELECT holdfast.remove_model_price($1, $2)",
             &[&provider, &model],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// End the claimed agent's turn with `budget_exceeded` before its next
+/// model call (the inputs that call would have sent go into the history);
+/// `false` when no budget is exceeded under the lock any more (the agent is
+/// released). [`Error::LeaseLost`] when the lease is gone.
+pub async fn end_turn_over_budget(
+    client: &impl GenericClient,
+    claim: Claim,
+    input_ids: &[Uuid],
+) -> Result<bool> {
+    let row = client
+        .query_one(
+            "SELECT holdfast.end_turn_over_budget($1, $2, $3)",
+            &[&claim.agent_id, &claim.epoch, &input_ids],
         )
         .await?;
     Ok(row.get(0))

@@ -612,6 +612,7 @@ export interface components {
          */
         AgentConfig: {
             approvals?: null | components["schemas"]["ApprovalSettings"];
+            budget?: null | components["schemas"]["BudgetSettings"];
             limits?: null | components["schemas"]["LimitSettings"];
             /** @description Free-form; returned as given. */
             metadata?: Record<string, unknown> | null;
@@ -748,6 +749,30 @@ export interface components {
             tool_input: Record<string, unknown>;
             /** @description The tool the model wants to call. */
             tool_name: string;
+        };
+        /**
+         * @description `config.budget`: the most model usage a turn and the agent may reach
+         *     (tokens: input + output; cost: USD at the operator's prices, so a cost
+         *     budget counts only priced models). Checked in SQL before each model
+         *     call: once a sum has reached its maximum, the turn ends with
+         *     `turn.failed` `budget_exceeded` and the call is not made (a turn may
+         *     pass a maximum by the one call that reached it).
+         */
+        BudgetSettings: {
+            /**
+             * Format: double
+             * @description USD, more than 0.
+             */
+            max_cost_usd_per_agent?: number | null;
+            /**
+             * Format: double
+             * @description USD, more than 0.
+             */
+            max_cost_usd_per_turn?: number | null;
+            /** Format: int64 */
+            max_tokens_per_agent?: number | null;
+            /** Format: int64 */
+            max_tokens_per_turn?: number | null;
         };
         /** @description The outcome of a cancel. */
         CancelView: {

@@ -32,6 +32,13 @@ class ApprovalView(TypedDict):
     tool_name: str
 
 
+class BudgetSettings(TypedDict):
+    max_cost_usd_per_agent: NotRequired[Optional[float]]
+    max_cost_usd_per_turn: NotRequired[Optional[float]]
+    max_tokens_per_agent: NotRequired[Optional[int]]
+    max_tokens_per_turn: NotRequired[Optional[int]]
+
+
 class CitationSettings(TypedDict):
     enabled: bool
 
@@ -521,6 +528,7 @@ class WebhookList(TypedDict):
 
 class AgentConfig(TypedDict):
     approvals: NotRequired[Optional[ApprovalSettings]]
+    budget: NotRequired[Optional[BudgetSettings]]
     limits: NotRequired[Optional[LimitSettings]]
     metadata: NotRequired[Optional[dict[str, Any]]]
     model: ModelConfig
