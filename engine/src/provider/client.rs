@@ -1,4 +1,4 @@
-//! [`Providers`]: the HTTP client both provider protocols share, with its
+//! [`Providers`]: the HTTP client the provider protocols share, with its
 //! settings, timeouts and streaming loop.
 //!
 //! Cancellation is by drop: the worker drops the [`Providers::complete`]
@@ -21,6 +21,7 @@ use super::classify::{
 };
 use super::compaction::estimate_tokens;
 use super::openai::{self, OpenAiStream};
+use super::responses::{self, ResponsesStream};
 use super::{Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Provider};
 use crate::domain::{ModelDestination, ModelRoute};
 use crate::duration::parse_duration;
@@ -39,7 +40,8 @@ pub struct ProviderSettings {
     /// `ANTHROPIC_API_KEY`, sent as `x-api-key` (not sent when unset, for
     /// compatible servers that need none).
     pub anthropic_api_key: Option<String>,
-    /// `OPENAI_BASE_URL`, including the `/v1`; `/chat/completions` is appended.
+    /// `OPENAI_BASE_URL`, including the `/v1`; `/chat/completions` is
+    /// appended (provider `openai`), or `/responses` (`openai_responses`).
     pub openai_base_url: String,
     /// `OPENAI_API_KEY`, sent as `Authorization: Bearer` (when set).
     pub openai_api_key: Option<String>,
@@ -305,7 +307,7 @@ impl Providers {
                     ),
                 })?;
                 let opened = secret
-                    .open_provider_key(route.project_id, provider.into(), sealed)
+                    .open_provider_key(route.project_id, provider.vendor().into(), sealed)
                     .map_err(|e| ModelError::Fatal {
                         error_type: "authentication_error".into(),
                         message: e.to_string(),
@@ -357,12 +359,12 @@ impl Providers {
 
     /// The base URL and key of `provider` from this worker's environment.
     fn environment_pair(&self, provider: Provider) -> (&String, &Option<String>) {
-        match provider {
+        match provider.vendor() {
             Provider::Anthropic => (
                 &self.settings.anthropic_base_url,
                 &self.settings.anthropic_api_key,
             ),
-            Provider::Openai => (
+            _ => (
                 &self.settings.openai_base_url,
                 &self.settings.openai_api_key,
             ),
@@ -448,6 +450,15 @@ impl Providers {
                     http = http.bearer_auth(key);
                 }
                 self.stream(http, OpenAiStream::default(), deltas).await
+            }
+            Provider::OpenaiResponses => {
+                let mut http = client
+                    .post(endpoint(base, "/responses"))
+                    .json(&responses::request_body(request));
+                if let Some(key) = api_key {
+                    http = http.bearer_auth(key);
+                }
+                self.stream(http, ResponsesStream::default(), deltas).await
             }
         }
     }

@@ -1073,17 +1073,23 @@ export interface components {
              *     has one).
              */
             name: string;
-            /** @description OpenAI: whether one response may call several tools (default true). */
+            /**
+             * @description OpenAI (both APIs): whether one response may call several tools
+             *     (default true).
+             */
             parallel_tool_calls?: boolean | null;
             provider: components["schemas"]["Provider"];
             reasoning_effort?: null | components["schemas"]["ReasoningEffort"];
             /**
              * Format: int64
-             * @description OpenAI: best-effort deterministic sampling.
+             * @description OpenAI Chat Completions: best-effort deterministic sampling.
              */
             seed?: number | null;
             service_tier?: null | components["schemas"]["ServiceTier"];
-            /** @description OpenAI: up to 4 texts that end the response when generated. */
+            /**
+             * @description OpenAI Chat Completions: up to 4 texts that end the response when
+             *     generated (the Responses API has no stop sequences).
+             */
             stop?: string[] | null;
             /**
              * @description Anthropic: text that ends the response when generated (each
@@ -1145,7 +1151,7 @@ export interface components {
             name: string;
         };
         /** @enum {string} */
-        Provider: "anthropic" | "openai";
+        Provider: "anthropic" | "openai" | "openai_responses";
         /** @description The key to set (`PUT`). */
         ProviderKeyBody: {
             /** @description The provider's API key; stored sealed, never shown again. */

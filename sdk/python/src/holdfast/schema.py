@@ -171,7 +171,7 @@ class ProjectView(TypedDict):
     name: str
 
 
-Provider = Literal['anthropic', 'openai']
+Provider = Literal['anthropic', 'openai', 'openai_responses']
 
 
 class ProviderKeyBody(TypedDict):
