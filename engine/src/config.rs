@@ -114,10 +114,43 @@ pub struct ModelConfig {
     /// answering.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<ReasoningEffort>,
-    /// OpenAI (both APIs): whether one response may call several tools
-    /// (default true).
+    /// Whether one response may call several tools (default true): OpenAI
+    /// `parallel_tool_calls`, Anthropic `tool_choice.disable_parallel_tool_use`
+    /// (sent only when the agent has tools).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_tool_calls: Option<bool>,
+    /// Whether and which tool the model must call: `auto` (the default),
+    /// `any` (some tool), `none`, or `{"type": "tool", "name": ...}`. A
+    /// forcing choice (`any`, a named tool) applies to the first model call
+    /// of a turn only; later calls of the turn use `auto`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+}
+
+/// `config.model.tool_choice`, one shape for every provider: Anthropic's
+/// `tool_choice` types, sent to OpenAI as `auto`, `required`, `none` or the
+/// named function.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ToolChoice {
+    /// The model decides whether to call tools.
+    Auto {},
+    /// The model must call at least one tool (OpenAI `required`).
+    Any {},
+    /// The model must not call a tool.
+    None {},
+    /// The model must call this tool (by the name it calls it).
+    Tool { name: String },
+}
+
+impl ToolChoice {
+    /// Whether the model is made to call a tool. Forcing every call of a
+    /// turn would never let the model answer: each forced call brings a
+    /// tool result and another forced call, an endless paid loop. So a
+    /// forcing choice applies to a turn's first call only.
+    pub fn forces_a_call(&self) -> bool {
+        matches!(self, ToolChoice::Any {} | ToolChoice::Tool { .. })
+    }
 }
 
 /// `config.model.service_tier` (Anthropic).
@@ -184,6 +217,7 @@ impl ModelConfig {
             service_tier: None,
             reasoning_effort: None,
             parallel_tool_calls: None,
+            tool_choice: None,
         }
     }
 
@@ -207,7 +241,7 @@ impl ModelConfig {
     /// otherwise). `Err` is the field (within `model`) and why.
     pub fn check(&self) -> Result<(), (&'static str, String)> {
         let refuse = |field: &'static str, message: String| Err((field, message));
-        let settings: [(&'static str, bool, &[Provider]); 9] = [
+        let settings: [(&'static str, bool, &[Provider]); 8] = [
             ("thinking", self.thinking.is_some(), ANTHROPIC),
             ("cache", self.cache.is_some(), ANTHROPIC),
             ("top_k", self.top_k.is_some(), ANTHROPIC),
@@ -217,11 +251,6 @@ impl ModelConfig {
             ("stop", self.stop.is_some(), CHAT_COMPLETIONS),
             ("seed", self.seed.is_some(), CHAT_COMPLETIONS),
             ("reasoning_effort", self.reasoning_effort.is_some(), OPENAI),
-            (
-                "parallel_tool_calls",
-                self.parallel_tool_calls.is_some(),
-                OPENAI,
-            ),
         ];
         let foreign = settings
             .iter()
@@ -275,6 +304,26 @@ impl ModelConfig {
             if !(min..=1.0).contains(&top_p) {
                 return refuse("top_p", format!("top_p must be from {min} to 1"));
             }
+        }
+        if let Some(ToolChoice::Tool { name }) = &self.tool_choice {
+            if name.is_empty() {
+                return refuse(
+                    "tool_choice.name",
+                    "tool_choice.name must be a tool's name".into(),
+                );
+            }
+        }
+        if thinks
+            && self
+                .tool_choice
+                .as_ref()
+                .is_some_and(ToolChoice::forces_a_call)
+        {
+            // Anthropic refuses a forced tool call with extended thinking.
+            return refuse(
+                "tool_choice",
+                "tool_choice any or tool cannot be set with thinking".into(),
+            );
         }
         if self.top_k.is_some() && thinks {
             return refuse("top_k", "top_k cannot be set with thinking".into());

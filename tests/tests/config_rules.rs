@@ -84,6 +84,10 @@ fn valid() -> Vec<Value> {
             json!({"temperature": 2, "top_p": 0.5, "user": "u-42", "max_tokens": 100,
                          "reasoning_effort": "high", "parallel_tool_calls": true}),
         ),
+        anthropic(json!({"parallel_tool_calls": false, "tool_choice": {"type": "any"}})),
+        anthropic(json!({"tool_choice": {"type": "none"}, "thinking": {"type": "adaptive"}})),
+        openai(json!({"tool_choice": {"type": "tool", "name": "lookup"}})),
+        responses(json!({"tool_choice": {"type": "auto"}})),
         with(json!({"tools": []})),
         with(json!({"tools": [
             {"type": "custom", "name": "lookup"},
@@ -284,8 +288,29 @@ fn invalid() -> Vec<(Value, &'static str)> {
             "model.reasoning_effort",
         ),
         (
-            anthropic(json!({"parallel_tool_calls": true})),
-            "model.parallel_tool_calls",
+            anthropic(json!({"tool_choice": "any"})),
+            "model.tool_choice",
+        ),
+        (
+            anthropic(json!({"tool_choice": {"type": "required"}})),
+            "model.tool_choice",
+        ),
+        (
+            anthropic(json!({"tool_choice": {"type": "auto", "name": "x"}})),
+            "model.tool_choice",
+        ),
+        (
+            anthropic(json!({"tool_choice": {"type": "tool"}})),
+            "model.tool_choice.name",
+        ),
+        (
+            anthropic(json!({"tool_choice": {"type": "tool", "name": ""}})),
+            "model.tool_choice.name",
+        ),
+        (
+            anthropic(json!({"tool_choice": {"type": "any"},
+                             "thinking": {"type": "adaptive"}})),
+            "model.tool_choice",
         ),
         (openai(json!({"top_k": 5})), "model.top_k"),
         (responses(json!({"stop": ["END"]})), "model.stop"),

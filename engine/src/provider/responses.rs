@@ -38,6 +38,7 @@ use super::anthropic::parse_tool_input;
 use super::classify::{incomplete_stream, invalid_response, says_context_too_long, truncate};
 use super::client::{forward, insert_if_set, StreamAssembler};
 use super::history::{normalise, tool_result_text};
+use super::openai::tool_choice;
 use super::{ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role, Usage};
 use crate::sse::SseEvent;
 
@@ -140,6 +141,10 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
             "parallel_tool_calls",
             &request.model.parallel_tool_calls,
         );
+        if let Some(choice) = &request.model.tool_choice {
+            let named = |name: &str| json!({"type": "function", "name": name});
+            body.insert("tool_choice".into(), tool_choice(choice, named));
+        }
     }
     let model = &request.model;
     insert_if_set(&mut body, "temperature", &model.temperature);

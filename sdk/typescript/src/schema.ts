@@ -1074,8 +1074,9 @@ export interface components {
              */
             name: string;
             /**
-             * @description OpenAI (both APIs): whether one response may call several tools
-             *     (default true).
+             * @description Whether one response may call several tools (default true): OpenAI
+             *     `parallel_tool_calls`, Anthropic `tool_choice.disable_parallel_tool_use`
+             *     (sent only when the agent has tools).
              */
             parallel_tool_calls?: boolean | null;
             provider: components["schemas"]["Provider"];
@@ -1103,6 +1104,7 @@ export interface components {
              */
             temperature?: number | null;
             thinking?: null | components["schemas"]["Thinking"];
+            tool_choice?: null | components["schemas"]["ToolChoice"];
             /**
              * Format: int32
              * @description Anthropic: sample from the `top_k` likeliest tokens only (not with
@@ -1328,6 +1330,25 @@ export interface components {
             /** @description The provider's id for the call (`toolu_…`, `call_…`). */
             provider_id: string;
             status: components["schemas"]["StatusName"];
+        };
+        /**
+         * @description `config.model.tool_choice`, one shape for every provider: Anthropic's
+         *     `tool_choice` types, sent to OpenAI as `auto`, `required`, `none` or the
+         *     named function.
+         */
+        ToolChoice: {
+            /** @enum {string} */
+            type: "auto";
+        } | {
+            /** @enum {string} */
+            type: "any";
+        } | {
+            /** @enum {string} */
+            type: "none";
+        } | {
+            name: string;
+            /** @enum {string} */
+            type: "tool";
         };
         /** @description One entry of `config.tools`. */
         ToolEntry: {

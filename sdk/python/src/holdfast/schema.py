@@ -276,6 +276,26 @@ class ToolCallView(TypedDict):
     status: StatusName
 
 
+class ToolChoice1(TypedDict):
+    type: Literal['auto']
+
+
+class ToolChoice2(TypedDict):
+    type: Literal['any']
+
+
+class ToolChoice3(TypedDict):
+    type: Literal['none']
+
+
+class ToolChoice4(TypedDict):
+    name: str
+    type: Literal['tool']
+
+
+ToolChoice = Union[ToolChoice1, ToolChoice2, ToolChoice3, ToolChoice4]
+
+
 class ToolEntry1(TypedDict):
     description: NotRequired[Optional[str]]
     input_schema: NotRequired[Optional[dict[str, Any]]]
@@ -436,6 +456,7 @@ class ModelConfig(TypedDict):
     stop_sequences: NotRequired[list[str]]
     temperature: NotRequired[Optional[float]]
     thinking: NotRequired[Optional[Thinking]]
+    tool_choice: NotRequired[Optional[ToolChoice]]
     top_k: NotRequired[Optional[int]]
     top_p: NotRequired[Optional[float]]
     user: NotRequired[Optional[str]]
