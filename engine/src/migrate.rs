@@ -123,6 +123,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0021_audit.sql",
         sql: include_str!("../../sql/0021_audit.sql"),
     },
+    Migration {
+        version: 28,
+        name: "0028_tool_result_batches.sql",
+        sql: include_str!("../../sql/0028_tool_result_batches.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.
