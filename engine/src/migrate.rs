@@ -128,6 +128,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0022_usage.sql",
         sql: include_str!("../../sql/0022_usage.sql"),
     },
+    Migration {
+        version: 28,
+        name: "0028_tool_result_batches.sql",
+        sql: include_str!("../../sql/0028_tool_result_batches.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

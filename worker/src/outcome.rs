@@ -131,7 +131,7 @@ async fn write(deps: &StepDeps, claim: Claim, result: StepResult) -> Result<Step
         StepResult::BatchDone => release(StepOutcome::Committed).await,
         StepResult::Drained => release(StepOutcome::Released).await,
         StepResult::ModelResponse(step) => {
-            deps.committer.commit_model_step(claim, step).await?;
+            deps.committer.commit((claim, step)).await?;
             Ok(StepOutcome::Committed)
         }
         StepResult::ModelRetry {

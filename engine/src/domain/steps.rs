@@ -124,6 +124,9 @@ pub struct StepContext {
     pub config: AgentConfig,
     pub turn_open: bool,
     pub model_attempts: i32,
+    /// Model steps committed in the open turn (0 before its first call's
+    /// response is committed; retries do not count).
+    pub turn_model_steps: i32,
     pub cancel_requested: bool,
     /// A budget of `config.budget` is used up (`holdfast.budget_exceeded`):
     /// the next model call is not made.

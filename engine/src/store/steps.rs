@@ -370,7 +370,7 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
     let (agent_sql, messages_sql, tool_calls_sql, inputs_sql) = futures::try_join!(
         client.statement(
             "SELECT config, turn_open, model_attempts, cancel_requested_at IS NOT NULL, \
-                    context_summary, holdfast.budget_exceeded(a) IS NOT NULL \
+                    context_summary, turn_model_steps, holdfast.budget_exceeded(a) IS NOT NULL \
                FROM holdfast.agents a WHERE id = $1",
         ),
         // The messages from the agent's context start on (the subquery
@@ -401,8 +401,9 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
     let row = row.ok_or_else(|| Error::NotFound(format!("agent {agent} not found")))?;
     // Parsed once per step: every use below reads the typed config.
     let config = AgentConfig::from_value(&row.get::<_, Value>(0))?;
-    let (turn_open, model_attempts, cancel_requested, context_summary, over_budget) =
-        (row.get(1), row.get(2), row.get(3), row.get(4), row.get(5));
+    let (turn_open, model_attempts, cancel_requested, context_summary) =
+        (row.get(1), row.get(2), row.get(3), row.get(4));
+    let (turn_model_steps, over_budget) = (row.get(5), row.get(6));
     let messages = messages
         .iter()
         .map(|r| HistoryMessage {
@@ -441,6 +442,7 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
         config,
         turn_open,
         model_attempts,
+        turn_model_steps,
         cancel_requested,
         over_budget,
         context_summary,

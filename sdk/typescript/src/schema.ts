@@ -1128,17 +1128,24 @@ export interface components {
              *     has one).
              */
             name: string;
-            /** @description OpenAI: whether one response may call several tools (default true). */
+            /**
+             * @description Whether one response may call several tools (default true): OpenAI
+             *     `parallel_tool_calls`, Anthropic `tool_choice.disable_parallel_tool_use`
+             *     (sent only when the agent has tools).
+             */
             parallel_tool_calls?: boolean | null;
             provider: components["schemas"]["Provider"];
             reasoning_effort?: null | components["schemas"]["ReasoningEffort"];
             /**
              * Format: int64
-             * @description OpenAI: best-effort deterministic sampling.
+             * @description OpenAI Chat Completions: best-effort deterministic sampling.
              */
             seed?: number | null;
             service_tier?: null | components["schemas"]["ServiceTier"];
-            /** @description OpenAI: up to 4 texts that end the response when generated. */
+            /**
+             * @description OpenAI Chat Completions: up to 4 texts that end the response when
+             *     generated (the Responses API has no stop sequences).
+             */
             stop?: string[] | null;
             /**
              * @description Anthropic: text that ends the response when generated (each
@@ -1152,6 +1159,7 @@ export interface components {
              */
             temperature?: number | null;
             thinking?: null | components["schemas"]["Thinking"];
+            tool_choice?: null | components["schemas"]["ToolChoice"];
             /**
              * Format: int32
              * @description Anthropic: sample from the `top_k` likeliest tokens only (not with
@@ -1200,7 +1208,7 @@ export interface components {
             name: string;
         };
         /** @enum {string} */
-        Provider: "anthropic" | "openai";
+        Provider: "anthropic" | "openai" | "openai_responses";
         /** @description The key to set (`PUT`). */
         ProviderKeyBody: {
             /** @description The provider's API key; stored sealed, never shown again. */
@@ -1412,6 +1420,25 @@ export interface components {
             /** @description The provider's id for the call (`toolu_…`, `call_…`). */
             provider_id: string;
             status: components["schemas"]["StatusName"];
+        };
+        /**
+         * @description `config.model.tool_choice`, one shape for every provider: Anthropic's
+         *     `tool_choice` types, sent to OpenAI as `auto`, `required`, `none` or the
+         *     named function.
+         */
+        ToolChoice: {
+            /** @enum {string} */
+            type: "auto";
+        } | {
+            /** @enum {string} */
+            type: "any";
+        } | {
+            /** @enum {string} */
+            type: "none";
+        } | {
+            name: string;
+            /** @enum {string} */
+            type: "tool";
         };
         /** @description One entry of `config.tools`. */
         ToolEntry: {

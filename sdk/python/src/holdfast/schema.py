@@ -178,7 +178,7 @@ class ProjectView(TypedDict):
     name: str
 
 
-Provider = Literal['anthropic', 'openai']
+Provider = Literal['anthropic', 'openai', 'openai_responses']
 
 
 class ProviderKeyBody(TypedDict):
@@ -290,6 +290,26 @@ class ToolCallView(TypedDict):
     output: NotRequired[Optional[dict[str, Any]]]
     provider_id: str
     status: StatusName
+
+
+class ToolChoice1(TypedDict):
+    type: Literal['auto']
+
+
+class ToolChoice2(TypedDict):
+    type: Literal['any']
+
+
+class ToolChoice3(TypedDict):
+    type: Literal['none']
+
+
+class ToolChoice4(TypedDict):
+    name: str
+    type: Literal['tool']
+
+
+ToolChoice = Union[ToolChoice1, ToolChoice2, ToolChoice3, ToolChoice4]
 
 
 class ToolEntry1(TypedDict):
@@ -465,6 +485,7 @@ class ModelConfig(TypedDict):
     stop_sequences: NotRequired[list[str]]
     temperature: NotRequired[Optional[float]]
     thinking: NotRequired[Optional[Thinking]]
+    tool_choice: NotRequired[Optional[ToolChoice]]
     top_k: NotRequired[Optional[int]]
     top_p: NotRequired[Optional[float]]
     user: NotRequired[Optional[str]]
