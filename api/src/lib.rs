@@ -28,6 +28,7 @@ pub mod rate_limit;
 pub mod state;
 pub mod stream;
 pub mod tool_calls;
+pub mod usage;
 pub mod webhooks;
 
 use axum::http::StatusCode;
@@ -82,6 +83,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(agents::get_agent, agents::patch_agent))
         .routes(routes!(agents::cancel_agent))
         .routes(routes!(agents::archive_agent))
+        .routes(routes!(usage::get_agent_usage))
         .routes(routes!(inputs::create_input))
         .routes(routes!(events::list_events))
         .routes(routes!(stream::stream_events))

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::{Object, Pool};
 use holdfast_engine::connect::{self, ConnectConfig};
 use holdfast_engine::egress::EgressPolicy;
+use holdfast_engine::group_commit::{GroupCommit, GroupCommitter};
 use holdfast_engine::secrets::SecretKey;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
@@ -14,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::ApiError;
 use crate::fanout::Fanout;
 use crate::rate_limit::{KeyRateLimiter, RateLimit};
+use crate::tool_calls::ToolResults;
 
 /// How the API runs. [`ApiConfig::new`] gives the defaults; the fields are
 /// public so that an embedding process (`holdfast up`, tests) can tune them.
@@ -60,6 +62,9 @@ pub struct ApiConfig {
     /// `HOLDFAST_SECRET_KEY`: seals projects' own provider keys. Unset:
     /// `PUT /v1/provider-keys/…` answers 503.
     pub secret_key: Option<SecretKey>,
+    /// How custom tool results are grouped into commits
+    /// (`HOLDFAST_COMMIT_WINDOW`, `HOLDFAST_COMMIT_BATCH`).
+    pub group_commit: GroupCommit,
 }
 
 impl ApiConfig {
@@ -79,6 +84,7 @@ impl ApiConfig {
             rate_limit: Some(RateLimit::DEFAULT),
             stream_key_recheck: Duration::from_secs(2),
             secret_key: None,
+            group_commit: GroupCommit::default(),
         }
     }
 }
@@ -98,6 +104,7 @@ struct Shared {
     database_metrics: Mutex<Option<(Instant, Arc<str>)>>,
     shutdown: CancellationToken,
     rate_limiter: Option<KeyRateLimiter>,
+    tool_results: GroupCommitter<ToolResults>,
 }
 
 impl AppState {
@@ -110,6 +117,9 @@ impl AppState {
     ) -> holdfast_engine::Result<(AppState, JoinHandle<()>)> {
         let pool = connect::pool(config.database.clone(), config.pool_size)?;
         let (fanout, listener) = Fanout::start(pool.clone(), &config.database, shutdown.clone());
+        // Detached: it ends with the last handle, once its last commit is
+        // answered, and every request holding a handle has ended by then.
+        let (tool_results, _) = GroupCommitter::start(pool.clone(), config.group_commit);
         let state = AppState {
             inner: Arc::new(Shared {
                 rate_limiter: config.rate_limit.map(KeyRateLimiter::new),
@@ -119,6 +129,7 @@ impl AppState {
                 metrics: crate::metrics::prometheus_handle(),
                 database_metrics: Mutex::new(None),
                 shutdown,
+                tool_results,
             }),
         };
         Ok((state, listener))
@@ -167,6 +178,11 @@ impl AppState {
 
     pub fn shutdown(&self) -> &CancellationToken {
         &self.inner.shutdown
+    }
+
+    /// The group commit custom tool results go through.
+    pub fn tool_results(&self) -> &GroupCommitter<ToolResults> {
+        &self.inner.tool_results
     }
 
     pub fn pool(&self) -> &Pool {

@@ -5,11 +5,15 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
+use deadpool_postgres::Pool;
 use holdfast_client::wire::error::ErrorBody;
 use holdfast_client::wire::tool_calls::{
     KindName, StatusFilter, ToolCallList, ToolCallView, ToolResultRequest,
 };
-use holdfast_engine::{store, Error};
+use holdfast_engine::domain::ToolCall;
+use holdfast_engine::group_commit::GroupWrite;
+use holdfast_engine::store::ToolResult;
+use holdfast_engine::{store, Error, Result};
 use serde::Deserialize;
 use serde_json::Value;
 use utoipa::IntoParams;
@@ -87,8 +91,9 @@ pub async fn submit_tool_result(
     ApiPath(id): ApiPath<Uuid>,
     ApiJson(request): ApiJson<ToolResultRequest>,
 ) -> Result<Json<ToolCallView>, ApiError> {
-    let db = state.db().await?;
-    let call = store::get_tool_call(&**db, caller.project_id, id)
+    // The connection is handed back before the commit: the group commit
+    // takes its own, and a request waiting on it must not hold one.
+    let call = store::get_tool_call(&**state.db().await?, caller.project_id, id)
         .await?
         .ok_or_else(|| ApiError::tool_call_not_found(id))?;
     record_agent(call.agent_id);
@@ -102,10 +107,15 @@ pub async fn submit_tool_result(
         )
         .with_field("output"));
     }
-    match store::submit_tool_result(&**db, id, &request.output, request.is_error).await {
+    let result = ToolResult {
+        tool_call_id: id,
+        output: request.output,
+        is_error: request.is_error,
+    };
+    match state.tool_results().commit(result).await {
         Ok(call) => Ok(Json(call.into())),
         Err(Error::Conflict(message)) => {
-            let current = store::get_tool_call(&**db, caller.project_id, id)
+            let current = store::get_tool_call(&**state.db().await?, caller.project_id, id)
                 .await?
                 .ok_or_else(|| ApiError::tool_call_not_found(id))?;
             let current = serde_json::to_value(ToolCallView::from(current)).unwrap_or(Value::Null);
@@ -113,5 +123,26 @@ pub async fn submit_tool_result(
                 .with_context("tool_call", current))
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Custom tool results, posted by clients: those that arrive within the
+/// commit window share one transaction (`holdfast.submit_tool_results`),
+/// each call checked on its own, so each request gets the answer a commit
+/// of its own would have had. Two results for one call never share a batch.
+pub struct ToolResults;
+
+impl GroupWrite for ToolResults {
+    type Item = ToolResult;
+    type Saved = ToolCall;
+    const KIND: &'static str = "tool_result";
+
+    fn key(result: &ToolResult) -> Uuid {
+        result.tool_call_id
+    }
+
+    async fn commit_batch(pool: &Pool, results: &[ToolResult]) -> Result<Vec<Result<ToolCall>>> {
+        let client = pool.get().await?;
+        store::submit_tool_results(&store::Pooled(&client), results).await
     }
 }

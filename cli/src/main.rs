@@ -7,6 +7,7 @@ mod endpoints;
 mod keys;
 mod machine;
 mod maintenance;
+mod prices;
 mod projects;
 mod run_worker;
 mod serve_api;
@@ -71,6 +72,11 @@ enum Command {
         #[command(subcommand)]
         command: endpoints::EndpointsCommand,
     },
+    /// Set, list or remove the operator's model prices (the cost in usage).
+    Prices {
+        #[command(subcommand)]
+        command: prices::PricesCommand,
+    },
     /// Operator settings of a project (custom model URLs).
     Projects {
         #[command(subcommand)]
@@ -132,6 +138,7 @@ fn run(cli: Cli) -> Result<()> {
             | Command::Api(_)
             | Command::Keys { .. }
             | Command::Endpoints { .. }
+            | Command::Prices { .. }
             | Command::Projects { .. }
             | Command::Maintenance(_)
             | Command::Up(_)
@@ -181,6 +188,7 @@ fn run(cli: Cli) -> Result<()> {
             Command::Api(args) => serve_api::run(&open().await?, args, egress()?).await,
             Command::Keys { command } => keys::run(&open().await?, command).await,
             Command::Endpoints { command } => endpoints::run(&open().await?, command).await,
+            Command::Prices { command } => prices::run(&open().await?, command).await,
             Command::Projects { command } => projects::run(&open().await?, command).await,
             Command::Maintenance(args) => maintenance::run(&open().await?, args, egress()?).await,
             Command::Up(args) => up::run(open().await?, *args, egress()?).await,

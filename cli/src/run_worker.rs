@@ -10,8 +10,8 @@ use holdfast_engine::backoff::Backoff;
 use holdfast_engine::domain::LimitMaxima;
 use holdfast_engine::duration::parse_duration;
 use holdfast_engine::egress::EgressPolicy;
+use holdfast_engine::group_commit::GroupCommit;
 use holdfast_engine::provider::{ProviderSettings, Providers};
-use holdfast_worker::committer::GroupCommit;
 use holdfast_worker::tools::web_search::{ApiKey, WebSearchBackend, WebSearchLimits};
 use holdfast_worker::WorkerSettings;
 use tokio_util::sync::CancellationToken;
@@ -80,14 +80,8 @@ pub struct WorkerArgs {
     /// Most subagents one tree may ever have.
     #[arg(long = "max-descendants", env = "HOLDFAST_MAX_DESCENDANTS", default_value_t = LimitMaxima::default().descendants, value_parser = clap::value_parser!(i32).range(1..))]
     max_descendants: i32,
-    /// How long a finished model step waits for others to share its commit
-    /// (one WAL flush for all); 0ms: only steps already waiting.
-    #[arg(long = "commit-window", env = "HOLDFAST_COMMIT_WINDOW", default_value = "2ms", value_parser = parse_duration)]
-    commit_window: Duration,
-    /// Most model steps in one commit; a full batch commits without waiting
-    /// out the window. 1 turns group commit off.
-    #[arg(long = "commit-batch", env = "HOLDFAST_COMMIT_BATCH", default_value_t = GroupCommit::default().batch, value_parser = clap::value_parser!(u16).range(1..).map(usize::from))]
-    commit_batch: usize,
+    #[command(flatten)]
+    pub group_commit: GroupCommitArgs,
     /// This worker's name in leases (default: host-pid-nonce).
     #[arg(long = "name", env = "HOLDFAST_WORKER_NAME")]
     name: Option<String>,
@@ -113,6 +107,29 @@ pub struct WorkerArgs {
     web_search_backoff_base: Duration,
     #[arg(long = "web-search-backoff-max", env = "HOLDFAST_WEB_SEARCH_BACKOFF_MAX", default_value = "8s", value_parser = parse_duration)]
     web_search_backoff_max: Duration,
+}
+
+/// How writes are grouped into commits (`holdfast worker`: model steps;
+/// `holdfast api`: custom tool results; `holdfast up`: both).
+#[derive(Args, Debug)]
+pub struct GroupCommitArgs {
+    /// How long a finished write waits for others to share its commit (one
+    /// WAL flush for all); 0ms: only writes already waiting.
+    #[arg(long = "commit-window", env = "HOLDFAST_COMMIT_WINDOW", default_value = "2ms", value_parser = parse_duration)]
+    commit_window: Duration,
+    /// Most writes in one commit; a full batch commits without waiting out
+    /// the window. 1 turns group commit off.
+    #[arg(long = "commit-batch", env = "HOLDFAST_COMMIT_BATCH", default_value_t = GroupCommit::default().batch, value_parser = clap::value_parser!(u16).range(1..).map(usize::from))]
+    commit_batch: usize,
+}
+
+impl GroupCommitArgs {
+    pub fn settings(&self) -> GroupCommit {
+        GroupCommit {
+            window: self.commit_window,
+            batch: self.commit_batch,
+        }
+    }
 }
 
 impl WorkerArgs {
@@ -159,10 +176,7 @@ impl WorkerArgs {
                 live_children: self.max_live_children,
                 descendants: self.max_descendants,
             },
-            group_commit: GroupCommit {
-                window: self.commit_window,
-                batch: self.commit_batch,
-            },
+            group_commit: self.group_commit.settings(),
             web_search: WebSearchLimits {
                 backend: self.web_search_backend()?,
                 max_retries: self.web_search_max_retries,

@@ -11,6 +11,7 @@ use holdfast_engine::secrets::SecretKey;
 use tokio_util::sync::CancellationToken;
 
 use crate::database::Database;
+use crate::run_worker::GroupCommitArgs;
 use crate::signals::cancel_on_signal;
 
 #[derive(clap::Args)]
@@ -33,6 +34,8 @@ pub struct ApiArgs {
         value_parser = parse_rate_limit,
     )]
     rate_limit: RateLimitSetting,
+    #[command(flatten)]
+    group_commit: GroupCommitArgs,
 }
 
 /// Who may read `GET /metrics` (`holdfast api`, `holdfast up`).
@@ -69,6 +72,7 @@ pub async fn run(db: &Database, args: ApiArgs, egress: Arc<EgressPolicy>) -> Res
         egress,
         metrics_token: args.metrics.token(),
         rate_limit: args.rate_limit,
+        group_commit: args.group_commit.settings(),
         secret_key: SecretKey::from_lookup(|name| std::env::var(name).ok())?,
         ..ApiConfig::new(db.config.clone())
     };

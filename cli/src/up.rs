@@ -139,6 +139,7 @@ async fn serve(db: &Database, args: UpArgs, egress: Arc<EgressPolicy>) -> Result
             metrics_token: args.metrics.token(),
             secret_key: providers.settings().secret_key.clone(),
             egress,
+            group_commit: args.worker.group_commit.settings(),
             ..ApiConfig::new(db.config.clone())
         };
         let shutdown = api_shutdown.clone();

@@ -26,6 +26,7 @@ use crate::wire::machines::{
 use crate::wire::tool_calls::{
     KindName, StatusFilter, ToolCallList, ToolCallView, ToolResultRequest,
 };
+use crate::wire::usage::AgentUsage;
 
 /// Tries of a request that may be repeated, when it failed in transit or
 /// with 503.
@@ -251,6 +252,11 @@ impl Client {
 
     pub async fn agent(&self, agent: Uuid) -> Result<AgentView, CallError> {
         self.get(&format!("/v1/agents/{agent}")).await
+    }
+
+    /// The agent's model usage: its sum and each turn's.
+    pub async fn agent_usage(&self, agent: Uuid) -> Result<AgentUsage, CallError> {
+        self.get(&format!("/v1/agents/{agent}/usage")).await
     }
 
     /// One page of the project's agents, oldest first: `limit` agents

@@ -11,4 +11,5 @@ pub mod machines;
 pub mod operations;
 pub mod provider_keys;
 pub mod tool_calls;
+pub mod usage;
 pub mod webhooks;

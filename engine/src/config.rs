@@ -39,6 +39,8 @@ pub struct AgentConfig {
     pub metadata: Option<Map<String, Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<LimitSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetSettings>,
 }
 
 /// The output limit of a call whose agent sets no `model.max_tokens`
@@ -94,10 +96,11 @@ pub struct ModelConfig {
     /// non-empty; the stop reason is then `stop_sequence`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_sequences: Option<Vec<String>>,
-    /// OpenAI: up to 4 texts that end the response when generated.
+    /// OpenAI Chat Completions: up to 4 texts that end the response when
+    /// generated (the Responses API has no stop sequences).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop: Option<Vec<String>>,
-    /// OpenAI: best-effort deterministic sampling.
+    /// OpenAI Chat Completions: best-effort deterministic sampling.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<i64>,
     /// Your identifier of the end user (1 to 256 characters, no personal
@@ -109,12 +112,47 @@ pub struct ModelConfig {
     /// `standard_only`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_tier: Option<ServiceTier>,
-    /// OpenAI reasoning models: how much to reason before answering.
+    /// OpenAI reasoning models (both APIs): how much to reason before
+    /// answering.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<ReasoningEffort>,
-    /// OpenAI: whether one response may call several tools (default true).
+    /// Whether one response may call several tools (default true): OpenAI
+    /// `parallel_tool_calls`, Anthropic `tool_choice.disable_parallel_tool_use`
+    /// (sent only when the agent has tools).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_tool_calls: Option<bool>,
+    /// Whether and which tool the model must call: `auto` (the default),
+    /// `any` (some tool), `none`, or `{"type": "tool", "name": ...}`. A
+    /// forcing choice (`any`, a named tool) applies to the first model call
+    /// of a turn only; later calls of the turn use `auto`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+}
+
+/// `config.model.tool_choice`, one shape for every provider: Anthropic's
+/// `tool_choice` types, sent to OpenAI as `auto`, `required`, `none` or the
+/// named function.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ToolChoice {
+    /// The model decides whether to call tools.
+    Auto {},
+    /// The model must call at least one tool (OpenAI `required`).
+    Any {},
+    /// The model must not call a tool.
+    None {},
+    /// The model must call this tool (by the name it calls it).
+    Tool { name: String },
+}
+
+impl ToolChoice {
+    /// Whether the model is made to call a tool. Forcing every call of a
+    /// turn would never let the model answer: each forced call brings a
+    /// tool result and another forced call, an endless paid loop. So a
+    /// forcing choice applies to a turn's first call only.
+    pub fn forces_a_call(&self) -> bool {
+        matches!(self, ToolChoice::Any {} | ToolChoice::Tool { .. })
+    }
 }
 
 /// `config.model.service_tier` (Anthropic).
@@ -181,6 +219,7 @@ impl ModelConfig {
             service_tier: None,
             reasoning_effort: None,
             parallel_tool_calls: None,
+            tool_choice: None,
         }
     }
 
@@ -204,32 +243,27 @@ impl ModelConfig {
     /// otherwise). `Err` is the field (within `model`) and why.
     pub fn check(&self) -> Result<(), (&'static str, String)> {
         let refuse = |field: &'static str, message: String| Err((field, message));
-        let anthropic_only = [
-            ("thinking", self.thinking.is_some()),
-            ("cache", self.cache.is_some()),
-            ("top_k", self.top_k.is_some()),
-            ("stop_sequences", self.stop_sequences.is_some()),
-            ("service_tier", self.service_tier.is_some()),
+        let settings: [(&'static str, bool, &[Provider]); 8] = [
+            ("thinking", self.thinking.is_some(), ANTHROPIC),
+            ("cache", self.cache.is_some(), ANTHROPIC),
+            ("top_k", self.top_k.is_some(), ANTHROPIC),
+            ("stop_sequences", self.stop_sequences.is_some(), ANTHROPIC),
+            ("service_tier", self.service_tier.is_some(), ANTHROPIC),
+            // The Responses API has neither stop sequences nor a seed.
+            ("stop", self.stop.is_some(), CHAT_COMPLETIONS),
+            ("seed", self.seed.is_some(), CHAT_COMPLETIONS),
+            ("reasoning_effort", self.reasoning_effort.is_some(), OPENAI),
         ];
-        let openai_only = [
-            ("stop", self.stop.is_some()),
-            ("seed", self.seed.is_some()),
-            ("reasoning_effort", self.reasoning_effort.is_some()),
-            ("parallel_tool_calls", self.parallel_tool_calls.is_some()),
-        ];
-        let (foreign, owner): (&[(&'static str, bool)], Provider) = match self.provider {
-            Provider::Anthropic => (&openai_only, Provider::Openai),
-            Provider::Openai => (&anthropic_only, Provider::Anthropic),
-        };
-        if let Some((field, _)) = foreign.iter().find(|(_, set)| *set) {
+        let foreign = settings
+            .iter()
+            .find(|(_, set, owners)| *set && !owners.contains(&self.provider));
+        if let Some((field, _, owners)) = foreign {
+            let owner = owners[0];
             return refuse(
                 field,
                 format!(
                     "{field} is an {} setting (provider \"{}\")",
-                    match owner {
-                        Provider::Anthropic => "Anthropic",
-                        Provider::Openai => "OpenAI",
-                    },
+                    owner.vendor_name(),
                     <&str>::from(owner)
                 ),
             );
@@ -249,9 +283,9 @@ impl ModelConfig {
             self.thinking,
             Some(Thinking::Enabled { .. } | Thinking::Adaptive {})
         );
-        let max_temperature = match self.provider {
+        let max_temperature = match self.provider.vendor() {
             Provider::Anthropic => 1.0,
-            Provider::Openai => 2.0,
+            _ => 2.0,
         };
         if let Some(temperature) = self.temperature {
             if thinks {
@@ -272,6 +306,26 @@ impl ModelConfig {
             if !(min..=1.0).contains(&top_p) {
                 return refuse("top_p", format!("top_p must be from {min} to 1"));
             }
+        }
+        if let Some(ToolChoice::Tool { name }) = &self.tool_choice {
+            if name.is_empty() {
+                return refuse(
+                    "tool_choice.name",
+                    "tool_choice.name must be a tool's name".into(),
+                );
+            }
+        }
+        if thinks
+            && self
+                .tool_choice
+                .as_ref()
+                .is_some_and(ToolChoice::forces_a_call)
+        {
+            // Anthropic refuses a forced tool call with extended thinking.
+            return refuse(
+                "tool_choice",
+                "tool_choice any or tool cannot be set with thinking".into(),
+            );
         }
         if self.top_k.is_some() && thinks {
             return refuse("top_k", "top_k cannot be set with thinking".into());
@@ -322,8 +376,41 @@ impl ModelConfig {
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
 pub enum Provider {
+    /// The Anthropic Messages API (`/v1/messages`).
     Anthropic,
+    /// OpenAI Chat Completions (`/chat/completions`), and the servers
+    /// compatible with it.
     Openai,
+    /// The OpenAI Responses API (`/responses`): OpenAI's endpoints and keys,
+    /// with reasoning items kept (encrypted) across the calls of a turn.
+    OpenaiResponses,
+}
+
+/// The providers of the Anthropic-only settings.
+const ANTHROPIC: &[Provider] = &[Provider::Anthropic];
+/// The providers of the Chat Completions-only settings.
+const CHAT_COMPLETIONS: &[Provider] = &[Provider::Openai];
+/// The providers of the settings both OpenAI APIs take.
+const OPENAI: &[Provider] = &[Provider::Openai, Provider::OpenaiResponses];
+
+impl Provider {
+    /// Whose endpoints, environment pair and project key the provider's
+    /// calls use: OpenAI's for both OpenAI APIs (model endpoints and project
+    /// keys are per vendor, `anthropic` or `openai`).
+    pub fn vendor(self) -> Provider {
+        match self {
+            Provider::OpenaiResponses => Provider::Openai,
+            other => other,
+        }
+    }
+
+    /// The vendor's name, for messages.
+    fn vendor_name(self) -> &'static str {
+        match self.vendor() {
+            Provider::Anthropic => "Anthropic",
+            _ => "OpenAI",
+        }
+    }
 }
 
 /// One entry of `config.tools`.
@@ -524,6 +611,29 @@ pub struct LimitSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     pub max_descendants: Option<u32>,
+}
+
+/// `config.budget`: the most model usage a turn and the agent may reach
+/// (tokens: input + output; cost: USD at the operator's prices, so a cost
+/// budget counts only priced models). Checked in SQL before each model
+/// call: once a sum has reached its maximum, the turn ends with
+/// `turn.failed` `budget_exceeded` and the call is not made (a turn may
+/// pass a maximum by the one call that reached it).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 9999999999_u64)]
+    pub max_tokens_per_turn: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 9999999999_u64)]
+    pub max_tokens_per_agent: Option<u64>,
+    /// USD, more than 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd_per_turn: Option<f64>,
+    /// USD, more than 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd_per_agent: Option<f64>,
 }
 
 impl AgentConfig {

@@ -10,6 +10,7 @@ pub mod domain;
 pub mod duration;
 pub mod egress;
 pub mod error;
+pub mod group_commit;
 pub mod migrate;
 pub mod pg_text;
 pub mod provider;

@@ -124,9 +124,19 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../sql/0021_audit.sql"),
     },
     Migration {
+        version: 22,
+        name: "0022_usage.sql",
+        sql: include_str!("../../sql/0022_usage.sql"),
+    },
+    Migration {
         version: 26,
         name: "0026_traces.sql",
         sql: include_str!("../../sql/0026_traces.sql"),
+    },
+    Migration {
+        version: 28,
+        name: "0028_tool_result_batches.sql",
+        sql: include_str!("../../sql/0028_tool_result_batches.sql"),
     },
 ];
 
@@ -153,6 +163,7 @@ pub const FUNCTION_FILES: &[FunctionFile] = function_files![
     "events.sql",
     "agents.sql",
     "leases.sql",
+    "usage.sql",
     "steps.sql",
     "cancel.sql",
     "tools.sql",

@@ -21,6 +21,7 @@ mod prepared;
 mod status;
 mod steps;
 mod tool_calls;
+mod usage;
 mod webhooks;
 
 pub use agents::*;
@@ -32,6 +33,7 @@ pub use prepared::*;
 pub use status::*;
 pub use steps::*;
 pub use tool_calls::*;
+pub use usage::*;
 pub use webhooks::*;
 
 /// A text column holding one of `T`'s strings (a domain enum's, see

@@ -1,8 +1,9 @@
 //! A fake model provider for tests, the fault suite, benchmarks and the
-//! demo: one HTTP server on `127.0.0.1:0` that speaks both the Anthropic
-//! Messages API (`POST /v1/messages`) and OpenAI Chat Completions
-//! (`POST /v1/chat/completions`), streaming, byte for byte in their
-//! documented formats.
+//! demo: one HTTP server on `127.0.0.1:0` that speaks the Anthropic
+//! Messages API (`POST /v1/messages`), OpenAI Chat Completions
+//! (`POST /v1/chat/completions`) and the OpenAI Responses API
+//! (`POST /v1/responses`), streaming, byte for byte in their documented
+//! formats.
 //!
 //! Tests script it: [`FakeProvider::push`] queues [`Reply`]s (text, tool
 //! calls, error statuses with `Retry-After`, hangs, cut or reset streams,
@@ -35,7 +36,8 @@ use tokio::task::JoinHandle;
 
 pub use render::Protocol;
 use render::{
-    block_frames, context_too_long_body, error_body, message_frames, stream_error_frame, Context,
+    block_frames, context_too_long_body, error_body, failed_frames, message_frames,
+    responses_frames, stream_error_frame, Context,
 };
 pub use reply::Reply;
 use reply::{End, Hold, ReplyBody};
@@ -121,6 +123,7 @@ impl FakeProvider {
         let app = Router::new()
             .route("/v1/messages", post(anthropic))
             .route("/v1/chat/completions", post(openai))
+            .route("/v1/responses", post(openai_responses))
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -135,7 +138,7 @@ impl FakeProvider {
         })
     }
 
-    /// `http://127.0.0.1:PORT`: serves both protocols.
+    /// `http://127.0.0.1:PORT`: serves every protocol.
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr)
     }
@@ -145,7 +148,8 @@ impl FakeProvider {
         self.base_url()
     }
 
-    /// The OpenAI base URL (`OPENAI_BASE_URL`, with its `/v1`).
+    /// The OpenAI base URL (`OPENAI_BASE_URL`, with its `/v1`), for both
+    /// OpenAI APIs.
     pub fn base_url_openai(&self) -> String {
         format!("{}/v1", self.base_url())
     }
@@ -251,6 +255,14 @@ async fn openai(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
     serve(shared, Protocol::Openai, headers, body).await
 }
 
+async fn openai_responses(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    serve(shared, Protocol::OpenaiResponses, headers, body).await
+}
+
 /// Counts a reply as aborted if dropped before `done()`: the client went
 /// away (hyper drops the handler or the body when the connection closes).
 struct AbortWatch {
@@ -346,7 +358,7 @@ async fn serve(
 
     let request_id_header = match protocol {
         Protocol::Anthropic => "request-id",
-        Protocol::Openai => "x-request-id",
+        Protocol::Openai | Protocol::OpenaiResponses => "x-request-id",
     };
     let mut response = match &reply.body {
         ReplyBody::Status {
@@ -364,7 +376,10 @@ async fn serve(
             response
         }
         ReplyBody::ContextTooLong => json_response(400, context_too_long_body(protocol, serial)),
-        ReplyBody::Message { .. } | ReplyBody::Blocks { .. } => {
+        ReplyBody::Message { .. }
+        | ReplyBody::Blocks { .. }
+        | ReplyBody::Items { .. }
+        | ReplyBody::Failed { .. } => {
             let frames = match &reply.body {
                 ReplyBody::Message {
                     text,
@@ -378,6 +393,27 @@ async fn serve(
                     stop_reason.as_deref(),
                     reply.usage,
                 ),
+                ReplyBody::Items { items, stop_reason } => {
+                    if protocol == Protocol::OpenaiResponses {
+                        responses_frames(&cx, items, stop_reason.as_deref(), reply.usage)
+                    } else {
+                        let text: String = items
+                            .iter()
+                            .filter_map(|item| item.get("content").and_then(Value::as_array))
+                            .flatten()
+                            .filter_map(|part| part.get("text").and_then(Value::as_str))
+                            .collect();
+                        message_frames(
+                            protocol,
+                            &cx,
+                            &text,
+                            &[],
+                            stop_reason.as_deref(),
+                            reply.usage,
+                        )
+                    }
+                }
+                ReplyBody::Failed { code, message } => failed_frames(protocol, &cx, code, message),
                 _ => block_frames(protocol, &cx, &reply.body, reply.usage),
             };
             let mut response = Response::new(stream_body(shared.clone(), protocol, frames, &reply));
@@ -453,6 +489,7 @@ fn stream_body(
             done: false,
         };
         let mut deltas = 0;
+        let mut sent = 0;
         let mut held = false;
         let mut frames = frames.into_iter().peekable();
         loop {
@@ -482,12 +519,13 @@ fn stream_body(
             if tx.send(Ok(frame.bytes)).await.is_err() {
                 return;
             }
+            sent += 1;
             if frame.delta {
                 deltas += 1;
             }
         }
         let _ = match end {
-            End::ErrorAfter(_) => tx.send(Ok(stream_error_frame(protocol))).await,
+            End::ErrorAfter(_) => tx.send(Ok(stream_error_frame(protocol, sent))).await,
             End::ResetAfter(_) => {
                 tx.send(Err(std::io::Error::other("connection reset by the fake")))
                     .await

@@ -8,7 +8,13 @@
 //! `message_stop`; mid-stream failures are `event: error`. OpenAI Chat
 //! Completions streams bare `data: {chat.completion.chunk}` lines, a usage
 //! chunk with empty `choices` when `stream_options.include_usage` is set,
-//! and `data: [DONE]`.
+//! and `data: [DONE]`. The OpenAI Responses API streams named events
+//! (`event: response.X` then `data: {"type":"response.X","sequence_number":n,...}`):
+//! `response.created`, `response.in_progress`, per output item
+//! `response.output_item.added`, its parts and deltas and
+//! `response.output_item.done` (the whole item), then `response.completed`
+//! (`response.incomplete` at the output limit) with the usage, or
+//! `response.failed`; mid-stream failures are `event: error`.
 
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -22,6 +28,8 @@ pub enum Protocol {
     Anthropic,
     /// `POST /v1/chat/completions`
     Openai,
+    /// `POST /v1/responses`
+    OpenaiResponses,
 }
 
 /// One SSE frame; `delta` marks frames that carry content (text or tool
@@ -89,7 +97,7 @@ pub(crate) fn block_frames(
     else {
         return Vec::new();
     };
-    if protocol == Protocol::Openai {
+    if protocol != Protocol::Anthropic {
         let text: Vec<&str> = blocks
             .iter()
             .filter_map(|b| b.get("text").and_then(Value::as_str))
@@ -217,6 +225,23 @@ pub(crate) fn message_frames(
     stop_reason: Option<&str>,
     usage: Option<(u64, u64)>,
 ) -> Vec<Frame> {
+    if protocol == Protocol::OpenaiResponses {
+        let mut items = Vec::new();
+        if !text.is_empty() {
+            items.push(
+                json!({"type": "message", "id": format!("msg_fake{:020}", cx.serial),
+                              "role": "assistant",
+                              "content": [{"type": "output_text", "text": text}]}),
+            );
+        }
+        for (call, (name, input)) in tool_calls.iter().enumerate() {
+            items.push(json!({"type": "function_call",
+                              "id": format!("fc_fake{:08}{call:04}", cx.serial),
+                              "call_id": format!("call_fake{:08}{call:04}", cx.serial),
+                              "name": name, "arguments": input.to_string()}));
+        }
+        return responses_frames(cx, &items, stop_reason, usage);
+    }
     let pieces = text_pieces(text);
     let fragments: Vec<Vec<String>> = tool_calls.iter().map(|(_, i)| json_fragments(i)).collect();
     let delta_count = pieces.len() + fragments.iter().map(|f| f.len() + 1).sum::<usize>();
@@ -389,12 +414,296 @@ pub(crate) fn message_frames(
             }
             push(Bytes::from_static(b"data: [DONE]\n\n"), false);
         }
+        Protocol::OpenaiResponses => unreachable!("rendered above"),
     }
     frames
 }
 
-/// The protocol's mid-stream overload error.
-pub(crate) fn stream_error_frame(protocol: Protocol) -> Bytes {
+/// A Responses API event: its `type` is also the SSE event name.
+fn responses_event(kind: &str, sequence_number: usize, mut data: Value) -> Bytes {
+    data["type"] = json!(kind);
+    data["sequence_number"] = json!(sequence_number);
+    Bytes::from(format!("event: {kind}\ndata: {data}\n\n"))
+}
+
+/// The `response` object the lifecycle events carry.
+fn response_object(cx: &Context, status: &str, output: Vec<Value>, usage: Value) -> Value {
+    json!({
+        "id": format!("resp_fake{:020}", cx.serial),
+        "object": "response",
+        "created_at": cx.created,
+        "status": status,
+        "error": null,
+        "incomplete_details": null,
+        "instructions": null,
+        "max_output_tokens": null,
+        "model": cx.model,
+        "output": output,
+        "parallel_tool_calls": true,
+        "previous_response_id": null,
+        "reasoning": {"effort": null, "summary": null},
+        "store": false,
+        "temperature": 1.0,
+        "text": {"format": {"type": "text"}},
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "usage": usage,
+        "user": null,
+        "metadata": {},
+    })
+}
+
+/// Collects the frames of a Responses stream, numbering them.
+struct ResponsesFrames {
+    frames: Vec<Frame>,
+}
+
+impl ResponsesFrames {
+    fn push(&mut self, kind: &str, data: Value, delta: bool) {
+        let bytes = responses_event(kind, self.frames.len(), data);
+        self.frames.push(Frame { bytes, delta });
+    }
+
+    /// `response.created` and `response.in_progress`.
+    fn start(&mut self, cx: &Context) {
+        for kind in ["response.created", "response.in_progress"] {
+            let response = response_object(cx, "in_progress", Vec::new(), Value::Null);
+            self.push(kind, json!({"response": response}), false);
+        }
+    }
+}
+
+/// The frames of a Responses stream of these output items (in their final,
+/// `output_item.done` shape): message text as `output_text.delta`s,
+/// reasoning summaries as `reasoning_summary_text.delta`s, function call
+/// arguments as `function_call_arguments.delta` fragments, any other item
+/// whole. A `max_tokens` stop reason ends it `response.incomplete`.
+pub(crate) fn responses_frames(
+    cx: &Context,
+    items: &[Value],
+    stop_reason: Option<&str>,
+    usage: Option<(u64, u64)>,
+) -> Vec<Frame> {
+    let mut out = ResponsesFrames { frames: Vec::new() };
+    out.start(cx);
+    let mut deltas = 0u64;
+    let mut done_items = Vec::new();
+    for (output_index, item) in items.iter().enumerate() {
+        let mut item = item.clone();
+        let id = item
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let at = json!({"item_id": id, "output_index": output_index});
+        let with = |extra: Value| {
+            let mut data = at.clone();
+            if let (Some(data), Value::Object(extra)) = (data.as_object_mut(), extra) {
+                data.extend(extra);
+            }
+            data
+        };
+        let mut added = item.clone();
+        match item.get("type").and_then(Value::as_str) {
+            Some("message") => {
+                added["status"] = json!("in_progress");
+                added["content"] = json!([]);
+                out.push(
+                    "response.output_item.added",
+                    json!({"output_index": output_index, "item": added}),
+                    false,
+                );
+                let parts = item
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let mut done_parts = Vec::new();
+                for (content_index, part) in parts.iter().enumerate() {
+                    let text = part.get("text").and_then(Value::as_str).unwrap_or("");
+                    let part_at = |extra: Value| {
+                        let mut data = with(extra);
+                        data["content_index"] = json!(content_index);
+                        data
+                    };
+                    let empty = json!({"type": "output_text", "annotations": [], "logprobs": [], "text": ""});
+                    out.push(
+                        "response.content_part.added",
+                        part_at(json!({"part": empty})),
+                        false,
+                    );
+                    for piece in text_pieces(text) {
+                        deltas += 1;
+                        out.push(
+                            "response.output_text.delta",
+                            part_at(json!({"delta": piece, "logprobs": []})),
+                            true,
+                        );
+                    }
+                    out.push(
+                        "response.output_text.done",
+                        part_at(json!({"text": text, "logprobs": []})),
+                        false,
+                    );
+                    let full = json!({"type": "output_text", "annotations": [], "logprobs": [], "text": text});
+                    out.push(
+                        "response.content_part.done",
+                        part_at(json!({"part": full.clone()})),
+                        false,
+                    );
+                    done_parts.push(full);
+                }
+                item["content"] = Value::Array(done_parts);
+                item["status"] = json!("completed");
+            }
+            Some("reasoning") => {
+                added["summary"] = json!([]);
+                out.push(
+                    "response.output_item.added",
+                    json!({"output_index": output_index, "item": added}),
+                    false,
+                );
+                let parts = item
+                    .get("summary")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                for (summary_index, part) in parts.iter().enumerate() {
+                    let text = part.get("text").and_then(Value::as_str).unwrap_or("");
+                    let part_at = |extra: Value| {
+                        let mut data = with(extra);
+                        data["summary_index"] = json!(summary_index);
+                        data
+                    };
+                    out.push(
+                        "response.reasoning_summary_part.added",
+                        part_at(json!({"part": {"type": "summary_text", "text": ""}})),
+                        false,
+                    );
+                    for piece in text_pieces(text) {
+                        deltas += 1;
+                        out.push(
+                            "response.reasoning_summary_text.delta",
+                            part_at(json!({"delta": piece})),
+                            true,
+                        );
+                    }
+                    out.push(
+                        "response.reasoning_summary_text.done",
+                        part_at(json!({"text": text})),
+                        false,
+                    );
+                    out.push(
+                        "response.reasoning_summary_part.done",
+                        part_at(json!({"part": {"type": "summary_text", "text": text}})),
+                        false,
+                    );
+                }
+            }
+            Some("function_call") => {
+                let arguments = item
+                    .get("arguments")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                added["status"] = json!("in_progress");
+                added["arguments"] = json!("");
+                out.push(
+                    "response.output_item.added",
+                    json!({"output_index": output_index, "item": added}),
+                    false,
+                );
+                for fragment in string_fragments(&arguments) {
+                    deltas += 1;
+                    out.push(
+                        "response.function_call_arguments.delta",
+                        with(json!({"delta": fragment})),
+                        true,
+                    );
+                }
+                out.push(
+                    "response.function_call_arguments.done",
+                    with(json!({"arguments": arguments})),
+                    false,
+                );
+                item["status"] = json!("completed");
+            }
+            _ => {
+                out.push(
+                    "response.output_item.added",
+                    json!({"output_index": output_index, "item": added}),
+                    false,
+                );
+            }
+        }
+        out.push(
+            "response.output_item.done",
+            json!({"output_index": output_index, "item": item.clone()}),
+            false,
+        );
+        done_items.push(item);
+    }
+    let (input_tokens, output_tokens) = usage.unwrap_or((cx.input_tokens, deltas));
+    let usage = json!({
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": cx.cache_tokens.0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": cx.reasoning_tokens},
+        "total_tokens": input_tokens + output_tokens,
+    });
+    if stop_reason == Some("max_tokens") {
+        let mut response = response_object(cx, "incomplete", done_items, usage);
+        response["incomplete_details"] = json!({"reason": "max_output_tokens"});
+        out.push("response.incomplete", json!({"response": response}), false);
+    } else {
+        let response = response_object(cx, "completed", done_items, usage);
+        out.push("response.completed", json!({"response": response}), false);
+    }
+    out.frames
+}
+
+/// A Responses stream that fails: created, in progress, then
+/// `response.failed` with `response.error: {code, message}`. Over the other
+/// protocols, their mid-stream error with the message.
+pub(crate) fn failed_frames(
+    protocol: Protocol,
+    cx: &Context,
+    code: &str,
+    message: &str,
+) -> Vec<Frame> {
+    let bytes = match protocol {
+        Protocol::Anthropic => anthropic_event(
+            "error",
+            json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+        ),
+        Protocol::Openai => openai_data(&json!({"error": {
+            "message": message, "type": "server_error", "param": null, "code": code}})),
+        Protocol::OpenaiResponses => {
+            let mut out = ResponsesFrames { frames: Vec::new() };
+            out.start(cx);
+            let mut response = response_object(cx, "failed", Vec::new(), Value::Null);
+            response["error"] = json!({"code": code, "message": message});
+            out.push("response.failed", json!({"response": response}), false);
+            return out.frames;
+        }
+    };
+    vec![Frame {
+        bytes,
+        delta: false,
+    }]
+}
+
+/// A string as three fragments, split at character boundaries.
+fn string_fragments(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let size = chars.len().div_ceil(3).max(1);
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+/// The protocol's mid-stream overload error, after `sent` frames.
+pub(crate) fn stream_error_frame(protocol: Protocol, sent: usize) -> Bytes {
     match protocol {
         Protocol::Anthropic => anthropic_event(
             "error",
@@ -403,11 +712,18 @@ pub(crate) fn stream_error_frame(protocol: Protocol) -> Bytes {
         Protocol::Openai => openai_data(&json!({"error": {
             "message": "The server had an error while processing your request. Sorry about that!",
             "type": "server_error", "param": null, "code": null}})),
+        Protocol::OpenaiResponses => responses_event(
+            "error",
+            sent,
+            json!({"code": "server_error", "param": null,
+                   "message": "The server had an error while processing your request. Sorry about that!"}),
+        ),
     }
 }
 
 /// The protocol's JSON error body for `status`.
 pub(crate) fn error_body(protocol: Protocol, status: u16, serial: u64) -> String {
+    // The Responses API's error bodies are Chat Completions'.
     match protocol {
         Protocol::Anthropic => {
             let (kind, message) = match status {
@@ -426,7 +742,7 @@ pub(crate) fn error_body(protocol: Protocol, status: u16, serial: u64) -> String
                    "request_id": format!("req_fake{serial:020}")})
             .to_string()
         }
-        Protocol::Openai => {
+        Protocol::Openai | Protocol::OpenaiResponses => {
             let (kind, code, message) = match status {
                 400 => ("invalid_request_error", Value::Null, "The request was rejected by the fake provider."),
                 401 => ("invalid_request_error", json!("invalid_api_key"), "Incorrect API key provided: sk-fake. You can find your API key at https://platform.openai.com/account/api-keys."),
@@ -450,6 +766,10 @@ pub(crate) fn context_too_long_body(protocol: Protocol, serial: u64) -> String {
                 "type": "invalid_request_error",
                 "message": "prompt is too long: 215017 tokens > 200000 maximum"},
             "request_id": format!("req_fake{serial:020}")})
+        .to_string(),
+        Protocol::OpenaiResponses => json!({"error": {
+            "message": "Your input exceeds the context window of this model. Please adjust your input and try again.",
+            "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}})
         .to_string(),
         Protocol::Openai => json!({"error": {
             "message": "This model's maximum context length is 128000 tokens. However, your messages resulted in 130412 tokens. Please reduce the length of the messages.",

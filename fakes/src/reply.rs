@@ -39,6 +39,19 @@ pub(crate) enum ReplyBody {
         /// `None`: `end_turn`.
         stop_reason: Option<String>,
     },
+    /// OpenAI Responses output items in their final shape (`reasoning` with
+    /// its summary and `encrypted_content`, `message`, `function_call`),
+    /// streamed as the API streams them; over the other protocols only the
+    /// messages' text.
+    Items {
+        items: Vec<Value>,
+        /// `None`: `end_turn`.
+        stop_reason: Option<String>,
+    },
+    /// A response that fails mid-stream: Responses `response.failed` with
+    /// `response.error: {code, message}` (the other protocols: their
+    /// mid-stream error with the message).
+    Failed { code: String, message: String },
     /// An error status with the protocol's realistic error body (or `body`).
     Status {
         status: u16,
@@ -127,6 +140,29 @@ impl Reply {
         })
     }
 
+    /// A Responses API answer of these output items, each given as
+    /// `response.output_item.done` carries it: a `reasoning` item's summary
+    /// streams as `reasoning_summary_text.delta`s (the item, with its
+    /// `encrypted_content`, comes whole in the done event), a `message`'s
+    /// `output_text` parts as `output_text.delta`s, a `function_call`'s
+    /// arguments as `function_call_arguments.delta` fragments.
+    pub fn responses_items(items: Vec<Value>) -> Reply {
+        Reply::new(ReplyBody::Items {
+            items,
+            stop_reason: None,
+        })
+    }
+
+    /// A response that fails after it started: Responses `response.failed`
+    /// with `response.error: {code, message}` (e.g. `server_error`,
+    /// `invalid_prompt`).
+    pub fn response_failed(code: impl Into<String>, message: impl Into<String>) -> Reply {
+        Reply::new(ReplyBody::Failed {
+            code: code.into(),
+            message: message.into(),
+        })
+    }
+
     /// An HTTP error with the protocol's error body for that status
     /// (Anthropic `{"type":"error","error":{"type","message"}}`, OpenAI
     /// `{"error":{"message","type","param","code"}}`).
@@ -157,7 +193,9 @@ impl Reply {
     /// sent as given). For a message or blocks reply.
     pub fn stop_reason(mut self, reason: impl Into<String>) -> Reply {
         match &mut self.body {
-            ReplyBody::Message { stop_reason, .. } | ReplyBody::Blocks { stop_reason, .. } => {
+            ReplyBody::Message { stop_reason, .. }
+            | ReplyBody::Blocks { stop_reason, .. }
+            | ReplyBody::Items { stop_reason, .. } => {
                 *stop_reason = Some(reason.into());
             }
             other => panic!("a stop reason on a reply that has none: {other:?}"),
@@ -253,7 +291,8 @@ impl Reply {
     }
 
     /// Of the output tokens, `n` were reasoning: OpenAI reports them as
-    /// `completion_tokens_details.reasoning_tokens`.
+    /// `completion_tokens_details.reasoning_tokens` (Chat Completions) or
+    /// `output_tokens_details.reasoning_tokens` (Responses).
     pub fn reasoning_tokens(mut self, n: u64) -> Reply {
         self.reasoning_tokens = n;
         self

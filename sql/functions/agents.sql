@@ -67,22 +67,24 @@ DECLARE
     v_max integer;
     v_thinks boolean;
     v_bound numeric;
+    v_owner text;
+    v_choice jsonb;
     v_server_tools text[] := '{}';
 BEGIN
     IF p_config IS NULL OR jsonb_typeof(p_config) <> 'object' THEN
         PERFORM holdfast.raise('HF422', 'config must be a JSON object', 'config');
     END IF;
     PERFORM holdfast.refuse_unknown_keys(p_config,
-        '{model,system,tools,approvals,metadata,limits}', '');
+        '{model,system,tools,approvals,metadata,limits,budget}', '');
     IF jsonb_typeof(p_config -> 'model') IS DISTINCT FROM 'object' THEN
         PERFORM holdfast.raise('HF422', 'model must be an object', 'model');
     END IF;
     PERFORM holdfast.refuse_unknown_keys(p_config -> 'model',
-        '{provider,name,endpoint,base_url,max_tokens,thinking,cache,temperature,top_p,top_k,stop_sequences,stop,seed,user,service_tier,reasoning_effort,parallel_tool_calls}',
+        '{provider,name,endpoint,base_url,max_tokens,thinking,cache,temperature,top_p,top_k,stop_sequences,stop,seed,user,service_tier,reasoning_effort,parallel_tool_calls,tool_choice}',
         'model.');
-    IF NOT coalesce(p_config #>> '{model,provider}' IN ('anthropic', 'openai'), false)
+    IF NOT coalesce(p_config #>> '{model,provider}' IN ('anthropic', 'openai', 'openai_responses'), false)
        OR jsonb_typeof(p_config #> '{model,provider}') <> 'string' THEN
-        PERFORM holdfast.raise('HF422', 'model.provider must be "anthropic" or "openai"', 'model.provider');
+        PERFORM holdfast.raise('HF422', 'model.provider must be "anthropic", "openai" or "openai_responses"', 'model.provider');
     END IF;
     IF jsonb_typeof(p_config #> '{model,name}') IS DISTINCT FROM 'string'
        OR p_config #>> '{model,name}' = '' THEN
@@ -160,15 +162,30 @@ BEGIN
             OR p_config #>> '{model,reasoning_effort}' NOT IN ('minimal', 'low', 'medium', 'high')) THEN
         PERFORM holdfast.raise('HF422', 'model.reasoning_effort must be "minimal", "low", "medium" or "high"', 'model.reasoning_effort');
     END IF;
-    SELECT k INTO v_name
-      FROM unnest(CASE WHEN p_config #>> '{model,provider}' = 'anthropic'
-                       THEN '{stop,seed,reasoning_effort,parallel_tool_calls}'::text[]
-                       ELSE '{thinking,cache,top_k,stop_sequences,service_tier}'::text[] END) WITH ORDINALITY AS f(k, n)
-     WHERE p_config -> 'model' ? k ORDER BY n LIMIT 1;
+    v_choice := p_config #> '{model,tool_choice}';
+    IF v_choice IS NOT NULL THEN
+        IF jsonb_typeof(v_choice) <> 'object' OR jsonb_typeof(v_choice -> 'type') IS DISTINCT FROM 'string'
+           OR v_choice ->> 'type' NOT IN ('auto', 'any', 'none', 'tool') THEN
+            PERFORM holdfast.raise('HF422', 'model.tool_choice must be {"type": "auto"}, {"type": "any"}, {"type": "none"} or {"type": "tool", "name": ...}', 'model.tool_choice');
+        END IF;
+        PERFORM holdfast.refuse_unknown_keys(v_choice,
+            CASE WHEN v_choice ->> 'type' = 'tool' THEN '{type,name}' ELSE '{type}' END::text[],
+            'model.tool_choice.');
+        IF v_choice ->> 'type' = 'tool' AND jsonb_typeof(v_choice -> 'name') IS DISTINCT FROM 'string' THEN
+            PERFORM holdfast.raise('HF422', 'model.tool_choice.name must be a string', 'model.tool_choice.name');
+        END IF;
+    END IF;
+    -- Each setting with the providers that have it, the first its owner.
+    SELECT f.setting, f.owners[1] INTO v_name, v_owner
+      FROM (VALUES (1, 'thinking', '{anthropic}'::text[]), (2, 'cache', '{anthropic}'),
+                   (3, 'top_k', '{anthropic}'), (4, 'stop_sequences', '{anthropic}'),
+                   (5, 'service_tier', '{anthropic}'), (6, 'stop', '{openai}'), (7, 'seed', '{openai}'),
+                   (8, 'reasoning_effort', '{openai,openai_responses}')) AS f(n, setting, owners)
+     WHERE p_config -> 'model' ? f.setting
+       AND NOT p_config #>> '{model,provider}' = ANY (f.owners)
+     ORDER BY f.n LIMIT 1;
     IF v_name IS NOT NULL THEN
-        PERFORM holdfast.raise('HF422', format('%s is an %s setting (provider "%s")', v_name,
-            CASE WHEN p_config #>> '{model,provider}' = 'anthropic' THEN 'OpenAI' ELSE 'Anthropic' END,
-            CASE WHEN p_config #>> '{model,provider}' = 'anthropic' THEN 'openai' ELSE 'anthropic' END), 'model.' || v_name);
+        PERFORM holdfast.raise('HF422', format('%s is an %s setting (provider "%s")', v_name, CASE WHEN v_owner = 'anthropic' THEN 'Anthropic' ELSE 'OpenAI' END, v_owner), 'model.' || v_name);
     END IF;
     -- The budget is below the output limit: max_tokens, else the worker's
     -- default 4096 (DEFAULT_MAX_TOKENS in engine/src/provider/anthropic.rs).
@@ -191,6 +208,12 @@ BEGIN
     v_bound := CASE WHEN v_thinks THEN 0.95 ELSE 0 END;
     IF (p_config #>> '{model,top_p}')::numeric NOT BETWEEN v_bound AND 1 THEN
         PERFORM holdfast.raise('HF422', format('top_p must be from %s to 1', v_bound), 'model.top_p');
+    END IF;
+    IF v_choice ->> 'type' = 'tool' AND v_choice ->> 'name' = '' THEN
+        PERFORM holdfast.raise('HF422', 'tool_choice.name must be a tool''s name', 'model.tool_choice.name');
+    END IF;
+    IF v_thinks AND v_choice ->> 'type' IN ('any', 'tool') THEN
+        PERFORM holdfast.raise('HF422', 'tool_choice any or tool cannot be set with thinking', 'model.tool_choice');
     END IF;
     IF p_config #> '{model,top_k}' IS NOT NULL AND v_thinks THEN
         PERFORM holdfast.raise('HF422', 'top_k cannot be set with thinking', 'model.top_k');
@@ -310,6 +333,26 @@ BEGIN
             IF (v_value #>> '{}')::bigint > v_max THEN
                 PERFORM holdfast.raise('HF422', format('limits.%s must be at most %s (the operator''s maximum)',
                     v_name, v_max), 'limits.' || v_name);
+            END IF;
+        END LOOP;
+    END IF;
+    IF p_config ? 'budget' THEN
+        IF jsonb_typeof(p_config -> 'budget') <> 'object' THEN
+            PERFORM holdfast.raise('HF422', 'budget must be an object', 'budget');
+        END IF;
+        PERFORM holdfast.refuse_unknown_keys(p_config -> 'budget',
+            '{max_tokens_per_turn,max_tokens_per_agent,max_cost_usd_per_turn,max_cost_usd_per_agent}', 'budget.');
+        FOR v_name IN SELECT unnest(ARRAY['max_tokens_per_turn', 'max_tokens_per_agent']) LOOP
+            IF p_config -> 'budget' ? v_name
+               AND NOT holdfast.is_integer_between(p_config #> ARRAY['budget', v_name], 1, 9999999999) THEN
+                PERFORM holdfast.raise('HF422', format('budget.%s must be an integer from 1 to 9999999999', v_name), 'budget.' || v_name);
+            END IF;
+        END LOOP;
+        FOR v_name IN SELECT unnest(ARRAY['max_cost_usd_per_turn', 'max_cost_usd_per_agent']) LOOP
+            IF p_config -> 'budget' ? v_name
+               AND NOT coalesce(jsonb_typeof(p_config #> ARRAY['budget', v_name]) = 'number'
+                                AND (p_config #>> ARRAY['budget', v_name])::numeric > 0, false) THEN
+                PERFORM holdfast.raise('HF422', format('budget.%s must be a number of USD above 0', v_name), 'budget.' || v_name);
             END IF;
         END LOOP;
     END IF;

@@ -112,6 +112,15 @@ BEGIN
 END
 $$;
 
+-- Whose model endpoints and project keys an agent of provider p_provider
+-- uses: `openai` for both OpenAI APIs (`openai`, Chat Completions, and
+-- `openai_responses`), else the provider itself. Endpoint kinds and project
+-- keys are per vendor. Reads nothing, raises nothing.
+CREATE OR REPLACE FUNCTION holdfast.provider_vendor(p_provider text)
+RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_provider = 'openai_responses' THEN 'openai' ELSE p_provider END
+$$;
+
 -- Why p_project may not use the model settings p_model (an agent's
 -- config.model): no row when it may, else one row naming the field and the
 -- reason. The one rule behind create, PATCH and every model call:
@@ -120,7 +129,7 @@ $$;
 --   endpoint   `default` (or absent), or a model_endpoints row of that name
 --              scoped to every project or to this one (another project's
 --              endpoint is reported exactly like an unknown one), whose kind
---              is the agent's provider, and whose allow-list (if any) has
+--              is the agent's provider's vendor, and whose allow-list (if any) has
 --              model.name.
 -- Reads only. Expects the shape validate_config checks.
 CREATE OR REPLACE FUNCTION holdfast.check_model_access(p_project uuid, p_model jsonb)
@@ -146,7 +155,7 @@ BEGIN
      WHERE e.name = v_endpoint AND (e.project_id IS NULL OR e.project_id = p_project);
     IF NOT FOUND THEN
         RETURN QUERY SELECT 'model.endpoint', format('no model endpoint named %s is available to this project', v_endpoint);
-    ELSIF v_row.kind <> p_model ->> 'provider' THEN
+    ELSIF v_row.kind <> holdfast.provider_vendor(p_model ->> 'provider') THEN
         RETURN QUERY SELECT 'model.endpoint', format(
             'model endpoint %s serves provider %s, not %s', v_endpoint, v_row.kind, p_model ->> 'provider');
     ELSIF v_row.models IS NOT NULL AND NOT (p_model ->> 'name') = ANY (v_row.models) THEN
@@ -187,7 +196,8 @@ $$;
 --   custom_url                     model.base_url when custom (the worker
 --                                  then attaches no operator credential);
 --   base_url, credential_env       the named endpoint's (NULL for default);
---   sealed_key, key_fingerprint    the project's own key for the provider;
+--   sealed_key, key_fingerprint    the project's own key for the provider's
+--                                  vendor (provider_vendor);
 --   project_id                     the agent's project (the key is bound to it).
 -- Reads only. Raises HF404 (agent).
 CREATE OR REPLACE FUNCTION holdfast.resolve_model_endpoint(p_agent uuid, p_model jsonb)
@@ -214,7 +224,7 @@ BEGIN
     SELECT * INTO v_endpoint FROM holdfast.model_endpoints e
      WHERE e.name = p_model ->> 'endpoint' AND (e.project_id IS NULL OR e.project_id = v_project);
     SELECT * INTO v_key FROM holdfast.project_provider_keys k
-     WHERE k.project_id = v_project AND k.provider = p_model ->> 'provider';
+     WHERE k.project_id = v_project AND k.provider = holdfast.provider_vendor(p_model ->> 'provider');
     RETURN QUERY SELECT NULL::text, NULL::text, coalesce(p_model ->> 'endpoint', 'default'),
                         p_model ->> 'base_url', v_endpoint.base_url, v_endpoint.credential_env,
                         v_key.sealed, v_key.key_fingerprint, v_project;

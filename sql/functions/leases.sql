@@ -70,14 +70,6 @@ BEGIN
 END
 $$;
 
--- Settle an agent (decide_state) and write everything in one agent-row
--- UPDATE: the given events' seqs, the state, the turn, run_after. Resets
--- model_attempts and turn_model_steps when it opens a turn (and sets its
--- trace context, turn_trace_context), and step_failures and the lost
--- attempt (reap_agent sets it again after its settle) always: every way a
--- step ends well goes through it
--- (commits, releases, retries, turn ends); fail_step sets the count again
--- after its settle. The caller holds the agent's row lock.
 -- The trace context of a turn that opens now: the traceparent/tracestate of
 -- the earliest unconsumed input (the one that opens it), or, when that input
 -- brought none, a new trace whose parent span id names the turn (no span is
@@ -99,6 +91,14 @@ BEGIN
 END
 $$;
 
+-- Settle an agent (decide_state) and write everything in one agent-row
+-- UPDATE: the given events' seqs, the state, the turn, run_after. Resets
+-- model_attempts, turn_model_steps and turn_usage (and counts turn_seq up)
+-- when it opens a turn (and sets its trace context, turn_trace_context),
+-- and step_failures and the lost attempt (reap_agent sets it again after
+-- its settle) always: every way a step ends well goes through it
+-- (commits, releases, retries, turn ends); fail_step sets the count again
+-- after its settle. The caller holds the agent's row lock.
 CREATE OR REPLACE FUNCTION holdfast.settle_agent_with(
     p_agent uuid, p_types text[], p_data jsonb[], p_run_after timestamptz)
 RETURNS text LANGUAGE plpgsql AS $$
@@ -143,6 +143,8 @@ BEGIN
            turn_model_steps = CASE WHEN v_open_turn THEN 0 ELSE turn_model_steps END,
            turn_trace_parent = CASE WHEN v_open_turn THEN v_trace_parent ELSE turn_trace_parent END,
            turn_trace_state = CASE WHEN v_open_turn THEN v_trace_state ELSE turn_trace_state END,
+           turn_seq = turn_seq + CASE WHEN v_open_turn THEN 1 ELSE 0 END,
+           turn_usage = CASE WHEN v_open_turn THEN holdfast.zero_usage() ELSE turn_usage END,
            step_failures = 0,
            first_attempt_epoch = NULL, lost_attempt_epoch = NULL,
            lost_attempt_started_at = NULL, lost_attempt_ended_at = NULL,

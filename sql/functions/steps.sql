@@ -108,7 +108,10 @@ $$;
 -- ready: the next model call sends it back and the model goes on; the step
 -- limit counts it like a response with calls. The agent row is read
 -- here, after the lock, so writes earlier in the same transaction (a
--- subagent's hand-back to its parent in the same batch) are seen. Raises
+-- subagent's hand-back to its parent in the same batch) are seen. The
+-- response's usage (p_usage, priced at the model's price now) is saved on
+-- the step and added to the agent's turn_usage and usage in the same agent
+-- UPDATE; turn.completed carries the turn's sum. Reads model_prices. Raises
 -- nothing of its own. Returns the step id.
 CREATE OR REPLACE FUNCTION holdfast.write_model_step(
     p_agent uuid, p_epoch bigint, p_input_ids uuid[], p_message jsonb,
@@ -142,8 +145,18 @@ DECLARE
     -- model call that sends this response back as the last message.
     v_paused boolean := jsonb_array_length(coalesce(p_tool_calls, '[]')) = 0
                         AND p_stop_reason IS NOT DISTINCT FROM 'pause_turn';
+    v_provider text;
+    v_model text;
+    v_usage holdfast.token_usage;
+    v_turn_usage holdfast.token_usage;
 BEGIN
     SELECT * INTO STRICT v_agent FROM holdfast.agents WHERE id = p_agent;
+
+    -- What the response used, priced now, and the turn's sum with it.
+    v_provider := v_agent.config #>> '{model,provider}';
+    v_model := v_agent.config #>> '{model,name}';
+    v_usage := holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model);
+    v_turn_usage := holdfast.add_usage(v_agent.turn_usage, v_usage);
 
     -- Decide the calls' statuses before writing anything.
     v_n_calls := jsonb_array_length(v_tool_calls);
@@ -199,7 +212,9 @@ BEGIN
                last_message_seq = last_message_seq + v_n_inputs + 1,
                last_event_seq = last_event_seq + 1, last_event_at = holdfast.now(),
                model_attempts = 0,
-               turn_model_steps = turn_model_steps + 1
+               turn_model_steps = turn_model_steps + 1,
+               turn_usage = v_turn_usage,
+               usage = holdfast.add_usage(usage, v_usage)
          WHERE id = p_agent
         RETURNING last_step_seq, last_message_seq, last_event_seq
              INTO v_step_seq, v_message_seq, v_event_seq;
@@ -226,6 +241,9 @@ BEGIN
                model_attempts = 0,
                turn_model_steps = CASE WHEN v_new_turn THEN 0 ELSE turn_model_steps + 1 END,
                turn_open = v_turn_open OR v_new_turn,
+               turn_seq = turn_seq + CASE WHEN v_new_turn THEN 1 ELSE 0 END,
+               turn_usage = CASE WHEN v_new_turn THEN holdfast.zero_usage() ELSE v_turn_usage END,
+               usage = holdfast.add_usage(usage, v_usage),
                state = v_state,
                lease_owner = NULL, lease_expires_at = NULL, lease_pid = NULL, lease_backend_start = NULL,
                -- settle_agent_with's reset of a lost attempt (0026).
@@ -237,8 +255,9 @@ BEGIN
              INTO v_step_seq, v_message_seq, v_event_seq;
     END IF;
 
-    INSERT INTO holdfast.steps (agent_id, step_seq, kind, epoch)
-    VALUES (p_agent, v_step_seq, 'model', p_epoch) RETURNING id INTO v_step_id;
+    INSERT INTO holdfast.steps (agent_id, step_seq, kind, epoch, turn_seq, provider, model, usage)
+    VALUES (p_agent, v_step_seq, 'model', p_epoch, v_agent.turn_seq, v_provider, v_model, v_usage)
+    RETURNING id INTO v_step_id;
 
     -- The inputs become user messages, then the assistant's message.
     INSERT INTO holdfast.messages (agent_id, seq, role, content, step_id, input_id)
@@ -279,7 +298,8 @@ BEGIN
         v_data := v_data || ARRAY(SELECT c.value FROM jsonb_array_elements(v_calls) WITH ORDINALITY AS c (value, ord)
                                    ORDER BY c.ord);
         IF v_n_calls = 0 AND NOT v_paused THEN
-            v_data := array_append(v_data, jsonb_build_object('step_id', v_step_id, 'stop_reason', p_stop_reason));
+            v_data := array_append(v_data, jsonb_build_object('step_id', v_step_id, 'stop_reason', p_stop_reason,
+                                                              'usage', holdfast.usage_json(v_turn_usage)));
         END IF;
         IF v_new_turn THEN
             v_data := array_append(v_data, '{}'::jsonb);

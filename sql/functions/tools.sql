@@ -177,53 +177,112 @@ BEGIN
 END
 $$;
 
--- Record the result of a custom tool call, posted by the client's backend
--- (first result wins: docs/api.md). Locks the agent row, then the call. Only a
--- call of kind 'custom' in status 'waiting' accepts a result: it becomes
--- completed with tool_call.completed. An unleased agent is settled (ready
--- once nothing else waits), its event written with the settle in one agent
--- UPDATE; a leased one (its worker is running other calls of the batch) is
--- settled by its release. No step row is written: a step is a worker's unit
--- of work, and no worker took part.
--- Raises HF404 (no such call), HF409 (the call already has a result, was
--- cancelled, or is not a custom call waiting for one; identical payloads
--- included), HF422 (output is SQL NULL; JSON null is a valid output).
--- Returns the completed call.
+-- Record the results of custom tool calls, posted by clients' backends
+-- (first result wins: docs/api.md), in one transaction: the API's group
+-- commit. Locks every agent of the batch (FOR UPDATE, in id order, so two
+-- batches cannot deadlock on each other), then, row by row in agent id
+-- order, each call. Only a call of kind 'custom' in status 'waiting'
+-- accepts a result: it becomes completed with tool_call.completed. An
+-- unleased agent is settled (ready once nothing else waits), its event
+-- written with the settle in one agent UPDATE; a leased one (its worker is
+-- running other calls of the batch) is settled by its release. No step row
+-- is written: a step is a worker's unit of work, and no worker took part.
+-- A refused row writes nothing and aborts nothing: no savepoint, no
+-- exception; rows are applied in order, so a second result for a call in
+-- the same batch sees the first and is a conflict, as it would be alone.
+-- Returns one row per result, with its position in p_results (ord, from 1):
+-- outcome 'completed' (with the completed call, tool_call), 'not_found', 'conflict'
+-- (the call already has a result, was cancelled, or is not a custom call
+-- waiting for one; identical payloads included) or 'invalid' (output is
+-- SQL NULL; JSON null is a valid output), with message and field. Raises
+-- nothing of its own; any other error aborts the whole batch, and the API
+-- then submits its results one by one.
+CREATE OR REPLACE FUNCTION holdfast.submit_tool_results(p_results holdfast.tool_result[])
+RETURNS TABLE (ord integer, outcome text, message text, field text, tool_call holdfast.tool_calls)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_row record;
+    v_agent holdfast.agents;
+    v_data jsonb;
+BEGIN
+    PERFORM 1 FROM holdfast.agents a
+     WHERE a.id IN (SELECT t.agent_id FROM holdfast.tool_calls t
+                     WHERE t.id IN (SELECT r.tool_call_id FROM unnest(p_results) r))
+     ORDER BY a.id
+       FOR UPDATE;
+    FOR v_row IN
+        SELECT r.ordinality::integer AS ord, r.tool_call_id, r.output, r.is_error, t.agent_id
+          FROM unnest(p_results) WITH ORDINALITY AS r(tool_call_id, output, is_error, ordinality)
+          LEFT JOIN holdfast.tool_calls t ON t.id = r.tool_call_id
+         ORDER BY t.agent_id, r.ordinality
+    LOOP
+        ord := v_row.ord;
+        message := NULL;
+        field := NULL;
+        tool_call := NULL;
+        IF v_row.output IS NULL THEN
+            outcome := 'invalid';
+            message := 'output must not be null';
+            field := 'output';
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        IF v_row.agent_id IS NULL THEN
+            outcome := 'not_found';
+            message := format('tool call %s not found', v_row.tool_call_id);
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        SELECT * INTO tool_call FROM holdfast.tool_calls WHERE id = v_row.tool_call_id FOR UPDATE;
+        IF tool_call.kind <> 'custom' THEN
+            outcome := 'conflict';
+            message := format('tool call %s is a %s call, not a custom one', tool_call.id, tool_call.kind);
+        ELSIF tool_call.status <> 'waiting' THEN
+            outcome := 'conflict';
+            message := format('tool call %s is %s', tool_call.id, tool_call.status);
+        ELSE
+            outcome := 'completed';
+            UPDATE holdfast.tool_calls
+               SET status = 'completed', output = v_row.output,
+                   is_error = coalesce(v_row.is_error, false), completed_at = holdfast.now()
+             WHERE id = tool_call.id
+            RETURNING * INTO tool_call;
+            v_data := jsonb_build_object('tool_call_id', tool_call.id, 'name', tool_call.name,
+                                         'output', v_row.output, 'is_error', tool_call.is_error);
+            SELECT * INTO v_agent FROM holdfast.agents WHERE id = tool_call.agent_id;
+            IF v_agent.state <> 'running' THEN
+                PERFORM holdfast.settle_agent_with(tool_call.agent_id, ARRAY['tool_call.completed'], ARRAY[v_data], NULL);
+            ELSE
+                PERFORM holdfast.append_event(tool_call.agent_id, 'tool_call.completed', v_data);
+            END IF;
+        END IF;
+        IF outcome <> 'completed' THEN
+            tool_call := NULL;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- Record the result of one custom tool call: submit_tool_results with a
+-- batch of one, its refusal raised. Locks as that function does. Raises
+-- HF404 (no such call), HF409 (the call already has a result, was
+-- cancelled, or is not a custom call waiting for one), HF422 (output is
+-- SQL NULL). Returns the completed call.
 CREATE OR REPLACE FUNCTION holdfast.submit_tool_result(p_tool_call uuid, p_output jsonb, p_is_error boolean)
 RETURNS holdfast.tool_calls LANGUAGE plpgsql AS $$
 DECLARE
-    v_agent holdfast.agents;
-    v_call holdfast.tool_calls;
-    v_data jsonb;
+    v_result record;
 BEGIN
-    IF p_output IS NULL THEN
-        PERFORM holdfast.raise('HF422', 'output must not be null', 'output');
-    END IF;
-    SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = p_tool_call;
-    IF NOT FOUND THEN
-        PERFORM holdfast.raise('HF404', format('tool call %s not found', p_tool_call));
-    END IF;
-    v_agent := holdfast.lock_agent(v_call.agent_id);
-    SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = p_tool_call FOR UPDATE;
-    IF v_call.kind <> 'custom' THEN
-        PERFORM holdfast.raise('HF409', format('tool call %s is a %s call, not a custom one', p_tool_call, v_call.kind));
-    END IF;
-    IF v_call.status <> 'waiting' THEN
-        PERFORM holdfast.raise('HF409', format('tool call %s is %s', p_tool_call, v_call.status));
-    END IF;
-    UPDATE holdfast.tool_calls
-       SET status = 'completed', output = p_output, is_error = coalesce(p_is_error, false),
-           completed_at = holdfast.now()
-     WHERE id = p_tool_call
-    RETURNING * INTO v_call;
-    v_data := jsonb_build_object('tool_call_id', p_tool_call, 'name', v_call.name, 'output', p_output,
-                                 'is_error', v_call.is_error);
-    IF v_agent.state <> 'running' THEN
-        PERFORM holdfast.settle_agent_with(v_call.agent_id, ARRAY['tool_call.completed'], ARRAY[v_data], NULL);
-    ELSE
-        PERFORM holdfast.append_event(v_call.agent_id, 'tool_call.completed', v_data);
-    END IF;
-    RETURN v_call;
+    SELECT * INTO v_result
+      FROM holdfast.submit_tool_results(ARRAY[ROW(p_tool_call, p_output, p_is_error)::holdfast.tool_result]);
+    CASE v_result.outcome
+        WHEN 'completed' THEN RETURN v_result.tool_call;
+        WHEN 'not_found' THEN PERFORM holdfast.raise('HF404', v_result.message);
+        WHEN 'conflict' THEN PERFORM holdfast.raise('HF409', v_result.message);
+        ELSE PERFORM holdfast.raise('HF422', v_result.message, v_result.field);
+    END CASE;
+    RETURN NULL;
 END
 $$;
 

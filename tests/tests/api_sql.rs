@@ -221,3 +221,103 @@ async fn cancelling_a_waiting_agent_retires_the_inputs_sent_before_the_cancel() 
     let missing = store::submit_tool_result(&client, Uuid::new_v4(), &json!(1), false).await;
     assert!(matches!(missing, Err(Error::NotFound(_))), "{missing:?}");
 }
+
+#[tokio::test]
+async fn a_tool_result_batch_checks_each_result_on_its_own_and_commits_the_rest_together() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, first) = project_and_agent(&client).await;
+    let mut agents = vec![first];
+    for _ in 0..3 {
+        agents.push(
+            store::create_agent(&client, project, &default_config())
+                .await
+                .unwrap(),
+        );
+    }
+    let mut calls = Vec::new();
+    for agent in &agents {
+        calls.push(waiting_custom_call(&client, *agent).await);
+    }
+    // calls[3] already has its result.
+    store::submit_tool_result(&client, calls[3], &json!("first"), false)
+        .await
+        .unwrap();
+    let missing = Uuid::new_v4();
+    // In one batch: a result; a second result for the same call; one for a
+    // call that already has one; one for no call; an SQL NULL output; and
+    // one more good result.
+    let rows = client
+        .query(
+            "SELECT r.ord, r.outcome, r.field, (r.tool_call).status
+               FROM holdfast.submit_tool_results(ARRAY[
+                    ROW($1::uuid, '\"a\"'::jsonb, false), ROW($1::uuid, '\"again\"'::jsonb, false),
+                    ROW($2::uuid, '\"late\"'::jsonb, false), ROW($3::uuid, '1'::jsonb, false),
+                    ROW($4::uuid, NULL::jsonb, false), ROW($5::uuid, '{\"b\": 2}'::jsonb, true)
+                    ]::holdfast.tool_result[]) r
+              ORDER BY r.ord",
+            &[&calls[0], &calls[3], &missing, &calls[2], &calls[1]],
+        )
+        .await
+        .unwrap();
+    let outcomes: Vec<(i32, String, Option<String>, Option<String>)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    let completed = Some("completed".to_owned());
+    assert_eq!(
+        outcomes,
+        [
+            (1, "completed".into(), None, completed.clone()),
+            (2, "conflict".into(), None, None),
+            (3, "conflict".into(), None, None),
+            (4, "not_found".into(), None, None),
+            (5, "invalid".into(), Some("output".into()), None),
+            (6, "completed".into(), None, completed),
+        ]
+    );
+    let call_state = |call: Uuid| {
+        let client = &client;
+        async move {
+            let row = client
+                .query_one(
+                    "SELECT status, output FROM holdfast.tool_calls WHERE id = $1",
+                    &[&call],
+                )
+                .await
+                .unwrap();
+            (
+                row.get::<_, String>(0),
+                row.get::<_, Option<serde_json::Value>>(1),
+            )
+        }
+    };
+    assert_eq!(
+        call_state(calls[0]).await,
+        ("completed".into(), Some(json!("a"))),
+        "the first of two results for one call wins"
+    );
+    assert_eq!(call_state(calls[3]).await.1, Some(json!("first")));
+    assert_eq!(
+        call_state(calls[2]).await,
+        ("waiting".into(), None),
+        "a refused row writes nothing"
+    );
+    assert_eq!(agent_state(&client, agents[2]).await, "waiting");
+    for agent in [agents[0], agents[1]] {
+        assert_eq!(agent_state(&client, agent).await, "ready");
+        assert_eq!(
+            event_types(&client, agent).await.last().map(String::as_str),
+            Some("tool_call.completed")
+        );
+    }
+    let transactions: i64 = client
+        .query_one(
+            "SELECT count(DISTINCT xmin::text) FROM holdfast.tool_calls WHERE id = ANY ($1)",
+            &[&vec![calls[0], calls[1]]],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(transactions, 1, "the accepted results share one commit");
+}

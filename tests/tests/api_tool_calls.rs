@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use futures::future::join_all;
+use holdfast_engine::group_commit::GroupCommit;
 use holdfast_engine::store;
 use holdfast_tests::api_server::{project_key, waiting_custom_call, ApiServer};
 use holdfast_tests::scenario::{agent_state, event_types};
@@ -341,4 +342,81 @@ async fn only_a_custom_call_accepts_a_client_result() {
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["tool_call"]["kind"], "external");
     assert_eq!(body["tool_call"]["status"], "pending");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_results_for_different_calls_share_one_commit_and_each_gets_its_own_answer() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, key) = project_key(&client).await;
+    let mut calls = Vec::new();
+    for _ in 0..5 {
+        let agent = store::create_agent(&client, project, &default_config())
+            .await
+            .unwrap();
+        calls.push(waiting_custom_call(&client, agent).await);
+    }
+    // A window long enough that every concurrent post falls inside it.
+    let server = ApiServer::start_with(&db, |config| {
+        config.group_commit = GroupCommit {
+            window: Duration::from_millis(500),
+            batch: 32,
+        };
+    })
+    .await;
+    let post = |call: Uuid, output: Value| {
+        server
+            .request(Method::POST, &format!("/v1/tool-calls/{call}/result"), &key)
+            .json(&json!({ "output": output }))
+            .send()
+    };
+    // Five results, a second result for the first call (never in the same
+    // batch as the other: one of the two wins, the other gets 409) and one
+    // for a call that does not exist (404).
+    let mut posts: Vec<_> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, call)| post(*call, json!({ "answer": i })))
+        .collect();
+    posts.push(post(calls[0], json!("again")));
+    posts.push(post(Uuid::new_v4(), json!("nobody asked")));
+    let mut answers = Vec::new();
+    for response in join_all(posts).await {
+        let response = response.unwrap();
+        answers.push((response.status(), response.json::<Value>().await.unwrap()));
+    }
+    for (i, (status, body)) in answers[1..5].iter().enumerate() {
+        let i = i + 1;
+        assert_eq!(*status, StatusCode::OK, "{body}");
+        assert_eq!(body["id"], json!(calls[i]));
+        assert_eq!(
+            body["output"],
+            json!({ "answer": i }),
+            "each gets its own call"
+        );
+    }
+    let (first, again) = (&answers[0], &answers[5]);
+    let (winner, loser) = match (first.0, again.0) {
+        (StatusCode::OK, StatusCode::CONFLICT) => (first, again),
+        (StatusCode::CONFLICT, StatusCode::OK) => (again, first),
+        other => panic!("one of the two results for one call wins: {other:?}"),
+    };
+    assert_eq!(winner.1["id"], json!(calls[0]));
+    assert_eq!(
+        loser.1["tool_call"]["output"], winner.1["output"],
+        "the 409 shows the winner's output"
+    );
+    assert_eq!(answers[6].0, StatusCode::NOT_FOUND, "{}", answers[6].1);
+
+    // The other four results share one commit (the first call's winner may
+    // have come in the batch after).
+    let transactions: i64 = client
+        .query_one(
+            "SELECT count(DISTINCT xmin::text) FROM holdfast.tool_calls WHERE id = ANY ($1)",
+            &[&calls[1..].to_vec()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(transactions, 1, "the four other results share one commit");
 }

@@ -38,6 +38,13 @@ fn openai(fields: Value) -> Value {
     config
 }
 
+/// [`anthropic`] of the OpenAI Responses API.
+fn responses(fields: Value) -> Value {
+    let mut config = anthropic(fields);
+    config["model"]["provider"] = json!("openai_responses");
+    config
+}
+
 /// An Anthropic model of the default output limit with this `thinking`.
 fn thinking(thinking: Value) -> Value {
     json!({"model": {"provider": "anthropic", "name": "m", "thinking": thinking}})
@@ -73,6 +80,14 @@ fn valid() -> Vec<Value> {
                          "stop": ["a", "b", "c", "d"], "seed": -9007199254740993_i64,
                          "user": "u-42", "reasoning_effort": "minimal",
                          "parallel_tool_calls": false}}),
+        responses(
+            json!({"temperature": 2, "top_p": 0.5, "user": "u-42", "max_tokens": 100,
+                         "reasoning_effort": "high", "parallel_tool_calls": true}),
+        ),
+        anthropic(json!({"parallel_tool_calls": false, "tool_choice": {"type": "any"}})),
+        anthropic(json!({"tool_choice": {"type": "none"}, "thinking": {"type": "adaptive"}})),
+        openai(json!({"tool_choice": {"type": "tool", "name": "lookup"}})),
+        responses(json!({"tool_choice": {"type": "auto"}})),
         with(json!({"tools": []})),
         with(json!({"tools": [
             {"type": "custom", "name": "lookup"},
@@ -273,10 +288,35 @@ fn invalid() -> Vec<(Value, &'static str)> {
             "model.reasoning_effort",
         ),
         (
-            anthropic(json!({"parallel_tool_calls": true})),
-            "model.parallel_tool_calls",
+            anthropic(json!({"tool_choice": "any"})),
+            "model.tool_choice",
+        ),
+        (
+            anthropic(json!({"tool_choice": {"type": "required"}})),
+            "model.tool_choice",
+        ),
+        (
+            anthropic(json!({"tool_choice": {"type": "auto", "name": "x"}})),
+            "model.tool_choice",
+        ),
+        (
+            anthropic(json!({"tool_choice": {"type": "tool"}})),
+            "model.tool_choice.name",
+        ),
+        (
+            anthropic(json!({"tool_choice": {"type": "tool", "name": ""}})),
+            "model.tool_choice.name",
+        ),
+        (
+            anthropic(json!({"tool_choice": {"type": "any"},
+                             "thinking": {"type": "adaptive"}})),
+            "model.tool_choice",
         ),
         (openai(json!({"top_k": 5})), "model.top_k"),
+        (responses(json!({"stop": ["END"]})), "model.stop"),
+        (responses(json!({"seed": 7})), "model.seed"),
+        (responses(json!({"cache": true})), "model.cache"),
+        (responses(json!({"temperature": 2.5})), "model.temperature"),
         (
             openai(json!({"stop_sequences": ["x"]})),
             "model.stop_sequences",

@@ -271,3 +271,53 @@ async fn prompt_caching_marks_the_tools_the_system_and_the_latest_message_and_sa
     assert!(!body.to_string().contains("cache_control"), "{body}");
     assert_eq!(body["system"], "You answer order questions.");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forced_tool_choice_applies_to_the_first_call_of_a_turn_and_auto_afterwards() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    let _worker = spawn_worker("w-tool-choice", &db.config, &fake, &[]);
+    let cases = [
+        (
+            json!({"provider": "anthropic", "name": "claude-test", "parallel_tool_calls": false,
+                   "tool_choice": {"type": "tool", "name": "lookup"}}),
+            json!({"type": "tool", "name": "lookup", "disable_parallel_tool_use": true}),
+            json!({"type": "auto", "disable_parallel_tool_use": true}),
+        ),
+        (
+            json!({"provider": "openai", "name": "gpt-test", "tool_choice": {"type": "any"}}),
+            json!("required"),
+            json!("auto"),
+        ),
+        (
+            json!({"provider": "openai_responses", "name": "gpt-test",
+                   "tool_choice": {"type": "tool", "name": "lookup"}}),
+            json!({"type": "function", "name": "lookup"}),
+            json!("auto"),
+        ),
+    ];
+    for (model, forced, afterwards) in cases {
+        let before = fake.request_count();
+        fake.push(Reply::tool_calls(vec![("lookup", json!({"order": "A-7"}))]));
+        fake.push(Reply::text("It shipped."));
+        let config = json!({"model": model, "tools": [{"type": "custom", "name": "lookup"}]});
+        let agent = agent_with_config(&client, &config).await;
+        store::create_input(&client, agent, &json!("where is A-7?"), None)
+            .await
+            .unwrap();
+        answer_lookup(&client, agent, json!("shipped")).await;
+        wait_for_events(&client, agent, "turn.completed", 1, T).await;
+        let requests = fake.requests();
+        assert_eq!(requests.len(), before + 2, "{model}");
+        assert_eq!(
+            requests[before].body["tool_choice"], forced,
+            "{model}: first call"
+        );
+        assert_eq!(
+            requests[before + 1].body["tool_choice"],
+            afterwards,
+            "{model}: the next call of the turn may answer"
+        );
+    }
+}

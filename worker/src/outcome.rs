@@ -50,6 +50,9 @@ pub enum StepResult {
         keep_from_seq: i64,
         usage: Value,
     },
+    /// A budget of `config.budget` is used up: the turn ends
+    /// `budget_exceeded` instead of the model call.
+    OverBudget { input_ids: Vec<Uuid> },
     /// The turn was cancelled while the step ran: `turn.cancelled`.
     Cancelled,
     /// The step failed (an error other than a lost lease, or a panic):
@@ -98,6 +101,7 @@ impl StepResult {
             StepResult::ModelResponse(_) => "model_response",
             StepResult::ModelRetry { .. } => "model_retry",
             StepResult::TurnFailed { .. } => "turn_failed",
+            StepResult::OverBudget { .. } => "over_budget",
             StepResult::Compacted { .. } => "compacted",
             StepResult::Cancelled => "cancelled",
             StepResult::StepFailed { .. } => "step_failed",
@@ -127,7 +131,7 @@ async fn write(deps: &StepDeps, claim: Claim, result: StepResult) -> Result<Step
         StepResult::BatchDone => release(StepOutcome::Committed).await,
         StepResult::Drained => release(StepOutcome::Released).await,
         StepResult::ModelResponse(step) => {
-            deps.committer.commit_model_step(claim, step).await?;
+            deps.committer.commit((claim, step)).await?;
             Ok(StepOutcome::Committed)
         }
         StepResult::ModelRetry {
@@ -154,6 +158,16 @@ async fn write(deps: &StepDeps, claim: Claim, result: StepResult) -> Result<Step
             let client = deps.pool.get().await?;
             store::fail_turn(&**client, claim, &error_type, &message, &input_ids).await?;
             Ok(StepOutcome::Failed)
+        }
+        StepResult::OverBudget { input_ids } => {
+            let client = deps.pool.get().await?;
+            Ok(
+                if store::end_turn_over_budget(&**client, claim, &input_ids).await? {
+                    StepOutcome::Failed
+                } else {
+                    StepOutcome::Released
+                },
+            )
         }
         StepResult::Compacted {
             summary,

@@ -2,6 +2,7 @@
 //! decided from its [`StepContext`] (the saved state, read fresh at every
 //! attempt). Pure functions, so they are tested without a database.
 
+use holdfast_engine::config::ToolChoice;
 use holdfast_engine::domain::{StepContext, ToolCallRecord};
 use holdfast_engine::provider::{
     compaction_split, summary_message, summary_request, ContentBlock, Message, ModelRequest, Role,
@@ -44,10 +45,26 @@ pub fn next_action(context: &StepContext) -> NextAction {
 /// The provider-neutral request: the compaction summary (if any), the
 /// history, each assistant message followed by its tool results, then
 /// the pending inputs (steering).
+///
+/// A forcing `tool_choice` (a tool must be called) applies to the turn's
+/// first model call only (no model step of the turn committed yet, so its
+/// retries are first calls too); later calls of the turn use `auto`, or a
+/// forced tool every step would never let the model answer: an endless
+/// paid loop.
 pub fn model_request(context: &StepContext, tools: Vec<ToolDefinition>) -> ModelRequest {
     let (messages, _) = rendered_messages(context);
+    let mut model = context.config.model.clone();
+    let first_call = !context.turn_open || context.turn_model_steps == 0;
+    if !first_call
+        && model
+            .tool_choice
+            .as_ref()
+            .is_some_and(ToolChoice::forces_a_call)
+    {
+        model.tool_choice = Some(ToolChoice::Auto {});
+    }
     ModelRequest {
-        model: context.config.model.clone(),
+        model,
         system: context.config.system.clone(),
         messages,
         tools,
@@ -196,7 +213,9 @@ mod tests {
             .unwrap(),
             turn_open: true,
             model_attempts: 0,
+            turn_model_steps: 1,
             cancel_requested: false,
+            over_budget: false,
             context_summary: None,
             messages: vec![],
             tool_calls: vec![],
@@ -218,6 +237,25 @@ mod tests {
             output,
             is_error: Some(false),
         }
+    }
+
+    #[test]
+    fn a_forcing_tool_choice_applies_to_the_first_call_of_a_turn_only() {
+        let mut ctx = context();
+        ctx.config.model.tool_choice = Some(ToolChoice::Any {});
+        ctx.turn_model_steps = 0;
+        let first = model_request(&ctx, Vec::new());
+        assert_eq!(first.model.tool_choice, Some(ToolChoice::Any {}));
+        ctx.turn_model_steps = 1;
+        let later = model_request(&ctx, Vec::new());
+        assert_eq!(later.model.tool_choice, Some(ToolChoice::Auto {}));
+        ctx.config.model.tool_choice = Some(ToolChoice::None {});
+        let none = model_request(&ctx, Vec::new());
+        assert_eq!(
+            none.model.tool_choice,
+            Some(ToolChoice::None {}),
+            "not forcing: kept"
+        );
     }
 
     #[test]

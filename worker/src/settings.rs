@@ -6,8 +6,8 @@ use std::time::Duration;
 use holdfast_engine::backoff::Backoff;
 use holdfast_engine::domain::LimitMaxima;
 use holdfast_engine::egress::EgressPolicy;
+use holdfast_engine::group_commit::GroupCommit;
 
-use crate::committer::GroupCommit;
 use crate::tools::web_search::WebSearchLimits;
 
 #[derive(Clone, Debug)]

@@ -8,8 +8,9 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt;
+use holdfast_engine::config::ModelConfig;
 use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, StepContext};
-use holdfast_engine::provider::{ContentBlock, ModelError, ModelRequest, ModelTarget};
+use holdfast_engine::provider::{ContentBlock, ModelError, ModelRequest, ModelTarget, Usage};
 use holdfast_engine::{store, Error, Result};
 use opentelemetry::context::FutureExt as _;
 use serde_json::{json, Value};
@@ -192,6 +193,12 @@ async fn decide_and_run(
 const COMPACTION_KEEP_LAST: usize = 4;
 
 async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Result<StepResult> {
+    // Before anything is paid for (a compaction's summary call included).
+    if context.over_budget {
+        return Ok(StepResult::OverBudget {
+            input_ids: context.pending_input_ids(),
+        });
+    }
     let request = model_request(context, toolbox::definitions(deps, &context.config).await);
     let target = match model_target(deps, claim, context, &request).await? {
         Ok(target) => target,
@@ -227,6 +234,7 @@ async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Res
         }
         Err(error) => return Ok(model_failed(deps, context, error)),
     };
+    count_tokens(&context.config.model, &response.usage);
     let tool_calls = response
         .content
         .iter()
@@ -252,6 +260,25 @@ async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Res
         usage: serde_json::to_value(response.usage).unwrap_or(Value::Null),
         stop_reason: response.stop_reason,
     }))
+}
+
+/// `holdfast_model_tokens_total{provider, model, kind}`: the tokens a
+/// response used (a compaction's summary too), counted as it arrives
+/// (paid for, whether or not its commit lands). Kinds as in the saved usage: input, output, cache_read,
+/// cache_write, reasoning (the last three are parts of the first two).
+fn count_tokens(model: &ModelConfig, usage: &Usage) {
+    let provider: &'static str = model.provider.into();
+    for (kind, tokens) in [
+        ("input", usage.input_tokens),
+        ("output", usage.output_tokens),
+        ("cache_read", usage.cache_read_tokens),
+        ("cache_write", usage.cache_write_tokens),
+        ("reasoning", usage.reasoning_tokens),
+    ] {
+        metrics::counter!("holdfast_model_tokens_total",
+            "provider" => provider, "model" => model.name.clone(), "kind" => kind)
+        .increment(tokens);
+    }
 }
 
 /// Where this attempt's model call goes: the endpoint resolved now, from the
@@ -303,6 +330,7 @@ async fn compact(
         }
         Err(error) => return model_failed(deps, context, error),
     };
+    count_tokens(&context.config.model, &summary.usage);
     let text: Vec<&str> = summary
         .content
         .iter()

@@ -16,6 +16,7 @@ mod machines;
 mod status;
 mod steps;
 mod tool_calls;
+mod usage;
 mod webhooks;
 
 pub use agents::*;
@@ -27,6 +28,7 @@ pub use machines::*;
 pub use status::*;
 pub use steps::*;
 pub use tool_calls::*;
+pub use usage::*;
 pub use webhooks::*;
 
 #[cfg(test)]

@@ -124,7 +124,13 @@ pub struct StepContext {
     pub config: AgentConfig,
     pub turn_open: bool,
     pub model_attempts: i32,
+    /// Model steps committed in the open turn (0 before its first call's
+    /// response is committed; retries do not count).
+    pub turn_model_steps: i32,
     pub cancel_requested: bool,
+    /// A budget of `config.budget` is used up (`holdfast.budget_exceeded`):
+    /// the next model call is not made.
+    pub over_budget: bool,
     /// The summary of messages compacted away (those before the first of
     /// `messages`), if the context was ever compacted.
     pub context_summary: Option<String>,

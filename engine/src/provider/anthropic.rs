@@ -36,7 +36,7 @@ use super::classify::{classify_stream_error, incomplete_stream, invalid_response
 use super::client::{forward, insert_if_set, StreamAssembler};
 use super::history::{normalise, tool_result_text};
 use super::{ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role, Usage};
-use crate::config::ToolEntry;
+use crate::config::{ModelConfig, ToolChoice, ToolEntry};
 use crate::sse::SseEvent;
 
 pub(crate) const API_VERSION: &str = "2023-06-01";
@@ -94,12 +94,31 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
         .collect();
     if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));
+        if let Some(choice) = tool_choice(model) {
+            body.insert("tool_choice".into(), choice);
+        }
     }
     if caching {
         mark_cache_breakpoints(&mut body);
     }
     body.insert("stream".into(), json!(true));
     Value::Object(body)
+}
+
+/// `tool_choice` as the Messages API takes it: the config's shape is the
+/// API's, and `parallel_tool_calls: false` is its
+/// `disable_parallel_tool_use` (which `none` does not take).
+fn tool_choice(model: &ModelConfig) -> Option<Value> {
+    let serial = model.parallel_tool_calls == Some(false);
+    let mut choice = match &model.tool_choice {
+        Some(choice) => json!(choice),
+        None if serial => json!({"type": "auto"}),
+        None => return None,
+    };
+    if serial && model.tool_choice != Some(ToolChoice::None {}) {
+        choice["disable_parallel_tool_use"] = json!(true);
+    }
+    Some(choice)
 }
 
 /// A prompt-cache breakpoint: the prompt up to the block carrying it is

@@ -210,12 +210,12 @@ fn parse_error_body(body: &str) -> ErrorBody {
     }
 }
 
-fn says_context_too_long(text: &str) -> bool {
+pub(crate) fn says_context_too_long(text: &str) -> bool {
     let text = text.to_ascii_lowercase();
     CONTEXT_TOO_LONG_MARKERS.iter().any(|m| text.contains(m))
 }
 
-fn truncate(text: &str) -> String {
+pub(crate) fn truncate(text: &str) -> String {
     match text.char_indices().nth(MESSAGE_LIMIT) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_owned(),

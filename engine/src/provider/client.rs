@@ -1,4 +1,4 @@
-//! [`Providers`]: the HTTP client both provider protocols share, with its
+//! [`Providers`]: the HTTP client the provider protocols share, with its
 //! settings, timeouts and streaming loop.
 //!
 //! Cancellation is by drop: the worker drops the [`Providers::complete`]
@@ -21,6 +21,7 @@ use super::classify::{
 };
 use super::compaction::estimate_tokens;
 use super::openai::{self, OpenAiStream};
+use super::responses::{self, ResponsesStream};
 use super::{Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Provider};
 use crate::domain::{ModelDestination, ModelRoute};
 use crate::duration::parse_duration;
@@ -39,7 +40,8 @@ pub struct ProviderSettings {
     /// `ANTHROPIC_API_KEY`, sent as `x-api-key` (not sent when unset, for
     /// compatible servers that need none).
     pub anthropic_api_key: Option<String>,
-    /// `OPENAI_BASE_URL`, including the `/v1`; `/chat/completions` is appended.
+    /// `OPENAI_BASE_URL`, including the `/v1`; `/chat/completions` is
+    /// appended (provider `openai`), or `/responses` (`openai_responses`).
     pub openai_base_url: String,
     /// `OPENAI_API_KEY`, sent as `Authorization: Bearer` (when set).
     pub openai_api_key: Option<String>,
@@ -54,10 +56,11 @@ pub struct ProviderSettings {
     /// `HOLDFAST_MODEL_IDLE_TIMEOUT`, default 120 s (reasoning models can
     /// think silently for a while; Anthropic sends pings meanwhile).
     pub idle_timeout: Duration,
-    /// Context window assumed for models not in `context_windows`.
+    /// Context window assumed for models neither in `context_windows` nor
+    /// of a known family (`MODEL_FAMILY_CONTEXT_WINDOWS`).
     /// `HOLDFAST_MODEL_CONTEXT_WINDOW`, default 128 000 tokens.
     pub default_context_window: u64,
-    /// Context windows by exact model name.
+    /// Context windows by exact model name (before the family table).
     pub context_windows: HashMap<String, u64>,
     /// [`Providers::should_compact`] is true once the estimated request plus
     /// its output reservation exceeds this fraction of the context window.
@@ -305,7 +308,7 @@ impl Providers {
                     ),
                 })?;
                 let opened = secret
-                    .open_provider_key(route.project_id, provider.into(), sealed)
+                    .open_provider_key(route.project_id, provider.vendor().into(), sealed)
                     .map_err(|e| ModelError::Fatal {
                         error_type: "authentication_error".into(),
                         message: e.to_string(),
@@ -357,12 +360,12 @@ impl Providers {
 
     /// The base URL and key of `provider` from this worker's environment.
     fn environment_pair(&self, provider: Provider) -> (&String, &Option<String>) {
-        match provider {
+        match provider.vendor() {
             Provider::Anthropic => (
                 &self.settings.anthropic_base_url,
                 &self.settings.anthropic_api_key,
             ),
-            Provider::Openai => (
+            _ => (
                 &self.settings.openai_base_url,
                 &self.settings.openai_api_key,
             ),
@@ -449,15 +452,26 @@ impl Providers {
                 }
                 self.stream(http, OpenAiStream::default(), deltas).await
             }
+            Provider::OpenaiResponses => {
+                let mut http = client
+                    .post(endpoint(base, "/responses"))
+                    .json(&responses::request_body(request));
+                if let Some(key) = api_key {
+                    http = http.bearer_auth(key);
+                }
+                self.stream(http, ResponsesStream::default(), deltas).await
+            }
         }
     }
 
-    /// The context window assumed for `model_name`, in tokens.
+    /// The context window assumed for `model_name`, in tokens: the exact
+    /// name's in `context_windows`, else its family's, else the default.
     pub fn context_window(&self, model_name: &str) -> u64 {
         self.settings
             .context_windows
             .get(model_name)
             .copied()
+            .or_else(|| family_context_window(model_name))
             .unwrap_or(self.settings.default_context_window)
     }
 
@@ -514,6 +528,32 @@ impl Providers {
     }
 }
 
+/// The providers' documented context windows by model-name prefix (the
+/// longest matching prefix wins), in tokens. Where a family has grown (newer
+/// GPT-5 versions, Claude's 1M beta) the family's smaller, long-standing
+/// window is used: compacting a little early costs less than a call refused
+/// as too long.
+const MODEL_FAMILY_CONTEXT_WINDOWS: [(&str, u64); 9] = [
+    ("claude-", 200_000),
+    ("gpt-4o", 128_000),
+    ("gpt-4-turbo", 128_000),
+    ("gpt-4.1", 1_047_576),
+    ("gpt-5", 400_000),
+    ("o1", 200_000),
+    ("o1-mini", 128_000),
+    ("o3", 200_000),
+    ("o4-mini", 200_000),
+];
+
+/// The context window of `model_name`'s family, if it is a known one.
+fn family_context_window(model_name: &str) -> Option<u64> {
+    MODEL_FAMILY_CONTEXT_WINDOWS
+        .iter()
+        .filter(|(prefix, _)| model_name.starts_with(prefix))
+        .max_by_key(|(prefix, _)| prefix.len())
+        .map(|(_, window)| *window)
+}
+
 /// `base` + `path`, tolerating a trailing slash on `base`.
 fn endpoint(base: &str, path: &str) -> String {
     format!("{}{path}", base.trim_end_matches('/'))
@@ -565,6 +605,33 @@ mod tests {
             bad,
             Err(ProviderSetupError::InvalidSetting { .. })
         ));
+    }
+
+    #[test]
+    fn context_windows_come_by_exact_name_then_family_then_default() {
+        let mut settings = ProviderSettings {
+            default_context_window: 32_000,
+            ..ProviderSettings::default()
+        };
+        settings
+            .context_windows
+            .insert("claude-sonnet-4-5".into(), 1_000_000);
+        let providers = Providers::new(settings).unwrap();
+        for (model, window) in [
+            ("claude-sonnet-4-5", 1_000_000),
+            ("claude-haiku-4-5-20251001", 200_000),
+            ("gpt-4o-mini", 128_000),
+            ("gpt-4.1-mini", 1_047_576),
+            ("gpt-5-mini", 400_000),
+            ("o1-mini", 128_000),
+            ("o1", 200_000),
+            ("o3-pro", 200_000),
+            ("o4-mini-2025-04-16", 200_000),
+            ("llama-3.3-70b", 32_000),
+            ("gpt-4", 32_000),
+        ] {
+            assert_eq!(providers.context_window(model), window, "{model}");
+        }
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //!
 //! A [`ModelRequest`] is rebuilt from the database at every attempt (so inputs
 //! and config changes that arrived meanwhile apply to a retry); the provider
-//! clients map it to the Anthropic Messages or OpenAI Chat Completions wire
-//! format, stream the answer, forward text deltas, and classify failures into
-//! [`ModelError`] so the worker knows whether to retry, compact or fail the turn.
+//! clients map it to the Anthropic Messages, OpenAI Chat Completions or
+//! OpenAI Responses wire format, stream the answer, forward text deltas,
+//! and classify failures into [`ModelError`] so the worker knows whether to
+//! retry, compact or fail the turn.
 //!
 //! The worker's side, per attempt:
 //! - [`Providers::should_compact`] before sending (estimated size against
@@ -25,6 +26,7 @@ mod client;
 mod compaction;
 mod history;
 mod openai;
+mod responses;
 
 pub use client::{
     ModelTarget, ProviderSettings, ProviderSetupError, Providers, DEFAULT_ANTHROPIC_BASE_URL,

@@ -26,6 +26,7 @@ use super::classify::{classify_stream_error, incomplete_stream, invalid_response
 use super::client::{forward, insert_if_set, StreamAssembler};
 use super::history::{normalise, tool_result_text};
 use super::{ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role, Usage};
+use crate::config::ToolChoice;
 use crate::sse::SseEvent;
 
 /// The request body.
@@ -121,6 +122,10 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
     if !request.tools.is_empty() {
         // OpenAI refuses `parallel_tool_calls` in a request without tools.
         insert_if_set(&mut body, "parallel_tool_calls", &model.parallel_tool_calls);
+        if let Some(choice) = &model.tool_choice {
+            let named = |name: &str| json!({"type": "function", "function": {"name": name}});
+            body.insert("tool_choice".into(), tool_choice(choice, named));
+        }
     }
     if let Some(max_tokens) = request.model.max_tokens {
         // `max_tokens` is deprecated by OpenAI and rejected by its
@@ -130,6 +135,17 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
     Value::Object(body)
+}
+
+/// `tool_choice` as both OpenAI APIs take it: `auto`, `required`, `none`,
+/// or the named function in the API's own form (`named`).
+pub(crate) fn tool_choice(choice: &ToolChoice, named: impl Fn(&str) -> Value) -> Value {
+    match choice {
+        ToolChoice::Auto {} => json!("auto"),
+        ToolChoice::Any {} => json!("required"),
+        ToolChoice::None {} => json!("none"),
+        ToolChoice::Tool { name } => named(name),
+    }
 }
 
 #[derive(Default)]

@@ -370,9 +370,10 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
     let (agent_sql, messages_sql, tool_calls_sql, inputs_sql) = futures::try_join!(
         client.statement(
             "SELECT config, turn_open, model_attempts, cancel_requested_at IS NOT NULL, \
-                    context_summary, turn_trace_parent, turn_trace_state, first_attempt_epoch, \
+                    context_summary, turn_model_steps, holdfast.budget_exceeded(a) IS NOT NULL, \
+                    turn_trace_parent, turn_trace_state, first_attempt_epoch, \
                     lost_attempt_epoch, lost_attempt_started_at, lost_attempt_ended_at \
-               FROM holdfast.agents WHERE id = $1",
+               FROM holdfast.agents a WHERE id = $1",
         ),
         // The messages from the agent's context start on (the subquery
         // reads the same row the first statement does).
@@ -404,12 +405,13 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
     let config = AgentConfig::from_value(&row.get::<_, Value>(0))?;
     let (turn_open, model_attempts, cancel_requested, context_summary) =
         (row.get(1), row.get(2), row.get(3), row.get(4));
-    let lost_epoch: Option<i64> = row.get(8);
-    let (lost_started, lost_ended): (Option<_>, Option<_>) = (row.get(9), row.get(10));
+    let (turn_model_steps, over_budget) = (row.get(5), row.get(6));
+    let lost_epoch: Option<i64> = row.get(10);
+    let (lost_started, lost_ended): (Option<_>, Option<_>) = (row.get(11), row.get(12));
     let trace = AttemptTrace {
-        turn_parent: row.get(5),
-        turn_state: row.get(6),
-        first_attempt_epoch: row.get(7),
+        turn_parent: row.get(7),
+        turn_state: row.get(8),
+        first_attempt_epoch: row.get(9),
         // All or none (agents_lost_attempt_complete).
         lost: lost_epoch.zip(lost_started.zip(lost_ended)).map(
             |(epoch, (started_at, ended_at))| LostAttempt {
@@ -457,7 +459,9 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
         config,
         turn_open,
         model_attempts,
+        turn_model_steps,
         cancel_requested,
+        over_budget,
         context_summary,
         messages,
         tool_calls,

@@ -1,15 +1,16 @@
 //! Tool calls, and the approvals and questions that wait on people, as
 //! clients read and answer them (sql/functions/tools.sql).
 
+use postgres_types::ToSql;
 use serde_json::Value;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::parse_text;
-use super::prepared::{query_one_prepared, Prepared};
+use super::prepared::{query_one_prepared, query_prepared, Prepared};
 use crate::domain::{Approval, ApprovalStatus, Question, QuestionStatus};
 use crate::domain::{ToolCall, ToolCallStatus, ToolKind};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// The columns [`tool_call_from_row`] reads, as a literal (a macro, so that
 /// statements built from it stay `&'static str` and can be prepared once).
@@ -23,20 +24,26 @@ macro_rules! tool_call_columns {
 const TOOL_CALL_COLUMNS: &str = tool_call_columns!();
 
 fn tool_call_from_row(row: &tokio_postgres::Row) -> Result<ToolCall> {
+    tool_call_from_row_at(row, 0)
+}
+
+/// A [`ToolCall`] from the [`tool_call_columns`] of `row` that start at
+/// column `first`.
+fn tool_call_from_row_at(row: &tokio_postgres::Row, first: usize) -> Result<ToolCall> {
     Ok(ToolCall {
-        id: row.get(0),
-        agent_id: row.get(1),
-        step_id: row.get(2),
-        position: row.get(3),
-        provider_id: row.get(4),
-        name: row.get(5),
-        input: row.get(6),
-        kind: parse_text(row.get(7), "kind")?,
-        status: parse_text(row.get(8), "status")?,
-        output: row.get(9),
-        is_error: row.get(10),
-        created_at: row.get(11),
-        completed_at: row.get(12),
+        id: row.get(first),
+        agent_id: row.get(first + 1),
+        step_id: row.get(first + 2),
+        position: row.get(first + 3),
+        provider_id: row.get(first + 4),
+        name: row.get(first + 5),
+        input: row.get(first + 6),
+        kind: parse_text(row.get(first + 7), "kind")?,
+        status: parse_text(row.get(first + 8), "status")?,
+        output: row.get(first + 9),
+        is_error: row.get(first + 10),
+        created_at: row.get(first + 11),
+        completed_at: row.get(first + 12),
     })
 }
 
@@ -68,6 +75,65 @@ pub async fn submit_tool_result(
     )
     .await?;
     tool_call_from_row(&row)
+}
+
+/// One posted tool result, a row of `holdfast.tool_result[]`.
+#[derive(Clone, Debug, ToSql)]
+#[postgres(name = "tool_result")]
+pub struct ToolResult {
+    pub tool_call_id: Uuid,
+    pub output: Value,
+    pub is_error: bool,
+}
+
+/// Post several custom tool calls' results in one transaction (the API's
+/// group commit, `holdfast.submit_tool_results`), each call checked on its
+/// own. Returns each result's outcome in `results`' order: the completed
+/// call, or the error [`submit_tool_result`] would have returned for it
+/// alone ([`Error::Conflict`], [`Error::NotFound`], [`Error::Invalid`]).
+/// `Err` only when the whole batch failed (nothing of it was saved when
+/// `client` commits nothing else).
+pub async fn submit_tool_results(
+    client: &impl Prepared,
+    results: &[ToolResult],
+) -> Result<Vec<Result<ToolCall>>> {
+    let rows = query_prepared(
+        client,
+        concat!(
+            "SELECT r.ord, r.outcome, r.message, r.field, c.* \
+               FROM holdfast.submit_tool_results($1) r \
+               LEFT JOIN LATERAL (SELECT ",
+            tool_call_columns!(),
+            " FROM (SELECT (r.tool_call).*) t) c ON r.outcome = 'completed'"
+        ),
+        &[&results],
+    )
+    .await?;
+    let mut outcomes: Vec<Option<Result<ToolCall>>> = results.iter().map(|_| None).collect();
+    for row in rows {
+        let message = || row.get::<_, Option<String>>(2).unwrap_or_default();
+        let outcome = match row.get::<_, &str>(1) {
+            "completed" => tool_call_from_row_at(&row, 4),
+            "not_found" => Err(Error::NotFound(message())),
+            "conflict" => Err(Error::Conflict(message())),
+            _ => Err(Error::Invalid {
+                field: row.get(3),
+                message: message(),
+            }),
+        };
+        let slot = usize::try_from(row.get::<_, i32>(0) - 1)
+            .ok()
+            .and_then(|index| outcomes.get_mut(index));
+        if let Some(slot) = slot {
+            *slot = Some(outcome);
+        }
+    }
+    Ok(outcomes
+        .into_iter()
+        .map(|outcome| {
+            outcome.unwrap_or_else(|| Err(Error::Pool("the batch lost a tool result".into())))
+        })
+        .collect())
 }
 
 /// A tool call of `project`'s agents; `None` when missing or another project's.

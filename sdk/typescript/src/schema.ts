@@ -257,6 +257,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/agents/{id}/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An agent's model usage: the sum of every saved model response, and each
+         *     turn's, oldest first; cost in USD at the operator's prices (`null` when
+         *     the model has none).
+         */
+        get: operations["get_agent_usage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/approvals/{id}": {
         parameters: {
             query?: never;
@@ -591,6 +612,7 @@ export interface components {
          */
         AgentConfig: {
             approvals?: null | components["schemas"]["ApprovalSettings"];
+            budget?: null | components["schemas"]["BudgetSettings"];
             limits?: null | components["schemas"]["LimitSettings"];
             /** @description Free-form; returned as given. */
             metadata?: Record<string, unknown> | null;
@@ -609,6 +631,15 @@ export interface components {
             has_more: boolean;
             /** @description With `order=activity` and `has_more`: the `cursor` of the next page. */
             next_cursor?: string | null;
+        };
+        /** @description An agent's usage: its whole life, and each turn that called the model. */
+        AgentUsage: {
+            /** Format: uuid */
+            agent_id: string;
+            /** @description Oldest turn first. */
+            turns: components["schemas"]["TurnUsage"][];
+            /** @description Every model response the agent has had saved. */
+            usage: components["schemas"]["TokenUsage"];
         };
         /** @description An agent. */
         AgentView: {
@@ -718,6 +749,30 @@ export interface components {
             tool_input: Record<string, unknown>;
             /** @description The tool the model wants to call. */
             tool_name: string;
+        };
+        /**
+         * @description `config.budget`: the most model usage a turn and the agent may reach
+         *     (tokens: input + output; cost: USD at the operator's prices, so a cost
+         *     budget counts only priced models). Checked in SQL before each model
+         *     call: once a sum has reached its maximum, the turn ends with
+         *     `turn.failed` `budget_exceeded` and the call is not made (a turn may
+         *     pass a maximum by the one call that reached it).
+         */
+        BudgetSettings: {
+            /**
+             * Format: double
+             * @description USD, more than 0.
+             */
+            max_cost_usd_per_agent?: number | null;
+            /**
+             * Format: double
+             * @description USD, more than 0.
+             */
+            max_cost_usd_per_turn?: number | null;
+            /** Format: int64 */
+            max_tokens_per_agent?: number | null;
+            /** Format: int64 */
+            max_tokens_per_turn?: number | null;
         };
         /** @description The outcome of a cancel. */
         CancelView: {
@@ -1073,17 +1128,24 @@ export interface components {
              *     has one).
              */
             name: string;
-            /** @description OpenAI: whether one response may call several tools (default true). */
+            /**
+             * @description Whether one response may call several tools (default true): OpenAI
+             *     `parallel_tool_calls`, Anthropic `tool_choice.disable_parallel_tool_use`
+             *     (sent only when the agent has tools).
+             */
             parallel_tool_calls?: boolean | null;
             provider: components["schemas"]["Provider"];
             reasoning_effort?: null | components["schemas"]["ReasoningEffort"];
             /**
              * Format: int64
-             * @description OpenAI: best-effort deterministic sampling.
+             * @description OpenAI Chat Completions: best-effort deterministic sampling.
              */
             seed?: number | null;
             service_tier?: null | components["schemas"]["ServiceTier"];
-            /** @description OpenAI: up to 4 texts that end the response when generated. */
+            /**
+             * @description OpenAI Chat Completions: up to 4 texts that end the response when
+             *     generated (the Responses API has no stop sequences).
+             */
             stop?: string[] | null;
             /**
              * @description Anthropic: text that ends the response when generated (each
@@ -1097,6 +1159,7 @@ export interface components {
              */
             temperature?: number | null;
             thinking?: null | components["schemas"]["Thinking"];
+            tool_choice?: null | components["schemas"]["ToolChoice"];
             /**
              * Format: int32
              * @description Anthropic: sample from the `top_k` likeliest tokens only (not with
@@ -1145,7 +1208,7 @@ export interface components {
             name: string;
         };
         /** @enum {string} */
-        Provider: "anthropic" | "openai";
+        Provider: "anthropic" | "openai" | "openai_responses";
         /** @description The key to set (`PUT`). */
         ProviderKeyBody: {
             /** @description The provider's API key; stored sealed, never shown again. */
@@ -1300,6 +1363,41 @@ export interface components {
             /** @enum {string} */
             type: "disabled";
         };
+        /** @description Tokens by kind as the providers report them, and their cost. */
+        TokenUsage: {
+            /**
+             * Format: int64
+             * @description Of `input_tokens`, read from the provider's prompt cache.
+             */
+            cache_read_tokens: number;
+            /**
+             * Format: int64
+             * @description Of `input_tokens`, written to the prompt cache.
+             */
+            cache_write_tokens: number;
+            /**
+             * Format: double
+             * @description USD at the operator's prices when each step committed; `null` while
+             *     none of the steps summed was priced (a sum over priced and unpriced
+             *     steps counts the priced ones).
+             */
+            cost_usd?: number | null;
+            /**
+             * Format: int64
+             * @description The whole prompt, cache reads and writes included.
+             */
+            input_tokens: number;
+            /**
+             * Format: int64
+             * @description Everything generated, reasoning included.
+             */
+            output_tokens: number;
+            /**
+             * Format: int64
+             * @description Of `output_tokens`, a reasoning model's reasoning.
+             */
+            reasoning_tokens: number;
+        };
         ToolCallList: {
             tool_calls: components["schemas"]["ToolCallView"][];
         };
@@ -1322,6 +1420,25 @@ export interface components {
             /** @description The provider's id for the call (`toolu_…`, `call_…`). */
             provider_id: string;
             status: components["schemas"]["StatusName"];
+        };
+        /**
+         * @description `config.model.tool_choice`, one shape for every provider: Anthropic's
+         *     `tool_choice` types, sent to OpenAI as `auto`, `required`, `none` or the
+         *     named function.
+         */
+        ToolChoice: {
+            /** @enum {string} */
+            type: "auto";
+        } | {
+            /** @enum {string} */
+            type: "any";
+        } | {
+            /** @enum {string} */
+            type: "none";
+        } | {
+            name: string;
+            /** @enum {string} */
+            type: "tool";
         };
         /** @description One entry of `config.tools`. */
         ToolEntry: {
@@ -1383,6 +1500,25 @@ export interface components {
             is_error?: boolean;
             /** @description Any JSON (null included); sent to the model as the tool's result. */
             output: Record<string, unknown>;
+        };
+        /** @description One turn's usage. */
+        TurnUsage: {
+            /**
+             * Format: int64
+             * @description Model responses saved in the turn.
+             */
+            model_steps: number;
+            /**
+             * Format: date-time
+             * @description When its first model response was saved.
+             */
+            started_at: string;
+            /**
+             * Format: int64
+             * @description The turn's number on the agent (counted up as turns open).
+             */
+            turn: number;
+            usage: components["schemas"]["TokenUsage"];
         };
         /** @description An approximate location (`{"type": "approximate", ...}`). */
         UserLocation: {
@@ -2352,6 +2488,63 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ToolCallList"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_agent_usage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description agent id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentUsage"];
                 };
             };
             400: {

@@ -32,6 +32,13 @@ class ApprovalView(TypedDict):
     tool_name: str
 
 
+class BudgetSettings(TypedDict):
+    max_cost_usd_per_agent: NotRequired[Optional[float]]
+    max_cost_usd_per_turn: NotRequired[Optional[float]]
+    max_tokens_per_agent: NotRequired[Optional[int]]
+    max_tokens_per_turn: NotRequired[Optional[int]]
+
+
 class CitationSettings(TypedDict):
     enabled: bool
 
@@ -171,7 +178,7 @@ class ProjectView(TypedDict):
     name: str
 
 
-Provider = Literal['anthropic', 'openai']
+Provider = Literal['anthropic', 'openai', 'openai_responses']
 
 
 class ProviderKeyBody(TypedDict):
@@ -262,6 +269,15 @@ class Thinking3(TypedDict):
 Thinking = Union[Thinking1, Thinking2, Thinking3]
 
 
+class TokenUsage(TypedDict):
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cost_usd: NotRequired[Optional[float]]
+    input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+
+
 class ToolCallView(TypedDict):
     agent_id: str
     completed_at: NotRequired[Optional[str]]
@@ -274,6 +290,26 @@ class ToolCallView(TypedDict):
     output: NotRequired[Optional[dict[str, Any]]]
     provider_id: str
     status: StatusName
+
+
+class ToolChoice1(TypedDict):
+    type: Literal['auto']
+
+
+class ToolChoice2(TypedDict):
+    type: Literal['any']
+
+
+class ToolChoice3(TypedDict):
+    type: Literal['none']
+
+
+class ToolChoice4(TypedDict):
+    name: str
+    type: Literal['tool']
+
+
+ToolChoice = Union[ToolChoice1, ToolChoice2, ToolChoice3, ToolChoice4]
 
 
 class ToolEntry1(TypedDict):
@@ -315,6 +351,13 @@ class ToolEntry7(TypedDict):
 class ToolResultRequest(TypedDict):
     is_error: NotRequired[bool]
     output: dict[str, Any]
+
+
+class TurnUsage(TypedDict):
+    model_steps: int
+    started_at: str
+    turn: int
+    usage: TokenUsage
 
 
 class UserLocation1(TypedDict):
@@ -364,6 +407,12 @@ class WorkerView(TypedDict):
     agents_held: int
     soonest_lease_expiry: NotRequired[Optional[str]]
     worker: str
+
+
+class AgentUsage(TypedDict):
+    agent_id: str
+    turns: list[TurnUsage]
+    usage: TokenUsage
 
 
 class AnthropicWebFetch(TypedDict):
@@ -436,6 +485,7 @@ class ModelConfig(TypedDict):
     stop_sequences: NotRequired[list[str]]
     temperature: NotRequired[Optional[float]]
     thinking: NotRequired[Optional[Thinking]]
+    tool_choice: NotRequired[Optional[ToolChoice]]
     top_k: NotRequired[Optional[int]]
     top_p: NotRequired[Optional[float]]
     user: NotRequired[Optional[str]]
@@ -499,6 +549,7 @@ class WebhookList(TypedDict):
 
 class AgentConfig(TypedDict):
     approvals: NotRequired[Optional[ApprovalSettings]]
+    budget: NotRequired[Optional[BudgetSettings]]
     limits: NotRequired[Optional[LimitSettings]]
     metadata: NotRequired[Optional[dict[str, Any]]]
     model: ModelConfig

@@ -1,0 +1,62 @@
+//! Model usage summed per turn and agent, and the operator's prices
+//! (sql/0022_usage.sql, sql/functions/usage.sql).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+/// Tokens by kind as the providers report them, and their cost.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TokenUsage {
+    /// The whole prompt, cache reads and writes included.
+    pub input_tokens: i64,
+    /// Everything generated, reasoning included.
+    pub output_tokens: i64,
+    /// Of `input_tokens`, read from the provider's prompt cache.
+    pub cache_read_tokens: i64,
+    /// Of `input_tokens`, written to the prompt cache.
+    pub cache_write_tokens: i64,
+    /// Of `output_tokens`, a reasoning model's reasoning.
+    pub reasoning_tokens: i64,
+    /// USD at the operator's prices when each step committed; `null` while
+    /// none of the steps summed was priced (a sum over priced and unpriced
+    /// steps counts the priced ones).
+    pub cost_usd: Option<f64>,
+}
+
+/// One turn's usage.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TurnUsage {
+    /// The turn's number on the agent (counted up as turns open).
+    pub turn: i64,
+    /// Model responses saved in the turn.
+    pub model_steps: i64,
+    /// When its first model response was saved.
+    pub started_at: DateTime<Utc>,
+    pub usage: TokenUsage,
+}
+
+/// An agent's usage: its whole life, and each turn that called the model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AgentUsage {
+    pub agent_id: Uuid,
+    /// Every model response the agent has had saved.
+    pub usage: TokenUsage,
+    /// Oldest turn first.
+    pub turns: Vec<TurnUsage>,
+}
+
+/// The operator's price of one provider's model, in USD per million tokens.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelPrice {
+    pub provider: String,
+    pub model: String,
+    pub input_usd_per_mtok: f64,
+    pub output_usd_per_mtok: f64,
+    /// `None`: cache reads cost the input price.
+    pub cache_read_usd_per_mtok: Option<f64>,
+    /// `None`: cache writes cost the input price.
+    pub cache_write_usd_per_mtok: Option<f64>,
+    pub updated_at: DateTime<Utc>,
+}

@@ -1,0 +1,221 @@
+-- sql/functions/usage.sql — model usage: reading a response's tokens, pricing them, summing them; the operator's prices.
+--
+-- The current definition of each function in this area, one definition
+-- each. `holdfast migrate` re-applies this file (after the numbered
+-- migrations) whenever its text changes; the numbered migrations are the
+-- applied history of tables, indexes, triggers and views. See docs/sql.md.
+
+-- No usage yet: every count 0, no cost.
+CREATE OR REPLACE FUNCTION holdfast.zero_usage() RETURNS holdfast.token_usage
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT ROW(0, 0, 0, 0, 0, NULL)::holdfast.token_usage
+$$;
+
+-- One token count of a provider's report: the counts come from the
+-- provider, which may be a tenant's own server, so anything but a number
+-- reads as 0 and a count is held to [0, 10^12], where no sum of them can
+-- overflow a bigint and abort a commit. Pure.
+CREATE OR REPLACE FUNCTION holdfast.token_count(p_value jsonb) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN jsonb_typeof(p_value) = 'number'
+                THEN least(greatest(trunc(p_value::numeric), 0), 1000000000000)::bigint
+                ELSE 0 END
+$$;
+
+-- The tokens of one model response as the worker saves them (the
+-- model.response event's `usage`: input_tokens, output_tokens,
+-- cache_read_tokens, cache_write_tokens, reasoning_tokens; an absent kind
+-- is 0), unpriced. Pure.
+CREATE OR REPLACE FUNCTION holdfast.usage_from_json(p_usage jsonb) RETURNS holdfast.token_usage
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT ROW(holdfast.token_count(p_usage -> 'input_tokens'),
+               holdfast.token_count(p_usage -> 'output_tokens'),
+               holdfast.token_count(p_usage -> 'cache_read_tokens'),
+               holdfast.token_count(p_usage -> 'cache_write_tokens'),
+               holdfast.token_count(p_usage -> 'reasoning_tokens'),
+               NULL)::holdfast.token_usage
+$$;
+
+-- p_usage priced at the operator's current price for p_provider's p_model
+-- (holdfast.model_prices, per million tokens): input tokens that were
+-- neither read from nor written to the cache at the input price, cache
+-- reads and writes at their own prices (the input price when unset),
+-- output tokens (reasoning included) at the output price. The cost is NULL
+-- when the model has no price. Reads model_prices; locks nothing.
+CREATE OR REPLACE FUNCTION holdfast.price_usage(
+    p_usage holdfast.token_usage, p_provider text, p_model text)
+RETURNS holdfast.token_usage LANGUAGE sql STABLE AS $$
+    SELECT ROW((p_usage).input_tokens, (p_usage).output_tokens, (p_usage).cache_read_tokens,
+               (p_usage).cache_write_tokens, (p_usage).reasoning_tokens,
+               (SELECT (greatest((p_usage).input_tokens - (p_usage).cache_read_tokens
+                                 - (p_usage).cache_write_tokens, 0) * p.input_usd_per_mtok
+                        + (p_usage).cache_read_tokens * coalesce(p.cache_read_usd_per_mtok, p.input_usd_per_mtok)
+                        + (p_usage).cache_write_tokens * coalesce(p.cache_write_usd_per_mtok, p.input_usd_per_mtok)
+                        + (p_usage).output_tokens * p.output_usd_per_mtok) / 1000000
+                  FROM holdfast.model_prices p
+                 WHERE p.provider = p_provider AND p.model = p_model))::holdfast.token_usage
+$$;
+
+-- The sum of two usages, kind by kind; the cost sums the priced parts and
+-- stays NULL only while neither part was priced. Pure.
+CREATE OR REPLACE FUNCTION holdfast.add_usage(p_a holdfast.token_usage, p_b holdfast.token_usage)
+RETURNS holdfast.token_usage LANGUAGE sql IMMUTABLE AS $$
+    SELECT ROW((p_a).input_tokens + (p_b).input_tokens,
+               (p_a).output_tokens + (p_b).output_tokens,
+               (p_a).cache_read_tokens + (p_b).cache_read_tokens,
+               (p_a).cache_write_tokens + (p_b).cache_write_tokens,
+               (p_a).reasoning_tokens + (p_b).reasoning_tokens,
+               CASE WHEN (p_a).cost_usd IS NULL THEN (p_b).cost_usd
+                    WHEN (p_b).cost_usd IS NULL THEN (p_a).cost_usd
+                    ELSE (p_a).cost_usd + (p_b).cost_usd END)::holdfast.token_usage
+$$;
+
+-- A usage as the API and events show it: every kind, and cost_usd (JSON
+-- null when unpriced). Pure.
+CREATE OR REPLACE FUNCTION holdfast.usage_json(p_usage holdfast.token_usage) RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT jsonb_build_object(
+        'input_tokens', (p_usage).input_tokens,
+        'output_tokens', (p_usage).output_tokens,
+        'cache_read_tokens', (p_usage).cache_read_tokens,
+        'cache_write_tokens', (p_usage).cache_write_tokens,
+        'reasoning_tokens', (p_usage).reasoning_tokens,
+        'cost_usd', (p_usage).cost_usd)
+$$;
+
+-- An agent's usage, for GET /v1/agents/{id}/usage: the whole life's sum
+-- (agents.usage) and each turn's sum over its model steps, oldest turn
+-- first (model steps saved since 0022): {"agent_id", "usage", "turns": [{"turn", "model_steps",
+-- "started_at", "usage"}]}. NULL when the agent is not in p_project. Reads
+-- only.
+CREATE OR REPLACE FUNCTION holdfast.agent_usage(p_project uuid, p_agent uuid) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object(
+        'agent_id', a.id,
+        'usage', holdfast.usage_json(a.usage),
+        'turns', coalesce((
+            SELECT jsonb_agg(jsonb_build_object(
+                       'turn', t.turn_seq, 'model_steps', t.model_steps,
+                       'started_at', t.started_at, 'usage', holdfast.usage_json(t.usage))
+                   ORDER BY t.turn_seq)
+              FROM (SELECT s.turn_seq, count(*) AS model_steps, min(s.created_at) AS started_at,
+                           ROW(sum((s.usage).input_tokens), sum((s.usage).output_tokens),
+                               sum((s.usage).cache_read_tokens), sum((s.usage).cache_write_tokens),
+                               sum((s.usage).reasoning_tokens), sum((s.usage).cost_usd)
+                              )::holdfast.token_usage AS usage
+                      FROM holdfast.steps s
+                     WHERE s.agent_id = a.id AND s.kind = 'model' AND s.turn_seq IS NOT NULL
+                     GROUP BY s.turn_seq) t), '[]'))
+      FROM holdfast.agents a
+     WHERE a.id = p_agent AND a.project_id = p_project
+$$;
+
+-- Set (insert or replace) the operator's price of a provider's model, in
+-- USD per million tokens; NULL cache prices mean the input price. Applies
+-- to steps committed from now on. Locks the price row. Raises HF422 naming
+-- the field (provider, model, input_usd_per_mtok, output_usd_per_mtok,
+-- cache_read_usd_per_mtok, cache_write_usd_per_mtok).
+CREATE OR REPLACE FUNCTION holdfast.set_model_price(
+    p_provider text, p_model text, p_input numeric, p_output numeric,
+    p_cache_read numeric, p_cache_write numeric)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF coalesce(length(p_provider), 0) NOT BETWEEN 1 AND 100 THEN
+        PERFORM holdfast.raise('HF422', 'provider must be 1 to 100 characters', 'provider');
+    END IF;
+    IF coalesce(length(p_model), 0) NOT BETWEEN 1 AND 200 THEN
+        PERFORM holdfast.raise('HF422', 'model must be 1 to 200 characters', 'model');
+    END IF;
+    IF p_input IS NULL OR p_input < 0 THEN
+        PERFORM holdfast.raise('HF422', 'the input price must be a number of USD, at least 0', 'input_usd_per_mtok');
+    END IF;
+    IF p_output IS NULL OR p_output < 0 THEN
+        PERFORM holdfast.raise('HF422', 'the output price must be a number of USD, at least 0', 'output_usd_per_mtok');
+    END IF;
+    IF p_cache_read < 0 THEN
+        PERFORM holdfast.raise('HF422', 'the cache read price must be at least 0', 'cache_read_usd_per_mtok');
+    END IF;
+    IF p_cache_write < 0 THEN
+        PERFORM holdfast.raise('HF422', 'the cache write price must be at least 0', 'cache_write_usd_per_mtok');
+    END IF;
+    INSERT INTO holdfast.model_prices AS p (provider, model, input_usd_per_mtok, output_usd_per_mtok,
+                                            cache_read_usd_per_mtok, cache_write_usd_per_mtok)
+    VALUES (p_provider, p_model, p_input, p_output, p_cache_read, p_cache_write)
+    ON CONFLICT (provider, model) DO UPDATE
+       SET input_usd_per_mtok = EXCLUDED.input_usd_per_mtok,
+           output_usd_per_mtok = EXCLUDED.output_usd_per_mtok,
+           cache_read_usd_per_mtok = EXCLUDED.cache_read_usd_per_mtok,
+           cache_write_usd_per_mtok = EXCLUDED.cache_write_usd_per_mtok,
+           updated_at = holdfast.now();
+END
+$$;
+
+-- Every price, by provider and model. Reads only.
+CREATE OR REPLACE FUNCTION holdfast.list_model_prices()
+RETURNS SETOF holdfast.model_prices LANGUAGE sql STABLE AS $$
+    SELECT * FROM holdfast.model_prices ORDER BY provider, model
+$$;
+
+-- Remove a model's price (its later steps are unpriced; steps already
+-- priced keep their cost). Returns whether there was one. Raises nothing.
+CREATE OR REPLACE FUNCTION holdfast.remove_model_price(p_provider text, p_model text)
+RETURNS boolean LANGUAGE sql AS $$
+    WITH removed AS (
+        DELETE FROM holdfast.model_prices WHERE provider = p_provider AND model = p_model RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM removed)
+$$;
+
+-- Which of the agent's budgets (config.budget) its usage has reached, as
+-- {"budget", "limit", "value"} (the first in the order documented:
+-- max_tokens_per_turn, max_cost_usd_per_turn, max_tokens_per_agent,
+-- max_cost_usd_per_agent), or NULL when none. Tokens are input + output;
+-- a cost budget counts the priced usage only. The worker reads it with the
+-- step's context and makes no model call when it is set. Pure.
+CREATE OR REPLACE FUNCTION holdfast.budget_exceeded(p_agent holdfast.agents) RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT jsonb_build_object('budget', b.name, 'limit', b.max, 'value', b.used)
+      FROM (VALUES
+          (1, 'max_tokens_per_turn',
+           ((p_agent).turn_usage).input_tokens + ((p_agent).turn_usage).output_tokens::numeric),
+          (2, 'max_cost_usd_per_turn', coalesce(((p_agent).turn_usage).cost_usd, 0)),
+          (3, 'max_tokens_per_agent',
+           ((p_agent).usage).input_tokens + ((p_agent).usage).output_tokens::numeric),
+          (4, 'max_cost_usd_per_agent', coalesce(((p_agent).usage).cost_usd, 0))
+      ) AS b0 (ord, name, used)
+      CROSS JOIN LATERAL (SELECT b0.name, b0.used,
+                                 ((p_agent).config #>> ARRAY['budget', b0.name])::numeric AS max) b
+     WHERE b.max IS NOT NULL AND b.used >= b.max
+     ORDER BY b0.ord
+     LIMIT 1
+$$;
+
+-- End the turn of an agent whose budget is exhausted, before the model
+-- call it would have made: `turn.failed` {"error": {"type":
+-- "budget_exceeded", "message", "budget", "limit", "value"}}, the inputs
+-- the call would have sent (p_input_ids) into the history with the cause
+-- (end_turn_with_error). Checked again under the row lock; when no budget
+-- is exceeded any more (the config changed meanwhile) the agent is only
+-- released, for the next step to call the model. Fenced: locks the agent
+-- row, raises HF001 when the lease is not p_epoch's. Returns whether the
+-- turn ended.
+CREATE OR REPLACE FUNCTION holdfast.end_turn_over_budget(
+    p_agent uuid, p_epoch bigint, p_input_ids uuid[])
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_exceeded jsonb;
+BEGIN
+    v_exceeded := holdfast.budget_exceeded(holdfast.lock_leased_agent(p_agent, p_epoch));
+    IF v_exceeded IS NULL THEN
+        PERFORM holdfast.settle_agent(p_agent);
+        RETURN false;
+    END IF;
+    PERFORM holdfast.interrupt_running_calls(p_agent);
+    PERFORM holdfast.end_turn_with_error(p_agent, 'budget_exceeded',
+        format('this %s has used %s of its budget.%s of %s; no further model call was made.',
+            CASE WHEN v_exceeded ->> 'budget' LIKE '%per_turn' THEN 'turn' ELSE 'agent' END,
+            v_exceeded ->> 'value', v_exceeded ->> 'budget', v_exceeded ->> 'limit'),
+        p_input_ids, NULL, v_exceeded);
+    RETURN true;
+END
+$$;
