@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use holdfast_engine::connect::ConnectConfig;
+use holdfast_engine::connect::{ConnectConfig, Session};
 use holdfast_engine::store;
 use holdfast_fakes::FakeProvider;
 use serde_json::{json, Value};
@@ -199,4 +199,51 @@ pub async fn pending_inputs(client: &Client, agent: Uuid) -> Vec<Uuid> {
         .iter()
         .map(|r| r.get(0))
         .collect()
+}
+
+/// Wait until `agent` has a tool call waiting for its result (a custom
+/// call), then submit `output` as that result.
+pub async fn answer_waiting_call(client: &Client, agent: Uuid, output: Value) {
+    let waiting = "SELECT id FROM holdfast.tool_calls WHERE agent_id = $1 AND status = 'waiting'";
+    wait_until(
+        Duration::from_secs(30),
+        "a tool call waits for its result",
+        || async {
+            client
+                .query_opt(waiting, &[&agent])
+                .await
+                .unwrap()
+                .is_some()
+        },
+    )
+    .await;
+    let call: Uuid = client.query_one(waiting, &[&agent]).await.unwrap().get(0);
+    store::submit_tool_result(client, call, &output, false)
+        .await
+        .unwrap();
+}
+
+/// The deltas `agent`'s responses streamed on `holdfast_stream`, read from
+/// `session` until it has been quiet for half a second: the thinking text,
+/// the answer text, and the kinds in the order they came (runs folded).
+pub async fn streamed_deltas(session: &mut Session, agent: Uuid) -> (String, String, Vec<String>) {
+    let (mut thinking, mut text) = (String::new(), String::new());
+    let mut kinds: Vec<String> = Vec::new();
+    while let Ok(Some(n)) =
+        tokio::time::timeout(Duration::from_millis(500), session.notifications.recv()).await
+    {
+        let payload: Value = serde_json::from_str(n.payload()).unwrap();
+        assert_eq!(payload["agent_id"], json!(agent.to_string()));
+        let kind = payload["kind"].as_str().unwrap().to_owned();
+        let delta = payload["text"].as_str().unwrap();
+        match kind.as_str() {
+            "thinking" => thinking.push_str(delta),
+            "text" => text.push_str(delta),
+            other => panic!("delta kind {other}"),
+        }
+        if kinds.last() != Some(&kind) {
+            kinds.push(kind);
+        }
+    }
+    (thinking, text, kinds)
 }

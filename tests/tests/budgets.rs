@@ -8,29 +8,14 @@ use std::time::Duration;
 use holdfast_engine::store::{self, NewModelPrice};
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::scenario::{
-    agent_with_config, count_events, last_event_data, spawn_worker, wait_for_events,
+    agent_with_config, answer_waiting_call, count_events, last_event_data, spawn_worker,
+    wait_for_events,
 };
-use holdfast_tests::{wait_until, TestDb};
+use holdfast_tests::TestDb;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 const T: Duration = Duration::from_secs(30);
-
-async fn submit_waiting_call(client: &tokio_postgres::Client, agent: Uuid) {
-    let waiting = "SELECT id FROM holdfast.tool_calls WHERE agent_id = $1 AND status = 'waiting'";
-    wait_until(T, "the custom call waits for its result", || async {
-        client
-            .query_opt(waiting, &[&agent])
-            .await
-            .unwrap()
-            .is_some()
-    })
-    .await;
-    let call: Uuid = client.query_one(waiting, &[&agent]).await.unwrap().get(0);
-    store::submit_tool_result(client, call, &json!("shipped"), false)
-        .await
-        .unwrap();
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_turn_that_reached_its_token_budget_ends_budget_exceeded_without_another_model_call() {
@@ -49,7 +34,7 @@ async fn a_turn_that_reached_its_token_budget_ends_budget_exceeded_without_anoth
     store::create_input(&client, agent, &json!("where is A-7?"), None)
         .await
         .unwrap();
-    submit_waiting_call(&client, agent).await;
+    answer_waiting_call(&client, agent, json!("shipped")).await;
     wait_for_events(&client, agent, "turn.failed", 1, T).await;
     let error = &last_event_data(&client, agent, "turn.failed").await["error"];
     assert_eq!(error["type"], "budget_exceeded");

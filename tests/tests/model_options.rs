@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
-use holdfast_tests::scenario::{agent_with_config, spawn_worker, wait_for_events};
-use holdfast_tests::{wait_until, TestDb};
+use holdfast_tests::scenario::{
+    agent_with_config, answer_waiting_call, spawn_worker, streamed_deltas, wait_for_events,
+};
+use holdfast_tests::TestDb;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -34,20 +36,6 @@ fn thinking_then_call() -> Vec<Value> {
         json!({"type": "tool_use", "id": "toolu_01A09q90qw90lq917835lq9",
                "name": "lookup", "input": {"order": "A-1042"}}),
     ]
-}
-
-/// Wait until the agent's `lookup` call is waiting for its result, then
-/// submit `output` as the result.
-async fn answer_lookup(client: &tokio_postgres::Client, agent: Uuid, output: Value) {
-    let lookup = "SELECT id FROM holdfast.tool_calls WHERE agent_id = $1 AND name = 'lookup'";
-    wait_until(T, "the lookup call waits for its result", || async {
-        client.query_opt(lookup, &[&agent]).await.unwrap().is_some()
-    })
-    .await;
-    let call: Uuid = client.query_one(lookup, &[&agent]).await.unwrap().get(0);
-    store::submit_tool_result(client, call, &output, false)
-        .await
-        .unwrap();
 }
 
 async fn assistant_messages(client: &tokio_postgres::Client, agent: Uuid) -> Vec<Value> {
@@ -81,7 +69,7 @@ async fn a_tool_use_turn_with_thinking_sends_each_signed_block_back_unchanged() 
         .await
         .unwrap();
 
-    answer_lookup(&client, agent, json!({"status": "shipped"})).await;
+    answer_waiting_call(&client, agent, json!({"status": "shipped"})).await;
     wait_for_events(&client, agent, "turn.completed", 1, T).await;
 
     let requests = fake.requests();
@@ -136,24 +124,7 @@ async fn thinking_streams_live_as_thinking_deltas_apart_from_the_answer_text() {
     wait_for_events(&client, agent, "model.response", 1, T).await;
 
     // The publisher sends every delta before the response is saved.
-    let mut kinds = Vec::new();
-    let (mut streamed_thinking, mut streamed_text) = (String::new(), String::new());
-    while let Ok(Some(n)) =
-        tokio::time::timeout(Duration::from_millis(500), session.notifications.recv()).await
-    {
-        let payload: Value = serde_json::from_str(n.payload()).unwrap();
-        assert_eq!(payload["agent_id"], json!(agent.to_string()));
-        let kind = payload["kind"].as_str().unwrap().to_owned();
-        let text = payload["text"].as_str().unwrap();
-        match kind.as_str() {
-            "thinking" => streamed_thinking.push_str(text),
-            "text" => streamed_text.push_str(text),
-            other => panic!("delta kind {other}"),
-        }
-        if kinds.last() != Some(&kind) {
-            kinds.push(kind);
-        }
-    }
+    let (streamed_thinking, streamed_text, kinds) = streamed_deltas(&mut session, agent).await;
     assert_eq!(streamed_thinking, thinking);
     assert_eq!(streamed_text, answer);
     assert_eq!(kinds, ["thinking", "text"], "in the order they streamed");
@@ -190,7 +161,7 @@ async fn prompt_caching_marks_the_tools_the_system_and_the_latest_message_and_sa
     store::create_input(&client, agent, &json!("where is A-7?"), None)
         .await
         .unwrap();
-    answer_lookup(&client, agent, json!("shipped")).await;
+    answer_waiting_call(&client, agent, json!("shipped")).await;
     wait_for_events(&client, agent, "turn.completed", 1, T).await;
 
     let ephemeral = json!({"type": "ephemeral"});
@@ -306,7 +277,7 @@ async fn a_forced_tool_choice_applies_to_the_first_call_of_a_turn_and_auto_after
         store::create_input(&client, agent, &json!("where is A-7?"), None)
             .await
             .unwrap();
-        answer_lookup(&client, agent, json!("shipped")).await;
+        answer_waiting_call(&client, agent, json!("shipped")).await;
         wait_for_events(&client, agent, "turn.completed", 1, T).await;
         let requests = fake.requests();
         assert_eq!(requests.len(), before + 2, "{model}");

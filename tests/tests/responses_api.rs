@@ -9,9 +9,10 @@ use std::time::Duration;
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Protocol, Reply};
 use holdfast_tests::scenario::{
-    agent_with_config, event_types, last_event_data, spawn_worker, wait_for_event, wait_for_events,
+    agent_with_config, answer_waiting_call, event_types, last_event_data, spawn_worker,
+    streamed_deltas, wait_for_event, wait_for_events,
 };
-use holdfast_tests::{wait_until, TestDb};
+use holdfast_tests::TestDb;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -45,20 +46,6 @@ fn lookup_call() -> Value {
            "arguments": "{\"order\":\"A-1042\"}"})
 }
 
-/// Wait until the agent's `lookup` call is waiting for its result, then
-/// submit `output` as the result.
-async fn answer_lookup(client: &tokio_postgres::Client, agent: Uuid, output: Value) {
-    let lookup = "SELECT id FROM holdfast.tool_calls WHERE agent_id = $1 AND name = 'lookup'";
-    wait_until(T, "the lookup call waits for its result", || async {
-        client.query_opt(lookup, &[&agent]).await.unwrap().is_some()
-    })
-    .await;
-    let call: Uuid = client.query_one(lookup, &[&agent]).await.unwrap().get(0);
-    store::submit_tool_result(client, call, &output, false)
-        .await
-        .unwrap();
-}
-
 async fn agent_asking(client: &tokio_postgres::Client, config: &Value, text: &str) -> Uuid {
     let agent = agent_with_config(client, config).await;
     store::create_input(client, agent, &json!(text), None)
@@ -81,7 +68,7 @@ async fn a_tool_use_turn_sends_its_reasoning_item_back_unchanged() {
     let config = responses_config(json!([{"type": "custom", "name": "lookup"}]));
     let agent = agent_asking(&client, &config, "where is my order A-1042?").await;
 
-    answer_lookup(&client, agent, json!({"status": "shipped"})).await;
+    answer_waiting_call(&client, agent, json!({"status": "shipped"})).await;
     wait_for_events(&client, agent, "turn.completed", 1, T).await;
 
     let requests = fake.requests();
@@ -166,24 +153,7 @@ async fn reasoning_summaries_and_text_stream_live_as_their_own_delta_kinds() {
     wait_for_events(&client, agent, "model.response", 1, T).await;
 
     // The publisher sends every delta before the response is saved.
-    let (mut streamed_thinking, mut streamed_text) = (String::new(), String::new());
-    let mut kinds: Vec<String> = Vec::new();
-    while let Ok(Some(n)) =
-        tokio::time::timeout(Duration::from_millis(500), session.notifications.recv()).await
-    {
-        let payload: Value = serde_json::from_str(n.payload()).unwrap();
-        assert_eq!(payload["agent_id"], json!(agent.to_string()));
-        let kind = payload["kind"].as_str().unwrap().to_owned();
-        let text = payload["text"].as_str().unwrap();
-        match kind.as_str() {
-            "thinking" => streamed_thinking.push_str(text),
-            "text" => streamed_text.push_str(text),
-            other => panic!("delta kind {other}"),
-        }
-        if kinds.last() != Some(&kind) {
-            kinds.push(kind);
-        }
-    }
+    let (streamed_thinking, streamed_text, kinds) = streamed_deltas(&mut session, agent).await;
     assert_eq!(streamed_thinking, summary);
     assert_eq!(streamed_text, answer);
     assert_eq!(kinds, ["thinking", "text"], "in the order they streamed");

@@ -9,11 +9,12 @@ use holdfast_engine::domain::TokenUsage;
 use holdfast_engine::store::{self, NewModelPrice};
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{error_of, project_key, ApiServer};
-use holdfast_tests::scenario::{last_event_data, spawn_worker, wait_for_events};
-use holdfast_tests::{wait_until, TestDb};
+use holdfast_tests::scenario::{
+    answer_waiting_call, last_event_data, spawn_worker, wait_for_events,
+};
+use holdfast_tests::TestDb;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use uuid::Uuid;
 
 const T: Duration = Duration::from_secs(30);
 
@@ -85,22 +86,6 @@ fn usage_of(value: &Value) -> TokenUsage {
     serde_json::from_value(value.clone()).expect("a usage object")
 }
 
-async fn submit_waiting_call(client: &tokio_postgres::Client, agent: Uuid) {
-    let waiting = "SELECT id FROM holdfast.tool_calls WHERE agent_id = $1 AND status = 'waiting'";
-    wait_until(T, "the custom call waits for its result", || async {
-        client
-            .query_opt(waiting, &[&agent])
-            .await
-            .unwrap()
-            .is_some()
-    })
-    .await;
-    let call: Uuid = client.query_one(waiting, &[&agent]).await.unwrap().get(0);
-    store::submit_tool_result(client, call, &json!("shipped"), false)
-        .await
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn usage_sums_per_turn_agent_and_project_equal_what_the_provider_reported_at_the_operators_prices(
 ) {
@@ -161,7 +146,7 @@ async fn usage_sums_per_turn_agent_and_project_equal_what_the_provider_reported_
     store::create_input(&client, agent, &json!("where is A-7?"), None)
         .await
         .unwrap();
-    submit_waiting_call(&client, agent).await;
+    answer_waiting_call(&client, agent, json!("shipped")).await;
     wait_for_events(&client, agent, "turn.completed", 1, T).await;
     let first_turn = usage_of(&last_event_data(&client, agent, "turn.completed").await["usage"]);
     assert_usage(
