@@ -77,11 +77,21 @@ $$;
 -- Reads the agent's pending inputs; locks nothing (the caller holds the
 -- agent's row lock). Raises nothing.
 CREATE OR REPLACE FUNCTION holdfast.turn_trace_context(p_agent uuid, OUT parent text, OUT state text)
+LANGUAGE sql AS $$
+    SELECT t.parent, t.state FROM holdfast.next_turn_trace_context(p_agent, '{}') t;
+$$;
+
+-- turn_trace_context, leaving out the inputs in p_taken: those a step is
+-- consuming in the same transaction (write_model_step, whose commit ends a
+-- turn and opens the next for the inputs that came during its call).
+CREATE OR REPLACE FUNCTION holdfast.next_turn_trace_context(
+    p_agent uuid, p_taken uuid[], OUT parent text, OUT state text)
 LANGUAGE plpgsql AS $$
 BEGIN
     SELECT i.trace_parent, i.trace_state INTO parent, state
       FROM holdfast.inputs i
      WHERE i.agent_id = p_agent AND i.consumed_at IS NULL
+       AND NOT (i.id = ANY (coalesce(p_taken, '{}')))
      ORDER BY i.created_at, i.id LIMIT 1;
     IF parent IS NULL THEN
         parent := '00-' || replace(gen_random_uuid()::text, '-', '') || '-'

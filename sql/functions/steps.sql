@@ -149,6 +149,8 @@ DECLARE
     v_model text;
     v_usage holdfast.token_usage;
     v_turn_usage holdfast.token_usage;
+    v_trace_parent text;
+    v_trace_state text;
 BEGIN
     SELECT * INTO STRICT v_agent FROM holdfast.agents WHERE id = p_agent;
 
@@ -226,6 +228,11 @@ BEGIN
         IF v_state = 'new_turn' THEN
             v_state := 'ready';
             v_new_turn := true;
+            -- The next turn is the trace of the input that opens it (not
+            -- of those this step consumes), as settle_agent_with sets it:
+            -- this UPDATE is that settle inlined.
+            SELECT t.parent, t.state INTO v_trace_parent, v_trace_state
+              FROM holdfast.next_turn_trace_context(p_agent, v_input_ids) t;
         END IF;
         v_types := v_types || array_fill('tool_call.created'::text, ARRAY[v_n_calls]);
         IF v_n_calls = 0 AND NOT v_paused THEN
@@ -243,6 +250,8 @@ BEGIN
                turn_open = v_turn_open OR v_new_turn,
                turn_seq = turn_seq + CASE WHEN v_new_turn THEN 1 ELSE 0 END,
                turn_usage = CASE WHEN v_new_turn THEN holdfast.zero_usage() ELSE v_turn_usage END,
+               turn_trace_parent = CASE WHEN v_new_turn THEN v_trace_parent ELSE turn_trace_parent END,
+               turn_trace_state = CASE WHEN v_new_turn THEN v_trace_state ELSE turn_trace_state END,
                usage = holdfast.add_usage(usage, v_usage),
                state = v_state,
                lease_owner = NULL, lease_expires_at = NULL, lease_pid = NULL, lease_backend_start = NULL,

@@ -6,13 +6,15 @@
 
 use std::time::Duration;
 
+use holdfast_engine::domain::ModelStep;
 use holdfast_engine::store;
+use holdfast_engine::telemetry::TraceHeaders;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{error_of, project_key, ApiServer};
 use holdfast_tests::mcp_server::McpTestServer;
 use holdfast_tests::otlp_receiver::{OtlpReceiver, ReceivedSpan};
-use holdfast_tests::scenario::{spawn_worker, wait_for_event};
-use holdfast_tests::{default_config, MaintenanceLoop, TestDb};
+use holdfast_tests::scenario::{event_types, spawn_worker, wait_for_event};
+use holdfast_tests::{default_config, project_and_agent, MaintenanceLoop, TestDb};
 use reqwest::Method;
 use serde_json::json;
 
@@ -234,4 +236,57 @@ async fn a_malformed_traceparent_is_refused_naming_the_header() {
         .unwrap()
         .get(0);
     assert_eq!(inputs, 0, "a refused input changes nothing");
+}
+
+#[tokio::test]
+async fn an_input_that_arrives_during_a_step_opens_the_next_turn_under_its_own_trace() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, agent) = project_and_agent(&client).await;
+    let trace = |parent: &str| TraceHeaders::parse(parent, None).unwrap();
+    let first = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let second = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let opening =
+        store::create_traced_input(&client, agent, &json!("one"), None, Some(&trace(first)))
+            .await
+            .unwrap();
+    let claim = store::claim_agents(&client, "w", 1, Duration::from_secs(60))
+        .await
+        .unwrap()[0];
+    let turn_trace = || async {
+        client
+            .query_one(
+                "SELECT turn_trace_parent FROM holdfast.agents WHERE id = $1",
+                &[&agent],
+            )
+            .await
+            .unwrap()
+            .get::<_, Option<String>>(0)
+    };
+    assert_eq!(turn_trace().await.as_deref(), Some(first));
+    // The second input comes while the model answers the first: the step's
+    // commit ends the turn and opens the next in one agent UPDATE.
+    store::create_traced_input(&client, agent, &json!("two"), None, Some(&trace(second)))
+        .await
+        .unwrap();
+    let step = ModelStep {
+        input_ids: vec![opening.input_id],
+        message: vec![json!({"type": "text", "text": "done"})],
+        tool_calls: vec![],
+        usage: json!({}),
+        stop_reason: Some("end_turn".into()),
+    };
+    store::commit_model_step(&client, claim, &step)
+        .await
+        .unwrap();
+    assert_eq!(
+        event_types(&client, agent).await.last().map(String::as_str),
+        Some("turn.started"),
+        "the commit opened the next turn"
+    );
+    assert_eq!(
+        turn_trace().await.as_deref(),
+        Some(second),
+        "the next turn is the trace of the input that opened it"
+    );
 }
