@@ -33,7 +33,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::classify::{classify_stream_error, incomplete_stream, invalid_response};
-use super::client::{forward, insert_if_set, StreamAssembler};
+use super::client::{event_data, event_type, forward, insert_if_set, StreamAssembler};
 use super::history::{normalise, tool_result_text};
 use super::{ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role, Usage};
 use crate::config::{ModelConfig, ToolChoice, ToolEntry};
@@ -277,13 +277,8 @@ impl StreamAssembler for AnthropicStream {
         event: SseEvent,
         deltas: Option<&UnboundedSender<Delta>>,
     ) -> Result<bool, ModelError> {
-        let data: Value = serde_json::from_str(&event.data)
-            .map_err(|e| invalid_response(format!("event {:?} is not JSON: {e}", event.event)))?;
-        let kind = data
-            .get("type")
-            .and_then(Value::as_str)
-            .or(event.event.as_deref())
-            .unwrap_or_default();
+        let data = event_data(&event)?;
+        let kind = event_type(&data, &event);
         match kind {
             "message_start" => {
                 if let Some(usage) = data.pointer("/message/usage") {

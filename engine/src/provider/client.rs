@@ -12,12 +12,14 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use reqwest::RequestBuilder;
+use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::timeout;
 
 use super::anthropic::{self, AnthropicStream};
 use super::classify::{
-    classify_status, egress_refused, idle_timeout, transport_error, ERROR_BODY_LIMIT,
+    classify_status, egress_refused, idle_timeout, invalid_response, transport_error,
+    ERROR_BODY_LIMIT,
 };
 use super::compaction::estimate_tokens;
 use super::openai::{self, OpenAiStream};
@@ -226,6 +228,20 @@ pub(crate) trait StreamAssembler {
 
     /// The assembled response; an error if the stream never completed.
     fn finish(self) -> Result<ModelResponse, ModelError>;
+}
+
+/// A typed event's JSON (Anthropic Messages, the Responses API).
+pub(crate) fn event_data(event: &SseEvent) -> Result<Value, ModelError> {
+    serde_json::from_str(&event.data)
+        .map_err(|e| invalid_response(format!("event {:?} is not JSON: {e}", event.event)))
+}
+
+/// A typed event's type: its `type` field, else the SSE `event:` name.
+pub(crate) fn event_type<'a>(data: &'a Value, event: &'a SseEvent) -> &'a str {
+    data.get("type")
+        .and_then(Value::as_str)
+        .or(event.event.as_deref())
+        .unwrap_or_default()
 }
 
 /// `body[name] = value` when the agent set it (a request leaves out what

@@ -47,6 +47,17 @@ pub(crate) fn tool_result_text(content: &serde_json::Value) -> String {
     }
 }
 
+/// A tool result as text for a protocol with no error flag on tool output
+/// (Chat Completions, Responses): an error result is prefixed `Error: `.
+pub(crate) fn tool_output_text(content: &serde_json::Value, is_error: bool) -> String {
+    let output = tool_result_text(content);
+    if is_error {
+        format!("Error: {output}")
+    } else {
+        output
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

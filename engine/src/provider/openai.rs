@@ -24,7 +24,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::anthropic::parse_tool_input;
 use super::classify::{classify_stream_error, incomplete_stream, invalid_response};
 use super::client::{forward, insert_if_set, StreamAssembler};
-use super::history::{normalise, tool_result_text};
+use super::history::{normalise, tool_output_text};
 use super::{ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role, Usage};
 use crate::config::ToolChoice;
 use crate::sse::SseEvent;
@@ -53,17 +53,10 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
                         is_error,
                     } = block
                     {
-                        // Chat Completions has no error flag for tool results.
-                        let output = tool_result_text(content);
-                        let content = if *is_error {
-                            format!("Error: {output}")
-                        } else {
-                            output
-                        };
                         messages.push(json!({
                             "role": "tool",
                             "tool_call_id": tool_use_id,
-                            "content": content,
+                            "content": tool_output_text(content, *is_error),
                         }));
                     }
                 }

@@ -36,8 +36,8 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::anthropic::parse_tool_input;
 use super::classify::{incomplete_stream, invalid_response, says_context_too_long, truncate};
-use super::client::{forward, insert_if_set, StreamAssembler};
-use super::history::{normalise, tool_result_text};
+use super::client::{event_data, event_type, forward, insert_if_set, StreamAssembler};
+use super::history::{normalise, tool_output_text};
 use super::openai::tool_choice;
 use super::{ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role, Usage};
 use crate::sse::SseEvent;
@@ -56,17 +56,10 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
                             content,
                             is_error,
                         } => {
-                            // The Responses API has no error flag for tool output.
-                            let output = tool_result_text(content);
-                            let output = if *is_error {
-                                format!("Error: {output}")
-                            } else {
-                                output
-                            };
                             input.push(json!({
                                 "type": "function_call_output",
                                 "call_id": tool_use_id,
-                                "output": output,
+                                "output": tool_output_text(content, *is_error),
                             }));
                         }
                         other => {
@@ -188,13 +181,8 @@ impl StreamAssembler for ResponsesStream {
         event: SseEvent,
         deltas: Option<&UnboundedSender<Delta>>,
     ) -> Result<bool, ModelError> {
-        let data: Value = serde_json::from_str(&event.data)
-            .map_err(|e| invalid_response(format!("event {:?} is not JSON: {e}", event.event)))?;
-        let kind = data
-            .get("type")
-            .and_then(Value::as_str)
-            .or(event.event.as_deref())
-            .unwrap_or_default();
+        let data = event_data(&event)?;
+        let kind = event_type(&data, &event);
         let text = |field: &str| data.get(field).and_then(Value::as_str).unwrap_or("");
         match kind {
             "response.output_text.delta" => forward(deltas, DeltaKind::Text, text("delta")),
