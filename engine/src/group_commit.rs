@@ -152,6 +152,11 @@ async fn run<W: GroupWrite>(
     while commits.join_next().await.is_some() {}
 }
 
+/// A write its batch function returned no outcome for.
+fn lost_write() -> Error {
+    Error::Pool("the group commit lost a write".into())
+}
+
 fn has_key<W: GroupWrite>(batch: &[Pending<W>], pending: &Pending<W>) -> bool {
     let key = W::key(&pending.item);
     batch.iter().any(|p| W::key(&p.item) == key)
@@ -166,16 +171,10 @@ async fn commit<W: GroupWrite>(pool: Pool, batch: Vec<Pending<W>>) {
     let (items, senders): (Vec<W::Item>, Vec<_>) =
         batch.into_iter().map(|p| (p.item, p.outcome)).unzip();
     match W::commit_batch(&pool, &items).await {
-        Ok(outcomes) if outcomes.len() == items.len() => {
-            for (sender, outcome) in senders.into_iter().zip(outcomes) {
-                let _ = sender.send(outcome);
-            }
-        }
-        Ok(_) => {
+        Ok(outcomes) => {
+            let mut outcomes = outcomes.into_iter();
             for sender in senders {
-                let _ = sender.send(Err(Error::Pool(
-                    "the group commit answered for the wrong number of writes".into(),
-                )));
+                let _ = sender.send(outcomes.next().unwrap_or_else(|| Err(lost_write())));
             }
         }
         Err(error) if items.len() == 1 => {
@@ -188,11 +187,7 @@ async fn commit<W: GroupWrite>(pool: Pool, batch: Vec<Pending<W>>) {
             for (item, sender) in items.into_iter().zip(senders) {
                 let outcome = W::commit_batch(&pool, std::slice::from_ref(&item))
                     .await
-                    .and_then(|mut outcomes| {
-                        outcomes.pop().unwrap_or_else(|| {
-                            Err(Error::Pool("the group commit lost a write".into()))
-                        })
-                    });
+                    .and_then(|mut outcomes| outcomes.pop().unwrap_or_else(|| Err(lost_write())));
                 let _ = sender.send(outcome);
             }
         }
