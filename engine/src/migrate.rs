@@ -138,6 +138,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0028_tool_result_batches.sql",
         sql: include_str!("../../sql/0028_tool_result_batches.sql"),
     },
+    Migration {
+        version: 30,
+        name: "0030_steering.sql",
+        sql: include_str!("../../sql/0030_steering.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

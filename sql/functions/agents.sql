@@ -534,25 +534,39 @@ $$;
 
 -- Add an input to an agent, idempotently. With an idempotency key, the first
 -- call creates the input and every later call with the same key and the same
--- agent and content returns it with replayed = true; the same key with another
--- agent or content raises HF422 (idempotency_key_reused). Concurrent callers
--- with one key serialize on the unique index: exactly one input is created.
+-- agent, content and mode returns it with replayed = true; the same key with
+-- another agent, content or mode raises HF422 (idempotency_key_reused).
+-- Concurrent callers with one key serialize on the unique index: exactly one
+-- input is created.
 --
 -- p_trace_parent/p_trace_state: the W3C trace context the input was posted
 -- with (checked by the API; the columns' CHECKs guard the form), stored
 -- with it; a replay keeps the first request's.
 --
+-- p_mode (docs/api.md, steering): 'steer' joins the open turn (its next
+-- model call sees it); 'queue' waits, unadmitted, until the open turn ends
+-- and a turn opens for it (at once when the agent is idle); 'interrupt'
+-- joins like steer and, when a worker holds the agent, notifies
+-- holdfast_interrupt ('agent_id input_id') so a model call in flight that
+-- did not include it is aborted and made again (renew_leases reports it
+-- too). A queued input does not reset the retry budget
+-- (tg_inputs_reset_retry_budget): it is not part of the turn.
+--
 -- Locks: the agent row (so the input, its event and the state change are one
 -- step in the agent's history). Raises HF404 (agent), HF409 (archived), HF422.
 CREATE OR REPLACE FUNCTION holdfast.create_input_or_replay(
     p_agent uuid, p_content jsonb, p_idempotency_key text,
-    p_trace_parent text DEFAULT NULL, p_trace_state text DEFAULT NULL)
+    p_trace_parent text DEFAULT NULL, p_trace_state text DEFAULT NULL, p_mode text DEFAULT 'steer')
 RETURNS TABLE (input_id uuid, replayed boolean) LANGUAGE plpgsql AS $$
 DECLARE
     v_agent holdfast.agents;
     v_input holdfast.inputs;
+    v_mode text := coalesce(p_mode, 'steer');
 BEGIN
     PERFORM holdfast.validate_content(p_content);
+    IF v_mode NOT IN ('steer', 'queue', 'interrupt') THEN
+        PERFORM holdfast.raise('HF422', 'mode must be steer, queue or interrupt', 'mode');
+    END IF;
     IF p_idempotency_key IS NOT NULL AND length(p_idempotency_key) NOT BETWEEN 1 AND 255 THEN
         PERFORM holdfast.raise('HF422', 'idempotency key must be 1 to 255 characters', 'idempotency_key');
     END IF;
@@ -561,7 +575,7 @@ BEGIN
         SELECT * INTO v_input FROM holdfast.inputs
          WHERE project_id = v_agent.project_id AND idempotency_key = p_idempotency_key;
         IF FOUND THEN
-            IF v_input.agent_id <> p_agent OR v_input.content <> p_content THEN
+            IF v_input.agent_id <> p_agent OR v_input.content <> p_content OR v_input.mode <> v_mode THEN
                 PERFORM holdfast.raise('HF422', 'idempotency_key_reused: this key was used with another request', 'idempotency_key');
             END IF;
             RETURN QUERY SELECT v_input.id, true;
@@ -571,15 +585,47 @@ BEGIN
     IF v_agent.state = 'archived' THEN
         PERFORM holdfast.raise('HF409', format('agent %s is archived', p_agent));
     END IF;
-    INSERT INTO holdfast.inputs (project_id, agent_id, content, idempotency_key, trace_parent, trace_state)
-    VALUES (v_agent.project_id, p_agent, p_content, p_idempotency_key, p_trace_parent, p_trace_state)
+    INSERT INTO holdfast.inputs (project_id, agent_id, content, idempotency_key, trace_parent, trace_state,
+                                 mode, admitted_at)
+    VALUES (v_agent.project_id, p_agent, p_content, p_idempotency_key, p_trace_parent, p_trace_state,
+            v_mode, CASE WHEN v_mode = 'queue' THEN NULL ELSE holdfast.now() END)
     RETURNING * INTO v_input;
     PERFORM holdfast.append_event(p_agent, 'input.received',
-        jsonb_build_object('input_id', v_input.id, 'content', p_content));
+        jsonb_build_object('input_id', v_input.id, 'content', p_content, 'mode', v_mode));
     IF v_agent.state = 'idle' THEN
         PERFORM holdfast.settle_agent(p_agent);
+    ELSIF v_mode = 'interrupt' AND v_agent.state = 'running' THEN
+        PERFORM pg_notify('holdfast_interrupt', p_agent::text || ' ' || v_input.id::text);
     END IF;
     RETURN QUERY SELECT v_input.id, false;
+END
+$$;
+
+-- Take back a queued input before a turn admits it: it is marked removed
+-- (never consumed, never in history) and `input.removed {"input_id"}` is
+-- appended. Locks the agent row, then the input. Raises HF404 (no such
+-- input), HF409 (the input is not queued: a turn took it, or it was removed
+-- already). Returns the input's agent.
+CREATE OR REPLACE FUNCTION holdfast.remove_input(p_input uuid)
+RETURNS uuid LANGUAGE plpgsql AS $$
+DECLARE
+    v_input holdfast.inputs;
+BEGIN
+    SELECT * INTO v_input FROM holdfast.inputs WHERE id = p_input;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('input %s not found', p_input));
+    END IF;
+    PERFORM holdfast.lock_agent(v_input.agent_id);
+    SELECT * INTO v_input FROM holdfast.inputs WHERE id = p_input FOR UPDATE;
+    IF v_input.removed_at IS NOT NULL THEN
+        PERFORM holdfast.raise('HF409', format('input %s was removed already', p_input));
+    END IF;
+    IF v_input.admitted_at IS NOT NULL THEN
+        PERFORM holdfast.raise('HF409', format('input %s is not queued: a turn has taken it', p_input));
+    END IF;
+    UPDATE holdfast.inputs SET removed_at = holdfast.now() WHERE id = p_input;
+    PERFORM holdfast.append_event(v_input.agent_id, 'input.removed', jsonb_build_object('input_id', p_input));
+    RETURN v_input.agent_id;
 END
 $$;
 
@@ -600,11 +646,15 @@ BEGIN
 END
 $$;
 
--- Each new input starts a fresh model retry budget: a user who steers a
--- failing turn gets the full budget for the new attempt.
+-- Each new input of the turn starts a fresh model retry budget: a user who
+-- steers a failing turn gets the full budget for the new attempt. A queued
+-- input waits for its own turn, whose opening resets the budget.
 CREATE OR REPLACE FUNCTION holdfast.tg_inputs_reset_retry_budget() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF NEW.admitted_at IS NULL THEN
+        RETURN NULL;
+    END IF;
     UPDATE holdfast.agents SET model_attempts = 0 WHERE id = NEW.agent_id AND model_attempts <> 0;
     RETURN NULL;
 END

@@ -27,7 +27,8 @@ $$;
 -- cleared; turn.cancelled is appended with the cancelled calls' ids. Every
 -- input that arrived before the cancel was requested (before now, for an
 -- immediate cancel) becomes history, so the cancelled turn does not start
--- again by itself; inputs sent after the request start the next turn. The
+-- again by itself; inputs sent after the request, and queued inputs (not the
+-- turn's: turn_inputs), start the next turn. The
 -- caller holds the agent's row lock and settles the agent afterwards
 -- (request_cancel; the worker's complete_cancel after its step has stopped).
 -- Returns the turn.cancelled event's seq.
@@ -41,9 +42,7 @@ BEGIN
     SELECT coalesce(cancel_requested_at, holdfast.now()) INTO v_cutoff
       FROM holdfast.agents WHERE id = p_agent;
     FOR v_input IN
-        SELECT * FROM holdfast.inputs
-         WHERE agent_id = p_agent AND consumed_at IS NULL AND created_at <= v_cutoff
-         ORDER BY created_at, id
+        SELECT * FROM holdfast.turn_inputs(p_agent) i WHERE i.created_at <= v_cutoff
     LOOP
         PERFORM holdfast.append_input_message(v_input, NULL);
     END LOOP;

@@ -49,7 +49,8 @@ $$;
 CREATE OR REPLACE FUNCTION holdfast.event_types() RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
     SELECT ARRAY[
-        'input.received', 'turn.started', 'model.response', 'model.retry',
+        'input.received', 'input.removed', 'turn.started', 'model.response', 'model.retry',
+        'model.interrupted',
         'tool_call.created', 'tool_call.completed', 'tool_call.interrupted',
         'approval.requested', 'approval.answered', 'question.asked', 'question.answered',
         'command.queued', 'command.accepted', 'command.finished', 'command.failed',

@@ -35,13 +35,39 @@ BEGIN
 END
 $$;
 
+-- The inputs of an agent's open (or opening) turn that no step has consumed
+-- yet, in arrival order: admitted (steer and interrupt inputs at once, a
+-- queued one when a turn opens for it, admit_queued_input), not consumed,
+-- not removed. The one definition of what the next model call sees and
+-- what a turn that ends early takes into history. Reads only.
+CREATE OR REPLACE FUNCTION holdfast.turn_inputs(p_agent uuid)
+RETURNS SETOF holdfast.inputs LANGUAGE sql STABLE AS $$
+    SELECT * FROM holdfast.inputs i
+     WHERE i.agent_id = p_agent AND i.consumed_at IS NULL
+       AND i.admitted_at IS NOT NULL AND i.removed_at IS NULL
+     ORDER BY i.created_at, i.id
+$$;
+
+-- A turn is opening: admit the agent's oldest queued input into it (the
+-- queue's next turn; the rest stay queued for the turns after). Returns its
+-- id, or NULL when nothing is queued. The caller holds the agent's row lock.
+CREATE OR REPLACE FUNCTION holdfast.admit_queued_input(p_agent uuid)
+RETURNS uuid LANGUAGE sql AS $$
+    UPDATE holdfast.inputs SET admitted_at = holdfast.now()
+     WHERE id = (SELECT i.id FROM holdfast.inputs i
+                  WHERE i.agent_id = p_agent AND i.admitted_at IS NULL AND i.removed_at IS NULL
+                  ORDER BY i.created_at, i.id LIMIT 1)
+    RETURNING id
+$$;
+
 -- The state settle_agent gives an unleased, unarchived agent, decided before
 -- the caller's own writes land: p_turn_open is the turn flag after them,
 -- p_new_runnable / p_new_waiting say whether tool calls the caller is about
 -- to insert are pending / waiting, p_consumed lists inputs it is about to
 -- consume. Returns 'ready', 'waiting', 'idle', or 'new_turn' (ready, and a
--- turn opens for waiting inputs: the caller appends turn.started and sets
--- turn_open, model_attempts = 0). Same precedence as 0001's settle_agent.
+-- turn opens for waiting inputs, queued ones included: the caller appends
+-- turn.started, sets turn_open, model_attempts = 0, and admits the oldest
+-- queued input, admit_queued_input). Same precedence as 0001's settle_agent.
 -- Reads only; the caller holds the agent's row lock.
 CREATE OR REPLACE FUNCTION holdfast.decide_state(
     p_agent uuid, p_turn_open boolean, p_new_runnable boolean, p_new_waiting boolean, p_consumed uuid[])
@@ -62,7 +88,7 @@ BEGIN
     ELSIF p_turn_open THEN
         RETURN 'ready';
     ELSIF EXISTS (SELECT 1 FROM holdfast.inputs i
-                   WHERE i.agent_id = p_agent AND i.consumed_at IS NULL
+                   WHERE i.agent_id = p_agent AND i.consumed_at IS NULL AND i.removed_at IS NULL
                      AND NOT (i.id = ANY (coalesce(p_consumed, '{}')))) THEN
         RETURN 'new_turn';
     END IF;
@@ -90,7 +116,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     SELECT i.trace_parent, i.trace_state INTO parent, state
       FROM holdfast.inputs i
-     WHERE i.agent_id = p_agent AND i.consumed_at IS NULL
+     WHERE i.agent_id = p_agent AND i.consumed_at IS NULL AND i.removed_at IS NULL
        AND NOT (i.id = ANY (coalesce(p_taken, '{}')))
      ORDER BY i.created_at, i.id LIMIT 1;
     IF parent IS NULL THEN
@@ -104,7 +130,8 @@ $$;
 -- Settle an agent (decide_state) and write everything in one agent-row
 -- UPDATE: the given events' seqs, the state, the turn, run_after. Resets
 -- model_attempts, turn_model_steps and turn_usage (and counts turn_seq up)
--- when it opens a turn (and sets its trace context, turn_trace_context),
+-- when it opens a turn (and sets its trace context, turn_trace_context, and
+-- admits the oldest queued input, admit_queued_input),
 -- and step_failures and the lost attempt (reap_agent sets it again after
 -- its settle) always: every way a step ends well goes through it
 -- (commits, releases, retries, turn ends); fail_step sets the count again
@@ -143,6 +170,7 @@ BEGIN
         v_data := array_append(v_data, '{}'::jsonb);
         SELECT t.parent, t.state INTO v_trace_parent, v_trace_state
           FROM holdfast.turn_trace_context(p_agent) t;
+        PERFORM holdfast.admit_queued_input(p_agent);
     END IF;
     UPDATE holdfast.agents
        SET state = v_state,
@@ -334,10 +362,14 @@ $$;
 -- true when the lease was still held and is now extended by p_ttl; false when it
 -- was lost (released, reaped, expired or re-claimed) — the worker must stop that
 -- step. cancel_requested tells the worker a cancel is pending (the fallback for
--- a lost cancel notification). The session's start time comes from
+-- a lost cancel notification); interrupt_input is the newest interrupt input
+-- of the turn not yet consumed (the fallback for a lost holdfast_interrupt
+-- notification: the worker aborts its model call when that call did not
+-- include it). The session's start time comes from
 -- pg_stat_get_activity(own pid), as in claim_agents. Locks agents in id order.
 CREATE OR REPLACE FUNCTION holdfast.renew_leases(p_worker text, p_agents uuid[], p_epochs bigint[], p_ttl interval)
-RETURNS TABLE (agent_id uuid, renewed boolean, cancel_requested boolean) LANGUAGE plpgsql AS $$
+RETURNS TABLE (agent_id uuid, renewed boolean, cancel_requested boolean, interrupt_input uuid)
+LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := holdfast.now();
     v_backend_start timestamptz;
@@ -366,7 +398,9 @@ BEGIN
            AND a.state = 'running' AND a.lease_owner = p_worker AND a.lease_expires_at > v_now
         RETURNING a.id, a.cancel_requested_at IS NOT NULL AS cancel_requested
     )
-    SELECT w.agent_id, r.id IS NOT NULL, coalesce(r.cancel_requested, false)
+    SELECT w.agent_id, r.id IS NOT NULL, coalesce(r.cancel_requested, false),
+           (SELECT i.id FROM holdfast.turn_inputs(r.id) i
+             WHERE i.mode = 'interrupt' ORDER BY i.created_at DESC, i.id DESC LIMIT 1)
       FROM wanted w LEFT JOIN renewed r ON r.id = w.agent_id;
 END
 $$;

@@ -233,6 +233,7 @@ BEGIN
             -- this UPDATE is that settle inlined.
             SELECT t.parent, t.state INTO v_trace_parent, v_trace_state
               FROM holdfast.next_turn_trace_context(p_agent, v_input_ids) t;
+            PERFORM holdfast.admit_queued_input(p_agent);
         END IF;
         v_types := v_types || array_fill('tool_call.created'::text, ARRAY[v_n_calls]);
         IF v_n_calls = 0 AND NOT v_paused THEN
@@ -472,6 +473,20 @@ BEGIN
 END
 $$;
 
+-- The worker aborted an in-flight model call for interrupt inputs that
+-- call did not include (p_input_ids): nothing of the call is saved;
+-- `model.interrupted {"input_ids"}` is recorded and the agent released
+-- (its turn is open, so it is ready at once: the next claim makes the call
+-- again, with those inputs). Fenced (HF001).
+CREATE OR REPLACE FUNCTION holdfast.commit_model_interrupt(p_agent uuid, p_epoch bigint, p_input_ids uuid[])
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
+    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['model.interrupted'],
+        ARRAY[jsonb_build_object('input_ids', to_jsonb(coalesce(p_input_ids, '{}')))], NULL);
+END
+$$;
+
 -- Save a compaction: the summary (which covers every message before
 -- p_keep_from_seq, including any earlier summary) and a `context.compacted`
 -- event, in one transaction; then release the agent (its turn is still
@@ -597,7 +612,8 @@ $$;
 -- (running external calls interrupted, as in release_agent) until
 -- now() + p_delay and 'retrying' is returned; at p_max_attempts the turn
 -- ends with `turn.failed` {"type": "internal_error", "message": ...}, the
--- cause in history, and 'failed' is returned; the inputs still pending become
+-- cause in history, and 'failed' is returned; the turn's inputs still pending
+-- (turn_inputs: not the queued ones, which open the next turn) become
 -- history with it (a new turn from them would fail the same way).
 -- Locks the agent row (fenced: HF001 when the lease is not p_epoch's).
 -- Raises HF422 for a negative delay or a max below 1.
@@ -619,7 +635,7 @@ BEGIN
     IF v_failures >= p_max_attempts THEN
         PERFORM holdfast.end_turn_with_error(p_agent, 'internal_error',
             format('a step failed %s times in a row; last error: %s', v_failures, p_message),
-            ARRAY(SELECT id FROM holdfast.inputs WHERE agent_id = p_agent AND consumed_at IS NULL));
+            ARRAY(SELECT id FROM holdfast.turn_inputs(p_agent)));
         RETURN 'failed';
     END IF;
     PERFORM holdfast.settle_agent_with(p_agent, '{}', '{}', holdfast.now() + p_delay);

@@ -55,6 +55,9 @@ pub enum StepResult {
     OverBudget { input_ids: Vec<Uuid> },
     /// The turn was cancelled while the step ran: `turn.cancelled`.
     Cancelled,
+    /// The model call was aborted for interrupt inputs it did not include
+    /// (`input_ids`): `model.interrupted`, and the call is made again.
+    Interrupted { input_ids: Vec<Uuid> },
     /// The step failed (an error other than a lost lease, or a panic):
     /// counted on the agent and retried after a durable backoff; the
     /// `step_max_attempts`-th failure in a row ends the turn.
@@ -104,6 +107,7 @@ impl StepResult {
             StepResult::OverBudget { .. } => "over_budget",
             StepResult::Compacted { .. } => "compacted",
             StepResult::Cancelled => "cancelled",
+            StepResult::Interrupted { .. } => "interrupted",
             StepResult::StepFailed { .. } => "step_failed",
         }
     }
@@ -182,6 +186,11 @@ async fn write(deps: &StepDeps, claim: Claim, result: StepResult) -> Result<Step
             let client = deps.pool.get().await?;
             store::complete_cancel(&**client, claim).await?;
             Ok(StepOutcome::Cancelled)
+        }
+        StepResult::Interrupted { input_ids } => {
+            let client = deps.pool.get().await?;
+            store::commit_model_interrupt(&**client, claim, &input_ids).await?;
+            Ok(StepOutcome::Released)
         }
         StepResult::StepFailed { message } => {
             let settings = &deps.settings;

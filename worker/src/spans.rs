@@ -150,6 +150,13 @@ pub fn end_model_call(call: &Context, result: Result<&Usage, &ModelError>) {
     span.end();
 }
 
+/// End a model call's span that an interrupt input aborted.
+pub fn end_interrupted_model_call(call: &Context) {
+    let span = call.span();
+    span.set_attribute(KeyValue::new("error.type", "interrupted"));
+    span.end();
+}
+
 /// Start a tool call's span (`execute_tool {name}`), a child of the
 /// current attempt.
 pub fn start_tool_call(name: &str, call_id: &str) -> Context {

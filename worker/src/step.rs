@@ -185,14 +185,19 @@ async fn decide_and_run(
             toolbox::run_batch(deps, claim, context, calls).await?;
             Ok(StepResult::BatchDone)
         }
-        NextAction::Model => model_step(deps, claim, context).await,
+        NextAction::Model => model_step(deps, claim, stop, context).await,
     }
 }
 
 /// Messages kept verbatim when compacting (the rest are summarised).
 const COMPACTION_KEEP_LAST: usize = 4;
 
-async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Result<StepResult> {
+async fn model_step(
+    deps: &StepDeps,
+    claim: Claim,
+    stop: &StopSignal,
+    context: &StepContext,
+) -> Result<StepResult> {
     // Before anything is paid for (a compaction's summary call included).
     if context.over_budget {
         return Ok(StepResult::OverBudget {
@@ -214,11 +219,22 @@ async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Res
     let publisher = tokio::spawn(deltas::publish(deps.pool.clone(), claim, delta_rx));
     let started = std::time::Instant::now();
     let call = spans::start_model_call(&request);
-    let response = deps
-        .providers
-        .complete(&request, &target, Some(&delta_tx))
-        .with_context(call.clone())
-        .await;
+    // An interrupt input this call was not built with aborts it (the HTTP
+    // stream is dropped, nothing of it is saved); a response that is in
+    // hand first is kept, and the next call sees the input as steer.
+    let response = tokio::select! {
+        response = deps
+            .providers
+            .complete(&request, &target, Some(&delta_tx))
+            .with_context(call.clone()) => response,
+        interrupts = stop.interrupted(&input_ids) => {
+            tracing::info!(?interrupts, "model call interrupted");
+            drop(delta_tx);
+            let _ = publisher.await;
+            spans::end_interrupted_model_call(&call);
+            return Ok(StepResult::Interrupted { input_ids: interrupts });
+        }
+    };
     spans::end_model_call(&call, response.as_ref().map(|r| &r.usage));
     drop(delta_tx);
     // Deltas go out before the saved response, so a live client never sees

@@ -1,8 +1,11 @@
-//! How a running step is told to stop, and why.
+//! How a running step is told to stop, and why; and how its model call is
+//! told of interrupt inputs.
 
 use std::sync::{Arc, OnceLock};
 
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 /// Why a step was stopped. The first reason wins.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,11 +20,15 @@ pub enum StopReason {
     Drain,
 }
 
-/// A cancellation token that remembers why it fired.
+/// A cancellation token that remembers why it fired, and the interrupt
+/// inputs heard of while the step runs. An interrupt is not a stop: only a
+/// model call in flight that did not include one of them is aborted (the
+/// step saves `model.interrupted`); a tool batch runs on.
 #[derive(Clone, Debug, Default)]
 pub struct StopSignal {
     token: CancellationToken,
     reason: Arc<OnceLock<StopReason>>,
+    interrupts: Arc<watch::Sender<Vec<Uuid>>>,
 }
 
 impl StopSignal {
@@ -36,5 +43,33 @@ impl StopSignal {
 
     pub async fn stopped(&self) {
         self.token.cancelled().await
+    }
+
+    /// An interrupt input for this agent was created (notified, or reported
+    /// by a renewal: the same input may be heard of twice).
+    pub fn interrupt(&self, input: Uuid) {
+        self.interrupts.send_if_modified(|inputs| {
+            let new = !inputs.contains(&input);
+            if new {
+                inputs.push(input);
+            }
+            new
+        });
+    }
+
+    /// Resolves with the interrupt inputs not in `seen` (those a model call
+    /// was built with) once there are any, heard of before this call or
+    /// after.
+    pub async fn interrupted(&self, seen: &[Uuid]) -> Vec<Uuid> {
+        let mut inputs = self.interrupts.subscribe();
+        let unseen = |inputs: &Vec<Uuid>| -> Vec<Uuid> {
+            inputs.iter().filter(|i| !seen.contains(i)).copied().collect()
+        };
+        let found = match inputs.wait_for(|inputs| !unseen(inputs).is_empty()).await {
+            Ok(inputs) => unseen(&inputs),
+            // The sender lives in self: it cannot be dropped while we wait.
+            Err(_) => Vec::new(),
+        };
+        found
     }
 }

@@ -5,8 +5,9 @@
 //! Claims and renewals go through one dedicated session (never a pooled
 //! connection): its backend pid is recorded on every claim, so when this
 //! process dies, maintenance sees the session gone and releases its agents
-//! at once. The same session LISTENs on `holdfast_ready` and
-//! `holdfast_cancel`; notifications are hints, so the loop also polls.
+//! at once. The same session LISTENs on `holdfast_ready`, `holdfast_cancel`
+//! and `holdfast_interrupt`; notifications are hints, so the loop also polls
+//! (and renewals report cancels and interrupts).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -165,6 +166,15 @@ impl Worker {
                     drain_deadline = Some(Instant::now() + Duration::from_secs(3600));
                 }
                 message = notification => match message {
+                    Some(n) if n.channel() == "holdfast_interrupt" => {
+                        // "agent_id input_id" (create_input_or_replay).
+                        let mut ids = n.payload().split(' ').map(str::parse::<Uuid>);
+                        if let (Some(Ok(agent)), Some(Ok(input))) = (ids.next(), ids.next()) {
+                            if let Some(flight) = self.in_flight.get(&agent) {
+                                flight.stop.interrupt(input);
+                            }
+                        }
+                    }
                     Some(n) if n.channel() == "holdfast_cancel" => {
                         if let Ok(agent) = n.payload().parse::<Uuid>() {
                             if let Some(flight) = self.in_flight.get(&agent) {
@@ -208,7 +218,7 @@ impl Worker {
         if self.session.is_none() {
             self.session = connect::listen_retrying(
                 &self.db,
-                &["holdfast_ready", "holdfast_cancel"],
+                &["holdfast_ready", "holdfast_cancel", "holdfast_interrupt"],
                 &RECONNECT,
                 shutdown,
                 "worker",
@@ -323,6 +333,9 @@ impl Worker {
                 flight.valid_until = sent_at + self.settings.lease_ttl;
                 if renewal.cancel_requested {
                     flight.stop.stop(StopReason::Cancel);
+                }
+                if let Some(input) = renewal.interrupt_input {
+                    flight.stop.interrupt(input);
                 }
             }
         }

@@ -65,7 +65,75 @@ pub struct Input {
     pub id: Uuid,
     pub agent_id: Uuid,
     pub content: Value,
+    pub mode: InputMode,
+    pub status: InputStatus,
     pub created_at: DateTime<Utc>,
+}
+
+/// How an input joins the agent's turns (docs/api.md, "Steering modes").
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    EnumString,
+    IntoStaticStr,
+    Display,
+    VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum InputMode {
+    /// Joins the open turn: its next model call sees it.
+    #[default]
+    Steer,
+    /// Waits for the open turn to end, then opens the next turn.
+    Queue,
+    /// Joins the open turn and aborts a model call in flight, which is made
+    /// again with it (a running tool call is never interrupted).
+    Interrupt,
+}
+
+/// Where an input stands.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    EnumString,
+    IntoStaticStr,
+    Display,
+    VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum InputStatus {
+    /// Queued: waiting for the open turn to end (removable).
+    Queued,
+    /// In the open turn, not yet seen by a saved model call.
+    Pending,
+    /// In the history.
+    Consumed,
+    /// Taken back while queued.
+    Removed,
+}
+
+/// Which of an agent's waiting inputs to list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, EnumString, IntoStaticStr)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum WaitingInputs {
+    /// Waiting for the open turn to end.
+    Queued,
+    /// In the open turn, not yet seen by a saved model call.
+    Pending,
 }
 
 /// What `request_cancel` did.

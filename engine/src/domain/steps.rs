@@ -23,6 +23,9 @@ pub struct Renewal {
     pub renewed: bool,
     /// A cancel is pending for this agent's turn.
     pub cancel_requested: bool,
+    /// The newest interrupt input of the turn not yet consumed: a model
+    /// call in flight that did not include it is to be aborted.
+    pub interrupt_input: Option<Uuid>,
 }
 
 /// A saved model response, ready to commit.

@@ -7,7 +7,9 @@ use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::parse_text;
-use crate::domain::{Agent, AgentState, CancelOutcome, Input, InputCreated, LimitMaxima};
+use crate::domain::{
+    Agent, AgentState, CancelOutcome, Input, InputCreated, InputMode, LimitMaxima, WaitingInputs,
+};
 use crate::error::Result;
 use crate::telemetry::TraceHeaders;
 
@@ -62,24 +64,36 @@ pub async fn create_input(
     content: &Value,
     idempotency_key: Option<&str>,
 ) -> Result<InputCreated> {
-    create_traced_input(client, agent, content, idempotency_key, None).await
+    create_traced_input(
+        client,
+        agent,
+        content,
+        idempotency_key,
+        None,
+        InputMode::Steer,
+    )
+    .await
 }
 
-/// [`create_input`] with the W3C trace context the input was posted with:
-/// the steps of the turn it opens are children of it.
+/// [`create_input`] with the W3C trace context the input was posted with
+/// (the steps of the turn it opens are children of it) and its steering
+/// mode.
 pub async fn create_traced_input(
     client: &impl GenericClient,
     agent: Uuid,
     content: &Value,
     idempotency_key: Option<&str>,
     trace: Option<&TraceHeaders>,
+    mode: InputMode,
 ) -> Result<InputCreated> {
     let parent = trace.map(|t| t.traceparent.as_str());
     let state = trace.and_then(|t| t.tracestate.as_deref());
+    let mode: &str = mode.into();
     let row = client
         .query_one(
-            "SELECT input_id, replayed FROM holdfast.create_input_or_replay($1, $2, $3, $4, $5)",
-            &[&agent, content, &idempotency_key, &parent, &state],
+            "SELECT input_id, replayed \
+               FROM holdfast.create_input_or_replay($1, $2, $3, $4, $5, $6)",
+            &[&agent, content, &idempotency_key, &parent, &state, &mode],
         )
         .await?;
     Ok(InputCreated {
@@ -221,18 +235,64 @@ pub async fn request_cancel(client: &impl GenericClient, agent: Uuid) -> Result<
     parse_text(row.get(0), "request_cancel")
 }
 
+/// The columns [`input_from_row`] reads; `status` is derived here, the one
+/// definition of it (a queued input is one no turn has admitted).
+const INPUT_COLUMNS: &str = "id, agent_id, content, mode, \
+     CASE WHEN removed_at IS NOT NULL THEN 'removed' \
+          WHEN consumed_at IS NOT NULL THEN 'consumed' \
+          WHEN admitted_at IS NULL THEN 'queued' ELSE 'pending' END, created_at";
+
+fn input_from_row(row: &tokio_postgres::Row) -> Result<Input> {
+    Ok(Input {
+        id: row.get(0),
+        agent_id: row.get(1),
+        content: row.get(2),
+        mode: parse_text(row.get(3), "mode")?,
+        status: parse_text(row.get(4), "status")?,
+        created_at: row.get(5),
+    })
+}
+
 /// One input by id.
 pub async fn get_input(client: &impl GenericClient, input: Uuid) -> Result<Option<Input>> {
     let row = client
         .query_opt(
-            "SELECT id, agent_id, content, created_at FROM holdfast.inputs WHERE id = $1",
+            &format!("SELECT {INPUT_COLUMNS} FROM holdfast.inputs WHERE id = $1"),
             &[&input],
         )
         .await?;
-    Ok(row.map(|r| Input {
-        id: r.get(0),
-        agent_id: r.get(1),
-        content: r.get(2),
-        created_at: r.get(3),
-    }))
+    row.as_ref().map(input_from_row).transpose()
+}
+
+/// An agent's inputs that still wait (queued, or pending in the open
+/// turn: both bounded by what waits), oldest first.
+pub async fn list_inputs(
+    client: &impl GenericClient,
+    agent: Uuid,
+    which: WaitingInputs,
+) -> Result<Vec<Input>> {
+    let filter = match which {
+        WaitingInputs::Queued => "admitted_at IS NULL AND removed_at IS NULL",
+        WaitingInputs::Pending => "admitted_at IS NOT NULL",
+    };
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {INPUT_COLUMNS} FROM holdfast.inputs \
+                  WHERE agent_id = $1 AND consumed_at IS NULL AND {filter} \
+                  ORDER BY created_at, id"
+            ),
+            &[&agent],
+        )
+        .await?;
+    rows.iter().map(input_from_row).collect()
+}
+
+/// Take back a queued input (`holdfast.remove_input`): [`Error::NotFound`],
+/// or [`Error::Conflict`] when a turn has taken it. Returns its agent.
+pub async fn remove_input(client: &impl GenericClient, input: Uuid) -> Result<Uuid> {
+    let row = client
+        .query_one("SELECT holdfast.remove_input($1)", &[&input])
+        .await?;
+    Ok(row.get(0))
 }

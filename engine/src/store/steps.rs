@@ -57,7 +57,7 @@ pub async fn renew_leases(
     let epochs: Vec<i64> = claims.iter().map(|c| c.epoch).collect();
     let rows = query_prepared(
         client,
-        "SELECT agent_id, renewed, cancel_requested \
+        "SELECT agent_id, renewed, cancel_requested, interrupt_input \
            FROM holdfast.renew_leases($1, $2, $3, $4::text::interval)",
         &[&worker, &agents, &epochs, &to_interval(ttl)],
     )
@@ -68,6 +68,7 @@ pub async fn renew_leases(
             agent_id: r.get(0),
             renewed: r.get(1),
             cancel_requested: r.get(2),
+            interrupt_input: r.get(3),
         })
         .collect())
 }
@@ -388,8 +389,7 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
                FROM holdfast.tool_calls WHERE agent_id = $1 ORDER BY created_at, step_id, position",
         ),
         client.statement(
-            "SELECT id, content FROM holdfast.inputs \
-              WHERE agent_id = $1 AND consumed_at IS NULL ORDER BY created_at, id",
+            "SELECT id, content FROM holdfast.turn_inputs($1)",
         ),
     )?;
     let db = client.client();
@@ -487,6 +487,23 @@ pub async fn spawn_subagent(
         )
         .await?;
     Ok(row.get(0))
+}
+
+/// The model call in flight was aborted for the interrupt inputs it did not
+/// include (`holdfast.commit_model_interrupt`): nothing of it is saved,
+/// `model.interrupted` is, and the agent is released for the call again.
+pub async fn commit_model_interrupt(
+    client: &impl GenericClient,
+    claim: Claim,
+    input_ids: &[Uuid],
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.commit_model_interrupt($1, $2, $3)",
+            &[&claim.agent_id, &claim.epoch, &input_ids],
+        )
+        .await?;
+    Ok(())
 }
 
 /// Save a compaction summary covering every message before `keep_from_seq`,
