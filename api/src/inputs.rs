@@ -1,4 +1,6 @@
-//! `POST /v1/agents/{id}/inputs`, idempotent by `Idempotency-Key`.
+//! `POST /v1/agents/{id}/inputs`, idempotent by `Idempotency-Key`; the
+//! waiting inputs (`GET /v1/agents/{id}/inputs`) and taking back a queued
+//! one (`DELETE /v1/inputs/{id}`).
 //!
 //! The response is built only from the saved input row, so a replay returns
 //! exactly the first response (plus `Idempotent-Replayed: true`). The key's
@@ -10,14 +12,17 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use holdfast_client::wire::error::ErrorBody;
-use holdfast_client::wire::inputs::{InputRequest, InputView};
+use holdfast_client::wire::inputs::{InputList, InputRequest, InputView};
+use holdfast_engine::domain::WaitingInputs;
 use holdfast_engine::store;
 use holdfast_engine::telemetry::TraceHeaders;
+use serde::Deserialize;
+use utoipa::IntoParams;
 use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::extract::{ApiJson, ApiPath};
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::observe::record_agent;
 use crate::state::AppState;
 
@@ -46,7 +51,7 @@ const TRACESTATE: &str = "tracestate";
         (status = 404, body = ErrorBody),
         (status = 409, description = "the agent is archived", body = ErrorBody),
         (status = 413, body = ErrorBody),
-        (status = 422, description = "`idempotency_key_reused`: the key was used with another body", body = ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`: the key was used with another body or mode", body = ErrorBody),
     )
 )]
 pub async fn create_input(
@@ -63,8 +68,15 @@ pub async fn create_input(
     if !store::agent_in_project(&**db, caller.project_id, id).await? {
         return Err(ApiError::agent_not_found(id));
     }
-    let created =
-        store::create_traced_input(&**db, id, &request.content, key, trace.as_ref()).await?;
+    let created = store::create_traced_input(
+        &**db,
+        id,
+        &request.content,
+        key,
+        trace.as_ref(),
+        request.mode,
+    )
+    .await?;
     let input = store::get_input(&**db, created.input_id)
         .await?
         .ok_or_else(ApiError::internal)?;
@@ -75,6 +87,79 @@ pub async fn create_input(
             .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     }
     Ok(response)
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct InputsQuery {
+    /// `queued` (the default: waiting for the open turn to end, removable)
+    /// or `pending` (in the open turn, not yet seen by a saved model call).
+    status: Option<WaitingInputs>,
+}
+
+/// List an agent's waiting inputs, oldest first.
+#[utoipa::path(
+    get,
+    path = "/v1/agents/{id}/inputs",
+    tag = "agents",
+    params(("id" = Uuid, Path, description = "agent id"), InputsQuery),
+    responses(
+        (status = 200, body = InputList),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+    )
+)]
+pub async fn list_inputs(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiQuery(query): ApiQuery<InputsQuery>,
+) -> Result<Json<InputList>, ApiError> {
+    record_agent(id);
+    let db = state.db().await?;
+    if !store::agent_in_project(&**db, caller.project_id, id).await? {
+        return Err(ApiError::agent_not_found(id));
+    }
+    let which = query.status.unwrap_or(WaitingInputs::Queued);
+    let inputs = store::list_inputs(&**db, id, which).await?;
+    Ok(Json(InputList {
+        inputs: inputs.into_iter().map(InputView::from).collect(),
+    }))
+}
+
+/// Take back a queued input before a turn admits it: it is never consumed,
+/// and `input.removed` is recorded.
+#[utoipa::path(
+    delete,
+    path = "/v1/inputs/{id}",
+    tag = "agents",
+    params(("id" = Uuid, Path, description = "input id")),
+    responses(
+        (status = 200, description = "removed", body = InputView),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "the input is not queued (a turn has taken it, or it was removed)", body = ErrorBody),
+    )
+)]
+pub async fn remove_input(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<InputView>, ApiError> {
+    let not_found = || ApiError::not_found(format!("input {id} not found"));
+    let db = state.db().await?;
+    let input = store::get_input(&**db, id).await?.ok_or_else(not_found)?;
+    if !store::agent_in_project(&**db, caller.project_id, input.agent_id).await? {
+        return Err(not_found());
+    }
+    record_agent(input.agent_id);
+    store::remove_input(&**db, id).await?;
+    let input = store::get_input(&**db, id)
+        .await?
+        .ok_or_else(ApiError::internal)?;
+    Ok(Json(InputView::from(input)))
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {

@@ -1,13 +1,17 @@
-//! `POST /v1/agents/{id}/inputs`: a message for an agent and the saved input.
+//! `/v1/agents/{id}/inputs` and `/v1/inputs/{id}`: messages for an agent,
+//! how each joins its turns (the steering mode), and the saved inputs.
 
 use chrono::{DateTime, Utc};
-use holdfast_engine::domain::Input;
+use holdfast_engine::domain::{Input, InputMode, InputStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-/// A message for the agent. Mid-turn, it steers the next model call.
+/// A message for the agent. Mid-turn, by its `mode`: it steers the next
+/// model call (`steer`, the default), waits for the turn to end and opens
+/// the next (`queue`), or aborts the model call in flight, which is made
+/// again with it (`interrupt`; a running tool call is never interrupted).
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InputRequest {
@@ -15,6 +19,8 @@ pub struct InputRequest {
     /// with a string `type`, e.g. `{"type": "text", "text": "..."}`).
     #[schema(value_type = Object)]
     pub content: Value,
+    #[serde(default)]
+    pub mode: InputMode,
 }
 
 /// A saved input.
@@ -24,6 +30,8 @@ pub struct InputView {
     pub agent_id: Uuid,
     #[schema(value_type = Object)]
     pub content: Value,
+    pub mode: InputMode,
+    pub status: InputStatus,
     pub created_at: DateTime<Utc>,
 }
 
@@ -33,7 +41,15 @@ impl From<Input> for InputView {
             id: input.id,
             agent_id: input.agent_id,
             content: input.content,
+            mode: input.mode,
+            status: input.status,
             created_at: input.created_at,
         }
     }
+}
+
+/// An agent's waiting inputs, oldest first.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct InputList {
+    pub inputs: Vec<InputView>,
 }

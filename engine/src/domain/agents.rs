@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use strum::{Display, EnumString, IntoStaticStr, VariantArray};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 /// An agent's state (see docs/state-machines.md).
@@ -84,6 +85,7 @@ pub struct Input {
     IntoStaticStr,
     Display,
     VariantArray,
+    ToSchema,
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
@@ -111,6 +113,7 @@ pub enum InputMode {
     IntoStaticStr,
     Display,
     VariantArray,
+    ToSchema,
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
@@ -126,7 +129,9 @@ pub enum InputStatus {
 }
 
 /// Which of an agent's waiting inputs to list.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, EnumString, IntoStaticStr)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, EnumString, IntoStaticStr, ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
 pub enum WaitingInputs {
