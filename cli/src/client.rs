@@ -14,6 +14,7 @@ use holdfast_client::wire::approvals::{
     QuestionView,
 };
 use holdfast_client::wire::inputs::InputRequest;
+use holdfast_engine::domain::InputMode;
 use holdfast_client::wire::tool_calls::{KindName, StatusFilter, ToolCallView, ToolResultRequest};
 use holdfast_client::{CallError, Client};
 use serde::Serialize;
@@ -136,10 +137,21 @@ pub struct SendArgs {
     /// command's own retries, so a retried send is recorded once).
     #[arg(long = "idempotency-key")]
     idempotency_key: Option<String>,
+    /// How the message joins the agent's turns: steer (the open turn's next
+    /// model call sees it), queue (it waits for the turn to end and opens
+    /// the next), interrupt (the model call in flight is aborted and made
+    /// again with it; a running tool is never interrupted).
+    #[arg(long, default_value = "steer", value_parser = parse_mode)]
+    mode: InputMode,
     #[arg(long)]
     json: bool,
     #[command(flatten)]
     endpoint: Endpoint,
+}
+
+fn parse_mode(text: &str) -> std::result::Result<InputMode, String> {
+    text.parse()
+        .map_err(|_| format!("{text:?} is not one of steer, queue, interrupt"))
 }
 
 #[derive(Args)]
@@ -384,6 +396,7 @@ pub async fn send(args: SendArgs) -> Result<()> {
         .unwrap_or_else(|| Uuid::new_v4().to_string());
     let input = InputRequest {
         content: json!(args.text),
+        mode: args.mode,
     };
     let answer = api
         .send_input(args.agent, &input, &key)

@@ -18,7 +18,8 @@ use crate::wire::approvals::{
     QuestionStatusName, QuestionView,
 };
 use crate::wire::events::EventList;
-use crate::wire::inputs::{InputRequest, InputView};
+use crate::wire::inputs::{InputList, InputRequest, InputView};
+use holdfast_engine::domain::WaitingInputs;
 use crate::wire::machines::{
     ClaimedList, HeartbeatRequest, HeartbeatView, MachineCreated, MachineList,
     RegisterMachineRequest, ResultRequest, ResultView, WakeRequest, WakeView,
@@ -292,6 +293,29 @@ impl Client {
             Some(idempotency_key),
         )
         .await
+    }
+
+    /// An agent's waiting inputs: queued (removable) or pending in the turn.
+    pub async fn list_inputs(
+        &self,
+        agent: Uuid,
+        which: WaitingInputs,
+    ) -> Result<InputList, CallError> {
+        self.get(&format!(
+            "/v1/agents/{agent}/inputs?status={}",
+            query_value(&which)
+        ))
+        .await
+    }
+
+    /// Take back a queued input (sent once, as [`Client::delete`]): 409 when
+    /// a turn has taken it.
+    pub async fn remove_input(&self, input: Uuid) -> Result<InputView, CallError> {
+        self.send(Retry::Once, || {
+            self.request(Method::DELETE, &format!("/v1/inputs/{input}"))
+        })
+        .await
+        .map(|answer| answer.body)
     }
 
     /// Up to 1000 of an agent's events after seq `after`.

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use holdfast_client::wire::inputs::{InputRequest, InputView};
 use holdfast_client::{Answer, CallError, Client, Retry};
+use holdfast_engine::domain::InputMode;
 use holdfast_engine::store;
 use serde_json::json;
 use uuid::Uuid;
@@ -44,6 +45,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let http_api = Client::with_http(http, &base, &key.key);
     let input = Arc::new(InputRequest {
         content: json!("Hello from the benchmark."),
+        mode: InputMode::Steer,
     });
     let postmaster = bench.cluster.postmaster_pid();
     let pg_ticks_before = postmaster.map_or(0, children_cpu_ticks);

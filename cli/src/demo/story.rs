@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use holdfast_client::follow::{follow, SavedEvent, StreamItem};
 use holdfast_client::wire::approvals::{ApprovalStatusName, Decision, DecisionRequest};
 use holdfast_client::wire::inputs::InputRequest;
+use holdfast_engine::domain::InputMode;
 use holdfast_client::wire::tool_calls::{KindName, StatusFilter, ToolResultRequest};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -55,6 +56,7 @@ impl Stack {
 
         let input = InputRequest {
             content: json!(script::INPUT),
+            mode: InputMode::Steer,
         };
         self.api.send_input(agent, &input, "demo-input-1").await?;
 
