@@ -303,6 +303,10 @@ async function agentPage(id, render) {
   });
 
   const inputText = el("textarea", { id: "input-text", "aria-label": "Message", required: true });
+  // The steering mode (docs/api.md): steer joins the turn, queue waits for
+  // it to end, interrupt aborts the model call in flight.
+  const inputMode = el("select", { id: "input-mode", "aria-label": "Mode" },
+    ...["steer", "queue", "interrupt"].map((mode) => el("option", { value: mode }, mode)));
   const inputStatus = el("p", { role: "status", id: "input-status" });
   // One Idempotency-Key per message: a double click, or a resend after a
   // failure whose request did land, repeats the key and the API saves the
@@ -311,14 +315,15 @@ async function agentPage(id, render) {
   const sendForm = el("form", { id: "send-input", onsubmit: async (e) => {
     e.preventDefault();
     const content = inputText.value;
-    if (draft?.content !== content) draft = { content, key: crypto.randomUUID() };
+    const mode = inputMode.value;
+    if (draft?.content !== content || draft?.mode !== mode) draft = { content, mode, key: crypto.randomUUID() };
     const sending = draft;
     try {
-      await api("POST", `/v1/agents/${id}/inputs`, { content }, { "Idempotency-Key": sending.key });
+      await api("POST", `/v1/agents/${id}/inputs`, { content, mode }, { "Idempotency-Key": sending.key });
       if (draft === sending) { draft = null; inputText.value = ""; }
       inputStatus.replaceChildren(el("span", { class: "notice" }, "sent"));
     } catch (error) { inputStatus.replaceChildren(errorLine(error)); }
-  } }, el("h3", {}, "Send an input"), inputText, el("button", { type: "submit", class: "primary", id: "send" }, "Send"), inputStatus);
+  } }, el("h3", {}, "Send an input"), inputText, inputMode, el("button", { type: "submit", class: "primary", id: "send" }, "Send"), inputStatus);
 
   const patchText = el("textarea", { id: "config-patch", "aria-label": "Config merge patch", "aria-describedby": "config-error" }, "{}");
   const patchStatus = el("p", { role: "status" });
