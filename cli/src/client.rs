@@ -14,9 +14,9 @@ use holdfast_client::wire::approvals::{
     QuestionView,
 };
 use holdfast_client::wire::inputs::InputRequest;
-use holdfast_engine::domain::InputMode;
 use holdfast_client::wire::tool_calls::{KindName, StatusFilter, ToolCallView, ToolResultRequest};
 use holdfast_client::{CallError, Client};
+use holdfast_engine::domain::InputMode;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;

@@ -19,7 +19,6 @@ use crate::wire::approvals::{
 };
 use crate::wire::events::EventList;
 use crate::wire::inputs::{InputList, InputRequest, InputView};
-use holdfast_engine::domain::WaitingInputs;
 use crate::wire::machines::{
     ClaimedList, HeartbeatRequest, HeartbeatView, MachineCreated, MachineList,
     RegisterMachineRequest, ResultRequest, ResultView, WakeRequest, WakeView,
@@ -28,6 +27,7 @@ use crate::wire::tool_calls::{
     KindName, StatusFilter, ToolCallList, ToolCallView, ToolResultRequest,
 };
 use crate::wire::usage::AgentUsage;
+use holdfast_engine::domain::WaitingInputs;
 
 /// Tries of a request that may be repeated, when it failed in transit or
 /// with 503.

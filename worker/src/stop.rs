@@ -63,7 +63,11 @@ impl StopSignal {
     pub async fn interrupted(&self, seen: &[Uuid]) -> Vec<Uuid> {
         let mut inputs = self.interrupts.subscribe();
         let unseen = |inputs: &Vec<Uuid>| -> Vec<Uuid> {
-            inputs.iter().filter(|i| !seen.contains(i)).copied().collect()
+            inputs
+                .iter()
+                .filter(|i| !seen.contains(i))
+                .copied()
+                .collect()
         };
         let found = match inputs.wait_for(|inputs| !unseen(inputs).is_empty()).await {
             Ok(inputs) => unseen(&inputs),
