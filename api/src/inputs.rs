@@ -94,6 +94,7 @@ pub async fn create_input(
 pub struct InputsQuery {
     /// `queued` (the default: waiting for the open turn to end, removable)
     /// or `pending` (in the open turn, not yet seen by a saved model call).
+    #[param(inline)]
     status: Option<WaitingInputs>,
 }
 

@@ -129,8 +129,15 @@ class HeartbeatView(TypedDict):
     machine_id: str
 
 
+InputMode = Literal['steer', 'queue', 'interrupt']
+
+
 class InputRequest(TypedDict):
     content: dict[str, Any]
+    mode: NotRequired[InputMode]
+
+
+InputStatus = Literal['queued', 'pending', 'consumed', 'removed']
 
 
 class InputView(TypedDict):
@@ -138,6 +145,8 @@ class InputView(TypedDict):
     content: dict[str, Any]
     created_at: str
     id: str
+    mode: InputMode
+    status: InputStatus
 
 
 KindName = Literal['external', 'internal', 'custom', 'question', 'command']
@@ -455,6 +464,10 @@ class HeartbeatRequest(TypedDict):
     commands: NotRequired[list[ReportedCommandBody]]
     session: str
     started: NotRequired[bool]
+
+
+class InputList(TypedDict):
+    inputs: list[InputView]
 
 
 class MachineActivityView(TypedDict):
