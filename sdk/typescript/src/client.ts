@@ -14,6 +14,7 @@ export type AgentConfig = Schemas["AgentConfig"];
 export type AgentState = Schemas["StateName"];
 export type CancelOutcome = Schemas["CancelView"];
 export type Input = Schemas["InputView"];
+export type InputMode = Schemas["InputMode"];
 export type Event = Schemas["EventView"];
 export type ToolCall = Schemas["ToolCallView"];
 export type Approval = Schemas["ApprovalView"];
@@ -106,15 +107,17 @@ export class Holdfast {
    * Send an input. One Idempotency-Key per call (yours, e.g. your message
    * id, or a fresh UUID), and every retry of a network error, 429 or 503
    * reuses it, so the input is recorded once however often it is tried.
+   * `mode` (default `steer`): `queue` waits for the open turn to end,
+   * `interrupt` aborts the model call in flight (docs/api.md).
    */
   async send(
     agentId: string,
     content: Input["content"] | string,
-    options: { idempotencyKey?: string; signal?: AbortSignal } = {},
+    options: { idempotencyKey?: string; mode?: InputMode; signal?: AbortSignal } = {},
   ): Promise<SendResult> {
     const key = options.idempotencyKey ?? (await newKey());
     const response = await this.request("POST", `/v1/agents/${enc(agentId)}/inputs`, {
-      body: { content },
+      body: options.mode === undefined ? { content } : { content, mode: options.mode },
       headers: { "Idempotency-Key": key },
       signal: options.signal,
     });

@@ -37,6 +37,7 @@ from .schema import (
     CreatedWebhookView,
     EventList,
     EventView,
+    InputMode,
     InputView,
     QuestionView,
     ToolCallView,
@@ -60,6 +61,11 @@ class SendResult:
 
 def _query(**params: Any) -> Dict[str, Any]:
     return {k: v for k, v in params.items() if v is not None}
+
+
+def _input_body(content: Any, mode: Optional[InputMode]) -> Dict[str, Any]:
+    """An input request: the mode only when chosen (the server's default is steer)."""
+    return {"content": content} if mode is None else {"content": content, "mode": mode}
 
 
 def _request_args(
@@ -150,13 +156,17 @@ class Holdfast:
     def json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self.request(method, path, **kwargs).json()
 
-    def send(self, agent_id: str, content: Any, *, idempotency_key: Optional[str] = None) -> SendResult:
+    def send(
+        self, agent_id: str, content: Any, *, idempotency_key: Optional[str] = None, mode: Optional[InputMode] = None
+    ) -> SendResult:
         """Send an input. One Idempotency-Key per call (yours, e.g. your
         message id, or a fresh UUID), reused by every retry of a network
-        error, 429 or 503, so the input is recorded once."""
+        error, 429 or 503, so the input is recorded once. ``mode`` (default
+        ``steer``): ``queue`` waits for the open turn to end, ``interrupt``
+        aborts the model call in flight (docs/api.md)."""
         key = idempotency_key or str(uuid.uuid4())
         response = self.request(
-            "POST", f"/v1/agents/{agent_id}/inputs", body={"content": content}, headers={"Idempotency-Key": key}
+            "POST", f"/v1/agents/{agent_id}/inputs", body=_input_body(content, mode), headers={"Idempotency-Key": key}
         )
         return SendResult(response.json(), response.headers.get("idempotent-replayed") == "true")
 
@@ -376,11 +386,13 @@ class AsyncHoldfast:
     async def json(self, method: str, path: str, **kwargs: Any) -> Any:
         return (await self.request(method, path, **kwargs)).json()
 
-    async def send(self, agent_id: str, content: Any, *, idempotency_key: Optional[str] = None) -> SendResult:
+    async def send(
+        self, agent_id: str, content: Any, *, idempotency_key: Optional[str] = None, mode: Optional[InputMode] = None
+    ) -> SendResult:
         """See :meth:`Holdfast.send`."""
         key = idempotency_key or str(uuid.uuid4())
         response = await self.request(
-            "POST", f"/v1/agents/{agent_id}/inputs", body={"content": content}, headers={"Idempotency-Key": key}
+            "POST", f"/v1/agents/{agent_id}/inputs", body=_input_body(content, mode), headers={"Idempotency-Key": key}
         )
         return SendResult(response.json(), response.headers.get("idempotent-replayed") == "true")
 
