@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use holdfast_engine::domain::ModelStep;
+use holdfast_engine::domain::{InputMode, ModelStep};
 use holdfast_engine::store;
 use holdfast_engine::telemetry::TraceHeaders;
 use holdfast_fakes::{FakeProvider, Reply};
@@ -246,10 +246,16 @@ async fn an_input_that_arrives_during_a_step_opens_the_next_turn_under_its_own_t
     let trace = |parent: &str| TraceHeaders::parse(parent, None).unwrap();
     let first = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let second = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let opening =
-        store::create_traced_input(&client, agent, &json!("one"), None, Some(&trace(first)))
-            .await
-            .unwrap();
+    let opening = store::create_traced_input(
+        &client,
+        agent,
+        &json!("one"),
+        None,
+        Some(&trace(first)),
+        InputMode::Steer,
+    )
+    .await
+    .unwrap();
     let claim = store::claim_agents(&client, "w", 1, Duration::from_secs(60))
         .await
         .unwrap()[0];
@@ -266,9 +272,16 @@ async fn an_input_that_arrives_during_a_step_opens_the_next_turn_under_its_own_t
     assert_eq!(turn_trace().await.as_deref(), Some(first));
     // The second input comes while the model answers the first: the step's
     // commit ends the turn and opens the next in one agent UPDATE.
-    store::create_traced_input(&client, agent, &json!("two"), None, Some(&trace(second)))
-        .await
-        .unwrap();
+    store::create_traced_input(
+        &client,
+        agent,
+        &json!("two"),
+        None,
+        Some(&trace(second)),
+        InputMode::Steer,
+    )
+    .await
+    .unwrap();
     let step = ModelStep {
         input_ids: vec![opening.input_id],
         message: vec![json!({"type": "text", "text": "done"})],
