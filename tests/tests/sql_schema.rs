@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use holdfast_engine::config::Provider;
 use holdfast_engine::domain::{
-    AgentState, ApprovalStatus, CommandResultState, QuestionStatus, ToolCallStatus, ToolKind,
-    WebhookDeliveryStatus,
+    AgentState, ApprovalStatus, CommandResultState, InputMode, QuestionStatus, ToolCallStatus,
+    ToolKind, WebhookDeliveryStatus,
 };
 use holdfast_engine::migrate::{self, FUNCTION_FILES, MIGRATIONS};
 use holdfast_tests::TestDb;
@@ -244,6 +244,7 @@ async fn each_text_enum_has_the_strings_of_its_column_check() {
     let client = db.connect().await;
     let columns = [
         ("agents", "state", strings_of::<AgentState>()),
+        ("inputs", "mode", strings_of::<InputMode>()),
         ("tool_calls", "kind", strings_of::<ToolKind>()),
         ("tool_calls", "status", strings_of::<ToolCallStatus>()),
         ("approvals", "status", strings_of::<ApprovalStatus>()),
