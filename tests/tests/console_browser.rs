@@ -819,7 +819,7 @@ async fn a_phone_sized_page_scrolls_only_down_and_reaches_every_action(
     assert_eq!(browser.eval(SIDEWAYS, vec![]).await, json!(false), "agent");
     let outside = browser
         .eval(
-            "return ['#cancel', '#archive', '#input-text', '#send', '#config-patch', '#apply-patch', \
+            "return ['#cancel', '#archive', '#input-text', '#input-mode', '#send', '#config-patch', '#apply-patch', \
                      '#config summary', '#sign-out'] \
                  .filter((css) => { const r = document.querySelector(css).getBoundingClientRect(); \
                                      return r.width === 0 || r.left < 0 || r.right > window.innerWidth; });",
@@ -905,7 +905,8 @@ async fn the_keyboard_reaches_the_list_and_the_actions_with_visible_focus(
         .send_keys("sent by keyboard")
         .await
         .unwrap();
-    tab_to(browser, "#send", 1).await;
+    // Past the mode dropdown (steer, the default, stays chosen).
+    tab_to(browser, "#send", 2).await;
     browser.screenshot("keyboard-focus").await;
     browser.press(Key::Enter).await;
     browser.wait_for_text("#input-status", "sent").await;
