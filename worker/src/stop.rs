@@ -69,11 +69,39 @@ impl StopSignal {
                 .copied()
                 .collect()
         };
-        let found = match inputs.wait_for(|inputs| !unseen(inputs).is_empty()).await {
-            Ok(inputs) => unseen(&inputs),
+        // The guard wait_for answers is dropped at once (it must not be
+        // held across an await).
+        let found = inputs
+            .wait_for(|inputs| !unseen(inputs).is_empty())
+            .await
+            .map(|inputs| unseen(&inputs));
+        match found {
+            Ok(found) => found,
             // The sender lives in self: it cannot be dropped while we wait.
-            Err(_) => Vec::new(),
-        };
-        found
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_model_call_is_interrupted_only_by_inputs_it_was_not_built_with() {
+        let signal = StopSignal::default();
+        let (seen, new) = (Uuid::new_v4(), Uuid::new_v4());
+        signal.interrupt(seen);
+        signal.interrupt(seen);
+        let built_with = [seen];
+        assert_eq!(signal.interrupted(&built_with).now_or_never(), None);
+        // Heard of before the call waits, or while it waits: both count.
+        let waiting = signal.interrupted(&built_with);
+        signal.interrupt(new);
+        assert_eq!(waiting.await, [new]);
+        assert_eq!(signal.interrupted(&[]).await, [seen, new]);
+        assert_eq!(signal.reason(), None, "an interrupt is not a stop");
     }
 }
