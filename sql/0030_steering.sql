@@ -16,9 +16,10 @@
 -- Existing inputs are steer inputs, admitted when they were created.
 --
 -- The functions (turn_inputs, admit_queued_input, remove_input,
--- list_queued_inputs, commit_model_interrupt, and create_input_or_replay
--- with p_mode, renew_leases with interrupt_input) are in
--- sql/functions/*.sql. Here: the columns, and the old signatures dropped.
+-- commit_model_interrupt, and create_input_or_replay with p_mode,
+-- renew_leases with interrupt_input) are in
+-- sql/functions/*.sql. Here: the columns, an index of queued inputs,
+-- agent_overview not counting removed inputs, and the old signatures dropped.
 
 ALTER TABLE holdfast.inputs
     ADD COLUMN mode text NOT NULL DEFAULT 'steer' CHECK (mode IN ('steer', 'queue', 'interrupt')),
@@ -38,3 +39,25 @@ CREATE INDEX inputs_queued_idx ON holdfast.inputs (agent_id, created_at, id)
 
 DROP FUNCTION IF EXISTS holdfast.create_input_or_replay(uuid, jsonb, text, text, text);
 DROP FUNCTION IF EXISTS holdfast.renew_leases(text, uuid[], bigint[], interval);
+
+-- agent_overview (0001) with pending_inputs leaving out removed inputs
+-- (queued ones count: they are waiting work).
+CREATE OR REPLACE VIEW holdfast.agent_overview AS
+SELECT a.id AS agent_id,
+       a.project_id,
+       a.state,
+       a.turn_open,
+       a.lease_owner,
+       a.lease_epoch,
+       a.lease_expires_at,
+       a.lease_pid,
+       a.run_after,
+       (SELECT count(*) FROM holdfast.tool_calls t
+         WHERE t.agent_id = a.id AND t.status NOT IN ('completed', 'cancelled')) AS pending_tool_calls,
+       (SELECT count(*) FROM holdfast.inputs i
+         WHERE i.agent_id = a.id AND i.consumed_at IS NULL AND i.removed_at IS NULL) AS pending_inputs,
+       a.last_event_seq,
+       a.last_event_at,
+       a.state_changed_at,
+       a.created_at
+  FROM holdfast.agents a;

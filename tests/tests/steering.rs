@@ -266,6 +266,15 @@ async fn queued_inputs_are_listed_and_removable_over_http_and_a_consumed_one_is_
     assert_eq!(taken.status(), StatusCode::CONFLICT);
     let listed: Value = list("queued").await.unwrap().json().await.unwrap();
     assert!(listed["inputs"].as_array().unwrap().is_empty());
+    let waiting: i64 = client
+        .query_one(
+            "SELECT pending_inputs FROM holdfast.agent_overview WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(waiting, 1, "the removed input is not waiting work");
 
     // Cancelling the turn makes "first" history; the removed input never
     // opens a turn: the agent is idle, and the removed input is no message.
