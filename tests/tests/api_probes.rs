@@ -23,6 +23,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/agents/{id}"),
     ("patch", "/v1/agents/{id}"),
     ("post", "/v1/agents/{id}/inputs"),
+    ("get", "/v1/agents/{id}/inputs"),
+    ("delete", "/v1/inputs/{id}"),
     ("post", "/v1/agents/{id}/cancel"),
     ("post", "/v1/agents/{id}/archive"),
     ("get", "/v1/agents/{id}/usage"),

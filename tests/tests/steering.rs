@@ -100,7 +100,7 @@ fn worker(name: &str, db: &TestDb, fake: &FakeProvider, extra: &[(&str, &str)]) 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_queued_input_waits_for_the_turn_to_end_and_opens_the_next_with_only_itself() {
+async fn a_queued_input_is_not_in_the_turn_it_waits_on_and_opens_the_next() {
     let db = TestDb::new().await;
     let client = db.connect().await;
     let fake = FakeProvider::start().await;
