@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use holdfast_engine::domain::InputMode;
+use holdfast_engine::domain::{InputMode, InputStatus, WaitingInputs};
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{project_key, ApiServer};
@@ -112,7 +112,7 @@ async fn a_queued_input_is_not_in_the_turn_it_waits_on_and_opens_the_next() {
 
     let queued = send(&client, agent, "two", InputMode::Queue).await;
     let steer = send(&client, agent, "steered", InputMode::Steer).await;
-    let listed = store::list_inputs(&client, agent, store_queued())
+    let listed = store::list_inputs(&client, agent, WaitingInputs::Queued)
         .await
         .unwrap();
     assert_eq!(listed.iter().map(|i| i.id).collect::<Vec<_>>(), [queued]);
@@ -134,14 +134,10 @@ async fn a_queued_input_is_not_in_the_turn_it_waits_on_and_opens_the_next() {
     assert_eq!(inputs.len(), 3, "each input consumed once: {history:?}");
     assert_eq!(inputs[1..], [queued, steer]);
     assert_eq!(count_events(&client, agent, "turn.started").await, 2);
-    assert!(store::list_inputs(&client, agent, store_queued())
+    assert!(store::list_inputs(&client, agent, WaitingInputs::Queued)
         .await
         .unwrap()
         .is_empty());
-}
-
-fn store_queued() -> holdfast_engine::domain::WaitingInputs {
-    holdfast_engine::domain::WaitingInputs::Queued
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -250,9 +246,16 @@ async fn queued_inputs_are_listed_and_removable_over_http_and_a_consumed_one_is_
         delete(&json!(Uuid::new_v4()), &key).await.unwrap().status(),
         StatusCode::NOT_FOUND
     );
-    let removed = delete(&queued["id"], &key).await.unwrap();
-    assert_eq!(removed.status(), StatusCode::OK);
-    assert_eq!(removed.json::<Value>().await.unwrap()["status"], "removed");
+    // The client crate's calls for the same two routes.
+    let sdk = api.client(&key);
+    let queued_id: Uuid = queued["id"].as_str().unwrap().parse().unwrap();
+    let via_client = sdk.list_inputs(agent, WaitingInputs::Queued).await.unwrap();
+    assert_eq!(
+        via_client.inputs.iter().map(|i| i.id).collect::<Vec<_>>(),
+        [queued_id]
+    );
+    let removed = sdk.remove_input(queued_id).await.unwrap();
+    assert_eq!(removed.status, InputStatus::Removed);
     assert_eq!(
         last_event_data(&client, agent, "input.removed").await["input_id"],
         queued["id"]
