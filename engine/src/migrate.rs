@@ -138,6 +138,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0028_tool_result_batches.sql",
         sql: include_str!("../../sql/0028_tool_result_batches.sql"),
     },
+    Migration {
+        version: 29,
+        name: "0029_attachments.sql",
+        sql: include_str!("../../sql/0029_attachments.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.
@@ -160,6 +165,7 @@ macro_rules! function_files {
 /// reader meets them in docs/sql.md.
 pub const FUNCTION_FILES: &[FunctionFile] = function_files![
     "base.sql",
+    "content.sql",
     "events.sql",
     "agents.sql",
     "leases.sql",

@@ -542,6 +542,10 @@ $$;
 -- with (checked by the API; the columns' CHECKs guard the form), stored
 -- with it; a replay keeps the first request's.
 --
+-- Image and document blocks (store_input_content) are saved with their
+-- files in holdfast.attachments and referenced by id; the replay check
+-- compares the content so stored (the same file gets the same id).
+--
 -- Locks: the agent row (so the input, its event and the state change are one
 -- step in the agent's history). Raises HF404 (agent), HF409 (archived), HF422.
 CREATE OR REPLACE FUNCTION holdfast.create_input_or_replay(
@@ -557,6 +561,9 @@ BEGIN
         PERFORM holdfast.raise('HF422', 'idempotency key must be 1 to 255 characters', 'idempotency_key');
     END IF;
     v_agent := holdfast.lock_agent(p_agent);
+    -- Images and documents checked for the agent's provider, their files
+    -- stored once; from here on the content references them.
+    p_content := holdfast.store_input_content(v_agent, p_content);
     IF p_idempotency_key IS NOT NULL THEN
         SELECT * INTO v_input FROM holdfast.inputs
          WHERE project_id = v_agent.project_id AND idempotency_key = p_idempotency_key;

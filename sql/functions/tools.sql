@@ -194,7 +194,9 @@ $$;
 -- outcome 'completed' (with the completed call, tool_call), 'not_found', 'conflict'
 -- (the call already has a result, was cancelled, or is not a custom call
 -- waiting for one; identical payloads included) or 'invalid' (output is
--- SQL NULL; JSON null is a valid output), with message and field. Raises
+-- SQL NULL; JSON null is a valid output; or its image or document blocks
+-- are malformed or not for the agent's provider: store_tool_output, which
+-- stores their files once), with message and field. Raises
 -- nothing of its own; any other error aborts the whole batch, and the API
 -- then submits its results one by one.
 CREATE OR REPLACE FUNCTION holdfast.submit_tool_results(p_results holdfast.tool_result[])
@@ -204,6 +206,7 @@ DECLARE
     v_row record;
     v_agent holdfast.agents;
     v_data jsonb;
+    v_stored record;
 BEGIN
     PERFORM 1 FROM holdfast.agents a
      WHERE a.id IN (SELECT t.agent_id FROM holdfast.tool_calls t
@@ -241,14 +244,21 @@ BEGIN
             outcome := 'conflict';
             message := format('tool call %s is %s', tool_call.id, tool_call.status);
         ELSE
-            outcome := 'completed';
+            -- Image and document blocks: checked, their files stored once.
+            SELECT * INTO v_agent FROM holdfast.agents WHERE id = tool_call.agent_id;
+            SELECT * INTO v_stored FROM holdfast.store_tool_output(v_agent, v_row.output);
+            outcome := CASE WHEN v_stored.message IS NULL THEN 'completed' ELSE 'invalid' END;
+            message := v_stored.message;
+            field := v_stored.field;
+        END IF;
+        IF outcome = 'completed' THEN
             UPDATE holdfast.tool_calls
-               SET status = 'completed', output = v_row.output,
+               SET status = 'completed', output = v_stored.output,
                    is_error = coalesce(v_row.is_error, false), completed_at = holdfast.now()
              WHERE id = tool_call.id
             RETURNING * INTO tool_call;
             v_data := jsonb_build_object('tool_call_id', tool_call.id, 'name', tool_call.name,
-                                         'output', v_row.output, 'is_error', tool_call.is_error);
+                                         'output', v_stored.output, 'is_error', tool_call.is_error);
             SELECT * INTO v_agent FROM holdfast.agents WHERE id = tool_call.agent_id;
             IF v_agent.state <> 'running' THEN
                 PERFORM holdfast.settle_agent_with(tool_call.agent_id, ARRAY['tool_call.completed'], ARRAY[v_data], NULL);

@@ -35,7 +35,10 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::classify::{classify_stream_error, incomplete_stream, invalid_response};
 use super::client::{event_data, event_type, forward, insert_if_set, StreamAssembler};
 use super::history::{normalise, tool_result_text};
-use super::{ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role, Usage};
+use super::{
+    media_blocks, ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role,
+    Usage,
+};
 use crate::config::{ModelConfig, ToolChoice, ToolEntry};
 use crate::sse::SseEvent;
 
@@ -203,16 +206,25 @@ fn block(block: &ContentBlock) -> Value {
             content,
             is_error,
         } => {
+            // Images and documents go as the result's own blocks, which
+            // the Messages API takes in a tool_result.
+            let content = match media_blocks(content) {
+                Some(blocks) => Value::Array(blocks.iter().map(self::block).collect()),
+                None => json!(tool_result_text(content)),
+            };
             let mut result = json!({
                 "type": "tool_result",
                 "tool_use_id": tool_use_id,
-                "content": tool_result_text(content),
+                "content": content,
             });
             if *is_error {
                 result["is_error"] = json!(true);
             }
             result
         }
+        // The saved shape is the Messages API's own.
+        ContentBlock::Image { source } => json!({"type": "image", "source": source}),
+        ContentBlock::Document { source } => json!({"type": "document", "source": source}),
         ContentBlock::Raw(raw) => raw.clone(),
     }
 }
