@@ -242,3 +242,33 @@ BEGIN
     END IF;
 END
 $$;
+
+-- A tool's output as a worker hands it over (an MCP server's images), kept
+-- rather than refused, since the result is already in hand: each image or
+-- document block with a problem (content_block_problem) becomes a text
+-- block saying why it was left out, the rest is stored as
+-- store_tool_output stores it. Output left with no image or document is the
+-- text of its blocks, one a line. The caller holds the agent's row lock.
+CREATE OR REPLACE FUNCTION holdfast.keep_tool_output(p_agent holdfast.agents, p_output jsonb)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    v_kept jsonb;
+BEGIN
+    IF NOT holdfast.is_media_blocks(p_output) THEN
+        RETURN p_output;
+    END IF;
+    SELECT jsonb_agg(CASE WHEN p.message IS NULL THEN b.value
+                          ELSE jsonb_build_object('type', 'text', 'text',
+                                   format('[%s left out: %s]', b.value ->> 'type', p.message)) END
+                     ORDER BY b.ordinality)
+      INTO v_kept
+      FROM jsonb_array_elements(p_output) WITH ORDINALITY b
+      LEFT JOIN LATERAL holdfast.content_block_problem(b.value, 'output', p_agent.config #>> '{model,provider}') p
+             ON b.value ->> 'type' IN ('image', 'document');
+    IF NOT holdfast.is_media_blocks(v_kept) THEN
+        RETURN to_jsonb((SELECT string_agg(b.value ->> 'text', E'\n' ORDER BY b.ordinality)
+                           FROM jsonb_array_elements(v_kept) WITH ORDINALITY b));
+    END IF;
+    RETURN holdfast.store_attachments(p_agent.id, v_kept);
+END
+$$;

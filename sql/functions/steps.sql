@@ -507,18 +507,21 @@ $$;
 -- Save one tool call's result with its event, fenced by the worker's lease.
 -- The agent stays leased (a batch may hold more calls); the worker releases it
 -- with release_agent when its batch is done. The step's and the event's seqs
--- come from one agent UPDATE. Raises HF001 (lease lost), HF404 (no such call
--- on this agent), HF409 (the call already has a result), HF422.
+-- come from one agent UPDATE. Image and document blocks are kept as
+-- keep_tool_output keeps them (stored once; a bad one left out with a note).
+-- Raises HF001 (lease lost), HF404 (no such call on this agent), HF409 (the
+-- call already has a result), HF422.
 CREATE OR REPLACE FUNCTION holdfast.commit_tool_result(
     p_agent uuid, p_epoch bigint, p_tool_call uuid, p_output jsonb, p_is_error boolean)
 RETURNS uuid LANGUAGE plpgsql AS $$
 DECLARE
+    v_agent holdfast.agents;
     v_call holdfast.tool_calls;
     v_step_id uuid;
     v_step_seq bigint;
     v_event_seq bigint;
 BEGIN
-    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
+    v_agent := holdfast.lock_leased_agent(p_agent, p_epoch);
     SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = p_tool_call AND agent_id = p_agent FOR UPDATE;
     IF NOT FOUND THEN
         PERFORM holdfast.raise('HF404', format('tool call %s not found', p_tool_call));
@@ -529,6 +532,8 @@ BEGIN
     IF p_output IS NULL THEN
         PERFORM holdfast.raise('HF422', 'output must not be null', 'output');
     END IF;
+    -- Images and documents (an MCP server's): their files stored once.
+    p_output := holdfast.keep_tool_output(v_agent, p_output);
     UPDATE holdfast.agents
        SET last_step_seq = last_step_seq + 1,
            last_event_seq = last_event_seq + 1, last_event_at = holdfast.now()

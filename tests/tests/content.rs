@@ -3,7 +3,8 @@
 //! the bytes are stored once however often they are sent, malformed blocks
 //! are refused naming the field and write nothing, a block the agent's
 //! provider cannot take is a 422 `unsupported_content`, a custom tool's
-//! image result reaches each provider, and the raised body limit of the
+//! image result reaches each provider, an MCP server's image reaches the
+//! model, and the raised body limit of the
 //! content routes ends in a 413.
 
 use std::time::Duration;
@@ -12,6 +13,7 @@ use base64::Engine;
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Protocol, Reply};
 use holdfast_tests::api_server::{error_of, project_key, ApiServer};
+use holdfast_tests::mcp_server::{McpTestServer, CHART_PNG};
 use holdfast_tests::scenario::{
     agent_with_config, answer_waiting_call, spawn_worker, wait_for_events,
 };
@@ -550,4 +552,39 @@ async fn the_content_routes_take_a_large_pdf_and_answer_413_past_their_limit() {
         .unwrap();
     assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
     server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_mcp_tool_result_image_reaches_the_model_and_one_it_cannot_take_is_left_out() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    let mcp = McpTestServer::start().await;
+    fake.push(Reply::tool_calls(vec![("charts__chart", json!({}))]));
+    fake.push(Reply::text("Sales rose."));
+    let allow = ("HOLDFAST_EGRESS_ALLOW", "mcp=127.0.0.1");
+    let _worker = spawn_worker("w-content-mcp", &db.config, &fake, &[allow]);
+    let config = json!({"model": {"provider": "anthropic", "name": "test-model"},
+                        "tools": [{"type": "mcp", "name": "charts", "url": mcp.url}]});
+    let agent = agent_with_config(&client, &config).await;
+    store::create_input(&client, agent, &json!("draw the chart"), None)
+        .await
+        .unwrap();
+    wait_for_events(&client, agent, "turn.completed", 1, T).await;
+
+    let request = fake.last_request().unwrap().body;
+    let result = &request["messages"][2]["content"][0];
+    assert_eq!(result["type"], "tool_result");
+    assert_eq!(
+        result["content"],
+        json!([
+            {"type": "text", "text": "the chart"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": CHART_PNG}},
+            {"type": "text", "text": "[image left out: media_type of an image must be one of image/jpeg, image/png, image/gif, image/webp]"},
+        ])
+    );
+    assert_eq!(attachments(&client, agent).await, 1);
+    let completed =
+        holdfast_tests::scenario::last_event_data(&client, agent, "tool_call.completed").await;
+    assert_eq!(completed["output"][1]["source"]["type"], "attachment");
 }
