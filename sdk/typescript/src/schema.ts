@@ -975,7 +975,10 @@ export interface components {
         InputRequest: {
             /**
              * @description A non-empty string, or a non-empty array of content blocks (objects
-             *     with a string `type`, e.g. `{"type": "text", "text": "..."}`).
+             *     with a string `type`, e.g. `{"type": "text", "text": "..."}`,
+             *     `{"type": "image", "source": {"type": "base64", "media_type":
+             *     "image/png", "data": "..."}}` or `{"type": "document", "source":
+             *     {"type": "url", "url": "https://..."}}`).
              */
             content: Record<string, unknown>;
         };
@@ -983,6 +986,11 @@ export interface components {
         InputView: {
             /** Format: uuid */
             agent_id: string;
+            /**
+             * @description As sent, but each base64 source of an image or document is its
+             *     stored attachment: `{"type": "attachment", "attachment_id",
+             *     "media_type", "size_bytes"}`.
+             */
             content: Record<string, unknown>;
             /** Format: date-time */
             created_at: string;
@@ -1415,7 +1423,10 @@ export interface components {
             is_error?: boolean | null;
             kind: components["schemas"]["KindName"];
             name: string;
-            /** @description Set once completed. */
+            /**
+             * @description Set once completed; an image's or document's base64 source is its
+             *     stored attachment (as in an input's content).
+             */
             output?: Record<string, unknown> | null;
             /** @description The provider's id for the call (`toolu_…`, `call_…`). */
             provider_id: string;
@@ -1498,7 +1509,11 @@ export interface components {
         ToolResultRequest: {
             /** @description The tool failed; the model is told so. */
             is_error?: boolean;
-            /** @description Any JSON (null included); sent to the model as the tool's result. */
+            /**
+             * @description Any JSON (null included); sent to the model as the tool's result.
+             *     An array of `text`, `image` and `document` blocks with at least one
+             *     image or document is sent as content (the blocks of an input).
+             */
             output: Record<string, unknown>;
         };
         /** @description One turn's usage. */
@@ -2300,6 +2315,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description the body is over the limit for content (48 MiB) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -2308,7 +2324,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `idempotency_key_reused`: the key was used with another body */
+            /** @description `idempotency_key_reused`: the key was used with another body; `unsupported_content`: the agent's provider cannot take an image or document block */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -3463,8 +3479,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `output` is larger than the server's limit */
+            /** @description `output` (its images' and documents' base64 aside) or the body is larger than the server's limit */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unsupported_content`: the agent's provider cannot take an image or document block of `output` */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
