@@ -261,6 +261,36 @@ mod tests {
     }
 
     #[test]
+    fn an_image_counts_its_estimated_tokens_not_its_base64_whether_input_or_tool_result() {
+        let image = json!({"type": "image",
+                           "source": {"type": "base64", "media_type": "image/png",
+                                      "data": "A".repeat(4_000_000)}});
+        let input = ModelRequest {
+            system: None,
+            ..request(vec![Message {
+                role: Role::User,
+                content: vec![serde_json::from_value(image.clone()).unwrap()],
+            }])
+        };
+        assert_eq!(estimate_tokens(&input), IMAGE_TOKENS + TOKENS_PER_MESSAGE);
+        let tool_result = ModelRequest {
+            system: None,
+            ..request(vec![Message {
+                role: Role::User,
+                content: vec![ContentBlock::ToolResult {
+                    tool_use_id: "t1".into(),
+                    content: json!([{"type": "text", "text": "abcd"}, image]),
+                    is_error: false,
+                }],
+            }])
+        };
+        assert_eq!(
+            estimate_tokens(&tool_result),
+            1 + IMAGE_TOKENS + TOKENS_PER_MESSAGE
+        );
+    }
+
+    #[test]
     fn split_never_orphans_a_tool_result() {
         let history = vec![
             text(Role::User, "check the hosts file"),

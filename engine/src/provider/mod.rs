@@ -283,3 +283,30 @@ pub enum ModelError {
     #[error("{error_type}: {message}")]
     Fatal { error_type: String, message: String },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn media_blocks_are_text_image_and_document_blocks_with_an_image_or_document() {
+        let png = json!({"type": "image",
+                         "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}});
+        let blocks = media_blocks(&json!([{"type": "text", "text": "chart"}, png])).unwrap();
+        assert_eq!(blocks.len(), 2);
+        assert_eq!(inline_media_bytes(&json!([png])), 4);
+        // Text blocks alone, other block types or other JSON keep their meaning.
+        assert_eq!(
+            media_blocks(&json!([{"type": "text", "text": "chart"}])),
+            None
+        );
+        assert_eq!(
+            media_blocks(&json!([png, {"type": "tool_use", "id": "t", "name": "n", "input": {}}])),
+            None
+        );
+        assert_eq!(media_blocks(&json!([png, 1])), None);
+        assert_eq!(media_blocks(&json!({"content": [png]})), None);
+        assert_eq!(inline_media_bytes(&json!({"content": [png]})), 0);
+    }
+}
