@@ -9,6 +9,7 @@
 
 pub mod agents;
 pub mod approvals;
+pub mod attachments;
 pub mod auth;
 pub mod console;
 pub mod error;
@@ -98,6 +99,7 @@ fn small_body_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(agents::cancel_agent))
         .routes(routes!(agents::archive_agent))
         .routes(routes!(usage::get_agent_usage))
+        .routes(routes!(attachments::get_attachment))
         .routes(routes!(events::list_events))
         .routes(routes!(stream::stream_events))
         .routes(routes!(tool_calls::list_tool_calls))

@@ -388,6 +388,52 @@ async fn a_block_the_agents_provider_cannot_take_is_422_unsupported_content() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_attachment_is_read_back_by_its_id_in_its_agents_project_only() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (server, key, agent) = api_agent(&db, "anthropic").await;
+    let response = post_input(&server, &key, agent, json!([png_block()])).await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let view: Value = response.json().await.unwrap();
+    let id = view["content"][0]["source"]["attachment_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/v1/agents/{agent}/attachments/{id}");
+
+    let response = server
+        .request(Method::GET, &path, &key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["content-type"], "image/png");
+    let bytes = response.bytes().await.unwrap();
+    assert_eq!(
+        bytes.as_ref(),
+        base64::engine::general_purpose::STANDARD
+            .decode(PNG)
+            .unwrap()
+    );
+
+    let (_, other_key) = project_key(&client).await;
+    let response = server
+        .request(Method::GET, &path, &other_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_of(response).await.0, StatusCode::NOT_FOUND);
+    let unknown = format!("/v1/agents/{agent}/attachments/{}", Uuid::new_v4());
+    let response = server
+        .request(Method::GET, &unknown, &key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_of(response).await.0, StatusCode::NOT_FOUND);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_custom_tool_result_image_reaches_each_provider_in_its_format() {
     let db = TestDb::new().await;
     let client = db.connect().await;
