@@ -933,6 +933,7 @@ export interface components {
             /**
              * @description Machine-readable: `invalid_request`, `invalid_json`, `unauthorized`,
              *     `not_found`, `conflict`, `idempotency_key_reused`, `model_not_permitted`,
+             *     `unsupported_content`,
              *     `payload_too_large`, `rate_limited`, `unavailable`, `internal`, ...
              */
             type: string;
