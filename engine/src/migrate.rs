@@ -138,6 +138,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0028_tool_result_batches.sql",
         sql: include_str!("../../sql/0028_tool_result_batches.sql"),
     },
+    Migration {
+        version: 32,
+        name: "0032_partitions.sql",
+        sql: include_str!("../../sql/0032_partitions.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.
@@ -169,6 +174,7 @@ pub const FUNCTION_FILES: &[FunctionFile] = function_files![
     "tools.sql",
     "api_keys.sql",
     "webhooks.sql",
+    "retention.sql",
     "machines.sql",
     "endpoints.sql",
 ];

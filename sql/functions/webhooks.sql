@@ -173,8 +173,9 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_inserted integer;
 BEGIN
-    INSERT INTO holdfast.webhook_deliveries (endpoint_id, agent_id, event_seq, event_id, event_type, next_attempt_at)
-    SELECT e.id, n.agent_id, n.seq, n.id, n.type, holdfast.now()
+    INSERT INTO holdfast.webhook_deliveries
+           (endpoint_id, agent_id, event_seq, event_created_at, event_id, event_type, next_attempt_at)
+    SELECT e.id, n.agent_id, n.seq, n.created_at, n.id, n.type, holdfast.now()
       FROM new_events n
       JOIN holdfast.agents a ON a.id = n.agent_id
       JOIN holdfast.webhook_endpoints e ON e.project_id = a.project_id
@@ -275,13 +276,16 @@ BEGIN
                next_attempt_at = v_now + p_lease, last_attempt_at = v_now
           FROM due
          WHERE d.id = due.id
-        RETURNING d.id, d.attempts, d.endpoint_id, d.agent_id, d.event_seq, due.next_attempt_at AS due_at
+        RETURNING d.id, d.attempts, d.endpoint_id, d.agent_id, d.event_seq, d.event_created_at,
+                  due.next_attempt_at AS due_at
     )
     SELECT c.id, c.attempts, c.endpoint_id, e.url, e.secret, c.due_at,
            ev.seq, ev.id, ev.agent_id, ev.type, ev.data, ev.created_at
       FROM claimed c
       JOIN holdfast.webhook_endpoints e ON e.id = c.endpoint_id
+      -- created_at (the partition key) lets the lookup skip the other partitions.
       JOIN holdfast.events ev ON ev.agent_id = c.agent_id AND ev.seq = c.event_seq
+                             AND ev.created_at = c.event_created_at
      ORDER BY c.due_at, c.id;
 END
 $$;
