@@ -41,39 +41,23 @@ CREATE TABLE holdfast.events (
 
 CREATE TABLE holdfast.events_default PARTITION OF holdfast.events DEFAULT;
 
--- Create the weekly partitions covering [p_from, p_until) that are missing.
--- A week whose rows already sit in the default partition is left there
--- (Postgres refuses the new partition; the week is skipped, not an error).
--- Returns how many partitions it created. The current definition lives in
--- sql/functions/retention.sql; this one is here because the migration needs
--- it before function files are applied.
-CREATE FUNCTION holdfast.ensure_event_partitions(p_from timestamptz, p_until timestamptz)
-RETURNS integer LANGUAGE plpgsql AS $$
+-- The weekly partitions for the rows being copied and the next two weeks,
+-- named as holdfast.ensure_event_partitions (sql/functions/retention.sql)
+-- names them; that function keeps creating them ahead from here on, and is
+-- not defined yet while migrations run.
+DO $$
 DECLARE
-    v_week timestamp := date_trunc('week', p_from AT TIME ZONE 'UTC');
-    v_name text;
-    v_created integer := 0;
+    v_week timestamp := date_trunc('week',
+        coalesce((SELECT min(created_at) FROM holdfast.events_unpartitioned), holdfast.now()) AT TIME ZONE 'UTC');
 BEGIN
-    WHILE v_week AT TIME ZONE 'UTC' < p_until LOOP
-        v_name := 'events_w' || to_char(v_week, 'YYYYMMDD');
-        IF to_regclass('holdfast.' || v_name) IS NULL THEN
-            BEGIN
-                EXECUTE format('CREATE TABLE holdfast.%I PARTITION OF holdfast.events FOR VALUES FROM (%L) TO (%L)',
-                               v_name, v_week AT TIME ZONE 'UTC', (v_week + interval '7 days') AT TIME ZONE 'UTC');
-                v_created := v_created + 1;
-            EXCEPTION WHEN check_violation THEN
-                RAISE NOTICE 'events of the week of % stay in events_default', v_week::date;
-            END;
-        END IF;
+    WHILE v_week AT TIME ZONE 'UTC' < holdfast.now() + interval '14 days' LOOP
+        EXECUTE format('CREATE TABLE holdfast.%I PARTITION OF holdfast.events FOR VALUES FROM (%L) TO (%L)',
+                       'events_w' || to_char(v_week, 'YYYYMMDD'),
+                       v_week AT TIME ZONE 'UTC', (v_week + interval '7 days') AT TIME ZONE 'UTC');
         v_week := v_week + interval '7 days';
     END LOOP;
-    RETURN v_created;
 END
 $$;
-
-SELECT holdfast.ensure_event_partitions(
-    coalesce((SELECT min(created_at) FROM holdfast.events_unpartitioned), holdfast.now()),
-    holdfast.now() + interval '14 days');
 
 INSERT INTO holdfast.events (agent_id, seq, id, type, data, created_at)
 SELECT agent_id, seq, id, type, data, created_at FROM holdfast.events_unpartitioned;
