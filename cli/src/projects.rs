@@ -116,7 +116,7 @@ pub async fn run(db: &Database, command: ProjectsCommand) -> Result<()> {
 /// days, else seconds.
 fn display_retention(d: Duration) -> String {
     let secs = d.as_secs();
-    if secs % 86_400 == 0 && d.subsec_nanos() == 0 {
+    if secs.is_multiple_of(86_400) && d.subsec_nanos() == 0 {
         format!("{}d", secs / 86_400)
     } else {
         format!("{}s", d.as_secs_f64())

@@ -227,13 +227,9 @@ async fn run(plan: Plan) {
     let archive = store::ensure_project(&setup, "chaos-archive")
         .await
         .unwrap();
-    store::set_project_retention(
-        &setup,
-        "chaos-archive",
-        Some(Duration::from_secs(86_400)),
-    )
-    .await
-    .unwrap();
+    store::set_project_retention(&setup, "chaos-archive", Some(Duration::from_secs(86_400)))
+        .await
+        .unwrap();
     let maintenance_env = [
         ("HOLDFAST_MAINTENANCE_INTERVAL", "200ms"),
         ("HOLDFAST_EGRESS_ALLOW", "webhook=127.0.0.1"),
