@@ -17,8 +17,9 @@
 -- Create the weekly partitions covering [p_from, p_until) that are missing
 -- (`events_wYYYYMMDD`, named after the week's Monday, UTC). A week whose
 -- rows already sit in the default partition is left there (Postgres
--- refuses the new partition; the week is skipped, not an error). Returns
--- how many partitions it created.
+-- refuses the new partition; the week is skipped, not an error), as is one
+-- another session created at the same time. Returns how many partitions it
+-- created.
 CREATE OR REPLACE FUNCTION holdfast.ensure_event_partitions(p_from timestamptz, p_until timestamptz)
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
@@ -33,8 +34,13 @@ BEGIN
                 EXECUTE format('CREATE TABLE holdfast.%I PARTITION OF holdfast.events FOR VALUES FROM (%L) TO (%L)',
                                v_name, v_week AT TIME ZONE 'UTC', (v_week + interval '7 days') AT TIME ZONE 'UTC');
                 v_created := v_created + 1;
-            EXCEPTION WHEN check_violation THEN
-                RAISE NOTICE 'events of the week of % stay in events_default', v_week::date;
+            EXCEPTION
+                WHEN check_violation THEN
+                    RAISE NOTICE 'events of the week of % stay in events_default', v_week::date;
+                -- Another maintenance process created it first (a race on
+                -- the catalog's unique index when both were in flight).
+                WHEN duplicate_table OR unique_violation THEN
+                    NULL;
             END;
         END IF;
         v_week := v_week + interval '7 days';
