@@ -341,7 +341,12 @@ BEGIN
             PERFORM holdfast.raise('HF422', 'budget must be an object', 'budget');
         END IF;
         PERFORM holdfast.refuse_unknown_keys(p_config -> 'budget',
-            '{max_tokens_per_turn,max_tokens_per_agent,max_cost_usd_per_turn,max_cost_usd_per_agent}', 'budget.');
+            '{max_tokens_per_turn,max_tokens_per_agent,max_cost_usd_per_turn,max_cost_usd_per_agent,on_exceeded}', 'budget.');
+        IF p_config -> 'budget' ? 'on_exceeded'
+           AND coalesce(p_config #>> '{budget,on_exceeded}' NOT IN ('fail', 'ask')
+                        OR jsonb_typeof(p_config #> '{budget,on_exceeded}') <> 'string', true) THEN
+            PERFORM holdfast.raise('HF422', 'budget.on_exceeded must be "fail" or "ask"', 'budget.on_exceeded');
+        END IF;
         FOR v_name IN SELECT unnest(ARRAY['max_tokens_per_turn', 'max_tokens_per_agent']) LOOP
             IF p_config -> 'budget' ? v_name
                AND NOT holdfast.is_integer_between(p_config #> ARRAY['budget', v_name], 1, 9999999999) THEN
