@@ -143,6 +143,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0034_budget_approvals.sql",
         sql: include_str!("../../sql/0034_budget_approvals.sql"),
     },
+    Migration {
+        version: 35,
+        name: "0035_compaction_usage.sql",
+        sql: include_str!("../../sql/0035_compaction_usage.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

@@ -84,7 +84,8 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- An agent's usage, for GET /v1/agents/{id}/usage: the whole life's sum
--- (agents.usage) and each turn's sum over its model steps, oldest turn
+-- (agents.usage) and each turn's sum over its model calls (steps and
+-- compactions), oldest turn
 -- first (model steps saved since 0022): {"agent_id", "usage", "turns": [{"turn", "model_steps",
 -- "started_at", "usage"}]}. NULL when the agent is not in p_project. Reads
 -- only.
@@ -104,7 +105,7 @@ LANGUAGE sql STABLE AS $$
                                sum((s.usage).reasoning_tokens), sum((s.usage).cost_usd)
                               )::holdfast.token_usage AS usage
                       FROM holdfast.steps s
-                     WHERE s.agent_id = a.id AND s.kind = 'model' AND s.turn_seq IS NOT NULL
+                     WHERE s.agent_id = a.id AND s.kind IN ('model', 'compaction') AND s.turn_seq IS NOT NULL
                      GROUP BY s.turn_seq) t), '[]'))
       FROM holdfast.agents a
      WHERE a.id = p_agent AND a.project_id = p_project
