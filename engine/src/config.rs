@@ -167,10 +167,15 @@ pub enum ServiceTier {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ReasoningEffort {
+    /// No reasoning (the default of gpt-5.1 and later; earlier models refuse it).
+    #[serde(rename = "none")]
+    NoReasoning,
     Minimal,
     Low,
     Medium,
     High,
+    /// More than high (models after gpt-5.1-codex-max).
+    Xhigh,
 }
 
 /// The longest `model.user`, Anthropic's limit for `metadata.user_id`.

@@ -159,8 +159,8 @@ BEGIN
     END IF;
     IF p_config #> '{model,reasoning_effort}' IS NOT NULL
        AND (jsonb_typeof(p_config #> '{model,reasoning_effort}') <> 'string'
-            OR p_config #>> '{model,reasoning_effort}' NOT IN ('minimal', 'low', 'medium', 'high')) THEN
-        PERFORM holdfast.raise('HF422', 'model.reasoning_effort must be "minimal", "low", "medium" or "high"', 'model.reasoning_effort');
+            OR p_config #>> '{model,reasoning_effort}' NOT IN ('none', 'minimal', 'low', 'medium', 'high', 'xhigh')) THEN
+        PERFORM holdfast.raise('HF422', 'model.reasoning_effort must be "none", "minimal", "low", "medium", "high" or "xhigh"', 'model.reasoning_effort');
     END IF;
     v_choice := p_config #> '{model,tool_choice}';
     IF v_choice IS NOT NULL THEN

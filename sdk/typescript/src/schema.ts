@@ -1279,7 +1279,7 @@ export interface components {
          * @description `config.model.reasoning_effort` (OpenAI).
          * @enum {string}
          */
-        ReasoningEffort: "minimal" | "low" | "medium" | "high";
+        ReasoningEffort: "none" | "minimal" | "low" | "medium" | "high" | "xhigh";
         /** @description A machine to register. */
         RegisterMachineRequest: {
             /**

@@ -215,7 +215,7 @@ class QuestionView(TypedDict):
     tool_call_id: str
 
 
-ReasoningEffort = Literal['minimal', 'low', 'medium', 'high']
+ReasoningEffort = Literal['none', 'minimal', 'low', 'medium', 'high', 'xhigh']
 
 
 class RegisterMachineRequest(TypedDict):
