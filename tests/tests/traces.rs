@@ -18,6 +18,9 @@ use holdfast_tests::{default_config, project_and_agent, MaintenanceLoop, TestDb}
 use reqwest::Method;
 use serde_json::json;
 
+/// The dated snapshot the fake names as the model that answered.
+const ANSWERED_BY: &str = "claude-test-20260101";
+
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_ID: &str = "00f067aa0ba902b7";
 
@@ -38,8 +41,16 @@ async fn a_turn_across_a_worker_kill_is_one_trace_under_the_inputs_traceparent()
 
     // The first attempt's model call is held until its worker is killed.
     fake.push(Reply::hang());
-    fake.push(Reply::tool_calls(vec![("calc__increment", json!({"by": 2}))]).usage(120, 7));
-    fake.push(Reply::text("The counter is 2.").usage(150, 9));
+    fake.push(
+        Reply::tool_calls(vec![("calc__increment", json!({"by": 2}))])
+            .usage(120, 7)
+            .answered_by(ANSWERED_BY),
+    );
+    fake.push(
+        Reply::text("The counter is 2.")
+            .usage(150, 9)
+            .answered_by(ANSWERED_BY),
+    );
     let env = [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.as_str()),
         ("OTEL_SERVICE_NAME", "holdfast-worker"),
@@ -165,6 +176,11 @@ async fn a_turn_across_a_worker_kill_is_one_trace_under_the_inputs_traceparent()
         assert_eq!(
             chat.attribute("gen_ai.request.model").as_deref(),
             Some("claude-test")
+        );
+        assert_eq!(
+            chat.attribute("gen_ai.response.model").as_deref(),
+            Some(ANSWERED_BY),
+            "the model the response named"
         );
         assert!(
             steps

@@ -12,7 +12,7 @@
 use std::time::SystemTime;
 
 use holdfast_engine::domain::{AttemptTrace, Claim, LostAttempt};
-use holdfast_engine::provider::{ModelError, ModelRequest, Usage};
+use holdfast_engine::provider::{ModelError, ModelRequest, ModelResponse};
 use holdfast_engine::telemetry::{attempt_span_id, context_of, start_child, tracer};
 use opentelemetry::trace::{
     Link, SpanContext, SpanKind, Status, TraceContextExt, TraceFlags, TraceState, Tracer,
@@ -108,7 +108,8 @@ fn attempt_attributes(claim: Claim, epoch: i64) -> Vec<KeyValue> {
 /// Start a model call's span (`chat {model}`, a client span), a child of
 /// the current attempt.
 pub fn start_model_call(request: &ModelRequest) -> Context {
-    let provider = request.model.provider.to_string();
+    // The GenAI conventions name the vendor: `openai` for both OpenAI APIs.
+    let provider = request.model.provider.vendor().to_string();
     start_child(
         format!("chat {}", request.model.name),
         SpanKind::Client,
@@ -123,11 +124,16 @@ pub fn start_model_call(request: &ModelRequest) -> Context {
     )
 }
 
-/// End a model call's span with its usage, or the error it ended with.
-pub fn end_model_call(call: &Context, result: Result<&Usage, &ModelError>) {
+/// End a model call's span with its usage and the model that answered, or
+/// the error it ended with.
+pub fn end_model_call(call: &Context, result: Result<&ModelResponse, &ModelError>) {
     let span = call.span();
     match result {
-        Ok(usage) => {
+        Ok(response) => {
+            let usage = &response.usage;
+            if let Some(model) = &response.model {
+                span.set_attribute(KeyValue::new("gen_ai.response.model", model.clone()));
+            }
             span.set_attribute(KeyValue::new(
                 "gen_ai.usage.input_tokens",
                 i64::try_from(usage.input_tokens).unwrap_or(i64::MAX),
