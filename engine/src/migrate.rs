@@ -148,6 +148,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0035_compaction_usage.sql",
         sql: include_str!("../../sql/0035_compaction_usage.sql"),
     },
+    Migration {
+        version: 36,
+        name: "0036_delivery_traces.sql",
+        sql: include_str!("../../sql/0036_delivery_traces.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.
