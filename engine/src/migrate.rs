@@ -143,6 +143,21 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0032_partitions.sql",
         sql: include_str!("../../sql/0032_partitions.sql"),
     },
+    Migration {
+        version: 34,
+        name: "0034_budget_approvals.sql",
+        sql: include_str!("../../sql/0034_budget_approvals.sql"),
+    },
+    Migration {
+        version: 35,
+        name: "0035_compaction_usage.sql",
+        sql: include_str!("../../sql/0035_compaction_usage.sql"),
+    },
+    Migration {
+        version: 36,
+        name: "0036_delivery_traces.sql",
+        sql: include_str!("../../sql/0036_delivery_traces.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.
