@@ -143,6 +143,26 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0029_attachments.sql",
         sql: include_str!("../../sql/0029_attachments.sql"),
     },
+    Migration {
+        version: 32,
+        name: "0032_partitions.sql",
+        sql: include_str!("../../sql/0032_partitions.sql"),
+    },
+    Migration {
+        version: 34,
+        name: "0034_budget_approvals.sql",
+        sql: include_str!("../../sql/0034_budget_approvals.sql"),
+    },
+    Migration {
+        version: 35,
+        name: "0035_compaction_usage.sql",
+        sql: include_str!("../../sql/0035_compaction_usage.sql"),
+    },
+    Migration {
+        version: 36,
+        name: "0036_delivery_traces.sql",
+        sql: include_str!("../../sql/0036_delivery_traces.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.
@@ -175,6 +195,7 @@ pub const FUNCTION_FILES: &[FunctionFile] = function_files![
     "tools.sql",
     "api_keys.sql",
     "webhooks.sql",
+    "retention.sql",
     "machines.sql",
     "endpoints.sql",
 ];

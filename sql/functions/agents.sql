@@ -159,8 +159,8 @@ BEGIN
     END IF;
     IF p_config #> '{model,reasoning_effort}' IS NOT NULL
        AND (jsonb_typeof(p_config #> '{model,reasoning_effort}') <> 'string'
-            OR p_config #>> '{model,reasoning_effort}' NOT IN ('minimal', 'low', 'medium', 'high')) THEN
-        PERFORM holdfast.raise('HF422', 'model.reasoning_effort must be "minimal", "low", "medium" or "high"', 'model.reasoning_effort');
+            OR p_config #>> '{model,reasoning_effort}' NOT IN ('none', 'minimal', 'low', 'medium', 'high', 'xhigh')) THEN
+        PERFORM holdfast.raise('HF422', 'model.reasoning_effort must be "none", "minimal", "low", "medium", "high" or "xhigh"', 'model.reasoning_effort');
     END IF;
     v_choice := p_config #> '{model,tool_choice}';
     IF v_choice IS NOT NULL THEN
@@ -341,7 +341,12 @@ BEGIN
             PERFORM holdfast.raise('HF422', 'budget must be an object', 'budget');
         END IF;
         PERFORM holdfast.refuse_unknown_keys(p_config -> 'budget',
-            '{max_tokens_per_turn,max_tokens_per_agent,max_cost_usd_per_turn,max_cost_usd_per_agent}', 'budget.');
+            '{max_tokens_per_turn,max_tokens_per_agent,max_cost_usd_per_turn,max_cost_usd_per_agent,on_exceeded}', 'budget.');
+        IF p_config -> 'budget' ? 'on_exceeded'
+           AND coalesce(p_config #>> '{budget,on_exceeded}' NOT IN ('fail', 'ask')
+                        OR jsonb_typeof(p_config #> '{budget,on_exceeded}') <> 'string', true) THEN
+            PERFORM holdfast.raise('HF422', 'budget.on_exceeded must be "fail" or "ask"', 'budget.on_exceeded');
+        END IF;
         FOR v_name IN SELECT unnest(ARRAY['max_tokens_per_turn', 'max_tokens_per_agent']) LOOP
             IF p_config -> 'budget' ? v_name
                AND NOT holdfast.is_integer_between(p_config #> ARRAY['budget', v_name], 1, 9999999999) THEN

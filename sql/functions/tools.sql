@@ -22,7 +22,8 @@ BEGIN
         ON CONFLICT (tool_call_id) DO NOTHING RETURNING id INTO v_id;
         IF v_id IS NOT NULL THEN
             PERFORM holdfast.append_event(v_call.agent_id, 'approval.requested', jsonb_build_object(
-                'approval_id', v_id, 'tool_call_id', v_call.id, 'name', v_call.name, 'input', v_call.input));
+                'approval_id', v_id, 'kind', 'tool_call', 'tool_call_id', v_call.id, 'name', v_call.name,
+                'input', v_call.input));
         END IF;
     ELSIF v_call.status = 'waiting' AND v_call.kind = 'question' THEN
         v_question := coalesce(v_call.input ->> 'question', v_call.input #>> '{}', v_call.input::text);
@@ -84,10 +85,11 @@ $$;
 
 -- Decide an approval. p_decision: 'approve' | 'deny'. The first decision
 -- wins; the same decision again by the same person returns the approval
--- unchanged (idempotent); any other decision raises HF409. Approving lets
--- the call run (pending) or wait for its outside party; denying completes it
--- with an error output the model sees. Locks: the agent, then the call, then
--- the approval. Raises HF404, HF409, HF422.
+-- unchanged (idempotent); any other decision raises HF409. A tool-call
+-- approval: approving lets the call run (pending) or wait for its outside
+-- party; denying completes it with an error output the model sees. A
+-- budget approval: answer_budget_approval. Locks: the agent, then the call
+-- (tool-call approvals), then the approval. Raises HF404, HF409, HF422.
 CREATE OR REPLACE FUNCTION holdfast.answer_approval(p_approval uuid, p_decision text, p_by text, p_reason text DEFAULT NULL)
 RETURNS holdfast.approvals LANGUAGE plpgsql AS $$
 DECLARE
@@ -106,7 +108,9 @@ BEGIN
         PERFORM holdfast.raise('HF404', format('approval %s not found', p_approval));
     END IF;
     PERFORM holdfast.lock_agent(v_approval.agent_id);
-    SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = v_approval.tool_call_id FOR UPDATE;
+    IF v_approval.kind = 'tool_call' THEN
+        SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = v_approval.tool_call_id FOR UPDATE;
+    END IF;
     SELECT * INTO v_approval FROM holdfast.approvals WHERE id = p_approval FOR UPDATE;
     v_status := CASE p_decision WHEN 'approve' THEN 'approved' ELSE 'denied' END;
     IF v_approval.status <> 'pending' THEN
@@ -118,10 +122,12 @@ BEGIN
     UPDATE holdfast.approvals
        SET status = v_status, decided_by = p_by, reason = p_reason, decided_at = holdfast.now()
      WHERE id = p_approval RETURNING * INTO v_approval;
-    PERFORM holdfast.append_event(v_call.agent_id, 'approval.answered', jsonb_build_object(
-        'approval_id', p_approval, 'tool_call_id', v_call.id, 'decision', p_decision,
-        'by', p_by, 'reason', p_reason));
-    IF v_status = 'denied' THEN
+    PERFORM holdfast.append_event(v_approval.agent_id, 'approval.answered', jsonb_build_object(
+        'approval_id', p_approval, 'kind', v_approval.kind, 'tool_call_id', v_approval.tool_call_id,
+        'decision', p_decision, 'by', p_by, 'reason', p_reason));
+    IF v_approval.kind = 'budget' THEN
+        PERFORM holdfast.answer_budget_approval(v_approval);
+    ELSIF v_status = 'denied' THEN
         PERFORM holdfast.complete_waiting_call(v_call,
             to_jsonb(format('The user denied this tool call.%s',
                             coalesce(' Reason: ' || p_reason, ''))),

@@ -219,7 +219,7 @@ async fn model_step(deps: &StepDeps, claim: Claim, context: &StepContext) -> Res
         .complete(&request, &target, Some(&delta_tx))
         .with_context(call.clone())
         .await;
-    spans::end_model_call(&call, response.as_ref().map(|r| &r.usage));
+    spans::end_model_call(&call, response.as_ref());
     drop(delta_tx);
     // Deltas go out before the saved response, so a live client never sees
     // a delta after the model.response event it belongs to.

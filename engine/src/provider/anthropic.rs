@@ -33,7 +33,9 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::classify::{classify_stream_error, incomplete_stream, invalid_response};
-use super::client::{event_data, event_type, forward, insert_if_set, StreamAssembler};
+use super::client::{
+    answering_model, event_data, event_type, forward, insert_if_set, StreamAssembler,
+};
 use super::history::{normalise, tool_result_text};
 use super::{
     media_blocks, ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role,
@@ -254,6 +256,7 @@ pub(crate) struct AnthropicStream {
     blocks: BTreeMap<u64, Block>,
     stop_reason: Option<String>,
     usage: Usage,
+    model: Option<String>,
     complete: bool,
 }
 
@@ -293,6 +296,7 @@ impl StreamAssembler for AnthropicStream {
         let kind = event_type(&data, &event);
         match kind {
             "message_start" => {
+                self.model = answering_model(data.pointer("/message/model"));
                 if let Some(usage) = data.pointer("/message/usage") {
                     self.usage.input_tokens = input_tokens(usage).unwrap_or(0);
                     self.usage.output_tokens = usage
@@ -458,6 +462,7 @@ impl StreamAssembler for AnthropicStream {
             content,
             stop_reason: self.stop_reason,
             usage: self.usage,
+            model: self.model,
         })
     }
 }

@@ -253,6 +253,9 @@ pub struct ModelResponse {
     /// OpenAI's `stop` / `tool_calls` / `length` map to these.
     pub stop_reason: Option<String>,
     pub usage: Usage,
+    /// The model that answered, as the response names it (often a dated
+    /// snapshot of the alias requested); `None` when it named none.
+    pub model: Option<String>,
 }
 
 /// Why a model call failed, classified for the worker.

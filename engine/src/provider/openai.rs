@@ -23,7 +23,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::anthropic::parse_tool_input;
 use super::classify::{classify_stream_error, incomplete_stream, invalid_response};
-use super::client::{forward, insert_if_set, StreamAssembler};
+use super::client::{answering_model, forward, insert_if_set, StreamAssembler};
 use super::history::{normalise, tool_output_text};
 use super::{
     media_blocks, ContentBlock, Delta, DeltaKind, MediaSource, ModelError, ModelRequest,
@@ -211,6 +211,7 @@ pub(crate) struct OpenAiStream {
     calls: BTreeMap<u64, ToolCall>,
     finish_reason: Option<String>,
     usage: Usage,
+    model: Option<String>,
     complete: bool,
 }
 
@@ -228,6 +229,10 @@ impl StreamAssembler for OpenAiStream {
             .map_err(|e| invalid_response(format!("chunk is not JSON ({e}): {}", event.data)))?;
         if let Some(error) = chunk.get("error") {
             return Err(classify_stream_error(error));
+        }
+        // Every chunk repeats it.
+        if self.model.is_none() {
+            self.model = answering_model(chunk.get("model"));
         }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             let field = |name: &str| usage.get(name).and_then(Value::as_u64).unwrap_or(0);
@@ -315,6 +320,7 @@ impl StreamAssembler for OpenAiStream {
             content,
             stop_reason,
             usage: self.usage,
+            model: self.model,
         })
     }
 }

@@ -36,7 +36,9 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::anthropic::parse_tool_input;
 use super::classify::{incomplete_stream, invalid_response, says_context_too_long, truncate};
-use super::client::{event_data, event_type, forward, insert_if_set, StreamAssembler};
+use super::client::{
+    answering_model, event_data, event_type, forward, insert_if_set, StreamAssembler,
+};
 use super::history::{normalise, tool_output_text};
 use super::openai::{tool_choice, DOCUMENT_FILENAME};
 use super::{
@@ -206,6 +208,7 @@ pub(crate) struct ResponsesStream {
     items: BTreeMap<u64, Value>,
     stop_reason: Option<String>,
     usage: Usage,
+    model: Option<String>,
     complete: bool,
 }
 
@@ -235,6 +238,7 @@ impl StreamAssembler for ResponsesStream {
             }
             "response.completed" | "response.incomplete" => {
                 let response = data.get("response").unwrap_or(&Value::Null);
+                self.model = answering_model(response.get("model"));
                 if let Some(usage) = response.get("usage").filter(|u| u.is_object()) {
                     let count = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64);
                     self.usage = Usage {
@@ -321,6 +325,7 @@ impl StreamAssembler for ResponsesStream {
             content,
             stop_reason: Some(stop_reason),
             usage: self.usage,
+            model: self.model,
         })
     }
 }

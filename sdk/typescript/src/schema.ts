@@ -737,6 +737,11 @@ export interface components {
             max_uses?: number | null;
             user_location?: null | components["schemas"]["UserLocation"];
         };
+        /**
+         * @description What an approval asks.
+         * @enum {string}
+         */
+        ApprovalKindName: "tool_call" | "budget";
         ApprovalList: {
             approvals: components["schemas"]["ApprovalView"][];
         };
@@ -750,10 +755,19 @@ export interface components {
          * @enum {string}
          */
         ApprovalStatusName: "pending" | "approved" | "denied" | "cancelled";
-        /** @description A tool call waiting for approve or deny. */
+        /**
+         * @description Something waiting for a person's approve or deny: a tool call, or a turn
+         *     that reached its budget.
+         */
         ApprovalView: {
             /** Format: uuid */
             agent_id: string;
+            /**
+             * @description The budget reached (kind `budget`): `{"budget", "limit", "value",
+             *     "granted"}`, e.g. `{"budget": "max_tokens_per_turn", "limit": 20000,
+             *     "value": 20412, "granted": 0}`.
+             */
+            budget?: Record<string, unknown> | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -761,22 +775,32 @@ export interface components {
             decided_by?: string | null;
             /** Format: uuid */
             id: string;
+            kind: components["schemas"]["ApprovalKindName"];
             reason?: string | null;
             status: components["schemas"]["ApprovalStatusName"];
-            /** Format: uuid */
-            tool_call_id: string;
-            /** @description What it wants to call it with. */
-            tool_input: Record<string, unknown>;
-            /** @description The tool the model wants to call. */
-            tool_name: string;
+            /**
+             * Format: uuid
+             * @description The call waiting (kind `tool_call`).
+             */
+            tool_call_id?: string | null;
+            /** @description What it wants to call it with (kind `tool_call`). */
+            tool_input?: Record<string, unknown> | null;
+            /** @description The tool the model wants to call (kind `tool_call`). */
+            tool_name?: string | null;
         };
+        /**
+         * @description What a reached budget does to its turn.
+         * @enum {string}
+         */
+        BudgetOnExceeded: "fail" | "ask";
         /**
          * @description `config.budget`: the most model usage a turn and the agent may reach
          *     (tokens: input + output; cost: USD at the operator's prices, so a cost
          *     budget counts only priced models). Checked in SQL before each model
-         *     call: once a sum has reached its maximum, the turn ends with
-         *     `turn.failed` `budget_exceeded` and the call is not made (a turn may
-         *     pass a maximum by the one call that reached it).
+         *     call: once a sum has reached its maximum, the call is not made and the
+         *     turn ends with `turn.failed` `budget_exceeded`, or, with `on_exceeded:
+         *     "ask"`, waits on a budget approval (a turn may pass a maximum by the one
+         *     call that reached it).
          */
         BudgetSettings: {
             /**
@@ -793,6 +817,7 @@ export interface components {
             max_tokens_per_agent?: number | null;
             /** Format: int64 */
             max_tokens_per_turn?: number | null;
+            on_exceeded?: null | components["schemas"]["BudgetOnExceeded"];
         };
         /** @description The outcome of a cancel. */
         CancelView: {
@@ -1283,7 +1308,7 @@ export interface components {
          * @description `config.model.reasoning_effort` (OpenAI).
          * @enum {string}
          */
-        ReasoningEffort: "minimal" | "low" | "medium" | "high";
+        ReasoningEffort: "none" | "minimal" | "low" | "medium" | "high" | "xhigh";
         /** @description A machine to register. */
         RegisterMachineRequest: {
             /**
