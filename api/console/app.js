@@ -168,7 +168,10 @@ function eventCard(event) {
     case "tool_call.created": card.append(folded(`${d.name} (${d.kind}) input`, d.input)); break;
     case "tool_call.completed": card.append(el("p", {}, `${d.name}${d.is_error ? " — error" : ""}`), folded("output", d.output)); break;
     case "model.retry": card.append(el("p", {}, `attempt ${d.attempt}, retrying in ${d.delay_ms} ms: ${d.error?.message ?? JSON.stringify(d.error)}`)); break;
-    case "approval.requested": card.append(el("p", {}, `approve ${d.name}?`), folded("input", d.input)); break;
+    case "approval.requested":
+      if (d.kind === "budget") card.append(el("p", {}, `continue past ${d.budget.budget}?`), folded("budget", d.budget));
+      else card.append(el("p", {}, `approve ${d.name}?`), folded("input", d.input));
+      break;
     case "approval.answered": card.append(el("p", {}, `${d.decision} by ${d.by}${d.reason ? `: ${d.reason}` : ""}`)); break;
     case "question.asked": card.append(el("p", {}, d.question)); break;
     case "question.answered": card.append(el("p", {}, `${d.answer ?? ""} (${d.by ?? ""})`)); break;
@@ -209,9 +212,13 @@ function pendingForms(agentId, refresh) {
   }
   function approvalForm(approval) {
     const reason = el("input", { "aria-label": "Reason", placeholder: "reason (optional)" });
-    const decide = (decision) => submit(`${decision} ${approval.tool_name}`, () => api("POST", `/v1/approvals/${approval.id}`, { decision, by: by(), reason: reason.value || undefined }));
+    // A budget approval asks whether the turn may go past a reached budget.
+    const budget = approval.kind === "budget" ? approval.budget : null;
+    const what = budget ? `budget ${budget.budget}` : approval.tool_name;
+    const decide = (decision) => submit(`${decision} ${what}`, () => api("POST", `/v1/approvals/${approval.id}`, { decision, by: by(), reason: reason.value || undefined }));
     return el("form", { class: "approval", "data-id": approval.id, onsubmit: (e) => e.preventDefault() },
-      el("h3", {}, `Approve ${approval.tool_name}?`), json(approval.tool_input), reason,
+      el("h3", {}, budget ? `Continue past ${budget.budget} (${budget.value} of ${budget.limit})?` : `Approve ${approval.tool_name}?`),
+      budget ? json(budget) : json(approval.tool_input), reason,
       el("button", { type: "button", class: "primary approve", onclick: () => decide("approve") }, "Approve"), " ",
       el("button", { type: "button", class: "deny", onclick: () => decide("deny") }, "Deny"));
   }

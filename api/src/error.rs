@@ -111,7 +111,11 @@ impl ApiError {
 
 /// Message prefixes of SQL's HF422 errors that answer 422 (with the token as
 /// the error type) rather than 400.
-const UNPROCESSABLE_TOKENS: &[&str] = &["idempotency_key_reused", "model_not_permitted"];
+const UNPROCESSABLE_TOKENS: &[&str] = &[
+    "idempotency_key_reused",
+    "model_not_permitted",
+    "unsupported_content",
+];
 
 impl From<Error> for ApiError {
     fn from(e: Error) -> ApiError {
@@ -121,7 +125,8 @@ impl From<Error> for ApiError {
             // The SQL raises these tokens first in their messages on
             // purpose: a well-formed request that is not permitted (a reused
             // idempotency key, a model endpoint or URL the project may not
-            // use) is a 422, told apart from malformed input (400).
+            // use, an image or document the agent's provider cannot take)
+            // is a 422, told apart from malformed input (400).
             Error::Invalid { field, message }
                 if UNPROCESSABLE_TOKENS.iter().any(|t| message.starts_with(t)) =>
             {

@@ -50,8 +50,8 @@ const TRACESTATE: &str = "tracestate";
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, description = "the agent is archived", body = ErrorBody),
-        (status = 413, body = ErrorBody),
-        (status = 422, description = "`idempotency_key_reused`: the key was used with another body or mode", body = ErrorBody),
+        (status = 413, description = "the body is over the limit for content (48 MiB)", body = ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`: the key was used with another body or mode; `unsupported_content`: the agent's provider cannot take an image or document block", body = ErrorBody),
     )
 )]
 pub async fn create_input(

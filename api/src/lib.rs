@@ -9,6 +9,7 @@
 
 pub mod agents;
 pub mod approvals;
+pub mod attachments;
 pub mod auth;
 pub mod console;
 pub mod error;
@@ -31,6 +32,7 @@ pub mod tool_calls;
 pub mod usage;
 pub mod webhooks;
 
+use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::Router;
 use tokio::net::TcpListener;
@@ -78,6 +80,19 @@ pub async fn serve(
 
 /// Every route with its handler and its OpenAPI entry, registered together.
 fn routes() -> OpenApiRouter<AppState> {
+    small_body_routes().merge(content_routes())
+}
+
+/// The routes whose bodies may carry images and documents, under
+/// [`ApiConfig::max_content_body_bytes`].
+fn content_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(inputs::create_input))
+        .routes(routes!(tool_calls::submit_tool_result))
+}
+
+/// The other routes, under [`ApiConfig::max_body_bytes`].
+fn small_body_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(agents::create_agent, agents::list_agents))
         .routes(routes!(agents::get_agent, agents::patch_agent))
@@ -86,10 +101,10 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(usage::get_agent_usage))
         .routes(routes!(inputs::create_input, inputs::list_inputs))
         .routes(routes!(inputs::remove_input))
+        .routes(routes!(attachments::get_attachment))
         .routes(routes!(events::list_events))
         .routes(routes!(stream::stream_events))
         .routes(routes!(tool_calls::list_tool_calls))
-        .routes(routes!(tool_calls::submit_tool_result))
         .routes(routes!(webhooks::create_webhook, webhooks::list_webhooks))
         .routes(routes!(webhooks::delete_webhook))
         .routes(routes!(provider_keys::list_provider_keys))
@@ -129,14 +144,21 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 
 /// The API's routes with their layers: tracing, metrics, the error shape
 /// for every error (axum's and tower-http's included), the request timeout,
-/// the body limit.
+/// the body limits.
 pub fn router(state: AppState) -> Router {
     let config = state.config().clone();
-    let (router, _) = routes().split_for_parts();
+    let (router, _) = small_body_routes().split_for_parts();
+    let (content, _) = content_routes().split_for_parts();
+    // Both limits: tower-http's counts the bytes as they come, axum's is the
+    // one its body extractor checks (2 MB unless told).
+    let content = content
+        .layer(RequestBodyLimitLayer::new(config.max_content_body_bytes))
+        .layer(DefaultBodyLimit::max(config.max_content_body_bytes));
     router
         .merge(console::routes())
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(RequestBodyLimitLayer::new(config.max_body_bytes))
+        .merge(content)
         .layer(RequestBodyTimeoutLayer::new(config.request_timeout))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,

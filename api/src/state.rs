@@ -28,8 +28,13 @@ pub struct ApiConfig {
     pub pool_size: usize,
     /// Request bodies past this are refused with 413.
     pub max_body_bytes: usize,
+    /// The same for the routes that take images and documents (inputs and
+    /// custom tool results): a 32 MiB PDF is about 43 MiB of base64.
+    pub max_content_body_bytes: usize,
     /// A custom tool result whose `output` serializes past this is refused
-    /// with 413: it would be sent to the model on every later call.
+    /// with 413: it would be sent to the model on every later call. The
+    /// base64 of its images and documents does not count: it is stored
+    /// once, apart (`holdfast.attachments`), within the per-file limits.
     pub max_tool_output_bytes: usize,
     /// Time to produce a response (not to stream one).
     pub request_timeout: Duration,
@@ -73,6 +78,7 @@ impl ApiConfig {
             database,
             pool_size: 16,
             max_body_bytes: 1024 * 1024,
+            max_content_body_bytes: 48 * 1024 * 1024,
             max_tool_output_bytes: 256 * 1024,
             request_timeout: Duration::from_secs(30),
             pool_wait: Duration::from_secs(5),

@@ -12,6 +12,7 @@ use holdfast_client::wire::tool_calls::{
 };
 use holdfast_engine::domain::ToolCall;
 use holdfast_engine::group_commit::GroupWrite;
+use holdfast_engine::provider::inline_media_bytes;
 use holdfast_engine::store::ToolResult;
 use holdfast_engine::{store, Error, Result};
 use serde::Deserialize;
@@ -82,7 +83,8 @@ pub async fn list_tool_calls(
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, description = "the call already has a result, was cancelled, or is not a custom call waiting for one; `tool_call` is the call as it stands", body = ErrorBody),
-        (status = 413, description = "`output` is larger than the server's limit", body = ErrorBody),
+        (status = 413, description = "`output` (its images' and documents' base64 aside) or the body is larger than the server's limit", body = ErrorBody),
+        (status = 422, description = "`unsupported_content`: the agent's provider cannot take an image or document block of `output`", body = ErrorBody),
     )
 )]
 pub async fn submit_tool_result(
@@ -97,7 +99,8 @@ pub async fn submit_tool_result(
         .await?
         .ok_or_else(|| ApiError::tool_call_not_found(id))?;
     record_agent(call.agent_id);
-    let size = serde_json::to_vec(&request.output).map_or(0, |bytes| bytes.len());
+    let size = serde_json::to_vec(&request.output).map_or(0, |bytes| bytes.len())
+        - inline_media_bytes(&request.output);
     let limit = state.config().max_tool_output_bytes;
     if size > limit {
         return Err(ApiError::new(

@@ -44,6 +44,9 @@ enum Scenario {
     /// Claim latency with 1k, 100k and 1M finished agents (10 events each) in the tables.
     #[value(name = "claim_scaling")]
     ClaimScaling,
+    /// Claim and commit latency with no history, then 10M and 20M events of finished agents' history in weekly partitions.
+    #[value(name = "history_scaling")]
+    HistoryScaling,
     /// Commit → SSE client delay with many clients on one agent, through `holdfast api`.
     #[value(name = "fanout")]
     Fanout,
@@ -53,7 +56,7 @@ enum Scenario {
     /// `POST /v1/agents/{id}/inputs` throughput through `holdfast api`, against pgbench -N.
     #[value(name = "api_inputs")]
     ApiInputs,
-    /// Every scenario above, in that order (claim_scaling last: it loads the most data).
+    /// Every scenario above, in that order (claim_scaling and history_scaling last: they load the most data).
     #[value(name = "all")]
     All,
 }
@@ -65,6 +68,7 @@ impl Scenario {
             Scenario::WakeLatency => "wake_latency",
             Scenario::Recovery => "recovery",
             Scenario::ClaimScaling => "claim_scaling",
+            Scenario::HistoryScaling => "history_scaling",
             Scenario::Fanout => "fanout",
             Scenario::Memory => "memory",
             Scenario::ApiInputs => "api_inputs",
@@ -82,6 +86,7 @@ impl Scenario {
                 Scenario::Memory,
                 Scenario::ApiInputs,
                 Scenario::ClaimScaling,
+                Scenario::HistoryScaling,
             ],
             one => vec![one],
         }
@@ -159,10 +164,11 @@ pub struct Options {
     /// (renewal every quarter of it).
     #[arg(long)]
     pub stop_lease_ttl_ms: Option<u64>,
-    /// claim_scaling: finished-agent counts, comma-separated, ascending.
+    /// claim_scaling: finished-agent counts; history_scaling: events of
+    /// history; comma-separated, ascending.
     #[arg(long, value_delimiter = ',')]
     pub sizes: Option<Vec<usize>>,
-    /// claim_scaling: events per finished agent.
+    /// claim_scaling and history_scaling: events per finished agent.
     #[arg(long)]
     pub events_per_agent: Option<usize>,
     /// fanout: SSE clients on the agent.
@@ -401,6 +407,7 @@ async fn run_one(bench: &Bench, scenario: Scenario) -> Result<Outcome> {
         Scenario::WakeLatency => scenarios::wake_latency::run(bench).await,
         Scenario::Recovery => scenarios::recovery::run(bench).await,
         Scenario::ClaimScaling => scenarios::claim_scaling::run(bench).await,
+        Scenario::HistoryScaling => scenarios::history_scaling::run(bench).await,
         Scenario::Fanout => scenarios::fanout::run(bench).await,
         Scenario::Memory => scenarios::memory::run(bench).await,
         Scenario::ApiInputs => scenarios::api_inputs::run(bench).await,

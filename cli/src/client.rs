@@ -533,12 +533,11 @@ pub async fn decide(args: DecideArgs, decision: Decision) -> Result<()> {
         print_json(&approval);
     } else {
         println!(
-            "approval {} {} by {} ({} {})",
+            "approval {} {} by {} ({})",
             args.approval,
             approval.status.as_str(),
             approval.decided_by.as_deref().unwrap_or("?"),
-            approval.tool_name,
-            approval.tool_input
+            approval.subject()
         );
     }
     Ok(())

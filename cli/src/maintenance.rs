@@ -29,6 +29,10 @@ pub struct MaintenanceArgs {
     /// accepted commands get machine_unreachable.
     #[arg(long = "machine-offline-after", env = "HOLDFAST_MACHINE_OFFLINE_AFTER", default_value = "30s", value_parser = parse_duration)]
     machine_offline_after: Duration,
+    /// Time between retention passes (event partitions ahead, expired ones
+    /// dropped, finished agents' rows past their project's retention pruned).
+    #[arg(long = "retention-interval", env = "HOLDFAST_RETENTION_INTERVAL", default_value = "1h", value_parser = parse_duration)]
+    retention_interval: Duration,
     /// Retry a webhook delivery until this long after its event, then mark it failed.
     #[arg(long = "webhook-retry-window", env = "HOLDFAST_WEBHOOK_RETRY_WINDOW", default_value = "10m", value_parser = parse_duration)]
     webhook_retry_window: Duration,
@@ -77,6 +81,7 @@ impl MaintenanceArgs {
             interval: self.interval,
             command_accept_timeout: self.command_accept_timeout,
             machine_offline_after: self.machine_offline_after,
+            retention_interval: self.retention_interval,
             webhooks: DispatcherSettings {
                 retry_window: self.webhook_retry_window,
                 request_timeout: self.webhook_timeout,
@@ -94,8 +99,10 @@ impl MaintenanceArgs {
 /// Run until SIGTERM or SIGINT, then stop every task and return.
 pub async fn run(db: &Database, args: MaintenanceArgs, egress: Arc<EgressPolicy>) -> Result<()> {
     anyhow::ensure!(
-        !args.command_accept_timeout.is_zero() && !args.machine_offline_after.is_zero(),
-        "HOLDFAST_COMMAND_ACCEPT_TIMEOUT and HOLDFAST_MACHINE_OFFLINE_AFTER must be positive"
+        !args.command_accept_timeout.is_zero()
+            && !args.machine_offline_after.is_zero()
+            && !args.retention_interval.is_zero(),
+        "HOLDFAST_COMMAND_ACCEPT_TIMEOUT, HOLDFAST_MACHINE_OFFLINE_AFTER and HOLDFAST_RETENTION_INTERVAL must be positive"
     );
     db.migrate().await?;
     let shutdown = CancellationToken::new();

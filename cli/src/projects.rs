@@ -5,9 +5,15 @@
 //!   credential.
 //! - `max-running NAME N|none`: a cap on the project's agents running at
 //!   once (claims skip the project while it is reached).
+//! - `retention NAME --events 30d|forever`: how long the project keeps its
+//!   finished agents' events, webhook deliveries and tool outputs (the
+//!   maintenance process prunes them, docs/sql.md "Event retention").
+
+use std::time::Duration;
 
 use anyhow::Result;
 use clap::Subcommand;
+use holdfast_engine::duration::parse_duration;
 use holdfast_engine::store;
 
 use crate::database::Database;
@@ -25,6 +31,36 @@ pub enum ProjectsCommand {
         #[arg(value_parser = parse_max_running, allow_negative_numbers = true)]
         max: MaxRunning,
     },
+    /// Keep the events, webhook deliveries and tool outputs of the project's
+    /// finished agents for this long (`30d`, `12h`, …; `forever`: never prune).
+    Retention {
+        project: String,
+        #[arg(long = "events", value_parser = parse_retention)]
+        events: Retention,
+    },
+}
+
+/// `None` is forever (an alias, so clap takes the parser's value whole).
+type Retention = Option<Duration>;
+
+/// `forever`, whole days (`30d`), or a duration as the settings take it.
+fn parse_retention(value: &str) -> Result<Retention, String> {
+    if value.eq_ignore_ascii_case("forever") {
+        return Ok(None);
+    }
+    let retention = match value.strip_suffix('d') {
+        Some(days) => days
+            .parse::<u64>()
+            .ok()
+            .and_then(|d| d.checked_mul(86_400))
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("expected whole days such as 30d, got {value:?}"))?,
+        None => parse_duration(value)?,
+    };
+    if retention.is_zero() {
+        return Err("retention must be positive (or `forever`)".into());
+    }
+    Ok(Some(retention))
 }
 
 /// `None` is no cap (an alias, so clap takes the parser's value whole).
@@ -62,6 +98,27 @@ pub async fn run(db: &Database, command: ProjectsCommand) -> Result<()> {
                 None => println!("agents of project {project} run without a cap"),
             }
         }
+        ProjectsCommand::Retention { project, events } => {
+            store::set_project_retention(&client, &project, events).await?;
+            match events {
+                Some(events) => println!(
+                    "project {project} keeps finished agents' events for {}",
+                    display_retention(events)
+                ),
+                None => println!("project {project} keeps finished agents' events forever"),
+            }
+        }
     }
     Ok(())
+}
+
+/// A retention as the operator wrote it back: whole days when it is whole
+/// days, else seconds.
+fn display_retention(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs.is_multiple_of(86_400) && d.subsec_nanos() == 0 {
+        format!("{}d", secs / 86_400)
+    } else {
+        format!("{}s", d.as_secs_f64())
+    }
 }

@@ -167,10 +167,15 @@ pub enum ServiceTier {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ReasoningEffort {
+    /// No reasoning (the default of gpt-5.1 and later; earlier models refuse it).
+    #[serde(rename = "none")]
+    NoReasoning,
     Minimal,
     Low,
     Medium,
     High,
+    /// More than high (models after gpt-5.1-codex-max).
+    Xhigh,
 }
 
 /// The longest `model.user`, Anthropic's limit for `metadata.user_id`.
@@ -616,9 +621,10 @@ pub struct LimitSettings {
 /// `config.budget`: the most model usage a turn and the agent may reach
 /// (tokens: input + output; cost: USD at the operator's prices, so a cost
 /// budget counts only priced models). Checked in SQL before each model
-/// call: once a sum has reached its maximum, the turn ends with
-/// `turn.failed` `budget_exceeded` and the call is not made (a turn may
-/// pass a maximum by the one call that reached it).
+/// call: once a sum has reached its maximum, the call is not made and the
+/// turn ends with `turn.failed` `budget_exceeded`, or, with `on_exceeded:
+/// "ask"`, waits on a budget approval (a turn may pass a maximum by the one
+/// call that reached it).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetSettings {
@@ -634,6 +640,21 @@ pub struct BudgetSettings {
     /// USD, more than 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost_usd_per_agent: Option<f64>,
+    /// What reaching a maximum does (default `fail`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_exceeded: Option<BudgetOnExceeded>,
+}
+
+/// What a reached budget does to its turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetOnExceeded {
+    /// The turn ends `turn.failed` `budget_exceeded`.
+    Fail,
+    /// The turn waits on an approval of kind `budget` ("continue past the
+    /// budget?"): approving allows one more maximum (for a per-turn
+    /// budget, in this turn), denying ends the turn `budget_exceeded`.
+    Ask,
 }
 
 impl AgentConfig {

@@ -139,9 +139,34 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../sql/0028_tool_result_batches.sql"),
     },
     Migration {
+        version: 29,
+        name: "0029_attachments.sql",
+        sql: include_str!("../../sql/0029_attachments.sql"),
+    },
+    Migration {
         version: 30,
         name: "0030_steering.sql",
         sql: include_str!("../../sql/0030_steering.sql"),
+    },
+    Migration {
+        version: 32,
+        name: "0032_partitions.sql",
+        sql: include_str!("../../sql/0032_partitions.sql"),
+    },
+    Migration {
+        version: 34,
+        name: "0034_budget_approvals.sql",
+        sql: include_str!("../../sql/0034_budget_approvals.sql"),
+    },
+    Migration {
+        version: 35,
+        name: "0035_compaction_usage.sql",
+        sql: include_str!("../../sql/0035_compaction_usage.sql"),
+    },
+    Migration {
+        version: 36,
+        name: "0036_delivery_traces.sql",
+        sql: include_str!("../../sql/0036_delivery_traces.sql"),
     },
 ];
 
@@ -165,6 +190,7 @@ macro_rules! function_files {
 /// reader meets them in docs/sql.md.
 pub const FUNCTION_FILES: &[FunctionFile] = function_files![
     "base.sql",
+    "content.sql",
     "events.sql",
     "agents.sql",
     "leases.sql",
@@ -174,6 +200,7 @@ pub const FUNCTION_FILES: &[FunctionFile] = function_files![
     "tools.sql",
     "api_keys.sql",
     "webhooks.sql",
+    "retention.sql",
     "machines.sql",
     "endpoints.sql",
 ];

@@ -157,12 +157,17 @@ pub fn context_of(traceparent: &str, tracestate: Option<&str>) -> Context {
 /// The `traceparent` (and `tracestate`) headers naming the current span,
 /// for an outbound request; none when no span is current or tracing is off.
 pub fn outbound_headers() -> Vec<(&'static str, String)> {
-    let context = Context::current();
+    outbound_headers_of(&Context::current())
+}
+
+/// The `traceparent` (and `tracestate`) headers naming `context`'s span;
+/// none when it has no valid span (tracing off, or no trace).
+pub fn outbound_headers_of(context: &Context) -> Vec<(&'static str, String)> {
     if !context.span().span_context().is_valid() {
         return Vec::new();
     }
     let mut headers = HashMap::new();
-    TraceContextPropagator::new().inject_context(&context, &mut HeaderCarrier(&mut headers));
+    TraceContextPropagator::new().inject_context(context, &mut HeaderCarrier(&mut headers));
     ["traceparent", "tracestate"]
         .into_iter()
         .filter_map(|name| {

@@ -346,6 +346,9 @@ async fn serve(
         .unwrap_or_else(|| lock(&shared.default_reply).clone());
     cx.cache_tokens = reply.cache_tokens;
     cx.reasoning_tokens = reply.reasoning_tokens;
+    if let Some(model) = &reply.answered_by {
+        cx.model.clone_from(model);
+    }
 
     if reply.hold == Some(Hold::BeforeHeaders) {
         let watch = AbortWatch {

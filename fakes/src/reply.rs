@@ -18,6 +18,8 @@ pub struct Reply {
     pub(crate) cache_tokens: (u64, u64),
     /// Of the output tokens, reasoning (OpenAI reports them).
     pub(crate) reasoning_tokens: u64,
+    /// The model the response says answered (`None`: the one requested).
+    pub(crate) answered_by: Option<String>,
     pub(crate) headers: Vec<(String, String)>,
 }
 
@@ -91,6 +93,7 @@ impl Reply {
             usage: None,
             cache_tokens: (0, 0),
             reasoning_tokens: 0,
+            answered_by: None,
             headers: Vec::new(),
         }
     }
@@ -295,6 +298,14 @@ impl Reply {
     /// `output_tokens_details.reasoning_tokens` (Responses).
     pub fn reasoning_tokens(mut self, n: u64) -> Reply {
         self.reasoning_tokens = n;
+        self
+    }
+
+    /// The response names `model` as the model that answered, as providers
+    /// name a dated snapshot of the alias requested
+    /// (`claude-sonnet-4-5` → `claude-sonnet-4-5-20250929`).
+    pub fn answered_by(mut self, model: impl Into<String>) -> Reply {
+        self.answered_by = Some(model.into());
         self
     }
 }

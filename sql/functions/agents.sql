@@ -159,8 +159,8 @@ BEGIN
     END IF;
     IF p_config #> '{model,reasoning_effort}' IS NOT NULL
        AND (jsonb_typeof(p_config #> '{model,reasoning_effort}') <> 'string'
-            OR p_config #>> '{model,reasoning_effort}' NOT IN ('minimal', 'low', 'medium', 'high')) THEN
-        PERFORM holdfast.raise('HF422', 'model.reasoning_effort must be "minimal", "low", "medium" or "high"', 'model.reasoning_effort');
+            OR p_config #>> '{model,reasoning_effort}' NOT IN ('none', 'minimal', 'low', 'medium', 'high', 'xhigh')) THEN
+        PERFORM holdfast.raise('HF422', 'model.reasoning_effort must be "none", "minimal", "low", "medium", "high" or "xhigh"', 'model.reasoning_effort');
     END IF;
     v_choice := p_config #> '{model,tool_choice}';
     IF v_choice IS NOT NULL THEN
@@ -341,7 +341,12 @@ BEGIN
             PERFORM holdfast.raise('HF422', 'budget must be an object', 'budget');
         END IF;
         PERFORM holdfast.refuse_unknown_keys(p_config -> 'budget',
-            '{max_tokens_per_turn,max_tokens_per_agent,max_cost_usd_per_turn,max_cost_usd_per_agent}', 'budget.');
+            '{max_tokens_per_turn,max_tokens_per_agent,max_cost_usd_per_turn,max_cost_usd_per_agent,on_exceeded}', 'budget.');
+        IF p_config -> 'budget' ? 'on_exceeded'
+           AND coalesce(p_config #>> '{budget,on_exceeded}' NOT IN ('fail', 'ask')
+                        OR jsonb_typeof(p_config #> '{budget,on_exceeded}') <> 'string', true) THEN
+            PERFORM holdfast.raise('HF422', 'budget.on_exceeded must be "fail" or "ask"', 'budget.on_exceeded');
+        END IF;
         FOR v_name IN SELECT unnest(ARRAY['max_tokens_per_turn', 'max_tokens_per_agent']) LOOP
             IF p_config -> 'budget' ? v_name
                AND NOT holdfast.is_integer_between(p_config #> ARRAY['budget', v_name], 1, 9999999999) THEN
@@ -551,6 +556,9 @@ $$;
 -- did not include it is aborted and made again (renew_leases reports it
 -- too). A queued input does not reset the retry budget
 -- (tg_inputs_reset_retry_budget): it is not part of the turn.
+-- Image and document blocks (store_input_content) are saved with their
+-- files in holdfast.attachments and referenced by id; the replay check
+-- compares the content so stored (the same file gets the same id).
 --
 -- Locks: the agent row (so the input, its event and the state change are one
 -- step in the agent's history). Raises HF404 (agent), HF409 (archived), HF422.
@@ -571,6 +579,9 @@ BEGIN
         PERFORM holdfast.raise('HF422', 'idempotency key must be 1 to 255 characters', 'idempotency_key');
     END IF;
     v_agent := holdfast.lock_agent(p_agent);
+    -- Images and documents checked for the agent's provider, their files
+    -- stored once; from here on the content references them.
+    p_content := holdfast.store_input_content(v_agent, p_content);
     IF p_idempotency_key IS NOT NULL THEN
         SELECT * INTO v_input FROM holdfast.inputs
          WHERE project_id = v_agent.project_id AND idempotency_key = p_idempotency_key;

@@ -23,7 +23,7 @@ $$;
 
 -- End an agent's open turn as cancelled: every tool call not yet finished
 -- (pending, awaiting_approval, waiting, running) becomes cancelled, so later
--- answers to them get HF409; the turn closes; a pending cancel request is
+-- answers to them get HF409, and so does a pending budget approval; the turn closes; a pending cancel request is
 -- cleared; turn.cancelled is appended with the cancelled calls' ids. Every
 -- input that arrived before the cancel was requested (before now, for an
 -- immediate cancel) becomes history, so the cancelled turn does not start
@@ -59,6 +59,8 @@ BEGIN
         RETURNING t.id, t.created_at, t.position
     )
     SELECT coalesce(jsonb_agg(c.id ORDER BY c.created_at, c.position), '[]') INTO v_cancelled FROM cancelled c;
+    UPDATE holdfast.approvals SET status = 'cancelled'
+     WHERE agent_id = p_agent AND kind = 'budget' AND status = 'pending';
     UPDATE holdfast.agents
        SET turn_open = false, cancel_requested_at = NULL, updated_at = holdfast.now()
      WHERE id = p_agent;

@@ -64,7 +64,8 @@ $$;
 -- the caller's own writes land: p_turn_open is the turn flag after them,
 -- p_new_runnable / p_new_waiting say whether tool calls the caller is about
 -- to insert are pending / waiting, p_consumed lists inputs it is about to
--- consume. Returns 'ready', 'waiting', 'idle', or 'new_turn' (ready, and a
+-- consume. An open turn waits while a budget approval of it is pending
+-- (end_turn_over_budget). Returns 'ready', 'waiting', 'idle', or 'new_turn' (ready, and a
 -- turn opens for waiting inputs, queued ones included: the caller appends
 -- turn.started, sets turn_open, model_attempts = 0, and admits the oldest
 -- queued input, admit_queued_input). Same precedence as 0001's settle_agent.
@@ -84,6 +85,9 @@ BEGIN
     IF v_runnable OR p_new_runnable THEN
         RETURN 'ready';
     ELSIF v_waiting OR p_new_waiting THEN
+        RETURN 'waiting';
+    ELSIF p_turn_open AND EXISTS (SELECT 1 FROM holdfast.approvals p
+                                   WHERE p.agent_id = p_agent AND p.kind = 'budget' AND p.status = 'pending') THEN
         RETURN 'waiting';
     ELSIF p_turn_open THEN
         RETURN 'ready';

@@ -488,7 +488,10 @@ END
 $$;
 
 -- Save a compaction: the summary (which covers every message before
--- p_keep_from_seq, including any earlier summary) and a `context.compacted`
+-- p_keep_from_seq, including any earlier summary), a step of kind
+-- 'compaction' with the summary call's usage (p_usage, priced at the
+-- model's price now, and added to the agent's turn_usage and usage: it is
+-- a paid model call, and budgets count it) and a `context.compacted`
 -- event, in one transaction; then release the agent (its turn is still
 -- open, so it is ready for the model call at once). Fenced (HF001).
 -- Raises HF422 when p_keep_from_seq does not move the start forward.
@@ -498,6 +501,10 @@ RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     v_agent holdfast.agents;
     v_replaced bigint;
+    v_provider text;
+    v_model text;
+    v_usage holdfast.token_usage;
+    v_step_seq bigint;
 BEGIN
     v_agent := holdfast.lock_leased_agent(p_agent, p_epoch);
     IF p_summary IS NULL OR btrim(p_summary) = '' THEN
@@ -509,9 +516,18 @@ BEGIN
     END IF;
     SELECT count(*) INTO v_replaced FROM holdfast.messages
      WHERE agent_id = p_agent AND seq >= v_agent.context_start_seq AND seq < p_keep_from_seq;
+    v_provider := v_agent.config #>> '{model,provider}';
+    v_model := v_agent.config #>> '{model,name}';
+    v_usage := holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model);
     UPDATE holdfast.agents
-       SET context_summary = p_summary, context_start_seq = p_keep_from_seq, model_attempts = 0
-     WHERE id = p_agent;
+       SET context_summary = p_summary, context_start_seq = p_keep_from_seq, model_attempts = 0,
+           last_step_seq = last_step_seq + 1,
+           turn_usage = holdfast.add_usage(turn_usage, v_usage),
+           usage = holdfast.add_usage(usage, v_usage)
+     WHERE id = p_agent
+    RETURNING last_step_seq INTO v_step_seq;
+    INSERT INTO holdfast.steps (agent_id, step_seq, kind, epoch, turn_seq, provider, model, usage)
+    VALUES (p_agent, v_step_seq, 'compaction', p_epoch, v_agent.turn_seq, v_provider, v_model, v_usage);
     PERFORM holdfast.append_event(p_agent, 'context.compacted', jsonb_build_object(
         'summary', p_summary, 'replaced_messages', v_replaced,
         'keep_from_seq', p_keep_from_seq, 'usage', coalesce(p_usage, '{}')));
@@ -522,18 +538,21 @@ $$;
 -- Save one tool call's result with its event, fenced by the worker's lease.
 -- The agent stays leased (a batch may hold more calls); the worker releases it
 -- with release_agent when its batch is done. The step's and the event's seqs
--- come from one agent UPDATE. Raises HF001 (lease lost), HF404 (no such call
--- on this agent), HF409 (the call already has a result), HF422.
+-- come from one agent UPDATE. Image and document blocks are kept as
+-- keep_tool_output keeps them (stored once; a bad one left out with a note).
+-- Raises HF001 (lease lost), HF404 (no such call on this agent), HF409 (the
+-- call already has a result), HF422.
 CREATE OR REPLACE FUNCTION holdfast.commit_tool_result(
     p_agent uuid, p_epoch bigint, p_tool_call uuid, p_output jsonb, p_is_error boolean)
 RETURNS uuid LANGUAGE plpgsql AS $$
 DECLARE
+    v_agent holdfast.agents;
     v_call holdfast.tool_calls;
     v_step_id uuid;
     v_step_seq bigint;
     v_event_seq bigint;
 BEGIN
-    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
+    v_agent := holdfast.lock_leased_agent(p_agent, p_epoch);
     SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = p_tool_call AND agent_id = p_agent FOR UPDATE;
     IF NOT FOUND THEN
         PERFORM holdfast.raise('HF404', format('tool call %s not found', p_tool_call));
@@ -544,6 +563,8 @@ BEGIN
     IF p_output IS NULL THEN
         PERFORM holdfast.raise('HF422', 'output must not be null', 'output');
     END IF;
+    -- Images and documents (an MCP server's): their files stored once.
+    p_output := holdfast.keep_tool_output(v_agent, p_output);
     UPDATE holdfast.agents
        SET last_step_seq = last_step_seq + 1,
            last_event_seq = last_event_seq + 1, last_event_at = holdfast.now()

@@ -22,7 +22,8 @@ BEGIN
         ON CONFLICT (tool_call_id) DO NOTHING RETURNING id INTO v_id;
         IF v_id IS NOT NULL THEN
             PERFORM holdfast.append_event(v_call.agent_id, 'approval.requested', jsonb_build_object(
-                'approval_id', v_id, 'tool_call_id', v_call.id, 'name', v_call.name, 'input', v_call.input));
+                'approval_id', v_id, 'kind', 'tool_call', 'tool_call_id', v_call.id, 'name', v_call.name,
+                'input', v_call.input));
         END IF;
     ELSIF v_call.status = 'waiting' AND v_call.kind = 'question' THEN
         v_question := coalesce(v_call.input ->> 'question', v_call.input #>> '{}', v_call.input::text);
@@ -84,10 +85,11 @@ $$;
 
 -- Decide an approval. p_decision: 'approve' | 'deny'. The first decision
 -- wins; the same decision again by the same person returns the approval
--- unchanged (idempotent); any other decision raises HF409. Approving lets
--- the call run (pending) or wait for its outside party; denying completes it
--- with an error output the model sees. Locks: the agent, then the call, then
--- the approval. Raises HF404, HF409, HF422.
+-- unchanged (idempotent); any other decision raises HF409. A tool-call
+-- approval: approving lets the call run (pending) or wait for its outside
+-- party; denying completes it with an error output the model sees. A
+-- budget approval: answer_budget_approval. Locks: the agent, then the call
+-- (tool-call approvals), then the approval. Raises HF404, HF409, HF422.
 CREATE OR REPLACE FUNCTION holdfast.answer_approval(p_approval uuid, p_decision text, p_by text, p_reason text DEFAULT NULL)
 RETURNS holdfast.approvals LANGUAGE plpgsql AS $$
 DECLARE
@@ -106,7 +108,9 @@ BEGIN
         PERFORM holdfast.raise('HF404', format('approval %s not found', p_approval));
     END IF;
     PERFORM holdfast.lock_agent(v_approval.agent_id);
-    SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = v_approval.tool_call_id FOR UPDATE;
+    IF v_approval.kind = 'tool_call' THEN
+        SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = v_approval.tool_call_id FOR UPDATE;
+    END IF;
     SELECT * INTO v_approval FROM holdfast.approvals WHERE id = p_approval FOR UPDATE;
     v_status := CASE p_decision WHEN 'approve' THEN 'approved' ELSE 'denied' END;
     IF v_approval.status <> 'pending' THEN
@@ -118,10 +122,12 @@ BEGIN
     UPDATE holdfast.approvals
        SET status = v_status, decided_by = p_by, reason = p_reason, decided_at = holdfast.now()
      WHERE id = p_approval RETURNING * INTO v_approval;
-    PERFORM holdfast.append_event(v_call.agent_id, 'approval.answered', jsonb_build_object(
-        'approval_id', p_approval, 'tool_call_id', v_call.id, 'decision', p_decision,
-        'by', p_by, 'reason', p_reason));
-    IF v_status = 'denied' THEN
+    PERFORM holdfast.append_event(v_approval.agent_id, 'approval.answered', jsonb_build_object(
+        'approval_id', p_approval, 'kind', v_approval.kind, 'tool_call_id', v_approval.tool_call_id,
+        'decision', p_decision, 'by', p_by, 'reason', p_reason));
+    IF v_approval.kind = 'budget' THEN
+        PERFORM holdfast.answer_budget_approval(v_approval);
+    ELSIF v_status = 'denied' THEN
         PERFORM holdfast.complete_waiting_call(v_call,
             to_jsonb(format('The user denied this tool call.%s',
                             coalesce(' Reason: ' || p_reason, ''))),
@@ -194,7 +200,9 @@ $$;
 -- outcome 'completed' (with the completed call, tool_call), 'not_found', 'conflict'
 -- (the call already has a result, was cancelled, or is not a custom call
 -- waiting for one; identical payloads included) or 'invalid' (output is
--- SQL NULL; JSON null is a valid output), with message and field. Raises
+-- SQL NULL; JSON null is a valid output; or its image or document blocks
+-- are malformed or not for the agent's provider: store_tool_output, which
+-- stores their files once), with message and field. Raises
 -- nothing of its own; any other error aborts the whole batch, and the API
 -- then submits its results one by one.
 CREATE OR REPLACE FUNCTION holdfast.submit_tool_results(p_results holdfast.tool_result[])
@@ -204,6 +212,7 @@ DECLARE
     v_row record;
     v_agent holdfast.agents;
     v_data jsonb;
+    v_stored record;
 BEGIN
     PERFORM 1 FROM holdfast.agents a
      WHERE a.id IN (SELECT t.agent_id FROM holdfast.tool_calls t
@@ -241,14 +250,21 @@ BEGIN
             outcome := 'conflict';
             message := format('tool call %s is %s', tool_call.id, tool_call.status);
         ELSE
-            outcome := 'completed';
+            -- Image and document blocks: checked, their files stored once.
+            SELECT * INTO v_agent FROM holdfast.agents WHERE id = tool_call.agent_id;
+            SELECT * INTO v_stored FROM holdfast.store_tool_output(v_agent, v_row.output);
+            outcome := CASE WHEN v_stored.message IS NULL THEN 'completed' ELSE 'invalid' END;
+            message := v_stored.message;
+            field := v_stored.field;
+        END IF;
+        IF outcome = 'completed' THEN
             UPDATE holdfast.tool_calls
-               SET status = 'completed', output = v_row.output,
+               SET status = 'completed', output = v_stored.output,
                    is_error = coalesce(v_row.is_error, false), completed_at = holdfast.now()
              WHERE id = tool_call.id
             RETURNING * INTO tool_call;
             v_data := jsonb_build_object('tool_call_id', tool_call.id, 'name', tool_call.name,
-                                         'output', v_row.output, 'is_error', tool_call.is_error);
+                                         'output', v_stored.output, 'is_error', tool_call.is_error);
             SELECT * INTO v_agent FROM holdfast.agents WHERE id = tool_call.agent_id;
             IF v_agent.state <> 'running' THEN
                 PERFORM holdfast.settle_agent_with(tool_call.agent_id, ARRAY['tool_call.completed'], ARRAY[v_data], NULL);

@@ -84,7 +84,8 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- An agent's usage, for GET /v1/agents/{id}/usage: the whole life's sum
--- (agents.usage) and each turn's sum over its model steps, oldest turn
+-- (agents.usage) and each turn's sum over its model calls (steps and
+-- compactions), oldest turn
 -- first (model steps saved since 0022): {"agent_id", "usage", "turns": [{"turn", "model_steps",
 -- "started_at", "usage"}]}. NULL when the agent is not in p_project. Reads
 -- only.
@@ -104,7 +105,7 @@ LANGUAGE sql STABLE AS $$
                                sum((s.usage).reasoning_tokens), sum((s.usage).cost_usd)
                               )::holdfast.token_usage AS usage
                       FROM holdfast.steps s
-                     WHERE s.agent_id = a.id AND s.kind = 'model' AND s.turn_seq IS NOT NULL
+                     WHERE s.agent_id = a.id AND s.kind IN ('model', 'compaction') AND s.turn_seq IS NOT NULL
                      GROUP BY s.turn_seq) t), '[]'))
       FROM holdfast.agents a
      WHERE a.id = p_agent AND a.project_id = p_project
@@ -166,15 +167,31 @@ RETURNS boolean LANGUAGE sql AS $$
     SELECT EXISTS (SELECT 1 FROM removed)
 $$;
 
+-- How many extra allowances people granted the agent's budget p_name
+-- (answering a budget approval; agents.budget_grants) that count now: a
+-- per-agent budget's always, a per-turn budget's only in the turn they
+-- were granted. Pure.
+CREATE OR REPLACE FUNCTION holdfast.budget_grants_in_force(p_agent holdfast.agents, p_name text)
+RETURNS integer LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_name LIKE '%per_agent'
+                  OR ((p_agent).budget_grants #>> ARRAY[p_name, 'turn_seq'])::bigint = (p_agent).turn_seq
+                THEN coalesce(((p_agent).budget_grants #>> ARRAY[p_name, 'grants'])::integer, 0)
+                ELSE 0 END
+$$;
+
 -- Which of the agent's budgets (config.budget) its usage has reached, as
--- {"budget", "limit", "value"} (the first in the order documented:
--- max_tokens_per_turn, max_cost_usd_per_turn, max_tokens_per_agent,
--- max_cost_usd_per_agent), or NULL when none. Tokens are input + output;
--- a cost budget counts the priced usage only. The worker reads it with the
--- step's context and makes no model call when it is set. Pure.
+-- {"budget", "limit", "value", "granted"} (the first in the order
+-- documented: max_tokens_per_turn, max_cost_usd_per_turn,
+-- max_tokens_per_agent, max_cost_usd_per_agent), or NULL when none. Tokens
+-- are input + output; a cost budget counts the priced usage only. The
+-- limit is the maximum times one plus the grants in force
+-- (budget_grants_in_force): each approval of a budget approval allows one
+-- more maximum. The worker reads it with the step's context and makes no
+-- model call when it is set. Pure.
 CREATE OR REPLACE FUNCTION holdfast.budget_exceeded(p_agent holdfast.agents) RETURNS jsonb
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT jsonb_build_object('budget', b.name, 'limit', b.max, 'value', b.used)
+    SELECT jsonb_build_object('budget', b.name, 'limit', b.max * (1 + b.granted), 'value', b.used,
+                              'granted', b.granted)
       FROM (VALUES
           (1, 'max_tokens_per_turn',
            ((p_agent).turn_usage).input_tokens + ((p_agent).turn_usage).output_tokens::numeric),
@@ -184,38 +201,93 @@ LANGUAGE sql IMMUTABLE AS $$
           (4, 'max_cost_usd_per_agent', coalesce(((p_agent).usage).cost_usd, 0))
       ) AS b0 (ord, name, used)
       CROSS JOIN LATERAL (SELECT b0.name, b0.used,
-                                 ((p_agent).config #>> ARRAY['budget', b0.name])::numeric AS max) b
-     WHERE b.max IS NOT NULL AND b.used >= b.max
+                                 ((p_agent).config #>> ARRAY['budget', b0.name])::numeric AS max,
+                                 holdfast.budget_grants_in_force(p_agent, b0.name) AS granted) b
+     WHERE b.max IS NOT NULL AND b.used >= b.max * (1 + b.granted)
      ORDER BY b0.ord
      LIMIT 1
 $$;
 
--- End the turn of an agent whose budget is exhausted, before the model
--- call it would have made: `turn.failed` {"error": {"type":
--- "budget_exceeded", "message", "budget", "limit", "value"}}, the inputs
--- the call would have sent (p_input_ids) into the history with the cause
--- (end_turn_with_error). Checked again under the row lock; when no budget
--- is exceeded any more (the config changed meanwhile) the agent is only
--- released, for the next step to call the model. Fenced: locks the agent
--- row, raises HF001 when the lease is not p_epoch's. Returns whether the
--- turn ended.
-CREATE OR REPLACE FUNCTION holdfast.end_turn_over_budget(
-    p_agent uuid, p_epoch bigint, p_input_ids uuid[])
-RETURNS boolean LANGUAGE plpgsql AS $$
-DECLARE
-    v_exceeded jsonb;
+-- End an agent's turn `budget_exceeded` for the budget p_exceeded
+-- (budget_exceeded's value): `turn.failed` {"error": {"type":
+-- "budget_exceeded", "message", "budget", "limit", "value", "granted"}},
+-- the inputs the next call would have sent (p_input_ids) into the history
+-- with the cause (end_turn_with_error). The caller holds the agent's row
+-- lock.
+CREATE OR REPLACE FUNCTION holdfast.end_turn_budget_exceeded(
+    p_agent uuid, p_exceeded jsonb, p_input_ids uuid[])
+RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    v_exceeded := holdfast.budget_exceeded(holdfast.lock_leased_agent(p_agent, p_epoch));
-    IF v_exceeded IS NULL THEN
-        PERFORM holdfast.settle_agent(p_agent);
-        RETURN false;
-    END IF;
-    PERFORM holdfast.interrupt_running_calls(p_agent);
     PERFORM holdfast.end_turn_with_error(p_agent, 'budget_exceeded',
         format('this %s has used %s of its budget.%s of %s; no further model call was made.',
-            CASE WHEN v_exceeded ->> 'budget' LIKE '%per_turn' THEN 'turn' ELSE 'agent' END,
-            v_exceeded ->> 'value', v_exceeded ->> 'budget', v_exceeded ->> 'limit'),
-        p_input_ids, NULL, v_exceeded);
-    RETURN true;
+            CASE WHEN p_exceeded ->> 'budget' LIKE '%per_turn' THEN 'turn' ELSE 'agent' END,
+            p_exceeded ->> 'value', p_exceeded ->> 'budget', p_exceeded ->> 'limit'),
+        p_input_ids, NULL, p_exceeded);
+END
+$$;
+
+-- Stop an agent whose budget is exhausted before the model call it would
+-- have made. Checked again under the row lock; when no budget is exceeded
+-- any more (the config changed meanwhile) the agent is only released, for
+-- the next step to call the model ('released'). With
+-- config.budget.on_exceeded = "ask" the turn stays open and waits on a
+-- budget approval (approval.requested {"approval_id", "kind": "budget",
+-- "budget"}; the agent is waiting until a person answers: answer_approval)
+-- — 'asked'. Otherwise the turn ends (end_turn_budget_exceeded) —
+-- 'failed'. Fenced: locks the agent row, raises HF001 when the lease is
+-- not p_epoch's.
+CREATE OR REPLACE FUNCTION holdfast.end_turn_over_budget(
+    p_agent uuid, p_epoch bigint, p_input_ids uuid[])
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_agent holdfast.agents;
+    v_exceeded jsonb;
+    v_approval uuid;
+BEGIN
+    v_agent := holdfast.lock_leased_agent(p_agent, p_epoch);
+    v_exceeded := holdfast.budget_exceeded(v_agent);
+    IF v_exceeded IS NULL THEN
+        PERFORM holdfast.settle_agent(p_agent);
+        RETURN 'released';
+    END IF;
+    IF v_agent.config #>> '{budget,on_exceeded}' = 'ask' THEN
+        INSERT INTO holdfast.approvals (agent_id, kind, budget) VALUES (p_agent, 'budget', v_exceeded)
+        RETURNING id INTO v_approval;
+        PERFORM holdfast.settle_agent_with(p_agent, ARRAY['approval.requested'],
+            ARRAY[jsonb_build_object('approval_id', v_approval, 'kind', 'budget', 'budget', v_exceeded)], NULL);
+        RETURN 'asked';
+    END IF;
+    PERFORM holdfast.interrupt_running_calls(p_agent);
+    PERFORM holdfast.end_turn_budget_exceeded(p_agent, v_exceeded, p_input_ids);
+    RETURN 'failed';
+END
+$$;
+
+-- The decision on a budget approval (answer_approval has recorded it and
+-- appended approval.answered). Approved: one more allowance of that budget
+-- (agents.budget_grants; for a per-turn budget, in this turn only) and the
+-- agent is settled, ready for the model call it was stopped before.
+-- Denied: the turn ends budget_exceeded for the budget the approval asked
+-- about, with the agent's unconsumed inputs into the history. The caller holds the agent's row lock; the
+-- agent is waiting (a pending budget approval keeps it so: decide_state).
+CREATE OR REPLACE FUNCTION holdfast.answer_budget_approval(p_approval holdfast.approvals)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_agent holdfast.agents;
+    v_name text := p_approval.budget ->> 'budget';
+BEGIN
+    SELECT * INTO v_agent FROM holdfast.agents WHERE id = p_approval.agent_id;
+    IF p_approval.status = 'approved' THEN
+        UPDATE holdfast.agents
+           SET budget_grants = budget_grants || jsonb_build_object(v_name, jsonb_build_object(
+                   'grants', holdfast.budget_grants_in_force(v_agent, v_name) + 1,
+                   'turn_seq', v_agent.turn_seq))
+         WHERE id = v_agent.id;
+        PERFORM holdfast.settle_agent(v_agent.id);
+    ELSE
+        PERFORM holdfast.end_turn_budget_exceeded(v_agent.id, p_approval.budget,
+            ARRAY(SELECT i.id FROM holdfast.inputs i
+                   WHERE i.agent_id = v_agent.id AND i.consumed_at IS NULL));
+    END IF;
 END
 $$;

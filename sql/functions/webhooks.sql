@@ -165,7 +165,9 @@ $$;
 -- matches the event, in the event's own transaction; then one wake-up hint
 -- for dispatchers (identical notifications fold within a transaction).
 -- Statement-level (0020), over the statement's new events: one INSERT per
--- statement that writes events, not one per event row. Reads endpoints
+-- statement that writes events, not one per event row. Each delivery keeps
+-- the trace context of the agent's turn (0036), for the dispatcher's span.
+-- Reads endpoints
 -- without locking them: an endpoint deleted concurrently may still get this
 -- delivery, and claim_webhook_deliveries fails it instead of sending.
 CREATE OR REPLACE FUNCTION holdfast.tg_events_webhook_outbox() RETURNS trigger
@@ -173,8 +175,11 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_inserted integer;
 BEGIN
-    INSERT INTO holdfast.webhook_deliveries (endpoint_id, agent_id, event_seq, event_id, event_type, next_attempt_at)
-    SELECT e.id, n.agent_id, n.seq, n.id, n.type, holdfast.now()
+    INSERT INTO holdfast.webhook_deliveries
+           (endpoint_id, agent_id, event_seq, event_created_at, event_id, event_type, next_attempt_at,
+            trace_parent, trace_state)
+    SELECT e.id, n.agent_id, n.seq, n.created_at, n.id, n.type, holdfast.now(),
+           a.turn_trace_parent, a.turn_trace_state
       FROM new_events n
       JOIN holdfast.agents a ON a.id = n.agent_id
       JOIN holdfast.webhook_endpoints e ON e.project_id = a.project_id
@@ -208,12 +213,14 @@ $$;
 -- Locks: the chosen delivery rows (FOR UPDATE SKIP LOCKED). Returns what the
 -- request needs: the delivery (its id is the webhook-id), the attempt number
 -- (pass it back to record_webhook_attempt), the endpoint's url and secret,
--- the event, and when the delivery was due (queue lag metrics).
+-- the event, when the delivery was due (queue lag metrics), and the trace
+-- context of the event's turn.
 CREATE OR REPLACE FUNCTION holdfast.claim_webhook_deliveries(
     p_max integer, p_lease interval, p_max_per_endpoint integer DEFAULT 16)
 RETURNS TABLE (delivery_id uuid, attempt integer, endpoint_id uuid, url text, secret text,
                due_at timestamptz, event_seq bigint, event_id uuid, agent_id uuid,
-               event_type text, event_data jsonb, event_created_at timestamptz)
+               event_type text, event_data jsonb, event_created_at timestamptz,
+               trace_parent text, trace_state text)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := holdfast.now();
@@ -275,13 +282,16 @@ BEGIN
                next_attempt_at = v_now + p_lease, last_attempt_at = v_now
           FROM due
          WHERE d.id = due.id
-        RETURNING d.id, d.attempts, d.endpoint_id, d.agent_id, d.event_seq, due.next_attempt_at AS due_at
+        RETURNING d.id, d.attempts, d.endpoint_id, d.agent_id, d.event_seq, d.event_created_at,
+                  due.next_attempt_at AS due_at, d.trace_parent, d.trace_state
     )
     SELECT c.id, c.attempts, c.endpoint_id, e.url, e.secret, c.due_at,
-           ev.seq, ev.id, ev.agent_id, ev.type, ev.data, ev.created_at
+           ev.seq, ev.id, ev.agent_id, ev.type, ev.data, ev.created_at, c.trace_parent, c.trace_state
       FROM claimed c
       JOIN holdfast.webhook_endpoints e ON e.id = c.endpoint_id
+      -- created_at (the partition key) lets the lookup skip the other partitions.
       JOIN holdfast.events ev ON ev.agent_id = c.agent_id AND ev.seq = c.event_seq
+                             AND ev.created_at = c.event_created_at
      ORDER BY c.due_at, c.id;
 END
 $$;

@@ -93,6 +93,11 @@ impl ServerHandler for TestTools {
                 "Answer text holding U+0000.",
                 object_schema(json!({})),
             ),
+            Tool::new(
+                "chart",
+                "Answer text, a PNG and an SVG image.",
+                object_schema(json!({})),
+            ),
         ]))
     }
 
@@ -127,6 +132,12 @@ impl ServerHandler for TestTools {
                 result.structured_content = Some(Value::Object(arguments));
                 Ok(result.into())
             }
+            "chart" => Ok(CallToolResult::success(vec![
+                ContentBlock::text("the chart"),
+                ContentBlock::image(CHART_PNG, "image/png"),
+                ContentBlock::image("PHN2Zy8+", "image/svg+xml"),
+            ])
+            .into()),
             "binary" => {
                 Ok(CallToolResult::success(vec![ContentBlock::text("header\u{0}payload")]).into())
             }
@@ -137,6 +148,9 @@ impl ServerHandler for TestTools {
         }
     }
 }
+
+/// The PNG the `chart` tool answers with (1×1), base64.
+pub const CHART_PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 
 /// A running MCP server on 127.0.0.1; stops when dropped.
 pub struct McpTestServer {

@@ -28,6 +28,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/agents/{id}/cancel"),
     ("post", "/v1/agents/{id}/archive"),
     ("get", "/v1/agents/{id}/usage"),
+    ("get", "/v1/agents/{id}/attachments/{attachment_id}"),
     ("get", "/v1/agents/{id}/events"),
     ("get", "/v1/agents/{id}/stream"),
     ("get", "/v1/agents/{id}/tool-calls"),

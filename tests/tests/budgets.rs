@@ -5,12 +5,16 @@
 
 use std::time::Duration;
 
+use holdfast_client::wire::approvals::ApprovalView;
+use holdfast_engine::domain::ApprovalStatus;
 use holdfast_engine::store::{self, NewModelPrice};
+use holdfast_engine::Error;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::scenario::{
-    agent_with_config, answer_waiting_call, count_events, last_event_data, spawn_worker,
-    wait_for_events,
+    agent_state, agent_with_config, answer_waiting_call, count_events, last_event_data,
+    spawn_worker, wait_for_events,
 };
+use holdfast_tests::wait_until;
 use holdfast_tests::TestDb;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -131,6 +135,10 @@ async fn a_budget_out_of_range_is_refused_naming_its_field() {
             "budget.max_tokens_per_agent",
         ),
         (json!({"max_tokens": 10}), "budget.max_tokens"),
+        (
+            json!({"max_tokens_per_turn": 10, "on_exceeded": "maybe"}),
+            "budget.on_exceeded",
+        ),
         (json!("lots"), "budget"),
     ] {
         let config = json!({"model": {"provider": "anthropic", "name": "claude-test"},
@@ -145,4 +153,140 @@ async fn a_budget_out_of_range_is_refused_naming_its_field() {
             .unwrap_err();
         assert_eq!(error.field(), Some(field), "{budget}: {error}");
     }
+}
+
+/// An agent whose turn budget is the usage of its first call, asking
+/// (`on_exceeded: "ask"`) and with a custom tool, and its turn stopped at
+/// that budget: after the tool's result, the turn waits on a budget
+/// approval and no second model call is made. Returns the agent and the
+/// budget's maximum.
+async fn turn_waiting_on_its_budget(
+    client: &tokio_postgres::Client,
+    fake: &FakeProvider,
+) -> (Uuid, u64) {
+    let (input, output) = (1200u64, 34u64);
+    fake.push(Reply::tool_calls(vec![("lookup", json!({"order": "A-7"}))]).usage(input, output));
+    let max = input + output;
+    let config = json!({"model": {"provider": "anthropic", "name": "claude-test"},
+                        "tools": [{"type": "custom", "name": "lookup"}],
+                        "budget": {"max_tokens_per_turn": max, "on_exceeded": "ask"}});
+    let agent = agent_with_config(client, &config).await;
+    store::create_input(client, agent, &json!("where is A-7?"), None)
+        .await
+        .unwrap();
+    answer_waiting_call(client, agent, json!("shipped")).await;
+    wait_for_events(client, agent, "approval.requested", 1, T).await;
+    wait_until(T, "the agent waits on the approval", || async {
+        agent_state(client, agent).await == "waiting"
+    })
+    .await;
+    assert_eq!(fake.requests().len(), 1, "no model call past the budget");
+    (agent, max)
+}
+
+async fn pending_budget_approval(client: &tokio_postgres::Client, agent: Uuid) -> ApprovalView {
+    let pending = store::list_approvals(client, agent, Some(ApprovalStatus::Pending), 10)
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1, "one pending approval: {pending:?}");
+    ApprovalView::from(pending.into_iter().next().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_turn_at_its_budget_that_asks_waits_for_an_approval_and_approving_lets_it_go_on() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    let _worker = spawn_worker("w-budget-ask", &db.config, &fake, &[]);
+    let (agent, max) = turn_waiting_on_its_budget(&client, &fake).await;
+
+    let requested = last_event_data(&client, agent, "approval.requested").await;
+    assert_eq!(requested["kind"], "budget");
+    let reached =
+        json!({"budget": "max_tokens_per_turn", "limit": max, "value": max, "granted": 0});
+    assert_eq!(requested["budget"], reached);
+    let approval = pending_budget_approval(&client, agent).await;
+    let wire = serde_json::to_value(&approval).unwrap();
+    assert_eq!(wire["kind"], "budget");
+    assert_eq!(wire["budget"], reached);
+    assert!(
+        wire.get("tool_name").is_none() && wire.get("tool_call_id").is_none(),
+        "a budget approval names no tool call: {wire}"
+    );
+    assert_eq!(count_events(&client, agent, "turn.failed").await, 0);
+
+    // Approved: one more maximum, and the call it was stopped before is made.
+    fake.push(Reply::text("A-7 shipped.").usage(10, 5));
+    store::answer_approval(&client, approval.id, "approve", "ops@example.com", None)
+        .await
+        .unwrap();
+    wait_for_events(&client, agent, "turn.completed", 1, T).await;
+    assert_eq!(fake.requests().len(), 2);
+    let answered = last_event_data(&client, agent, "approval.answered").await;
+    assert_eq!(answered["kind"], "budget");
+    assert_eq!(answered["decision"], "approve");
+    let grants: Value = client
+        .query_one(
+            "SELECT budget_grants FROM holdfast.agents WHERE id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(grants["max_tokens_per_turn"]["grants"], 1);
+
+    // The grant was for that turn: the next turn's budget is the maximum
+    // again, and its first call (cheap) is made.
+    fake.push(Reply::text("Still here.").usage(10, 5));
+    store::create_input(&client, agent, &json!("and now?"), None)
+        .await
+        .unwrap();
+    wait_for_events(&client, agent, "turn.completed", 2, T).await;
+    assert_eq!(fake.requests().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn denying_a_budget_approval_ends_the_turn_budget_exceeded_without_another_call() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    let _worker = spawn_worker("w-budget-deny", &db.config, &fake, &[]);
+    let (agent, max) = turn_waiting_on_its_budget(&client, &fake).await;
+    let approval = pending_budget_approval(&client, agent).await;
+
+    store::answer_approval(
+        &client,
+        approval.id,
+        "deny",
+        "ops@example.com",
+        Some("too dear"),
+    )
+    .await
+    .unwrap();
+    wait_for_events(&client, agent, "turn.failed", 1, T).await;
+    let error = &last_event_data(&client, agent, "turn.failed").await["error"];
+    assert_eq!(error["type"], "budget_exceeded");
+    assert_eq!(error["budget"], "max_tokens_per_turn");
+    assert_eq!(error["limit"], json!(max));
+    assert_eq!(agent_state(&client, agent).await, "idle");
+    assert_eq!(fake.requests().len(), 1, "denied: no call past the budget");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancelling_a_turn_that_waits_on_its_budget_cancels_the_approval() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    let _worker = spawn_worker("w-budget-cancel", &db.config, &fake, &[]);
+    let (agent, _) = turn_waiting_on_its_budget(&client, &fake).await;
+    let approval = pending_budget_approval(&client, agent).await;
+
+    store::request_cancel(&client, agent).await.unwrap();
+    wait_for_events(&client, agent, "turn.cancelled", 1, T).await;
+    assert_eq!(agent_state(&client, agent).await, "idle");
+    let late = store::answer_approval(&client, approval.id, "approve", "ops@example.com", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(late, Error::Conflict(_)), "{late}");
+    assert_eq!(fake.requests().len(), 1);
 }

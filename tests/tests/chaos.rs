@@ -4,6 +4,11 @@
 //! and kills the machine daemon. Then an invariant checker reads the
 //! database and the counters: nothing lost, nothing run twice.
 //!
+//! `chaos_retention` runs the same soak (smaller) while the maintenance
+//! process drops old event partitions of another project every 300 ms:
+//! nothing of the soak's agents is lost while partitions are detached and
+//! dropped under its load.
+//!
 //! `chaos_short` runs in the default suite; the full soak is
 //! `cargo test --release -p holdfast-tests --test chaos -- --ignored soak`.
 
@@ -42,6 +47,9 @@ struct Plan {
     trickle: Duration,
     postgres_restarts: usize,
     deadline: Duration,
+    /// Seed old weeks of another project's history during the run, for the
+    /// maintenance process's retention pass to drop.
+    retention: bool,
 }
 
 const TOOLS_PER_TURN: usize = 4;
@@ -56,6 +64,22 @@ async fn chaos_short() {
         postgres_restarts: 1,
         trickle: Duration::from_millis(120),
         deadline: Duration::from_secs(240),
+        retention: false,
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chaos_retention() {
+    run(Plan {
+        agents: 6,
+        turns: 2,
+        workers: 2,
+        min_kills: 2,
+        postgres_restarts: 1,
+        trickle: Duration::from_millis(120),
+        deadline: Duration::from_secs(240),
+        retention: true,
     })
     .await;
 }
@@ -75,6 +99,7 @@ async fn soak() {
         postgres_restarts: 2,
         trickle: Duration::from_millis(250),
         deadline: Duration::from_secs(1800),
+        retention: false,
     })
     .await;
 }
@@ -198,11 +223,22 @@ async fn run(plan: Plan) {
         agents.push((k, agent));
     }
 
+    // The project whose old history retention drops during the run.
+    let archive = store::ensure_project(&setup, "chaos-archive")
+        .await
+        .unwrap();
+    store::set_project_retention(&setup, "chaos-archive", Some(Duration::from_secs(86_400)))
+        .await
+        .unwrap();
     let maintenance_env = [
         ("HOLDFAST_MAINTENANCE_INTERVAL", "200ms"),
         ("HOLDFAST_EGRESS_ALLOW", "webhook=127.0.0.1"),
         ("HOLDFAST_WEBHOOK_BACKOFF_BASE", "100ms"),
         ("HOLDFAST_WEBHOOK_BACKOFF_MAX", "1s"),
+        (
+            "HOLDFAST_RETENTION_INTERVAL",
+            if plan.retention { "300ms" } else { "1h" },
+        ),
     ];
     let _maintenance = webhooks_support::spawn_maintenance(&url, &maintenance_env);
     // The machine daemon reaches Holdfast over HTTP, as on a real host.
@@ -392,7 +428,57 @@ async fn run(plan: Plan) {
             }
         }
     };
-    tokio::join!(chaos_task, driver_task);
+    // Old weeks of the archive project, one every 700 ms, each a partition
+    // of its own with a finished agent's 200 events. Counts the weeks that
+    // were gone (dropped by the maintenance process) before the run ended.
+    let seeding_task = {
+        let (done, seeder) = (
+            done.clone(),
+            Db {
+                config: config.clone(),
+                client: tokio::sync::Mutex::new(None),
+            },
+        );
+        async move {
+            let mut dropped_during_run = 0;
+            let mut seeded: Vec<String> = Vec::new();
+            let mut weeks_back = 3;
+            while plan.retention && !done.load(Ordering::SeqCst) {
+                let seed = seed_old_week(archive, weeks_back);
+                let name = seeder
+                    .with(|c| async {
+                        let r = c
+                            .query_one(&seed, &[])
+                            .await
+                            .map(|r| r.get::<_, String>(0))
+                            .map_err(holdfast_engine::Error::from);
+                        (c, r)
+                    })
+                    .await;
+                seeded.extend(name);
+                weeks_back += 1;
+                tokio::time::sleep(Duration::from_millis(700)).await;
+            }
+            for name in &seeded {
+                let gone = seeder
+                    .with(|c| async {
+                        let r = c
+                            .query_one("SELECT to_regclass('holdfast.' || $1) IS NULL", &[name])
+                            .await
+                            .map(|r| r.get::<_, bool>(0))
+                            .map_err(holdfast_engine::Error::from);
+                        (c, r)
+                    })
+                    .await;
+                if gone == Some(true) {
+                    dropped_during_run += 1;
+                }
+            }
+            (seeded.len(), dropped_during_run)
+        }
+    };
+    let ((), (), (weeks_seeded, weeks_dropped)) =
+        tokio::join!(chaos_task, driver_task, seeding_task);
     let elapsed = started.elapsed();
 
     // Let maintenance deliver the webhooks of the last events and settle.
@@ -415,6 +501,14 @@ async fn run(plan: Plan) {
     .await;
 
     let violations = check_invariants(&client, &site, &machine_dir, &agents, plan.turns).await;
+    if plan.retention {
+        println!("  old weeks seeded    {weeks_seeded}");
+        println!("  dropped during run  {weeks_dropped}");
+        assert!(
+            weeks_dropped >= 1,
+            "retention dropped a partition while the soak ran ({weeks_seeded} seeded)"
+        );
+    }
     assert_every_event_received(&client, endpoint, &receiver).await;
 
     let steps: i64 = client
@@ -465,6 +559,32 @@ async fn run(plan: Plan) {
         plan.postgres_restarts
     );
     assert_eq!(chaos.daemon_kills.load(Ordering::SeqCst), 1);
+}
+
+/// SQL that writes one week of a finished agent's history, `weeks_back`
+/// weeks ago, into a partition of its own (created for it, as maintenance
+/// creates upcoming ones); returns the partition's name. One statement, so
+/// a Postgres restart mid-way leaves nothing half-written. The events go
+/// through append_event (the one appending path); the agent never ran, so
+/// it is idle with no open turn: all of it may go.
+fn seed_old_week(project: Uuid, weeks_back: i64) -> String {
+    format!(
+        "WITH clock AS (
+             SELECT set_config('holdfast.clock_offset', '-{days} days', true)
+         ), part AS (
+             SELECT holdfast.ensure_event_partitions(holdfast.now(), holdfast.now() + interval '1 hour')
+               FROM clock
+         ), agent AS (
+             SELECT holdfast.create_agent('{project}', '{config}'::jsonb) AS id FROM part
+         ), appended AS (
+             SELECT count(holdfast.append_event(agent.id, 'input.received', '{{}}'))
+               FROM agent, generate_series(1, 200)
+         )
+         SELECT 'events_w' || to_char(date_trunc('week', holdfast.now() AT TIME ZONE 'UTC'), 'YYYYMMDD')
+           FROM appended",
+        days = weeks_back * 7,
+        config = holdfast_tests::default_config(),
+    )
 }
 
 /// The machine daemon's directories: its journal (`state`) and where its

@@ -88,6 +88,8 @@ fn valid() -> Vec<Value> {
         anthropic(json!({"tool_choice": {"type": "none"}, "thinking": {"type": "adaptive"}})),
         openai(json!({"tool_choice": {"type": "tool", "name": "lookup"}})),
         responses(json!({"tool_choice": {"type": "auto"}})),
+        openai(json!({"reasoning_effort": "none"})),
+        responses(json!({"reasoning_effort": "xhigh"})),
         with(json!({"tools": []})),
         with(json!({"tools": [
             {"type": "custom", "name": "lookup"},

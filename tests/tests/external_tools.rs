@@ -319,7 +319,8 @@ async fn mcp_list_tools_returns_the_servers_tools_with_the_prefix() {
             "counter__increment",
             "counter__fail",
             "counter__echo",
-            "counter__binary"
+            "counter__binary",
+            "counter__chart"
         ]
     );
     assert_eq!(tools[0].description, "Add to the shared counter.");
@@ -407,7 +408,7 @@ async fn mcp_tool_list_is_cached_within_the_ttl() {
 
     // Within the TTL: no request, also under another prefix (same url and headers).
     let again = registry.list_tools(&config).await.unwrap();
-    assert_eq!(again.len(), 4, "the server's four tools");
+    assert_eq!(again.len(), 5, "the server's five tools");
     let renamed = registry
         .list_tools(&mcp_config(&server, "other"))
         .await

@@ -1,7 +1,8 @@
 //! The SQL recipes of docs/sql.md, run as written: releasing a stuck agent
 //! by hand fences its holder and never reruns a tool; trimming events
 //! removes only the timelines of agents archived long ago, with their
-//! webhook deliveries.
+//! webhook deliveries; a retention pass prunes only finished agents past
+//! their project's retention.
 
 use std::time::Duration;
 
@@ -230,4 +231,39 @@ async fn trimming_events_by_the_recipe_removes_only_long_archived_timelines() {
         .unwrap()
         .get(0);
     assert!(config_kept);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retention_pass_by_the_recipe_prunes_finished_agents_past_retention_only() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let project = store::ensure_project(&client, "kept-30d").await.unwrap();
+    store::set_project_retention(&client, "kept-30d", Some(Duration::from_secs(30 * 86_400)))
+        .await
+        .unwrap();
+    let finished = archived_agent(&db, project, "0 days").await;
+    let busy = store::create_agent(&client, project, &default_config())
+        .await
+        .unwrap();
+    store::create_input(&client, busy, &json!("a turn that is still open"), None)
+        .await
+        .unwrap();
+    let busy_events = events_of(&client, busy).await;
+    assert!(events_of(&client, finished).await.0 > 0 && busy_events.0 > 0);
+
+    // 40 days on, past the project's 30 days.
+    let dba = db.connect().await;
+    dba.batch_execute("SET holdfast.clock_offset = '40 days'")
+        .await
+        .unwrap();
+    dba.batch_execute(&recipe("retention-tick"))
+        .await
+        .expect("the recipe runs");
+
+    assert_eq!(events_of(&client, finished).await, (0, 0));
+    assert_eq!(
+        events_of(&client, busy).await,
+        busy_events,
+        "an open turn keeps its timeline"
+    );
 }

@@ -900,6 +900,19 @@ async fn sampling_options_go_out_under_each_api_s_own_names() {
     ] {
         assert_eq!(body[name], value, "{name}");
     }
+    // Every effort OpenAI documents goes out as it spells it.
+    for (effort, spelled) in [
+        (ReasoningEffort::NoReasoning, "none"),
+        (ReasoningEffort::Minimal, "minimal"),
+        (ReasoningEffort::Medium, "medium"),
+        (ReasoningEffort::High, "high"),
+        (ReasoningEffort::Xhigh, "xhigh"),
+    ] {
+        openai.model.reasoning_effort = Some(effort);
+        complete(&providers, &openai).await.0.unwrap();
+        let body = &fake.last_request().unwrap().body;
+        assert_eq!(body["reasoning_effort"], spelled);
+    }
     // Without tools OpenAI refuses parallel_tool_calls: it is left out.
     openai.tools.clear();
     complete(&providers, &openai).await.0.unwrap();
@@ -1046,4 +1059,24 @@ async fn compaction_is_advised_once_the_estimate_nears_the_window() {
     req.messages
         .push(text(Role::User, &"lorem ipsum ".repeat(3000)));
     assert!(providers.should_compact(&req));
+}
+
+#[tokio::test]
+async fn each_protocol_reads_the_model_that_answered_from_its_response() {
+    let fake = FakeProvider::start().await;
+    let providers = providers(&fake);
+    for provider in [
+        Provider::Anthropic,
+        Provider::Openai,
+        Provider::OpenaiResponses,
+    ] {
+        let snapshot = format!("{provider}-snapshot-20260101");
+        fake.push(Reply::text("ok").answered_by(&snapshot));
+        let (result, _) = complete(&providers, &request(provider)).await;
+        assert_eq!(
+            result.unwrap().model.as_deref(),
+            Some(snapshot.as_str()),
+            "{provider}"
+        );
+    }
 }

@@ -4,6 +4,8 @@
 //! SIGKILL, GenAI attributes on model and tool spans, and the trace context
 //! carried on to an MCP server.
 
+mod webhooks_support;
+
 use std::time::Duration;
 
 use holdfast_engine::domain::{InputMode, ModelStep};
@@ -14,12 +16,17 @@ use holdfast_tests::api_server::{error_of, project_key, ApiServer};
 use holdfast_tests::mcp_server::McpTestServer;
 use holdfast_tests::otlp_receiver::{OtlpReceiver, ReceivedSpan};
 use holdfast_tests::scenario::{event_types, spawn_worker, wait_for_event};
-use holdfast_tests::{default_config, project_and_agent, MaintenanceLoop, TestDb};
+use holdfast_tests::{default_config, project_and_agent, wait_until, MaintenanceLoop, TestDb};
 use reqwest::Method;
 use serde_json::json;
+use webhooks_support::{spawn_maintenance, Behaviour, Receiver};
+
+/// The dated snapshot the fake names as the model that answered.
+const ANSWERED_BY: &str = "claude-test-20260101";
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_ID: &str = "00f067aa0ba902b7";
+const T: Duration = Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_turn_across_a_worker_kill_is_one_trace_under_the_inputs_traceparent() {
@@ -38,8 +45,16 @@ async fn a_turn_across_a_worker_kill_is_one_trace_under_the_inputs_traceparent()
 
     // The first attempt's model call is held until its worker is killed.
     fake.push(Reply::hang());
-    fake.push(Reply::tool_calls(vec![("calc__increment", json!({"by": 2}))]).usage(120, 7));
-    fake.push(Reply::text("The counter is 2.").usage(150, 9));
+    fake.push(
+        Reply::tool_calls(vec![("calc__increment", json!({"by": 2}))])
+            .usage(120, 7)
+            .answered_by(ANSWERED_BY),
+    );
+    fake.push(
+        Reply::text("The counter is 2.")
+            .usage(150, 9)
+            .answered_by(ANSWERED_BY),
+    );
     let env = [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.as_str()),
         ("OTEL_SERVICE_NAME", "holdfast-worker"),
@@ -165,6 +180,11 @@ async fn a_turn_across_a_worker_kill_is_one_trace_under_the_inputs_traceparent()
         assert_eq!(
             chat.attribute("gen_ai.request.model").as_deref(),
             Some("claude-test")
+        );
+        assert_eq!(
+            chat.attribute("gen_ai.response.model").as_deref(),
+            Some(ANSWERED_BY),
+            "the model the response named"
         );
         assert!(
             steps
@@ -301,5 +321,94 @@ async fn an_input_that_arrives_during_a_step_opens_the_next_turn_under_its_own_t
         turn_trace().await.as_deref(),
         Some(second),
         "the next turn is the trace of the input that opened it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_webhook_delivery_is_a_span_of_its_events_turn_and_sends_that_spans_traceparent() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let otlp = OtlpReceiver::start().await;
+    let fake = FakeProvider::start().await;
+    let api = ApiServer::start(&db).await;
+    let (project, key) = project_key(&client).await;
+    let agent = store::create_agent(&client, project, &default_config())
+        .await
+        .unwrap();
+    let receiver = Receiver::start(Behaviour::Accept).await;
+    // A token in the query: kept out of the span.
+    let url = format!("{}?token=endpoint-secret", receiver.url());
+    let endpoint = store::create_webhook_endpoint(
+        &client,
+        project,
+        &url,
+        &json!(["turn.completed"]),
+        None,
+        true,
+    )
+    .await
+    .unwrap();
+    receiver.set_secret(&endpoint.secret);
+    fake.push(Reply::text("Done."));
+    let _worker = spawn_worker("traced-hooks", &db.config, &fake, &[]);
+    let response = api
+        .request(Method::POST, &format!("/v1/agents/{agent}/inputs"), &key)
+        .header("traceparent", format!("00-{TRACE_ID}-{PARENT_ID}-01"))
+        .json(&json!({"content": "do it"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+
+    let mut maintenance = spawn_maintenance(
+        &db.url(),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint.as_str()),
+            ("OTEL_SERVICE_NAME", "holdfast-maintenance"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    wait_until(T, "the turn.completed webhook arrives", || async {
+        receiver.count() >= 1
+    })
+    .await;
+    // SIGTERM: the exporter flushes before the process exits.
+    let pid = maintenance.id().expect("running").to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    assert!(maintenance.wait().await.unwrap().success());
+
+    let spans = otlp.spans();
+    let deliveries: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.span.name == "POST").collect();
+    assert_eq!(deliveries.len(), 1, "one attempt, one span: {spans:#?}");
+    let delivery = deliveries[0];
+    assert_eq!(delivery.service, "holdfast-maintenance");
+    assert_eq!(delivery.trace_id(), TRACE_ID, "the event's turn's trace");
+    assert_eq!(
+        delivery.parent_span_id(),
+        PARENT_ID,
+        "a child of the input's span"
+    );
+    assert_eq!(
+        delivery.attribute("http.response.status_code").as_deref(),
+        Some("200")
+    );
+    assert_eq!(
+        delivery.attribute("holdfast.event.type").as_deref(),
+        Some("turn.completed")
+    );
+    assert_eq!(
+        delivery.attribute("url.full"),
+        Some(receiver.url()),
+        "the query is left out"
+    );
+    let received = receiver.received();
+    assert_eq!(
+        received[0].traceparent.as_deref(),
+        Some(format!("00-{TRACE_ID}-{}-01", delivery.span_id()).as_str()),
+        "the request names the delivery's span"
     );
 }

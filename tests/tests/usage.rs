@@ -311,3 +311,86 @@ async fn a_price_out_of_range_is_refused_naming_its_field_and_changes_nothing() 
         .await
         .unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_compaction_call_counts_in_the_turn_agent_and_project_sums() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let server = ApiServer::start(&db).await;
+    let (project, key) = project_key(&client).await;
+    let price = (3.0, 15.0, 0.3, 3.75);
+    store::set_model_price(
+        &client,
+        &NewModelPrice {
+            provider: "anthropic",
+            model: "claude-compacted",
+            input_usd_per_mtok: price.0,
+            output_usd_per_mtok: price.1,
+            cache_read_usd_per_mtok: Some(price.2),
+            cache_write_usd_per_mtok: Some(price.3),
+        },
+    )
+    .await
+    .unwrap();
+    let reported = |input, output| Reported {
+        input,
+        output,
+        cache_read: 0,
+        cache_write: 0,
+        reasoning: 0,
+    };
+    let (first, summary, answer) = (reported(4000, 30), reported(5200, 400), reported(900, 25));
+    let fake = FakeProvider::start().await;
+    fake.push(first.onto(Reply::text("first answer")));
+    // Turn 2: the context is too long; the summary call, then the answer.
+    fake.push(Reply::context_too_long());
+    fake.push(summary.onto(Reply::text("SUMMARY")));
+    fake.push(answer.onto(Reply::text("second answer")));
+    let _worker = spawn_worker("w-usage-compaction", &db.config, &fake, &[]);
+
+    let config = json!({"model": {"provider": "anthropic", "name": "claude-compacted"}});
+    let agent = store::create_agent(&client, project, &config)
+        .await
+        .unwrap();
+    store::create_input(&client, agent, &json!("first question"), None)
+        .await
+        .unwrap();
+    wait_for_events(&client, agent, "turn.completed", 1, T).await;
+    store::create_input(&client, agent, &json!("second question"), None)
+        .await
+        .unwrap();
+    wait_for_events(&client, agent, "turn.completed", 2, T).await;
+    assert_eq!(fake.request_count(), 4, "answer, too long, summary, answer");
+
+    let second_turn = usage_of(&last_event_data(&client, agent, "turn.completed").await["usage"]);
+    assert_usage(
+        &second_turn,
+        &sum(&[summary, answer], Some(price)),
+        "turn.completed of the compacted turn",
+    );
+    let usage = server.client(&key).agent_usage(agent).await.unwrap();
+    assert_usage(
+        &usage.usage,
+        &sum(&[first, summary, answer], Some(price)),
+        "the agent's sum",
+    );
+    assert_eq!(usage.turns.len(), 2);
+    assert_eq!(
+        usage.turns[1].model_steps, 2,
+        "the summary call and the answer"
+    );
+    assert_usage(
+        &usage.turns[1].usage,
+        &sum(&[summary, answer], Some(price)),
+        "the compacted turn",
+    );
+    let calls: i64 = client
+        .query_one(
+            "SELECT model_steps FROM holdfast.usage_by_project WHERE project_id = $1",
+            &[&project],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(calls, 3, "the project's view counts the compaction");
+}

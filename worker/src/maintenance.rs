@@ -2,7 +2,10 @@
 //! `holdfast.maintenance_tick()` every interval (release expired leases and
 //! the leases of dead sessions, wake delayed agents) and
 //! `holdfast.machine_tick()` (commands not accepted in time, offline and
-//! unreachable machines), and the webhook dispatcher, side by side.
+//! unreachable machines), the retention pass every retention interval
+//! (`holdfast.retention_tick()`: event partitions ahead of time, expired ones
+//! dropped, finished agents' old rows pruned), and the webhook dispatcher,
+//! side by side.
 //!
 //! Several instances may run at once: the tick's sweeps and the dispatcher's
 //! claims take their rows with SKIP LOCKED. Postgres going away is not fatal:
@@ -31,6 +34,8 @@ pub struct Settings {
     /// A machine with no heartbeat for this long is offline
     /// (`HOLDFAST_MACHINE_OFFLINE_AFTER`).
     pub machine_offline_after: Duration,
+    /// Time between two retention passes (`HOLDFAST_RETENTION_INTERVAL`).
+    pub retention_interval: Duration,
     pub webhooks: DispatcherSettings,
 }
 
@@ -40,6 +45,7 @@ impl Default for Settings {
             interval: Duration::from_secs(1),
             command_accept_timeout: Duration::from_secs(300),
             machine_offline_after: Duration::from_secs(30),
+            retention_interval: Duration::from_secs(3600),
             webhooks: DispatcherSettings::default(),
         }
     }
@@ -73,12 +79,13 @@ pub async fn run(
     // its error instead of running half a maintenance process.
     let stop = shutdown.child_token();
     let ticks = tick_loop(settings.clone(), pool.clone(), stop.clone());
+    let retention = retention_loop(settings.retention_interval, pool.clone(), stop.clone());
     let dispatcher = async {
         let result = webhooks::run(dispatcher_settings, pool, db, stop.clone()).await;
         stop.cancel();
         result
     };
-    let ((), dispatched) = tokio::join!(ticks, dispatcher);
+    let ((), (), dispatched) = tokio::join!(ticks, retention, dispatcher);
     tracing::info!("maintenance stopped");
     dispatched
 }
@@ -105,6 +112,72 @@ async fn tick_loop(settings: Settings, pool: Pool, shutdown: CancellationToken) 
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Rows of each kind one retention call prunes (one transaction each): small
+/// enough that its row locks and WAL stay short under load.
+const RETENTION_BATCH: i32 = 10_000;
+
+/// Run a retention pass every interval; a pass repeats `retention_tick`
+/// while it prunes full batches, so a backlog goes in one pass, in small
+/// transactions.
+async fn retention_loop(interval: Duration, pool: Pool, shutdown: CancellationToken) {
+    let mut failures: u32 = 0;
+    loop {
+        let wait = match retention_pass(&pool, &shutdown).await {
+            Ok(()) => {
+                failures = 0;
+                interval
+            }
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                metrics::counter!("holdfast_maintenance_errors_total").increment(1);
+                let wait = DB_RETRY.delay(failures, None).min(interval);
+                tracing::warn!(error = %e, retry_in = ?wait, "retention pass failed");
+                wait
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+async fn retention_pass(pool: &Pool, shutdown: &CancellationToken) -> anyhow::Result<()> {
+    loop {
+        let work = async {
+            let client = pool.get().await?;
+            Ok::<_, anyhow::Error>(store::retention_tick(&**client, RETENTION_BATCH).await?)
+        };
+        let report = tokio::time::timeout(DB_CALL_TIMEOUT, work).await??;
+        for (kind, count) in [
+            ("partitions", i64::from(report.partitions_dropped)),
+            ("events", report.events_deleted),
+            ("deliveries", report.deliveries_deleted),
+            ("tool_outputs", report.tool_outputs_pruned),
+        ] {
+            metrics::counter!("holdfast_retention_pruned_total", "kind" => kind)
+                .increment(count.unsigned_abs());
+        }
+        if report != holdfast_engine::domain::RetentionReport::default() {
+            tracing::info!(
+                partitions_created = report.partitions_created,
+                partitions_dropped = report.partitions_dropped,
+                events_deleted = report.events_deleted,
+                deliveries_deleted = report.deliveries_deleted,
+                tool_outputs_pruned = report.tool_outputs_pruned,
+                "retention pass"
+            );
+        }
+        let full = i64::from(RETENTION_BATCH);
+        let more = report.events_deleted >= full
+            || report.deliveries_deleted >= full
+            || report.tool_outputs_pruned >= full;
+        if !more || shutdown.is_cancelled() {
+            return Ok(());
         }
     }
 }

@@ -13,7 +13,8 @@
 use std::time::{Duration, Instant};
 
 use holdfast_engine::domain::{Claim, ModelStep};
-use holdfast_engine::{store, Result};
+use holdfast_engine::store::{self, OverBudget};
+use holdfast_engine::Result;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -166,10 +167,9 @@ async fn write(deps: &StepDeps, claim: Claim, result: StepResult) -> Result<Step
         StepResult::OverBudget { input_ids } => {
             let client = deps.pool.get().await?;
             Ok(
-                if store::end_turn_over_budget(&**client, claim, &input_ids).await? {
-                    StepOutcome::Failed
-                } else {
-                    StepOutcome::Released
+                match store::end_turn_over_budget(&**client, claim, &input_ids).await? {
+                    OverBudget::Failed => StepOutcome::Failed,
+                    OverBudget::Asked | OverBudget::Released => StepOutcome::Released,
                 },
             )
         }

@@ -1,7 +1,8 @@
 //! The worker's trace spans (docs/api.md, "Tracing"): one per step attempt,
 //! a child per model call (GenAI semantic conventions: `chat {model}`) and
-//! per tool call (`execute_tool {name}`). All no-ops when tracing is off
-//! ([`holdfast_engine::telemetry`]).
+//! per tool call (`execute_tool {name}`); and one per webhook delivery
+//! attempt (`POST`, a child of its event's turn). All no-ops when tracing
+//! is off ([`holdfast_engine::telemetry`]).
 //!
 //! Nothing is replayed, so a step's span is emitted once, by the attempt
 //! that ran it. An attempt whose worker died cannot end its own span: the
@@ -11,8 +12,8 @@
 
 use std::time::SystemTime;
 
-use holdfast_engine::domain::{AttemptTrace, Claim, LostAttempt};
-use holdfast_engine::provider::{ModelError, ModelRequest, Usage};
+use holdfast_engine::domain::{AttemptTrace, Claim, ClaimedWebhookDelivery, LostAttempt};
+use holdfast_engine::provider::{ModelError, ModelRequest, ModelResponse};
 use holdfast_engine::telemetry::{attempt_span_id, context_of, start_child, tracer};
 use opentelemetry::trace::{
     Link, SpanContext, SpanKind, Status, TraceContextExt, TraceFlags, TraceState, Tracer,
@@ -108,7 +109,8 @@ fn attempt_attributes(claim: Claim, epoch: i64) -> Vec<KeyValue> {
 /// Start a model call's span (`chat {model}`, a client span), a child of
 /// the current attempt.
 pub fn start_model_call(request: &ModelRequest) -> Context {
-    let provider = request.model.provider.to_string();
+    // The GenAI conventions name the vendor: `openai` for both OpenAI APIs.
+    let provider = request.model.provider.vendor().to_string();
     start_child(
         format!("chat {}", request.model.name),
         SpanKind::Client,
@@ -123,11 +125,16 @@ pub fn start_model_call(request: &ModelRequest) -> Context {
     )
 }
 
-/// End a model call's span with its usage, or the error it ended with.
-pub fn end_model_call(call: &Context, result: Result<&Usage, &ModelError>) {
+/// End a model call's span with its usage and the model that answered, or
+/// the error it ended with.
+pub fn end_model_call(call: &Context, result: Result<&ModelResponse, &ModelError>) {
     let span = call.span();
     match result {
-        Ok(usage) => {
+        Ok(response) => {
+            let usage = &response.usage;
+            if let Some(model) = &response.model {
+                span.set_attribute(KeyValue::new("gen_ai.response.model", model.clone()));
+            }
             span.set_attribute(KeyValue::new(
                 "gen_ai.usage.input_tokens",
                 i64::try_from(usage.input_tokens).unwrap_or(i64::MAX),
@@ -177,6 +184,63 @@ pub fn end_tool_call(call: &Context, is_error: bool) {
     if is_error {
         span.set_attribute(KeyValue::new("error.type", "tool_error"));
         span.set_status(Status::error("the tool returned an error"));
+    }
+    span.end();
+}
+
+/// Start the span of one attempt of a webhook delivery (`POST`, a client
+/// span with the HTTP semantic conventions), a child of the trace context
+/// of its event's turn when the delivery kept one, else a root. `url` is
+/// the endpoint's; its query and credentials are left out of `url.full`
+/// (a tenant may put a token there).
+pub fn start_webhook_delivery(delivery: &ClaimedWebhookDelivery, url: &reqwest::Url) -> Context {
+    let parent = delivery
+        .trace_parent
+        .as_deref()
+        .map(|p| context_of(p, delivery.trace_state.as_deref()))
+        .unwrap_or_default();
+    let mut shown = url.clone();
+    shown.set_query(None);
+    shown.set_fragment(None);
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    let mut attributes = vec![
+        KeyValue::new("http.request.method", "POST"),
+        KeyValue::new("url.full", shown.to_string()),
+        KeyValue::new("holdfast.agent.id", delivery.event.agent_id.to_string()),
+        KeyValue::new("holdfast.event.type", delivery.event.kind.clone()),
+        KeyValue::new(
+            "holdfast.webhook.delivery_id",
+            delivery.delivery_id.to_string(),
+        ),
+        KeyValue::new("holdfast.webhook.attempt", i64::from(delivery.attempt)),
+    ];
+    if let Some(host) = url.host_str() {
+        attributes.push(KeyValue::new("server.address", host.to_owned()));
+    }
+    if let Some(port) = url.port_or_known_default() {
+        attributes.push(KeyValue::new("server.port", i64::from(port)));
+    }
+    let span = tracer()
+        .span_builder("POST")
+        .with_kind(SpanKind::Client)
+        .with_attributes(attributes)
+        .start_with_context(&tracer(), &parent);
+    parent.with_span(span)
+}
+
+/// End a delivery attempt's span: the receiver's status, or the error when
+/// it did not answer with a 2xx (`error.type`: the status code, or
+/// `request_error`).
+pub fn end_webhook_delivery(attempt: &Context, status: Option<u16>, error: Option<&str>) {
+    let span = attempt.span();
+    if let Some(code) = status {
+        span.set_attribute(KeyValue::new("http.response.status_code", i64::from(code)));
+    }
+    if let Some(error) = error {
+        let error_type = status.map_or_else(|| "request_error".to_owned(), |c| c.to_string());
+        span.set_attribute(KeyValue::new("error.type", error_type));
+        span.set_status(Status::error(error.to_owned()));
     }
     span.end();
 }

@@ -235,7 +235,7 @@ async fn model_step(
             return Ok(StepResult::Interrupted { input_ids: interrupts });
         }
     };
-    spans::end_model_call(&call, response.as_ref().map(|r| &r.usage));
+    spans::end_model_call(&call, response.as_ref());
     drop(delta_tx);
     // Deltas go out before the saved response, so a live client never sees
     // a delta after the model.response event it belongs to.

@@ -23,6 +23,7 @@ use deadpool_postgres::Pool;
 use holdfast_engine::backoff::Backoff;
 use holdfast_engine::domain::{ClaimedWebhookDelivery, RecordedAttempt};
 use holdfast_engine::egress::{refusal_in, EgressKind, EgressPolicy};
+use holdfast_engine::telemetry::outbound_headers_of;
 use holdfast_engine::{connect, store};
 use reqwest::header::{HeaderMap, CONTENT_TYPE, RETRY_AFTER};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -32,6 +33,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::maintenance::{DB_CALL_TIMEOUT, DB_RETRY};
+use crate::spans;
 
 /// The channel the outbox trigger notifies when it writes deliveries.
 const CHANNEL: &str = "holdfast_webhooks";
@@ -264,6 +266,17 @@ struct Attempt {
     retry_after: Option<Duration>,
 }
 
+impl Attempt {
+    /// An attempt that got no answer (or was never sent), for `error`.
+    fn failed(error: String) -> Attempt {
+        Attempt {
+            status: None,
+            error: Some(error),
+            retry_after: None,
+        }
+    }
+}
+
 /// One attempt of one delivery: the request, then its outcome recorded.
 /// Returns the claim when shutdown interrupted the request (to be released).
 async fn deliver(
@@ -297,21 +310,16 @@ async fn deliver(
 }
 
 async fn send(ctx: &Context, delivery: &ClaimedWebhookDelivery) -> Attempt {
-    let failed = |error: String| Attempt {
-        status: None,
-        error: Some(error),
-        retry_after: None,
-    };
     let url = match reqwest::Url::parse(&delivery.url) {
         Ok(url) => url,
-        Err(e) => return failed(format!("invalid url: {e}")),
+        Err(e) => return Attempt::failed(format!("invalid url: {e}")),
     };
     if let Err(refused) = ctx.settings.egress.check_url(EgressKind::Webhook, &url) {
-        return failed(refused.to_string());
+        return Attempt::failed(refused.to_string());
     }
     let body = match serde_json::to_vec(&delivery.event) {
         Ok(body) => body,
-        Err(e) => return failed(format!("could not serialize the event: {e}")),
+        Err(e) => return Attempt::failed(format!("could not serialize the event: {e}")),
     };
     let id = delivery.delivery_id.to_string();
     let timestamp = SystemTime::now()
@@ -319,18 +327,27 @@ async fn send(ctx: &Context, delivery: &ClaimedWebhookDelivery) -> Attempt {
         .map_or(0, |d| d.as_secs() as i64);
     let signature = match signature::sign(&delivery.secret, &id, timestamp, &body) {
         Ok(signature) => signature,
-        Err(e) => return failed(e.to_string()),
+        Err(e) => return Attempt::failed(e.to_string()),
     };
-    let response = ctx
+    let span = spans::start_webhook_delivery(delivery, &url);
+    let mut request = ctx
         .http
         .post(url)
         .header("webhook-id", &id)
         .header("webhook-timestamp", timestamp.to_string())
         .header("webhook-signature", signature)
-        .header(CONTENT_TYPE, "application/json")
-        .body(body)
-        .send()
-        .await;
+        .header(CONTENT_TYPE, "application/json");
+    // The receiver's work joins the trace as a child of this attempt.
+    for (name, value) in outbound_headers_of(&span) {
+        request = request.header(name, value);
+    }
+    let attempt = answer(ctx, request.body(body).send().await);
+    spans::end_webhook_delivery(&span, attempt.status, attempt.error.as_deref());
+    attempt
+}
+
+/// What a request's response (or its failure) comes to.
+fn answer(ctx: &Context, response: reqwest::Result<reqwest::Response>) -> Attempt {
     match response {
         Ok(response) => {
             let status = response.status();
@@ -340,11 +357,11 @@ async fn send(ctx: &Context, delivery: &ClaimedWebhookDelivery) -> Attempt {
                 retry_after: retry_after(response.headers()),
             }
         }
-        Err(e) if e.is_timeout() => failed(format!(
+        Err(e) if e.is_timeout() => Attempt::failed(format!(
             "no answer within {:?}",
             ctx.settings.request_timeout
         )),
-        Err(e) => failed(error_chain(&e)),
+        Err(e) => Attempt::failed(error_chain(&e)),
     }
 }
 

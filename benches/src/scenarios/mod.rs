@@ -5,6 +5,7 @@
 pub mod api_inputs;
 pub mod claim_scaling;
 pub mod fanout;
+pub mod history_scaling;
 pub mod memory;
 pub mod recovery;
 pub mod throughput;

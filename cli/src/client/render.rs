@@ -203,8 +203,8 @@ pub fn pending(waiting: &Pending, only_if_any: bool) {
     for a in &waiting.approvals {
         let id = a.id;
         println!(
-            "approval   {id}  {} {}  → holdfast approve {id} | holdfast deny {id}",
-            a.tool_name, a.tool_input
+            "approval   {id}  {}  → holdfast approve {id} | holdfast deny {id}",
+            a.subject()
         );
     }
     for q in &waiting.questions {

@@ -279,8 +279,8 @@ impl Stack {
             out.line(
                 "approval",
                 format!(
-                    "{} {} needs approval: the demo approves it (POST /v1/approvals/{id})",
-                    approval.tool_name, approval.tool_input
+                    "{} needs approval: the demo approves it (POST /v1/approvals/{id})",
+                    approval.subject()
                 ),
             );
             let decision = DecisionRequest {

@@ -1,7 +1,9 @@
 //! Approvals and questions, the waits a person answers.
 
 use chrono::{DateTime, Utc};
-use holdfast_engine::domain::{Approval, ApprovalStatus, Question, QuestionStatus};
+use holdfast_engine::domain::{
+    Approval, ApprovalStatus, ApprovalSubject, Question, QuestionStatus,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -52,17 +54,41 @@ impl From<ApprovalStatusName> for ApprovalStatus {
     }
 }
 
-/// A tool call waiting for approve or deny.
+/// What an approval asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalKindName {
+    /// A tool call waits for approve or deny (`approvals.require_for`);
+    /// `tool_call_id`, `tool_name` and `tool_input` say which.
+    ToolCall,
+    /// A turn stopped at a reached budget (`budget.on_exceeded: "ask"`);
+    /// `budget` says which. Approving allows one more maximum of it.
+    Budget,
+}
+
+/// Something waiting for a person's approve or deny: a tool call, or a turn
+/// that reached its budget.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ApprovalView {
     pub id: Uuid,
     pub agent_id: Uuid,
-    pub tool_call_id: Uuid,
-    /// The tool the model wants to call.
-    pub tool_name: String,
-    /// What it wants to call it with.
-    #[schema(value_type = Object)]
-    pub tool_input: Value,
+    pub kind: ApprovalKindName,
+    /// The call waiting (kind `tool_call`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<Uuid>,
+    /// The tool the model wants to call (kind `tool_call`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    /// What it wants to call it with (kind `tool_call`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub tool_input: Option<Value>,
+    /// The budget reached (kind `budget`): `{"budget", "limit", "value",
+    /// "granted"}`, e.g. `{"budget": "max_tokens_per_turn", "limit": 20000,
+    /// "value": 20412, "granted": 0}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub budget: Option<Value>,
     pub status: ApprovalStatusName,
     pub decided_by: Option<String>,
     pub reason: Option<String>,
@@ -70,14 +96,55 @@ pub struct ApprovalView {
     pub decided_at: Option<DateTime<Utc>>,
 }
 
+impl ApprovalView {
+    /// What is asked, in one line for people: `refund {"order":"1001"}`, or
+    /// `budget max_tokens_per_turn: 20412 of 20000`.
+    pub fn subject(&self) -> String {
+        match self.kind {
+            ApprovalKindName::ToolCall => format!(
+                "{} {}",
+                self.tool_name.as_deref().unwrap_or("?"),
+                self.tool_input.as_ref().unwrap_or(&Value::Null)
+            ),
+            ApprovalKindName::Budget => {
+                let budget = self.budget.as_ref().unwrap_or(&Value::Null);
+                format!(
+                    "budget {}: {} of {}",
+                    budget["budget"].as_str().unwrap_or("?"),
+                    budget["value"],
+                    budget["limit"]
+                )
+            }
+        }
+    }
+}
+
 impl From<Approval> for ApprovalView {
     fn from(approval: Approval) -> Self {
+        let (kind, tool_call_id, tool_name, tool_input, budget) = match approval.subject {
+            ApprovalSubject::ToolCall {
+                tool_call_id,
+                tool_name,
+                tool_input,
+            } => (
+                ApprovalKindName::ToolCall,
+                Some(tool_call_id),
+                Some(tool_name),
+                Some(tool_input),
+                None,
+            ),
+            ApprovalSubject::Budget(budget) => {
+                (ApprovalKindName::Budget, None, None, None, Some(budget))
+            }
+        };
         ApprovalView {
             id: approval.id,
             agent_id: approval.agent_id,
-            tool_call_id: approval.tool_call_id,
-            tool_name: approval.tool_name,
-            tool_input: approval.tool_input,
+            kind,
+            tool_call_id,
+            tool_name,
+            tool_input,
+            budget,
             status: approval.status.into(),
             decided_by: approval.decided_by,
             reason: approval.reason,

@@ -16,7 +16,10 @@ use uuid::Uuid;
 #[serde(deny_unknown_fields)]
 pub struct InputRequest {
     /// A non-empty string, or a non-empty array of content blocks (objects
-    /// with a string `type`, e.g. `{"type": "text", "text": "..."}`).
+    /// with a string `type`, e.g. `{"type": "text", "text": "..."}`,
+    /// `{"type": "image", "source": {"type": "base64", "media_type":
+    /// "image/png", "data": "..."}}` or `{"type": "document", "source":
+    /// {"type": "url", "url": "https://..."}}`).
     #[schema(value_type = Object)]
     pub content: Value,
     #[serde(default)]
@@ -28,6 +31,9 @@ pub struct InputRequest {
 pub struct InputView {
     pub id: Uuid,
     pub agent_id: Uuid,
+    /// As sent, but each base64 source of an image or document is its
+    /// stored attachment: `{"type": "attachment", "attachment_id",
+    /// "media_type", "size_bytes"}`.
     #[schema(value_type = Object)]
     pub content: Value,
     pub mode: InputMode,

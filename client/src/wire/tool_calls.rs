@@ -19,7 +19,8 @@ pub struct ToolCallView {
     pub input: Value,
     pub kind: KindName,
     pub status: StatusName,
-    /// Set once completed.
+    /// Set once completed; an image's or document's base64 source is its
+    /// stored attachment (as in an input's content).
     #[schema(value_type = Option<Object>)]
     pub output: Option<Value>,
     pub is_error: Option<bool>,
@@ -141,6 +142,8 @@ pub struct ToolCallList {
 #[serde(deny_unknown_fields)]
 pub struct ToolResultRequest {
     /// Any JSON (null included); sent to the model as the tool's result.
+    /// An array of `text`, `image` and `document` blocks with at least one
+    /// image or document is sent as content (the blocks of an input).
     #[schema(value_type = Object)]
     pub output: Value,
     /// The tool failed; the model is told so.

@@ -30,15 +30,28 @@ pub enum ApprovalStatus {
     Cancelled,
 }
 
-/// A tool call waiting for approve/deny (`approvals.require_for`), with
-/// what the call would do, so a person can decide from this row alone.
+/// What an approval asks a person to decide, with what they need to decide
+/// it from this row alone.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ApprovalSubject {
+    /// A tool call waiting for approve/deny (`approvals.require_for`).
+    ToolCall {
+        tool_call_id: Uuid,
+        tool_name: String,
+        tool_input: Value,
+    },
+    /// A turn stopped at a reached budget (`budget.on_exceeded: "ask"`):
+    /// `{"budget", "limit", "value", "granted"}` as `holdfast.budget_exceeded`
+    /// gave it. Approving allows one more maximum.
+    Budget(Value),
+}
+
+/// An approval: what it asks and how it was decided.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Approval {
     pub id: Uuid,
     pub agent_id: Uuid,
-    pub tool_call_id: Uuid,
-    pub tool_name: String,
-    pub tool_input: Value,
+    pub subject: ApprovalSubject,
     pub status: ApprovalStatus,
     pub decided_by: Option<String>,
     pub reason: Option<String>,

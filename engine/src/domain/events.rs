@@ -16,3 +16,16 @@ pub struct Event {
     pub data: Value,
     pub created_at: DateTime<Utc>,
 }
+
+/// What one retention pass (`holdfast.retention_tick`) did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RetentionReport {
+    /// Weekly partitions of events created ahead of time.
+    pub partitions_created: i32,
+    /// Expired partitions dropped whole.
+    pub partitions_dropped: i32,
+    /// Rows pruned one by one (where a whole partition could not go).
+    pub events_deleted: i64,
+    pub deliveries_deleted: i64,
+    pub tool_outputs_pruned: i64,
+}

@@ -115,6 +115,10 @@ pub struct ClaimedWebhookDelivery {
     /// When the delivery was due (its queue lag is the claim time minus this).
     pub due_at: DateTime<Utc>,
     pub event: Event,
+    /// The W3C trace context of the event's turn (`traceparent`,
+    /// `tracestate`), when it had one: the parent of the attempt's span.
+    pub trace_parent: Option<String>,
+    pub trace_state: Option<String>,
 }
 
 impl std::fmt::Debug for ClaimedWebhookDelivery {

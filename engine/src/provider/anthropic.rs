@@ -33,9 +33,14 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::classify::{classify_stream_error, incomplete_stream, invalid_response};
-use super::client::{event_data, event_type, forward, insert_if_set, StreamAssembler};
+use super::client::{
+    answering_model, event_data, event_type, forward, insert_if_set, StreamAssembler,
+};
 use super::history::{normalise, tool_result_text};
-use super::{ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role, Usage};
+use super::{
+    media_blocks, ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role,
+    Usage,
+};
 use crate::config::{ModelConfig, ToolChoice, ToolEntry};
 use crate::sse::SseEvent;
 
@@ -203,16 +208,25 @@ fn block(block: &ContentBlock) -> Value {
             content,
             is_error,
         } => {
+            // Images and documents go as the result's own blocks, which
+            // the Messages API takes in a tool_result.
+            let content = match media_blocks(content) {
+                Some(blocks) => Value::Array(blocks.iter().map(self::block).collect()),
+                None => json!(tool_result_text(content)),
+            };
             let mut result = json!({
                 "type": "tool_result",
                 "tool_use_id": tool_use_id,
-                "content": tool_result_text(content),
+                "content": content,
             });
             if *is_error {
                 result["is_error"] = json!(true);
             }
             result
         }
+        // The saved shape is the Messages API's own.
+        ContentBlock::Image { source } => json!({"type": "image", "source": source}),
+        ContentBlock::Document { source } => json!({"type": "document", "source": source}),
         ContentBlock::Raw(raw) => raw.clone(),
     }
 }
@@ -242,6 +256,7 @@ pub(crate) struct AnthropicStream {
     blocks: BTreeMap<u64, Block>,
     stop_reason: Option<String>,
     usage: Usage,
+    model: Option<String>,
     complete: bool,
 }
 
@@ -281,6 +296,7 @@ impl StreamAssembler for AnthropicStream {
         let kind = event_type(&data, &event);
         match kind {
             "message_start" => {
+                self.model = answering_model(data.pointer("/message/model"));
                 if let Some(usage) = data.pointer("/message/usage") {
                     self.usage.input_tokens = input_tokens(usage).unwrap_or(0);
                     self.usage.output_tokens = usage
@@ -446,6 +462,7 @@ impl StreamAssembler for AnthropicStream {
             content,
             stop_reason: self.stop_reason,
             usage: self.usage,
+            model: self.model,
         })
     }
 }

@@ -236,6 +236,15 @@ pub(crate) fn event_data(event: &SseEvent) -> Result<Value, ModelError> {
         .map_err(|e| invalid_response(format!("event {:?} is not JSON: {e}", event.event)))
 }
 
+/// The model a response names as the one that answered (its `model`
+/// field), when it names one.
+pub(crate) fn answering_model(model: Option<&Value>) -> Option<String> {
+    model
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+        .map(str::to_owned)
+}
+
 /// A typed event's type: its `type` field, else the SSE `event:` name.
 pub(crate) fn event_type<'a>(data: &'a Value, event: &'a SseEvent) -> &'a str {
     data.get("type")

@@ -6,7 +6,7 @@
 //! calls the model with [`summary_request`], and replaces the messages
 //! before [`compaction_split`] with [`summary_message`] of the answer.
 
-use super::{ContentBlock, Message, ModelRequest, Role};
+use super::{media_blocks, ContentBlock, MediaSource, Message, ModelRequest, Role};
 use crate::provider::history::tool_result_text;
 
 /// Tokens counted for each message's framing (role markers and the like).
@@ -36,18 +36,42 @@ pub fn estimate_tokens(request: &ModelRequest) -> u64 {
             + char_count(&tool.input_schema.to_string());
     }
     for message in &request.messages {
-        for block in &message.content {
-            chars += match block {
-                ContentBlock::Text { text } => char_count(text),
-                ContentBlock::ToolUse { name, input, .. } => {
-                    char_count(name) + char_count(&input.to_string())
-                }
-                ContentBlock::ToolResult { content, .. } => char_count(&tool_result_text(content)),
-                ContentBlock::Raw(raw) => char_count(&raw.to_string()),
-            };
-        }
+        chars += message.content.iter().map(block_chars).sum::<u64>();
     }
     chars.div_ceil(4) + TOKENS_PER_MESSAGE * request.messages.len() as u64
+}
+
+/// Anthropic's documented cost of an image at its largest (about 1.15
+/// megapixels): images are counted at it, whatever their size.
+const IMAGE_TOKENS: u64 = 1600;
+
+/// Bytes of PDF counted as one token: about 1,500 to 3,000 tokens a page
+/// (Anthropic's figure) at a typical 50 to 100 KB a page.
+const PDF_BYTES_PER_TOKEN: u64 = 32;
+
+/// A document at a URL, whose size is unknown here: a few pages.
+const DOCUMENT_URL_TOKENS: u64 = 6000;
+
+/// One block's size in characters for [`estimate_tokens`]: an image or a
+/// document by its estimated tokens (×4), never its base64 length.
+fn block_chars(block: &ContentBlock) -> u64 {
+    match block {
+        ContentBlock::Text { text } => char_count(text),
+        ContentBlock::ToolUse { name, input, .. } => {
+            char_count(name) + char_count(&input.to_string())
+        }
+        ContentBlock::ToolResult { content, .. } => match media_blocks(content) {
+            Some(blocks) => blocks.iter().map(block_chars).sum(),
+            None => char_count(&tool_result_text(content)),
+        },
+        ContentBlock::Image { .. } => IMAGE_TOKENS * 4,
+        ContentBlock::Document { source } => match source {
+            // Base64: four characters for three bytes.
+            MediaSource::Base64 { data, .. } => data.len() as u64 * 3 / 4 / PDF_BYTES_PER_TOKEN * 4,
+            MediaSource::Url { .. } => DOCUMENT_URL_TOKENS * 4,
+        },
+        ContentBlock::Raw(raw) => char_count(&raw.to_string()),
+    }
 }
 
 fn char_count(text: &str) -> u64 {
@@ -127,6 +151,8 @@ pub fn summary_request(request: &ModelRequest, keep_last: usize) -> ModelRequest
                     };
                     prompt.push_str(&format!("[{label}: {}]", clip(&tool_result_text(content))));
                 }
+                ContentBlock::Image { .. } => prompt.push_str("[image]"),
+                ContentBlock::Document { .. } => prompt.push_str("[document]"),
                 raw @ ContentBlock::Raw(value) => match raw.text() {
                     Some(text) => prompt.push_str(text),
                     None => prompt.push_str(&format!("[{}]", clip(&value.to_string()))),
@@ -232,6 +258,36 @@ mod tests {
         assert_eq!(estimate_tokens(&r), 100 + TOKENS_PER_MESSAGE);
         let bigger = request(vec![text(Role::User, &"x".repeat(4000))]);
         assert!(estimate_tokens(&bigger) > 1000);
+    }
+
+    #[test]
+    fn an_image_counts_its_estimated_tokens_not_its_base64_whether_input_or_tool_result() {
+        let image = json!({"type": "image",
+                           "source": {"type": "base64", "media_type": "image/png",
+                                      "data": "A".repeat(4_000_000)}});
+        let input = ModelRequest {
+            system: None,
+            ..request(vec![Message {
+                role: Role::User,
+                content: vec![serde_json::from_value(image.clone()).unwrap()],
+            }])
+        };
+        assert_eq!(estimate_tokens(&input), IMAGE_TOKENS + TOKENS_PER_MESSAGE);
+        let tool_result = ModelRequest {
+            system: None,
+            ..request(vec![Message {
+                role: Role::User,
+                content: vec![ContentBlock::ToolResult {
+                    tool_use_id: "t1".into(),
+                    content: json!([{"type": "text", "text": "abcd"}, image]),
+                    is_error: false,
+                }],
+            }])
+        };
+        assert_eq!(
+            estimate_tokens(&tool_result),
+            1 + IMAGE_TOKENS + TOKENS_PER_MESSAGE
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! assistant message that made the calls). Empty text blocks are dropped:
 //! Anthropic rejects them and they carry nothing.
 
-use super::{ContentBlock, Message, Role};
+use super::{media_blocks, ContentBlock, Message, Role};
 
 /// Merge consecutive same-role messages, put tool results first within each
 /// user message, drop empty text blocks and messages left empty.
@@ -38,9 +38,21 @@ pub(crate) fn normalise(messages: &[Message]) -> Vec<Message> {
     merged
 }
 
-/// A tool result's content as text: a JSON string as-is, any other JSON as
-/// its JSON text.
+/// A tool result's content as text: a JSON string as-is, content blocks
+/// ([`media_blocks`]) as their text with a placeholder for each image or
+/// document (never the base64), any other JSON as its JSON text.
 pub(crate) fn tool_result_text(content: &serde_json::Value) -> String {
+    if let Some(blocks) = media_blocks(content) {
+        return blocks
+            .iter()
+            .map(|block| match block {
+                ContentBlock::Image { .. } => "[image]",
+                ContentBlock::Document { .. } => "[document]",
+                other => other.text().unwrap_or_default(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+    }
     match content {
         serde_json::Value::String(text) => text.clone(),
         other => other.to_string(),

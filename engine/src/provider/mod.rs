@@ -98,6 +98,14 @@ pub enum ContentBlock {
         #[serde(default)]
         is_error: bool,
     },
+    /// An image (JPEG, PNG, GIF, WebP) from an input or a tool result.
+    Image {
+        source: MediaSource,
+    },
+    /// A document (PDF) from an input or a tool result.
+    Document {
+        source: MediaSource,
+    },
     /// Any other block, verbatim (a JSON object with a `type`): sent back
     /// to Anthropic unchanged; the OpenAI client keeps only its `text`.
     #[serde(untagged)]
@@ -115,6 +123,69 @@ impl ContentBlock {
             _ => None,
         }
     }
+}
+
+/// Where an image's or a document's bytes are: inline (the worker's step
+/// load puts the stored attachment's bytes back as base64) or at a URL the
+/// provider fetches.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum MediaSource {
+    Base64 { media_type: String, data: String },
+    Url { url: String },
+}
+
+impl MediaSource {
+    /// As a URL the OpenAI APIs take: the URL itself, or a `data:` URL.
+    pub fn url(&self) -> String {
+        match self {
+            MediaSource::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
+            MediaSource::Url { url } => url.clone(),
+        }
+    }
+}
+
+/// A tool's output as content blocks, when it is some: an array of text,
+/// image and document blocks with at least one image or document (the rule
+/// of `holdfast.is_media_blocks`, which stored it so). Any other output is
+/// sent as its text.
+pub fn media_blocks(output: &Value) -> Option<Vec<ContentBlock>> {
+    let blocks: Vec<ContentBlock> = output
+        .as_array()?
+        .iter()
+        .map(|b| serde_json::from_value(b.clone()).ok())
+        .collect::<Option<_>>()?;
+    let typed = blocks.iter().all(|b| {
+        matches!(
+            b,
+            ContentBlock::Text { .. } | ContentBlock::Image { .. } | ContentBlock::Document { .. }
+        )
+    });
+    let media = blocks.iter().any(|b| {
+        matches!(
+            b,
+            ContentBlock::Image { .. } | ContentBlock::Document { .. }
+        )
+    });
+    (typed && media).then_some(blocks)
+}
+
+/// The base64 characters of a tool output's images and documents: stored
+/// once as attachments, they do not count towards the output's size limit.
+pub fn inline_media_bytes(output: &Value) -> usize {
+    media_blocks(output)
+        .into_iter()
+        .flatten()
+        .map(|block| match block {
+            ContentBlock::Image {
+                source: MediaSource::Base64 { data, .. },
+            }
+            | ContentBlock::Document {
+                source: MediaSource::Base64 { data, .. },
+            } => data.len(),
+            _ => 0,
+        })
+        .sum()
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -182,6 +253,9 @@ pub struct ModelResponse {
     /// OpenAI's `stop` / `tool_calls` / `length` map to these.
     pub stop_reason: Option<String>,
     pub usage: Usage,
+    /// The model that answered, as the response names it (often a dated
+    /// snapshot of the alias requested); `None` when it named none.
+    pub model: Option<String>,
 }
 
 /// Why a model call failed, classified for the worker.
@@ -211,4 +285,31 @@ pub enum ModelError {
     /// `invalid_request_error` (400 and other 4xx, a malformed base URL).
     #[error("{error_type}: {message}")]
     Fatal { error_type: String, message: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn media_blocks_are_text_image_and_document_blocks_with_an_image_or_document() {
+        let png = json!({"type": "image",
+                         "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}});
+        let blocks = media_blocks(&json!([{"type": "text", "text": "chart"}, png])).unwrap();
+        assert_eq!(blocks.len(), 2);
+        assert_eq!(inline_media_bytes(&json!([png])), 4);
+        // Text blocks alone, other block types or other JSON keep their meaning.
+        assert_eq!(
+            media_blocks(&json!([{"type": "text", "text": "chart"}])),
+            None
+        );
+        assert_eq!(
+            media_blocks(&json!([png, {"type": "tool_use", "id": "t", "name": "n", "input": {}}])),
+            None
+        );
+        assert_eq!(media_blocks(&json!([png, 1])), None);
+        assert_eq!(media_blocks(&json!({"content": [png]})), None);
+        assert_eq!(inline_media_bytes(&json!({"content": [png]})), 0);
+    }
 }

@@ -23,9 +23,12 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::anthropic::parse_tool_input;
 use super::classify::{classify_stream_error, incomplete_stream, invalid_response};
-use super::client::{forward, insert_if_set, StreamAssembler};
+use super::client::{answering_model, forward, insert_if_set, StreamAssembler};
 use super::history::{normalise, tool_output_text};
-use super::{ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role, Usage};
+use super::{
+    media_blocks, ContentBlock, Delta, DeltaKind, MediaSource, ModelError, ModelRequest,
+    ModelResponse, Role, Usage,
+};
 use crate::config::ToolChoice;
 use crate::sse::SseEvent;
 
@@ -44,6 +47,10 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
         let text = (!texts.is_empty()).then(|| texts.join("\n\n"));
         match message.role {
             Role::User => {
+                // A `tool` message takes text only: a tool result's images
+                // and documents go in the user message that follows, first,
+                // and its text says so.
+                let mut attached = Vec::new();
                 // normalise() put tool results first, so each `tool` message
                 // directly follows the assistant message that made the call.
                 for block in &message.content {
@@ -53,14 +60,33 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
                         is_error,
                     } = block
                     {
+                        let mut output = tool_output_text(content, *is_error);
+                        if let Some(blocks) = media_blocks(content) {
+                            attached.extend(blocks.iter().filter_map(media_part));
+                            output.push_str(TOOL_MEDIA_NOTE);
+                        }
                         messages.push(json!({
                             "role": "tool",
                             "tool_call_id": tool_use_id,
-                            "content": tool_output_text(content, *is_error),
+                            "content": output,
                         }));
                     }
                 }
-                if let Some(text) = text {
+                let has_media = message.content.iter().any(|b| {
+                    matches!(
+                        b,
+                        ContentBlock::Image { .. } | ContentBlock::Document { .. }
+                    )
+                });
+                if has_media || !attached.is_empty() {
+                    // Content parts, in order, when there is more than text.
+                    let own = message.content.iter().filter_map(|b| match b.text() {
+                        Some(text) => Some(json!({"type": "text", "text": text})),
+                        None => media_part(b),
+                    });
+                    attached.extend(own);
+                    messages.push(json!({"role": "user", "content": attached}));
+                } else if let Some(text) = text {
                     messages.push(json!({"role": "user", "content": text}));
                 }
             }
@@ -130,6 +156,36 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
     Value::Object(body)
 }
 
+/// Appended to a `tool` message whose result had images or documents.
+const TOOL_MEDIA_NOTE: &str =
+    "\n(The images and documents of this result follow in the next user message.)";
+
+/// An image or a document as a Chat Completions content part: `image_url`
+/// (a URL or a `data:` URL) and `file` (a PDF as a `data:` URL). A document
+/// by URL, which Chat Completions does not take, becomes a text part saying
+/// so: the API refuses one for an agent on this provider, so only content
+/// sent before the agent switched providers gets here.
+fn media_part(block: &ContentBlock) -> Option<Value> {
+    match block {
+        ContentBlock::Image { source } => {
+            Some(json!({"type": "image_url", "image_url": {"url": source.url()}}))
+        }
+        ContentBlock::Document {
+            source: source @ MediaSource::Base64 { .. },
+        } => Some(json!({"type": "file",
+                         "file": {"filename": DOCUMENT_FILENAME, "file_data": source.url()}})),
+        ContentBlock::Document {
+            source: MediaSource::Url { url },
+        } => Some(json!({"type": "text",
+                         "text": format!("[A document at {url} was not sent: this provider takes no document by URL.]")})),
+        _ => None,
+    }
+}
+
+/// The name a PDF is sent under (the OpenAI APIs want one with inline data;
+/// Holdfast's blocks have none).
+pub(crate) const DOCUMENT_FILENAME: &str = "document.pdf";
+
 /// `tool_choice` as both OpenAI APIs take it: `auto`, `required`, `none`,
 /// or the named function in the API's own form (`named`).
 pub(crate) fn tool_choice(choice: &ToolChoice, named: impl Fn(&str) -> Value) -> Value {
@@ -155,6 +211,7 @@ pub(crate) struct OpenAiStream {
     calls: BTreeMap<u64, ToolCall>,
     finish_reason: Option<String>,
     usage: Usage,
+    model: Option<String>,
     complete: bool,
 }
 
@@ -172,6 +229,10 @@ impl StreamAssembler for OpenAiStream {
             .map_err(|e| invalid_response(format!("chunk is not JSON ({e}): {}", event.data)))?;
         if let Some(error) = chunk.get("error") {
             return Err(classify_stream_error(error));
+        }
+        // Every chunk repeats it.
+        if self.model.is_none() {
+            self.model = answering_model(chunk.get("model"));
         }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             let field = |name: &str| usage.get(name).and_then(Value::as_u64).unwrap_or(0);
@@ -259,6 +320,7 @@ impl StreamAssembler for OpenAiStream {
             content,
             stop_reason,
             usage: self.usage,
+            model: self.model,
         })
     }
 }

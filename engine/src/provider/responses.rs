@@ -36,10 +36,15 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::anthropic::parse_tool_input;
 use super::classify::{incomplete_stream, invalid_response, says_context_too_long, truncate};
-use super::client::{event_data, event_type, forward, insert_if_set, StreamAssembler};
+use super::client::{
+    answering_model, event_data, event_type, forward, insert_if_set, StreamAssembler,
+};
 use super::history::{normalise, tool_output_text};
-use super::openai::tool_choice;
-use super::{ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role, Usage};
+use super::openai::{tool_choice, DOCUMENT_FILENAME};
+use super::{
+    media_blocks, ContentBlock, Delta, DeltaKind, MediaSource, ModelError, ModelRequest,
+    ModelResponse, Role, Usage,
+};
 use crate::sse::SseEvent;
 
 /// The request body.
@@ -56,17 +61,28 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
                             content,
                             is_error,
                         } => {
+                            // Images and documents: the output as a list
+                            // of input parts, which function_call_output takes.
+                            let output = match media_blocks(content) {
+                                Some(blocks) => {
+                                    let error = is_error
+                                        .then(|| json!({"type": "input_text", "text": "Error:"}));
+                                    Value::Array(
+                                        error
+                                            .into_iter()
+                                            .chain(blocks.iter().filter_map(input_part))
+                                            .collect(),
+                                    )
+                                }
+                                None => json!(tool_output_text(content, *is_error)),
+                            };
                             input.push(json!({
                                 "type": "function_call_output",
                                 "call_id": tool_use_id,
-                                "output": tool_output_text(content, *is_error),
+                                "output": output,
                             }));
                         }
-                        other => {
-                            if let Some(text) = other.text() {
-                                parts.push(json!({"type": "input_text", "text": text}));
-                            }
-                        }
+                        other => parts.extend(input_part(other)),
                     }
                 }
                 if !parts.is_empty() {
@@ -158,6 +174,26 @@ pub(crate) fn request_body(request: &ModelRequest) -> Value {
     Value::Object(body)
 }
 
+/// A user block as a Responses input part: `input_text`, `input_image` (a
+/// URL or a `data:` URL) or `input_file` (a PDF as a `data:` URL, or its
+/// URL); `None` for a block with nothing to send.
+fn input_part(block: &ContentBlock) -> Option<Value> {
+    match block {
+        ContentBlock::Image { source } => Some(json!({
+            "type": "input_image", "image_url": source.url(), "detail": "auto",
+        })),
+        ContentBlock::Document {
+            source: MediaSource::Url { url },
+        } => Some(json!({"type": "input_file", "file_url": url})),
+        ContentBlock::Document { source } => Some(json!({
+            "type": "input_file", "filename": DOCUMENT_FILENAME, "file_data": source.url(),
+        })),
+        other => other
+            .text()
+            .map(|text| json!({"type": "input_text", "text": text})),
+    }
+}
+
 /// A saved `reasoning` item, sent back as it came. Other raw blocks (an
 /// Anthropic block after a provider switch, an item type this client does
 /// not interpret) are sent as their text, if any.
@@ -172,6 +208,7 @@ pub(crate) struct ResponsesStream {
     items: BTreeMap<u64, Value>,
     stop_reason: Option<String>,
     usage: Usage,
+    model: Option<String>,
     complete: bool,
 }
 
@@ -201,6 +238,7 @@ impl StreamAssembler for ResponsesStream {
             }
             "response.completed" | "response.incomplete" => {
                 let response = data.get("response").unwrap_or(&Value::Null);
+                self.model = answering_model(response.get("model"));
                 if let Some(usage) = response.get("usage").filter(|u| u.is_object()) {
                     let count = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64);
                     self.usage = Usage {
@@ -287,6 +325,7 @@ impl StreamAssembler for ResponsesStream {
             content,
             stop_reason: Some(stop_reason),
             usage: self.usage,
+            model: self.model,
         })
     }
 }

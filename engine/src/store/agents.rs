@@ -163,6 +163,34 @@ pub async fn agent_in_project(
     Ok(row.is_some())
 }
 
+/// A file an agent was sent (`holdfast.attachments`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attachment {
+    pub media_type: String,
+    pub data: Vec<u8>,
+}
+
+/// Attachment `id` of `agent`, if the agent is in `project` and has it.
+pub async fn get_attachment(
+    client: &impl GenericClient,
+    project: Uuid,
+    agent: Uuid,
+    id: Uuid,
+) -> Result<Option<Attachment>> {
+    let row = client
+        .query_opt(
+            "SELECT t.media_type, t.data FROM holdfast.attachments t \
+               JOIN holdfast.agents a ON a.id = t.agent_id \
+              WHERE t.agent_id = $1 AND t.id = $2 AND a.project_id = $3",
+            &[&agent, &id, &project],
+        )
+        .await?;
+    Ok(row.map(|r| Attachment {
+        media_type: r.get(0),
+        data: r.get(1),
+    }))
+}
+
 /// Agents of `project` (configs masked for showing), oldest first (ids are
 /// UUIDv7), after the id `after`, in `state` when given, at most `limit`.
 pub async fn list_agents(

@@ -364,6 +364,10 @@ pub async fn stream_delta(
 }
 
 /// Everything a step is decided and built from, read fresh at every attempt.
+/// Content that references attachments comes back with their files as
+/// base64 again (`holdfast.hydrate_content`): the request needs the bytes,
+/// the saved rows keep only the reference.
+///
 /// The four reads are sent together (pipelined on the one connection), so
 /// the load costs about one round trip, not four. Each read is its own
 /// snapshot, as before: the agent's lease keeps what they read stable.
@@ -379,17 +383,19 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
         // The messages from the agent's context start on (the subquery
         // reads the same row the first statement does).
         client.statement(
-            "SELECT seq, role, content, step_id FROM holdfast.messages \
+            "SELECT seq, role, holdfast.hydrate_content(agent_id, content), step_id \
+               FROM holdfast.messages \
               WHERE agent_id = $1 \
                 AND seq >= (SELECT context_start_seq FROM holdfast.agents WHERE id = $1) \
               ORDER BY seq",
         ),
         client.statement(
-            "SELECT id, step_id, position, provider_id, name, input, kind, status, output, is_error \
+            "SELECT id, step_id, position, provider_id, name, input, kind, status, \
+                    holdfast.hydrate_content(agent_id, output), is_error \
                FROM holdfast.tool_calls WHERE agent_id = $1 ORDER BY created_at, step_id, position",
         ),
         client.statement(
-            "SELECT id, content FROM holdfast.turn_inputs($1)",
+            "SELECT id, holdfast.hydrate_content(agent_id, content) FROM holdfast.turn_inputs($1)",
         ),
     )?;
     let db = client.client();

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::parse_text;
 use super::prepared::{query_one_prepared, query_prepared, Prepared};
-use crate::domain::{Approval, ApprovalStatus, Question, QuestionStatus};
+use crate::domain::{Approval, ApprovalStatus, ApprovalSubject, Question, QuestionStatus};
 use crate::domain::{ToolCall, ToolCallStatus, ToolKind};
 use crate::error::{Error, Result};
 
@@ -216,21 +216,35 @@ pub async fn answer_question(
     Ok(())
 }
 
-const APPROVAL_COLUMNS: &str = "p.id, p.agent_id, p.tool_call_id, t.name, t.input, p.status, \
-                                p.decided_by, p.reason, p.created_at, p.decided_at";
+const APPROVAL_COLUMNS: &str =
+    "p.id, p.agent_id, p.kind, p.tool_call_id, t.name, t.input, p.budget, \
+                                p.status, p.decided_by, p.reason, p.created_at, p.decided_at";
 
 fn approval_from_row(row: &tokio_postgres::Row) -> Result<Approval> {
+    let kind: &str = row.get(2);
+    let subject = match kind {
+        "tool_call" => ApprovalSubject::ToolCall {
+            tool_call_id: row.get(3),
+            tool_name: row.get(4),
+            tool_input: row.get(5),
+        },
+        "budget" => ApprovalSubject::Budget(row.get(6)),
+        other => {
+            return Err(Error::Invalid {
+                field: Some("kind".into()),
+                message: format!("unknown approval kind {other:?}"),
+            })
+        }
+    };
     Ok(Approval {
         id: row.get(0),
         agent_id: row.get(1),
-        tool_call_id: row.get(2),
-        tool_name: row.get(3),
-        tool_input: row.get(4),
-        status: parse_text(row.get(5), "status")?,
-        decided_by: row.get(6),
-        reason: row.get(7),
-        created_at: row.get(8),
-        decided_at: row.get(9),
+        subject,
+        status: parse_text(row.get(7), "status")?,
+        decided_by: row.get(8),
+        reason: row.get(9),
+        created_at: row.get(10),
+        decided_at: row.get(11),
     })
 }
 
@@ -244,7 +258,7 @@ pub async fn get_approval(
         .query_opt(
             &format!(
                 "SELECT {APPROVAL_COLUMNS} FROM holdfast.approvals p \
-                   JOIN holdfast.tool_calls t ON t.id = p.tool_call_id \
+                   LEFT JOIN holdfast.tool_calls t ON t.id = p.tool_call_id \
                    JOIN holdfast.agents a ON a.id = p.agent_id \
                   WHERE p.id = $1 AND a.project_id = $2"
             ),
@@ -266,7 +280,7 @@ pub async fn list_approvals(
         .query(
             &format!(
                 "SELECT {APPROVAL_COLUMNS} FROM holdfast.approvals p \
-                   JOIN holdfast.tool_calls t ON t.id = p.tool_call_id \
+                   LEFT JOIN holdfast.tool_calls t ON t.id = p.tool_call_id \
                   WHERE p.agent_id = $1 AND ($2::text IS NULL OR p.status = $2) \
                   ORDER BY p.created_at, p.id LIMIT $3"
             ),

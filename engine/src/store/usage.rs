@@ -1,9 +1,11 @@
 //! Model usage and the operator's prices (sql/functions/usage.sql).
 
 use serde_json::Value;
+use strum::{EnumString, IntoStaticStr};
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
+use super::parse_text;
 use crate::domain::{AgentUsage, Claim, ModelPrice};
 use crate::error::{Error, Result};
 
@@ -94,20 +96,32 @@ pub async fn remove_model_price(
     Ok(row.get(0))
 }
 
-/// End the claimed agent's turn with `budget_exceeded` before its next
-/// model call (the inputs that call would have sent go into the history);
-/// `false` when no budget is exceeded under the lock any more (the agent is
-/// released). [`Error::LeaseLost`] when the lease is gone.
+/// What [`end_turn_over_budget`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, EnumString, IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum OverBudget {
+    /// The turn ended `budget_exceeded`.
+    Failed,
+    /// The turn waits on a budget approval (`on_exceeded: "ask"`).
+    Asked,
+    /// No budget is exceeded under the lock any more: the agent was released.
+    Released,
+}
+
+/// Stop the claimed agent before its next model call because a budget is
+/// reached: the turn ends `budget_exceeded` (the inputs that call would
+/// have sent go into the history) or waits on a budget approval.
+/// [`Error::LeaseLost`] when the lease is gone.
 pub async fn end_turn_over_budget(
     client: &impl GenericClient,
     claim: Claim,
     input_ids: &[Uuid],
-) -> Result<bool> {
+) -> Result<OverBudget> {
     let row = client
         .query_one(
             "SELECT holdfast.end_turn_over_budget($1, $2, $3)",
             &[&claim.agent_id, &claim.epoch, &input_ids],
         )
         .await?;
-    Ok(row.get(0))
+    parse_text(row.get(0), "end_turn_over_budget")
 }

@@ -143,7 +143,8 @@ pub async fn claim_webhook_deliveries(
     let rows = client
         .query(
             "SELECT delivery_id, attempt, endpoint_id, url, secret, due_at, \
-                    event_seq, event_id, agent_id, event_type, event_data, event_created_at \
+                    event_seq, event_id, agent_id, event_type, event_data, event_created_at, \
+                    trace_parent, trace_state \
                FROM holdfast.claim_webhook_deliveries($1, $2::text::interval, $3)",
             &[&max, &to_interval(lease), &max_per_endpoint],
         )
@@ -165,6 +166,8 @@ pub async fn claim_webhook_deliveries(
                 data: r.get(10),
                 created_at: r.get(11),
             },
+            trace_parent: r.get(12),
+            trace_state: r.get(13),
         })
         .collect())
 }

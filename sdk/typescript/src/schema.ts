@@ -152,6 +152,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/agents/{id}/attachments/{attachment_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An attachment's bytes, with its media type as `Content-Type`. An
+         *     attachment never changes, so a client may cache it for good.
+         */
+        get: operations["get_attachment"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/agents/{id}/cancel": {
         parameters: {
             query?: never;
@@ -196,8 +216,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List an agent's waiting inputs, oldest first. */
-        get: operations["list_inputs"];
+        get?: never;
         put?: never;
         /** Send an input to an agent. */
         post: operations["create_input"];
@@ -291,26 +310,6 @@ export interface paths {
         /** Decide an approval. The first decision wins. */
         post: operations["decide_approval"];
         delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/inputs/{id}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        post?: never;
-        /**
-         * Take back a queued input before a turn admits it: it is never consumed,
-         *     and `input.removed` is recorded.
-         */
-        delete: operations["remove_input"];
         options?: never;
         head?: never;
         patch?: never;
@@ -738,6 +737,11 @@ export interface components {
             max_uses?: number | null;
             user_location?: null | components["schemas"]["UserLocation"];
         };
+        /**
+         * @description What an approval asks.
+         * @enum {string}
+         */
+        ApprovalKindName: "tool_call" | "budget";
         ApprovalList: {
             approvals: components["schemas"]["ApprovalView"][];
         };
@@ -751,10 +755,19 @@ export interface components {
          * @enum {string}
          */
         ApprovalStatusName: "pending" | "approved" | "denied" | "cancelled";
-        /** @description A tool call waiting for approve or deny. */
+        /**
+         * @description Something waiting for a person's approve or deny: a tool call, or a turn
+         *     that reached its budget.
+         */
         ApprovalView: {
             /** Format: uuid */
             agent_id: string;
+            /**
+             * @description The budget reached (kind `budget`): `{"budget", "limit", "value",
+             *     "granted"}`, e.g. `{"budget": "max_tokens_per_turn", "limit": 20000,
+             *     "value": 20412, "granted": 0}`.
+             */
+            budget?: Record<string, unknown> | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -762,22 +775,32 @@ export interface components {
             decided_by?: string | null;
             /** Format: uuid */
             id: string;
+            kind: components["schemas"]["ApprovalKindName"];
             reason?: string | null;
             status: components["schemas"]["ApprovalStatusName"];
-            /** Format: uuid */
-            tool_call_id: string;
-            /** @description What it wants to call it with. */
-            tool_input: Record<string, unknown>;
-            /** @description The tool the model wants to call. */
-            tool_name: string;
+            /**
+             * Format: uuid
+             * @description The call waiting (kind `tool_call`).
+             */
+            tool_call_id?: string | null;
+            /** @description What it wants to call it with (kind `tool_call`). */
+            tool_input?: Record<string, unknown> | null;
+            /** @description The tool the model wants to call (kind `tool_call`). */
+            tool_name?: string | null;
         };
+        /**
+         * @description What a reached budget does to its turn.
+         * @enum {string}
+         */
+        BudgetOnExceeded: "fail" | "ask";
         /**
          * @description `config.budget`: the most model usage a turn and the agent may reach
          *     (tokens: input + output; cost: USD at the operator's prices, so a cost
          *     budget counts only priced models). Checked in SQL before each model
-         *     call: once a sum has reached its maximum, the turn ends with
-         *     `turn.failed` `budget_exceeded` and the call is not made (a turn may
-         *     pass a maximum by the one call that reached it).
+         *     call: once a sum has reached its maximum, the call is not made and the
+         *     turn ends with `turn.failed` `budget_exceeded`, or, with `on_exceeded:
+         *     "ask"`, waits on a budget approval (a turn may pass a maximum by the one
+         *     call that reached it).
          */
         BudgetSettings: {
             /**
@@ -794,6 +817,7 @@ export interface components {
             max_tokens_per_agent?: number | null;
             /** Format: int64 */
             max_tokens_per_turn?: number | null;
+            on_exceeded?: null | components["schemas"]["BudgetOnExceeded"];
         };
         /** @description The outcome of a cancel. */
         CancelView: {
@@ -934,6 +958,7 @@ export interface components {
             /**
              * @description Machine-readable: `invalid_request`, `invalid_json`, `unauthorized`,
              *     `not_found`, `conflict`, `idempotency_key_reused`, `model_not_permitted`,
+             *     `unsupported_content`,
              *     `payload_too_large`, `rate_limited`, `unavailable`, `internal`, ...
              */
             type: string;
@@ -992,45 +1017,31 @@ export interface components {
             /** Format: uuid */
             machine_id: string;
         };
-        /** @description An agent's waiting inputs, oldest first. */
-        InputList: {
-            inputs: components["schemas"]["InputView"][];
-        };
-        /**
-         * @description How an input joins the agent's turns (docs/api.md, "Steering modes").
-         * @enum {string}
-         */
-        InputMode: "steer" | "queue" | "interrupt";
-        /**
-         * @description A message for the agent. Mid-turn, by its `mode`: it steers the next
-         *     model call (`steer`, the default), waits for the turn to end and opens
-         *     the next (`queue`), or aborts the model call in flight, which is made
-         *     again with it (`interrupt`; a running tool call is never interrupted).
-         */
+        /** @description A message for the agent. Mid-turn, it steers the next model call. */
         InputRequest: {
             /**
              * @description A non-empty string, or a non-empty array of content blocks (objects
-             *     with a string `type`, e.g. `{"type": "text", "text": "..."}`).
+             *     with a string `type`, e.g. `{"type": "text", "text": "..."}`,
+             *     `{"type": "image", "source": {"type": "base64", "media_type":
+             *     "image/png", "data": "..."}}` or `{"type": "document", "source":
+             *     {"type": "url", "url": "https://..."}}`).
              */
             content: Record<string, unknown>;
-            mode?: components["schemas"]["InputMode"];
         };
-        /**
-         * @description Where an input stands.
-         * @enum {string}
-         */
-        InputStatus: "queued" | "pending" | "consumed" | "removed";
         /** @description A saved input. */
         InputView: {
             /** Format: uuid */
             agent_id: string;
+            /**
+             * @description As sent, but each base64 source of an image or document is its
+             *     stored attachment: `{"type": "attachment", "attachment_id",
+             *     "media_type", "size_bytes"}`.
+             */
             content: Record<string, unknown>;
             /** Format: date-time */
             created_at: string;
             /** Format: uuid */
             id: string;
-            mode: components["schemas"]["InputMode"];
-            status: components["schemas"]["InputStatus"];
         };
         /**
          * @description How a tool call runs (docs/api.md, "Tool calls"); the client answers `custom` calls.
@@ -1297,7 +1308,7 @@ export interface components {
          * @description `config.model.reasoning_effort` (OpenAI).
          * @enum {string}
          */
-        ReasoningEffort: "minimal" | "low" | "medium" | "high";
+        ReasoningEffort: "none" | "minimal" | "low" | "medium" | "high" | "xhigh";
         /** @description A machine to register. */
         RegisterMachineRequest: {
             /**
@@ -1458,7 +1469,10 @@ export interface components {
             is_error?: boolean | null;
             kind: components["schemas"]["KindName"];
             name: string;
-            /** @description Set once completed. */
+            /**
+             * @description Set once completed; an image's or document's base64 source is its
+             *     stored attachment (as in an input's content).
+             */
             output?: Record<string, unknown> | null;
             /** @description The provider's id for the call (`toolu_…`, `call_…`). */
             provider_id: string;
@@ -1541,7 +1555,11 @@ export interface components {
         ToolResultRequest: {
             /** @description The tool failed; the model is told so. */
             is_error?: boolean;
-            /** @description Any JSON (null included); sent to the model as the tool's result. */
+            /**
+             * @description Any JSON (null included); sent to the model as the tool's result.
+             *     An array of `text`, `image` and `document` blocks with at least one
+             *     image or document is sent as content (the blocks of an input).
+             */
             output: Record<string, unknown>;
         };
         /** @description One turn's usage. */
@@ -2147,6 +2165,67 @@ export interface operations {
             };
         };
     };
+    get_attachment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description agent id */
+                id: string;
+                /** @description the `attachment_id` of a block's source */
+                attachment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the file, `Content-Type` its media type */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": number[];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description no such agent in this project, or no such attachment of it */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     cancel_agent: {
         parameters: {
             query?: never;
@@ -2277,69 +2356,6 @@ export interface operations {
             };
         };
     };
-    list_inputs: {
-        parameters: {
-            query?: {
-                /**
-                 * @description `queued` (the default: waiting for the open turn to end, removable)
-                 *     or `pending` (in the open turn, not yet seen by a saved model call).
-                 */
-                status?: "queued" | "pending";
-            };
-            header?: never;
-            path: {
-                /** @description agent id */
-                id: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["InputList"];
-                };
-            };
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
-            429: {
-                headers: {
-                    /** @description seconds until a request is accepted again */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-        };
-    };
     create_input: {
         parameters: {
             query?: never;
@@ -2406,6 +2422,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description the body is over the limit for content (48 MiB) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -2414,7 +2431,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `idempotency_key_reused`: the key was used with another body or mode */
+            /** @description `idempotency_key_reused`: the key was used with another body; `unsupported_content`: the agent's provider cannot take an image or document block */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2740,73 +2757,6 @@ export interface operations {
                 };
             };
             /** @description already decided otherwise, or cancelled; `approval` is the approval as it stands */
-            409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
-            429: {
-                headers: {
-                    /** @description seconds until a request is accepted again */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-        };
-    };
-    remove_input: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description input id */
-                id: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description removed */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["InputView"];
-                };
-            };
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the input is not queued (a turn has taken it, or it was removed) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -3636,8 +3586,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `output` is larger than the server's limit */
+            /** @description `output` (its images' and documents' base64 aside) or the body is larger than the server's limit */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unsupported_content`: the agent's provider cannot take an image or document block of `output` */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -47,6 +47,8 @@ pub struct Received {
     pub event: Value,
     /// The independent verifier's verdict.
     pub verified: Result<(), String>,
+    /// The W3C `traceparent` header, when the request carried one.
+    pub traceparent: Option<String>,
 }
 
 struct State {
@@ -213,6 +215,7 @@ async fn answer(mut stream: TcpStream, state: Arc<State>) {
         content_type: headers.get("content-type").cloned().unwrap_or_default(),
         event: serde_json::from_slice(&body).unwrap_or(Value::Null),
         verified: verified.clone(),
+        traceparent: headers.get("traceparent").cloned(),
     });
     let mut extra_headers = String::new();
     let status = match (behaviour, verified) {

@@ -390,6 +390,13 @@ pub async fn call_tool(
 }
 
 fn tool_output(result: CallToolResult, max_text_bytes: usize) -> super::ToolOutput {
+    let is_error = result.is_error == Some(true);
+    if result.content.iter().any(|b| b.as_image().is_some()) {
+        return super::ToolOutput {
+            output: content_blocks(result, max_text_bytes),
+            is_error,
+        };
+    }
     let text = result
         .content
         .iter()
@@ -401,14 +408,39 @@ fn tool_output(result: CallToolResult, max_text_bytes: usize) -> super::ToolOutp
         Some(structured) => json!({"content": text, "structured_content": structured}),
         None => Value::String(text),
     };
-    super::ToolOutput {
-        output,
-        is_error: result.is_error == Some(true),
+    super::ToolOutput { output, is_error }
+}
+
+/// A result with images as content blocks (docs/api.md, "Content
+/// blocks"): each image an `image` block with its base64, the rest text
+/// blocks (`structured_content` as its JSON text, last), the text capped
+/// as a whole. SQL stores the images once and leaves out, with a note, one
+/// it does not take (`holdfast.keep_tool_output`).
+fn content_blocks(result: CallToolResult, max_text_bytes: usize) -> Value {
+    let mut budget = max_text_bytes;
+    let mut text_block = |text: String| {
+        let text = cap_text(text, budget);
+        budget = budget.saturating_sub(text.len());
+        json!({"type": "text", "text": text})
+    };
+    let mut blocks: Vec<Value> = result
+        .content
+        .iter()
+        .map(|block| match block.as_image() {
+            Some(image) => json!({"type": "image", "source": {
+                "type": "base64", "media_type": image.mime_type, "data": image.data,
+            }}),
+            None => text_block(content_text(block)),
+        })
+        .collect();
+    if let Some(structured) = result.structured_content {
+        blocks.push(text_block(structured.to_string()));
     }
+    Value::Array(blocks)
 }
 
 /// Text blocks as they are; other blocks as a short placeholder (the model
-/// gets no base64).
+/// gets no base64; images, when a result has some, go as content blocks).
 fn content_text(block: &ContentBlock) -> String {
     match block {
         ContentBlock::Text(text) => text.text.clone(),

@@ -12,6 +12,9 @@ class AnswerRequest(TypedDict):
     by: str
 
 
+ApprovalKindName = Literal['tool_call', 'budget']
+
+
 class ApprovalSettings(TypedDict):
     require_for: NotRequired[list[str]]
 
@@ -21,15 +24,20 @@ ApprovalStatusName = Literal['pending', 'approved', 'denied', 'cancelled']
 
 class ApprovalView(TypedDict):
     agent_id: str
+    budget: NotRequired[Optional[dict[str, Any]]]
     created_at: str
     decided_at: NotRequired[Optional[str]]
     decided_by: NotRequired[Optional[str]]
     id: str
+    kind: ApprovalKindName
     reason: NotRequired[Optional[str]]
     status: ApprovalStatusName
-    tool_call_id: str
-    tool_input: dict[str, Any]
-    tool_name: str
+    tool_call_id: NotRequired[Optional[str]]
+    tool_input: NotRequired[Optional[dict[str, Any]]]
+    tool_name: NotRequired[Optional[str]]
+
+
+BudgetOnExceeded = Literal['fail', 'ask']
 
 
 class BudgetSettings(TypedDict):
@@ -37,6 +45,7 @@ class BudgetSettings(TypedDict):
     max_cost_usd_per_turn: NotRequired[Optional[float]]
     max_tokens_per_agent: NotRequired[Optional[int]]
     max_tokens_per_turn: NotRequired[Optional[int]]
+    on_exceeded: NotRequired[Optional[BudgetOnExceeded]]
 
 
 class CitationSettings(TypedDict):
@@ -215,7 +224,7 @@ class QuestionView(TypedDict):
     tool_call_id: str
 
 
-ReasoningEffort = Literal['minimal', 'low', 'medium', 'high']
+ReasoningEffort = Literal['none', 'minimal', 'low', 'medium', 'high', 'xhigh']
 
 
 class RegisterMachineRequest(TypedDict):

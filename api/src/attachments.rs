@@ -1,0 +1,61 @@
+//! `GET /v1/agents/{id}/attachments/{attachment_id}`: the bytes of an image
+//! or document an agent was sent, which inputs, tool calls and events
+//! reference by id (docs/api.md, "Content blocks").
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use holdfast_client::wire::error::ErrorBody;
+use holdfast_engine::store;
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::ApiPath;
+use crate::observe::record_agent;
+use crate::state::AppState;
+
+/// An attachment's bytes, with its media type as `Content-Type`. An
+/// attachment never changes, so a client may cache it for good.
+#[utoipa::path(
+    get,
+    path = "/v1/agents/{id}/attachments/{attachment_id}",
+    tag = "agents",
+    params(
+        ("id" = Uuid, Path, description = "agent id"),
+        ("attachment_id" = Uuid, Path, description = "the `attachment_id` of a block's source"),
+    ),
+    responses(
+        (status = 200, description = "the file, `Content-Type` its media type", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "no such agent in this project, or no such attachment of it", body = ErrorBody),
+    )
+)]
+pub async fn get_attachment(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath((agent, id)): ApiPath<(Uuid, Uuid)>,
+) -> Result<Response, ApiError> {
+    record_agent(agent);
+    let db = state.db().await?;
+    let attachment = store::get_attachment(&**db, caller.project_id, agent, id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::not_found(format!("attachment {id} of agent {agent} not found"))
+        })?;
+    // The media type is one of the five SQL allows: always a valid header.
+    let content_type =
+        HeaderValue::from_str(&attachment.media_type).map_err(|_| ApiError::internal())?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, content_type),
+            (
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("private, max-age=31536000, immutable"),
+            ),
+        ],
+        attachment.data,
+    )
+        .into_response())
+}

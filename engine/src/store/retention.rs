@@ -1,0 +1,44 @@
+//! Time partitions of events and per-project retention (sql/functions/retention.sql).
+
+use std::time::Duration;
+
+use tokio_postgres::GenericClient;
+
+use crate::domain::RetentionReport;
+use crate::duration::to_interval;
+use crate::error::Result;
+
+/// Set how long a project keeps its finished agents' events, webhook
+/// deliveries and tool outputs; `None` keeps them forever.
+pub async fn set_project_retention(
+    client: &impl GenericClient,
+    project_name: &str,
+    events: Option<Duration>,
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.set_project_retention($1, $2::text::interval)",
+            &[&project_name, &events.map(to_interval)],
+        )
+        .await?;
+    Ok(())
+}
+
+/// One retention pass: create upcoming partitions, drop expired ones, then
+/// prune at most `batch` rows of each kind.
+pub async fn retention_tick(client: &impl GenericClient, batch: i32) -> Result<RetentionReport> {
+    let row = client
+        .query_one(
+            "SELECT partitions_created, partitions_dropped, events_deleted, deliveries_deleted, \
+                    tool_outputs_pruned FROM holdfast.retention_tick($1)",
+            &[&batch],
+        )
+        .await?;
+    Ok(RetentionReport {
+        partitions_created: row.get(0),
+        partitions_dropped: row.get(1),
+        events_deleted: row.get(2),
+        deliveries_deleted: row.get(3),
+        tool_outputs_pruned: row.get(4),
+    })
+}

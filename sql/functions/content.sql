@@ -1,0 +1,274 @@
+-- Images and documents in inputs and tool results (docs/api.md, "Content
+-- blocks"): their validation, their bytes stored once in
+-- holdfast.attachments, and the bytes put back for a model request.
+--
+-- A block is Anthropic's shape: {"type": "image" | "document", "source":
+-- {"type": "base64", "media_type", "data"} | {"type": "url", "url"}}. Once
+-- stored, a base64 source becomes {"type": "attachment", "attachment_id",
+-- "media_type", "size_bytes"}: that is what inputs, messages, tool calls
+-- and events hold.
+
+-- The largest file a block may carry, by block type: Anthropic's documented
+-- limits (5 MiB an image, 32 MiB a PDF request). Pure.
+CREATE OR REPLACE FUNCTION holdfast.content_max_bytes(p_block_type text)
+RETURNS integer LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE p_block_type WHEN 'image' THEN 5 * 1024 * 1024 WHEN 'document' THEN 32 * 1024 * 1024 END
+$$;
+
+-- The media types a block type may carry. Pure.
+CREATE OR REPLACE FUNCTION holdfast.content_media_types(p_block_type text)
+RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE p_block_type
+        WHEN 'image' THEN ARRAY['image/jpeg', 'image/png', 'image/gif', 'image/webp']
+        WHEN 'document' THEN ARRAY['application/pdf'] END
+$$;
+
+-- Whether a tool's output is content blocks (and not any JSON to be sent as
+-- its text): an array of objects typed text, image or document with at
+-- least one image or document. The worker's rule is the same
+-- (ContentBlock::media_blocks in engine/src/provider/mod.rs). Pure.
+CREATE OR REPLACE FUNCTION holdfast.is_media_blocks(p_output jsonb)
+RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+    SELECT jsonb_typeof(p_output) = 'array'
+       AND EXISTS (SELECT 1 FROM jsonb_array_elements(p_output) b
+                    WHERE b.value ->> 'type' IN ('image', 'document'))
+       AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_output) b
+                        WHERE jsonb_typeof(b.value) <> 'object'
+                           OR coalesce(b.value ->> 'type' NOT IN ('text', 'image', 'document'), true))
+$$;
+
+-- What is wrong with one image or document block, if anything: message and
+-- field (p_field is the block's, e.g. content[2]) are NULL for a good block.
+-- A malformed block (unknown field, media type not allowed, base64 not
+-- well-formed, a file over content_max_bytes, a URL that is not http(s)) is
+-- told as is; a block the agent's provider cannot take (p_provider
+-- 'openai', Chat Completions: a document by URL) with the message starting
+-- unsupported_content, so the API answers 422 rather than 400. The size is
+-- computed from the base64 length, so an oversize file is refused before
+-- its text is scanned. Reads nothing.
+CREATE OR REPLACE FUNCTION holdfast.content_block_problem(
+    p_block jsonb, p_field text, p_provider text, OUT message text, OUT field text)
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_type text := p_block ->> 'type';
+    v_source jsonb := p_block -> 'source';
+    v_key text;
+    v_data text;
+    v_size bigint;
+BEGIN
+    SELECT k INTO v_key FROM jsonb_object_keys(p_block) k WHERE k NOT IN ('type', 'source') LIMIT 1;
+    IF v_key IS NOT NULL THEN
+        message := format('an %s block has no field %s', v_type, v_key);
+        field := p_field || '.' || v_key;
+        RETURN;
+    END IF;
+    IF jsonb_typeof(v_source) IS DISTINCT FROM 'object' THEN
+        message := format('an %s block needs a source object', v_type);
+        field := p_field || '.source';
+        RETURN;
+    END IF;
+    CASE v_source ->> 'type'
+    WHEN 'base64' THEN
+        SELECT k INTO v_key FROM jsonb_object_keys(v_source) k
+         WHERE k NOT IN ('type', 'media_type', 'data') LIMIT 1;
+        IF v_key IS NOT NULL THEN
+            message := format('a base64 source has no field %s', v_key);
+            field := p_field || '.source.' || v_key;
+        ELSIF NOT coalesce(v_source ->> 'media_type' = ANY (holdfast.content_media_types(v_type)), false)
+              OR jsonb_typeof(v_source -> 'media_type') <> 'string' THEN
+            message := format('media_type of an %s must be one of %s', v_type,
+                              array_to_string(holdfast.content_media_types(v_type), ', '));
+            field := p_field || '.source.media_type';
+        ELSIF jsonb_typeof(v_source -> 'data') IS DISTINCT FROM 'string' THEN
+            message := 'data must be a base64 string';
+            field := p_field || '.source.data';
+        ELSE
+            v_data := v_source ->> 'data';
+            v_size := length(v_data) / 4 * 3
+                      - CASE WHEN v_data LIKE '%==' THEN 2 WHEN v_data LIKE '%=' THEN 1 ELSE 0 END;
+            field := p_field || '.source.data';
+            IF v_size > holdfast.content_max_bytes(v_type) THEN
+                message := format('the %s is %s bytes; the limit is %s', v_type, v_size,
+                                  holdfast.content_max_bytes(v_type));
+            ELSIF v_data = '' OR length(v_data) % 4 <> 0 OR v_data !~ '^[A-Za-z0-9+/]*={0,2}$' THEN
+                message := 'data must be non-empty standard base64 (RFC 4648, padded, no line breaks)';
+            ELSE
+                field := NULL;
+            END IF;
+        END IF;
+    WHEN 'url' THEN
+        SELECT k INTO v_key FROM jsonb_object_keys(v_source) k WHERE k NOT IN ('type', 'url') LIMIT 1;
+        IF v_key IS NOT NULL THEN
+            message := format('a url source has no field %s', v_key);
+            field := p_field || '.source.' || v_key;
+        ELSIF jsonb_typeof(v_source -> 'url') IS DISTINCT FROM 'string'
+              OR v_source ->> 'url' !~ '^https?://[^[:space:]/?#]+[^[:space:]]*$'
+              OR length(v_source ->> 'url') > 2048 THEN
+            message := 'url must be an http or https URL of at most 2048 characters';
+            field := p_field || '.source.url';
+        ELSIF v_type = 'document' AND p_provider = 'openai' THEN
+            message := 'unsupported_content: OpenAI Chat Completions takes no document by URL; send it as base64';
+            field := p_field || '.source';
+        END IF;
+    ELSE
+        message := 'source.type must be "base64" or "url"';
+        field := p_field || '.source.type';
+    END CASE;
+END
+$$;
+
+-- The first problem (content_block_problem) of the image and document
+-- blocks of p_blocks, fields named p_field[i]...; NULLs when there is none
+-- or p_blocks is not an array. Reads nothing.
+CREATE OR REPLACE FUNCTION holdfast.content_problem(
+    p_blocks jsonb, p_field text, p_provider text, OUT message text, OUT field text)
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_block record;
+BEGIN
+    IF jsonb_typeof(p_blocks) IS DISTINCT FROM 'array' THEN
+        RETURN;
+    END IF;
+    FOR v_block IN
+        SELECT b.value, b.ordinality - 1 AS i FROM jsonb_array_elements(p_blocks) WITH ORDINALITY b
+         WHERE b.value ->> 'type' IN ('image', 'document')
+    LOOP
+        SELECT * INTO message, field
+          FROM holdfast.content_block_problem(v_block.value, format('%s[%s]', p_field, v_block.i), p_provider);
+        IF message IS NOT NULL THEN
+            RETURN;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- Store the base64 files of p_blocks' image and document blocks (already
+-- checked by content_problem) as p_agent's attachments, one row per
+-- distinct file (a file sent again reuses its row), and return the blocks
+-- with each base64 source replaced by its attachment reference; anything
+-- else as it was. Inserts into holdfast.attachments (ON CONFLICT on the
+-- agent's sha256 and media type: concurrent senders of one file share a
+-- row).
+CREATE OR REPLACE FUNCTION holdfast.store_attachments(p_agent uuid, p_blocks jsonb)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    v_block record;
+    v_blocks jsonb := '[]';
+    v_data bytea;
+    v_media_type text;
+    v_id uuid;
+BEGIN
+    IF jsonb_typeof(p_blocks) IS DISTINCT FROM 'array'
+       OR NOT p_blocks @? '$[*].source ? (@.type == "base64")' THEN
+        RETURN p_blocks;
+    END IF;
+    FOR v_block IN SELECT b.value FROM jsonb_array_elements(p_blocks) WITH ORDINALITY b ORDER BY b.ordinality LOOP
+        IF v_block.value ->> 'type' IN ('image', 'document')
+           AND v_block.value #>> '{source,type}' = 'base64' THEN
+            v_data := decode(v_block.value #>> '{source,data}', 'base64');
+            v_media_type := v_block.value #>> '{source,media_type}';
+            INSERT INTO holdfast.attachments (agent_id, media_type, sha256, size_bytes, data)
+            VALUES (p_agent, v_media_type, sha256(v_data), octet_length(v_data), v_data)
+            ON CONFLICT (agent_id, sha256, media_type) DO NOTHING
+            RETURNING id INTO v_id;
+            IF v_id IS NULL THEN
+                SELECT a.id INTO v_id FROM holdfast.attachments a
+                 WHERE a.agent_id = p_agent AND a.sha256 = sha256(v_data) AND a.media_type = v_media_type;
+            END IF;
+            v_blocks := v_blocks || jsonb_build_array(jsonb_set(v_block.value, '{source}',
+                jsonb_build_object('type', 'attachment', 'attachment_id', v_id,
+                                   'media_type', v_media_type, 'size_bytes', octet_length(v_data))));
+        ELSE
+            v_blocks := v_blocks || jsonb_build_array(v_block.value);
+        END IF;
+    END LOOP;
+    RETURN v_blocks;
+END
+$$;
+
+-- An input's content checked for p_agent's provider (raises HF422 naming
+-- the field: content[i]...; an unsupported block's message starts
+-- unsupported_content) and its files stored (store_attachments). The
+-- caller holds the agent's row lock.
+CREATE OR REPLACE FUNCTION holdfast.store_input_content(p_agent holdfast.agents, p_content jsonb)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    v_problem record;
+BEGIN
+    SELECT * INTO v_problem FROM holdfast.content_problem(p_content, 'content', p_agent.config #>> '{model,provider}');
+    IF v_problem.message IS NOT NULL THEN
+        PERFORM holdfast.raise('HF422', v_problem.message, v_problem.field);
+    END IF;
+    RETURN holdfast.store_attachments(p_agent.id, p_content);
+END
+$$;
+
+-- Saved content (an input's, a message's, a tool call's output) with each
+-- attachment reference p_agent's blocks hold replaced by its base64 source
+-- again, for a model request. Content with no reference is returned as it
+-- is without reading anything else. Reads holdfast.attachments.
+CREATE OR REPLACE FUNCTION holdfast.hydrate_content(p_agent uuid, p_content jsonb)
+RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN jsonb_typeof(p_content) = 'array' AND p_content @? '$[*].source ? (@.type == "attachment")' THEN
+            (SELECT jsonb_agg(CASE WHEN a.id IS NULL THEN b.value
+                                   ELSE jsonb_set(b.value, '{source}',
+                                        jsonb_build_object('type', 'base64', 'media_type', a.media_type,
+                                                           'data', translate(encode(a.data, 'base64'), E'\n', '')))
+                              END ORDER BY b.ordinality)
+               FROM jsonb_array_elements(p_content) WITH ORDINALITY b
+               LEFT JOIN holdfast.attachments a
+                      ON b.value #>> '{source,type}' = 'attachment'
+                     AND a.agent_id = p_agent AND a.id = (b.value #>> '{source,attachment_id}')::uuid)
+        ELSE p_content END
+$$;
+
+-- A tool's output checked and stored as store_input_content does, when it
+-- is content blocks (is_media_blocks; any other output is returned as it
+-- is), but without raising: a problem comes back in message and field
+-- (output[i]...) with output NULL, for the caller to refuse the result.
+-- The caller holds the agent's row lock.
+CREATE OR REPLACE FUNCTION holdfast.store_tool_output(
+    p_agent holdfast.agents, p_output jsonb, OUT output jsonb, OUT message text, OUT field text)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT holdfast.is_media_blocks(p_output) THEN
+        output := p_output;
+        RETURN;
+    END IF;
+    SELECT * INTO message, field FROM holdfast.content_problem(p_output, 'output', p_agent.config #>> '{model,provider}');
+    IF message IS NULL THEN
+        output := holdfast.store_attachments(p_agent.id, p_output);
+    END IF;
+END
+$$;
+
+-- A tool's output as a worker hands it over (an MCP server's images), kept
+-- rather than refused, since the result is already in hand: each image or
+-- document block with a problem (content_block_problem) becomes a text
+-- block saying why it was left out, the rest is stored as
+-- store_tool_output stores it. Output left with no image or document is the
+-- text of its blocks, one a line. The caller holds the agent's row lock.
+CREATE OR REPLACE FUNCTION holdfast.keep_tool_output(p_agent holdfast.agents, p_output jsonb)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    v_kept jsonb;
+BEGIN
+    IF NOT holdfast.is_media_blocks(p_output) THEN
+        RETURN p_output;
+    END IF;
+    SELECT jsonb_agg(CASE WHEN p.message IS NULL THEN b.value
+                          ELSE jsonb_build_object('type', 'text', 'text',
+                                   format('[%s left out: %s]', b.value ->> 'type', p.message)) END
+                     ORDER BY b.ordinality)
+      INTO v_kept
+      FROM jsonb_array_elements(p_output) WITH ORDINALITY b
+      LEFT JOIN LATERAL holdfast.content_block_problem(b.value, 'output', p_agent.config #>> '{model,provider}') p
+             ON b.value ->> 'type' IN ('image', 'document');
+    IF NOT holdfast.is_media_blocks(v_kept) THEN
+        RETURN to_jsonb((SELECT string_agg(b.value ->> 'text', E'\n' ORDER BY b.ordinality)
+                           FROM jsonb_array_elements(v_kept) WITH ORDINALITY b));
+    END IF;
+    RETURN holdfast.store_attachments(p_agent.id, v_kept);
+END
+$$;
