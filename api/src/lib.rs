@@ -25,6 +25,7 @@ pub mod probes;
 pub mod project;
 pub mod provider_keys;
 pub mod rate_limit;
+pub mod replica;
 pub mod state;
 pub mod stream;
 pub mod tool_calls;
@@ -135,6 +136,10 @@ pub fn router(state: AppState) -> Router {
     router
         .merge(console::routes())
         .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            replica::stamp_writes,
+        ))
         .layer(RequestBodyLimitLayer::new(config.max_body_bytes))
         .layer(RequestBodyTimeoutLayer::new(config.request_timeout))
         .layer(TimeoutLayer::with_status_code(

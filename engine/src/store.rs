@@ -4,7 +4,7 @@
 //! dedicated session or a transaction).
 //!
 //! By area: [`steps`] (the worker), [`agents`], [`events`], [`keys`],
-//! [`tool_calls`], [`webhooks`], [`machines`], [`status`], [`models`]; each
+//! [`tool_calls`], [`webhooks`], [`machines`], [`status`], [`models`], [`replication`]; each
 //! function is re-exported here, so callers write `store::claim_agents`.
 
 use std::str::FromStr;
@@ -18,6 +18,7 @@ mod keys;
 mod machines;
 mod models;
 mod prepared;
+mod replication;
 mod status;
 mod steps;
 mod tool_calls;
@@ -30,6 +31,7 @@ pub use keys::*;
 pub use machines::*;
 pub use models::*;
 pub use prepared::*;
+pub use replication::*;
 pub use status::*;
 pub use steps::*;
 pub use tool_calls::*;
