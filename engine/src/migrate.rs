@@ -138,6 +138,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0028_tool_result_batches.sql",
         sql: include_str!("../../sql/0028_tool_result_batches.sql"),
     },
+    Migration {
+        version: 31,
+        name: "0031_distributable.sql",
+        sql: include_str!("../../sql/0031_distributable.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.
