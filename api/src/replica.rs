@@ -22,7 +22,6 @@ use axum::middleware::Next;
 use axum::response::Response;
 use deadpool_postgres::{Object, Pool};
 use holdfast_engine::store;
-use tokio::time::Instant;
 use tokio_postgres::types::PgLsn;
 use uuid::Uuid;
 
@@ -78,43 +77,35 @@ impl ReadReplica {
             .copied()
     }
 
-    /// A replica connection that has replayed `needed`, waiting up to
-    /// `wait` for it; `None` when the replica is unreachable, busy past
-    /// `pool_wait`, or still behind.
-    async fn connection(
-        &self,
-        needed: Option<PgLsn>,
-        wait: Duration,
-        pool_wait: Duration,
-    ) -> Option<Object> {
-        let db = match tokio::time::timeout(pool_wait, self.pool.get()).await {
-            Ok(Ok(db)) => db,
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "the read replica is unreachable; reading from the primary");
-                return None;
-            }
-            Err(_) => return None,
-        };
-        let Some(needed) = needed else {
-            return Some(db);
-        };
-        let deadline = Instant::now() + wait;
-        loop {
-            match store::wal_replayed(&**db).await {
-                // Not a standby: it has every commit.
-                Ok(None) => return Some(db),
-                Ok(Some(replayed)) if replayed >= needed => return Some(db),
-                Ok(Some(_)) => {}
+    /// A replica connection that has replayed `needed`, within `wait` (the
+    /// connection's checkout or connect included, so a replica that is down
+    /// costs no more); `None` when the replica fails or is still behind.
+    async fn connection(&self, needed: Option<PgLsn>, wait: Duration) -> Option<Object> {
+        let caught_up = async {
+            let db = match self.pool.get().await {
+                Ok(db) => db,
                 Err(e) => {
-                    tracing::warn!(error = %e, "the read replica failed; reading from the primary");
+                    tracing::warn!(error = %e, "the read replica is unreachable; reading from the primary");
                     return None;
                 }
+            };
+            let Some(needed) = needed else {
+                return Some(db);
+            };
+            loop {
+                match store::wal_replayed(&**db).await {
+                    // Not a standby: it has every commit.
+                    Ok(None) => return Some(db),
+                    Ok(Some(replayed)) if replayed >= needed => return Some(db),
+                    Ok(Some(_)) => tokio::time::sleep(REPLAY_POLL).await,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the read replica failed; reading from the primary");
+                        return None;
+                    }
+                }
             }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(REPLAY_POLL).await;
-        }
+        };
+        tokio::time::timeout(wait, caught_up).await.ok().flatten()
     }
 }
 
@@ -145,9 +136,8 @@ impl AppState {
             return self.db().await;
         };
         let needed = key_id.and_then(|key| replica.last_write(key)).max(min_lsn);
-        let config = self.config();
         match replica
-            .connection(needed, config.read_replica_wait, config.pool_wait)
+            .connection(needed, self.config().read_replica_wait)
             .await
         {
             Some(db) => Ok(db),

@@ -28,8 +28,9 @@ pub struct ApiConfig {
     /// history (`HOLDFAST_READ_DATABASE_URL`); `None`: the primary serves
     /// them. See [`crate::replica`].
     pub read_database: Option<ConnectConfig>,
-    /// How long a listing waits for the replica to replay the caller's
-    /// last write (or `min_lsn`) before reading from the primary instead.
+    /// How long a timeline read waits for a replica connection (and, for
+    /// a listing, for the replica to replay the caller's last write or
+    /// `min_lsn`) before reading from the primary instead.
     pub read_replica_wait: Duration,
     /// Pooled connections for requests and stream reads (the LISTEN
     /// connection is extra, one per process).

@@ -232,7 +232,12 @@ impl Pump {
     /// the primary (a live event's gap is newer than the replica may be).
     async fn catch_up(&mut self) -> Result<(), Stop> {
         if std::mem::take(&mut self.history_from_replica) {
-            self.send_pages(true).await?;
+            match self.send_pages(true).await {
+                // A replica that fails mid-read ends nothing: the primary
+                // reads on from `last_seq`.
+                Ok(()) | Err(Stop::Database) => {}
+                Err(stop) => return Err(stop),
+            }
         }
         self.send_pages(false).await
     }

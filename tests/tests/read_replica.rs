@@ -2,7 +2,8 @@
 //! replication (a primary and a `pg_basebackup -R` hot standby): event
 //! listings and stream history are read from the standby, and a read right
 //! after a write never misses that write, even while the standby has
-//! stopped replaying (`pg_wal_replay_pause()`).
+//! stopped replaying (`pg_wal_replay_pause()`); a standby that is down
+//! only sends the reads to the primary.
 
 use std::time::Duration;
 
@@ -303,4 +304,23 @@ async fn a_read_right_after_a_write_never_misses_it() {
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["field"], "min_lsn", "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_is_down_costs_a_fallback_not_an_error() {
+    let rig = rig().await;
+    let (key, agent, first) = rig.agent_with_input().await;
+    tokio::task::block_in_place(|| rig.standby.cluster.stop()).unwrap();
+
+    let listing = list_events(&rig.server, &key, agent, "").await;
+    assert_eq!(listed_inputs(&listing), [first], "the primary answered");
+    let mut stream = SseReader::new(
+        rig.server
+            .request(Method::GET, &format!("/v1/agents/{agent}/stream"), &key)
+            .send()
+            .await
+            .unwrap(),
+    );
+    let event = stream.next_event(WAIT).await.expect("the stream goes on");
+    assert_eq!(event.event.as_deref(), Some("input.received"));
 }
