@@ -10,6 +10,7 @@ use holdfast_engine::store;
 use uuid::Uuid;
 
 use crate::error::ApiError;
+use crate::replica::Writer;
 use crate::state::AppState;
 
 /// Longer than any key Holdfast issues; refused without a database lookup.
@@ -43,6 +44,9 @@ impl FromRequestParts<AppState> for Caller {
             .await?
             .ok_or_else(|| ApiError::unauthorized("invalid or revoked API key"))?;
         state.check_rate(owner.key_id)?;
+        if let Some(writer) = parts.extensions.get::<Writer>() {
+            writer.set(owner.key_id);
+        }
         Ok(Caller {
             project_id: owner.project_id,
             key_id: owner.key_id,

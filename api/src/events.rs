@@ -1,4 +1,5 @@
-//! `GET /v1/agents/{id}/events`: the timeline, oldest first.
+//! `GET /v1/agents/{id}/events`: the timeline, oldest first; from the read
+//! replica when there is one, lag-aware (`crate::replica`).
 
 use axum::extract::State;
 use axum::Json;
@@ -14,6 +15,7 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery};
 use crate::observe::record_agent;
+use crate::replica::parse_min_lsn;
 use crate::state::AppState;
 
 #[derive(Deserialize, IntoParams)]
@@ -25,6 +27,12 @@ pub struct EventsQuery {
     /// At most this many (default 100, at most 1000).
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
+    /// With a read replica: read only once it has replayed this WAL
+    /// position (a `Holdfast-Lsn` from a write response), else from the
+    /// primary. The caller's own last write through this API process
+    /// counts without it.
+    #[param(example = "0/16B3748")]
+    min_lsn: Option<String>,
 }
 
 /// Read an agent's timeline.
@@ -47,7 +55,8 @@ pub async fn list_events(
         return Err(ApiError::invalid("after", "after must be ≥ 0"));
     }
     let limit = page_limit(query.limit)?;
-    let db = state.db().await?;
+    let min_lsn = parse_min_lsn(query.min_lsn.as_deref())?;
+    let db = state.read_db(Some(caller.key_id), min_lsn).await?;
     if !store::agent_in_project(&**db, caller.project_id, id).await? {
         return Err(ApiError::agent_not_found(id));
     }

@@ -26,6 +26,7 @@ pub mod probes;
 pub mod project;
 pub mod provider_keys;
 pub mod rate_limit;
+pub mod replica;
 pub mod state;
 pub mod stream;
 pub mod tool_calls;
@@ -157,6 +158,10 @@ pub fn router(state: AppState) -> Router {
     router
         .merge(console::routes())
         .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            replica::stamp_writes,
+        ))
         .layer(RequestBodyLimitLayer::new(config.max_body_bytes))
         .merge(content)
         .layer(RequestBodyTimeoutLayer::new(config.request_timeout))

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::ApiError;
 use crate::fanout::Fanout;
 use crate::rate_limit::{KeyRateLimiter, RateLimit};
+use crate::replica::ReadReplica;
 use crate::tool_calls::ToolResults;
 
 /// How the API runs. [`ApiConfig::new`] gives the defaults; the fields are
@@ -23,6 +24,14 @@ use crate::tool_calls::ToolResults;
 pub struct ApiConfig {
     /// The database the API serves.
     pub database: ConnectConfig,
+    /// A streaming standby of `database` for event listings and stream
+    /// history (`HOLDFAST_READ_DATABASE_URL`); `None`: the primary serves
+    /// them. See [`crate::replica`].
+    pub read_database: Option<ConnectConfig>,
+    /// How long a timeline read waits for a replica connection (and, for
+    /// a listing, for the replica to replay the caller's last write or
+    /// `min_lsn`) before reading from the primary instead.
+    pub read_replica_wait: Duration,
     /// Pooled connections for requests and stream reads (the LISTEN
     /// connection is extra, one per process).
     pub pool_size: usize,
@@ -76,6 +85,8 @@ impl ApiConfig {
     pub fn new(database: ConnectConfig) -> ApiConfig {
         ApiConfig {
             database,
+            read_database: None,
+            read_replica_wait: Duration::from_millis(250),
             pool_size: 16,
             max_body_bytes: 1024 * 1024,
             max_content_body_bytes: 48 * 1024 * 1024,
@@ -104,6 +115,7 @@ pub struct AppState {
 struct Shared {
     config: ApiConfig,
     pool: Pool,
+    read_replica: Option<ReadReplica>,
     fanout: Fanout,
     metrics: PrometheusHandle,
     /// The database's figures for `/metrics`, with when they were read.
@@ -122,6 +134,13 @@ impl AppState {
         shutdown: CancellationToken,
     ) -> holdfast_engine::Result<(AppState, JoinHandle<()>)> {
         let pool = connect::pool(config.database.clone(), config.pool_size)?;
+        let read_replica = match &config.read_database {
+            Some(read) => Some(ReadReplica::new(connect::pool(
+                read.clone(),
+                config.pool_size,
+            )?)),
+            None => None,
+        };
         let (fanout, listener) = Fanout::start(pool.clone(), &config.database, shutdown.clone());
         // Detached: it ends with the last handle, once its last commit is
         // answered, and every request holding a handle has ended by then.
@@ -131,6 +150,7 @@ impl AppState {
                 rate_limiter: config.rate_limit.map(KeyRateLimiter::new),
                 config,
                 pool,
+                read_replica,
                 fanout,
                 metrics: crate::metrics::prometheus_handle(),
                 database_metrics: Mutex::new(None),
@@ -189,6 +209,11 @@ impl AppState {
     /// The group commit custom tool results go through.
     pub fn tool_results(&self) -> &GroupCommitter<ToolResults> {
         &self.inner.tool_results
+    }
+
+    /// The read replica, when one is configured.
+    pub fn read_replica(&self) -> Option<&ReadReplica> {
+        self.inner.read_replica.as_ref()
     }
 
     pub fn pool(&self) -> &Pool {

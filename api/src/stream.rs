@@ -10,6 +10,12 @@
 //! feed keeps, is disconnected: memory per client stays bounded, and the
 //! client resumes from the table with Last-Event-ID.
 //!
+//! With a read replica, the saved events a stream starts with are read from
+//! the replica, then the rest from the primary: the bulk of a long history
+//! loads the standby, and the tail the standby has not replayed yet (the
+//! caller's own write included) comes from the primary, so a stream never
+//! misses an event however far the replica lags.
+//!
 //! A stream outlives the request that authenticated it, so it re-checks its
 //! key every `stream_key_recheck` (2 s) and ends once the key is revoked; the
 //! client's reconnect then gets 401.
@@ -135,6 +141,8 @@ enum Stop {
 
 struct Pump {
     state: AppState,
+    /// The first catch-up reads the replica before the primary.
+    history_from_replica: bool,
     agent: Uuid,
     last_seq: i64,
     tx: mpsc::Sender<Event>,
@@ -159,6 +167,7 @@ async fn pump(
     key_recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut pump = Pump {
         slow_after: state.config().slow_client_timeout,
+        history_from_replica: state.read_replica().is_some(),
         state,
         agent,
         last_seq: after,
@@ -218,11 +227,33 @@ impl Pump {
         }
     }
 
-    /// Send every saved event after `last_seq`, from the table.
+    /// Send every saved event after `last_seq`, from the table: the first
+    /// time from the replica (if any) and then the primary, afterwards from
+    /// the primary (a live event's gap is newer than the replica may be).
     async fn catch_up(&mut self) -> Result<(), Stop> {
+        if std::mem::take(&mut self.history_from_replica) {
+            match self.send_pages(true).await {
+                // A replica that fails mid-read ends nothing: the primary
+                // reads on from `last_seq`.
+                Ok(()) | Err(Stop::Database) => {}
+                Err(stop) => return Err(stop),
+            }
+        }
+        self.send_pages(false).await
+    }
+
+    /// Send the saved events after `last_seq`, page by page; each page on
+    /// a connection of its own, released before sending (a slow client
+    /// must not hold one).
+    async fn send_pages(&mut self, from_replica: bool) -> Result<(), Stop> {
         loop {
             let page = async {
-                let db = self.state.db().await.map_err(|_| Stop::Database)?;
+                let db = if from_replica {
+                    self.state.read_db(None, None).await
+                } else {
+                    self.state.db().await
+                }
+                .map_err(|_| Stop::Database)?;
                 store::events_after(&**db, self.agent, self.last_seq, CATCH_UP_PAGE)
                     .await
                     .map_err(|_| Stop::Database)

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use holdfast_api::rate_limit::{parse_rate_limit, RateLimit, DEFAULT_RATE_LIMIT};
 use holdfast_api::ApiConfig;
+use holdfast_engine::connect::ConnectConfig;
 use holdfast_engine::egress::EgressPolicy;
 use holdfast_engine::secrets::SecretKey;
 use tokio_util::sync::CancellationToken;
@@ -36,6 +37,15 @@ pub struct ApiArgs {
     rate_limit: RateLimitSetting,
     #[command(flatten)]
     group_commit: GroupCommitArgs,
+    /// A streaming standby of the database: event listings and stream
+    /// history read from it, lag-aware (docs/scaling.md). The same TLS
+    /// settings apply (its own sslmode, or PGSSLMODE).
+    #[arg(
+        long = "read-database-url",
+        env = "HOLDFAST_READ_DATABASE_URL",
+        hide_env_values = true
+    )]
+    read_database_url: Option<String>,
 }
 
 /// Who may read `GET /metrics` (`holdfast api`, `holdfast up`).
@@ -68,7 +78,14 @@ pub async fn run(db: &Database, args: ApiArgs, egress: Arc<EgressPolicy>) -> Res
         .with_context(|| format!("binding {}", args.listen))?;
     let shutdown = CancellationToken::new();
     cancel_on_signal(shutdown.clone())?;
+    let read_database = args
+        .read_database_url
+        .as_deref()
+        .map(ConnectConfig::parse)
+        .transpose()
+        .context("HOLDFAST_READ_DATABASE_URL")?;
     let config = ApiConfig {
+        read_database,
         egress,
         metrics_token: args.metrics.token(),
         rate_limit: args.rate_limit,

@@ -104,6 +104,54 @@ impl LocalCluster {
         Ok(cluster)
     }
 
+    /// Start a streaming standby of `primary` in `base_dir`: a base backup
+    /// (`pg_basebackup -R`, its WAL streamed along) that then follows the
+    /// primary's WAL and serves reads (hot standby) on a socket of its own.
+    /// Stopped on drop. For the API's read replica (tests, benches).
+    pub fn start_standby(primary: &LocalCluster, base_dir: &Path) -> Result<LocalCluster> {
+        fs::create_dir_all(base_dir).map_err(io_err("create", base_dir))?;
+        let base_dir = base_dir
+            .canonicalize()
+            .map_err(io_err("resolve", base_dir))?;
+        let mut standby = LocalCluster {
+            socket_dir: socket_dir_for(&base_dir),
+            base_dir,
+            bin_dir: primary.bin_dir.clone(),
+            run_as: primary.run_as.clone(),
+            stop_on_drop: false,
+        };
+        standby.prepare_dirs()?;
+        let data = standby.data_dir();
+        let out = standby
+            .command("pg_basebackup")
+            .args(["-h", &primary.socket_dir.to_string_lossy()])
+            .args(["-p", &PORT.to_string(), "-U", SUPERUSER])
+            .args(["-D", &data.to_string_lossy()])
+            // -R: standby.signal and primary_conninfo, so it follows.
+            .args(["-R", "-X", "stream", "--checkpoint=fast", "--no-sync"])
+            .output()
+            .map_err(|e| Error::EmbeddedPostgres(format!("could not run pg_basebackup: {e}")))?;
+        if !out.status.success() {
+            return Err(Error::EmbeddedPostgres(format!(
+                "pg_basebackup failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        // The copied configuration names the primary's socket; the last
+        // setting in the file wins.
+        let conf_path = data.join("postgresql.conf");
+        let mut conf = fs::read_to_string(&conf_path).map_err(io_err("read", &conf_path))?;
+        conf.push_str(&format!(
+            "\n# Added by Holdfast: a standby on its own socket.\n\
+             unix_socket_directories = '{}'\n",
+            standby.socket_dir.display()
+        ));
+        fs::write(&conf_path, conf).map_err(io_err("write", &conf_path))?;
+        standby.start_server()?;
+        standby.stop_on_drop = true;
+        Ok(standby)
+    }
+
     /// Keep the server running after this value is dropped.
     pub fn detach(&mut self) {
         self.stop_on_drop = false;

@@ -149,6 +149,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../sql/0030_steering.sql"),
     },
     Migration {
+        version: 31,
+        name: "0031_distributable.sql",
+        sql: include_str!("../../sql/0031_distributable.sql"),
+    },
+    Migration {
         version: 32,
         name: "0032_partitions.sql",
         sql: include_str!("../../sql/0032_partitions.sql"),

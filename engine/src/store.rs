@@ -5,7 +5,7 @@
 //!
 //! By area: [`steps`] (the worker), [`agents`], [`events`], [`keys`],
 //! [`tool_calls`], [`webhooks`], [`machines`], [`status`], [`models`],
-//! [`retention`]; each
+//! [`retention`], [`replication`]; each
 //! function is re-exported here, so callers write `store::claim_agents`.
 
 use std::str::FromStr;
@@ -19,6 +19,7 @@ mod keys;
 mod machines;
 mod models;
 mod prepared;
+mod replication;
 mod retention;
 mod status;
 mod steps;
@@ -32,6 +33,7 @@ pub use keys::*;
 pub use machines::*;
 pub use models::*;
 pub use prepared::*;
+pub use replication::*;
 pub use retention::*;
 pub use status::*;
 pub use steps::*;

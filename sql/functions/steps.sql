@@ -282,7 +282,8 @@ BEGIN
             SELECT v_n_inputs + 1, 'assistant', p_message, NULL) m
      ORDER BY m.ord;
     IF v_n_inputs > 0 THEN
-        UPDATE holdfast.inputs SET consumed_at = holdfast.now() WHERE id = ANY (v_input_ids);
+        UPDATE holdfast.inputs SET consumed_at = holdfast.now()
+         WHERE agent_id = p_agent AND id = ANY (v_input_ids);
     END IF;
 
     IF v_n_calls > 0 THEN

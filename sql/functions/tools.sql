@@ -242,7 +242,8 @@ BEGIN
             RETURN NEXT;
             CONTINUE;
         END IF;
-        SELECT * INTO tool_call FROM holdfast.tool_calls WHERE id = v_row.tool_call_id FOR UPDATE;
+        SELECT * INTO tool_call FROM holdfast.tool_calls
+         WHERE agent_id = v_row.agent_id AND id = v_row.tool_call_id FOR UPDATE;
         IF tool_call.kind <> 'custom' THEN
             outcome := 'conflict';
             message := format('tool call %s is a %s call, not a custom one', tool_call.id, tool_call.kind);
@@ -261,7 +262,7 @@ BEGIN
             UPDATE holdfast.tool_calls
                SET status = 'completed', output = v_stored.output,
                    is_error = coalesce(v_row.is_error, false), completed_at = holdfast.now()
-             WHERE id = tool_call.id
+             WHERE agent_id = tool_call.agent_id AND id = tool_call.id
             RETURNING * INTO tool_call;
             v_data := jsonb_build_object('tool_call_id', tool_call.id, 'name', tool_call.name,
                                          'output', v_stored.output, 'is_error', tool_call.is_error);

@@ -296,7 +296,8 @@ BEGIN
 END
 $$;
 
--- Record the outcome of attempt p_attempt of a delivery. A 2xx status marks
+-- Record the outcome of attempt p_attempt of delivery p_delivery of agent
+-- p_agent's event (the agent names the row's shard: docs/scaling.md). A 2xx status marks
 -- it delivered, whenever it arrives (the receiver has it). Otherwise, if this
 -- is still the delivery's latest attempt: past the retry window
 -- (created_at + p_retry_window) it is failed; else it is due again after
@@ -308,7 +309,7 @@ $$;
 -- scheduled), 'failed', or 'superseded' (an older attempt; nothing changed).
 -- Raises HF404 (no such delivery), HF422 (delay, window).
 CREATE OR REPLACE FUNCTION holdfast.record_webhook_attempt(
-    p_delivery uuid, p_attempt integer, p_status_code integer, p_error text,
+    p_agent uuid, p_delivery uuid, p_attempt integer, p_status_code integer, p_error text,
     p_retry_delay interval, p_retry_window interval)
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
@@ -322,7 +323,8 @@ BEGIN
     IF p_retry_window IS NULL OR p_retry_window < '0'::interval THEN
         PERFORM holdfast.raise('HF422', 'retry window must not be negative', 'retry_window');
     END IF;
-    SELECT * INTO v_delivery FROM holdfast.webhook_deliveries WHERE id = p_delivery FOR UPDATE;
+    SELECT * INTO v_delivery FROM holdfast.webhook_deliveries
+     WHERE agent_id = p_agent AND id = p_delivery FOR UPDATE;
     IF NOT FOUND THEN
         PERFORM holdfast.raise('HF404', format('webhook delivery %s not found', p_delivery));
     END IF;
@@ -332,7 +334,7 @@ BEGIN
                SET status = 'delivered', delivered_at = v_now, failed_at = NULL,
                    next_attempt_at = NULL, claimed_until = NULL,
                    last_status_code = p_status_code, last_error = NULL
-             WHERE id = p_delivery;
+             WHERE agent_id = p_agent AND id = p_delivery;
         END IF;
         RETURN 'delivered';
     END IF;
@@ -344,13 +346,13 @@ BEGIN
         UPDATE holdfast.webhook_deliveries
            SET status = 'failed', failed_at = v_now, next_attempt_at = NULL, claimed_until = NULL,
                last_status_code = p_status_code, last_error = p_error
-         WHERE id = p_delivery;
+         WHERE agent_id = p_agent AND id = p_delivery;
         RETURN 'failed';
     END IF;
     UPDATE holdfast.webhook_deliveries
        SET next_attempt_at = least(v_now + p_retry_delay, v_deadline), claimed_until = NULL,
            last_status_code = p_status_code, last_error = p_error
-     WHERE id = p_delivery;
+     WHERE agent_id = p_agent AND id = p_delivery;
     RETURN 'pending';
 END
 $$;

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 
 use holdfast_api::{ApiConfig, ServeError};
 use holdfast_client::wire::operations::Health;
+use holdfast_engine::connect::ConnectConfig;
 use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::store;
 use reqwest::{Method, RequestBuilder};
@@ -31,10 +32,19 @@ impl ApiServer {
 
     /// A server whose configuration `tune` adjusts first.
     pub async fn start_with(db: &TestDb, tune: impl FnOnce(&mut ApiConfig)) -> ApiServer {
+        ApiServer::start_on(&db.config, tune).await
+    }
+
+    /// A server over `database` (a cluster of the test's own), its
+    /// configuration adjusted by `tune`.
+    pub async fn start_on(
+        database: &ConnectConfig,
+        tune: impl FnOnce(&mut ApiConfig),
+    ) -> ApiServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind an ephemeral port");
-        ApiServer::serve_on(db, listener, tune).await
+        ApiServer::serve_on(database, listener, tune).await
     }
 
     /// Stop this server (every open stream is cut, new connections are
@@ -56,16 +66,16 @@ impl ApiServer {
         let listener = tokio::net::TcpListener::bind(self.addr)
             .await
             .expect("bind the same address again");
-        *self = ApiServer::serve_on(db, listener, |_| {}).await;
+        *self = ApiServer::serve_on(&db.config, listener, |_| {}).await;
         outcome
     }
 
     async fn serve_on(
-        db: &TestDb,
+        database: &ConnectConfig,
         listener: tokio::net::TcpListener,
         tune: impl FnOnce(&mut ApiConfig),
     ) -> ApiServer {
-        let mut config = ApiConfig::new(db.config.clone());
+        let mut config = ApiConfig::new(database.clone());
         tune(&mut config);
         let addr = listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();

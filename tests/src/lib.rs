@@ -238,6 +238,38 @@ impl PrivateCluster {
     }
 }
 
+/// A streaming standby of a [`PrivateCluster`] (hot standby: it serves
+/// reads), in a temporary directory removed when this value drops.
+pub struct StandbyCluster {
+    pub cluster: LocalCluster,
+    dir: PathBuf,
+}
+
+impl PrivateCluster {
+    /// Start a streaming standby of this cluster (`pg_basebackup -R`).
+    pub async fn start_standby(&self) -> StandbyCluster {
+        let dir = PathBuf::from(format!("/tmp/holdfast-standby-{}", Uuid::new_v4().simple()));
+        let cluster =
+            tokio::task::block_in_place(|| LocalCluster::start_standby(&self.cluster, &dir))
+                .expect("start a standby");
+        StandbyCluster { cluster, dir }
+    }
+}
+
+impl StandbyCluster {
+    /// The standby's copy of the primary's `postgres` database.
+    pub fn config(&self) -> ConnectConfig {
+        ConnectConfig::parse(&self.cluster.connection_string("postgres")).unwrap()
+    }
+}
+
+impl Drop for StandbyCluster {
+    fn drop(&mut self) {
+        let _ = self.cluster.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 impl Drop for PrivateCluster {
     fn drop(&mut self) {
         let _ = self.cluster.stop();

@@ -185,8 +185,9 @@ pub async fn record_webhook_attempt(
 ) -> Result<RecordedAttempt> {
     let row = client
         .query_one(
-            "SELECT holdfast.record_webhook_attempt($1, $2, $3, $4, $5::text::interval, $6::text::interval)",
+            "SELECT holdfast.record_webhook_attempt($1, $2, $3, $4, $5, $6::text::interval, $7::text::interval)",
             &[
+                &delivery.event.agent_id,
                 &delivery.delivery_id,
                 &delivery.attempt,
                 &status_code,

@@ -2301,6 +2301,14 @@ export interface operations {
                 after?: number;
                 /** @description At most this many (default 100, at most 1000). */
                 limit?: number;
+                /**
+                 * @description With a read replica: read only once it has replayed this WAL
+                 *     position (a `Holdfast-Lsn` from a write response), else from the
+                 *     primary. The caller's own last write through this API process
+                 *     counts without it.
+                 * @example 0/16B3748
+                 */
+                min_lsn?: string;
             };
             header?: never;
             path: {
