@@ -147,11 +147,11 @@ fn run(cli: Cli) -> Result<()> {
     let default_log = if speaks_to_people { "warn" } else { "info" };
     init_tracing(cli.log.as_deref().unwrap_or(default_log), cli.log_json);
     // Before the runtime: the exporter's blocking HTTP client must not be
-    // built on one. Only workers (steps) and maintenance (webhook
-    // deliveries) make spans (docs/api.md, "Tracing").
+    // built on one. Only workers (steps), maintenance (webhook deliveries)
+    // and machine daemons (commands) make spans (docs/api.md, "Tracing").
     let telemetry = if matches!(
         cli.command,
-        Command::Worker(_) | Command::Up(_) | Command::Maintenance(_)
+        Command::Worker(_) | Command::Up(_) | Command::Maintenance(_) | Command::Machine(_)
     ) {
         Telemetry::from_env(|name| std::env::var(name).ok())?
     } else {

@@ -173,6 +173,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0036_delivery_traces.sql",
         sql: include_str!("../../sql/0036_delivery_traces.sql"),
     },
+    Migration {
+        version: 37,
+        name: "0037_command_traces.sql",
+        sql: include_str!("../../sql/0037_command_traces.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

@@ -162,8 +162,10 @@ BEGIN
     IF v_timeout IS NOT NULL THEN
         v_timeout_secs := (v_timeout #>> '{}')::integer;
     END IF;
-    INSERT INTO holdfast.commands (tool_call_id, agent_id, machine_id, command, timeout_secs)
-    VALUES (p_call.id, p_call.agent_id, v_machine.id, v_command, v_timeout_secs)
+    INSERT INTO holdfast.commands (tool_call_id, agent_id, machine_id, command, timeout_secs,
+                                   trace_parent, trace_state)
+    VALUES (p_call.id, p_call.agent_id, v_machine.id, v_command, v_timeout_secs,
+            v_agent.turn_trace_parent, v_agent.turn_trace_state)
     RETURNING id INTO v_id;
     PERFORM holdfast.append_event(p_call.agent_id, 'command.queued', jsonb_build_object(
         'command_id', v_id, 'tool_call_id', p_call.id, 'machine_id', v_machine.id,
@@ -311,7 +313,7 @@ $$;
 -- (machine), HF409 (session), HF422 (max).
 CREATE OR REPLACE FUNCTION holdfast.claim_commands(p_machine uuid, p_max integer, p_session uuid DEFAULT NULL)
 RETURNS TABLE (command_id uuid, tool_call_id uuid, agent_id uuid, command text, timeout_secs integer,
-               accepted_at timestamptz)
+               accepted_at timestamptz, trace_parent text, trace_state text)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_machine holdfast.machines;
@@ -356,6 +358,8 @@ BEGIN
         command := v_command.command;
         timeout_secs := v_command.timeout_secs;
         accepted_at := v_command.accepted_at;
+        trace_parent := v_command.trace_parent;
+        trace_state := v_command.trace_state;
         RETURN NEXT;
     END LOOP;
 END

@@ -11,8 +11,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use holdfast_client::wire::machines::{HeartbeatRequest, RegisterMachineRequest, WakeRequest};
+use holdfast_engine::telemetry::TraceHeaders;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{project_key, ApiServer};
+use holdfast_tests::otlp_receiver::OtlpReceiver;
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{count_events, last_event_data, spawn_worker, wait_for_event};
 use holdfast_tests::{wait_until, ScratchDir, TestDb};
@@ -726,4 +728,73 @@ async fn deleting_a_machine_ends_its_running_command_stops_its_daemon_and_the_tu
     let code = daemon.wait_exit(WAIT).await;
     assert!(matches!(code, Some(c) if c != 0), "exit {code:?}");
     assert_eq!(rig.dir.marker_lines(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_command_run_is_a_span_of_the_turn_that_queued_it() {
+    const TRACE_ID: &str = "0af7651916cd43dd8448eb211c80319c";
+    const PARENT_ID: &str = "b7ad6b7169203331";
+    let rig = Rig::start().await;
+    let otlp = OtlpReceiver::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let (machine, token) = rig.register("traced-box").await;
+    let mut daemon = rig.daemon_with(
+        "daemon",
+        &rig.dir.state("state"),
+        &[],
+        &[
+            ("HOLDFAST_MACHINE_TOKEN", token),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint.clone()),
+            ("OTEL_SERVICE_NAME", "holdfast-machine".into()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100".into()),
+        ],
+    );
+    let _worker = rig.worker("w-traced");
+    rig.fake.push(Reply::tool_calls(vec![(
+        "run_command",
+        json!({"command": "exit 3"}),
+    )]));
+    rig.fake.set_default(Reply::text("done"));
+    let config = json!({
+        "model": {"provider": "anthropic", "name": "claude-test"},
+        "tools": [{"type": "run_command", "machine": machine}],
+    });
+    let agent = holdfast_engine::store::create_agent(&rig.client, rig.project, &config)
+        .await
+        .unwrap();
+    let trace = TraceHeaders {
+        traceparent: format!("00-{TRACE_ID}-{PARENT_ID}-01"),
+        tracestate: None,
+    };
+    holdfast_engine::store::create_traced_input(
+        &rig.client,
+        agent,
+        &json!("run it"),
+        None,
+        Some(&trace),
+    )
+    .await
+    .unwrap();
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+    // SIGTERM: the daemon's exporter flushes before it exits.
+    daemon.signal("TERM");
+    assert_eq!(daemon.wait_exit(WAIT).await, Some(0));
+
+    let spans = otlp.spans();
+    let runs: Vec<_> = spans
+        .iter()
+        .filter(|s| s.span.name == "run_command")
+        .collect();
+    assert_eq!(runs.len(), 1, "one run, one span: {spans:#?}");
+    let run = runs[0];
+    assert_eq!(run.service, "holdfast-machine");
+    assert_eq!(run.trace_id(), TRACE_ID, "the queuing turn's trace");
+    assert_eq!(
+        run.parent_span_id(),
+        PARENT_ID,
+        "a child of the input's span"
+    );
+    assert_eq!(run.attribute("process.exit.code").as_deref(), Some("3"));
+    assert_eq!(run.attribute("error.type").as_deref(), Some("exit_code"));
+    assert_eq!(run.attribute("holdfast.agent.id"), Some(agent.to_string()));
 }

@@ -220,6 +220,12 @@ pub struct ClaimedCommandView {
     /// Kill it after this many seconds.
     pub timeout_secs: i32,
     pub accepted_at: DateTime<Utc>,
+    /// The W3C trace context of the turn that queued it, when it had one:
+    /// the daemon's span for the run is its child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 impl From<ClaimedCommand> for ClaimedCommandView {
@@ -231,6 +237,8 @@ impl From<ClaimedCommand> for ClaimedCommandView {
             command: command.command,
             timeout_secs: command.timeout_secs,
             accepted_at: command.accepted_at,
+            traceparent: command.traceparent,
+            tracestate: command.tracestate,
         }
     }
 }
@@ -244,6 +252,8 @@ impl From<ClaimedCommandView> for ClaimedCommand {
             command: command.command,
             timeout_secs: command.timeout_secs,
             accepted_at: command.accepted_at,
+            traceparent: command.traceparent,
+            tracestate: command.tracestate,
         }
     }
 }

@@ -96,6 +96,12 @@ pub struct ClaimedCommand {
     /// Kill it after this long.
     pub timeout_secs: i32,
     pub accepted_at: DateTime<Utc>,
+    /// The W3C trace context of the turn that queued it (`traceparent`,
+    /// `tracestate`), when it had one: the parent of the run's span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 /// How a command ended on its machine.

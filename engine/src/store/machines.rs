@@ -135,7 +135,8 @@ pub async fn claim_commands(
     // an execute as well).
     let rows = client
         .query_typed(
-            "SELECT command_id, tool_call_id, agent_id, command, timeout_secs, accepted_at \
+            "SELECT command_id, tool_call_id, agent_id, command, timeout_secs, accepted_at, \
+                    trace_parent, trace_state \
                FROM holdfast.claim_commands($1, $2, $3)",
             &[
                 (&machine, Type::UUID),
@@ -153,6 +154,8 @@ pub async fn claim_commands(
             command: r.get(3),
             timeout_secs: r.get(4),
             accepted_at: r.get(5),
+            traceparent: r.get(6),
+            tracestate: r.get(7),
         })
         .collect())
 }

@@ -851,6 +851,12 @@ export interface components {
             timeout_secs: number;
             /** Format: uuid */
             tool_call_id: string;
+            /**
+             * @description The W3C trace context of the turn that queued it, when it had one:
+             *     the daemon's span for the run is its child.
+             */
+            traceparent?: string | null;
+            tracestate?: string | null;
         };
         ClaimedList: {
             commands: components["schemas"]["ClaimedCommandView"][];

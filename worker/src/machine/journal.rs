@@ -205,6 +205,8 @@ mod tests {
             command: "echo hi".into(),
             timeout_secs: 60,
             accepted_at: Utc::now(),
+            traceparent: None,
+            tracestate: None,
         }
     }
 

@@ -39,6 +39,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::spans;
 use client::{ApiClient, CallError};
 use journal::{Entry, Journal, Process};
 
@@ -329,6 +330,7 @@ async fn execute(
     _slot: Option<OwnedSemaphorePermit>,
 ) {
     let id = command.id;
+    let run = spans::start_command(&command);
     let outcome = exec::run(
         &command,
         &daemon.settings.work_dir,
@@ -337,6 +339,7 @@ async fn execute(
         |process| daemon.journal().record_started(id, process),
     )
     .await;
+    spans::end_command(&run, outcome.as_ref().ok());
     match outcome {
         Ok(result) => {
             tracing::info!(command = %id, exit_code = ?result.exit_code, timed_out = result.timed_out, "command finished");

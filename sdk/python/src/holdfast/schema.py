@@ -59,6 +59,8 @@ class ClaimedCommandView(TypedDict):
     id: str
     timeout_secs: int
     tool_call_id: str
+    traceparent: NotRequired[Optional[str]]
+    tracestate: NotRequired[Optional[str]]
 
 
 class ClaimedList(TypedDict):
