@@ -100,7 +100,7 @@ fn small_body_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(agents::cancel_agent))
         .routes(routes!(agents::archive_agent))
         .routes(routes!(usage::get_agent_usage))
-        .routes(routes!(inputs::create_input, inputs::list_inputs))
+        .routes(routes!(inputs::list_inputs))
         .routes(routes!(inputs::remove_input))
         .routes(routes!(attachments::get_attachment))
         .routes(routes!(events::list_events))
@@ -158,12 +158,13 @@ pub fn router(state: AppState) -> Router {
     router
         .merge(console::routes())
         .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(RequestBodyLimitLayer::new(config.max_body_bytes))
+        .merge(content)
+        // Every write, inputs and tool results included, is stamped.
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             replica::stamp_writes,
         ))
-        .layer(RequestBodyLimitLayer::new(config.max_body_bytes))
-        .merge(content)
         .layer(RequestBodyTimeoutLayer::new(config.request_timeout))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -268,7 +268,8 @@ $$;
 -- (agents.budget_grants; for a per-turn budget, in this turn only) and the
 -- agent is settled, ready for the model call it was stopped before.
 -- Denied: the turn ends budget_exceeded for the budget the approval asked
--- about, with the agent's unconsumed inputs into the history. The caller holds the agent's row lock; the
+-- about, with the turn's inputs (turn_inputs: not the queued ones, which
+-- wait for the next turn) into the history. The caller holds the agent's row lock; the
 -- agent is waiting (a pending budget approval keeps it so: decide_state).
 CREATE OR REPLACE FUNCTION holdfast.answer_budget_approval(p_approval holdfast.approvals)
 RETURNS void LANGUAGE plpgsql AS $$
@@ -286,8 +287,7 @@ BEGIN
         PERFORM holdfast.settle_agent(v_agent.id);
     ELSE
         PERFORM holdfast.end_turn_budget_exceeded(v_agent.id, p_approval.budget,
-            ARRAY(SELECT i.id FROM holdfast.inputs i
-                   WHERE i.agent_id = v_agent.id AND i.consumed_at IS NULL));
+            ARRAY(SELECT i.id FROM holdfast.turn_inputs(v_agent.id) i));
     END IF;
 END
 $$;

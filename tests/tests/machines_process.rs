@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use holdfast_client::wire::machines::{HeartbeatRequest, RegisterMachineRequest, WakeRequest};
+use holdfast_engine::domain::InputMode;
 use holdfast_engine::telemetry::TraceHeaders;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{project_key, ApiServer};
@@ -772,6 +773,7 @@ async fn a_command_run_is_a_span_of_the_turn_that_queued_it() {
         &json!("run it"),
         None,
         Some(&trace),
+        InputMode::Steer,
     )
     .await
     .unwrap();

@@ -216,7 +216,8 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /** List an agent's waiting inputs, oldest first. */
+        get: operations["list_inputs"];
         put?: never;
         /** Send an input to an agent. */
         post: operations["create_input"];
@@ -310,6 +311,26 @@ export interface paths {
         /** Decide an approval. The first decision wins. */
         post: operations["decide_approval"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/inputs/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Take back a queued input before a turn admits it: it is never consumed,
+         *     and `input.removed` is recorded.
+         */
+        delete: operations["remove_input"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1023,7 +1044,21 @@ export interface components {
             /** Format: uuid */
             machine_id: string;
         };
-        /** @description A message for the agent. Mid-turn, it steers the next model call. */
+        /** @description An agent's waiting inputs, oldest first. */
+        InputList: {
+            inputs: components["schemas"]["InputView"][];
+        };
+        /**
+         * @description How an input joins the agent's turns (docs/api.md, "Steering modes").
+         * @enum {string}
+         */
+        InputMode: "steer" | "queue" | "interrupt";
+        /**
+         * @description A message for the agent. Mid-turn, by its `mode`: it steers the next
+         *     model call (`steer`, the default), waits for the turn to end and opens
+         *     the next (`queue`), or aborts the model call in flight, which is made
+         *     again with it (`interrupt`; a running tool call is never interrupted).
+         */
         InputRequest: {
             /**
              * @description A non-empty string, or a non-empty array of content blocks (objects
@@ -1033,7 +1068,13 @@ export interface components {
              *     {"type": "url", "url": "https://..."}}`).
              */
             content: Record<string, unknown>;
+            mode?: components["schemas"]["InputMode"];
         };
+        /**
+         * @description Where an input stands.
+         * @enum {string}
+         */
+        InputStatus: "queued" | "pending" | "consumed" | "removed";
         /** @description A saved input. */
         InputView: {
             /** Format: uuid */
@@ -1048,6 +1089,8 @@ export interface components {
             created_at: string;
             /** Format: uuid */
             id: string;
+            mode: components["schemas"]["InputMode"];
+            status: components["schemas"]["InputStatus"];
         };
         /**
          * @description How a tool call runs (docs/api.md, "Tool calls"); the client answers `custom` calls.
@@ -2370,6 +2413,69 @@ export interface operations {
             };
         };
     };
+    list_inputs: {
+        parameters: {
+            query?: {
+                /**
+                 * @description `queued` (the default: waiting for the open turn to end, removable)
+                 *     or `pending` (in the open turn, not yet seen by a saved model call).
+                 */
+                status?: "queued" | "pending";
+            };
+            header?: never;
+            path: {
+                /** @description agent id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InputList"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     create_input: {
         parameters: {
             query?: never;
@@ -2445,7 +2551,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `idempotency_key_reused`: the key was used with another body; `unsupported_content`: the agent's provider cannot take an image or document block */
+            /** @description `idempotency_key_reused`: the key was used with another body or mode; `unsupported_content`: the agent's provider cannot take an image or document block */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2771,6 +2877,73 @@ export interface operations {
                 };
             };
             /** @description already decided otherwise, or cancelled; `approval` is the approval as it stands */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    remove_input: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description input id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description removed */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InputView"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the input is not queued (a turn has taken it, or it was removed) */
             409: {
                 headers: {
                     [name: string]: unknown;
