@@ -166,7 +166,11 @@ function eventCard(event) {
       break;
     }
     case "tool_call.created": card.append(folded(`${d.name} (${d.kind}) input`, d.input)); break;
-    case "tool_call.completed": card.append(el("p", {}, `${d.name}${d.is_error ? " — error" : ""}`), folded("output", d.output)); break;
+    case "tool_call.completed":
+      card.append(el("p", {}, `${d.name}${d.is_error ? " — error" : ""}`),
+        // A large output is only previewed in its event; the tool call has it whole.
+        d.output_omitted ? folded(`output (first of ${d.output_bytes} bytes)`, d.output_preview) : folded("output", d.output));
+      break;
     case "model.retry": card.append(el("p", {}, `attempt ${d.attempt}, retrying in ${d.delay_ms} ms: ${d.error?.message ?? JSON.stringify(d.error)}`)); break;
     case "approval.requested":
       if (d.kind === "budget") card.append(el("p", {}, `continue past ${d.budget.budget}?`), folded("budget", d.budget));

@@ -579,8 +579,7 @@ BEGIN
            completed_at = holdfast.now()
      WHERE id = p_tool_call;
     PERFORM holdfast.insert_reserved_events(p_agent, v_event_seq, ARRAY['tool_call.completed'],
-        ARRAY[jsonb_build_object('tool_call_id', p_tool_call, 'name', v_call.name, 'output', p_output,
-                                 'is_error', coalesce(p_is_error, false))]);
+        ARRAY[holdfast.tool_call_completed_data(p_tool_call, v_call.name, p_output, coalesce(p_is_error, false))]);
     RETURN v_step_id;
 END
 $$;

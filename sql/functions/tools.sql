@@ -40,6 +40,28 @@ BEGIN
 END
 $$;
 
+-- The data of a `tool_call.completed` event: {"tool_call_id", "name",
+-- "output", "is_error"}. An output whose JSON text is over 16 KiB is left
+-- out, so a timeline row (and each webhook body and stream frame) stays
+-- small however much a tool returns: "output_omitted": true,
+-- "output_bytes" (its size) and "output_preview" (its first 1,024
+-- characters) stand for it. The whole output stays on the tool call (GET
+-- /v1/agents/{id}/tool-calls) and in the model's history. Every writer of
+-- the event builds it here. Pure.
+CREATE OR REPLACE FUNCTION holdfast.tool_call_completed_data(
+    p_call_id uuid, p_name text, p_output jsonb, p_is_error boolean)
+RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE
+        WHEN octet_length(p_output::text) <= 16384 THEN
+            jsonb_build_object('tool_call_id', p_call_id, 'name', p_name, 'output', p_output,
+                               'is_error', p_is_error)
+        ELSE
+            jsonb_build_object('tool_call_id', p_call_id, 'name', p_name, 'is_error', p_is_error,
+                               'output_omitted', true, 'output_bytes', octet_length(p_output::text),
+                               'output_preview', left(p_output #>> '{}', 1024))
+    END
+$$;
+
 -- Complete a waiting tool call with an output, record its event, and settle
 -- the agent if no worker holds it (a leased agent settles on release). The
 -- caller holds the agent's row lock and the call's.
@@ -53,8 +75,8 @@ BEGIN
     IF p_event IS NOT NULL THEN
         PERFORM holdfast.append_event(p_call.agent_id, p_event, p_event_data);
     END IF;
-    PERFORM holdfast.append_event(p_call.agent_id, 'tool_call.completed', jsonb_build_object(
-        'tool_call_id', p_call.id, 'name', p_call.name, 'output', p_output, 'is_error', p_is_error));
+    PERFORM holdfast.append_event(p_call.agent_id, 'tool_call.completed',
+        holdfast.tool_call_completed_data(p_call.id, p_call.name, p_output, p_is_error));
     IF (SELECT state FROM holdfast.agents WHERE id = p_call.agent_id) <> 'running' THEN
         PERFORM holdfast.settle_agent(p_call.agent_id);
     END IF;
@@ -264,8 +286,8 @@ BEGIN
                    is_error = coalesce(v_row.is_error, false), completed_at = holdfast.now()
              WHERE agent_id = tool_call.agent_id AND id = tool_call.id
             RETURNING * INTO tool_call;
-            v_data := jsonb_build_object('tool_call_id', tool_call.id, 'name', tool_call.name,
-                                         'output', v_stored.output, 'is_error', tool_call.is_error);
+            v_data := holdfast.tool_call_completed_data(tool_call.id, tool_call.name, v_stored.output,
+                                                        tool_call.is_error);
             SELECT * INTO v_agent FROM holdfast.agents WHERE id = tool_call.agent_id;
             IF v_agent.state <> 'running' THEN
                 PERFORM holdfast.settle_agent_with(tool_call.agent_id, ARRAY['tool_call.completed'], ARRAY[v_data], NULL);

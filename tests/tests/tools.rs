@@ -9,8 +9,8 @@ use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::counting_http::CountingServer;
 use holdfast_tests::mcp_server::McpTestServer;
 use holdfast_tests::scenario::{
-    agent_state, agent_with_config, count_events, saved_text, spawn_worker, start_turn,
-    wait_for_event,
+    agent_state, agent_with_config, answer_waiting_call, count_events, last_event_data, saved_text,
+    spawn_worker, start_turn, wait_for_event, wait_for_events,
 };
 use holdfast_tests::{wait_for_lock_wait, wait_until, MaintenanceLoop, TestDb};
 use serde_json::{json, Value};
@@ -402,4 +402,57 @@ async fn a_call_runs_as_the_kind_it_was_committed_with_not_as_a_later_config_say
         0,
         "a call committed as internal made external IO"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_large_tool_output_stays_out_of_its_event_and_reaches_the_model_whole() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    fake.push(Reply::tool_calls(vec![("lookup", json!({"order": "A-7"}))]));
+    fake.push(Reply::text("Read it all."));
+    let _worker = spawn_worker("w-large-output", &db.config, &fake, &[]);
+    let config = json!({"model": {"provider": "anthropic", "name": "claude-test"},
+                        "tools": [{"type": "custom", "name": "lookup"}]});
+    let agent = agent_with_config(&client, &config).await;
+    store::create_input(&client, agent, &json!("where is A-7?"), None)
+        .await
+        .unwrap();
+    // 100 KiB of log lines, the last one marked.
+    let mut log = "shipped from the warehouse at 09:14\n".repeat(2900);
+    log.push_str("LAST-LINE");
+    answer_waiting_call(&client, agent, json!(log)).await;
+    wait_for_events(&client, agent, "turn.completed", 1, T).await;
+
+    let event = last_event_data(&client, agent, "tool_call.completed").await;
+    assert!(
+        event.get("output").is_none(),
+        "the output is not copied: {event}"
+    );
+    assert_eq!(event["output_omitted"], true);
+    let json_bytes = json!(log).to_string().len();
+    assert_eq!(event["output_bytes"], json!(json_bytes));
+    assert_eq!(event["output_preview"], json!(log[..1024]));
+    let row_bytes: i32 = client
+        .query_one(
+            "SELECT pg_column_size(data) FROM holdfast.events
+              WHERE agent_id = $1 AND type = 'tool_call.completed'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(row_bytes < 4096, "a small timeline row: {row_bytes} bytes");
+    // The tool call keeps it whole, and the model was given all of it.
+    let saved: Value = client
+        .query_one(
+            "SELECT output FROM holdfast.tool_calls WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(saved, json!(log));
+    let sent = fake.last_request().unwrap().body.to_string();
+    assert!(sent.contains("LAST-LINE"), "the model got the whole output");
 }

@@ -117,7 +117,11 @@ fn describe(event: &SavedEvent, streamed: bool) -> String {
             "{} {} {}",
             d["name"].as_str().unwrap_or("?"),
             if d["is_error"] == true { "✗" } else { "✓" },
-            shorten(&d["output"].to_string(), 100)
+            // A large output is only previewed in its event.
+            match d["output_preview"].as_str() {
+                Some(preview) => shorten(preview, 100),
+                None => shorten(&d["output"].to_string(), 100),
+            }
         ),
         "model.retry" => format!(
             "attempt {} in {} ms: {}",
