@@ -288,3 +288,29 @@ pub async fn call(
 ) -> (reqwest::StatusCode, serde_json::Value) {
     call_at(&server.http, &server.url(""), method, path, key, body).await
 }
+
+/// Send raw bytes to `addr`, read the whole response (the server answers
+/// and closes within 10 s): (status, JSON body). For what a well-behaved
+/// HTTP client cannot send, such as only the head of an oversized body.
+pub async fn raw_http(addr: SocketAddr, request: Vec<u8>) -> (u16, serde_json::Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    socket.write_all(&request).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        socket.read_to_end(&mut raw),
+    )
+    .await
+    .expect("the server answers and closes")
+    .unwrap();
+    let text = String::from_utf8(raw).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response head");
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    assert!(
+        head.to_lowercase()
+            .contains("content-type: application/json"),
+        "{head}"
+    );
+    (status, serde_json::from_str(body).expect("a JSON body"))
+}

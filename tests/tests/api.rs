@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use holdfast_engine::store;
-use holdfast_tests::api_server::{error_of, project_key, waiting_custom_call, ApiServer};
+use holdfast_tests::api_server::{error_of, project_key, raw_http, waiting_custom_call, ApiServer};
 use holdfast_tests::api_sse::SseReader;
 use holdfast_tests::scenario::event_types;
 use holdfast_tests::{default_config, TestDb};
@@ -883,27 +883,6 @@ async fn bad_requests_get_the_right_4xx_with_the_error_shape_and_write_nothing()
         before,
         "nothing was written"
     );
-}
-
-/// Send raw bytes, read the whole response; (status, JSON body).
-async fn raw_http(addr: std::net::SocketAddr, request: Vec<u8>) -> (u16, Value) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
-    socket.write_all(&request).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(WAIT, socket.read_to_end(&mut raw))
-        .await
-        .expect("the server answers and closes")
-        .unwrap();
-    let text = String::from_utf8(raw).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").expect("a response head");
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    assert!(
-        head.to_lowercase()
-            .contains("content-type: application/json"),
-        "{head}"
-    );
-    (status, serde_json::from_str(body).expect("a JSON body"))
 }
 
 #[tokio::test]

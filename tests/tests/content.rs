@@ -12,7 +12,7 @@ use std::time::Duration;
 use base64::Engine;
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Protocol, Reply};
-use holdfast_tests::api_server::{error_of, project_key, ApiServer};
+use holdfast_tests::api_server::{error_of, project_key, raw_http, ApiServer};
 use holdfast_tests::mcp_server::{McpTestServer, CHART_PNG};
 use holdfast_tests::scenario::{
     agent_with_config, answer_waiting_call, spawn_worker, wait_for_events,
@@ -572,20 +572,18 @@ async fn the_content_routes_take_a_large_pdf_and_answer_413_past_their_limit() {
         .get(0);
     assert_eq!(size as usize, pdf.len());
 
-    // Past the 48 MiB content limit: 413, and nothing more written.
+    // Past the 48 MiB content limit: 413, and nothing more written. Sent
+    // as a careful client does, the head first and the body only once the
+    // server reads it: writing 48 MiB on after its 413 would race its close.
     let before = written(&client, agent).await;
-    let huge = "A".repeat(48 * 1024 * 1024);
-    let body = json!({"content": [{"type": "document",
-        "source": {"type": "base64", "media_type": "application/pdf", "data": huge}}]});
-    let response = server
-        .request(Method::POST, &format!("/v1/agents/{agent}/inputs"), &key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let (status, kind, _, _) = error_of(response).await;
-    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
-    assert_eq!(kind, "payload_too_large");
+    let head = format!(
+        "POST /v1/agents/{agent}/inputs HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        48 * 1024 * 1024 + 1
+    );
+    let (status, body) = raw_http(server.addr, head.into_bytes()).await;
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(body["error"]["type"], "payload_too_large", "{body}");
     assert_eq!(written(&client, agent).await, before);
 
     // The other routes keep their 1 MiB.
