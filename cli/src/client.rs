@@ -16,7 +16,7 @@ use holdfast_client::wire::approvals::{
 use holdfast_client::wire::inputs::InputRequest;
 use holdfast_client::wire::tool_calls::{KindName, StatusFilter, ToolCallView, ToolResultRequest};
 use holdfast_client::{CallError, Client};
-use holdfast_engine::domain::InputMode;
+use holdfast_engine::domain::{InputMode, WaitingInputs};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
@@ -69,6 +69,72 @@ pub enum AgentsCommand {
         #[command(flatten)]
         endpoint: Endpoint,
     },
+}
+
+#[derive(Subcommand)]
+pub enum InputsCommand {
+    /// List an agent's waiting inputs, oldest first: those queued for the
+    /// next turn (the default), or those in the open turn no saved model
+    /// call has seen yet (`--status pending`).
+    List {
+        agent: Uuid,
+        #[arg(long, default_value = "queued", value_parser = parse_waiting)]
+        status: WaitingInputs,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        endpoint: Endpoint,
+    },
+    /// Take back a queued input before a turn takes it (it is never sent).
+    Remove {
+        input: Uuid,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        endpoint: Endpoint,
+    },
+}
+
+pub async fn inputs(command: InputsCommand) -> Result<()> {
+    match command {
+        InputsCommand::List {
+            agent,
+            status,
+            json,
+            endpoint,
+        } => {
+            let api = endpoint.client()?;
+            let list = api
+                .list_inputs(agent, status)
+                .await
+                .or_else(|e| fail(e, json))?;
+            if json {
+                print_json(&list);
+            } else {
+                render::input_list(&list.inputs);
+            }
+            Ok(())
+        }
+        InputsCommand::Remove {
+            input,
+            json,
+            endpoint,
+        } => {
+            let api = endpoint.client()?;
+            let removed = api.remove_input(input).await.or_else(|e| fail(e, json))?;
+            if json {
+                print_json(&removed);
+            } else {
+                println!("Removed queued input {input}: no turn will take it.");
+            }
+            Ok(())
+        }
+    }
+}
+
+fn parse_waiting(text: &str) -> std::result::Result<WaitingInputs, String> {
+    text.parse()
+        .map_err(|_| format!("{text:?} is not one of queued, pending"))
 }
 
 #[derive(Subcommand)]

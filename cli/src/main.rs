@@ -95,6 +95,11 @@ enum Command {
         #[command(subcommand)]
         command: client::AgentsCommand,
     },
+    /// List an agent's waiting inputs, take back a queued one (client: HOLDFAST_URL, HOLDFAST_API_KEY).
+    Inputs {
+        #[command(subcommand)]
+        command: client::InputsCommand,
+    },
     /// Delete machines and rotate their tokens (client: HOLDFAST_URL, HOLDFAST_API_KEY).
     Machines {
         #[command(subcommand)]
@@ -200,6 +205,7 @@ fn run(cli: Cli) -> Result<()> {
             Command::Demo(args) => demo::run(args).await,
             Command::Agents { command } => client::agents(command).await,
             Command::Machines { command } => client::machines(command).await,
+            Command::Inputs { command } => client::inputs(command).await,
             Command::Send(args) => client::send(args).await,
             Command::Tail(args) => client::tail(args).await,
             Command::Pending(args) => client::pending(args).await,

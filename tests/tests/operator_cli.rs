@@ -369,6 +369,66 @@ impl Tail {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_inputs_are_listed_and_taken_back_from_the_cli() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, key) = project_key(&client).await;
+    let server = ApiServer::start(&db).await;
+    let url = base_url(server.addr);
+    // No worker: the first input's turn stays open, so the second waits.
+    let agent = holdfast_tests::new_agent(&client, project)
+        .await
+        .to_string();
+    let first = cli(&url, &key, &["send", &agent, "look it up", "--json"])
+        .await
+        .ok_json();
+    let queued = cli(
+        &url,
+        &key,
+        &["send", &agent, "and then this", "--mode", "queue", "--json"],
+    )
+    .await
+    .ok_json();
+    let queued_id = queued["input"]["id"].as_str().unwrap().to_owned();
+
+    let listed = cli(&url, &key, &["inputs", "list", &agent, "--json"])
+        .await
+        .ok_json();
+    assert_eq!(listed["inputs"].as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed["inputs"][0]["id"], queued["input"]["id"]);
+    assert_eq!(listed["inputs"][0]["status"], "queued");
+    let pending = cli(
+        &url,
+        &key,
+        &["inputs", "list", &agent, "--status", "pending", "--json"],
+    )
+    .await
+    .ok_json();
+    assert_eq!(pending["inputs"][0]["id"], first["input"]["id"]);
+    let text = cli(&url, &key, &["inputs", "list", &agent]).await;
+    assert!(
+        text.stdout.contains(&queued_id) && text.stdout.contains("and then this"),
+        "{}",
+        text.stdout
+    );
+
+    let removed = cli(&url, &key, &["inputs", "remove", &queued_id, "--json"])
+        .await
+        .ok_json();
+    assert_eq!(removed["status"], "removed");
+    let listed = cli(&url, &key, &["inputs", "list", &agent, "--json"])
+        .await
+        .ok_json();
+    assert_eq!(listed["inputs"], json!([]));
+    // Again: exit 1, the API's 409 body on stdout.
+    let again = cli(&url, &key, &["inputs", "remove", &queued_id, "--json"]).await;
+    assert_eq!(again.code, Some(1));
+    assert_eq!(again.json()["error"]["type"], "conflict");
+    let bad = cli(&url, &key, &["inputs", "list", &agent, "--status", "done"]).await;
+    assert_eq!(bad.code, Some(2), "a usage error: {}", bad.stderr);
+}
+
 /// The saved events among tail's lines (deltas have no seq).
 fn saved_seqs(lines: &[Value]) -> Vec<i64> {
     lines.iter().filter_map(|l| l["seq"].as_i64()).collect()

@@ -6,6 +6,7 @@ use std::io::Write;
 
 use holdfast_client::follow::SavedEvent;
 use holdfast_client::wire::agents::AgentView;
+use holdfast_client::wire::inputs::InputView;
 use serde_json::Value;
 
 use super::Pending;
@@ -162,6 +163,26 @@ pub fn agent_list(agents: &[AgentView]) {
             agent.id,
             agent.state.as_str(),
             summary(agent)
+        );
+    }
+}
+
+pub fn input_list(inputs: &[InputView]) {
+    if inputs.is_empty() {
+        println!("no inputs waiting");
+        return;
+    }
+    for input in inputs {
+        let text = match &input.content {
+            Value::String(text) => text.clone(),
+            blocks => message_text(blocks),
+        };
+        println!(
+            "{}  {:<9}  {:<7}  {}",
+            input.id,
+            <&str>::from(input.mode),
+            <&str>::from(input.status),
+            quote(&text)
         );
     }
 }
