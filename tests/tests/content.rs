@@ -587,14 +587,13 @@ async fn the_content_routes_take_a_large_pdf_and_answer_413_past_their_limit() {
     assert_eq!(written(&client, agent).await, before);
 
     // The other routes keep their 1 MiB.
-    let patch = json!({"config": {"system": "x".repeat(2 * 1024 * 1024)}});
-    let response = server
-        .request(Method::PATCH, &format!("/v1/agents/{agent}"), &key)
-        .json(&patch)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let head = format!(
+        "PATCH /v1/agents/{agent} HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        2 * 1024 * 1024
+    );
+    let (status, body) = raw_http(server.addr, head.into_bytes()).await;
+    assert_eq!(status, 413, "{body}");
     server.stop().await.unwrap();
 }
 

@@ -114,7 +114,7 @@ struct Worker {
     db: ConnectConfig,
     deps: Arc<StepDeps>,
     in_flight: HashMap<Uuid, InFlight>,
-    tasks: tokio::task::JoinSet<Uuid>,
+    tasks: tokio::task::JoinSet<()>,
     session: Option<Session>,
 }
 
@@ -191,19 +191,18 @@ impl Worker {
                 },
                 _ = poll.tick() => want_claim = true,
                 Some(done) = self.tasks.join_next_with_id() => {
-                    let agent = match done {
-                        Ok((_, agent)) => Some(agent),
+                    let task = match done {
+                        Ok((task, ())) => task,
                         Err(e) => {
                             tracing::error!(error = %e, "a step task ended abnormally");
-                            self.in_flight
-                                .iter()
-                                .find(|(_, flight)| flight.task == e.id())
-                                .map(|(agent, _)| *agent)
+                            e.id()
                         }
                     };
-                    if let Some(agent) = agent {
-                        self.in_flight.remove(&agent);
-                    }
+                    // By task, not by agent: the agent's next step may have
+                    // been claimed (a new task in its slot) before this one's
+                    // end was seen here, and that step's lease must go on
+                    // being renewed.
+                    self.in_flight.retain(|_, flight| flight.task != task);
                     want_claim = true;
                 }
                 _ = renew.tick() => self.renew().await,
@@ -271,7 +270,6 @@ impl Worker {
                     metrics::histogram!("holdfast_step_seconds")
                         .record(started.elapsed().as_secs_f64());
                     tracing::debug!(outcome = outcome.as_str(), "step ended");
-                    claim.agent_id
                 }
                 .instrument(span),
             );
