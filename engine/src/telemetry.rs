@@ -195,19 +195,37 @@ pub fn attempt_span_id(agent: Uuid, epoch: i64) -> SpanId {
     SpanId::from_bytes(bytes)
 }
 
-/// Starts `name` as a child of the current span (see [`tracer`]).
+/// The remote parent a stored trace context names, when one was stored
+/// (an empty context otherwise: a span started under it is a root).
+pub fn stored_context(traceparent: Option<&str>, tracestate: Option<&str>) -> Context {
+    traceparent
+        .map(|p| context_of(p, tracestate))
+        .unwrap_or_default()
+}
+
+/// Starts `name` as a child of `parent` (see [`tracer`]); returns the
+/// context to run under it.
+pub fn start_span(
+    parent: &Context,
+    name: impl Into<std::borrow::Cow<'static, str>>,
+    kind: opentelemetry::trace::SpanKind,
+    attributes: Vec<opentelemetry::KeyValue>,
+) -> Context {
+    let span = tracer()
+        .span_builder(name)
+        .with_kind(kind)
+        .with_attributes(attributes)
+        .start_with_context(&tracer(), parent);
+    parent.with_span(span)
+}
+
+/// Starts `name` as a child of the current span ([`start_span`]).
 pub fn start_child(
     name: String,
     kind: opentelemetry::trace::SpanKind,
     attributes: Vec<opentelemetry::KeyValue>,
 ) -> Context {
-    let parent = Context::current();
-    let span = tracer()
-        .span_builder(name)
-        .with_kind(kind)
-        .with_attributes(attributes)
-        .start_with_context(&tracer(), &parent);
-    parent.with_span(span)
+    start_span(&Context::current(), name, kind, attributes)
 }
 
 /// Header names lower-cased, as the propagator reads and writes them.

@@ -17,7 +17,9 @@ use holdfast_engine::domain::{
     AttemptTrace, Claim, ClaimedCommand, ClaimedWebhookDelivery, CommandResult, LostAttempt,
 };
 use holdfast_engine::provider::{ModelError, ModelRequest, ModelResponse};
-use holdfast_engine::telemetry::{attempt_span_id, context_of, start_child, tracer};
+use holdfast_engine::telemetry::{
+    attempt_span_id, start_child, start_span, stored_context, tracer,
+};
 use opentelemetry::trace::{
     Link, SpanContext, SpanKind, Status, TraceContextExt, TraceFlags, TraceState, Tracer,
 };
@@ -27,11 +29,7 @@ use opentelemetry::{Context, KeyValue};
 /// trace context, first emitting the span of the attempt before it that
 /// died (if any). Returns the context to run the attempt in.
 pub fn start_attempt(claim: Claim, trace: &AttemptTrace) -> Context {
-    let parent = trace
-        .turn_parent
-        .as_deref()
-        .map(|p| context_of(p, trace.turn_state.as_deref()))
-        .unwrap_or_default();
+    let parent = stored_context(trace.turn_parent.as_deref(), trace.turn_state.as_deref());
     let remote = parent.span().span_context().clone();
     let first_attempt = trace
         .first_attempt_epoch
@@ -197,11 +195,10 @@ pub fn end_tool_call(call: &Context, is_error: bool) {
 /// the endpoint's; its query and credentials are left out of `url.full`
 /// (a tenant may put a token there).
 pub fn start_webhook_delivery(delivery: &ClaimedWebhookDelivery, url: &reqwest::Url) -> Context {
-    let parent = delivery
-        .trace_parent
-        .as_deref()
-        .map(|p| context_of(p, delivery.trace_state.as_deref()))
-        .unwrap_or_default();
+    let parent = stored_context(
+        delivery.trace_parent.as_deref(),
+        delivery.trace_state.as_deref(),
+    );
     let mut shown = url.clone();
     shown.set_query(None);
     shown.set_fragment(None);
@@ -224,12 +221,7 @@ pub fn start_webhook_delivery(delivery: &ClaimedWebhookDelivery, url: &reqwest::
     if let Some(port) = url.port_or_known_default() {
         attributes.push(KeyValue::new("server.port", i64::from(port)));
     }
-    let span = tracer()
-        .span_builder("POST")
-        .with_kind(SpanKind::Client)
-        .with_attributes(attributes)
-        .start_with_context(&tracer(), &parent);
-    parent.with_span(span)
+    start_span(&parent, "POST", SpanKind::Client, attributes)
 }
 
 /// End a delivery attempt's span: the receiver's status, or the error when
@@ -253,21 +245,20 @@ pub fn end_webhook_delivery(attempt: &Context, status: Option<u16>, error: Optio
 /// command's text is not an attribute: the model wrote it, and it may carry
 /// what the operator's trace backend should not see.
 pub fn start_command(command: &ClaimedCommand) -> Context {
-    let parent = command
-        .traceparent
-        .as_deref()
-        .map(|p| context_of(p, command.tracestate.as_deref()))
-        .unwrap_or_default();
-    let span = tracer()
-        .span_builder("run_command")
-        .with_kind(SpanKind::Internal)
-        .with_attributes(vec![
+    let parent = stored_context(
+        command.traceparent.as_deref(),
+        command.tracestate.as_deref(),
+    );
+    start_span(
+        &parent,
+        "run_command",
+        SpanKind::Internal,
+        vec![
             KeyValue::new("holdfast.agent.id", command.agent_id.to_string()),
             KeyValue::new("holdfast.command.id", command.id.to_string()),
             KeyValue::new("holdfast.tool_call.id", command.tool_call_id.to_string()),
-        ])
-        .start_with_context(&tracer(), &parent);
-    parent.with_span(span)
+        ],
+    )
 }
 
 /// End a command run's span with how it ended (`None`: its outcome could
