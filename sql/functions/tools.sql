@@ -288,7 +288,8 @@ BEGIN
             RETURNING * INTO tool_call;
             v_data := holdfast.tool_call_completed_data(tool_call.id, tool_call.name, v_stored.output,
                                                         tool_call.is_error);
-            SELECT * INTO v_agent FROM holdfast.agents WHERE id = tool_call.agent_id;
+            -- v_agent was read for store_tool_output above; nothing since
+            -- has written the agent row.
             IF v_agent.state <> 'running' THEN
                 PERFORM holdfast.settle_agent_with(tool_call.agent_id, ARRAY['tool_call.completed'], ARRAY[v_data], NULL);
             ELSE
