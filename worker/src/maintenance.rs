@@ -94,9 +94,33 @@ pub async fn run(
 /// what they did.
 async fn tick_loop(settings: Settings, pool: Pool, shutdown: CancellationToken) {
     let interval = settings.interval;
+    repeat_pass(
+        "maintenance tick",
+        interval,
+        Duration::MAX,
+        shutdown,
+        || tick(&pool, &settings),
+    )
+    .await;
+}
+
+/// Run `pass` every `interval` until shutdown. A failed pass is retried
+/// after the database backoff (`DB_RETRY`, at most `max_retry_wait`),
+/// counted in `holdfast_maintenance_errors_total` and logged as "`what`
+/// failed".
+async fn repeat_pass<F, Fut>(
+    what: &'static str,
+    interval: Duration,
+    max_retry_wait: Duration,
+    shutdown: CancellationToken,
+    mut pass: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
     let mut failures: u32 = 0;
     loop {
-        let wait = match tick(&pool, &settings).await {
+        let wait = match pass().await {
             Ok(()) => {
                 failures = 0;
                 interval
@@ -104,8 +128,8 @@ async fn tick_loop(settings: Settings, pool: Pool, shutdown: CancellationToken) 
             Err(e) => {
                 failures = failures.saturating_add(1);
                 metrics::counter!("holdfast_maintenance_errors_total").increment(1);
-                let wait = DB_RETRY.delay(failures, None);
-                tracing::warn!(error = %e, retry_in = ?wait, "maintenance tick failed");
+                let wait = DB_RETRY.delay(failures, None).min(max_retry_wait);
+                tracing::warn!(error = %e, retry_in = ?wait, "{what} failed");
                 wait
             }
         };
@@ -122,28 +146,13 @@ const RETENTION_BATCH: i32 = 10_000;
 
 /// Run a retention pass every interval; a pass repeats `retention_tick`
 /// while it prunes full batches, so a backlog goes in one pass, in small
-/// transactions.
+/// transactions. A failed pass is retried no later than the next interval.
 async fn retention_loop(interval: Duration, pool: Pool, shutdown: CancellationToken) {
-    let mut failures: u32 = 0;
-    loop {
-        let wait = match retention_pass(&pool, &shutdown).await {
-            Ok(()) => {
-                failures = 0;
-                interval
-            }
-            Err(e) => {
-                failures = failures.saturating_add(1);
-                metrics::counter!("holdfast_maintenance_errors_total").increment(1);
-                let wait = DB_RETRY.delay(failures, None).min(interval);
-                tracing::warn!(error = %e, retry_in = ?wait, "retention pass failed");
-                wait
-            }
-        };
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(wait) => {}
-        }
-    }
+    let pass_shutdown = shutdown.clone();
+    repeat_pass("retention pass", interval, interval, shutdown, || {
+        retention_pass(&pool, &pass_shutdown)
+    })
+    .await;
 }
 
 async fn retention_pass(pool: &Pool, shutdown: &CancellationToken) -> anyhow::Result<()> {
