@@ -695,10 +695,15 @@ $$;
 
 -- The limit an agent with config p_config runs under: its config.limits
 -- value, capped by the operator's maximum, or that maximum. Reads only.
+-- PL/pgSQL (a step reads two limits; as SQL with a FROM this was parsed
+-- and planned on every call).
 CREATE OR REPLACE FUNCTION holdfast.agent_limit(p_config jsonb, p_name text)
-RETURNS integer LANGUAGE sql STABLE AS $$
-    SELECT least(coalesce((p_config #>> ARRAY['limits', p_name])::numeric, m.max), m.max)::integer
-      FROM (SELECT holdfast.limit_maximum(p_name) AS max) m
+RETURNS integer LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_max integer := holdfast.limit_maximum(p_name);
+BEGIN
+    RETURN least(coalesce((p_config #>> ARRAY['limits', p_name])::numeric, v_max), v_max)::integer;
+END
 $$;
 
 -- Write the operator's maxima (workers call this at start with their

@@ -27,14 +27,19 @@ $$;
 -- its text): an array of objects typed text, image or document with at
 -- least one image or document. The worker's rule is the same
 -- (ContentBlock::media_blocks in engine/src/provider/mod.rs). Pure.
+-- PL/pgSQL: called on every tool result, most of them not arrays.
 CREATE OR REPLACE FUNCTION holdfast.is_media_blocks(p_output jsonb)
-RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
-    SELECT jsonb_typeof(p_output) = 'array'
-       AND EXISTS (SELECT 1 FROM jsonb_array_elements(p_output) b
+RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF jsonb_typeof(p_output) IS DISTINCT FROM 'array' THEN
+        RETURN false;
+    END IF;
+    RETURN EXISTS (SELECT 1 FROM jsonb_array_elements(p_output) b
                     WHERE b.value ->> 'type' IN ('image', 'document'))
        AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_output) b
                         WHERE jsonb_typeof(b.value) <> 'object'
-                           OR coalesce(b.value ->> 'type' NOT IN ('text', 'image', 'document'), true))
+                           OR coalesce(b.value ->> 'type' NOT IN ('text', 'image', 'document'), true));
+END
 $$;
 
 -- What is wrong with one image or document block, if anything: message and
@@ -207,11 +212,17 @@ $$;
 -- attachment reference p_agent's blocks hold replaced by its base64 source
 -- again, for a model request. Content with no reference is returned as it
 -- is without reading anything else. Reads holdfast.attachments.
+-- PL/pgSQL: the context load calls it on every message and tool call, so
+-- content without a reference must cost one test (as a LANGUAGE sql
+-- function with a sub-select it was parsed and planned on every call).
 CREATE OR REPLACE FUNCTION holdfast.hydrate_content(p_agent uuid, p_content jsonb)
-RETURNS jsonb LANGUAGE sql STABLE AS $$
-    SELECT CASE
-        WHEN jsonb_typeof(p_content) = 'array' AND p_content @? '$[*].source ? (@.type == "attachment")' THEN
-            (SELECT jsonb_agg(CASE WHEN a.id IS NULL THEN b.value
+RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF jsonb_typeof(p_content) IS DISTINCT FROM 'array'
+       OR NOT p_content @? '$[*].source ? (@.type == "attachment")' THEN
+        RETURN p_content;
+    END IF;
+    RETURN (SELECT jsonb_agg(CASE WHEN a.id IS NULL THEN b.value
                                    ELSE jsonb_set(b.value, '{source}',
                                         jsonb_build_object('type', 'base64', 'media_type', a.media_type,
                                                            'data', translate(encode(a.data, 'base64'), E'\n', '')))
@@ -219,8 +230,8 @@ RETURNS jsonb LANGUAGE sql STABLE AS $$
                FROM jsonb_array_elements(p_content) WITH ORDINALITY b
                LEFT JOIN holdfast.attachments a
                       ON b.value #>> '{source,type}' = 'attachment'
-                     AND a.agent_id = p_agent AND a.id = (b.value #>> '{source,attachment_id}')::uuid)
-        ELSE p_content END
+                     AND a.agent_id = p_agent AND a.id = (b.value #>> '{source,attachment_id}')::uuid);
+END
 $$;
 
 -- A tool's output checked and stored as store_input_content does, when it

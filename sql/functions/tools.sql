@@ -50,7 +50,7 @@ $$;
 -- the event builds it here. Pure.
 CREATE OR REPLACE FUNCTION holdfast.tool_call_completed_data(
     p_call_id uuid, p_name text, p_output jsonb, p_is_error boolean)
-RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
+RETURNS jsonb LANGUAGE sql STABLE AS $$
     SELECT CASE
         WHEN octet_length(p_output::text) <= 16384 THEN
             jsonb_build_object('tool_call_id', p_call_id, 'name', p_name, 'output', p_output,

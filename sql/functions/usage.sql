@@ -42,18 +42,26 @@ $$;
 -- reads and writes at their own prices (the input price when unset),
 -- output tokens (reasoning included) at the output price. The cost is NULL
 -- when the model has no price. Reads model_prices; locks nothing.
+-- PL/pgSQL, not SQL: its lookup is planned once per session (a LANGUAGE
+-- sql function with a sub-select is never inlined, so it would be parsed
+-- and planned on every call: once per model step).
 CREATE OR REPLACE FUNCTION holdfast.price_usage(
     p_usage holdfast.token_usage, p_provider text, p_model text)
-RETURNS holdfast.token_usage LANGUAGE sql STABLE AS $$
-    SELECT ROW((p_usage).input_tokens, (p_usage).output_tokens, (p_usage).cache_read_tokens,
-               (p_usage).cache_write_tokens, (p_usage).reasoning_tokens,
-               (SELECT (greatest((p_usage).input_tokens - (p_usage).cache_read_tokens
-                                 - (p_usage).cache_write_tokens, 0) * p.input_usd_per_mtok
-                        + (p_usage).cache_read_tokens * coalesce(p.cache_read_usd_per_mtok, p.input_usd_per_mtok)
-                        + (p_usage).cache_write_tokens * coalesce(p.cache_write_usd_per_mtok, p.input_usd_per_mtok)
-                        + (p_usage).output_tokens * p.output_usd_per_mtok) / 1000000
-                  FROM holdfast.model_prices p
-                 WHERE p.provider = p_provider AND p.model = p_model))::holdfast.token_usage
+RETURNS holdfast.token_usage LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_cost numeric;
+BEGIN
+    SELECT (greatest((p_usage).input_tokens - (p_usage).cache_read_tokens
+                     - (p_usage).cache_write_tokens, 0) * p.input_usd_per_mtok
+            + (p_usage).cache_read_tokens * coalesce(p.cache_read_usd_per_mtok, p.input_usd_per_mtok)
+            + (p_usage).cache_write_tokens * coalesce(p.cache_write_usd_per_mtok, p.input_usd_per_mtok)
+            + (p_usage).output_tokens * p.output_usd_per_mtok) / 1000000
+      INTO v_cost
+      FROM holdfast.model_prices p
+     WHERE p.provider = p_provider AND p.model = p_model;
+    RETURN ROW((p_usage).input_tokens, (p_usage).output_tokens, (p_usage).cache_read_tokens,
+               (p_usage).cache_write_tokens, (p_usage).reasoning_tokens, v_cost)::holdfast.token_usage;
+END
 $$;
 
 -- The sum of two usages, kind by kind; the cost sums the priced parts and
@@ -73,7 +81,7 @@ $$;
 -- A usage as the API and events show it: every kind, and cost_usd (JSON
 -- null when unpriced). Pure.
 CREATE OR REPLACE FUNCTION holdfast.usage_json(p_usage holdfast.token_usage) RETURNS jsonb
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql STABLE AS $$
     SELECT jsonb_build_object(
         'input_tokens', (p_usage).input_tokens,
         'output_tokens', (p_usage).output_tokens,
@@ -187,9 +195,16 @@ $$;
 -- limit is the maximum times one plus the grants in force
 -- (budget_grants_in_force): each approval of a budget approval allows one
 -- more maximum. The worker reads it with the step's context and makes no
--- model call when it is set. Pure.
+-- model call when it is set. Pure. PL/pgSQL, so that an agent without
+-- budgets costs one test per step (as SQL with a FROM it would be parsed
+-- and planned on every call).
 CREATE OR REPLACE FUNCTION holdfast.budget_exceeded(p_agent holdfast.agents) RETURNS jsonb
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF (p_agent).config -> 'budget' IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN (
     SELECT jsonb_build_object('budget', b.name, 'limit', b.max * (1 + b.granted), 'value', b.used,
                               'granted', b.granted)
       FROM (VALUES
@@ -205,7 +220,8 @@ LANGUAGE sql IMMUTABLE AS $$
                                  holdfast.budget_grants_in_force(p_agent, b0.name) AS granted) b
      WHERE b.max IS NOT NULL AND b.used >= b.max * (1 + b.granted)
      ORDER BY b0.ord
-     LIMIT 1
+     LIMIT 1);
+END
 $$;
 
 -- End an agent's turn `budget_exceeded` for the budget p_exceeded
