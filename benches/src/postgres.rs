@@ -31,6 +31,9 @@ pub struct BenchCluster {
     pgbench_scale: OnceCell<u32>,
     /// pg_stat_statements is loaded: each fresh database resets it.
     statement_stats: AtomicBool,
+    /// The database the last scenario ran in (its function counts are
+    /// read there: pg_stat_user_functions is per database).
+    scenario_database: std::sync::Mutex<Option<ConnectConfig>>,
     /// SQL run in each fresh database after the migrations (`--sql`).
     extra_sql: Option<String>,
 }
@@ -68,12 +71,15 @@ impl BenchCluster {
             base_dir: base_dir.to_path_buf(),
             pgbench_scale: OnceCell::new(),
             statement_stats: AtomicBool::new(false),
+            scenario_database: std::sync::Mutex::new(None),
             extra_sql,
         })
     }
 
     /// Load pg_stat_statements (restarting the server) and track nested
-    /// statements (those inside the SQL functions) and planning time.
+    /// statements (those inside the SQL functions), planning time, and
+    /// calls of every function (SQL functions included: a LANGUAGE sql
+    /// function that is not inlined is parsed and planned per call).
     pub async fn enable_statement_stats(&self) -> Result<()> {
         self.admin()
             .await?
@@ -90,6 +96,7 @@ impl BenchCluster {
         for setting in [
             "pg_stat_statements.track = 'all'",
             "pg_stat_statements.track_planning = on",
+            "track_functions = 'all'",
         ] {
             admin
                 .batch_execute(&format!("ALTER SYSTEM SET {setting}"))
@@ -105,7 +112,7 @@ impl BenchCluster {
     /// (pgbench) and the driver's admin statements left out. Nested statements (inside the SQL functions) are listed
     /// besides the top-level calls that ran them (`toplevel` false): their
     /// time is part of their caller's too.
-    pub async fn statement_stats(&self, top: i64) -> Result<Value> {
+    pub async fn statement_stats(&self, limit: i64) -> Result<Value> {
         let admin = self.admin().await?;
         let totals = admin
             .query_one(
@@ -128,7 +135,7 @@ impl BenchCluster {
                   WHERE dbid NOT IN (SELECT oid FROM pg_database WHERE datname IN ('pgbench', 'postgres'))
                   ORDER BY total_exec_time + total_plan_time DESC
                   LIMIT $1",
-                &[&top],
+                &[&limit],
             )
             .await?;
         let top: Vec<Value> = rows
@@ -145,13 +152,25 @@ impl BenchCluster {
                 })
             })
             .collect();
+        let functions = match self.scenario_database() {
+            Some(config) => function_stats(&config, limit).await?,
+            None => Value::Null,
+        };
         Ok(json!({
             "toplevel_calls": totals.get::<_, i64>(0),
             "nested_calls": totals.get::<_, i64>(1),
             "toplevel_exec_ms": round3(totals.get(2)),
             "plan_ms": round3(totals.get(3)),
             "top": top,
+            "functions": functions,
         }))
+    }
+
+    fn scenario_database(&self) -> Option<ConnectConfig> {
+        self.scenario_database
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Stop the server and delete the cluster's files.
@@ -209,6 +228,14 @@ impl BenchCluster {
                 .await?
                 .execute("SELECT pg_stat_statements_reset()", &[])
                 .await?;
+            connect_to(config)
+                .await?
+                .execute("SELECT pg_stat_reset()", &[])
+                .await?;
+            *self
+                .scenario_database
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(config.clone());
         }
         Ok(())
     }
@@ -524,4 +551,33 @@ impl WaitSampler {
                 .collect::<Vec<_>>(),
         }))
     }
+}
+
+/// The `top` functions of the scenario's database by their own time (the
+/// statements they ran included, the functions they called not): calls,
+/// self and total milliseconds. Counts reach the view when a session's
+/// transaction ends or it exits; the scenario's processes have stopped.
+async fn function_stats(config: &ConnectConfig, top: i64) -> Result<Value> {
+    let rows = connect_to(config)
+        .await?
+        .query(
+            "SELECT schemaname || '.' || funcname, calls, self_time, total_time
+               FROM pg_stat_user_functions
+              ORDER BY self_time DESC
+              LIMIT $1",
+            &[&top],
+        )
+        .await?;
+    Ok(Value::Array(
+        rows.iter()
+            .map(|r| {
+                json!({
+                    "function": r.get::<_, String>(0),
+                    "calls": r.get::<_, i64>(1),
+                    "self_ms": round3(r.get(2)),
+                    "total_ms": round3(r.get(3)),
+                })
+            })
+            .collect(),
+    ))
 }
