@@ -191,18 +191,14 @@ impl Worker {
                 },
                 _ = poll.tick() => want_claim = true,
                 Some(done) = self.tasks.join_next_with_id() => {
-                    let task = match done {
-                        Ok((task, ())) => task,
-                        Err(e) => {
-                            tracing::error!(error = %e, "a step task ended abnormally");
-                            e.id()
-                        }
-                    };
-                    // By task, not by agent: the agent's next step may have
-                    // been claimed (a new task in its slot) before this one's
-                    // end was seen here, and that step's lease must go on
-                    // being renewed.
-                    self.in_flight.retain(|_, flight| flight.task != task);
+                    self.forget(done);
+                    // Every step that has ended by now frees its slot before
+                    // the claim: the steps of one group commit end together,
+                    // and one claim for all their slots is one transaction
+                    // (one WAL flush) instead of one each.
+                    while let Some(done) = self.tasks.try_join_next_with_id() {
+                        self.forget(done);
+                    }
                     want_claim = true;
                 }
                 _ = renew.tick() => self.renew().await,
@@ -211,6 +207,21 @@ impl Worker {
         }
         while self.tasks.join_next().await.is_some() {}
         tracing::info!(worker = %self.settings.name, "worker stopped");
+    }
+
+    /// Take an ended step out of the in-flight table. By task, not by
+    /// agent: the agent's next step may have been claimed (a new task in
+    /// its slot) before this one's end was seen here, and that step's lease
+    /// must go on being renewed.
+    fn forget(&mut self, done: Result<(tokio::task::Id, ()), tokio::task::JoinError>) {
+        let task = match done {
+            Ok((task, ())) => task,
+            Err(e) => {
+                tracing::error!(error = %e, "a step task ended abnormally");
+                e.id()
+            }
+        };
+        self.in_flight.retain(|_, flight| flight.task != task);
     }
 
     async fn reconnect(&mut self, shutdown: &CancellationToken) {
