@@ -204,7 +204,7 @@ CREATE OR REPLACE FUNCTION holdfast.resolve_model_endpoint(p_agent uuid, p_model
 RETURNS TABLE (refused_field text, refused_message text, endpoint text, custom_url text,
                base_url text, credential_env text, sealed_key bytea, key_fingerprint text,
                project_id uuid)
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_project uuid;
     v_refusal record;

@@ -258,7 +258,7 @@ $$;
 -- Cost: an index probe per project with ready agents plus p_max rows per
 -- chosen project; flat in idle and archived agents.
 CREATE OR REPLACE FUNCTION holdfast.claim_agents(p_worker text, p_max integer, p_ttl interval)
-RETURNS TABLE (agent_id uuid, epoch bigint) LANGUAGE plpgsql AS $$
+RETURNS TABLE (agent_id uuid, epoch bigint) LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_now timestamptz := holdfast.now();
     v_max integer := greatest(coalesce(p_max, 0), 0);
@@ -373,7 +373,7 @@ $$;
 -- pg_stat_get_activity(own pid), as in claim_agents. Locks agents in id order.
 CREATE OR REPLACE FUNCTION holdfast.renew_leases(p_worker text, p_agents uuid[], p_epochs bigint[], p_ttl interval)
 RETURNS TABLE (agent_id uuid, renewed boolean, cancel_requested boolean, interrupt_input uuid)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_now timestamptz := holdfast.now();
     v_backend_start timestamptz;
@@ -416,7 +416,7 @@ $$;
 -- p_run_after delays the next claim (a durable backoff: no worker waits); it
 -- is written by the settle's UPDATE. Fenced (HF001).
 CREATE OR REPLACE FUNCTION holdfast.release_agent(p_agent uuid, p_epoch bigint, p_run_after timestamptz DEFAULT NULL)
-RETURNS text LANGUAGE plpgsql AS $$
+RETURNS text LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
     PERFORM holdfast.interrupt_running_calls(p_agent);

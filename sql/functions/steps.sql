@@ -42,7 +42,7 @@ $$;
 -- so that after a crash the call is known to have maybe happened and is never
 -- rerun). Fenced. Raises HF409 when the call is not pending.
 CREATE OR REPLACE FUNCTION holdfast.start_tool_call(p_agent uuid, p_epoch bigint, p_tool_call uuid)
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS void LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
     UPDATE holdfast.tool_calls SET status = 'running', running_epoch = p_epoch
@@ -360,7 +360,7 @@ $$;
 -- the worker then commits its steps one by one.
 CREATE OR REPLACE FUNCTION holdfast.commit_model_steps(p_steps holdfast.model_step[])
 RETURNS TABLE (agent_id uuid, outcome text, step_id uuid, message text, field text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_row record;
 BEGIN
@@ -545,7 +545,7 @@ $$;
 -- call already has a result), HF422.
 CREATE OR REPLACE FUNCTION holdfast.commit_tool_result(
     p_agent uuid, p_epoch bigint, p_tool_call uuid, p_output jsonb, p_is_error boolean)
-RETURNS uuid LANGUAGE plpgsql AS $$
+RETURNS uuid LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_agent holdfast.agents;
     v_call holdfast.tool_calls;

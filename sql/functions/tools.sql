@@ -229,7 +229,7 @@ $$;
 -- then submits its results one by one.
 CREATE OR REPLACE FUNCTION holdfast.submit_tool_results(p_results holdfast.tool_result[])
 RETURNS TABLE (ord integer, outcome text, message text, field text, tool_call holdfast.tool_calls)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_row record;
     v_agent holdfast.agents;
