@@ -6,16 +6,20 @@
 //! exactly the first response (plus `Idempotent-Replayed: true`). The key's
 //! uniqueness and the same-body check are SQL's (`create_input_or_replay`):
 //! concurrent requests with one key serialize there and create one input.
+//! Inputs posted at once share a commit ([`Inputs`]).
 
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
+use deadpool_postgres::Pool;
 use holdfast_client::wire::error::ErrorBody;
 use holdfast_client::wire::inputs::{InputList, InputRequest, InputView};
-use holdfast_engine::domain::WaitingInputs;
-use holdfast_engine::store;
+use holdfast_engine::domain::{PostedInput, WaitingInputs};
+use holdfast_engine::group_commit::GroupWrite;
+use holdfast_engine::store::{self, NewInput};
 use holdfast_engine::telemetry::TraceHeaders;
+use holdfast_engine::{Error, Result};
 use serde::Deserialize;
 use utoipa::IntoParams;
 use uuid::Uuid;
@@ -64,29 +68,47 @@ pub async fn create_input(
     record_agent(id);
     let key = idempotency_key(&headers)?;
     let trace = trace_headers(&headers)?;
-    let db = state.db().await?;
-    if !store::agent_in_project(&**db, caller.project_id, id).await? {
-        return Err(ApiError::agent_not_found(id));
-    }
-    let created = store::create_traced_input(
-        &**db,
+    let input = NewInput::new(
+        caller.project_id,
         id,
-        &request.content,
+        request.content,
         key,
         trace.as_ref(),
         request.mode,
-    )
-    .await?;
-    let input = store::get_input(&**db, created.input_id)
-        .await?
-        .ok_or_else(ApiError::internal)?;
-    let mut response = (StatusCode::CREATED, Json(InputView::from(input))).into_response();
-    if created.replayed {
+    );
+    let posted = match state.inputs().commit(input).await {
+        Ok(posted) => posted,
+        Err(Error::NotFound(_)) => return Err(ApiError::agent_not_found(id)),
+        Err(e) => return Err(e.into()),
+    };
+    let mut response = (StatusCode::CREATED, Json(InputView::from(posted.input))).into_response();
+    if posted.replayed {
         response
             .headers_mut()
             .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     }
     Ok(response)
+}
+
+/// Posted inputs: those that arrive within the commit window share one
+/// transaction (`holdfast.create_inputs`), each checked on its own, so each
+/// request gets the answer a commit of its own would have had (201, a
+/// replay, 404, 409 or 422). Two inputs for one agent never share a batch.
+pub struct Inputs;
+
+impl GroupWrite for Inputs {
+    type Item = NewInput;
+    type Saved = PostedInput;
+    const KIND: &'static str = "input";
+
+    fn key(input: &NewInput) -> Uuid {
+        input.agent_id
+    }
+
+    async fn commit_batch(pool: &Pool, inputs: &[NewInput]) -> Result<Vec<Result<PostedInput>>> {
+        let client = pool.get().await?;
+        store::create_inputs(&store::Pooled(&client), inputs).await
+    }
 }
 
 #[derive(Deserialize, IntoParams)]

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
 use crate::fanout::Fanout;
+use crate::inputs::Inputs;
 use crate::rate_limit::{KeyRateLimiter, RateLimit};
 use crate::replica::ReadReplica;
 use crate::tool_calls::ToolResults;
@@ -76,7 +77,7 @@ pub struct ApiConfig {
     /// `HOLDFAST_SECRET_KEY`: seals projects' own provider keys. Unset:
     /// `PUT /v1/provider-keys/…` answers 503.
     pub secret_key: Option<SecretKey>,
-    /// How custom tool results are grouped into commits
+    /// How posted inputs and custom tool results are grouped into commits
     /// (`HOLDFAST_COMMIT_WINDOW`, `HOLDFAST_COMMIT_BATCH`).
     pub group_commit: GroupCommit,
 }
@@ -123,6 +124,7 @@ struct Shared {
     shutdown: CancellationToken,
     rate_limiter: Option<KeyRateLimiter>,
     tool_results: GroupCommitter<ToolResults>,
+    inputs: GroupCommitter<Inputs>,
 }
 
 impl AppState {
@@ -145,6 +147,7 @@ impl AppState {
         // Detached: it ends with the last handle, once its last commit is
         // answered, and every request holding a handle has ended by then.
         let (tool_results, _) = GroupCommitter::start(pool.clone(), config.group_commit);
+        let (inputs, _) = GroupCommitter::start(pool.clone(), config.group_commit);
         let state = AppState {
             inner: Arc::new(Shared {
                 rate_limiter: config.rate_limit.map(KeyRateLimiter::new),
@@ -156,6 +159,7 @@ impl AppState {
                 database_metrics: Mutex::new(None),
                 shutdown,
                 tool_results,
+                inputs,
             }),
         };
         Ok((state, listener))
@@ -209,6 +213,11 @@ impl AppState {
     /// The group commit custom tool results go through.
     pub fn tool_results(&self) -> &GroupCommitter<ToolResults> {
         &self.inner.tool_results
+    }
+
+    /// The group commit posted inputs go through.
+    pub fn inputs(&self) -> &GroupCommitter<Inputs> {
+        &self.inner.inputs
     }
 
     /// The read replica, when one is configured.

@@ -4,10 +4,11 @@
 //! in one commit pay those once instead of N times.
 //!
 //! The worker groups its model steps ([`crate::store::commit_model_steps`]),
-//! the API its tool results ([`crate::store::submit_tool_results`]). Each
-//! kind is a [`GroupWrite`]: its batch function is set-based SQL that checks
-//! and refuses each row on its own, so every caller gets the outcome a
-//! commit of its own would have had, whoever shared its transaction.
+//! the API its tool results ([`crate::store::submit_tool_results`]) and
+//! inputs ([`crate::store::create_inputs`]). Each kind is a
+//! [`GroupWrite`]: its batch function is set-based SQL that checks and
+//! refuses each row on its own, so every caller gets the outcome a commit
+//! of its own would have had, whoever shared its transaction.
 
 use std::future::Future;
 use std::time::Duration;

@@ -178,6 +178,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0037_command_traces.sql",
         sql: include_str!("../../sql/0037_command_traces.sql"),
     },
+    Migration {
+        version: 38,
+        name: "0038_input_batches.sql",
+        sql: include_str!("../../sql/0038_input_batches.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

@@ -423,21 +423,6 @@ BEGIN
 END
 $$;
 
--- Validate input content: a non-empty string, or a non-empty array of blocks.
-CREATE OR REPLACE FUNCTION holdfast.validate_content(p_content jsonb)
-RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-    IF p_content IS NULL
-       OR NOT (   (jsonb_typeof(p_content) = 'string' AND p_content #>> '{}' <> '')
-               OR (jsonb_typeof(p_content) = 'array' AND jsonb_array_length(p_content) > 0
-                   AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_content) b
-                                    WHERE jsonb_typeof(b.value) <> 'object'
-                                       OR jsonb_typeof(b.value -> 'type') IS DISTINCT FROM 'string'))) THEN
-        PERFORM holdfast.raise('HF422', 'content must be a non-empty string or a non-empty array of content blocks', 'content');
-    END IF;
-END
-$$;
-
 -- Create an agent in a project. Validates the config (validate_config), then
 -- that the project may use its model settings (validate_model_access); a
 -- header value "***" has nothing to keep here and is refused. Raises HF404
@@ -556,9 +541,11 @@ $$;
 -- did not include it is aborted and made again (renew_leases reports it
 -- too). A queued input does not reset the retry budget
 -- (tg_inputs_reset_retry_budget): it is not part of the turn.
--- Image and document blocks (store_input_content) are saved with their
--- files in holdfast.attachments and referenced by id; the replay check
--- compares the content so stored (the same file gets the same id).
+-- Image and document blocks (content_problem, store_attachments) are saved
+-- with their files in holdfast.attachments and referenced by id; the
+-- replay check compares the content so stored (the same file gets the same
+-- id). Checks first (input_refusal), then writes (insert_input): a refused
+-- input has written nothing.
 --
 -- Locks: the agent row (so the input, its event and the state change are one
 -- step in the agent's history). Raises HF404 (agent), HF409 (archived), HF422.
@@ -568,47 +555,196 @@ CREATE OR REPLACE FUNCTION holdfast.create_input_or_replay(
 RETURNS TABLE (input_id uuid, replayed boolean) LANGUAGE plpgsql AS $$
 DECLARE
     v_agent holdfast.agents;
+    v_refusal record;
+BEGIN
+    SELECT * INTO v_agent FROM holdfast.agents WHERE id = p_agent FOR UPDATE;
+    SELECT * INTO v_refusal FROM holdfast.input_refusal(p_agent, p_content, p_idempotency_key, p_mode);
+    IF v_refusal.code IS NOT NULL THEN
+        PERFORM holdfast.raise(v_refusal.code, v_refusal.message, v_refusal.field);
+    END IF;
+    IF v_refusal.replay_of IS NOT NULL THEN
+        RETURN QUERY SELECT v_refusal.replay_of, true;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT holdfast.insert_input(v_agent, p_content, p_idempotency_key, p_trace_parent,
+                                              p_trace_state, p_mode), false;
+END
+$$;
+
+-- Why p_agent (the caller holds its row lock) refuses this input, checked
+-- in create_input_or_replay's order and reading only: code (HF404, HF409,
+-- HF422), message and field, all NULL when it takes it; replay_of, the
+-- input an earlier call with this idempotency key created, when this is a
+-- replay of it. Nothing of an input is written before this has said yes,
+-- so a batch (create_inputs) refuses one input without a savepoint.
+CREATE OR REPLACE FUNCTION holdfast.input_refusal(
+    p_agent uuid, p_content jsonb, p_idempotency_key text, p_mode text,
+    OUT code text, OUT message text, OUT field text, OUT replay_of uuid)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_agent holdfast.agents;
     v_input holdfast.inputs;
     v_mode text := coalesce(p_mode, 'steer');
+    v_problem record;
 BEGIN
-    PERFORM holdfast.validate_content(p_content);
+    IF p_content IS NULL
+       OR NOT (   (jsonb_typeof(p_content) = 'string' AND p_content #>> '{}' <> '')
+               OR (jsonb_typeof(p_content) = 'array' AND jsonb_array_length(p_content) > 0
+                   AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_content) b
+                                    WHERE jsonb_typeof(b.value) <> 'object'
+                                       OR jsonb_typeof(b.value -> 'type') IS DISTINCT FROM 'string'))) THEN
+        code := 'HF422';
+        message := 'content must be a non-empty string or a non-empty array of content blocks';
+        field := 'content';
+        RETURN;
+    END IF;
     IF v_mode NOT IN ('steer', 'queue', 'interrupt') THEN
-        PERFORM holdfast.raise('HF422', 'mode must be steer, queue or interrupt', 'mode');
+        code := 'HF422';
+        message := 'mode must be steer, queue or interrupt';
+        field := 'mode';
+        RETURN;
     END IF;
     IF p_idempotency_key IS NOT NULL AND length(p_idempotency_key) NOT BETWEEN 1 AND 255 THEN
-        PERFORM holdfast.raise('HF422', 'idempotency key must be 1 to 255 characters', 'idempotency_key');
+        code := 'HF422';
+        message := 'idempotency key must be 1 to 255 characters';
+        field := 'idempotency_key';
+        RETURN;
     END IF;
-    v_agent := holdfast.lock_agent(p_agent);
-    -- Images and documents checked for the agent's provider, their files
-    -- stored once; from here on the content references them.
-    p_content := holdfast.store_input_content(v_agent, p_content);
+    SELECT * INTO v_agent FROM holdfast.agents WHERE id = p_agent;
+    IF NOT FOUND THEN
+        code := 'HF404';
+        message := format('agent %s not found', p_agent);
+        RETURN;
+    END IF;
+    -- Images and documents checked for the agent's provider.
+    SELECT * INTO v_problem FROM holdfast.content_problem(p_content, 'content', v_agent.config #>> '{model,provider}');
+    IF v_problem.message IS NOT NULL THEN
+        code := 'HF422';
+        message := v_problem.message;
+        field := v_problem.field;
+        RETURN;
+    END IF;
     IF p_idempotency_key IS NOT NULL THEN
         SELECT * INTO v_input FROM holdfast.inputs
          WHERE project_id = v_agent.project_id AND idempotency_key = p_idempotency_key;
         IF FOUND THEN
-            IF v_input.agent_id <> p_agent OR v_input.content <> p_content OR v_input.mode <> v_mode THEN
-                PERFORM holdfast.raise('HF422', 'idempotency_key_reused: this key was used with another request', 'idempotency_key');
+            -- The saved content references its files; so does this one once
+            -- stored (the same file gets the same id; a file not stored yet
+            -- is not the saved input's).
+            IF v_input.agent_id <> p_agent OR v_input.mode <> v_mode
+               OR holdfast.stored_content(p_agent, p_content) IS DISTINCT FROM v_input.content THEN
+                code := 'HF422';
+                message := 'idempotency_key_reused: this key was used with another request';
+                field := 'idempotency_key';
+                RETURN;
             END IF;
-            RETURN QUERY SELECT v_input.id, true;
+            replay_of := v_input.id;
             RETURN;
         END IF;
     END IF;
     IF v_agent.state = 'archived' THEN
-        PERFORM holdfast.raise('HF409', format('agent %s is archived', p_agent));
+        code := 'HF409';
+        message := format('agent %s is archived', p_agent);
     END IF;
+END
+$$;
+
+-- Write an input that input_refusal took (not a replay): its files stored,
+-- the row, input.received, and the agent settled (idle: its turn opens) or
+-- its worker interrupted. The caller holds the agent's row lock. Returns
+-- the input's id.
+CREATE OR REPLACE FUNCTION holdfast.insert_input(
+    p_agent holdfast.agents, p_content jsonb, p_idempotency_key text,
+    p_trace_parent text, p_trace_state text, p_mode text)
+RETURNS uuid LANGUAGE plpgsql AS $$
+DECLARE
+    v_input holdfast.inputs;
+    v_mode text := coalesce(p_mode, 'steer');
+    v_content jsonb := holdfast.store_attachments(p_agent.id, p_content);
+BEGIN
     INSERT INTO holdfast.inputs (project_id, agent_id, content, idempotency_key, trace_parent, trace_state,
                                  mode, admitted_at)
-    VALUES (v_agent.project_id, p_agent, p_content, p_idempotency_key, p_trace_parent, p_trace_state,
+    VALUES (p_agent.project_id, p_agent.id, v_content, p_idempotency_key, p_trace_parent, p_trace_state,
             v_mode, CASE WHEN v_mode = 'queue' THEN NULL ELSE holdfast.now() END)
     RETURNING * INTO v_input;
-    PERFORM holdfast.append_event(p_agent, 'input.received',
-        jsonb_build_object('input_id', v_input.id, 'content', p_content, 'mode', v_mode));
-    IF v_agent.state = 'idle' THEN
-        PERFORM holdfast.settle_agent(p_agent);
-    ELSIF v_mode = 'interrupt' AND v_agent.state = 'running' THEN
-        PERFORM pg_notify('holdfast_interrupt', p_agent::text || ' ' || v_input.id::text);
+    PERFORM holdfast.append_event(p_agent.id, 'input.received',
+        jsonb_build_object('input_id', v_input.id, 'content', v_content, 'mode', v_mode));
+    IF p_agent.state = 'idle' THEN
+        PERFORM holdfast.settle_agent(p_agent.id);
+    ELSIF v_mode = 'interrupt' AND p_agent.state = 'running' THEN
+        PERFORM pg_notify('holdfast_interrupt', p_agent.id::text || ' ' || v_input.id::text);
     END IF;
-    RETURN QUERY SELECT v_input.id, false;
+    RETURN v_input.id;
+END
+$$;
+
+-- Create several inputs in one transaction (the API's group commit of
+-- POST /v1/agents/{id}/inputs), each checked on its own. Returns a row per
+-- input: ord (its place in p_inputs, from 1), outcome ('created',
+-- 'replayed', 'not_found': no such agent in the input's project,
+-- 'conflict': HF409, 'invalid': HF422 with message and field) and the saved
+-- input (on a replay, the first one; NULL when refused).
+--
+-- Each input is checked (input_refusal) before anything of it is written
+-- (insert_input), so a refused one leaves nothing and needs no savepoint;
+-- inputs are handled in agent order, and a later input sees an earlier one
+-- of the batch as a later request sees a committed one (its idempotency
+-- key, its agent's state). The agents are locked first, in id order, as the
+-- worker's batches lock them, so two batches never deadlock on each other.
+-- Raises nothing of its own; any other error aborts the whole batch, and
+-- the API then creates its inputs one by one.
+CREATE OR REPLACE FUNCTION holdfast.create_inputs(p_inputs holdfast.new_input[])
+RETURNS TABLE (ord integer, outcome text, message text, field text, input holdfast.inputs)
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    v_row record;
+    v_agent holdfast.agents;
+    v_refusal record;
+    v_input_id uuid;
+BEGIN
+    PERFORM 1 FROM holdfast.agents a
+     WHERE a.id IN (SELECT n.agent_id FROM unnest(p_inputs) n)
+     ORDER BY a.id
+       FOR UPDATE;
+    FOR v_row IN
+        SELECT n.ordinality::integer AS ord, n.project_id, n.agent_id, n.content, n.idempotency_key,
+               n.trace_parent, n.trace_state, n.mode
+          FROM unnest(p_inputs) WITH ORDINALITY
+               AS n(project_id, agent_id, content, idempotency_key, trace_parent, trace_state, mode, ordinality)
+         ORDER BY n.agent_id, n.ordinality
+    LOOP
+        ord := v_row.ord;
+        message := NULL;
+        field := NULL;
+        input := NULL;
+        SELECT * INTO v_agent FROM holdfast.agents a WHERE a.id = v_row.agent_id;
+        IF v_agent.project_id IS DISTINCT FROM v_row.project_id THEN
+            outcome := 'not_found';
+            message := format('agent %s not found', v_row.agent_id);
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        SELECT * INTO v_refusal
+          FROM holdfast.input_refusal(v_row.agent_id, v_row.content, v_row.idempotency_key, v_row.mode);
+        IF v_refusal.code IS NOT NULL THEN
+            outcome := CASE v_refusal.code WHEN 'HF404' THEN 'not_found' WHEN 'HF409' THEN 'conflict'
+                                           ELSE 'invalid' END;
+            message := v_refusal.message;
+            field := v_refusal.field;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        IF v_refusal.replay_of IS NOT NULL THEN
+            outcome := 'replayed';
+            v_input_id := v_refusal.replay_of;
+        ELSE
+            outcome := 'created';
+            v_input_id := holdfast.insert_input(v_agent, v_row.content, v_row.idempotency_key,
+                                                v_row.trace_parent, v_row.trace_state, v_row.mode);
+        END IF;
+        SELECT * INTO input FROM holdfast.inputs i WHERE i.agent_id = v_row.agent_id AND i.id = v_input_id;
+        RETURN NEXT;
+    END LOOP;
 END
 $$;
 

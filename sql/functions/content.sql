@@ -147,64 +147,59 @@ BEGIN
 END
 $$;
 
--- Store the base64 files of p_blocks' image and document blocks (already
--- checked by content_problem) as p_agent's attachments, one row per
--- distinct file (a file sent again reuses its row), and return the blocks
--- with each base64 source replaced by its attachment reference; anything
--- else as it was. Inserts into holdfast.attachments (ON CONFLICT on the
--- agent's sha256 and media type: concurrent senders of one file share a
--- row).
-CREATE OR REPLACE FUNCTION holdfast.store_attachments(p_agent uuid, p_blocks jsonb)
-RETURNS jsonb LANGUAGE plpgsql AS $$
-DECLARE
-    v_block record;
-    v_blocks jsonb := '[]';
-    v_data bytea;
-    v_media_type text;
-    v_id uuid;
+-- p_blocks as they are saved for p_agent: each base64 image or document
+-- source replaced by a reference to its row in holdfast.attachments (the
+-- one definition of that reference); anything else as it was. NULL when a
+-- file is not stored for p_agent yet. Reads only, so a check (is this a
+-- replay of a saved input?) can compare saved content before anything is
+-- written.
+CREATE OR REPLACE FUNCTION holdfast.stored_content(p_agent uuid, p_blocks jsonb)
+RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
 BEGIN
     IF jsonb_typeof(p_blocks) IS DISTINCT FROM 'array'
        OR NOT p_blocks @? '$[*].source ? (@.type == "base64")' THEN
         RETURN p_blocks;
     END IF;
-    FOR v_block IN SELECT b.value FROM jsonb_array_elements(p_blocks) WITH ORDINALITY b ORDER BY b.ordinality LOOP
-        IF v_block.value ->> 'type' IN ('image', 'document')
-           AND v_block.value #>> '{source,type}' = 'base64' THEN
-            v_data := decode(v_block.value #>> '{source,data}', 'base64');
-            v_media_type := v_block.value #>> '{source,media_type}';
-            INSERT INTO holdfast.attachments (agent_id, media_type, sha256, size_bytes, data)
-            VALUES (p_agent, v_media_type, sha256(v_data), octet_length(v_data), v_data)
-            ON CONFLICT (agent_id, sha256, media_type) DO NOTHING
-            RETURNING id INTO v_id;
-            IF v_id IS NULL THEN
-                SELECT a.id INTO v_id FROM holdfast.attachments a
-                 WHERE a.agent_id = p_agent AND a.sha256 = sha256(v_data) AND a.media_type = v_media_type;
-            END IF;
-            v_blocks := v_blocks || jsonb_build_array(jsonb_set(v_block.value, '{source}',
-                jsonb_build_object('type', 'attachment', 'attachment_id', v_id,
-                                   'media_type', v_media_type, 'size_bytes', octet_length(v_data))));
-        ELSE
-            v_blocks := v_blocks || jsonb_build_array(v_block.value);
-        END IF;
-    END LOOP;
-    RETURN v_blocks;
+    RETURN (SELECT CASE WHEN bool_and(NOT f.is_file OR a.id IS NOT NULL) THEN
+                       jsonb_agg(CASE WHEN f.is_file
+                                      THEN jsonb_set(b.value, '{source}',
+                                           jsonb_build_object('type', 'attachment', 'attachment_id', a.id,
+                                                              'media_type', a.media_type,
+                                                              'size_bytes', a.size_bytes))
+                                      ELSE b.value END
+                                 ORDER BY b.ordinality)
+                   END
+              FROM jsonb_array_elements(p_blocks) WITH ORDINALITY b
+             CROSS JOIN LATERAL (SELECT coalesce(b.value ->> 'type' IN ('image', 'document')
+                                                 AND b.value #>> '{source,type}' = 'base64', false) AS is_file) f
+              LEFT JOIN holdfast.attachments a
+                     ON f.is_file AND a.agent_id = p_agent
+                    AND a.sha256 = sha256(decode(b.value #>> '{source,data}', 'base64'))
+                    AND a.media_type = b.value #>> '{source,media_type}');
 END
 $$;
 
--- An input's content checked for p_agent's provider (raises HF422 naming
--- the field: content[i]...; an unsupported block's message starts
--- unsupported_content) and its files stored (store_attachments). The
--- caller holds the agent's row lock.
-CREATE OR REPLACE FUNCTION holdfast.store_input_content(p_agent holdfast.agents, p_content jsonb)
+-- Store the base64 files of p_blocks' image and document blocks (already
+-- checked by content_problem) as p_agent's attachments, one row per
+-- distinct file (a file sent again reuses its row), and return the blocks
+-- as stored_content references them. Inserts into holdfast.attachments (ON
+-- CONFLICT on the agent's sha256 and media type: concurrent senders of one
+-- file share a row).
+CREATE OR REPLACE FUNCTION holdfast.store_attachments(p_agent uuid, p_blocks jsonb)
 RETURNS jsonb LANGUAGE plpgsql AS $$
-DECLARE
-    v_problem record;
 BEGIN
-    SELECT * INTO v_problem FROM holdfast.content_problem(p_content, 'content', p_agent.config #>> '{model,provider}');
-    IF v_problem.message IS NOT NULL THEN
-        PERFORM holdfast.raise('HF422', v_problem.message, v_problem.field);
+    IF jsonb_typeof(p_blocks) IS DISTINCT FROM 'array'
+       OR NOT p_blocks @? '$[*].source ? (@.type == "base64")' THEN
+        RETURN p_blocks;
     END IF;
-    RETURN holdfast.store_attachments(p_agent.id, p_content);
+    INSERT INTO holdfast.attachments (agent_id, media_type, sha256, size_bytes, data)
+    SELECT p_agent, f.media_type, sha256(f.data), octet_length(f.data), f.data
+      FROM jsonb_array_elements(p_blocks) b
+     CROSS JOIN LATERAL (SELECT b.value #>> '{source,media_type}' AS media_type,
+                                decode(b.value #>> '{source,data}', 'base64') AS data) f
+     WHERE b.value ->> 'type' IN ('image', 'document') AND b.value #>> '{source,type}' = 'base64'
+    ON CONFLICT (agent_id, sha256, media_type) DO NOTHING;
+    RETURN holdfast.stored_content(p_agent, p_blocks);
 END
 $$;
 
@@ -234,7 +229,7 @@ BEGIN
 END
 $$;
 
--- A tool's output checked and stored as store_input_content does, when it
+-- A tool's output checked and stored as an input's content is, when it
 -- is content blocks (is_media_blocks; any other output is returned as it
 -- is), but without raising: a problem comes back in message and field
 -- (output[i]...) with output NULL, for the caller to refuse the result.

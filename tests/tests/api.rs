@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use futures::future::join_all;
+use holdfast_engine::group_commit::GroupCommit;
 use holdfast_engine::store;
 use holdfast_tests::api_server::{error_of, project_key, raw_http, waiting_custom_call, ApiServer};
 use holdfast_tests::api_sse::SseReader;
@@ -168,6 +169,107 @@ async fn fifty_concurrent_inputs_with_one_idempotency_key_create_one_input() {
     let body: Value = serde_json::from_str(&bodies[0]).unwrap();
     assert_eq!(body["content"], json!("ship it"));
     assert_eq!(body["agent_id"], json!(agent));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_inputs_for_different_agents_share_one_commit_and_each_gets_its_own_answer() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, key) = project_key(&client).await;
+    let mut agents = Vec::new();
+    for _ in 0..6 {
+        agents.push(
+            store::create_agent(&client, project, &default_config())
+                .await
+                .unwrap(),
+        );
+    }
+    store::archive_agent(&client, agents[4]).await.unwrap();
+    let earlier = store::create_input(&client, agents[5], &json!("first"), Some("k"))
+        .await
+        .unwrap();
+    let (other_project, _) = project_key(&client).await;
+    let elsewhere = store::create_agent(&client, other_project, &default_config())
+        .await
+        .unwrap();
+    // A window long enough that every concurrent post falls inside it.
+    let server = ApiServer::start_with(&db, |config| {
+        config.group_commit = GroupCommit {
+            window: Duration::from_millis(500),
+            batch: 32,
+        };
+    })
+    .await;
+    let post = |agent: Uuid, content: &str, idempotency_key: Option<&str>| {
+        let mut request = server
+            .request(Method::POST, &format!("/v1/agents/{agent}/inputs"), &key)
+            .json(&json!({ "content": content }));
+        if let Some(idempotency_key) = idempotency_key {
+            request = request.header("Idempotency-Key", idempotency_key);
+        }
+        request.send()
+    };
+    // Four inputs; one for an archived agent (409); one for another
+    // project's agent and one for no agent (404); a replay (201, replayed);
+    // the replayed key with another body (422).
+    let mut posts: Vec<_> = agents[..4]
+        .iter()
+        .enumerate()
+        .map(|(i, agent)| post(*agent, ["a", "b", "c", "d"][i], None))
+        .collect();
+    posts.push(post(agents[4], "too late", None));
+    posts.push(post(elsewhere, "not yours", None));
+    posts.push(post(Uuid::new_v4(), "nobody", None));
+    posts.push(post(agents[5], "first", Some("k")));
+    posts.push(post(agents[0], "another", Some("k")));
+    let mut answers = Vec::new();
+    for response in join_all(posts).await {
+        let response = response.unwrap();
+        let replayed = response.headers().get("idempotent-replayed").is_some();
+        answers.push((
+            response.status(),
+            replayed,
+            response.json::<Value>().await.unwrap(),
+        ));
+    }
+    let mut created = Vec::new();
+    for (i, (status, replayed, body)) in answers[..4].iter().enumerate() {
+        assert_eq!((*status, *replayed), (StatusCode::CREATED, false), "{body}");
+        assert_eq!(
+            body["agent_id"],
+            json!(agents[i]),
+            "each gets its own input"
+        );
+        assert_eq!(body["content"], json!(["a", "b", "c", "d"][i]));
+        created.push(body["id"].as_str().unwrap().parse::<Uuid>().unwrap());
+    }
+    assert_eq!(answers[4].0, StatusCode::CONFLICT, "{}", answers[4].2);
+    assert_eq!(answers[5].0, StatusCode::NOT_FOUND, "{}", answers[5].2);
+    assert_eq!(
+        answers[5].2["error"]["message"],
+        format!("agent {elsewhere} not found"),
+        "another project's agent reads as missing"
+    );
+    assert_eq!(answers[6].0, StatusCode::NOT_FOUND, "{}", answers[6].2);
+    assert_eq!((answers[7].0, answers[7].1), (StatusCode::CREATED, true));
+    assert_eq!(answers[7].2["id"], json!(earlier.input_id));
+    assert_eq!(
+        answers[8].0,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        answers[8].2
+    );
+    assert_eq!(answers[8].2["error"]["field"], "idempotency_key");
+
+    let transactions: i64 = client
+        .query_one(
+            "SELECT count(DISTINCT xmin::text) FROM holdfast.inputs WHERE id = ANY ($1)",
+            &[&created],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(transactions, 1, "the four inputs share one commit");
 }
 
 #[tokio::test]

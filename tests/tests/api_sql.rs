@@ -4,8 +4,10 @@
 use std::time::Duration;
 
 use holdfast_engine::domain::{
-    AgentState, CancelOutcome, ModelStep, NewToolCall, ToolCallStatus, ToolKind,
+    AgentState, CancelOutcome, InputMode, InputStatus, ModelStep, NewToolCall, ToolCallStatus,
+    ToolKind,
 };
+use holdfast_engine::store::NewInput;
 use holdfast_engine::{store, Error};
 use holdfast_tests::api_server::waiting_custom_call;
 use holdfast_tests::scenario::{agent_state, event_types};
@@ -320,4 +322,126 @@ async fn a_tool_result_batch_checks_each_result_on_its_own_and_commits_the_rest_
         .unwrap()
         .get(0);
     assert_eq!(transactions, 1, "the accepted results share one commit");
+}
+
+#[tokio::test]
+async fn an_input_batch_checks_each_input_on_its_own_and_commits_the_rest_together() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, first) = project_and_agent(&client).await;
+    let mut agents = vec![first];
+    for _ in 0..5 {
+        agents.push(
+            store::create_agent(&client, project, &default_config())
+                .await
+                .unwrap(),
+        );
+    }
+    let (_, elsewhere) = project_and_agent(&client).await;
+    store::archive_agent(&client, agents[1]).await.unwrap();
+    let earlier = store::create_input(&client, agents[2], &json!("first"), Some("k"))
+        .await
+        .unwrap();
+    let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+    let image = json!([{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}]);
+    let input = |agent: Uuid, content: serde_json::Value, key: Option<&str>, mode: InputMode| {
+        NewInput::new(project, agent, content, key, None, mode)
+    };
+    // In one batch: an input; one for an archived agent; one for another
+    // project's agent; a replay of an earlier input; an image whose files are
+    // stored before its key is found reused (the refusal must take them
+    // back); empty content; and one more good input.
+    let batch = [
+        input(agents[0], json!("hello"), None, InputMode::Steer),
+        input(agents[1], json!("too late"), None, InputMode::Steer),
+        input(elsewhere, json!("not yours"), None, InputMode::Steer),
+        input(agents[2], json!("first"), Some("k"), InputMode::Steer),
+        input(agents[3], image, Some("k"), InputMode::Steer),
+        input(agents[4], json!(""), None, InputMode::Steer),
+        input(agents[5], json!("later"), None, InputMode::Queue),
+    ];
+    let before: Vec<Vec<String>> = {
+        let mut all = Vec::new();
+        for agent in &agents {
+            all.push(event_types(&client, *agent).await);
+        }
+        all
+    };
+    let outcomes = store::create_inputs(&client, &batch).await.unwrap();
+    assert_eq!(outcomes.len(), batch.len());
+    let posted = outcomes[0].as_ref().unwrap();
+    assert_eq!(
+        (
+            posted.input.agent_id,
+            &posted.input.content,
+            posted.replayed
+        ),
+        (agents[0], &json!("hello"), false)
+    );
+    assert!(
+        matches!(&outcomes[1], Err(Error::Conflict(m)) if m.contains("archived")),
+        "{:?}",
+        outcomes[1]
+    );
+    assert!(
+        matches!(&outcomes[2], Err(Error::NotFound(_))),
+        "{:?}",
+        outcomes[2]
+    );
+    let replay = outcomes[3].as_ref().unwrap();
+    assert_eq!((replay.input.id, replay.replayed), (earlier.input_id, true));
+    assert!(
+        matches!(&outcomes[4], Err(Error::Invalid { field: Some(f), message })
+                 if f == "idempotency_key" && message.starts_with("idempotency_key_reused")),
+        "{:?}",
+        outcomes[4]
+    );
+    assert!(
+        matches!(&outcomes[5], Err(Error::Invalid { field: Some(f), .. }) if f == "content"),
+        "{:?}",
+        outcomes[5]
+    );
+    let queued = outcomes[6].as_ref().unwrap();
+    assert_eq!(
+        (queued.input.mode, queued.input.status),
+        (InputMode::Queue, InputStatus::Pending),
+        "an idle agent's queued input opens its turn at once"
+    );
+
+    // A refused input wrote nothing: no input, no event, no stored file.
+    for refused in [1, 3, 4] {
+        assert_eq!(
+            event_types(&client, agents[refused]).await,
+            before[refused],
+            "agent {refused}'s events"
+        );
+    }
+    let written: i64 = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM holdfast.inputs WHERE agent_id = ANY ($1))
+                  + (SELECT count(*) FROM holdfast.attachments WHERE agent_id = ANY ($1))",
+            &[&vec![agents[1], agents[3], agents[4], elsewhere]],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(written, 0, "the refused inputs left no row");
+    for created in [0, 5] {
+        assert_eq!(agent_state(&client, agents[created]).await, "ready");
+        let events = event_types(&client, agents[created]).await;
+        assert_eq!(
+            events[before[created].len()..],
+            ["input.received", "turn.started"],
+            "agent {created}'s input opened its turn"
+        );
+    }
+    let transactions: i64 = client
+        .query_one(
+            "SELECT count(DISTINCT xmin::text) FROM holdfast.inputs WHERE id = ANY ($1)",
+            &[&vec![posted.input.id, queued.input.id]],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(transactions, 1, "the created inputs share one commit");
 }

@@ -39,6 +39,14 @@ pub struct InputCreated {
     pub replayed: bool,
 }
 
+/// An input as [`crate::store::create_inputs`] saved it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PostedInput {
+    pub input: Input,
+    /// True when an earlier call with the same idempotency key created it.
+    pub replayed: bool,
+}
+
 /// An agent as saved: its config and where it stands.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Agent {

@@ -2,15 +2,18 @@
 //! (sql/functions/agents.sql, cancel.sql). Reads are scoped by project where
 //! a client names the object, so another project's object reads as missing.
 
+use postgres_types::ToSql;
 use serde_json::Value;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::parse_text;
+use super::prepared::{query_prepared, Prepared};
 use crate::domain::{
-    Agent, AgentState, CancelOutcome, Input, InputCreated, InputMode, LimitMaxima, WaitingInputs,
+    Agent, AgentState, CancelOutcome, Input, InputCreated, InputMode, LimitMaxima, PostedInput,
+    WaitingInputs,
 };
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::telemetry::TraceHeaders;
 
 /// Write the operator's limit maxima (`holdfast.set_limit_maxima`).
@@ -263,21 +266,35 @@ pub async fn request_cancel(client: &impl GenericClient, agent: Uuid) -> Result<
     parse_text(row.get(0), "request_cancel")
 }
 
-/// The columns [`input_from_row`] reads; `status` is derived here, the one
-/// definition of it (a queued input is one no turn has admitted).
-const INPUT_COLUMNS: &str = "id, agent_id, content, mode, \
-     CASE WHEN removed_at IS NOT NULL THEN 'removed' \
-          WHEN consumed_at IS NOT NULL THEN 'consumed' \
-          WHEN admitted_at IS NULL THEN 'queued' ELSE 'pending' END, created_at";
+/// The columns [`input_from_row`] reads, as a literal (a macro, so that
+/// statements built from it stay `&'static str` and can be prepared once);
+/// `status` is derived here, the one definition of it (a queued input is one
+/// no turn has admitted).
+macro_rules! input_columns {
+    () => {
+        "id, agent_id, content, mode, \
+         CASE WHEN removed_at IS NOT NULL THEN 'removed' \
+              WHEN consumed_at IS NOT NULL THEN 'consumed' \
+              WHEN admitted_at IS NULL THEN 'queued' ELSE 'pending' END, created_at"
+    };
+}
+
+const INPUT_COLUMNS: &str = input_columns!();
 
 fn input_from_row(row: &tokio_postgres::Row) -> Result<Input> {
+    input_from_row_at(row, 0)
+}
+
+/// An [`Input`] from the [`input_columns`] of `row` that start at column
+/// `first`.
+fn input_from_row_at(row: &tokio_postgres::Row, first: usize) -> Result<Input> {
     Ok(Input {
-        id: row.get(0),
-        agent_id: row.get(1),
-        content: row.get(2),
-        mode: parse_text(row.get(3), "mode")?,
-        status: parse_text(row.get(4), "status")?,
-        created_at: row.get(5),
+        id: row.get(first),
+        agent_id: row.get(first + 1),
+        content: row.get(first + 2),
+        mode: parse_text(row.get(first + 3), "mode")?,
+        status: parse_text(row.get(first + 4), "status")?,
+        created_at: row.get(first + 5),
     })
 }
 
@@ -290,6 +307,97 @@ pub async fn get_input(client: &impl GenericClient, input: Uuid) -> Result<Optio
         )
         .await?;
     row.as_ref().map(input_from_row).transpose()
+}
+
+/// One posted input, a row of `holdfast.new_input[]`: the arguments of
+/// [`create_traced_input`], with the project the request was authenticated
+/// for (an agent of another project is not found).
+#[derive(Clone, Debug, ToSql)]
+#[postgres(name = "new_input")]
+pub struct NewInput {
+    pub project_id: Uuid,
+    pub agent_id: Uuid,
+    pub content: Value,
+    pub idempotency_key: Option<String>,
+    pub trace_parent: Option<String>,
+    pub trace_state: Option<String>,
+    pub mode: String,
+}
+
+impl NewInput {
+    pub fn new(
+        project: Uuid,
+        agent: Uuid,
+        content: Value,
+        idempotency_key: Option<&str>,
+        trace: Option<&TraceHeaders>,
+        mode: InputMode,
+    ) -> Self {
+        NewInput {
+            project_id: project,
+            agent_id: agent,
+            content,
+            idempotency_key: idempotency_key.map(str::to_owned),
+            trace_parent: trace.map(|t| t.traceparent.clone()),
+            trace_state: trace.and_then(|t| t.tracestate.clone()),
+            mode: <&str>::from(mode).to_owned(),
+        }
+    }
+}
+
+/// Create several inputs in one transaction (the API's group commit,
+/// `holdfast.create_inputs`), each checked on its own. Returns each input's
+/// outcome in `inputs`' order: the saved input (on a replay, the first), or
+/// the error [`create_traced_input`] would have returned for it alone
+/// ([`Error::NotFound`], [`Error::Conflict`], [`Error::Invalid`]). `Err`
+/// only when the whole batch failed (nothing of it was saved when `client`
+/// commits nothing else).
+pub async fn create_inputs(
+    client: &impl Prepared,
+    inputs: &[NewInput],
+) -> Result<Vec<Result<PostedInput>>> {
+    let rows = query_prepared(
+        client,
+        concat!(
+            "SELECT r.ord, r.outcome, r.message, r.field, i.* \
+               FROM holdfast.create_inputs($1) r \
+               LEFT JOIN LATERAL (SELECT ",
+            input_columns!(),
+            " FROM (SELECT (r.input).*) i) i ON r.outcome IN ('created', 'replayed')"
+        ),
+        &[&inputs],
+    )
+    .await?;
+    let mut outcomes: Vec<Option<Result<PostedInput>>> = inputs.iter().map(|_| None).collect();
+    for row in rows {
+        let message = || row.get::<_, Option<String>>(2).unwrap_or_default();
+        let outcome = match row.get::<_, &str>(1) {
+            outcome @ ("created" | "replayed") => {
+                input_from_row_at(&row, 4).map(|input| PostedInput {
+                    input,
+                    replayed: outcome == "replayed",
+                })
+            }
+            "not_found" => Err(Error::NotFound(message())),
+            "conflict" => Err(Error::Conflict(message())),
+            _ => Err(Error::Invalid {
+                field: row.get(3),
+                message: message(),
+            }),
+        };
+        let slot = usize::try_from(row.get::<_, i32>(0) - 1)
+            .ok()
+            .and_then(|index| outcomes.get_mut(index));
+        if let Some(slot) = slot {
+            *slot = Some(outcome);
+        }
+    }
+    Ok(outcomes
+        .into_iter()
+        .map(|outcome| {
+            outcome.unwrap_or_else(|| Err(Error::Pool("the batch lost an input".into())))
+        })
+        .collect())
 }
 
 /// An agent's inputs that still wait (queued, or pending in the open
