@@ -111,14 +111,18 @@ fn step_failed(claim: Claim, failure: StepFailure) -> StepResult {
 
 /// `work`'s result, with a panic inside it turned into
 /// [`StepFailure::Panicked`] instead of ending the task (whose slot would
-/// then never be freed).
-async fn contained(
+/// then never be freed). A combinator, not an `async fn`: an `async fn`
+/// keeps its argument and the future it moves that into side by side, and
+/// this one's argument is the whole step.
+fn contained(
     work: impl Future<Output = Result<StepResult, Error>>,
-) -> Result<StepResult, StepFailure> {
-    match AssertUnwindSafe(work).catch_unwind().await {
-        Ok(result) => result.map_err(StepFailure::Error),
-        Err(panic) => Err(StepFailure::Panicked(panic_message(panic.as_ref()))),
-    }
+) -> impl Future<Output = Result<StepResult, StepFailure>> {
+    AssertUnwindSafe(work)
+        .catch_unwind()
+        .map(|caught| match caught {
+            Ok(result) => result.map_err(StepFailure::Error),
+            Err(panic) => Err(StepFailure::Panicked(panic_message(panic.as_ref()))),
+        })
 }
 
 /// The text a panic carried (`panic!` with a literal or a format).
@@ -147,9 +151,16 @@ async fn execute(
     stop: &StopSignal,
     attempt: &mut Option<opentelemetry::Context>,
 ) -> Result<StepResult> {
+    // Boxed, like the other large awaits of a step: the load's future is
+    // larger than the model call's, and a step future is as large as its
+    // largest state for as long as it is in flight.
     let context = {
         let client = deps.pool.get().await?;
-        store::load_step_context(&store::Pooled(&client), claim.agent_id).await?
+        Box::pin(store::load_step_context(
+            &store::Pooled(&client),
+            claim.agent_id,
+        ))
+        .await?
     };
     let trace = spans::start_attempt(claim, &context.trace);
     *attempt = Some(trace.clone());
@@ -182,7 +193,9 @@ async fn decide_and_run(
         NextAction::Nothing => Ok(StepResult::Nothing),
         NextAction::Tools(calls) => {
             tracing::debug!(calls = calls.len(), "tool batch");
-            toolbox::run_batch(deps, claim, context, calls).await?;
+            // Boxed, as the tool definitions below: a step future's size is
+            // that of its largest state, and each in-flight step holds one.
+            Box::pin(toolbox::run_batch(deps, claim, context, calls)).await?;
             Ok(StepResult::BatchDone)
         }
         NextAction::Model => model_step(deps, claim, stop, context).await,
@@ -204,7 +217,11 @@ async fn model_step(
             input_ids: context.pending_input_ids(),
         });
     }
-    let request = model_request(context, toolbox::definitions(deps, &context.config).await);
+    // Boxed: the definitions' future (MCP discovery) is several times the
+    // size of the model call's, and would otherwise set the size every
+    // in-flight step is held at.
+    let definitions = Box::pin(toolbox::definitions(deps, &context.config)).await;
+    let request = model_request(context, definitions);
     let target = match model_target(deps, claim, context, &request).await? {
         Ok(target) => target,
         Err(error) => return Ok(model_failed(deps, context, error)),
