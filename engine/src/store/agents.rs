@@ -7,13 +7,13 @@ use serde_json::Value;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
-use super::parse_text;
 use super::prepared::{query_prepared, Prepared};
+use super::{batch_outcomes, parse_text};
 use crate::domain::{
     Agent, AgentState, CancelOutcome, Input, InputCreated, InputMode, LimitMaxima, PostedInput,
     WaitingInputs,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::telemetry::TraceHeaders;
 
 /// Write the operator's limit maxima (`holdfast.set_limit_maxima`).
@@ -368,36 +368,14 @@ pub async fn create_inputs(
         &[&inputs],
     )
     .await?;
-    let mut outcomes: Vec<Option<Result<PostedInput>>> = inputs.iter().map(|_| None).collect();
-    for row in rows {
-        let message = || row.get::<_, Option<String>>(2).unwrap_or_default();
-        let outcome = match row.get::<_, &str>(1) {
-            outcome @ ("created" | "replayed") => {
-                input_from_row_at(&row, 4).map(|input| PostedInput {
-                    input,
-                    replayed: outcome == "replayed",
-                })
-            }
-            "not_found" => Err(Error::NotFound(message())),
-            "conflict" => Err(Error::Conflict(message())),
-            _ => Err(Error::Invalid {
-                field: row.get(3),
-                message: message(),
-            }),
+    Ok(batch_outcomes(&rows, inputs.len(), |outcome, row| {
+        let replayed = match outcome {
+            "created" => false,
+            "replayed" => true,
+            _ => return None,
         };
-        let slot = usize::try_from(row.get::<_, i32>(0) - 1)
-            .ok()
-            .and_then(|index| outcomes.get_mut(index));
-        if let Some(slot) = slot {
-            *slot = Some(outcome);
-        }
-    }
-    Ok(outcomes
-        .into_iter()
-        .map(|outcome| {
-            outcome.unwrap_or_else(|| Err(Error::Pool("the batch lost an input".into())))
-        })
-        .collect())
+        Some(input_from_row_at(row, 4).map(|input| PostedInput { input, replayed }))
+    }))
 }
 
 /// An agent's inputs that still wait (queued, or pending in the open

@@ -6,8 +6,8 @@ use serde_json::Value;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
-use super::parse_text;
 use super::prepared::{query_one_prepared, query_prepared, Prepared};
+use super::{batch_outcomes, parse_text};
 use crate::domain::{Approval, ApprovalStatus, ApprovalSubject, Question, QuestionStatus};
 use crate::domain::{ToolCall, ToolCallStatus, ToolKind};
 use crate::error::{Error, Result};
@@ -109,31 +109,9 @@ pub async fn submit_tool_results(
         &[&results],
     )
     .await?;
-    let mut outcomes: Vec<Option<Result<ToolCall>>> = results.iter().map(|_| None).collect();
-    for row in rows {
-        let message = || row.get::<_, Option<String>>(2).unwrap_or_default();
-        let outcome = match row.get::<_, &str>(1) {
-            "completed" => tool_call_from_row_at(&row, 4),
-            "not_found" => Err(Error::NotFound(message())),
-            "conflict" => Err(Error::Conflict(message())),
-            _ => Err(Error::Invalid {
-                field: row.get(3),
-                message: message(),
-            }),
-        };
-        let slot = usize::try_from(row.get::<_, i32>(0) - 1)
-            .ok()
-            .and_then(|index| outcomes.get_mut(index));
-        if let Some(slot) = slot {
-            *slot = Some(outcome);
-        }
-    }
-    Ok(outcomes
-        .into_iter()
-        .map(|outcome| {
-            outcome.unwrap_or_else(|| Err(Error::Pool("the batch lost a tool result".into())))
-        })
-        .collect())
+    Ok(batch_outcomes(&rows, results.len(), |outcome, row| {
+        (outcome == "completed").then(|| tool_call_from_row_at(row, 4))
+    }))
 }
 
 /// A tool call of `project`'s agents; `None` when missing or another project's.
