@@ -177,7 +177,7 @@ async fn concurrent_inputs_for_different_agents_share_one_commit_and_each_gets_i
     let client = db.connect().await;
     let (project, key) = project_key(&client).await;
     let mut agents = Vec::new();
-    for _ in 0..6 {
+    for _ in 0..7 {
         agents.push(
             store::create_agent(&client, project, &default_config())
                 .await
@@ -211,7 +211,9 @@ async fn concurrent_inputs_for_different_agents_share_one_commit_and_each_gets_i
     };
     // Four inputs; one for an archived agent (409); one for another
     // project's agent and one for no agent (404); a replay (201, replayed);
-    // the replayed key with another body (422).
+    // the replayed key with another body (422; for an agent of its own: a
+    // second input for one of the four would push that one's into the next
+    // batch).
     let mut posts: Vec<_> = agents[..4]
         .iter()
         .enumerate()
@@ -221,7 +223,7 @@ async fn concurrent_inputs_for_different_agents_share_one_commit_and_each_gets_i
     posts.push(post(elsewhere, "not yours", None));
     posts.push(post(Uuid::new_v4(), "nobody", None));
     posts.push(post(agents[5], "first", Some("k")));
-    posts.push(post(agents[0], "another", Some("k")));
+    posts.push(post(agents[6], "another", Some("k")));
     let mut answers = Vec::new();
     for response in join_all(posts).await {
         let response = response.unwrap();
