@@ -147,12 +147,43 @@ BEGIN
 END
 $$;
 
--- p_blocks as they are saved for p_agent: each base64 image or document
--- source replaced by a reference to its row in holdfast.attachments (the
--- one definition of that reference); anything else as it was. NULL when a
--- file is not stored for p_agent yet. Reads only, so a check (is this a
--- replay of a saved input?) can compare saved content before anything is
--- written.
+-- The file a content block carries: the decoded data of a base64 image or
+-- document source, NULL for any other block. The one test of which blocks
+-- are files to store.
+CREATE OR REPLACE FUNCTION holdfast.block_file_data(p_block jsonb) RETURNS bytea
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_block ->> 'type' IN ('image', 'document') AND p_block #>> '{source,type}' = 'base64'
+                THEN decode(p_block #>> '{source,data}', 'base64') END
+$$;
+
+-- p_blocks with each file block (p_hashes[i], the sha256 of block i's
+-- block_file_data, not NULL) replaced by a reference to its row in
+-- holdfast.attachments: the one definition of that reference. Any other
+-- block as it was. NULL when a file is not stored for p_agent yet. The
+-- hashes come from the caller so that a file is decoded and hashed once
+-- (store_attachments hashes it for its INSERT).
+CREATE OR REPLACE FUNCTION holdfast.referenced_content(p_agent uuid, p_blocks jsonb, p_hashes bytea[])
+RETURNS jsonb LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN bool_and(p_hashes[b.ordinality] IS NULL OR a.id IS NOT NULL) THEN
+               jsonb_agg(CASE WHEN p_hashes[b.ordinality] IS NOT NULL
+                              THEN jsonb_set(b.value, '{source}',
+                                   jsonb_build_object('type', 'attachment', 'attachment_id', a.id,
+                                                      'media_type', a.media_type,
+                                                      'size_bytes', a.size_bytes))
+                              ELSE b.value END
+                         ORDER BY b.ordinality)
+           END
+      FROM jsonb_array_elements(p_blocks) WITH ORDINALITY b
+      LEFT JOIN holdfast.attachments a
+             ON p_hashes[b.ordinality] IS NOT NULL AND a.agent_id = p_agent
+            AND a.sha256 = p_hashes[b.ordinality]
+            AND a.media_type = b.value #>> '{source,media_type}'
+$$;
+
+-- p_blocks as they are saved for p_agent (referenced_content); anything
+-- but an array with a base64 source as it is. Reads only, so a check (is
+-- this a replay of a saved input?) can compare saved content before
+-- anything is written.
 CREATE OR REPLACE FUNCTION holdfast.stored_content(p_agent uuid, p_blocks jsonb)
 RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
 BEGIN
@@ -160,46 +191,42 @@ BEGIN
        OR NOT p_blocks @? '$[*].source ? (@.type == "base64")' THEN
         RETURN p_blocks;
     END IF;
-    RETURN (SELECT CASE WHEN bool_and(NOT f.is_file OR a.id IS NOT NULL) THEN
-                       jsonb_agg(CASE WHEN f.is_file
-                                      THEN jsonb_set(b.value, '{source}',
-                                           jsonb_build_object('type', 'attachment', 'attachment_id', a.id,
-                                                              'media_type', a.media_type,
-                                                              'size_bytes', a.size_bytes))
-                                      ELSE b.value END
-                                 ORDER BY b.ordinality)
-                   END
-              FROM jsonb_array_elements(p_blocks) WITH ORDINALITY b
-             CROSS JOIN LATERAL (SELECT coalesce(b.value ->> 'type' IN ('image', 'document')
-                                                 AND b.value #>> '{source,type}' = 'base64', false) AS is_file) f
-              LEFT JOIN holdfast.attachments a
-                     ON f.is_file AND a.agent_id = p_agent
-                    AND a.sha256 = sha256(decode(b.value #>> '{source,data}', 'base64'))
-                    AND a.media_type = b.value #>> '{source,media_type}');
+    RETURN holdfast.referenced_content(p_agent, p_blocks,
+        ARRAY(SELECT sha256(holdfast.block_file_data(b.value))
+                FROM jsonb_array_elements(p_blocks) WITH ORDINALITY b
+               ORDER BY b.ordinality));
 END
 $$;
 
 -- Store the base64 files of p_blocks' image and document blocks (already
 -- checked by content_problem) as p_agent's attachments, one row per
 -- distinct file (a file sent again reuses its row), and return the blocks
--- as stored_content references them. Inserts into holdfast.attachments (ON
--- CONFLICT on the agent's sha256 and media type: concurrent senders of one
--- file share a row).
+-- as stored_content references them. Each file is decoded and hashed once.
+-- Inserts into holdfast.attachments (ON CONFLICT on the agent's sha256 and
+-- media type: concurrent senders of one file share a row; the references
+-- are read by a later statement, which sees the row either way).
 CREATE OR REPLACE FUNCTION holdfast.store_attachments(p_agent uuid, p_blocks jsonb)
 RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    v_hashes bytea[];
 BEGIN
     IF jsonb_typeof(p_blocks) IS DISTINCT FROM 'array'
        OR NOT p_blocks @? '$[*].source ? (@.type == "base64")' THEN
         RETURN p_blocks;
     END IF;
-    INSERT INTO holdfast.attachments (agent_id, media_type, sha256, size_bytes, data)
-    SELECT p_agent, f.media_type, sha256(f.data), octet_length(f.data), f.data
-      FROM jsonb_array_elements(p_blocks) b
-     CROSS JOIN LATERAL (SELECT b.value #>> '{source,media_type}' AS media_type,
-                                decode(b.value #>> '{source,data}', 'base64') AS data) f
-     WHERE b.value ->> 'type' IN ('image', 'document') AND b.value #>> '{source,type}' = 'base64'
-    ON CONFLICT (agent_id, sha256, media_type) DO NOTHING;
-    RETURN holdfast.stored_content(p_agent, p_blocks);
+    WITH files AS MATERIALIZED (
+        SELECT b.ordinality, b.value #>> '{source,media_type}' AS media_type, f.data, sha256(f.data) AS sha256
+          FROM jsonb_array_elements(p_blocks) WITH ORDINALITY b
+         CROSS JOIN LATERAL (SELECT holdfast.block_file_data(b.value) AS data) f
+    ), inserted AS (
+        INSERT INTO holdfast.attachments (agent_id, media_type, sha256, size_bytes, data)
+        SELECT p_agent, f.media_type, f.sha256, octet_length(f.data), f.data
+          FROM files f
+         WHERE f.data IS NOT NULL
+        ON CONFLICT (agent_id, sha256, media_type) DO NOTHING
+    )
+    SELECT array_agg(f.sha256 ORDER BY f.ordinality) INTO v_hashes FROM files f;
+    RETURN holdfast.referenced_content(p_agent, p_blocks, v_hashes);
 END
 $$;
 
