@@ -183,6 +183,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0038_input_batches.sql",
         sql: include_str!("../../sql/0038_input_batches.sql"),
     },
+    Migration {
+        version: 39,
+        name: "0039_fewer_indexes.sql",
+        sql: include_str!("../../sql/0039_fewer_indexes.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

@@ -275,8 +275,6 @@ BEGIN
     IF v_max = 0 THEN
         RETURN;
     END IF;
-    SELECT s.backend_start INTO v_backend_start FROM pg_stat_get_activity(pg_backend_pid()) s;
-
     WITH RECURSIVE heads (project_id, ready_at) AS (
         (SELECT a.project_id, greatest(a.run_after, a.state_changed_at)
            FROM holdfast.agents a
@@ -347,6 +345,14 @@ BEGIN
              LIMIT v_max - cardinality(v_ids)
                FOR UPDATE OF a SKIP LOCKED);
     END IF;
+
+    IF cardinality(v_ids) = 0 THEN
+        RETURN;
+    END IF;
+    -- Read only for a claim that leases something: pg_stat_get_activity
+    -- copies every backend's status, and most claims of a busy worker
+    -- that find nothing are the ones woken with another worker.
+    SELECT s.backend_start INTO v_backend_start FROM pg_stat_get_activity(pg_backend_pid()) s;
 
     RETURN QUERY
     UPDATE holdfast.agents a
