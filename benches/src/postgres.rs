@@ -125,33 +125,10 @@ impl BenchCluster {
                 &[],
             )
             .await?;
-        let rows = admin
-            .query(
-                "SELECT toplevel, calls, total_exec_time + total_plan_time AS total_ms,
-                        (total_exec_time + total_plan_time) / greatest(calls, 1) AS mean_ms,
-                        total_plan_time AS plan_ms, rows,
-                        regexp_replace(left(query, 240), '\\s+', ' ', 'g') AS query
-                   FROM pg_stat_statements
-                  WHERE dbid NOT IN (SELECT oid FROM pg_database WHERE datname IN ('pgbench', 'postgres'))
-                  ORDER BY total_exec_time + total_plan_time DESC
-                  LIMIT $1",
-                &[&limit],
-            )
-            .await?;
-        let top: Vec<Value> = rows
-            .iter()
-            .map(|r| {
-                json!({
-                    "toplevel": r.get::<_, bool>(0),
-                    "calls": r.get::<_, i64>(1),
-                    "total_ms": round3(r.get(2)),
-                    "mean_ms": round3(r.get(3)),
-                    "plan_ms": round3(r.get(4)),
-                    "rows": r.get::<_, i64>(5),
-                    "query": r.get::<_, String>(6),
-                })
-            })
-            .collect();
+        let top = statement_list(&admin, "total_exec_time + total_plan_time", limit).await?;
+        // A statement planned on most of its calls is re-planned per row:
+        // a custom plan where a generic one would do.
+        let top_planned = statement_list(&admin, "total_plan_time", limit).await?;
         let functions = match self.scenario_database() {
             Some(config) => function_stats(&config, limit).await?,
             None => Value::Null,
@@ -162,6 +139,7 @@ impl BenchCluster {
             "toplevel_exec_ms": round3(totals.get(2)),
             "plan_ms": round3(totals.get(3)),
             "top": top,
+            "top_planned": top_planned,
             "functions": functions,
         }))
     }
@@ -551,6 +529,40 @@ impl WaitSampler {
                 .collect::<Vec<_>>(),
         }))
     }
+}
+/// The `limit` statements of the scenario's databases with the most of
+/// `order` (an expression over pg_stat_statements' columns).
+async fn statement_list(admin: &Client, order: &str, limit: i64) -> Result<Value> {
+    let rows = admin
+        .query(
+            &format!(
+                "SELECT toplevel, calls, plans, total_exec_time + total_plan_time AS total_ms,
+                        (total_exec_time + total_plan_time) / greatest(calls, 1) AS mean_ms,
+                        total_plan_time AS plan_ms, rows,
+                        regexp_replace(left(query, 240), '\\s+', ' ', 'g') AS query
+                   FROM pg_stat_statements
+                  WHERE dbid NOT IN (SELECT oid FROM pg_database WHERE datname IN ('pgbench', 'postgres'))
+                  ORDER BY {order} DESC
+                  LIMIT $1"
+            ),
+            &[&limit],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            json!({
+                "toplevel": r.get::<_, bool>(0),
+                "calls": r.get::<_, i64>(1),
+                "plans": r.get::<_, i64>(2),
+                "total_ms": round3(r.get(3)),
+                "mean_ms": round3(r.get(4)),
+                "plan_ms": round3(r.get(5)),
+                "rows": r.get::<_, i64>(6),
+                "query": r.get::<_, String>(7),
+            })
+        })
+        .collect())
 }
 
 /// The `top` functions of the scenario's database by their own time (the
