@@ -170,11 +170,21 @@ $$;
 -- Reads endpoints
 -- without locking them: an endpoint deleted concurrently may still get this
 -- delivery, and claim_webhook_deliveries fails it instead of sending.
+-- Events of projects without a live endpoint (most, for most projects)
+-- stop at a read-only probe: an INSERT opens webhook_deliveries and locks
+-- each of its indexes whether it writes a row or not, and the probe costs
+-- a few index lookups.
 CREATE OR REPLACE FUNCTION holdfast.tg_events_webhook_outbox() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     v_inserted integer;
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM holdfast.webhook_endpoints e
+                    WHERE e.deleted_at IS NULL
+                      AND e.project_id IN (SELECT a.project_id FROM new_events n
+                                             JOIN holdfast.agents a ON a.id = n.agent_id)) THEN
+        RETURN NULL;
+    END IF;
     INSERT INTO holdfast.webhook_deliveries
            (endpoint_id, agent_id, event_seq, event_created_at, event_id, event_type, next_attempt_at,
             trace_parent, trace_state)
