@@ -56,6 +56,9 @@ enum Scenario {
     /// `POST /v1/agents/{id}/inputs` throughput through `holdfast api`, against pgbench -N.
     #[value(name = "api_inputs")]
     ApiInputs,
+    /// The SQL of a model step and a tool step with no worker, model or HTTP (C sessions), against pgbench -N.
+    #[value(name = "sql_steps")]
+    SqlSteps,
     /// Every scenario above, in that order (claim_scaling and history_scaling last: they load the most data).
     #[value(name = "all")]
     All,
@@ -72,6 +75,7 @@ impl Scenario {
             Scenario::Fanout => "fanout",
             Scenario::Memory => "memory",
             Scenario::ApiInputs => "api_inputs",
+            Scenario::SqlSteps => "sql_steps",
             Scenario::All => "all",
         }
     }
@@ -85,6 +89,7 @@ impl Scenario {
                 Scenario::Fanout,
                 Scenario::Memory,
                 Scenario::ApiInputs,
+                Scenario::SqlSteps,
                 Scenario::ClaimScaling,
                 Scenario::HistoryScaling,
             ],
@@ -139,7 +144,7 @@ pub struct Options {
     #[arg(long = "worker-env", value_parser = parse_key_value)]
     pub worker_env: Vec<(String, String)>,
 
-    /// throughput, api_inputs: agents.
+    /// throughput, api_inputs, sql_steps: agents.
     #[arg(long)]
     pub agents: Option<usize>,
     /// throughput: model steps per agent (a custom tool step between each two).
@@ -148,7 +153,8 @@ pub struct Options {
     /// throughput, wake_latency, recovery: worker processes.
     #[arg(long)]
     pub workers: Option<usize>,
-    /// throughput, wake_latency: HOLDFAST_WORKER_CONCURRENCY of each worker.
+    /// throughput, wake_latency: HOLDFAST_WORKER_CONCURRENCY of each worker;
+    /// sql_steps: sessions.
     #[arg(long)]
     pub concurrency: Option<usize>,
     /// wake_latency: inputs timed; claim_scaling: claims timed per size.
@@ -189,7 +195,7 @@ pub struct Options {
     /// api_inputs: concurrent HTTP clients.
     #[arg(long)]
     pub http_clients: Option<usize>,
-    /// api_inputs, pgbench: seconds measured.
+    /// api_inputs, sql_steps, pgbench: seconds measured.
     #[arg(long)]
     pub seconds: Option<u32>,
     /// pgbench: clients (-c).
@@ -411,6 +417,7 @@ async fn run_one(bench: &Bench, scenario: Scenario) -> Result<Outcome> {
         Scenario::Fanout => scenarios::fanout::run(bench).await,
         Scenario::Memory => scenarios::memory::run(bench).await,
         Scenario::ApiInputs => scenarios::api_inputs::run(bench).await,
+        Scenario::SqlSteps => scenarios::sql_steps::run(bench).await,
         Scenario::All => anyhow::bail!("`all` is expanded before running"),
     }
 }

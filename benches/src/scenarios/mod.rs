@@ -8,6 +8,7 @@ pub mod fanout;
 pub mod history_scaling;
 pub mod memory;
 pub mod recovery;
+pub mod sql_steps;
 pub mod throughput;
 pub mod wake_latency;
 
