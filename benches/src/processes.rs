@@ -232,22 +232,35 @@ pub fn cpu_ticks(pid: u32) -> Result<u64> {
     Ok(utime + stime)
 }
 
-/// CPU ticks of every live child of `parent` (Postgres backends of a
-/// postmaster). Backends that exited meanwhile are not counted.
+/// CPU ticks of `parent`'s children (the Postgres backends of a
+/// postmaster): the live ones', and those of the children that exited and
+/// were reaped (the parent's cutime and cstime), so a session that closed
+/// between two readings is counted too.
 pub fn children_cpu_ticks(parent: u32) -> u64 {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-        .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let reaped = std::fs::read_to_string(format!("/proc/{parent}/stat"))
+        .map(|stat| {
             let fields = stat_fields(&stat);
-            let ppid: u32 = fields.get(1)?.parse().ok()?;
-            (ppid == parent).then(|| cpu_ticks(pid).unwrap_or(0))
+            // After the command: cutime [13], cstime [14].
+            [13, 14]
+                .iter()
+                .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
+                .sum::<u64>()
         })
-        .sum()
+        .unwrap_or(0);
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return reaped;
+    };
+    reaped
+        + entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+            .filter_map(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                let fields = stat_fields(&stat);
+                let ppid: u32 = fields.get(1)?.parse().ok()?;
+                (ppid == parent).then(|| cpu_ticks(pid).unwrap_or(0))
+            })
+            .sum::<u64>()
 }
 
 /// Proportional set size (Pss) of every live child of `parent`: what the

@@ -229,13 +229,49 @@ $$;
 -- transaction that readies 1,000 agents sends one hint, not 1,000. Workers
 -- claim whatever is ready; they do not need the id. Agents readied with a
 -- future run_after are woken by maintenance_tick when the time comes.
+-- A session that set holdfast.wake_after_commit (send_pending_wake's
+-- caller) gets the hint noted instead, in a session setting that the
+-- transaction's commit keeps and its rollback drops, and sends it after
+-- the commit: see send_pending_wake.
 CREATE OR REPLACE FUNCTION holdfast.tg_agents_notify_ready() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.run_after <= holdfast.now() THEN
-        PERFORM pg_notify('holdfast_ready', '');
+        IF current_setting('holdfast.wake_after_commit', true) = 'on' THEN
+            PERFORM set_config('holdfast.wake_pending', 'on', false);
+        ELSE
+            PERFORM pg_notify('holdfast_ready', '');
+        END IF;
     END IF;
     RETURN NULL;
+END
+$$;
+
+-- The ready hint of the session's last writes, sent after their commit.
+-- A transaction that NOTIFYs holds Postgres's notify queue lock from its
+-- pre-commit through its WAL flush, so concurrent writers that each hint
+-- wait on each other's flushes (`Lock: object`), one commit at a time. A
+-- writer that sets holdfast.wake_after_commit to 'on' (session level)
+-- before its write gets its hint noted by tg_agents_notify_ready, and
+-- calls this right after the commit, as a statement of its own: this
+-- transaction writes no WAL, so it holds the lock for an instant. It
+-- turns wake_after_commit off again and sends holdfast_ready when the
+-- write readied an agent. Called inside the writer's own transaction, it
+-- sends the hint at that transaction's commit, as the trigger would have.
+-- The hint is advisory: a writer that dies between its commit and this
+-- call costs a wake, and workers also claim every poll interval. Returns
+-- whether a hint was sent.
+CREATE OR REPLACE FUNCTION holdfast.send_pending_wake() RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_pending boolean := coalesce(current_setting('holdfast.wake_pending', true) = 'on', false);
+BEGIN
+    PERFORM set_config('holdfast.wake_after_commit', 'off', false);
+    IF v_pending THEN
+        PERFORM set_config('holdfast.wake_pending', 'off', false);
+        PERFORM pg_notify('holdfast_ready', '');
+    END IF;
+    RETURN v_pending;
 END
 $$;
 

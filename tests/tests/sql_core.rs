@@ -933,6 +933,77 @@ async fn an_agent_becoming_ready_notifies_workers_once_per_transaction() {
     assert_eq!(next.payload(), "marker");
 }
 
+/// The next notification `session` receives, within five seconds.
+async fn next_notification(
+    session: &mut holdfast_engine::connect::Session,
+) -> tokio_postgres::Notification {
+    tokio::time::timeout(Duration::from_secs(5), session.notifications.recv())
+        .await
+        .expect("a notification within 5 s")
+        .expect("the listening session is open")
+}
+
+#[tokio::test]
+async fn a_ready_hint_deferred_past_the_commit_is_sent_by_send_pending_wake_and_dropped_with_a_rollback(
+) {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, agent) = project_and_agent(&client).await;
+    let other = new_agent(&client, project).await;
+    let mut session = holdfast_engine::connect::listen(&db.config, &["holdfast_ready"])
+        .await
+        .unwrap();
+    let defer = "SELECT set_config('holdfast.wake_after_commit', 'on', false)";
+    let send = "SELECT holdfast.send_pending_wake()";
+
+    // Deferred: the commit sends nothing (the marker after it is the first
+    // notification), send_pending_wake sends the hint.
+    client.execute(defer, &[]).await.unwrap();
+    ready(&client, agent).await;
+    client
+        .batch_execute("NOTIFY holdfast_ready, 'marker 1'")
+        .await
+        .unwrap();
+    assert_eq!(next_notification(&mut session).await.payload(), "marker 1");
+    let sent: bool = client.query_one(send, &[]).await.unwrap().get(0);
+    assert!(sent);
+    assert_eq!(next_notification(&mut session).await.payload(), "");
+
+    // A rolled-back write leaves no hint to send.
+    client.execute(defer, &[]).await.unwrap();
+    client.batch_execute("BEGIN").await.unwrap();
+    ready(&client, other).await;
+    client.batch_execute("ROLLBACK").await.unwrap();
+    let sent: bool = client.query_one(send, &[]).await.unwrap().get(0);
+    assert!(!sent);
+
+    // send_pending_wake turned the deferral off: the next write hints at
+    // its own commit again.
+    ready(&client, other).await;
+    assert_eq!(next_notification(&mut session).await.payload(), "");
+
+    // The store's batch writes defer theirs and send it after the commit:
+    // the hint arrives, and the session is left not deferring.
+    let third = new_agent(&client, project).await;
+    let batch = [store::NewInput::new(
+        project,
+        third,
+        json!("hello"),
+        None,
+        None,
+        holdfast_engine::domain::InputMode::Steer,
+    )];
+    let outcomes = store::create_inputs(&client, &batch).await.unwrap();
+    assert!(outcomes[0].is_ok(), "{:?}", outcomes[0]);
+    assert_eq!(next_notification(&mut session).await.payload(), "");
+    let deferring: String = client
+        .query_one("SELECT current_setting('holdfast.wake_after_commit')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(deferring, "off");
+}
+
 #[tokio::test]
 async fn maintenance_releases_a_dead_sessions_claims_at_once() {
     let db = TestDb::new().await;

@@ -89,9 +89,9 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let waits = waits.finish().await?;
 
     let xid_after = next_xid(&admin).await?;
-    // Live children of the postmaster: the workers' sessions and the
-    // background processes. The driver's answering sessions have closed by
-    // now, so their CPU (the client side of tool steps) is not counted.
+    // The postmaster's children: the workers' sessions, the driver's
+    // answering sessions (closed by now: the server side of the tool
+    // steps) and the background processes.
     let pg_ticks = postmaster
         .map_or(0, children_cpu_ticks)
         .saturating_sub(pg_ticks_before);

@@ -7,7 +7,7 @@ use serde_json::Value;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
-use super::prepared::{query_prepared, Prepared};
+use super::prepared::{query_prepared, with_wake_after_commit, Prepared};
 use super::{batch_outcomes, parse_text};
 use crate::domain::{
     Agent, AgentState, CancelOutcome, Input, InputCreated, InputMode, LimitMaxima, PostedInput,
@@ -356,16 +356,19 @@ pub async fn create_inputs(
     client: &impl Prepared,
     inputs: &[NewInput],
 ) -> Result<Vec<Result<PostedInput>>> {
-    let rows = query_prepared(
+    let rows = with_wake_after_commit(
         client,
-        concat!(
-            "SELECT r.ord, r.outcome, r.message, r.field, i.* \
-               FROM holdfast.create_inputs($1) r \
-               LEFT JOIN LATERAL (SELECT ",
-            input_columns!(),
-            " FROM (SELECT (r.input).*) i) i ON r.outcome IN ('created', 'replayed')"
+        query_prepared(
+            client,
+            concat!(
+                "SELECT r.ord, r.outcome, r.message, r.field, i.* \
+                   FROM holdfast.create_inputs($1) r \
+                   LEFT JOIN LATERAL (SELECT ",
+                input_columns!(),
+                " FROM (SELECT (r.input).*) i) i ON r.outcome IN ('created', 'replayed')"
+            ),
+            &[&inputs],
         ),
-        &[&inputs],
     )
     .await?;
     Ok(batch_outcomes(&rows, inputs.len(), |outcome, row| {

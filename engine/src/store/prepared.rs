@@ -100,3 +100,29 @@ pub(super) async fn execute_prepared(
     let statement = client.statement(sql).await?;
     Ok(client.client().execute(&statement, params).await?)
 }
+
+/// Run `write` (statements of `client` that may ready agents) with its
+/// `holdfast_ready` hint sent after its commit, by a statement of its own
+/// (`holdfast.send_pending_wake`), instead of from inside the committing
+/// transaction: there the hint holds Postgres's notify queue lock through
+/// the commit's WAL flush, and concurrent writers that hint commit one at a
+/// time. Inside a transaction of the caller's, the hint goes at that
+/// transaction's commit as before. The hint is advisory, so a failure to
+/// send it after the write is logged, not returned: the write stands, and
+/// workers also claim every poll interval.
+pub(super) async fn with_wake_after_commit<T>(
+    client: &impl Prepared,
+    write: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    execute_prepared(
+        client,
+        "SELECT set_config('holdfast.wake_after_commit', 'on', false)",
+        &[],
+    )
+    .await?;
+    let written = write.await;
+    if let Err(error) = execute_prepared(client, "SELECT holdfast.send_pending_wake()", &[]).await {
+        tracing::warn!(%error, "the ready hint after a commit was not sent");
+    }
+    written
+}

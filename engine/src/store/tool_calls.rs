@@ -6,7 +6,7 @@ use serde_json::Value;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
-use super::prepared::{query_one_prepared, query_prepared, Prepared};
+use super::prepared::{query_one_prepared, query_prepared, with_wake_after_commit, Prepared};
 use super::{batch_outcomes, parse_text};
 use crate::domain::{Approval, ApprovalStatus, ApprovalSubject, Question, QuestionStatus};
 use crate::domain::{ToolCall, ToolCallStatus, ToolKind};
@@ -64,14 +64,17 @@ pub async fn submit_tool_result(
     output: &Value,
     is_error: bool,
 ) -> Result<ToolCall> {
-    let row = query_one_prepared(
+    let row = with_wake_after_commit(
         client,
-        concat!(
-            "SELECT ",
-            tool_call_columns!(),
-            " FROM holdfast.submit_tool_result($1, $2, $3)"
+        query_one_prepared(
+            client,
+            concat!(
+                "SELECT ",
+                tool_call_columns!(),
+                " FROM holdfast.submit_tool_result($1, $2, $3)"
+            ),
+            &[&tool_call, output, &is_error],
         ),
-        &[&tool_call, output, &is_error],
     )
     .await?;
     tool_call_from_row(&row)
@@ -97,16 +100,19 @@ pub async fn submit_tool_results(
     client: &impl Prepared,
     results: &[ToolResult],
 ) -> Result<Vec<Result<ToolCall>>> {
-    let rows = query_prepared(
+    let rows = with_wake_after_commit(
         client,
-        concat!(
-            "SELECT r.ord, r.outcome, r.message, r.field, c.* \
-               FROM holdfast.submit_tool_results($1) r \
-               LEFT JOIN LATERAL (SELECT ",
-            tool_call_columns!(),
-            " FROM (SELECT (r.tool_call).*) t) c ON r.outcome = 'completed'"
+        query_prepared(
+            client,
+            concat!(
+                "SELECT r.ord, r.outcome, r.message, r.field, c.* \
+                   FROM holdfast.submit_tool_results($1) r \
+                   LEFT JOIN LATERAL (SELECT ",
+                tool_call_columns!(),
+                " FROM (SELECT (r.tool_call).*) t) c ON r.outcome = 'completed'"
+            ),
+            &[&results],
         ),
-        &[&results],
     )
     .await?;
     Ok(batch_outcomes(&rows, results.len(), |outcome, row| {
