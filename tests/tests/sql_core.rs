@@ -900,6 +900,16 @@ async fn bad_input_is_rejected_with_the_field_named_and_nothing_written() {
     );
 }
 
+/// The next notification `session` receives, within five seconds.
+async fn next_notification(
+    session: &mut holdfast_engine::connect::Session,
+) -> tokio_postgres::Notification {
+    tokio::time::timeout(Duration::from_secs(5), session.notifications.recv())
+        .await
+        .expect("a notification within 5 s")
+        .expect("the listening session is open")
+}
+
 #[tokio::test]
 async fn an_agent_becoming_ready_notifies_workers_once_per_transaction() {
     let db = TestDb::new().await;
@@ -914,10 +924,7 @@ async fn an_agent_becoming_ready_notifies_workers_once_per_transaction() {
     ready(&client, agent).await;
     ready(&client, other).await;
     client.batch_execute("COMMIT").await.unwrap();
-    let first = tokio::time::timeout(Duration::from_secs(5), session.notifications.recv())
-        .await
-        .expect("a ready notification")
-        .unwrap();
+    let first = next_notification(&mut session).await;
     assert_eq!(first.channel(), "holdfast_ready");
     // Both agents became ready in one transaction: one hint, not two. A
     // marker notification sent afterwards arrives next, proving nothing else
@@ -926,21 +933,7 @@ async fn an_agent_becoming_ready_notifies_workers_once_per_transaction() {
         .batch_execute("NOTIFY holdfast_ready, 'marker'")
         .await
         .unwrap();
-    let next = tokio::time::timeout(Duration::from_secs(5), session.notifications.recv())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(next.payload(), "marker");
-}
-
-/// The next notification `session` receives, within five seconds.
-async fn next_notification(
-    session: &mut holdfast_engine::connect::Session,
-) -> tokio_postgres::Notification {
-    tokio::time::timeout(Duration::from_secs(5), session.notifications.recv())
-        .await
-        .expect("a notification within 5 s")
-        .expect("the listening session is open")
+    assert_eq!(next_notification(&mut session).await.payload(), "marker");
 }
 
 #[tokio::test]
