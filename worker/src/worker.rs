@@ -19,6 +19,7 @@ use holdfast_engine::domain::Claim;
 use holdfast_engine::provider::Providers;
 use holdfast_engine::{store, Error, Result};
 use tokio::time::{Instant, MissedTickBehavior};
+use tokio_postgres::Notification;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -140,6 +141,7 @@ impl Worker {
                 }
                 if want_claim {
                     want_claim = false;
+                    self.take_queued();
                     self.claim().await;
                 }
             } else if self.in_flight.is_empty() {
@@ -166,24 +168,7 @@ impl Worker {
                     drain_deadline = Some(Instant::now() + Duration::from_secs(3600));
                 }
                 message = notification => match message {
-                    Some(n) if n.channel() == "holdfast_interrupt" => {
-                        // "agent_id input_id" (create_input_or_replay).
-                        let mut ids = n.payload().split(' ').map(str::parse::<Uuid>);
-                        if let (Some(Ok(agent)), Some(Ok(input))) = (ids.next(), ids.next()) {
-                            if let Some(flight) = self.in_flight.get(&agent) {
-                                flight.stop.interrupt(input);
-                            }
-                        }
-                    }
-                    Some(n) if n.channel() == "holdfast_cancel" => {
-                        if let Ok(agent) = n.payload().parse::<Uuid>() {
-                            if let Some(flight) = self.in_flight.get(&agent) {
-                                tracing::info!(%agent, "cancel requested");
-                                flight.stop.stop(StopReason::Cancel);
-                            }
-                        }
-                    }
-                    Some(_) => want_claim = true,
+                    Some(n) => want_claim |= self.on_notification(&n),
                     None => {
                         tracing::warn!("listen session lost; reconnecting");
                         self.session = None;
@@ -192,13 +177,6 @@ impl Worker {
                 _ = poll.tick() => want_claim = true,
                 Some(done) = self.tasks.join_next_with_id() => {
                     self.forget(done);
-                    // Every step that has ended by now frees its slot before
-                    // the claim: the steps of one group commit end together,
-                    // and one claim for all their slots is one transaction
-                    // (one WAL flush) instead of one each.
-                    while let Some(done) = self.tasks.try_join_next_with_id() {
-                        self.forget(done);
-                    }
                     want_claim = true;
                 }
                 _ = renew.tick() => self.renew().await,
@@ -207,6 +185,51 @@ impl Worker {
         }
         while self.tasks.join_next().await.is_some() {}
         tracing::info!(worker = %self.settings.name, "worker stopped");
+    }
+
+    /// Act on one notification; true for a ready hint (a claim is due).
+    fn on_notification(&self, n: &Notification) -> bool {
+        match n.channel() {
+            "holdfast_interrupt" => {
+                // "agent_id input_id" (create_input_or_replay).
+                let mut ids = n.payload().split(' ').map(str::parse::<Uuid>);
+                if let (Some(Ok(agent)), Some(Ok(input))) = (ids.next(), ids.next()) {
+                    if let Some(flight) = self.in_flight.get(&agent) {
+                        flight.stop.interrupt(input);
+                    }
+                }
+                false
+            }
+            "holdfast_cancel" => {
+                if let Ok(agent) = n.payload().parse::<Uuid>() {
+                    if let Some(flight) = self.in_flight.get(&agent) {
+                        tracing::info!(%agent, "cancel requested");
+                        flight.stop.stop(StopReason::Cancel);
+                    }
+                }
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Before a claim, take in everything already queued for the loop: the
+    /// steps that have ended (their slots) and the notifications (ready
+    /// hints fold into this claim). The steps of one group commit end
+    /// together and a burst of commits queues a burst of hints; taken one
+    /// loop turn at a time they would each cost a claim (a transaction and
+    /// a WAL flush) for one agent, where one claim serves them all.
+    fn take_queued(&mut self) {
+        while let Some(done) = self.tasks.try_join_next_with_id() {
+            self.forget(done);
+        }
+        while let Some(n) = self
+            .session
+            .as_mut()
+            .and_then(|session| session.notifications.try_recv().ok())
+        {
+            self.on_notification(&n);
+        }
     }
 
     /// Take an ended step out of the in-flight table. By task, not by
