@@ -126,19 +126,30 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let total_steps = (model_steps + tool_steps) as f64;
 
     // Ready → saved, per model step: from the event that made the agent
-    // ready (turn.started, or the tool result) to its model.response.
+    // ready (turn.started, or the tool result) to its model.response. The
+    // first steps (after turn.started) are also reported apart: all 128
+    // agents start at once on 64 slots, so they wait for a slot.
     let rows = admin
         .query(
-            "SELECT extract(epoch FROM wait)::float8 * 1000 FROM (
-                 SELECT type, created_at - lag(created_at) OVER (PARTITION BY agent_id ORDER BY seq) AS wait
-                   FROM holdfast.events) e
+            "SELECT extract(epoch FROM wait)::float8 * 1000, coalesce(ready_by = 'turn.started', false) FROM (
+                 SELECT type, lag(type) OVER w AS ready_by, created_at - lag(created_at) OVER w AS wait
+                   FROM holdfast.events
+                 WINDOW w AS (PARTITION BY agent_id ORDER BY seq)) e
               WHERE type = 'model.response'",
             &[],
         )
         .await?;
     let mut latency = Samples::new();
+    let mut first_latency = Samples::new();
+    let mut later_latency = Samples::new();
     for row in rows {
-        latency.push_ms(row.get(0));
+        let ms: f64 = row.get(0);
+        latency.push_ms(ms);
+        if row.get::<_, bool>(1) {
+            first_latency.push_ms(ms);
+        } else {
+            later_latency.push_ms(ms);
+        }
     }
 
     // Write transactions: every worker commit (claims, deltas, steps,
@@ -166,6 +177,8 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
         "commits_per_step": round3(writes / total_steps),
         "worker_commits_per_model_step": round3((writes - driver_writes) / model_steps as f64),
         "model_step_latency": latency.summary(),
+        "first_model_step_latency": first_latency.summary(),
+        "later_model_step_latency": later_latency.summary(),
         "worker_cpu_ms_per_step": round3(worker_ticks as f64 / ticks * 1000.0 / total_steps),
         "postgres_cpu_ms_per_step": round3(pg_ticks as f64 / ticks * 1000.0 / total_steps),
         "worker_sessions_in_statement": waits,
