@@ -555,6 +555,35 @@ fn schema_validation_accepts_valid_input_and_names_the_failing_path() {
     assert!(message.contains("at /items/1/count:"), "{message}");
 }
 
+/// Validators are compiled once per schema and kept (a bounded cache):
+/// each schema must keep its own answer, before and after it is evicted,
+/// and a broken schema must not be remembered as a working one.
+#[test]
+fn schema_validation_gives_each_schema_its_own_answer_across_repeated_calls() {
+    let integer_count = |kind: &str| json!({"type": "object", "properties": {"count": {"type": kind}}, "required": ["count"]});
+    let input = json!({"count": 3});
+    for _ in 0..2 {
+        assert_eq!(validate_input(&integer_count("integer"), &input), Ok(()));
+        let message = validate_input(&integer_count("string"), &input).unwrap_err();
+        assert!(message.contains("at /count:"), "{message}");
+    }
+    // More distinct schemas than the cache keeps, then the first again.
+    for n in 0..300 {
+        let schema = json!({"type": "object", "properties": {"count": {"maximum": n}}});
+        assert_eq!(validate_input(&schema, &json!({"count": n})), Ok(()));
+        assert!(validate_input(&schema, &json!({"count": n + 1})).is_err());
+    }
+    assert_eq!(validate_input(&integer_count("integer"), &input), Ok(()));
+    assert!(validate_input(&integer_count("string"), &input).is_err());
+    for _ in 0..2 {
+        let message = validate_input(&json!({"type": 12}), &input).unwrap_err();
+        assert!(
+            message.contains("input_schema is not a valid JSON Schema"),
+            "{message}"
+        );
+    }
+}
+
 #[test]
 fn schema_validation_reports_an_invalid_schema_without_panicking() {
     for schema in [
