@@ -188,6 +188,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0039_fewer_indexes.sql",
         sql: include_str!("../../sql/0039_fewer_indexes.sql"),
     },
+    Migration {
+        version: 40,
+        name: "0040_partial_unique_keys.sql",
+        sql: include_str!("../../sql/0040_partial_unique_keys.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

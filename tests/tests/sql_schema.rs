@@ -13,6 +13,7 @@ use holdfast_engine::domain::{
 use holdfast_engine::migrate::{self, FUNCTION_FILES, MIGRATIONS};
 use holdfast_tests::TestDb;
 use strum::VariantArray;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
 /// The last migration written before functions moved to `sql/functions/`:
@@ -271,4 +272,105 @@ async fn each_text_enum_has_the_strings_of_its_column_check() {
             "{table}.{column}"
         );
     }
+}
+
+/// The two unique keys most rows leave NULL (a subagent's parent tool call,
+/// a message's input) are partial (0040): they still refuse a second row
+/// with the same value, and their indexes hold only the rows that have one
+/// (every agent-row rewrite used to add a NULL entry).
+#[tokio::test]
+async fn a_unique_key_most_rows_leave_null_refuses_duplicates_and_indexes_only_set_values() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, parent) = holdfast_tests::project_and_agent(&client).await;
+    let children = [
+        holdfast_tests::new_agent(&client, project).await,
+        holdfast_tests::new_agent(&client, project).await,
+    ];
+    let tool_call: uuid::Uuid = client
+        .query_one(
+            "WITH step AS (
+                 INSERT INTO holdfast.steps (agent_id, step_seq, kind, epoch)
+                 VALUES ($1, 1, 'model', 1) RETURNING id)
+             INSERT INTO holdfast.tool_calls (agent_id, step_id, position, provider_id, name, input, kind, status)
+             SELECT $1, step.id, 0, 'toolu_1', 'spawn_subagent', '{}', 'internal', 'pending' FROM step
+             RETURNING id",
+            &[&parent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let set_parent = "UPDATE holdfast.agents SET parent_tool_call_id = $2 WHERE id = $1";
+    client
+        .execute(set_parent, &[&children[0], &tool_call])
+        .await
+        .unwrap();
+    let duplicate = client
+        .execute(set_parent, &[&children[1], &tool_call])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        duplicate.code(),
+        Some(&SqlState::UNIQUE_VIOLATION),
+        "{duplicate}"
+    );
+
+    let input: uuid::Uuid = client
+        .query_one(
+            "SELECT holdfast.create_input($1, '[{\"type\": \"text\", \"text\": \"hi\"}]')",
+            &[&parent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let add_message = "INSERT INTO holdfast.messages (agent_id, seq, role, content, input_id)
+                       VALUES ($1, $2, 'user', '[]', $3)";
+    for (seq, input_id) in [(1i64, None), (2, None), (3, Some(input))] {
+        client
+            .execute(add_message, &[&parent, &seq, &input_id])
+            .await
+            .unwrap();
+    }
+    let duplicate = client
+        .execute(add_message, &[&parent, &4i64, &Some(input)])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        duplicate.code(),
+        Some(&SqlState::UNIQUE_VIOLATION),
+        "{duplicate}"
+    );
+
+    // ANALYZE counts each partial index's rows from its sample, which for
+    // tables this small is every row: 1 set value each, out of 3 agents
+    // and 3 messages.
+    client
+        .batch_execute("ANALYZE holdfast.agents; ANALYZE holdfast.messages")
+        .await
+        .unwrap();
+    let entries = client
+        .query(
+            "SELECT c.relname::text, c.reltuples::bigint, t.reltuples::bigint
+               FROM pg_index i
+               JOIN pg_class c ON c.oid = i.indexrelid
+               JOIN pg_class t ON t.oid = i.indrelid
+              WHERE i.indexrelid IN ('holdfast.agents_parent_tool_call_idx'::regclass,
+                                     'holdfast.messages_input_idx'::regclass)
+                AND i.indisunique
+              ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let entries: Vec<(String, i64, i64)> = entries
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect();
+    assert_eq!(
+        entries,
+        [
+            ("agents_parent_tool_call_idx".to_string(), 1, 3),
+            ("messages_input_idx".to_string(), 1, 3),
+        ]
+    );
 }
