@@ -575,6 +575,14 @@ fn schema_validation_gives_each_schema_its_own_answer_across_repeated_calls() {
     }
     assert_eq!(validate_input(&integer_count("integer"), &input), Ok(()));
     assert!(validate_input(&integer_count("string"), &input).is_err());
+    // A schema too large to keep is compiled at each call, with the same
+    // answers.
+    let mut large = integer_count("integer");
+    large["description"] = json!("x".repeat(10_000));
+    for _ in 0..2 {
+        assert_eq!(validate_input(&large, &input), Ok(()));
+        assert!(validate_input(&large, &json!({"count": "3"})).is_err());
+    }
     for _ in 0..2 {
         let message = validate_input(&json!({"type": 12}), &input).unwrap_err();
         assert!(

@@ -22,7 +22,11 @@ const MAX_ERROR_CHARS: usize = 300;
 /// schema (and checking it against the meta-schema) cost about as much
 /// worker CPU as building the step's model request; an agent's tools are
 /// the same schemas step after step.
-const CACHED_VALIDATORS: NonZeroUsize = NonZeroUsize::new(256).unwrap();
+const CACHED_VALIDATORS: NonZeroUsize = NonZeroUsize::new(128).unwrap();
+/// Only schemas up to this size (as JSON text) are kept, so that what the
+/// cache holds stays small whatever tenants declare (a tool schema is
+/// usually well under 2 KiB); a larger one is compiled at each call.
+const MAX_CACHED_SCHEMA_BYTES: usize = 8 * 1024;
 
 /// The compiled validators, by the schema's JSON text.
 static VALIDATORS: LazyLock<Mutex<LruCache<String, Arc<Validator>>>> =
@@ -60,9 +64,9 @@ pub fn validate_input(schema: &Value, input: &Value) -> Result<(), String> {
     ))
 }
 
-/// The compiled validator of `schema`, from the cache or compiled and kept.
-/// A schema that does not compile is not kept: its error is rare and
-/// cheap to find again.
+/// The compiled validator of `schema`, from the cache or compiled (and
+/// kept when small enough). A schema that does not compile is not kept:
+/// its error is rare and cheap to find again.
 fn validator(schema: &Value) -> Result<Arc<Validator>, String> {
     let key = schema.to_string();
     if let Some(validator) = cached_validators().get(&key) {
@@ -72,7 +76,9 @@ fn validator(schema: &Value) -> Result<Arc<Validator>, String> {
         jsonschema::validator_for(schema)
             .map_err(|e| format!("the tool's input_schema is not a valid JSON Schema: {e}"))?,
     );
-    cached_validators().put(key, validator.clone());
+    if key.len() <= MAX_CACHED_SCHEMA_BYTES {
+        cached_validators().put(key, validator.clone());
+    }
     Ok(validator)
 }
 
