@@ -305,15 +305,7 @@ async fn a_unique_key_most_rows_leave_null_refuses_duplicates_and_indexes_only_s
         .execute(set_parent, &[&children[0], &tool_call])
         .await
         .unwrap();
-    let duplicate = client
-        .execute(set_parent, &[&children[1], &tool_call])
-        .await
-        .unwrap_err();
-    assert_eq!(
-        duplicate.code(),
-        Some(&SqlState::UNIQUE_VIOLATION),
-        "{duplicate}"
-    );
+    assert_unique_violation(&client, set_parent, &[&children[1], &tool_call]).await;
 
     let input: uuid::Uuid = client
         .query_one(
@@ -331,15 +323,7 @@ async fn a_unique_key_most_rows_leave_null_refuses_duplicates_and_indexes_only_s
             .await
             .unwrap();
     }
-    let duplicate = client
-        .execute(add_message, &[&parent, &4i64, &Some(input)])
-        .await
-        .unwrap_err();
-    assert_eq!(
-        duplicate.code(),
-        Some(&SqlState::UNIQUE_VIOLATION),
-        "{duplicate}"
-    );
+    assert_unique_violation(&client, add_message, &[&parent, &4i64, &Some(input)]).await;
 
     // ANALYZE counts each partial index's rows from its sample, which for
     // tables this small is every row: 1 set value each, out of 3 agents
@@ -372,5 +356,18 @@ async fn a_unique_key_most_rows_leave_null_refuses_duplicates_and_indexes_only_s
             ("agents_parent_tool_call_idx".to_string(), 1, 3),
             ("messages_input_idx".to_string(), 1, 3),
         ]
+    );
+}
+
+async fn assert_unique_violation(
+    client: &Client,
+    statement: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) {
+    let refused = client.execute(statement, params).await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(&SqlState::UNIQUE_VIOLATION),
+        "{statement}: {refused}"
     );
 }
