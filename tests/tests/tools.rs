@@ -226,6 +226,12 @@ async fn a_spawn_cut_by_a_crash_creates_exactly_one_child_whose_answer_arrives_o
         count_events(&client, parent, "tool_call.created").await == 1
     })
     .await;
+    // The worker claims the parent again to run the call; a row locked
+    // before that claim would only be skipped (SKIP LOCKED), never waited on.
+    wait_until(T, "the worker to claim the parent for the call", || async {
+        agent_state(&client, parent).await != "ready"
+    })
+    .await;
     let blocker = db.connect().await;
     blocker.batch_execute("BEGIN").await.unwrap();
     blocker
