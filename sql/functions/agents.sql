@@ -702,10 +702,7 @@ DECLARE
     v_refusal record;
     v_input_id uuid;
 BEGIN
-    PERFORM 1 FROM holdfast.agents a
-     WHERE a.id IN (SELECT n.agent_id FROM unnest(p_inputs) n)
-     ORDER BY a.id
-       FOR UPDATE;
+    PERFORM 1 FROM holdfast.lock_agents(ARRAY(SELECT n.agent_id FROM unnest(p_inputs) n));
     FOR v_row IN
         SELECT n.ordinality::integer AS ord, n.project_id, n.agent_id, n.content, n.idempotency_key,
                n.trace_parent, n.trace_state, n.mode

@@ -35,6 +35,26 @@ BEGIN
 END
 $$;
 
+-- Lock the agents p_ids names (FOR UPDATE), in id order, so that two
+-- batches cannot deadlock on each other: the batch functions' first
+-- statement (create_inputs, commit_model_steps, submit_tool_results).
+-- Returns the locked rows; ids of no agent (or NULL) are skipped. Each
+-- agent is read by its key, one index probe per id, never as a join: those
+-- functions run with force_generic_plan, so a session keeps the plan of
+-- its first call, made on the statistics of that moment, and on a new
+-- install's empty tables a join's plan is a sequential scan, kept while
+-- the table grows (until autovacuum's ANALYZE). The LATERAL subquery with
+-- FOR UPDATE is never flattened into a join.
+CREATE OR REPLACE FUNCTION holdfast.lock_agents(p_ids uuid[])
+RETURNS SETOF holdfast.agents LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY
+    SELECT a.*
+      FROM (SELECT DISTINCT u.id FROM unnest(p_ids) AS u (id) WHERE u.id IS NOT NULL ORDER BY u.id) ids
+     CROSS JOIN LATERAL (SELECT * FROM holdfast.agents x WHERE x.id = ids.id FOR UPDATE) a;
+END
+$$;
+
 -- The inputs of an agent's open (or opening) turn that no step has consumed
 -- yet, in arrival order: admitted (steer and interrupt inputs at once, a
 -- queued one when a turn opens for it, admit_queued_input), not consumed,
@@ -301,6 +321,7 @@ DECLARE
     v_backend_start timestamptz;
     v_projects uuid[];
     v_ids uuid[];
+    v_id uuid;
 BEGIN
     IF p_worker IS NULL OR p_worker = '' THEN
         PERFORM holdfast.raise('HF422', 'worker name must not be empty', 'worker');
@@ -390,17 +411,22 @@ BEGIN
     -- that find nothing are the ones woken with another worker.
     SELECT s.backend_start INTO v_backend_start FROM pg_stat_get_activity(pg_backend_pid()) s;
 
-    RETURN QUERY
-    UPDATE holdfast.agents a
-       SET state = 'running',
-           lease_owner = p_worker,
-           lease_epoch = a.lease_epoch + 1,
-           lease_expires_at = v_now + p_ttl,
-           lease_pid = pg_backend_pid(),
-           lease_backend_start = v_backend_start,
-           updated_at = v_now
-     WHERE a.id = ANY (v_ids)
-    RETURNING a.id, a.lease_epoch;
+    -- One keyed UPDATE per agent, not one by `id = ANY (v_ids)`: the
+    -- generic plan of that was a sequential scan when the session's first
+    -- claim found the table without statistics (see lock_agents).
+    FOREACH v_id IN ARRAY v_ids LOOP
+        UPDATE holdfast.agents a
+           SET state = 'running',
+               lease_owner = p_worker,
+               lease_epoch = a.lease_epoch + 1,
+               lease_expires_at = v_now + p_ttl,
+               lease_pid = pg_backend_pid(),
+               lease_backend_start = v_backend_start,
+               updated_at = v_now
+         WHERE a.id = v_id
+        RETURNING a.id, a.lease_epoch INTO agent_id, epoch;
+        RETURN NEXT;
+    END LOOP;
 END
 $$;
 

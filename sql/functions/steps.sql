@@ -282,8 +282,11 @@ BEGIN
             SELECT v_n_inputs + 1, 'assistant', p_message, NULL) m
      ORDER BY m.ord;
     IF v_n_inputs > 0 THEN
+        -- consumed_at IS NULL (true of v_input_ids) lets the plan read the
+        -- agent's pending inputs (inputs_pending_idx), whatever the
+        -- table's statistics were when it was made.
         UPDATE holdfast.inputs SET consumed_at = holdfast.now()
-         WHERE agent_id = p_agent AND id = ANY (v_input_ids);
+         WHERE agent_id = p_agent AND id = ANY (v_input_ids) AND consumed_at IS NULL;
     END IF;
 
     IF v_n_calls > 0 THEN
@@ -371,10 +374,7 @@ BEGIN
               FROM unnest(p_steps) AS s
         ), locked AS MATERIALIZED (
             SELECT a.id, a.state, a.lease_epoch, a.lease_expires_at
-              FROM holdfast.agents a
-             WHERE a.id IN (SELECT b.id FROM batch b)
-             ORDER BY a.id
-               FOR UPDATE
+              FROM holdfast.lock_agents(ARRAY(SELECT b.id FROM batch b)) a
         )
         -- holdfast.now() is read per row, after the locks were granted
         -- (as lock_leased_agent reads it): a lease that ran out while the

@@ -235,17 +235,21 @@ DECLARE
     v_agent holdfast.agents;
     v_data jsonb;
     v_stored record;
+    v_agents uuid[];
 BEGIN
-    PERFORM 1 FROM holdfast.agents a
-     WHERE a.id IN (SELECT t.agent_id FROM holdfast.tool_calls t
-                     WHERE t.id IN (SELECT r.tool_call_id FROM unnest(p_results) r))
-     ORDER BY a.id
-       FOR UPDATE;
+    -- Each result's agent (NULL for no such call), in p_results' order,
+    -- looked up once by the call's key: a scalar subquery per result,
+    -- never a join whose plan the session's first call fixed (see
+    -- lock_agents). A call's agent never changes, so it holds after the lock.
+    v_agents := ARRAY(
+        SELECT (SELECT t.agent_id FROM holdfast.tool_calls t WHERE t.id = r.tool_call_id)
+          FROM unnest(p_results) WITH ORDINALITY AS r(tool_call_id, output, is_error, ord)
+         ORDER BY r.ord);
+    PERFORM 1 FROM holdfast.lock_agents(v_agents);
     FOR v_row IN
-        SELECT r.ordinality::integer AS ord, r.tool_call_id, r.output, r.is_error, t.agent_id
-          FROM unnest(p_results) WITH ORDINALITY AS r(tool_call_id, output, is_error, ordinality)
-          LEFT JOIN holdfast.tool_calls t ON t.id = r.tool_call_id
-         ORDER BY t.agent_id, r.ordinality
+        SELECT u.ord::integer AS ord, u.tool_call_id, u.output, u.is_error, u.agent_id
+          FROM unnest(p_results, v_agents) WITH ORDINALITY AS u(tool_call_id, output, is_error, agent_id, ord)
+         ORDER BY u.agent_id, u.ord
     LOOP
         ord := v_row.ord;
         message := NULL;

@@ -5,18 +5,30 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::future::join_all;
-use holdfast_engine::domain::{AgentState, Claim, ModelStep, NewToolCall, ToolKind};
+use holdfast_engine::domain::{AgentState, Claim, InputMode, ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::{migrate, store, Error};
 use holdfast_tests::scenario::{agent_state, event_types, pending_inputs};
 use holdfast_tests::{new_agent, project_and_agent, wait_for_lock_wait_in, wait_until, TestDb};
 use serde_json::{json, Value};
-use tokio_postgres::{AsyncMessage, Client};
+use tokio_postgres::{AsyncMessage, Client, GenericClient};
 use uuid::Uuid;
 
 const TTL: Duration = Duration::from_secs(60);
 
 fn sqlstate(e: &tokio_postgres::Error) -> String {
     e.code().map(|c| c.code().to_owned()).unwrap_or_default()
+}
+
+/// `n` new agents in `project`, each made ready by an input, in one statement.
+async fn create_ready_agents(client: &Client, project: Uuid, n: i32) {
+    client
+        .execute(
+            "SELECT holdfast.create_input(holdfast.create_agent($1, $2), '\"go\"')
+               FROM generate_series(1, $3)",
+            &[&project, &holdfast_tests::default_config(), &n],
+        )
+        .await
+        .unwrap();
 }
 
 /// Make `agent` ready by giving it an input.
@@ -64,14 +76,7 @@ async fn eight_concurrent_claimers_never_share_an_agent_and_claim_all() {
     let db = TestDb::new().await;
     let setup = db.connect().await;
     let (project, _) = project_and_agent(&setup).await;
-    setup
-        .execute(
-            "SELECT holdfast.create_input(holdfast.create_agent($1, $2), '\"go\"')
-               FROM generate_series(1, 1000)",
-            &[&project, &holdfast_tests::default_config()],
-        )
-        .await
-        .unwrap();
+    create_ready_agents(&setup, project, 1000).await;
 
     let claimers = (0..8).map(|w| {
         let db = &db;
@@ -1282,4 +1287,187 @@ async fn the_dba_views_show_who_holds_what() {
         .map(|r| r.get(0))
         .collect();
     assert!(stuck.contains(&claim.agent_id));
+}
+
+/// One agent's way through the hot path on `client`, as a worker's and the
+/// API's pooled sessions run it (statements prepared once per connection):
+/// an input (`create_inputs`), a claim, the step's context, a model step
+/// calling a custom tool, its result (`submit_tool_results`); the claim
+/// that follows, a model step calling a worker-run tool, the tool's batch
+/// (`start_tool_call`, `commit_tool_result`, `release_agent`), and a
+/// closing model step.
+async fn hot_path_cycle(client: &impl store::Prepared, project: Uuid, agent: Uuid) {
+    let input = store::create_inputs(
+        client,
+        &[store::NewInput::new(
+            project,
+            agent,
+            json!("hello"),
+            None,
+            None,
+            InputMode::Steer,
+        )],
+    )
+    .await
+    .unwrap()
+    .remove(0)
+    .unwrap();
+    let claim = store::claim_agents(client, "w", 1, TTL).await.unwrap()[0];
+    assert_eq!(claim.agent_id, agent, "the cycle's agent is the one ready");
+    store::load_step_context(client, agent).await.unwrap();
+    let step = tool_step(vec![input.input.id], &[ToolKind::Custom]);
+    let committed = store::commit_model_steps(client, &[(claim, &step)])
+        .await
+        .unwrap();
+    assert!(committed[0].1.is_ok(), "{committed:?}");
+    let call: Uuid = client
+        .client()
+        .query_one(
+            "SELECT id FROM holdfast.tool_calls WHERE agent_id = $1 AND status = 'waiting'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let results = store::submit_tool_results(
+        client,
+        &[store::ToolResult {
+            tool_call_id: call,
+            output: json!({"answer": 42}),
+            is_error: false,
+        }],
+    )
+    .await
+    .unwrap();
+    assert!(results[0].is_ok(), "{results:?}");
+    let claim = store::claim_agents(client, "w", 1, TTL).await.unwrap()[0];
+    store::renew_leases(client, "w", &[claim], TTL)
+        .await
+        .unwrap();
+    store::load_step_context(client, agent).await.unwrap();
+    let step = tool_step(vec![], &[ToolKind::External]);
+    let committed = store::commit_model_steps(client, &[(claim, &step)])
+        .await
+        .unwrap();
+    assert!(committed[0].1.is_ok(), "{committed:?}");
+    let claim = store::claim_agents(client, "w", 1, TTL).await.unwrap()[0];
+    let context = store::load_step_context(client, agent).await.unwrap();
+    let call = context
+        .tool_calls
+        .iter()
+        .find(|c| c.status == "pending")
+        .expect("the worker-run call is pending")
+        .id;
+    store::start_tool_call(client, claim, call).await.unwrap();
+    store::commit_tool_result(client, claim, call, &json!({"ok": true}), false)
+        .await
+        .unwrap();
+    store::release_agent(client, claim, None).await.unwrap();
+    let claim = store::claim_agents(client, "w", 1, TTL).await.unwrap()[0];
+    store::load_step_context(client, agent).await.unwrap();
+    let step = text_step(vec![]);
+    let committed = store::commit_model_steps(client, &[(claim, &step)])
+        .await
+        .unwrap();
+    assert!(committed[0].1.is_ok(), "{committed:?}");
+}
+
+/// A session keeps the hot functions' generic plans (`force_generic_plan`)
+/// from their first call, made on whatever statistics the tables had then:
+/// none on a new install, until autovacuum's first ANALYZE. A plan that
+/// reads a growing table sequentially would make each later call of that
+/// session cost the whole table. So after the session's first cycles on
+/// empty tables, and a thousand projects and a thousand agents' worth of
+/// rows written by another session, the same session's next cycle must
+/// read no table of four pages or more sequentially (sized by its file,
+/// not by the shared statistics, which a session sends at most once a
+/// second).
+#[tokio::test]
+async fn a_sessions_cached_hot_path_plans_stay_index_lookups_as_the_tables_grow() {
+    let db = TestDb::new().await;
+    let pool = db.pool(1);
+    let pooled = pool.get().await.unwrap();
+    let session = store::Pooled(&pooled);
+    let (project, _) = project_and_agent(&pooled).await;
+    // Six cycles: a statement prepared on the connection runs on a generic
+    // plan from its sixth execution, as the functions' statements do from
+    // their first.
+    for _ in 0..6 {
+        let agent = new_agent(&pooled, project).await;
+        hot_path_cycle(&session, project, agent).await;
+    }
+
+    // A thousand projects, and a thousand agents through the same
+    // functions, from another session.
+    let grower = db.connect().await;
+    grower
+        .execute(
+            "SELECT holdfast.ensure_project('grown-' || g) FROM generate_series(1, 1000) g",
+            &[],
+        )
+        .await
+        .unwrap();
+    create_ready_agents(&grower, project, 1000).await;
+    let claims = store::claim_agents(&grower, "w-grow", 1000, TTL)
+        .await
+        .unwrap();
+    assert_eq!(claims.len(), 1000);
+    let mut inputs: std::collections::HashMap<Uuid, Vec<Uuid>> = grower
+        .query(
+            "SELECT agent_id, array_agg(id) FROM holdfast.inputs
+              WHERE consumed_at IS NULL GROUP BY agent_id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let steps: Vec<ModelStep> = claims
+        .iter()
+        .map(|c| tool_step(inputs.remove(&c.agent_id).unwrap(), &[ToolKind::Custom]))
+        .collect();
+    let batch: Vec<(Claim, &ModelStep)> = claims.iter().copied().zip(&steps).collect();
+    store::commit_model_steps(&grower, &batch).await.unwrap();
+    grower
+        .execute(
+            "SELECT holdfast.submit_tool_results(ARRAY(
+                 SELECT ROW(id, '{\"answer\": 1}', false)::holdfast.tool_result
+                   FROM holdfast.tool_calls WHERE status = 'waiting'))",
+            &[],
+        )
+        .await
+        .unwrap();
+    // Their turns end, so the second cycle's agent is the only one ready.
+    let claims = store::claim_agents(&grower, "w-grow", 1000, TTL)
+        .await
+        .unwrap();
+    assert_eq!(claims.len(), 1000);
+    let step = text_step(vec![]);
+    let batch: Vec<(Claim, &ModelStep)> = claims.iter().map(|c| (*c, &step)).collect();
+    store::commit_model_steps(&grower, &batch).await.unwrap();
+
+    let next = new_agent(&pooled, project).await;
+    // One transaction, so that its own table reads can be read back before
+    // they reach the shared statistics.
+    pooled.batch_execute("BEGIN").await.unwrap();
+    hot_path_cycle(&session, project, next).await;
+    let scans: Vec<(String, i64, i64)> = pooled
+        .query(
+            "SELECT x.relname::text, x.seq_scan, x.seq_tup_read
+               FROM pg_stat_xact_user_tables x
+              WHERE x.schemaname = 'holdfast' AND x.seq_scan > 0
+                AND pg_relation_size(x.relid) >= 4 * current_setting('block_size')::bigint",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    pooled.batch_execute("COMMIT").await.unwrap();
+    assert!(
+        scans.is_empty(),
+        "the hot path read these tables sequentially (table, scans, rows read): {scans:?}"
+    );
 }
