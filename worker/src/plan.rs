@@ -8,6 +8,7 @@ use holdfast_engine::provider::{
     compaction_split, summary_message, summary_request, ContentBlock, Message, ModelRequest, Role,
     ToolDefinition,
 };
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 /// What a claimed agent needs next.
@@ -172,7 +173,9 @@ fn tool_result_block(call: &ToolCallRecord) -> ContentBlock {
 }
 
 /// Saved content blocks; a block this version does not model is passed to
-/// the model as its JSON text rather than dropped.
+/// the model as its JSON text rather than dropped. Each is read from the
+/// loaded JSON in place (not from a copy of it): a step renders its whole
+/// history.
 fn blocks(content: &Value) -> Vec<ContentBlock> {
     content
         .as_array()
@@ -180,7 +183,7 @@ fn blocks(content: &Value) -> Vec<ContentBlock> {
             items
                 .iter()
                 .map(|b| {
-                    serde_json::from_value(b.clone()).unwrap_or_else(|_| ContentBlock::Text {
+                    ContentBlock::deserialize(b).unwrap_or_else(|_| ContentBlock::Text {
                         text: b.to_string(),
                     })
                 })

@@ -31,9 +31,8 @@ address the user.";
 pub fn estimate_tokens(request: &ModelRequest) -> u64 {
     let mut chars = request.system.as_deref().map_or(0, char_count);
     for tool in &request.tools {
-        chars += char_count(&tool.name)
-            + char_count(&tool.description)
-            + char_count(&tool.input_schema.to_string());
+        chars +=
+            char_count(&tool.name) + char_count(&tool.description) + json_chars(&tool.input_schema);
     }
     for message in &request.messages {
         chars += message.content.iter().map(block_chars).sum::<u64>();
@@ -57,9 +56,7 @@ const DOCUMENT_URL_TOKENS: u64 = 6000;
 fn block_chars(block: &ContentBlock) -> u64 {
     match block {
         ContentBlock::Text { text } => char_count(text),
-        ContentBlock::ToolUse { name, input, .. } => {
-            char_count(name) + char_count(&input.to_string())
-        }
+        ContentBlock::ToolUse { name, input, .. } => char_count(name) + json_chars(input),
         ContentBlock::ToolResult { content, .. } => match media_blocks(content) {
             Some(blocks) => blocks.iter().map(block_chars).sum(),
             None => char_count(&tool_result_text(content)),
@@ -70,12 +67,34 @@ fn block_chars(block: &ContentBlock) -> u64 {
             MediaSource::Base64 { data, .. } => data.len() as u64 * 3 / 4 / PDF_BYTES_PER_TOKEN * 4,
             MediaSource::Url { .. } => DOCUMENT_URL_TOKENS * 4,
         },
-        ContentBlock::Raw(raw) => char_count(&raw.to_string()),
+        ContentBlock::Raw(raw) => json_chars(raw),
     }
 }
 
 fn char_count(text: &str) -> u64 {
     text.chars().count() as u64
+}
+
+/// The length in characters of `value`'s JSON text, counted as it is
+/// written instead of from a string of it: a step estimates its whole
+/// history, tool inputs and schemas included.
+fn json_chars(value: &serde_json::Value) -> u64 {
+    struct Chars(u64);
+    impl std::io::Write for Chars {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            // A character starts at each byte that is not a UTF-8
+            // continuation byte (10xxxxxx).
+            self.0 += bytes.iter().filter(|b| **b & 0xC0 != 0x80).count() as u64;
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut chars = Chars(0);
+    // A Value always serialises, and this writer never fails.
+    let _ = serde_json::to_writer(&mut chars, value);
+    chars.0
 }
 
 /// Where the kept tail of `messages` begins when compacting with the last
@@ -209,6 +228,21 @@ mod tests {
     use super::*;
     use crate::config::{ModelConfig, Provider};
     use serde_json::json;
+
+    #[test]
+    fn json_chars_counts_the_characters_of_the_json_text() {
+        for value in [
+            json!({"city": "Zürich", "emoji": "🦀", "quote": "say \"hi\"\n", "n": [1, 2.5, null]}),
+            json!("日本語"),
+            json!({}),
+        ] {
+            assert_eq!(
+                json_chars(&value),
+                value.to_string().chars().count() as u64,
+                "{value}"
+            );
+        }
+    }
 
     fn text(role: Role, t: &str) -> Message {
         Message {

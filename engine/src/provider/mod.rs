@@ -153,7 +153,7 @@ pub fn media_blocks(output: &Value) -> Option<Vec<ContentBlock>> {
     let blocks: Vec<ContentBlock> = output
         .as_array()?
         .iter()
-        .map(|b| serde_json::from_value(b.clone()).ok())
+        .map(|b| ContentBlock::deserialize(b).ok())
         .collect::<Option<_>>()?;
     let typed = blocks.iter().all(|b| {
         matches!(
