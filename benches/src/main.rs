@@ -143,6 +143,11 @@ pub struct Options {
     /// Experiment: extra environment for every worker, KEY=VALUE (repeatable).
     #[arg(long = "worker-env", value_parser = parse_key_value)]
     pub worker_env: Vec<(String, String)>,
+    /// Experiment (sql_steps): `VACUUM holdfast.agents` from one more
+    /// session every this many milliseconds while the sessions run, to
+    /// show what the agent row's dead versions cost a longer run.
+    #[arg(long)]
+    pub vacuum_agents_every_ms: Option<u64>,
 
     /// throughput, api_inputs, sql_steps: agents.
     #[arg(long)]
@@ -261,6 +266,7 @@ impl Bench {
             "holdfast_bin": self.holdfast.bin.display().to_string(),
             "profiled": self.opts.profile,
             "sql_experiment": self.opts.sql.as_ref().map(|p| p.display().to_string()),
+            "vacuum_agents_every_ms_experiment": self.opts.vacuum_agents_every_ms,
             "worker_env_experiment": self
                 .opts
                 .worker_env

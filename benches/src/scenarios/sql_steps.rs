@@ -24,6 +24,10 @@ use crate::{Bench, Outcome};
 
 const DB: &str = "bench_sql_steps";
 const LEASE: Duration = Duration::from_secs(60);
+/// steps/s is also reported per window of this many seconds, so that a
+/// rate that falls as the run goes on (the tables' dead row versions
+/// piling up between vacuums) shows.
+const WINDOW_SECONDS: f64 = 5.0;
 
 pub async fn run(bench: &Bench) -> Result<Outcome> {
     let sessions = bench.pick(bench.opts.concurrency, 8, 4);
@@ -53,6 +57,14 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     // Pooled connections, as the worker and the API hold theirs: each
     // statement is prepared once per connection.
     let pool = connect::pool(config.clone(), sessions)?;
+    let vacuums = match bench.opts.vacuum_agents_every_ms {
+        Some(every) => Some(tokio::spawn(vacuum_agents(
+            connect_to(&config).await?,
+            Duration::from_millis(every),
+            deadline,
+        ))),
+        None => None,
+    };
     let mut tasks = Vec::with_capacity(sessions);
     for s in 0..sessions {
         let pool = pool.clone();
@@ -73,6 +85,8 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
                 )
                 .await?;
             let mut cycles = Samples::new();
+            // When each cycle ended, in seconds since the start.
+            let mut ended = Vec::new();
             let mut empty_claims = 0u64;
             while Instant::now() < deadline {
                 let began = Instant::now();
@@ -99,18 +113,25 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
                     .get(0);
                 store::submit_tool_result(&client, call, &json!({"answer": 42}), false).await?;
                 cycles.push(began.elapsed());
+                ended.push(started.elapsed().as_secs_f64());
             }
-            anyhow::Ok((cycles, empty_claims))
+            anyhow::Ok((cycles, ended, empty_claims))
         }));
     }
     let mut cycles = Samples::new();
+    let mut ended = Vec::new();
     let mut empty_claims = 0;
     for task in tasks {
-        let (c, e) = task.await??;
+        let (c, t, e) = task.await??;
         cycles.extend(&c);
+        ended.extend(t);
         empty_claims += e;
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let vacuums = match vacuums {
+        Some(task) => Some(task.await??),
+        None => None,
+    };
     let pg_ticks = postmaster
         .map_or(0, children_cpu_ticks)
         .saturating_sub(pg_ticks_before);
@@ -148,6 +169,9 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
         metrics: json!({
             "steps": steps,
             "steps_per_sec": round3(per_sec),
+            "steps_per_sec_by_window": steps_per_sec_by_window(&ended, elapsed),
+            "window_seconds": WINDOW_SECONDS,
+            "agents_vacuums": vacuums,
             "empty_claims": empty_claims,
             "cycle_latency": cycles.summary(),
             "postgres_cpu_ms_per_step": round3(
@@ -159,6 +183,41 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
         }),
         baseline,
     })
+}
+
+/// `VACUUM holdfast.agents` on `client` every `every` until `deadline`;
+/// returns how many ran.
+async fn vacuum_agents(
+    client: tokio_postgres::Client,
+    every: Duration,
+    deadline: Instant,
+) -> Result<u64> {
+    let mut vacuums = 0;
+    let mut ticks = tokio::time::interval(every);
+    ticks.tick().await;
+    while Instant::now() < deadline {
+        ticks.tick().await;
+        client.batch_execute("VACUUM holdfast.agents").await?;
+        vacuums += 1;
+    }
+    Ok(vacuums)
+}
+
+/// Steps/s in each whole window of WINDOW_SECONDS from the start (a cycle
+/// is two steps), given when each cycle ended; the last, partial window
+/// is left out.
+fn steps_per_sec_by_window(ended: &[f64], elapsed: f64) -> Vec<serde_json::Value> {
+    let windows = (elapsed / WINDOW_SECONDS).floor() as usize;
+    let mut cycles = vec![0u64; windows];
+    for t in ended {
+        if let Some(count) = cycles.get_mut((t / WINDOW_SECONDS) as usize) {
+            *count += 1;
+        }
+    }
+    cycles
+        .into_iter()
+        .map(|c| round3(2.0 * c as f64 / WINDOW_SECONDS))
+        .collect()
 }
 
 /// The response of the throughput scenario's fake model: a line of text and
