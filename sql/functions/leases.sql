@@ -322,6 +322,8 @@ DECLARE
     v_projects uuid[];
     v_ids uuid[];
     v_id uuid;
+    v_candidate uuid;
+    v_due boolean;
 BEGIN
     IF p_worker IS NULL OR p_worker = '' THEN
         PERFORM holdfast.raise('HF422', 'worker name must not be empty', 'worker');
@@ -362,17 +364,27 @@ BEGIN
       ORDER BY p.id
         FOR NO KEY UPDATE;
 
-    WITH quotas AS (
-        SELECT p.id AS project_id,
-               CASE WHEN p.max_running IS NULL THEN v_max
-                    ELSE greatest(0, least(v_max, p.max_running - (
-                        SELECT count(*) FROM holdfast.agents r
-                         WHERE r.project_id = p.id AND r.state = 'running')))::integer
-               END AS quota
-          FROM holdfast.projects p
-         WHERE p.id = ANY (v_projects)
-    ), ranked AS (
-        SELECT c.id, c.ready_at, c.rank
+    -- The candidates in claim order; each is then locked by its key, one
+    -- probe per candidate, until the batch is full. Not one join of the
+    -- candidates with agents under FOR UPDATE: the generic plan of that,
+    -- made on a new install's empty statistics (see lock_agents), was a
+    -- nested loop over every ready agent that redid the per-project
+    -- candidate search for each, so a claim's cost grew with the square
+    -- of the ready agents' index entries (dead ones included, piling up
+    -- between vacuums).
+    v_ids := '{}';
+    FOR v_candidate IN
+        WITH quotas AS (
+            SELECT p.id AS project_id,
+                   CASE WHEN p.max_running IS NULL THEN v_max
+                        ELSE greatest(0, least(v_max, p.max_running - (
+                            SELECT count(*) FROM holdfast.agents r
+                             WHERE r.project_id = p.id AND r.state = 'running')))::integer
+                   END AS quota
+              FROM holdfast.projects p
+             WHERE p.id = ANY (v_projects)
+        )
+        SELECT c.id
           FROM quotas q
           CROSS JOIN LATERAL (
               SELECT a.id, greatest(a.run_after, a.state_changed_at) AS ready_at,
@@ -382,14 +394,22 @@ BEGIN
                  AND greatest(a.run_after, a.state_changed_at) <= v_now
                ORDER BY greatest(a.run_after, a.state_changed_at), a.id
                LIMIT q.quota) c
-    ), locked AS (
-        SELECT a.id FROM ranked r JOIN holdfast.agents a ON a.id = r.id
-         WHERE a.state = 'ready' AND greatest(a.run_after, a.state_changed_at) <= v_now
-         ORDER BY r.rank, r.ready_at, r.id
-         LIMIT v_max
-           FOR UPDATE OF a SKIP LOCKED
-    )
-    SELECT coalesce(array_agg(l.id), '{}') INTO v_ids FROM locked l;
+         ORDER BY c.rank, c.ready_at, c.id
+    LOOP
+        -- By the key alone, the state checked on the locked row: a
+        -- predicate on state here lets the plan probe a ready index for
+        -- the id, reading its entries up to the match. A candidate another
+        -- claimer took meanwhile stays locked until this claim commits.
+        SELECT a.state = 'ready' AND greatest(a.run_after, a.state_changed_at) <= v_now
+          INTO v_due
+          FROM holdfast.agents a
+         WHERE a.id = v_candidate
+           FOR UPDATE SKIP LOCKED;
+        IF v_due THEN
+            v_ids := v_ids || v_candidate;
+            EXIT WHEN cardinality(v_ids) >= v_max;
+        END IF;
+    END LOOP;
 
     IF cardinality(v_ids) < v_max THEN
         v_ids := v_ids || ARRAY(

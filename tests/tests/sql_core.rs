@@ -1174,13 +1174,21 @@ async fn the_claim_uses_the_ready_index_with_100k_idle_agents() {
         plans.push_str(&n);
         plans.push('\n');
     }
-    let candidate_plan = plans
-        .split("duration:")
-        .find(|p| p.contains("SKIP LOCKED"))
-        .unwrap_or_else(|| panic!("no plan for the claim query in:\n{plans}"));
+    let plan_of = |query: &str| {
+        plans
+            .split("duration:")
+            .find(|p| p.contains(query))
+            .unwrap_or_else(|| panic!("no plan for the claim's {query:?} in:\n{plans}"))
+    };
+    let candidate_plan = plan_of("WITH quotas");
     assert!(
         candidate_plan.contains("agents_ready_project_idx"),
-        "claim must read the partial per-project ready index:\n{candidate_plan}"
+        "claim must find its candidates in the partial per-project ready index:\n{candidate_plan}"
+    );
+    let lock_plan = plan_of("SKIP LOCKED");
+    assert!(
+        lock_plan.contains("agents_pkey"),
+        "claim must lock each candidate by its key:\n{lock_plan}"
     );
     assert!(
         !plans.contains("Seq Scan on agents"),
@@ -1469,5 +1477,49 @@ async fn a_sessions_cached_hot_path_plans_stay_index_lookups_as_the_tables_grow(
     assert!(
         scans.is_empty(),
         "the hot path read these tables sequentially (table, scans, rows read): {scans:?}"
+    );
+}
+
+/// The claim's generic plan is made at a session's first claim, on a new
+/// install's empty statistics, and kept (see the test above). Whatever that
+/// plan is, a claim of one agent reads a few rows, not one (or, as a join
+/// of the candidates with the agents once did, a scan) per ready agent:
+/// with 300 agents ready, one claim reads fewer agent rows (by index or by
+/// scan) than there are ready agents.
+#[tokio::test]
+async fn a_sessions_cached_claim_plan_reads_a_few_entries_however_many_agents_are_ready() {
+    let db = TestDb::new().await;
+    let pool = db.pool(1);
+    let pooled = pool.get().await.unwrap();
+    let session = store::Pooled(&pooled);
+    let (project, _) = project_and_agent(&pooled).await;
+    for _ in 0..6 {
+        let agent = new_agent(&pooled, project).await;
+        hot_path_cycle(&session, project, agent).await;
+    }
+
+    const READY: i64 = 300;
+    let grower = db.connect().await;
+    create_ready_agents(&grower, project, READY as i32).await;
+
+    // The session's counts of agent rows read, before and after the claim,
+    // in one transaction (no flush of the counts to the shared statistics
+    // can come between them).
+    let rows_read = "SELECT idx_tup_fetch + seq_tup_read FROM pg_stat_xact_user_tables
+                      WHERE schemaname = 'holdfast' AND relname = 'agents'";
+    pooled.batch_execute("BEGIN").await.unwrap();
+    let before: i64 = pooled.query_one(rows_read, &[]).await.unwrap().get(0);
+    let claims = store::claim_agents(&session, "w", 1, TTL).await.unwrap();
+    assert_eq!(claims.len(), 1);
+    let read = pooled
+        .query_one(rows_read, &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        - before;
+    pooled.batch_execute("COMMIT").await.unwrap();
+    assert!(
+        read < READY,
+        "one claim read {read} agent rows with {READY} agents ready"
     );
 }
