@@ -1380,6 +1380,18 @@ async fn hot_path_cycle(client: &impl store::Prepared, project: Uuid, agent: Uui
     assert!(committed[0].1.is_ok(), "{committed:?}");
 }
 
+/// Six hot-path cycles on `pooled`, each with a new agent of `project`,
+/// so that the session's plans are cached while the tables are nearly empty
+/// and have no statistics: a statement prepared on the connection runs on
+/// a generic plan from its sixth execution, as the functions' statements
+/// do from their first.
+async fn cache_hot_path_plans(pooled: &deadpool_postgres::ClientWrapper, project: Uuid) {
+    for _ in 0..6 {
+        let agent = new_agent(pooled, project).await;
+        hot_path_cycle(&store::Pooled(pooled), project, agent).await;
+    }
+}
+
 /// A session keeps the hot functions' generic plans (`force_generic_plan`)
 /// from their first call, made on whatever statistics the tables had then:
 /// none on a new install, until autovacuum's first ANALYZE. A plan that
@@ -1397,13 +1409,7 @@ async fn a_sessions_cached_hot_path_plans_stay_index_lookups_as_the_tables_grow(
     let pooled = pool.get().await.unwrap();
     let session = store::Pooled(&pooled);
     let (project, _) = project_and_agent(&pooled).await;
-    // Six cycles: a statement prepared on the connection runs on a generic
-    // plan from its sixth execution, as the functions' statements do from
-    // their first.
-    for _ in 0..6 {
-        let agent = new_agent(&pooled, project).await;
-        hot_path_cycle(&session, project, agent).await;
-    }
+    cache_hot_path_plans(&pooled, project).await;
 
     // A thousand projects, and a thousand agents through the same
     // functions, from another session.
@@ -1493,10 +1499,7 @@ async fn a_sessions_cached_claim_plan_reads_a_few_entries_however_many_agents_ar
     let pooled = pool.get().await.unwrap();
     let session = store::Pooled(&pooled);
     let (project, _) = project_and_agent(&pooled).await;
-    for _ in 0..6 {
-        let agent = new_agent(&pooled, project).await;
-        hot_path_cycle(&session, project, agent).await;
-    }
+    cache_hot_path_plans(&pooled, project).await;
 
     const READY: i64 = 300;
     let grower = db.connect().await;
