@@ -25,8 +25,9 @@ use crate::{Bench, Outcome};
 const DB: &str = "bench_sql_steps";
 const LEASE: Duration = Duration::from_secs(60);
 /// steps/s is also reported per window of this many seconds, so that a
-/// rate that falls as the run goes on (the tables' dead row versions
-/// piling up between vacuums) shows.
+/// rate that falls as the run goes on shows (a cost that grows with the
+/// dead row versions left between vacuums did: BENCHMARKS.md, "A new
+/// install's claim").
 const WINDOW_SECONDS: f64 = 5.0;
 
 pub async fn run(bench: &Bench) -> Result<Outcome> {
