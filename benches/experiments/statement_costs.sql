@@ -72,13 +72,13 @@ BEGIN
     FOR v_row IN SELECT n.type, n.data FROM new_events n
                   WHERE n.type IN ('tool_call.created', 'turn.completed', 'turn.failed', 'turn.cancelled')
                   ORDER BY n.agent_id, n.seq LOOP
-        RAISE EXCEPTION 'the timed rows open no waits and end no turns';
+        RAISE EXCEPTION 'statement_costs.sql times rows that open no waits and end no turns';
     END LOOP;
     IF EXISTS (SELECT 1 FROM holdfast.webhook_endpoints e
                 WHERE e.deleted_at IS NULL
                   AND e.project_id IN (SELECT a.project_id FROM new_events n
                                          JOIN holdfast.agents a ON a.id = n.agent_id)) THEN
-        RAISE EXCEPTION 'the timed database has no webhook endpoints';
+        RAISE EXCEPTION 'statement_costs.sql times a database without webhook endpoints';
     END IF;
     PERFORM pg_notify('holdfast_events', n.agent_id::text)
        FROM (SELECT DISTINCT e.agent_id FROM new_events e) n
