@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use tokio::sync::OnceCell;
 use tokio_postgres::Client;
 
+use crate::processes::{machine_busy_ticks, ticks_per_second};
 use crate::stats::{round3, Samples};
 
 /// Room for a worker at concurrency 1,000 (its pool grows to concurrency +
@@ -295,7 +296,12 @@ impl BenchCluster {
             "-T",
             &seconds_arg,
         ];
+        let busy_before = machine_busy_ticks()?;
+        let started = Instant::now();
         let out = self.run_pgbench(&pgbench, &args).await?;
+        let busy_seconds =
+            machine_busy_ticks()?.saturating_sub(busy_before) as f64 / ticks_per_second();
+        let wall = started.elapsed().as_secs_f64();
         let tps = out
             .lines()
             .find_map(|line| {
@@ -306,8 +312,24 @@ impl BenchCluster {
                     .ok()
             })
             .ok_or_else(|| anyhow!("no tps line in pgbench output:\n{out}"))?;
+        let transactions = out
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix("number of transactions actually processed: ")?
+                    .split(['/', ' '])
+                    .next()?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .ok_or_else(|| anyhow!("no transaction count in pgbench output:\n{out}"))?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
         Ok(json!({
             "pgbench_tps": round3(tps),
+            // What one transaction costs the whole machine (pgbench's
+            // clients, Postgres, the kernel), and how busy it was: the
+            // measure a step's machine time is held against.
+            "pgbench_machine_cpu_ms_per_tx": round3(busy_seconds * 1000.0 / transactions),
+            "pgbench_machine_busy_share": round3(busy_seconds / (cores * wall)),
             "pgbench_command": format!("pgbench {} {PGBENCH_DB}", args.join(" ")),
             "pgbench_scale": initialised,
         }))

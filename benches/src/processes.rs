@@ -232,6 +232,28 @@ pub fn cpu_ticks(pid: u32) -> Result<u64> {
     Ok(utime + stime)
 }
 
+/// CPU ticks the whole machine spent busy (all cores: user, nice, system,
+/// irq, softirq, steal; not idle or iowait), from /proc/stat. Read before
+/// and after a window, it is what every process together cost, the
+/// driver, the kernel and anything else running included.
+pub fn machine_busy_ticks() -> Result<u64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .ok_or_else(|| anyhow!("no cpu line in /proc/stat"))?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest is in user).
+    Ok([0, 1, 2, 5, 6, 7]
+        .iter()
+        .filter_map(|&i| fields.get(i))
+        .sum())
+}
+
 /// CPU ticks of `parent`'s children (the Postgres backends of a
 /// postmaster): the live ones', and those of the children that exited and
 /// were reaped (the parent's cutime and cstime), so a session that closed

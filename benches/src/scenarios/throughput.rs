@@ -23,7 +23,7 @@ use uuid::Uuid;
 use super::{agent_config, target, LOOKUP_TOOL};
 use crate::fleet::Fleet;
 use crate::postgres::{connect_to, next_xid, WaitSampler};
-use crate::processes::{children_cpu_ticks, ticks_per_second};
+use crate::processes::{children_cpu_ticks, cpu_ticks, machine_busy_ticks, ticks_per_second};
 use crate::stats::{ratio, round3, Samples};
 use crate::{Bench, Outcome};
 
@@ -73,6 +73,9 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     for p in &procs {
         worker_ticks_before += p.cpu_ticks()?;
     }
+    // The driver is this process: the fake model and the tool results.
+    let driver_ticks_before = cpu_ticks(std::process::id())?;
+    let machine_ticks_before = machine_busy_ticks()?;
     let xid_before = next_xid(&admin).await?;
     let waits = WaitSampler::start(&config, "bench-tp-w%").await?;
     let started = Instant::now();
@@ -86,6 +89,8 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     tx.commit().await?;
     let tool_results = answer_tool_calls(&config, agents, steps).await?;
     let wall = started.elapsed();
+    let machine_ticks = machine_busy_ticks()?.saturating_sub(machine_ticks_before);
+    let driver_ticks = cpu_ticks(std::process::id())?.saturating_sub(driver_ticks_before);
     let waits = waits.finish().await?;
 
     let xid_after = next_xid(&admin).await?;
@@ -157,6 +162,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let writes = (xid_after - xid_before) as f64;
     let driver_writes = 1.0 + tool_results as f64;
     let ticks = ticks_per_second();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let steps_per_sec = total_steps / seconds;
     let model_steps_per_sec = model_steps as f64 / seconds;
     let pgbench_tps = baseline["pgbench_tps"].as_f64().unwrap_or(f64::NAN);
@@ -181,6 +187,14 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
         "later_model_step_latency": later_latency.summary(),
         "worker_cpu_ms_per_step": round3(worker_ticks as f64 / ticks * 1000.0 / total_steps),
         "postgres_cpu_ms_per_step": round3(pg_ticks as f64 / ticks * 1000.0 / total_steps),
+        "driver_cpu_ms_per_step": round3(driver_ticks as f64 / ticks * 1000.0 / total_steps),
+        // Everything the machine did while the driver ran, per step, and
+        // how busy its cores were; beside it, the machine time per step
+        // that half of pgbench -N's rate would leave (pgbench ran on the
+        // same cores).
+        "machine_cpu_ms_per_step": round3(machine_ticks as f64 / ticks * 1000.0 / total_steps),
+        "machine_busy_share": round3(machine_ticks as f64 / ticks / (cores * wall.as_secs_f64())),
+        "machine_ms_per_step_at_half_pgbench": round3(cores * 1000.0 / (0.5 * pgbench_tps)),
         "worker_sessions_in_statement": waits,
         "ratio_steps_per_sec_to_pgbench_tps": ratio(steps_per_sec, pgbench_tps),
         "ratio_model_steps_per_sec_to_pgbench_tps": ratio(model_steps_per_sec, pgbench_tps),
