@@ -197,10 +197,25 @@ BEGIN
 END
 $$;
 
--- Both sides wrote the same rows for each step.
-SELECT (SELECT count(*) FROM holdfast.events) AS events, (SELECT count(*) FROM holdfast.messages) AS messages,
-       (SELECT count(*) FROM holdfast.tool_calls) AS tool_calls,
-       (SELECT count(*) FROM holdfast.agents WHERE state = 'waiting') AS waiting_agents;
+-- Both sides wrote the same rows for each step: every agent, whichever
+-- side committed it, waits with one step, two messages, one call and four
+-- events (input.received and turn.started before the step).
+DO $$
+DECLARE
+    v_odd int;
+BEGIN
+    SELECT count(*) INTO v_odd
+      FROM claimed c JOIN holdfast.agents a ON a.id = c.agent_id
+     WHERE a.state <> 'waiting' OR a.last_event_seq <> 4
+        OR (SELECT count(*) FROM holdfast.steps s WHERE s.agent_id = a.id) <> 1
+        OR (SELECT count(*) FROM holdfast.messages m WHERE m.agent_id = a.id) <> 2
+        OR (SELECT count(*) FROM holdfast.tool_calls t WHERE t.agent_id = a.id) <> 1
+        OR (SELECT count(*) FROM holdfast.events e WHERE e.agent_id = a.id) <> 4;
+    IF v_odd > 0 THEN
+        RAISE EXCEPTION 'set_based_commit.sql: % agents do not hold what a committed step writes', v_odd;
+    END IF;
+END
+$$;
 
 \pset format aligned
 SELECT variant, batch,
