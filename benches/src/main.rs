@@ -328,7 +328,7 @@ async fn run(opts: Options) -> Result<usize> {
     }
     let postgres_version = cluster.server_version().await?;
     let durability = cluster.durability().await?;
-    let cpu_count = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpu_count = processes::cpu_count();
     let mut out = std::fs::File::create(&opts.json)
         .with_context(|| format!("creating {}", opts.json.display()))?;
     let scenarios: Vec<(Scenario, usize)> = opts

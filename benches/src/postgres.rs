@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use tokio::sync::OnceCell;
 use tokio_postgres::Client;
 
-use crate::processes::{machine_busy_ticks, ticks_per_second};
+use crate::processes::{cpu_count, machine_busy_ticks, ticks_per_second};
 use crate::stats::{round3, Samples};
 
 /// Room for a worker at concurrency 1,000 (its pool grows to concurrency +
@@ -302,27 +302,9 @@ impl BenchCluster {
         let busy_seconds =
             machine_busy_ticks()?.saturating_sub(busy_before) as f64 / ticks_per_second();
         let wall = started.elapsed().as_secs_f64();
-        let tps = out
-            .lines()
-            .find_map(|line| {
-                line.strip_prefix("tps = ")?
-                    .split_whitespace()
-                    .next()?
-                    .parse::<f64>()
-                    .ok()
-            })
-            .ok_or_else(|| anyhow!("no tps line in pgbench output:\n{out}"))?;
-        let transactions = out
-            .lines()
-            .find_map(|line| {
-                line.strip_prefix("number of transactions actually processed: ")?
-                    .split(['/', ' '])
-                    .next()?
-                    .parse::<f64>()
-                    .ok()
-            })
-            .ok_or_else(|| anyhow!("no transaction count in pgbench output:\n{out}"))?;
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let tps = pgbench_figure(&out, "tps = ")?;
+        let transactions = pgbench_figure(&out, "number of transactions actually processed: ")?;
+        let cores = cpu_count() as f64;
         Ok(json!({
             "pgbench_tps": round3(tps),
             // What one transaction costs the whole machine (pgbench's
@@ -420,6 +402,21 @@ impl BenchCluster {
         }
         Ok(stdout)
     }
+}
+
+/// The number pgbench prints after `prefix` on a line of its report
+/// (`tps = 7830.09 (without …)`; `… processed: 78301`, or `78301/80000`
+/// when a count was asked for).
+fn pgbench_figure(out: &str, prefix: &str) -> Result<f64> {
+    out.lines()
+        .find_map(|line| {
+            line.strip_prefix(prefix)?
+                .split(['/', ' '])
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+        .ok_or_else(|| anyhow!("no {prefix:?} line in pgbench output:\n{out}"))
 }
 
 /// The plain queue's table: a job row with the columns a minimal queue

@@ -321,6 +321,12 @@ fn stat_fields(stat: &str) -> Vec<&str> {
         .unwrap_or_default()
 }
 
+/// The cores this machine offers (1 if unknown): the bench's measure of
+/// how much CPU a window of wall time holds.
+pub fn cpu_count() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Clock ticks per second (`getconf CLK_TCK`; 100 on Linux if unknown).
 pub fn ticks_per_second() -> f64 {
     std::process::Command::new("getconf")

@@ -23,7 +23,9 @@ use uuid::Uuid;
 use super::{agent_config, target, LOOKUP_TOOL};
 use crate::fleet::Fleet;
 use crate::postgres::{connect_to, next_xid, WaitSampler};
-use crate::processes::{children_cpu_ticks, cpu_ticks, machine_busy_ticks, ticks_per_second};
+use crate::processes::{
+    children_cpu_ticks, cpu_count, cpu_ticks, machine_busy_ticks, ticks_per_second,
+};
 use crate::stats::{ratio, round3, Samples};
 use crate::{Bench, Outcome};
 
@@ -162,7 +164,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let writes = (xid_after - xid_before) as f64;
     let driver_writes = 1.0 + tool_results as f64;
     let ticks = ticks_per_second();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let cores = cpu_count() as f64;
     let steps_per_sec = total_steps / seconds;
     let model_steps_per_sec = model_steps as f64 / seconds;
     let pgbench_tps = baseline["pgbench_tps"].as_f64().unwrap_or(f64::NAN);
