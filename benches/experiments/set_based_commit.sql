@@ -23,7 +23,7 @@
 BEGIN;
 SET LOCAL client_min_messages = warning;
 
-CREATE TEMP TABLE commit_results (round int, variant text, batch int, steps int, us_per_step numeric);
+CREATE TEMP TABLE commit_results (round int, variant text, batch int, us_per_step numeric);
 CREATE TEMP TABLE claimed (n serial, agent_id uuid, epoch bigint);
 
 -- 2 variants × 2 rounds × 4 batch sizes × 256 steps, each on an agent of
@@ -40,10 +40,6 @@ BEGIN
         SELECT c.agent_id, c.epoch FROM holdfast.claim_agents('set-based-commit', 256, '1 hour') c;
         EXIT WHEN NOT FOUND;
     END LOOP;
-END
-$$;
-DO $$
-BEGIN
     IF (SELECT count(*) FROM claimed) <> 4096 THEN
         RAISE EXCEPTION 'set_based_commit.sql: % of 4096 agents claimed', (SELECT count(*) FROM claimed);
     END IF;
@@ -189,7 +185,7 @@ BEGIN
                                                 ELSE ARRAY['set-based floor', 'commit_model_steps'] END LOOP
             FOREACH v_size IN ARRAY CASE v_round WHEN 1 THEN ARRAY[1, 4, 16, 32] ELSE ARRAY[32, 16, 4, 1] END LOOP
                 INSERT INTO commit_results
-                VALUES (v_round, v_variant, v_size, 256, pg_temp.time_commits(v_variant, 1 + 256 * v_slot, v_size));
+                VALUES (v_round, v_variant, v_size, pg_temp.time_commits(v_variant, 1 + 256 * v_slot, v_size));
                 v_slot := v_slot + 1;
             END LOOP;
         END LOOP;
