@@ -39,25 +39,71 @@ export function folded(summary, value) {
   return el("details", {}, el("summary", {}, summary), json(value));
 }
 
+// A finder of the next match of `pattern` at or after an index. It
+// remembers its last answer, so a left-to-right scan whose queries never go
+// back searches each stretch of the text once: linear time in all, where a
+// regular expression retried at every position would be quadratic on text
+// full of `[` or `*` without their closing marks.
+function finder(text, pattern) {
+  const re = new RegExp(pattern.source, "g");
+  let searchedFrom = Infinity, found = -1;
+  return (from) => {
+    if (from >= searchedFrom && (found === -1 || found >= from)) return found;
+    re.lastIndex = from;
+    const match = re.exec(text);
+    searchedFrom = from;
+    found = match ? match.index : -1;
+    return found;
+  };
+}
+
+// Inline markdown, scanned once left to right: `code`, **strong**, *em* and
+// [label](http(s) URL); anything else, unclosed marks included, is text.
 function inline(text) {
   const out = [];
-  const pattern = /(`[^`]+`)|(\*\*[^*]+\*\*)|(\*[^*]+\*)|(\[[^\]]+\]\([^)\s]+\))/g;
-  let last = 0, match;
-  while ((match = pattern.exec(text)) !== null) {
-    if (match.index > last) out.push(text.slice(last, match.index));
-    const token = match[0];
-    if (match[1]) out.push(el("code", {}, token.slice(1, -1)));
-    else if (match[2]) out.push(el("strong", {}, token.slice(2, -2)));
-    else if (match[3]) out.push(el("em", {}, token.slice(1, -1)));
-    else {
-      const label = token.slice(1, token.indexOf("]"));
-      const href = token.slice(token.indexOf("](") + 2, -1);
-      if (/^https?:\/\//i.test(href)) out.push(el("a", { href, rel: "noopener noreferrer nofollow", target: "_blank" }, label));
-      else out.push(token);
+  const next = {
+    tick: finder(text, /`/),
+    star: finder(text, /\*/),
+    bracket: finder(text, /\]/),
+    paren: finder(text, /\)/),
+    space: finder(text, /\s/),
+  };
+  let plain = 0, i = 0;
+  const token = (end, node) => {
+    if (i > plain) out.push(text.slice(plain, i));
+    out.push(node);
+    i = plain = end;
+  };
+  while (i < text.length) {
+    const c = text[i];
+    if (c === "`") {
+      const close = next.tick(i + 1);
+      if (close > i + 1) { token(close + 1, el("code", {}, text.slice(i + 1, close))); continue; }
+    } else if (c === "*" && text[i + 1] === "*") {
+      const close = next.star(i + 2);
+      if (close > i + 2 && text[close + 1] === "*") { token(close + 2, el("strong", {}, text.slice(i + 2, close))); continue; }
+    } else if (c === "*") {
+      const close = next.star(i + 1);
+      if (close > i + 1) { token(close + 1, el("em", {}, text.slice(i + 1, close))); continue; }
+    } else if (c === "[") {
+      const close = next.bracket(i + 1);
+      if (close > i + 1 && text[close + 1] === "(") {
+        const end = next.paren(close + 2);
+        const space = next.space(close + 2);
+        if (end > close + 2 && (space === -1 || space > end)) {
+          const label = text.slice(i + 1, close);
+          const href = text.slice(close + 2, end);
+          const node = /^https?:\/\//i.test(href)
+            ? el("a", { href, rel: "noopener noreferrer nofollow", target: "_blank" }, label)
+            : text.slice(i, end + 1);
+          token(end + 1, node);
+          continue;
+        }
+      }
     }
-    last = match.index + token.length;
+    i++;
   }
-  if (last < text.length) out.push(text.slice(last));
+  if (plain < text.length) out.push(text.slice(plain));
   return out;
 }
 

@@ -15,8 +15,16 @@ use crate::extract::ApiPath;
 use crate::observe::record_agent;
 use crate::state::AppState;
 
-/// An attachment's bytes, with its media type as `Content-Type`. An
-/// attachment never changes, so a client may cache it for good.
+/// What an attachment's response may do in a browser that opens it: nothing
+/// (no script, no styles, no requests, a unique origin), whatever its
+/// bytes hold.
+pub const ATTACHMENT_CONTENT_SECURITY_POLICY: &str = "default-src 'none'; sandbox";
+
+/// An attachment's bytes, with its media type as `Content-Type`, served as a
+/// download (`Content-Disposition: attachment`) that a browser neither
+/// sniffs (`nosniff`) nor lets act (a sandboxing CSP). The bytes were
+/// checked against the media type when stored. An attachment never
+/// changes, so a client may cache it for good.
 #[utoipa::path(
     get,
     path = "/v1/agents/{id}/attachments/{attachment_id}",
@@ -53,6 +61,18 @@ pub async fn get_attachment(
             (
                 header::CACHE_CONTROL,
                 HeaderValue::from_static("private, max-age=31536000, immutable"),
+            ),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+            (
+                header::CONTENT_DISPOSITION,
+                HeaderValue::from_static("attachment"),
+            ),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(ATTACHMENT_CONTENT_SECURITY_POLICY),
             ),
         ],
         attachment.data,

@@ -113,6 +113,7 @@ impl ApiError {
 /// the error type) rather than 400.
 const UNPROCESSABLE_TOKENS: &[&str] = &[
     "idempotency_key_reused",
+    "media_type_mismatch",
     "model_not_permitted",
     "unsupported_content",
 ];
@@ -125,8 +126,9 @@ impl From<Error> for ApiError {
             // The SQL raises these tokens first in their messages on
             // purpose: a well-formed request that is not permitted (a reused
             // idempotency key, a model endpoint or URL the project may not
-            // use, an image or document the agent's provider cannot take)
-            // is a 422, told apart from malformed input (400).
+            // use, an image or document the agent's provider cannot take or
+            // whose bytes are not of its declared type) is a 422, told
+            // apart from malformed input (400).
             Error::Invalid { field, message }
                 if UNPROCESSABLE_TOKENS.iter().any(|t| message.starts_with(t)) =>
             {

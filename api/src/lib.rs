@@ -174,6 +174,9 @@ pub fn router(state: AppState) -> Router {
             config.request_timeout,
         ))
         .layer(axum::middleware::map_response(error::ensure_error_shape))
+        // Inside the metrics and the trace, which count and log such a
+        // request under one method label.
+        .layer(axum::middleware::from_fn(observe::refuse_extension_methods))
         .layer(axum::middleware::from_fn(observe::record_metrics))
         .layer(observe::trace_layer())
         .with_state(state)

@@ -23,6 +23,7 @@ use axum::response::Response;
 use deadpool_postgres::{Object, Pool};
 use holdfast_engine::store;
 use tokio_postgres::types::PgLsn;
+use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use crate::error::ApiError;
@@ -123,18 +124,40 @@ pub fn parse_min_lsn(value: Option<&str>) -> Result<Option<PgLsn>, ApiError> {
         .transpose()
 }
 
+/// 400 naming `min_lsn` when it is past the primary's current WAL position:
+/// no replica reaches it, so the read would wait out `read_replica_wait`
+/// polling the replica, then read from the primary anyway.
+async fn refuse_future_lsn(primary: &impl GenericClient, min_lsn: PgLsn) -> Result<(), ApiError> {
+    let current = store::wal_position(primary).await?;
+    if min_lsn > current {
+        return Err(ApiError::invalid(
+            "min_lsn",
+            format!("min_lsn {min_lsn} is past the primary's current WAL position ({current})"),
+        ));
+    }
+    Ok(())
+}
+
 impl AppState {
     /// A connection for a timeline read by `key_id`: the replica once it
     /// has replayed the key's last write and `min_lsn`, else the primary.
-    /// Without a replica, the primary.
+    /// Without a replica, the primary. A `min_lsn` past the primary's
+    /// position is refused (400).
     pub async fn read_db(
         &self,
         key_id: Option<Uuid>,
         min_lsn: Option<PgLsn>,
     ) -> Result<Object, ApiError> {
         let Some(replica) = self.read_replica() else {
-            return self.db().await;
+            let db = self.db().await?;
+            if let Some(min_lsn) = min_lsn {
+                refuse_future_lsn(&**db, min_lsn).await?;
+            }
+            return Ok(db);
         };
+        if let Some(min_lsn) = min_lsn {
+            refuse_future_lsn(&**self.db().await?, min_lsn).await?;
+        }
         let needed = key_id.and_then(|key| replica.last_write(key)).max(min_lsn);
         match replica
             .connection(needed, self.config().read_replica_wait)

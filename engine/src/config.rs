@@ -180,6 +180,10 @@ pub enum ReasoningEffort {
 
 /// The longest `model.user`, Anthropic's limit for `metadata.user_id`.
 pub const MAX_USER_CHARS: usize = 256;
+/// The longest `model.name`: longer than any provider's model names, and a
+/// bound on the `model` label of `holdfast_model_tokens_total`, which a
+/// tenant chooses.
+pub const MAX_MODEL_NAME_CHARS: usize = 256;
 /// The most `model.stop` sequences OpenAI takes.
 pub const MAX_OPENAI_STOP: usize = 4;
 
@@ -351,6 +355,12 @@ impl ModelConfig {
                     format!("stop must be 1 to {MAX_OPENAI_STOP} non-empty strings"),
                 );
             }
+        }
+        if self.name.chars().count() > MAX_MODEL_NAME_CHARS {
+            return refuse(
+                "name",
+                format!("name must be at most {MAX_MODEL_NAME_CHARS} characters"),
+            );
         }
         if let Some(user) = &self.user {
             if user.is_empty() || user.chars().count() > MAX_USER_CHARS {

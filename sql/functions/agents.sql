@@ -90,6 +90,11 @@ BEGIN
        OR p_config #>> '{model,name}' = '' THEN
         PERFORM holdfast.raise('HF422', 'model.name must be a non-empty string', 'model.name');
     END IF;
+    -- MAX_MODEL_NAME_CHARS in engine/src/config.rs: the name is a metrics
+    -- label, which a tenant must not make arbitrarily large.
+    IF char_length(p_config #>> '{model,name}') > 256 THEN
+        PERFORM holdfast.raise('HF422', 'model.name must be at most 256 characters', 'model.name');
+    END IF;
     IF p_config #> '{model,endpoint}' IS NOT NULL
        AND jsonb_typeof(p_config #> '{model,endpoint}') <> 'string' THEN
         PERFORM holdfast.raise('HF422', 'model.endpoint must be a string (an endpoint name)', 'model.endpoint');

@@ -23,6 +23,22 @@ RETURNS text[] LANGUAGE sql IMMUTABLE AS $$
         WHEN 'document' THEN ARRAY['application/pdf'] END
 $$;
 
+-- Whether p_head, the first bytes of a file, starts with the signature
+-- ("magic number") of p_media_type, one of content_media_types: a file is
+-- stored, sent to models and served back only as what it is, so that (say)
+-- an HTML page declared image/gif is refused, not served. Pure.
+CREATE OR REPLACE FUNCTION holdfast.media_signature_matches(p_media_type text, p_head bytea)
+RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(CASE p_media_type
+        WHEN 'image/png' THEN substring(p_head FROM 1 FOR 8) = '\x89504e470d0a1a0a'::bytea
+        WHEN 'image/jpeg' THEN substring(p_head FROM 1 FOR 3) = '\xffd8ff'::bytea
+        WHEN 'image/gif' THEN substring(p_head FROM 1 FOR 6) IN ('GIF87a'::bytea, 'GIF89a'::bytea)
+        WHEN 'image/webp' THEN substring(p_head FROM 1 FOR 4) = 'RIFF'::bytea
+                           AND substring(p_head FROM 9 FOR 4) = 'WEBP'::bytea
+        WHEN 'application/pdf' THEN substring(p_head FROM 1 FOR 5) = '%PDF-'::bytea
+        END, false)
+$$;
+
 -- Whether a tool's output is content blocks (and not any JSON to be sent as
 -- its text): an array of objects typed text, image or document with at
 -- least one image or document. The worker's rule is the same
@@ -48,7 +64,9 @@ $$;
 -- well-formed, a file over content_max_bytes, a URL that is not http(s)) is
 -- told as is; a block the agent's provider cannot take (p_provider
 -- 'openai', Chat Completions: a document by URL) with the message starting
--- unsupported_content, so the API answers 422 rather than 400. The size is
+-- unsupported_content, and data that is not of its media type
+-- (media_signature_matches, on its first 12 bytes) with the message
+-- starting media_type_mismatch, so the API answers 422 rather than 400. The size is
 -- computed from the base64 length, so an oversize file is refused before
 -- its text is scanned. Reads nothing.
 CREATE OR REPLACE FUNCTION holdfast.content_block_problem(
@@ -97,6 +115,11 @@ BEGIN
                                   holdfast.content_max_bytes(v_type));
             ELSIF v_data = '' OR length(v_data) % 4 <> 0 OR v_data !~ '^[A-Za-z0-9+/]*={0,2}$' THEN
                 message := 'data must be non-empty standard base64 (RFC 4648, padded, no line breaks)';
+            -- 16 characters of well-formed base64 decode alone (padding only
+            -- ends the whole text): the first 12 bytes.
+            ELSIF NOT holdfast.media_signature_matches(v_source ->> 'media_type', decode(left(v_data, 16), 'base64')) THEN
+                message := format('media_type_mismatch: the data is not %s (it does not start with that format''s signature)',
+                                  v_source ->> 'media_type');
             ELSE
                 field := NULL;
             END IF;

@@ -362,3 +362,80 @@ async fn metrics_read_the_database_at_most_once_per_cache_period() {
     let (_, fresh) = scrape(&uncached, None).await;
     assert_eq!(idle(&fresh).as_deref(), Some("1"), "{fresh}");
 }
+
+/// Neither a method a client makes up nor a model name a tenant chooses can
+/// grow `/metrics`: 100 extension methods (up to 20,000 characters, sent
+/// without a key) are refused with 405 in the error shape and counted under
+/// the one label `OTHER`; a model name past 256 characters is refused when
+/// the agent is created, naming the field.
+#[tokio::test]
+async fn neither_extension_methods_nor_long_model_names_grow_the_metrics() {
+    use rand::Rng;
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, key) = project_key(&client).await;
+    let server = ApiServer::start(&db).await;
+    let (_, before) = scrape(&server, None).await;
+
+    let mut rng = rand::rng();
+    for _ in 0..100 {
+        let length = rng.random_range(1..=20_000);
+        let method: String = (0..length)
+            .map(|_| char::from(rng.random_range(b'A'..=b'Z')))
+            .collect();
+        let method = Method::from_bytes(method.as_bytes()).unwrap();
+        let response = server
+            .http
+            .request(method.clone(), server.url("/v1/agents"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["type"], "method_not_allowed");
+    }
+    let long_name = "m".repeat(20_000);
+    let refused = server
+        .request(Method::POST, "/v1/agents", &key)
+        .json(&json!({"model": {"provider": "anthropic", "name": long_name}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["field"], "model.name", "{body}");
+
+    let (_, after) = scrape(&server, None).await;
+    let methods: std::collections::BTreeSet<&str> = after
+        .lines()
+        .filter_map(|line| line.split_once("method=\"")?.1.split_once('"'))
+        .map(|(method, _)| method)
+        .collect();
+    let labels = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT", "OTHER",
+    ];
+    assert!(
+        methods.iter().all(|method| labels.contains(method)),
+        "method labels {:?}",
+        methods
+            .iter()
+            .map(|m| m.chars().take(20).collect::<String>())
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        after.contains("method=\"OTHER\",route=\"/v1/agents\",status=\"405\""),
+        "the refusals are counted"
+    );
+    assert!(
+        !after.contains(&"m".repeat(257)),
+        "a refused model name is no label"
+    );
+    // One counter and one histogram more, not one per method: the other
+    // tests of this binary add a few series meanwhile, nowhere near 64 KiB.
+    assert!(
+        after.len() < before.len() + 64 * 1024,
+        "/metrics grew from {} to {} bytes",
+        before.len(),
+        after.len()
+    );
+}

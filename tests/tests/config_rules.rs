@@ -54,6 +54,7 @@ fn thinking(thinking: Value) -> Value {
 fn valid() -> Vec<Value> {
     vec![
         json!({"model": model()}),
+        json!({"model": {"provider": "anthropic", "name": "m".repeat(256)}}),
         json!({"model": {"provider": "openai", "name": "gpt", "endpoint": "default",
                          "base_url": "https://llm.example/v1", "max_tokens": 4294967295_u64}}),
         with(json!({"system": "s", "metadata": {"a": [1, {"b": null}]}})),
@@ -172,6 +173,11 @@ fn invalid() -> Vec<(Value, &'static str)> {
         (json!({"model": {"provider": "anthropic"}}), "model.name"),
         (
             json!({"model": {"provider": "anthropic", "name": 5}}),
+            "model.name",
+        ),
+        // The name is a metrics label: its length is bounded.
+        (
+            json!({"model": {"provider": "anthropic", "name": "m".repeat(257)}}),
             "model.name",
         ),
         (

@@ -2,7 +2,8 @@
 //! API server, a real `holdfast worker` process and the fake model provider
 //! speaking the Anthropic wire protocol: sign in, live deltas before the
 //! answer is saved, the operations page, approving and answering from the page, a 409 when
-//! someone else answered first, model output that holds markup, and the
+//! someone else answered first, model output that holds markup, a
+//! megabyte of unclosed markdown marks rendered in linear time, and the
 //! agent list over 1,000 agents. One more test shares one browser session,
 //! server and worker across scenarios run in turn (each an async fn named
 //! after what it asserts): every part of the operations page, a phone-sized
@@ -396,6 +397,52 @@ async fn a_model_reply_holding_markup_renders_as_text_and_runs_nothing() {
         "markup from the model is text; only the safe markdown subset becomes elements"
     );
     console.browser.screenshot("markup-as-text").await;
+    console.browser.close().await;
+}
+
+/// The console's markdown renders in linear time: a 1 MB model reply full
+/// of `[` and `*` whose marks never close (each a place where a pattern
+/// retried at every position rescans the rest of the text) renders in
+/// under 100 ms, as text; the markdown subset still becomes its elements.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_megabyte_reply_full_of_brackets_and_stars_renders_in_under_100_ms() {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    console.browser.goto(&console.api.url("/")).await;
+    let rendered = console
+        .browser
+        .eval(
+            "return import('/console/render.js').then(({ markdown }) => { \
+             const source = '['.repeat(400000) + '[a]('.repeat(50000) + '*'.repeat(400000); \
+             const started = performance.now(); \
+             const node = markdown(source); \
+             const ms = performance.now() - started; \
+             const subset = markdown('[ok](https://example.com/) **b** *e* `c` [no](javascript:x) *open'); \
+             return { \
+               bytes: source.length, \
+               ms, \
+               as_text: node.textContent === source && node.querySelectorAll('*').length === 1, \
+               subset: [...subset.querySelectorAll('a, strong, em, code')] \
+                 .map((e) => e.tagName.toLowerCase() + ':' + e.textContent), \
+               subset_text: subset.textContent \
+             }; });",
+            vec![],
+        )
+        .await;
+    assert_eq!(rendered["bytes"], json!(1_000_000));
+    assert_eq!(rendered["as_text"], json!(true), "{rendered}");
+    assert_eq!(
+        rendered["subset"],
+        json!(["a:ok", "strong:b", "em:e", "code:c"]),
+        "{rendered}"
+    );
+    assert_eq!(
+        rendered["subset_text"],
+        json!("ok b e c [no](javascript:x) *open")
+    );
+    let ms = rendered["ms"].as_f64().unwrap();
+    assert!(ms < 100.0, "1 MB rendered in {ms:.1} ms");
     console.browser.close().await;
 }
 

@@ -2,7 +2,10 @@
 //! reaches each provider in its own format, a document reaches Anthropic,
 //! the bytes are stored once however often they are sent, malformed blocks
 //! are refused naming the field and write nothing, a block the agent's
-//! provider cannot take is a 422 `unsupported_content`, a custom tool's
+//! provider cannot take is a 422 `unsupported_content` and bytes that are
+//! not of their declared media type a 422 `media_type_mismatch`, an
+//! attachment is served back as a download a browser neither sniffs nor
+//! lets act, a custom tool's
 //! image result reaches each provider, an MCP server's image reaches the
 //! model, and the raised body limit of the
 //! content routes ends in a 413.
@@ -408,6 +411,13 @@ async fn an_attachment_is_read_back_by_its_id_in_its_agents_project_only() {
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.headers()["content-type"], "image/png");
+    // Served as a download a browser neither sniffs nor lets act.
+    assert_eq!(response.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(response.headers()["content-disposition"], "attachment");
+    assert_eq!(
+        response.headers()["content-security-policy"],
+        "default-src 'none'; sandbox"
+    );
     let bytes = response.bytes().await.unwrap();
     assert_eq!(
         bytes.as_ref(),
@@ -630,4 +640,67 @@ async fn an_mcp_tool_result_image_reaches_the_model_and_one_it_cannot_take_is_le
     let completed =
         holdfast_tests::scenario::last_event_data(&client, agent, "tool_call.completed").await;
     assert_eq!(completed["output"][1]["source"]["type"], "attachment");
+}
+
+/// Stored bytes are what their media type says, by the format's signature:
+/// an HTML page declared `image/gif` (which a browser would render if served
+/// back and sniffed) or a PNG declared `image/jpeg` is a 422
+/// `media_type_mismatch` naming the data, in an input and in a custom tool
+/// result alike, and writes nothing; a file of each of the five types
+/// passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bytes_not_of_their_declared_media_type_are_refused() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (server, key, agent) = api_agent(&db, "anthropic").await;
+    let encode = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let block = |kind: &str, media_type: &str, data: String| json!({"type": kind, "source": {"type": "base64", "media_type": media_type, "data": data}});
+    let html = encode(b"<html><script>alert(document.cookie)</script></html>");
+    for wrong in [
+        block("image", "image/gif", html.clone()),
+        block("image", "image/jpeg", PNG.to_owned()),
+        block("image", "image/webp", encode(b"RIFF\0\0\0\0WAVEfmt ")),
+        block("document", "application/pdf", html.clone()),
+        // Shorter than any signature.
+        block("image", "image/png", encode(b"\x89P")),
+    ] {
+        let response = post_input(&server, &key, agent, json!([wrong])).await;
+        let (status, kind, message, field) = error_of(response).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{message}");
+        assert_eq!(kind, "media_type_mismatch", "{message}");
+        assert_eq!(field.as_deref(), Some("content[0].source.data"));
+    }
+    assert_eq!(written(&client, agent).await, (0, 0, 0));
+
+    for right in [
+        block("image", "image/png", PNG.to_owned()),
+        block(
+            "image",
+            "image/jpeg",
+            encode(b"\xff\xd8\xff\xe0\0\x10JFIF\0"),
+        ),
+        block("image", "image/gif", encode(b"GIF89a\x01\0\x01\0\0\0\0;")),
+        block("image", "image/webp", encode(b"RIFF\x1a\0\0\0WEBPVP8L")),
+        block("document", "application/pdf", PDF.to_owned()),
+    ] {
+        let response = post_input(&server, &key, agent, json!([right.clone()])).await;
+        assert_eq!(response.status(), StatusCode::CREATED, "{right}");
+    }
+    assert_eq!(attachments(&client, agent).await, 5);
+
+    // A custom tool result is checked the same way.
+    let call = holdfast_tests::api_server::waiting_custom_call(&client, agent).await;
+    let response = server
+        .request(Method::POST, &format!("/v1/tool-calls/{call}/result"), &key)
+        .json(&json!({"output": [{"type": "text", "text": "the chart"},
+                                 block("image", "image/gif", html)]}))
+        .send()
+        .await
+        .unwrap();
+    let (status, kind, message, field) = error_of(response).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{message}");
+    assert_eq!(kind, "media_type_mismatch");
+    assert_eq!(field.as_deref(), Some("output[1].source.data"));
+    assert_eq!(attachments(&client, agent).await, 5);
+    server.stop().await.unwrap();
 }

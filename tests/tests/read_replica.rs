@@ -324,3 +324,40 @@ async fn a_replica_that_is_down_costs_a_fallback_not_an_error() {
     let event = stream.next_event(WAIT).await.expect("the stream goes on");
     assert_eq!(event.event.as_deref(), Some("input.received"));
 }
+
+/// A `min_lsn` the primary has not reached is refused at once, naming it:
+/// no replica can reach it, so it would only make the read poll the
+/// replica for `read_replica_wait` and then fall back to the primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_min_lsn_past_the_primarys_position_is_refused() {
+    let rig = rig().await;
+    let (key, agent, _) = rig.agent_with_input().await;
+    let response = rig
+        .server
+        .request(
+            Method::GET,
+            &format!("/v1/agents/{agent}/events?min_lsn=FFFFFFFF/FFFFFF00"),
+            &key,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["field"], "min_lsn", "{body}");
+    // The primary's own position is served.
+    let position: String = rig
+        .primary_sql
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let listing = list_events(
+        &rig.server,
+        &key,
+        agent,
+        &format!("?limit=1000&min_lsn={position}"),
+    )
+    .await;
+    assert!(!listed_inputs(&listing).is_empty());
+}
