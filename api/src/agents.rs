@@ -255,12 +255,16 @@ fn search_filter(q: &str) -> Result<console::AgentFilter, ApiError> {
     })
 }
 
-/// A page size: default 100, capped at 1000, at least 1.
+/// A page size: default 100, from 1 to 1000 (as the document says; outside
+/// that a 400 naming `limit`).
 pub fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
     match limit {
         None => Ok(LIST_DEFAULT),
-        Some(n) if n < 1 => Err(ApiError::invalid("limit", "limit must be ≥ 1")),
-        Some(n) => Ok(n.min(LIST_MAX)),
+        Some(n) if !(1..=LIST_MAX).contains(&n) => Err(ApiError::invalid(
+            "limit",
+            format!("limit must be from 1 to {LIST_MAX}"),
+        )),
+        Some(n) => Ok(n),
     }
 }
 

@@ -76,7 +76,7 @@ impl ApiError {
         let mut error = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "rate_limited",
-            format!("too many requests for this API key; retry after {secs} s"),
+            format!("too many requests; retry after {secs} s"),
         );
         error.extra = Extra::RetryAfterSecs(secs);
         error

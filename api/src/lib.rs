@@ -69,12 +69,17 @@ pub async fn serve(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "HTTP API listening");
     }
-    // `into_make_service` turns the routes into services once; served as a
+    // Made into a service once (as `into_make_service` does); served as a
     // plain `Router`, axum redoes that for every connection (a table of
     // every route, 18 KiB, held as long as the connection: an SSE stream's).
-    let served = axum::serve(listener, app.into_make_service())
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .await;
+    // Each request carries its connection's peer address, by which failed
+    // key lookups are limited (`rate_limit::FailedLookups`).
+    let served = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+    .await;
     // Served with an error: stop the fan-out too.
     shutdown.cancel();
     let _ = fanout.await;
@@ -142,7 +147,7 @@ fn small_body_routes() -> OpenApiRouter<AppState> {
 /// The OpenAPI 3.1 document of every route [`router`] serves.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut document = routes().into_openapi();
-    openapi::document_rate_limit(&mut document);
+    openapi::document_common_errors(&mut document);
     document
 }
 

@@ -54,28 +54,39 @@ impl Modify for BearerAuth {
     }
 }
 
-/// Add the rate limit's 429 to every operation that takes an API key (every
-/// `/v1` route but the machine daemon's): the limit is applied where a
-/// handler takes its `Caller`, not in each route's annotation.
-pub fn document_rate_limit(openapi: &mut utoipa::openapi::OpenApi) {
-    let too_many = ResponseBuilder::new()
-        .description("over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`)")
-        .header(
-            "Retry-After",
-            HeaderBuilder::new()
-                .schema(ObjectBuilder::new().schema_type(Type::Integer))
-                .description(Some("seconds until a request is accepted again"))
-                .build(),
-        )
+/// An error response in the error shape.
+fn error_response(description: &str) -> utoipa::openapi::Response {
+    ResponseBuilder::new()
+        .description(description)
         .content(
             "application/json",
             ContentBuilder::new()
                 .schema(Some(Ref::from_schema_name("ErrorBody")))
                 .build(),
         )
-        .build();
+        .build()
+}
+
+/// Document the errors that come from the layers and extractors every route
+/// shares rather than from its handler, wherever a route's own annotation
+/// does not already say more: 400 (a malformed path, query or body), 401
+/// (no valid key or token), 413 and 415 (a body too large, not JSON), 503
+/// (no database, or the request timed out) on the `/v1` routes; and the
+/// rate limits' 429, applied where a handler takes its `Caller` or
+/// `MachineCaller`.
+pub fn document_common_errors(openapi: &mut utoipa::openapi::OpenApi) {
+    let mut too_many = error_response(
+        "over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address",
+    );
+    too_many.headers.insert(
+        "Retry-After".to_owned(),
+        HeaderBuilder::new()
+            .schema(ObjectBuilder::new().schema_type(Type::Integer))
+            .description(Some("seconds until a request is accepted again"))
+            .build(),
+    );
     for (path, item) in openapi.paths.paths.iter_mut() {
-        if !path.starts_with("/v1/") || path.starts_with("/v1/machine/") {
+        if !path.starts_with("/v1/") {
             continue;
         }
         let operations = [
@@ -86,10 +97,33 @@ pub fn document_rate_limit(openapi: &mut utoipa::openapi::OpenApi) {
             &mut item.delete,
         ];
         for operation in operations.into_iter().flatten() {
-            operation
-                .responses
-                .responses
-                .insert("429".to_owned(), RefOr::T(too_many.clone()));
+            let has_body = operation.request_body.is_some();
+            let has_parameters = operation
+                .parameters
+                .as_ref()
+                .is_some_and(|parameters| !parameters.is_empty());
+            let responses = &mut operation.responses.responses;
+            let mut add = |status: &str, description: &str| {
+                responses
+                    .entry(status.to_owned())
+                    .or_insert_with(|| RefOr::T(error_response(description)));
+            };
+            if has_body || has_parameters {
+                add("400", "a malformed path, query or body; `field` names it");
+            }
+            add(
+                "401",
+                "no valid API key (or machine token, on the daemon's routes)",
+            );
+            if has_body {
+                add("413", "the body is over the route's limit");
+                add("415", "the body is not `application/json`");
+            }
+            add(
+                "503",
+                "the database is unavailable or the request took too long; retry later",
+            );
+            responses.insert("429".to_owned(), RefOr::T(too_many.clone()));
         }
     }
 }

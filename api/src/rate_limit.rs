@@ -1,16 +1,29 @@
-//! The per-key request rate limit: a token bucket per API key, in this
-//! process (GCRA, by the `governor` crate), so that one tenant cannot hold
-//! the API's connection pool. A request over the limit gets 429 with
-//! `Retry-After`; other keys are unaffected. A stream counts once, when it
-//! opens. Several API instances each enforce the limit on their own.
+//! The request rate limits, in this process (GCRA, by the `governor`
+//! crate), so that no one holds the API's connection pool:
+//! - a token bucket per API key and one per machine (its token's
+//!   requests), so one tenant or one daemon cannot flood the API; a request
+//!   over the limit gets 429 with `Retry-After`, others are unaffected; a
+//!   stream counts once, when it opens;
+//! - failed key and token lookups per client address ([`FailedLookups`]):
+//!   a presented key that matched nothing is remembered for a while and
+//!   answered 401 without a lookup, and an address that keeps presenting
+//!   new unknown keys gets 429 before any lookup, so a flood of bogus keys
+//!   costs no database work.
+//!
+//! Several API instances each enforce the limits on their own.
 
+use std::hash::Hash;
+use std::net::IpAddr;
 use std::num::NonZeroU32;
+use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
-use uuid::Uuid;
+use lru::LruCache;
+use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
 
@@ -84,30 +97,35 @@ pub fn parse_rate_limit(text: &str) -> Result<Option<RateLimit>, String> {
 /// Every this many checks, the buckets of idle keys are dropped.
 const FORGET_IDLE_EVERY: u64 = 4096;
 
-/// The buckets of every key that made a request recently.
-pub struct KeyRateLimiter {
-    limiter: DefaultKeyedRateLimiter<Uuid>,
+/// The buckets of every key (an API key's id, a machine's id, a client
+/// address) that made a request recently.
+pub struct KeyRateLimiter<K: Hash + Eq + Clone> {
+    limiter: DefaultKeyedRateLimiter<K>,
     checks: AtomicU64,
 }
 
-impl KeyRateLimiter {
-    pub fn new(limit: RateLimit) -> KeyRateLimiter {
+impl<K: Hash + Eq + Clone> KeyRateLimiter<K> {
+    pub fn new(limit: RateLimit) -> KeyRateLimiter<K> {
         KeyRateLimiter {
             limiter: DefaultKeyedRateLimiter::keyed(limit.quota()),
             checks: AtomicU64::new(0),
         }
     }
 
-    /// Take one request from `key`'s bucket, or the 429 saying when to retry.
-    pub fn check(&self, key: Uuid) -> Result<(), ApiError> {
+    /// Take one request from `key`'s bucket, or how long until it has one.
+    pub fn take(&self, key: &K) -> Result<(), Duration> {
         if self.checks.fetch_add(1, Ordering::Relaxed) % FORGET_IDLE_EVERY == FORGET_IDLE_EVERY - 1
         {
             self.forget_idle();
         }
-        self.limiter.check_key(&key).map_err(|not_until| {
-            let wait = not_until.wait_time_from(DefaultClock::default().now());
-            ApiError::rate_limited(wait)
-        })
+        self.limiter
+            .check_key(key)
+            .map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))
+    }
+
+    /// Take one request from `key`'s bucket, or the 429 saying when to retry.
+    pub fn check(&self, key: &K) -> Result<(), ApiError> {
+        self.take(key).map_err(ApiError::rate_limited)
     }
 
     /// Forget keys whose buckets are full again (they behave as new), so
@@ -115,6 +133,111 @@ impl KeyRateLimiter {
     fn forget_idle(&self) {
         self.limiter.retain_recent();
         self.limiter.shrink_to_fit();
+    }
+}
+
+/// The failed key lookups an address may make in a burst, and how often it
+/// may make one more: enough for a person fixing a pasted key, far too few
+/// to make guessing or flooding cost the database anything.
+pub const FAILED_LOOKUPS: RateLimit = RateLimit {
+    requests: NonZeroU32::new(10).unwrap(),
+    per: Duration::from_secs(60),
+    burst: NonZeroU32::new(10).unwrap(),
+};
+
+/// How long a key or token that matched nothing is answered 401 without a
+/// lookup. Keys are random, so none is created that was tried before; a
+/// revoked key stays revoked.
+pub const UNKNOWN_KEY_MEMORY: Duration = Duration::from_secs(60);
+
+/// The most unknown keys and refused addresses remembered (the oldest are
+/// forgotten first): a bound on this process's memory, whatever is sent.
+const REMEMBERED: NonZeroUsize = NonZeroUsize::new(10_000).unwrap();
+
+/// Failed API-key and machine-token lookups, by client address.
+pub struct FailedLookups {
+    per_address: KeyRateLimiter<IpAddr>,
+    /// Addresses out of failed lookups, until when.
+    refused_until: Mutex<LruCache<IpAddr, Instant>>,
+    /// SHA-256 digests of keys that matched nothing, until when.
+    unknown_keys: Mutex<LruCache<[u8; 32], Instant>>,
+}
+
+/// What to do with a presented key before looking it up.
+pub enum BeforeLookup {
+    /// Look it up.
+    LookUp,
+    /// It matched nothing moments ago: 401 without a lookup.
+    Unknown,
+}
+
+impl FailedLookups {
+    pub fn new(limit: RateLimit) -> FailedLookups {
+        FailedLookups {
+            per_address: KeyRateLimiter::new(limit),
+            refused_until: Mutex::new(LruCache::new(REMEMBERED)),
+            unknown_keys: Mutex::new(LruCache::new(REMEMBERED)),
+        }
+    }
+
+    /// Whether `key`, presented from `address` (when known), is worth a
+    /// database lookup; 429 when the address is out of failed lookups.
+    pub fn before_lookup(
+        &self,
+        address: Option<IpAddr>,
+        key: &str,
+    ) -> Result<BeforeLookup, ApiError> {
+        let now = Instant::now();
+        if let Some(address) = address {
+            let mut refused = self
+                .refused_until
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match refused.get(&address) {
+                Some(until) if *until > now => {
+                    return Err(ApiError::rate_limited(*until - now));
+                }
+                Some(_) => {
+                    refused.pop(&address);
+                }
+                None => {}
+            }
+        }
+        let mut unknown = self
+            .unknown_keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let digest: [u8; 32] = Sha256::digest(key).into();
+        match unknown.get(&digest) {
+            Some(until) if *until > now => Ok(BeforeLookup::Unknown),
+            Some(_) => {
+                unknown.pop(&digest);
+                Ok(BeforeLookup::LookUp)
+            }
+            None => Ok(BeforeLookup::LookUp),
+        }
+    }
+
+    /// Record that `key`, presented from `address`, matched nothing: it is
+    /// answered without a lookup for [`UNKNOWN_KEY_MEMORY`], and the
+    /// address spends one failed lookup; 429 when that was its last.
+    pub fn failed(&self, address: Option<IpAddr>, key: &str) -> Result<(), ApiError> {
+        let now = Instant::now();
+        let digest: [u8; 32] = Sha256::digest(key).into();
+        self.unknown_keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .put(digest, now + UNKNOWN_KEY_MEMORY);
+        let Some(address) = address else {
+            return Ok(());
+        };
+        self.per_address.take(&address).map_err(|wait| {
+            self.refused_until
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .put(address, now + wait);
+            ApiError::rate_limited(wait)
+        })
     }
 }
 
@@ -152,12 +275,12 @@ mod tests {
             per: Duration::from_secs(3600),
             burst: NonZeroU32::new(3).unwrap(),
         });
-        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
         for _ in 0..3 {
-            limiter.check(a).unwrap();
+            limiter.check(&a).unwrap();
         }
-        let refused = limiter.check(a).unwrap_err();
+        let refused = limiter.check(&a).unwrap_err();
         assert_eq!(refused.status(), axum::http::StatusCode::TOO_MANY_REQUESTS);
-        limiter.check(b).unwrap();
+        limiter.check(&b).unwrap();
     }
 }

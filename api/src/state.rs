@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::ApiError;
 use crate::fanout::Fanout;
 use crate::inputs::Inputs;
-use crate::rate_limit::{KeyRateLimiter, RateLimit};
+use crate::rate_limit::{FailedLookups, KeyRateLimiter, RateLimit, FAILED_LOOKUPS};
 use crate::replica::ReadReplica;
 use crate::tool_calls::ToolResults;
 
@@ -68,9 +68,14 @@ pub struct ApiConfig {
     /// they cost a scan of the agents table, and scrapes come every few
     /// seconds from every Prometheus that watches.
     pub metrics_cache: Duration,
-    /// Requests per API key (`None`: unlimited); over it, 429 with
-    /// `Retry-After`. A stream counts once, when it opens.
+    /// Requests per API key, and per machine on the daemon's routes
+    /// (`None`: unlimited); over it, 429 with `Retry-After`. A stream
+    /// counts once, when it opens.
     pub rate_limit: Option<RateLimit>,
+    /// Failed API-key and machine-token lookups per client address
+    /// (`None`: unlimited); past it, 429 before any lookup. See
+    /// [`FailedLookups`].
+    pub failed_lookup_limit: Option<RateLimit>,
     /// An open stream re-checks its key this often and ends once the key is
     /// revoked (one primary-key read per stream per interval).
     pub stream_key_recheck: Duration,
@@ -100,6 +105,7 @@ impl ApiConfig {
             metrics_token: None,
             metrics_cache: Duration::from_secs(10),
             rate_limit: Some(RateLimit::DEFAULT),
+            failed_lookup_limit: Some(FAILED_LOOKUPS),
             stream_key_recheck: Duration::from_secs(2),
             secret_key: None,
             group_commit: GroupCommit::default(),
@@ -122,7 +128,9 @@ struct Shared {
     /// The database's figures for `/metrics`, with when they were read.
     database_metrics: Mutex<Option<(Instant, Arc<str>)>>,
     shutdown: CancellationToken,
-    rate_limiter: Option<KeyRateLimiter>,
+    rate_limiter: Option<KeyRateLimiter<uuid::Uuid>>,
+    machine_rate_limiter: Option<KeyRateLimiter<uuid::Uuid>>,
+    failed_lookups: Option<FailedLookups>,
     tool_results: GroupCommitter<ToolResults>,
     inputs: GroupCommitter<Inputs>,
 }
@@ -151,6 +159,8 @@ impl AppState {
         let state = AppState {
             inner: Arc::new(Shared {
                 rate_limiter: config.rate_limit.map(KeyRateLimiter::new),
+                machine_rate_limiter: config.rate_limit.map(KeyRateLimiter::new),
+                failed_lookups: config.failed_lookup_limit.map(FailedLookups::new),
                 config,
                 pool,
                 read_replica,
@@ -201,9 +211,22 @@ impl AppState {
     /// Take one request from the key's bucket; 429 when it is empty.
     pub fn check_rate(&self, key_id: uuid::Uuid) -> Result<(), ApiError> {
         match &self.inner.rate_limiter {
-            Some(limiter) => limiter.check(key_id),
+            Some(limiter) => limiter.check(&key_id),
             None => Ok(()),
         }
+    }
+
+    /// Take one request from the machine's bucket; 429 when it is empty.
+    pub fn check_machine_rate(&self, machine_id: uuid::Uuid) -> Result<(), ApiError> {
+        match &self.inner.machine_rate_limiter {
+            Some(limiter) => limiter.check(&machine_id),
+            None => Ok(()),
+        }
+    }
+
+    /// The failed-lookup limit, unless turned off.
+    pub fn failed_lookups(&self) -> Option<&FailedLookups> {
+        self.inner.failed_lookups.as_ref()
     }
 
     pub fn shutdown(&self) -> &CancellationToken {

@@ -67,7 +67,7 @@ pub struct StreamQuery {
         StreamQuery,
     ),
     responses(
-        (status = 200, description = "an SSE stream: saved events (`id: SEQ`, `event: TYPE`, `data: JSON`), live deltas (`event: delta` for answer text, `event: thinking_delta` for extended thinking; data `{\"text\", \"epoch\"}`), heartbeat comments", content_type = "text/event-stream", body = String),
+        (status = 200, description = "an SSE stream: saved events (`id: SEQ`, `event: TYPE`, `data: JSON`), live deltas (`event: delta` for answer text, `event: thinking_delta` for extended thinking; data `{\"text\", \"epoch\"}`), heartbeat comments", content_type = "text/event-stream", body = holdfast_engine::sse::SseEvent),
         (status = 400, description = "bad Last-Event-ID or after", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),

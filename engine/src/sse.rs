@@ -8,8 +8,9 @@
 //! `data:` lines and ends with `data: [DONE]`) and the client CLI following
 //! Holdfast's own stream, which resumes with `Last-Event-ID` from `id:`.
 
-/// One dispatched event.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// One dispatched event (also the schema of each event of Holdfast's own
+/// stream in its OpenAPI document).
+#[derive(Clone, Debug, Default, PartialEq, Eq, utoipa::ToSchema)]
 pub struct SseEvent {
     /// `id:` (Holdfast: a saved event's seq; absent on live deltas).
     pub id: Option<String>,

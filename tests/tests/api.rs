@@ -631,12 +631,20 @@ async fn the_event_log_pages_after_a_seq_with_a_capped_limit() {
         assert!(event.get(field).is_some(), "event has {field}: {event}");
     }
     assert_eq!(event["type"], "input.received");
-    let capped = get("?after=10&limit=5000".into()).await;
-    assert_eq!(
-        seqs(&capped),
-        (11..=1010).collect::<Vec<_>>(),
-        "capped at 1000"
-    );
+    let most = get("?after=10&limit=1000".into()).await;
+    assert_eq!(seqs(&most), (11..=1010).collect::<Vec<_>>(), "at most 1000");
+    let over = server
+        .request(
+            Method::GET,
+            &format!("/v1/agents/{agent}/events?limit=1001"),
+            &key,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(over.status(), StatusCode::BAD_REQUEST);
+    let body: Value = over.json().await.unwrap();
+    assert_eq!(body["error"]["field"], "limit", "{body}");
     let last = get("?after=1195&limit=10".into()).await;
     assert_eq!(seqs(&last), (1196..=1200).collect::<Vec<_>>());
     assert_eq!(last["has_more"], json!(false));

@@ -40,6 +40,13 @@ async fn the_console_and_its_files_are_served_with_a_strict_policy() {
         assert_eq!(header("content-security-policy"), CSP, "{path}");
         assert_eq!(header("x-content-type-options"), "nosniff", "{path}");
         assert_eq!(header("referrer-policy"), "no-referrer", "{path}");
+        assert_eq!(header("x-frame-options"), "DENY", "{path}");
+        assert_eq!(
+            header("cross-origin-opener-policy"),
+            "same-origin",
+            "{path}"
+        );
+        assert_eq!(header("access-control-allow-origin"), "", "{path}: no CORS");
         let body = response.text().await.unwrap();
         // No inline script and no third-party origin in anything served.
         assert!(!body.contains("innerHTML"), "{path} uses innerHTML");
@@ -55,6 +62,19 @@ async fn the_console_and_its_files_are_served_with_a_strict_policy() {
         .await
         .unwrap();
     assert!(!index.contains("<script>"), "inline script in the page");
+    // No CORS on the API either: another origin's preflight is not allowed.
+    let preflight = api
+        .http
+        .request(reqwest::Method::OPTIONS, api.url("/v1/agents"))
+        .header("origin", "https://evil.example")
+        .header("access-control-request-method", "GET")
+        .header("access-control-request-headers", "authorization")
+        .send()
+        .await
+        .unwrap();
+    assert!(!preflight
+        .headers()
+        .contains_key("access-control-allow-origin"));
     let missing = api
         .http
         .get(api.url("/console/nope.js"))

@@ -205,6 +205,17 @@ async fn a_turn_across_a_worker_kill_is_one_trace_under_the_inputs_traceparent()
     assert!(tool
         .attribute("gen_ai.tool.call.id")
         .is_some_and(|id| !id.is_empty()));
+    // The tool server's scheme, host and port, never its path.
+    let server = reqwest::Url::parse(&mcp.url).unwrap();
+    assert_eq!(
+        tool.attribute("server.address").as_deref(),
+        server.host_str()
+    );
+    assert_eq!(
+        tool.attribute("server.port"),
+        server.port().map(|port| port.to_string())
+    );
+    assert_no_attribute_holds(tool, &[server.path()]);
     // The MCP call carried the tool span as its parent.
     let expected = format!("00-{TRACE_ID}-{}-01", tool.span_id());
     let sent = mcp.header_values("traceparent");
@@ -400,15 +411,36 @@ async fn a_webhook_delivery_is_a_span_of_its_events_turn_and_sends_that_spans_tr
         delivery.attribute("holdfast.event.type").as_deref(),
         Some("turn.completed")
     );
+    // The endpoint's scheme, host and port; never its path or query,
+    // where Slack- and Discord-style webhook URLs carry their secret.
+    assert_eq!(delivery.attribute("url.scheme").as_deref(), Some("http"));
     assert_eq!(
-        delivery.attribute("url.full"),
-        Some(receiver.url()),
-        "the query is left out"
+        delivery.attribute("server.address").as_deref(),
+        Some("127.0.0.1")
     );
+    assert_eq!(
+        delivery.attribute("server.port"),
+        Some(receiver.addr.port().to_string())
+    );
+    assert_no_attribute_holds(delivery, &["/hook", "endpoint-secret"]);
     let received = receiver.received();
     assert_eq!(
         received[0].traceparent.as_deref(),
         Some(format!("00-{TRACE_ID}-{}-01", delivery.span_id()).as_str()),
         "the request names the delivery's span"
     );
+}
+
+/// No attribute of `span` contains any of `secrets`.
+fn assert_no_attribute_holds(span: &ReceivedSpan, secrets: &[&str]) {
+    for attribute in &span.span.attributes {
+        let value = span.attribute(&attribute.key).unwrap_or_default();
+        for secret in secrets {
+            assert!(
+                !value.contains(secret),
+                "{} = {value:?} holds {secret:?}",
+                attribute.key
+            );
+        }
+    }
 }

@@ -166,17 +166,35 @@ pub fn end_interrupted_model_call(call: &Context) {
 }
 
 /// Start a tool call's span (`execute_tool {name}`), a child of the
-/// current attempt.
-pub fn start_tool_call(name: &str, call_id: &str) -> Context {
+/// current attempt; `server` is the URL of the tool server it calls (an MCP
+/// server), if any, recorded as [`server_attributes`].
+pub fn start_tool_call(name: &str, call_id: &str, server: Option<&reqwest::Url>) -> Context {
+    let mut attributes = vec![
+        KeyValue::new("gen_ai.operation.name", "execute_tool"),
+        KeyValue::new("gen_ai.tool.name", name.to_owned()),
+        KeyValue::new("gen_ai.tool.call.id", call_id.to_owned()),
+    ];
+    attributes.extend(server.map(server_attributes).unwrap_or_default());
     start_child(
         format!("execute_tool {name}"),
         SpanKind::Internal,
-        vec![
-            KeyValue::new("gen_ai.operation.name", "execute_tool"),
-            KeyValue::new("gen_ai.tool.name", name.to_owned()),
-            KeyValue::new("gen_ai.tool.call.id", call_id.to_owned()),
-        ],
+        attributes,
     )
+}
+
+/// A server's `url.scheme`, `server.address` and `server.port`, and nothing
+/// else of its URL: a tenant's URL may carry a secret in its path (Slack-
+/// and Discord-style webhooks), its query or its credentials, and the
+/// operator's trace backend must not see them.
+fn server_attributes(url: &reqwest::Url) -> Vec<KeyValue> {
+    let mut attributes = vec![KeyValue::new("url.scheme", url.scheme().to_owned())];
+    if let Some(host) = url.host_str() {
+        attributes.push(KeyValue::new("server.address", host.to_owned()));
+    }
+    if let Some(port) = url.port_or_known_default() {
+        attributes.push(KeyValue::new("server.port", i64::from(port)));
+    }
+    attributes
 }
 
 /// End a tool call's span; a tool's error result marks it an error.
@@ -192,21 +210,14 @@ pub fn end_tool_call(call: &Context, is_error: bool) {
 /// Start the span of one attempt of a webhook delivery (`POST`, a client
 /// span with the HTTP semantic conventions), a child of the trace context
 /// of its event's turn when the delivery kept one, else a root. `url` is
-/// the endpoint's; its query and credentials are left out of `url.full`
-/// (a tenant may put a token there).
+/// the endpoint's, recorded as [`server_attributes`] only.
 pub fn start_webhook_delivery(delivery: &ClaimedWebhookDelivery, url: &reqwest::Url) -> Context {
     let parent = stored_context(
         delivery.trace_parent.as_deref(),
         delivery.trace_state.as_deref(),
     );
-    let mut shown = url.clone();
-    shown.set_query(None);
-    shown.set_fragment(None);
-    let _ = shown.set_username("");
-    let _ = shown.set_password(None);
     let mut attributes = vec![
         KeyValue::new("http.request.method", "POST"),
-        KeyValue::new("url.full", shown.to_string()),
         KeyValue::new("holdfast.agent.id", delivery.event.agent_id.to_string()),
         KeyValue::new("holdfast.event.type", delivery.event.kind.clone()),
         KeyValue::new(
@@ -215,12 +226,7 @@ pub fn start_webhook_delivery(delivery: &ClaimedWebhookDelivery, url: &reqwest::
         ),
         KeyValue::new("holdfast.webhook.attempt", i64::from(delivery.attempt)),
     ];
-    if let Some(host) = url.host_str() {
-        attributes.push(KeyValue::new("server.address", host.to_owned()));
-    }
-    if let Some(port) = url.port_or_known_default() {
-        attributes.push(KeyValue::new("server.port", i64::from(port)));
-    }
+    attributes.extend(server_attributes(url));
     start_span(&parent, "POST", SpanKind::Client, attributes)
 }
 

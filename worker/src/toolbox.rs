@@ -189,7 +189,11 @@ pub async fn run_batch(
                     let client = deps.pool.get().await?;
                     store::start_tool_call(&store::Pooled(&client), claim, call.id).await?;
                 }
-                let span = spans::start_tool_call(&call.name, &call.provider_id);
+                let server = match tool {
+                    ToolEntry::Mcp { url, .. } => reqwest::Url::parse(url).ok(),
+                    _ => None,
+                };
+                let span = spans::start_tool_call(&call.name, &call.provider_id, server.as_ref());
                 let output = run_external(deps, tool, &call)
                     .with_context(span.clone())
                     .await;

@@ -1,6 +1,8 @@
 //! Machine tokens: every `/v1/machine/...` route takes a [`MachineCaller`],
 //! the machine the bearer token belongs to. API keys are refused here, and
 //! machine tokens are refused on the API-key routes (they are not keys).
+//! Each machine's requests are rate limited like an API key's, and a token
+//! that matches nothing counts against its client address, as a key does.
 
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
@@ -9,6 +11,7 @@ use holdfast_engine::store;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
+use crate::auth::{client_address, look_up};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -72,10 +75,13 @@ impl FromRequestParts<AppState> for MachineCaller {
                 "an API key cannot call machine routes; use the machine's token (hfm_…)",
             ));
         }
-        let db = state.db().await?;
-        let machine = store::authenticate_machine(&**db, token)
-            .await?
-            .ok_or_else(revoked)?;
+        let machine = look_up(state, client_address(parts), token, |token| async move {
+            let db = state.db().await?;
+            Ok(store::authenticate_machine(&**db, &token).await?)
+        })
+        .await?
+        .ok_or_else(revoked)?;
+        state.check_machine_rate(machine.machine_id)?;
         Ok(MachineCaller {
             machine_id: machine.machine_id,
             project_id: machine.project_id,
