@@ -81,6 +81,10 @@ pub async fn stream_events(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     record_agent(id);
+    // A bad `after` is refused even when Last-Event-ID, which wins, is sent.
+    if query.after.is_some_and(|after| after < 0) {
+        return Err(ApiError::invalid("after", "after must be ≥ 0"));
+    }
     let after = match headers.get("last-event-id") {
         Some(value) => value
             .to_str()
@@ -93,13 +97,7 @@ pub async fn stream_events(
                     "Last-Event-ID must be an event seq (a whole number ≥ 0)",
                 )
             })?,
-        None => match query.after {
-            Some(after) if after < 0 => {
-                return Err(ApiError::invalid("after", "after must be ≥ 0"))
-            }
-            Some(after) => after,
-            None => 0,
-        },
+        None => query.after.unwrap_or(0),
     };
     {
         let db = state.db().await?;

@@ -258,6 +258,12 @@ class RunningCommandView(TypedDict):
 ServiceTier = Literal['auto', 'standard_only']
 
 
+class SseEvent(TypedDict):
+    data: str
+    event: NotRequired[Optional[str]]
+    id: NotRequired[Optional[str]]
+
+
 StateName = Literal['idle', 'ready', 'running', 'waiting', 'archived']
 
 
