@@ -474,6 +474,23 @@ BEGIN
 END
 $$;
 
+-- The model call the worker is about to make goes without the tools of
+-- these servers (p_servers[i] an MCP tool entry's name, p_reasons[i] why:
+-- refused by the egress policy, unreachable, listing failed or timed
+-- out): one `tool.unavailable {"server", "reason"}` each, so the timeline
+-- says why the model had no such tools. The agent stays leased. Fenced
+-- (HF001).
+CREATE OR REPLACE FUNCTION holdfast.record_tools_unavailable(
+    p_agent uuid, p_epoch bigint, p_servers text[], p_reasons text[])
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
+    PERFORM holdfast.append_event(p_agent, 'tool.unavailable', jsonb_build_object('server', u.server, 'reason', u.reason))
+       FROM unnest(p_servers, p_reasons) WITH ORDINALITY AS u (server, reason, ord)
+      ORDER BY u.ord;
+END
+$$;
+
 -- The worker aborted an in-flight model call for interrupt inputs that
 -- call did not include (p_input_ids): nothing of the call is saved;
 -- `model.interrupted {"input_ids"}` is recorded and the agent released

@@ -1934,7 +1934,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `model_not_permitted`: the project may not use this endpoint, model or base_url; `field` names it */
+            /** @description `model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address; `field` names it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2072,7 +2072,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `model_not_permitted`: the project may not use this endpoint, model or base_url; `field` names it */
+            /** @description `model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address; `field` names it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2551,7 +2551,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `idempotency_key_reused`: the key was used with another body or mode; `unsupported_content`: the agent's provider cannot take an image or document block */
+            /** @description `idempotency_key_reused`: the key was used with another body or mode; `unsupported_content`: the agent's provider cannot take an image or document block; `egress_refused`: the egress policy refuses an image's or document's URL (`content_url`); `attachment_quota_exceeded`: the attachments would exceed the agent's or project's quota or the provider's request size; `field` names it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -3782,7 +3782,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `unsupported_content`: the agent's provider cannot take an image or document block of `output` */
+            /** @description `unsupported_content`: the agent's provider cannot take an image or document block of `output`; `egress_refused`: the egress policy refuses an image's or document's URL (`content_url`); `attachment_quota_exceeded`: its attachments would exceed the agent's or project's quota or the provider's request size; `field` names it */
             422: {
                 headers: {
                     [name: string]: unknown;
