@@ -112,6 +112,37 @@ BEGIN
 END
 $$;
 
+-- Allow (or forbid) a project's agents Anthropic's server tools
+-- (anthropic_web_search, anthropic_web_fetch): they run inside the model
+-- call on the operator's credential and are billed to it. Forbidding takes
+-- effect at the next model call of every agent of the project (the turn
+-- fails naming the tool). Raises HF404.
+CREATE OR REPLACE FUNCTION holdfast.set_project_server_tools(p_project_name text, p_allowed boolean)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE holdfast.projects SET allow_server_tools = p_allowed
+     WHERE id = holdfast.project_by_name(p_project_name);
+    RETURN p_allowed;
+END
+$$;
+
+-- Why p_project may not use the provider server tools of agent config
+-- p_config: no row when it may (the operator allowed them, or the config
+-- has none), else one row naming the first such tool (`tools[i]`) and the
+-- reason, starting `server_tools_not_allowed` (a 422). Reads projects.
+CREATE OR REPLACE FUNCTION holdfast.check_server_tools(p_project uuid, p_config jsonb)
+RETURNS TABLE (field text, message text) LANGUAGE sql STABLE AS $$
+    SELECT format('tools[%s]', t.ord - 1),
+           format('server_tools_not_allowed: %s runs on the operator''s provider account and is off until the operator allows it for this project (holdfast projects allow-server-tools NAME)',
+                  t.tool ->> 'type')
+      FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_config -> 'tools') = 'array'
+                                     THEN p_config -> 'tools' ELSE '[]' END) WITH ORDINALITY t (tool, ord)
+     WHERE t.tool ->> 'type' IN ('anthropic_web_search', 'anthropic_web_fetch')
+       AND NOT coalesce((SELECT p.allow_server_tools FROM holdfast.projects p WHERE p.id = p_project), false)
+     ORDER BY t.ord
+     LIMIT 1
+$$;
+
 -- Whose model endpoints and project keys an agent of provider p_provider
 -- uses: `openai` for both OpenAI APIs (`openai`, Chat Completions, and
 -- `openai_responses`), else the provider itself. Endpoint kinds and project
@@ -169,7 +200,9 @@ $$;
 -- Raise what check_model_access reports for an agent config of p_project:
 -- HF422 with the field named, the message starting `model_not_permitted:`
 -- (the API answers 422: the config is well-formed but not permitted), and
--- HF422 plainly for a model.endpoint that is not a name. Reads only.
+-- HF422 plainly for a model.endpoint that is not a name; then what
+-- check_server_tools reports (`server_tools_not_allowed:`, also a 422).
+-- Reads only.
 CREATE OR REPLACE FUNCTION holdfast.validate_model_access(p_project uuid, p_config jsonb)
 RETURNS void LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -183,15 +216,21 @@ BEGIN
     IF FOUND THEN
         PERFORM holdfast.raise('HF422', 'model_not_permitted: ' || v_refusal.message, v_refusal.field);
     END IF;
+    SELECT * INTO v_refusal FROM holdfast.check_server_tools(p_project, p_config);
+    IF FOUND THEN
+        PERFORM holdfast.raise('HF422', v_refusal.message, v_refusal.field);
+    END IF;
 END
 $$;
 
 -- Where agent p_agent's model call with settings p_model (the config.model
 -- the worker loaded for this attempt) goes, resolved at every call so that a
--- removed endpoint, a changed allow-list or a withdrawn custom-URL permission
+-- removed endpoint, a changed allow-list, a withdrawn custom-URL permission
+-- or withdrawn server tools (check_server_tools, on the agent's stored config)
 -- applies at once. One row:
---   refused_field/refused_message  set when check_model_access refuses (the
---                                  worker fails the turn with them);
+--   refused_field/refused_message  set when check_model_access or
+--                                  check_server_tools refuses (the worker
+--                                  fails the turn with them);
 --   endpoint                       the endpoint's name (`default` included);
 --   custom_url                     model.base_url when custom (the worker
 --                                  then attaches no operator credential);
@@ -216,6 +255,10 @@ BEGIN
         PERFORM holdfast.raise('HF404', format('agent %s not found', p_agent));
     END IF;
     SELECT * INTO v_refusal FROM holdfast.check_model_access(v_project, p_model);
+    IF NOT FOUND THEN
+        SELECT * INTO v_refusal FROM holdfast.check_server_tools(
+            v_project, (SELECT a.config FROM holdfast.agents a WHERE a.id = p_agent));
+    END IF;
     IF FOUND THEN
         RETURN QUERY SELECT v_refusal.field, v_refusal.message, NULL::text, NULL::text,
                             NULL::text, NULL::text, NULL::bytea, NULL::text, v_project;

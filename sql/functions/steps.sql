@@ -157,7 +157,8 @@ BEGIN
     -- What the response used, priced now, and the turn's sum with it.
     v_provider := v_agent.config #>> '{model,provider}';
     v_model := v_agent.config #>> '{model,name}';
-    v_usage := holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model);
+    v_usage := holdfast.add_server_tool_cost(
+        holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model), p_usage, v_provider);
     v_turn_usage := holdfast.add_usage(v_agent.turn_usage, v_usage);
 
     -- Decide the calls' statuses before writing anything.
@@ -536,7 +537,8 @@ BEGIN
      WHERE agent_id = p_agent AND seq >= v_agent.context_start_seq AND seq < p_keep_from_seq;
     v_provider := v_agent.config #>> '{model,provider}';
     v_model := v_agent.config #>> '{model,name}';
-    v_usage := holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model);
+    v_usage := holdfast.add_server_tool_cost(
+        holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model), p_usage, v_provider);
     UPDATE holdfast.agents
        SET context_summary = p_summary, context_start_seq = p_keep_from_seq, model_attempts = 0,
            last_step_seq = last_step_seq + 1,

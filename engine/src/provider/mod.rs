@@ -259,6 +259,12 @@ pub struct Usage {
     /// `usage.server_tool_use`: web searches and fetches); absent when none.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub server_tool_requests: u64,
+    /// Of `server_tool_requests`, Anthropic's web searches
+    /// (`usage.server_tool_use.web_search_requests`): billed per search on
+    /// top of tokens, so the step's cost counts them
+    /// (`holdfast.add_server_tool_cost`); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub web_search_requests: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
