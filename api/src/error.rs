@@ -128,7 +128,6 @@ const UNPROCESSABLE_TOKENS: &[&str] = &[
     "model_not_permitted",
     "unsupported_content",
     "server_tools_not_allowed",
-    "attachment_quota_exceeded",
 ];
 
 impl From<Error> for ApiError {
