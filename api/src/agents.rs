@@ -70,9 +70,11 @@ async fn parse_config(value: &Value, egress: &EgressPolicy) -> Result<AgentConfi
                     .map_err(|reason| ApiError::invalid(format!("{at}.headers.{name}"), reason))?;
             }
         }
-        // A URL that does not parse is the config checks' to refuse.
+        // A URL that does not parse, or is not http(s), is the config
+        // checks' to refuse (400).
         let url = entry.get("url").and_then(Value::as_str);
-        if let Some(url) = url.and_then(|u| reqwest::Url::parse(u).ok()) {
+        let url = url.and_then(|u| reqwest::Url::parse(u).ok());
+        if let Some(url) = url.filter(|u| matches!(u.scheme(), "http" | "https")) {
             egress
                 .check_configured_url(EgressKind::Mcp, &url)
                 .await

@@ -201,9 +201,13 @@ pub async fn check_content_urls(
     field: &str,
 ) -> Result<(), ApiError> {
     for (i, url) in media_urls(content) {
+        // Malformed, or not http(s): SQL's content check names it (400).
         let Ok(parsed) = reqwest::Url::parse(url) else {
-            continue; // malformed: SQL's content check names it (400)
+            continue;
         };
+        if !matches!(parsed.scheme(), "http" | "https") {
+            continue;
+        }
         egress
             .check_configured_url(EgressKind::ContentUrl, &parsed)
             .await
