@@ -13,9 +13,9 @@ use axum::Json;
 use chrono::{DateTime, Utc};
 use holdfast_client::wire::agents::{AgentList, AgentView, CancelView, ListOrder, StateName};
 use holdfast_client::wire::error::ErrorBody;
-use holdfast_engine::config::{AgentConfig, ToolEntry};
+use holdfast_engine::config::AgentConfig;
 use holdfast_engine::domain::{Agent, CancelOutcome};
-use holdfast_engine::egress::check_mcp_header;
+use holdfast_engine::egress::{check_mcp_header, EgressKind, EgressPolicy};
 use holdfast_engine::store;
 use holdfast_engine::store::console;
 use serde::Deserialize;
@@ -56,21 +56,55 @@ pub struct ListQuery {
 }
 
 /// `value` as an agent config, or the 400 naming the field that does not
-/// fit; MCP tool entries' headers must be in the egress policy's safe set
-/// ([`check_mcp_header`]).
-fn parse_config(value: &Value) -> Result<AgentConfig, ApiError> {
+/// fit. Its MCP tool entries, and those of its subagents' configs at any
+/// depth ([`mcp_entries`]), are checked here too: their headers must be in
+/// the egress policy's safe set ([`check_mcp_header`], 400), and their
+/// servers allowed by it ([`EgressPolicy::check_configured_url`], 422): an
+/// agent is never created with a tool server it may not reach.
+async fn parse_config(value: &Value, egress: &EgressPolicy) -> Result<AgentConfig, ApiError> {
     let config = AgentConfig::from_value(value)?;
-    for (i, tool) in config.tools.iter().enumerate() {
-        let ToolEntry::Mcp { headers, .. } = tool else {
-            continue;
-        };
-        for name in headers.keys() {
-            check_mcp_header(name).map_err(|reason| {
-                ApiError::invalid(format!("tools[{i}].headers.{name}"), reason)
-            })?;
+    for (at, entry) in mcp_entries(value, String::new()) {
+        if let Some(headers) = entry.get("headers").and_then(Value::as_object) {
+            for name in headers.keys() {
+                check_mcp_header(name)
+                    .map_err(|reason| ApiError::invalid(format!("{at}.headers.{name}"), reason))?;
+            }
+        }
+        // A URL that does not parse, or is not http(s), is the config
+        // checks' to refuse (400).
+        let url = entry.get("url").and_then(Value::as_str);
+        let url = url.and_then(|u| reqwest::Url::parse(u).ok());
+        if let Some(url) = url.filter(|u| matches!(u.scheme(), "http" | "https")) {
+            egress
+                .check_configured_url(EgressKind::Mcp, &url)
+                .await
+                .map_err(|refused| ApiError::egress_refused(format!("{at}.url"), refused))?;
         }
     }
     Ok(config)
+}
+
+/// The MCP tool entries of `config` with the path of each (`tools[1]`,
+/// `tools[0].config.tools[2]`), the configs of `spawn_subagent` tools
+/// included, at any depth.
+fn mcp_entries(config: &Value, at: String) -> Vec<(String, &Value)> {
+    let Some(tools) = config.get("tools").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for (i, tool) in tools.iter().enumerate() {
+        let path = format!("{at}tools[{i}]");
+        match tool.get("type").and_then(Value::as_str) {
+            Some("mcp") => found.push((path, tool)),
+            Some("spawn_subagent") => {
+                if let Some(child) = tool.get("config") {
+                    found.extend(mcp_entries(child, format!("{path}.config.")));
+                }
+            }
+            _ => {}
+        }
+    }
+    found
 }
 
 /// The agent of `caller`'s project, or the 404 a missing one gets.
@@ -91,7 +125,7 @@ async fn load(db: &tokio_postgres::Client, caller: &Caller, id: Uuid) -> Result<
         (status = 400, description = "invalid config; `field` names the field", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 413, body = ErrorBody),
-        (status = 422, description = "`model_not_permitted`: the project may not use this endpoint, model or base_url; `field` names it", body = ErrorBody),
+        (status = 422, description = "`model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address; `field` names it", body = ErrorBody),
     )
 )]
 pub async fn create_agent(
@@ -99,7 +133,7 @@ pub async fn create_agent(
     caller: Caller,
     ApiJson(config): ApiJson<Value>,
 ) -> Result<impl IntoResponse, ApiError> {
-    parse_config(&config)?;
+    parse_config(&config, &state.config().egress).await?;
     let db = state.db().await?;
     let id = store::create_agent(&**db, caller.project_id, &config).await?;
     record_agent(id);
@@ -301,7 +335,7 @@ pub async fn get_agent(
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, description = "the agent is archived", body = ErrorBody),
-        (status = 422, description = "`model_not_permitted`: the project may not use this endpoint, model or base_url; `field` names it", body = ErrorBody),
+        (status = 422, description = "`model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address; `field` names it", body = ErrorBody),
     )
 )]
 pub async fn patch_agent(
@@ -317,7 +351,7 @@ pub async fn patch_agent(
     // agent's row lock, to the config stored then.
     let mut patched = load(&db, &caller, id).await?.config;
     json_patch::merge(&mut patched, &patch);
-    parse_config(&patched)?;
+    parse_config(&patched, &state.config().egress).await?;
     store::patch_agent_config(&**db, id, &patch).await?;
     Ok(Json(load(&db, &caller, id).await?.into()))
 }

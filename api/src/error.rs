@@ -5,6 +5,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use holdfast_engine::egress::EgressRefused;
 use holdfast_engine::Error;
 use serde_json::{json, Value};
 
@@ -44,6 +45,17 @@ impl ApiError {
     /// 400 `invalid_request` naming `field`.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message).with_field(field)
+    }
+
+    /// 422 `egress_refused`: a URL the egress policy does not let Holdfast
+    /// reach (an MCP server, an image's or document's URL).
+    pub fn egress_refused(field: impl Into<String>, refused: EgressRefused) -> ApiError {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "egress_refused",
+            refused.to_string(),
+        )
+        .with_field(field)
     }
 
     pub fn unauthorized(message: impl Into<String>) -> ApiError {
@@ -116,6 +128,7 @@ const UNPROCESSABLE_TOKENS: &[&str] = &[
     "media_type_mismatch",
     "model_not_permitted",
     "unsupported_content",
+    "server_tools_not_allowed",
 ];
 
 impl From<Error> for ApiError {

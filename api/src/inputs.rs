@@ -16,11 +16,14 @@ use deadpool_postgres::Pool;
 use holdfast_client::wire::error::ErrorBody;
 use holdfast_client::wire::inputs::{InputList, InputRequest, InputView};
 use holdfast_engine::domain::{PostedInput, WaitingInputs};
+use holdfast_engine::egress::{EgressKind, EgressPolicy};
 use holdfast_engine::group_commit::GroupWrite;
+use holdfast_engine::provider::media_urls;
 use holdfast_engine::store::{self, NewInput};
 use holdfast_engine::telemetry::TraceHeaders;
 use holdfast_engine::{Error, Result};
 use serde::Deserialize;
+use serde_json::Value;
 use utoipa::IntoParams;
 use uuid::Uuid;
 
@@ -55,7 +58,7 @@ const TRACESTATE: &str = "tracestate";
         (status = 404, body = ErrorBody),
         (status = 409, description = "the agent is archived", body = ErrorBody),
         (status = 413, description = "the body is over the limit for content (48 MiB)", body = ErrorBody),
-        (status = 422, description = "`idempotency_key_reused`: the key was used with another body or mode; `unsupported_content`: the agent's provider cannot take an image or document block", body = ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`: the key was used with another body or mode; `unsupported_content`: the agent's provider cannot take an image or document block; `egress_refused`: the egress policy refuses an image's or document's URL (`content_url`); `field` names it", body = ErrorBody),
     )
 )]
 pub async fn create_input(
@@ -68,6 +71,7 @@ pub async fn create_input(
     record_agent(id);
     let key = idempotency_key(&headers)?;
     let trace = trace_headers(&headers)?;
+    check_content_urls(&state.config().egress, &request.content, "content").await?;
     let input = NewInput::new(
         caller.project_id,
         id,
@@ -183,6 +187,35 @@ pub async fn remove_input(
         .await?
         .ok_or_else(ApiError::internal)?;
     Ok(Json(InputView::from(input)))
+}
+
+/// Refuses (422 `egress_refused`, the block's `source.url` named under
+/// `field`) an image or document URL the egress policy does not allow
+/// (`content_url`): the model provider fetches it, and a self-hosted one
+/// would fetch it from inside the operator's network. The worker checks
+/// each URL again before every model call that would send it (a name may
+/// resolve elsewhere by then).
+pub async fn check_content_urls(
+    egress: &EgressPolicy,
+    content: &Value,
+    field: &str,
+) -> Result<(), ApiError> {
+    for (i, url) in media_urls(content) {
+        // Malformed, or not http(s): SQL's content check names it (400).
+        let Ok(parsed) = reqwest::Url::parse(url) else {
+            continue;
+        };
+        if !matches!(parsed.scheme(), "http" | "https") {
+            continue;
+        }
+        egress
+            .check_configured_url(EgressKind::ContentUrl, &parsed)
+            .await
+            .map_err(|refused| {
+                ApiError::egress_refused(format!("{field}[{i}].source.url"), refused)
+            })?;
+    }
+    Ok(())
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {

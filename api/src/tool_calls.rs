@@ -24,6 +24,7 @@ use crate::agents::page_limit;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::inputs::check_content_urls;
 use crate::observe::record_agent;
 use crate::state::AppState;
 
@@ -84,7 +85,7 @@ pub async fn list_tool_calls(
         (status = 404, body = ErrorBody),
         (status = 409, description = "the call already has a result, was cancelled, or is not a custom call waiting for one; `tool_call` is the call as it stands", body = ErrorBody),
         (status = 413, description = "`output` (its images' and documents' base64 aside) or the body is larger than the server's limit", body = ErrorBody),
-        (status = 422, description = "`unsupported_content`: the agent's provider cannot take an image or document block of `output`", body = ErrorBody),
+        (status = 422, description = "`unsupported_content`: the agent's provider cannot take an image or document block of `output`; `egress_refused`: the egress policy refuses an image's or document's URL (`content_url`); `field` names it", body = ErrorBody),
     )
 )]
 pub async fn submit_tool_result(
@@ -99,6 +100,7 @@ pub async fn submit_tool_result(
         .await?
         .ok_or_else(|| ApiError::tool_call_not_found(id))?;
     record_agent(call.agent_id);
+    check_content_urls(&state.config().egress, &request.output, "output").await?;
     let size = serde_json::to_vec(&request.output).map_or(0, |bytes| bytes.len())
         - inline_media_bytes(&request.output);
     let limit = state.config().max_tool_output_bytes;

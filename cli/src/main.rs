@@ -40,7 +40,7 @@ struct Cli {
     /// Special-purpose address ranges (private, loopback, link-local, ...)
     /// that tenant- and model-aimed requests may reach, per kind:
     /// `kind=range;range,...` with kinds web_fetch, mcp, webhook, wake,
-    /// model or *, and ranges in CIDR, single addresses or *. Unset: public
+    /// model, content_url or *, and ranges in CIDR, single addresses or *. Unset: public
     /// addresses only.
     #[arg(long = "egress-allow", env = "HOLDFAST_EGRESS_ALLOW", global = true)]
     egress_allow: Option<String>,

@@ -3,6 +3,9 @@
 //!   may set their own `model.base_url`. Requests to such a URL carry the
 //!   project's own provider key if it set one, and never an operator
 //!   credential.
+//! - `allow-server-tools|deny-server-tools NAME`: whether a project's
+//!   agents may configure Anthropic's server tools (web search, web fetch),
+//!   which run on the operator's provider account and are billed to it.
 //! - `max-running NAME N|none`: a cap on the project's agents running at
 //!   once (claims skip the project while it is reached).
 //! - `retention NAME --events 30d|forever`: how long the project keeps its
@@ -24,6 +27,12 @@ pub enum ProjectsCommand {
     AllowCustomUrls { project: String },
     /// Refuse `model.base_url` again (agents with one fail their next model call).
     DenyCustomUrls { project: String },
+    /// Let the project's agents configure Anthropic's server tools
+    /// (`anthropic_web_search`, `anthropic_web_fetch`), billed to the
+    /// operator's provider account.
+    AllowServerTools { project: String },
+    /// Refuse them again (agents with one fail their next model call).
+    DenyServerTools { project: String },
     /// Cap how many of the project's agents run at once (`none`: no cap).
     /// Agents already running keep their leases; the cap applies to claims.
     MaxRunning {
@@ -90,6 +99,14 @@ pub async fn run(db: &Database, command: ProjectsCommand) -> Result<()> {
         ProjectsCommand::DenyCustomUrls { project } => {
             store::set_project_custom_model_urls(&client, &project, false).await?;
             println!("agents of project {project} may not set model.base_url");
+        }
+        ProjectsCommand::AllowServerTools { project } => {
+            store::set_project_server_tools(&client, &project, true).await?;
+            println!("agents of project {project} may use the provider's server tools");
+        }
+        ProjectsCommand::DenyServerTools { project } => {
+            store::set_project_server_tools(&client, &project, false).await?;
+            println!("agents of project {project} may not use the provider's server tools");
         }
         ProjectsCommand::MaxRunning { project, max } => {
             store::set_project_max_running(&client, &project, max).await?;

@@ -1,7 +1,7 @@
 //! The egress policy: which addresses an outbound request that a tenant or a
 //! model can aim may reach. One policy serves every such kind of request
-//! ([`EgressKind`]): `web_fetch`, MCP servers, webhooks, machine wake URLs
-//! and agent-chosen model base URLs. The operator's own endpoints
+//! ([`EgressKind`]): `web_fetch`, MCP servers, webhooks, machine wake URLs,
+//! agent-chosen model base URLs and the URLs of image and document blocks. The operator's own endpoints
 //! (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`, the database) are trusted and
 //! do not go through it.
 //!
@@ -53,15 +53,20 @@ pub enum EgressKind {
     Wake,
     /// An agent's own `model.base_url`.
     Model,
+    /// The URL of an image or document block (`"source": {"type": "url"}`)
+    /// in an input or a tool result: the model provider fetches it, so a
+    /// self-hosted one would fetch it from inside the operator's network.
+    ContentUrl,
 }
 
 impl EgressKind {
-    pub const ALL: [EgressKind; 5] = [
+    pub const ALL: [EgressKind; 6] = [
         EgressKind::WebFetch,
         EgressKind::Mcp,
         EgressKind::Webhook,
         EgressKind::Wake,
         EgressKind::Model,
+        EgressKind::ContentUrl,
     ];
 
     /// The kind's name in `HOLDFAST_EGRESS_ALLOW`.
@@ -72,6 +77,7 @@ impl EgressKind {
             EgressKind::Webhook => "webhook",
             EgressKind::Wake => "wake",
             EgressKind::Model => "model",
+            EgressKind::ContentUrl => "content_url",
         }
     }
 }
@@ -285,7 +291,7 @@ fn allow_hint(address: IpAddr, range: SpecialRange) -> IpAddr {
 impl EgressPolicy {
     /// Parses `HOLDFAST_EGRESS_ALLOW`: comma-separated `kind=ranges`
     /// entries, where `kind` is `web_fetch`, `mcp`, `webhook`, `wake`,
-    /// `model` or `*` (every kind), and `ranges` is a `;`-separated list of
+    /// `model`, `content_url` or `*` (every kind), and `ranges` is a `;`-separated list of
     /// CIDR ranges, single addresses, or `*` (every special-purpose range).
     /// E.g. `web_fetch=10.0.0.0/8,mcp=10.1.2.0/24;fd00::/8,webhook=*`.
     /// A kind named twice gets the union. Empty means nothing is allowed.
@@ -308,7 +314,7 @@ impl EgressPolicy {
                     .find(|k| k.name() == name)
                     .ok_or_else(|| {
                         bad(format!(
-                            "unknown kind {name:?}; kinds are web_fetch, mcp, webhook, wake, model and *"
+                            "unknown kind {name:?}; kinds are web_fetch, mcp, webhook, wake, model, content_url and *"
                         ))
                     })?],
             };
@@ -455,6 +461,28 @@ impl EgressPolicy {
         Ok(addrs)
     }
 
+    /// Checks a URL a tenant configures (an MCP server, an image's URL)
+    /// when it is given, so that a refused one is an error then and not a
+    /// surprise later: an IP literal as [`EgressPolicy::check_url`] does,
+    /// and a name by what it resolves to now (within
+    /// [`CONFIGURED_URL_RESOLVE_TIMEOUT`]). A name that does not resolve
+    /// (in time, or at all) passes: it may not exist yet, and it is
+    /// resolved again at every use.
+    pub async fn check_configured_url(
+        &self,
+        kind: EgressKind,
+        url: &Url,
+    ) -> Result<(), EgressRefused> {
+        self.check_url(kind, url)?;
+        let Some(host) = url.domain() else {
+            return Ok(());
+        };
+        match tokio::time::timeout(CONFIGURED_URL_RESOLVE_TIMEOUT, self.resolve(kind, host)).await {
+            Ok(Err(refused @ EgressRefused::Address { .. })) => Err(refused),
+            _ => Ok(()),
+        }
+    }
+
     /// A reqwest client builder for `kind`: names resolve through the
     /// policy, and proxy variables are ignored. Callers add their timeouts
     /// and a redirect policy that calls [`EgressPolicy::check_url`] (or none).
@@ -467,6 +495,10 @@ impl EgressPolicy {
             }))
     }
 }
+
+/// How long [`EgressPolicy::check_configured_url`] waits for a name to
+/// resolve.
+pub const CONFIGURED_URL_RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// `X-` headers a tenant may not set on an MCP request: they steer proxies,
 /// load balancers and cloud metadata services, not the MCP server.

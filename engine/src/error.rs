@@ -23,8 +23,10 @@ pub enum Error {
         field: Option<String>,
         message: String,
     },
-    /// Any other database error (connection lost, serialization failure, ...).
-    #[error("database: {0}")]
+    /// Any other database error (connection lost, serialization failure,
+    /// ...). Its text carries what Postgres said ([`describe_postgres_error`]):
+    /// tokio-postgres's own Display of a server error is only `db error`.
+    #[error("database: {}", describe_postgres_error(.0))]
     Database(#[source] tokio_postgres::Error),
     /// A connection could not be opened. `cause` says why in one line (TLS
     /// required by the server, certificate not trusted, authentication
@@ -75,6 +77,35 @@ impl Error {
             _ => None,
         }
     }
+}
+
+/// What a tokio-postgres error says, in one line: for an error the server
+/// sent, its severity, SQLSTATE, message, and detail, hint, where and
+/// position when it has them; otherwise the client's text with each of its
+/// causes (`error communicating with the server: Connection reset by peer`).
+/// tokio-postgres's Display of a server error is only `db error`, which told
+/// nothing in a log line behind a pooler.
+pub fn describe_postgres_error(error: &tokio_postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        let mut text = format!("{} {}: {}", db.severity(), db.code().code(), db.message());
+        for (label, value) in [
+            ("detail", db.detail()),
+            ("hint", db.hint()),
+            ("where", db.where_()),
+        ] {
+            if let Some(value) = value {
+                text.push_str(&format!("; {label}: {value}"));
+            }
+        }
+        return text;
+    }
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(e) = cause {
+        text.push_str(&format!(": {e}"));
+        cause = e.source();
+    }
+    text
 }
 
 impl From<tokio_postgres::Error> for Error {

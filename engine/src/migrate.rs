@@ -193,6 +193,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0040_partial_unique_keys.sql",
         sql: include_str!("../../sql/0040_partial_unique_keys.sql"),
     },
+    Migration {
+        version: 42,
+        name: "0042_security_data.sql",
+        sql: include_str!("../../sql/0042_security_data.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

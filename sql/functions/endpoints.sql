@@ -112,6 +112,37 @@ BEGIN
 END
 $$;
 
+-- Allow (or forbid) a project's agents Anthropic's server tools
+-- (anthropic_web_search, anthropic_web_fetch): they run inside the model
+-- call on the operator's credential and are billed to it. Forbidding takes
+-- effect at the next model call of every agent of the project (the turn
+-- fails naming the tool). Raises HF404.
+CREATE OR REPLACE FUNCTION holdfast.set_project_server_tools(p_project_name text, p_allowed boolean)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE holdfast.projects SET allow_server_tools = p_allowed
+     WHERE id = holdfast.project_by_name(p_project_name);
+    RETURN p_allowed;
+END
+$$;
+
+-- Why p_project may not use the provider server tools of agent config
+-- p_config: no row when it may (the operator allowed them, or the config
+-- has none), else one row naming the first such tool (`tools[i]`) and the
+-- reason, starting `server_tools_not_allowed` (a 422). Reads projects.
+CREATE OR REPLACE FUNCTION holdfast.check_server_tools(p_project uuid, p_config jsonb)
+RETURNS TABLE (field text, message text) LANGUAGE sql STABLE AS $$
+    SELECT format('tools[%s]', t.ord - 1),
+           format('server_tools_not_allowed: %s runs on the operator''s provider account and is off until the operator allows it for this project (holdfast projects allow-server-tools NAME)',
+                  t.tool ->> 'type')
+      FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_config -> 'tools') = 'array'
+                                     THEN p_config -> 'tools' ELSE '[]' END) WITH ORDINALITY t (tool, ord)
+     WHERE t.tool ->> 'type' IN ('anthropic_web_search', 'anthropic_web_fetch')
+       AND NOT coalesce((SELECT p.allow_server_tools FROM holdfast.projects p WHERE p.id = p_project), false)
+     ORDER BY t.ord
+     LIMIT 1
+$$;
+
 -- Whose model endpoints and project keys an agent of provider p_provider
 -- uses: `openai` for both OpenAI APIs (`openai`, Chat Completions, and
 -- `openai_responses`), else the provider itself. Endpoint kinds and project
@@ -169,7 +200,9 @@ $$;
 -- Raise what check_model_access reports for an agent config of p_project:
 -- HF422 with the field named, the message starting `model_not_permitted:`
 -- (the API answers 422: the config is well-formed but not permitted), and
--- HF422 plainly for a model.endpoint that is not a name. Reads only.
+-- HF422 plainly for a model.endpoint that is not a name; then what
+-- check_server_tools reports (`server_tools_not_allowed:`, also a 422).
+-- Reads only.
 CREATE OR REPLACE FUNCTION holdfast.validate_model_access(p_project uuid, p_config jsonb)
 RETURNS void LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -183,15 +216,21 @@ BEGIN
     IF FOUND THEN
         PERFORM holdfast.raise('HF422', 'model_not_permitted: ' || v_refusal.message, v_refusal.field);
     END IF;
+    SELECT * INTO v_refusal FROM holdfast.check_server_tools(p_project, p_config);
+    IF FOUND THEN
+        PERFORM holdfast.raise('HF422', v_refusal.message, v_refusal.field);
+    END IF;
 END
 $$;
 
 -- Where agent p_agent's model call with settings p_model (the config.model
 -- the worker loaded for this attempt) goes, resolved at every call so that a
--- removed endpoint, a changed allow-list or a withdrawn custom-URL permission
+-- removed endpoint, a changed allow-list, a withdrawn custom-URL permission
+-- or withdrawn server tools (check_server_tools, on the agent's stored config)
 -- applies at once. One row:
---   refused_field/refused_message  set when check_model_access refuses (the
---                                  worker fails the turn with them);
+--   refused_field/refused_message  set when check_model_access or
+--                                  check_server_tools refuses (the worker
+--                                  fails the turn with them);
 --   endpoint                       the endpoint's name (`default` included);
 --   custom_url                     model.base_url when custom (the worker
 --                                  then attaches no operator credential);
@@ -216,6 +255,10 @@ BEGIN
         PERFORM holdfast.raise('HF404', format('agent %s not found', p_agent));
     END IF;
     SELECT * INTO v_refusal FROM holdfast.check_model_access(v_project, p_model);
+    IF NOT FOUND THEN
+        SELECT * INTO v_refusal FROM holdfast.check_server_tools(
+            v_project, (SELECT a.config FROM holdfast.agents a WHERE a.id = p_agent));
+    END IF;
     IF FOUND THEN
         RETURN QUERY SELECT v_refusal.field, v_refusal.message, NULL::text, NULL::text,
                             NULL::text, NULL::text, NULL::bytea, NULL::text, v_project;
@@ -271,50 +314,66 @@ BEGIN
 END
 $$;
 
--- p_config with every header value of every MCP tool entry replaced by "***":
--- what GET /v1/agents, config.updated events (and so webhooks) show. The
--- worker reads the stored config, unmasked. Pure.
+-- p_config with every header value of every MCP tool entry replaced by "***",
+-- at any depth: the MCP entries of a spawn_subagent tool's config (and of
+-- its own spawn_subagent's, ...) too. What GET /v1/agents, listings and
+-- config.updated events (and so webhooks) show. The worker reads the stored
+-- config, unmasked. Pure. PL/pgSQL: it calls itself for a nested config.
 CREATE OR REPLACE FUNCTION holdfast.mask_config_secrets(p_config jsonb)
-RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE
-        WHEN jsonb_typeof(p_config -> 'tools') IS DISTINCT FROM 'array' THEN p_config
-        ELSE jsonb_set(p_config, '{tools}', (
-            SELECT coalesce(jsonb_agg(
-                       CASE WHEN t.tool ->> 'type' = 'mcp' AND jsonb_typeof(t.tool -> 'headers') = 'object'
-                            THEN jsonb_set(t.tool, '{headers}', coalesce(
-                                     (SELECT jsonb_object_agg(h.key, '***') FROM jsonb_each(t.tool -> 'headers') h),
-                                     '{}'))
-                            ELSE t.tool END
-                       ORDER BY t.ord), '[]')
-              FROM jsonb_array_elements(p_config -> 'tools') WITH ORDINALITY AS t (tool, ord)))
-    END
+RETURNS jsonb LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF jsonb_typeof(p_config -> 'tools') IS DISTINCT FROM 'array' THEN
+        RETURN p_config;
+    END IF;
+    RETURN jsonb_set(p_config, '{tools}', (
+        SELECT coalesce(jsonb_agg(
+                   CASE WHEN t.tool ->> 'type' = 'mcp' AND jsonb_typeof(t.tool -> 'headers') = 'object'
+                        THEN jsonb_set(t.tool, '{headers}', coalesce(
+                                 (SELECT jsonb_object_agg(h.key, '***') FROM jsonb_each(t.tool -> 'headers') h),
+                                 '{}'))
+                        WHEN t.tool ->> 'type' = 'spawn_subagent' AND jsonb_typeof(t.tool -> 'config') = 'object'
+                        THEN jsonb_set(t.tool, '{config}', holdfast.mask_config_secrets(t.tool -> 'config'))
+                        ELSE t.tool END
+                   ORDER BY t.ord), '[]')
+          FROM jsonb_array_elements(p_config -> 'tools') WITH ORDINALITY AS t (tool, ord)));
+END
 $$;
 
 -- p_new with each MCP header value "***" replaced by the value stored in
 -- p_old (the config in force) for the same header of the MCP tool with the
 -- same name and the same url, so that a read-modify-write round trip of a
--- masked config keeps its secrets. A stored value is never carried to
+-- masked config keeps its secrets. The same rule holds at every depth: the
+-- config of p_new's spawn_subagent tool is matched against the config of
+-- p_old's (keep_masked_secrets_at). A stored value is never carried to
 -- another url (that would hand it to a new server unseen). Raises HF422 for
 -- a "***" with no stored value to keep (the field named). Pure.
 CREATE OR REPLACE FUNCTION holdfast.keep_masked_secrets(p_old jsonb, p_new jsonb)
+RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
+    SELECT holdfast.keep_masked_secrets_at(p_old, p_new, '')
+$$;
+
+-- keep_masked_secrets for a config found at p_at in the agent's config
+-- ('' for the agent's own, 'tools[2].config.' for its subagents'): fields
+-- in errors are named from there. Pure; calls itself for a nested config.
+CREATE OR REPLACE FUNCTION holdfast.keep_masked_secrets_at(p_old jsonb, p_new jsonb, p_at text)
 RETURNS jsonb LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
     v_tools jsonb := '[]';
+    v_old_tools jsonb := CASE WHEN jsonb_typeof(p_old -> 'tools') = 'array' THEN p_old -> 'tools' ELSE '[]' END;
     v_tool jsonb;
     v_i integer := 0;
     v_header record;
     v_kept jsonb;
 BEGIN
     IF jsonb_typeof(p_new -> 'tools') IS DISTINCT FROM 'array'
-       OR NOT jsonb_path_exists(p_new, '$.tools[*] ? (@.type == "mcp").headers.* ? (@ == "***")') THEN
+       OR NOT jsonb_path_exists(p_new -> 'tools', '$.** ? (@ == "***")') THEN
         RETURN p_new;
     END IF;
     FOR v_tool IN SELECT value FROM jsonb_array_elements(p_new -> 'tools') LOOP
         IF v_tool ->> 'type' = 'mcp' AND jsonb_typeof(v_tool -> 'headers') = 'object' THEN
             FOR v_header IN SELECT key, value FROM jsonb_each(v_tool -> 'headers') WHERE value = '"***"' LOOP
                 SELECT o.value -> 'headers' -> v_header.key INTO v_kept
-                  FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_old -> 'tools') = 'array'
-                                                 THEN p_old -> 'tools' ELSE '[]' END) o
+                  FROM jsonb_array_elements(v_old_tools) o
                  WHERE o.value ->> 'type' = 'mcp'
                    AND o.value -> 'name' IS NOT DISTINCT FROM v_tool -> 'name'
                    AND o.value -> 'url' IS NOT DISTINCT FROM v_tool -> 'url'
@@ -322,10 +381,16 @@ BEGIN
                 IF v_kept IS NULL OR v_kept = '"***"' THEN
                     PERFORM holdfast.raise('HF422', format(
                         '"***" keeps a stored header value, and this MCP tool (same name and url) has none for %s: send the value',
-                        v_header.key), format('tools[%s].headers.%s', v_i, v_header.key));
+                        v_header.key), format('%stools[%s].headers.%s', p_at, v_i, v_header.key));
                 END IF;
                 v_tool := jsonb_set(v_tool, ARRAY['headers', v_header.key], v_kept);
             END LOOP;
+        ELSIF v_tool ->> 'type' = 'spawn_subagent' AND jsonb_typeof(v_tool -> 'config') = 'object' THEN
+            -- Tool types are unique in a config: at most one spawn_subagent.
+            v_tool := jsonb_set(v_tool, '{config}', holdfast.keep_masked_secrets_at(
+                (SELECT o.value -> 'config' FROM jsonb_array_elements(v_old_tools) o
+                  WHERE o.value ->> 'type' = 'spawn_subagent' LIMIT 1),
+                v_tool -> 'config', format('%stools[%s].config.', p_at, v_i)));
         END IF;
         v_tools := v_tools || jsonb_build_array(v_tool);
         v_i := v_i + 1;

@@ -51,7 +51,7 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT ARRAY[
         'input.received', 'input.removed', 'turn.started', 'model.response', 'model.retry',
         'model.interrupted',
-        'tool_call.created', 'tool_call.completed', 'tool_call.interrupted',
+        'tool_call.created', 'tool_call.completed', 'tool_call.interrupted', 'tool.unavailable',
         'approval.requested', 'approval.answered', 'question.asked', 'question.answered',
         'command.queued', 'command.accepted', 'command.finished', 'command.failed',
         'command.unknown', 'machine.unreachable', 'subagent.started', 'subagent.finished',

@@ -157,7 +157,8 @@ BEGIN
     -- What the response used, priced now, and the turn's sum with it.
     v_provider := v_agent.config #>> '{model,provider}';
     v_model := v_agent.config #>> '{model,name}';
-    v_usage := holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model);
+    v_usage := holdfast.add_server_tool_cost(
+        holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model), p_usage, v_provider);
     v_turn_usage := holdfast.add_usage(v_agent.turn_usage, v_usage);
 
     -- Decide the calls' statuses before writing anything.
@@ -474,6 +475,23 @@ BEGIN
 END
 $$;
 
+-- The model call the worker is about to make goes without the tools of
+-- these servers (p_servers[i] an MCP tool entry's name, p_reasons[i] why:
+-- refused by the egress policy, unreachable, listing failed or timed
+-- out): one `tool.unavailable {"server", "reason"}` each, so the timeline
+-- says why the model had no such tools. The agent stays leased. Fenced
+-- (HF001).
+CREATE OR REPLACE FUNCTION holdfast.record_tools_unavailable(
+    p_agent uuid, p_epoch bigint, p_servers text[], p_reasons text[])
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
+    PERFORM holdfast.append_event(p_agent, 'tool.unavailable', jsonb_build_object('server', u.server, 'reason', u.reason))
+       FROM unnest(p_servers, p_reasons) WITH ORDINALITY AS u (server, reason, ord)
+      ORDER BY u.ord;
+END
+$$;
+
 -- The worker aborted an in-flight model call for interrupt inputs that
 -- call did not include (p_input_ids): nothing of the call is saved;
 -- `model.interrupted {"input_ids"}` is recorded and the agent released
@@ -519,7 +537,8 @@ BEGIN
      WHERE agent_id = p_agent AND seq >= v_agent.context_start_seq AND seq < p_keep_from_seq;
     v_provider := v_agent.config #>> '{model,provider}';
     v_model := v_agent.config #>> '{model,name}';
-    v_usage := holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model);
+    v_usage := holdfast.add_server_tool_cost(
+        holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model), p_usage, v_provider);
     UPDATE holdfast.agents
        SET context_summary = p_summary, context_start_seq = p_keep_from_seq, model_attempts = 0,
            last_step_seq = last_step_seq + 1,

@@ -64,6 +64,33 @@ BEGIN
 END
 $$;
 
+-- The price of one web search by Anthropic's server tool: its list price
+-- ($10 per 1,000 searches), billed to the operator's account on top of the
+-- call's tokens. Anthropic's web fetch has no charge beyond tokens. Pure.
+CREATE OR REPLACE FUNCTION holdfast.web_search_usd_per_request()
+RETURNS numeric LANGUAGE sql IMMUTABLE AS $$
+    SELECT 0.01::numeric
+$$;
+
+-- p_usage (priced by price_usage) with the web searches the provider
+-- reported for the call (p_reported, the saved usage JSON's
+-- `web_search_requests`, Anthropic providers only) added to its cost: a
+-- call whose tokens are unpriced costs its searches. Budgets sum this cost.
+-- Pure.
+CREATE OR REPLACE FUNCTION holdfast.add_server_tool_cost(
+    p_usage holdfast.token_usage, p_reported jsonb, p_provider text)
+RETURNS holdfast.token_usage LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_searches bigint := holdfast.token_count(p_reported -> 'web_search_requests');
+BEGIN
+    IF v_searches = 0 OR p_provider IS DISTINCT FROM 'anthropic' THEN
+        RETURN p_usage;
+    END IF;
+    p_usage.cost_usd := coalesce(p_usage.cost_usd, 0) + v_searches * holdfast.web_search_usd_per_request();
+    RETURN p_usage;
+END
+$$;
+
 -- The sum of two usages, kind by kind; the cost sums the priced parts and
 -- stays NULL only while neither part was priced. Pure.
 CREATE OR REPLACE FUNCTION holdfast.add_usage(p_a holdfast.token_usage, p_b holdfast.token_usage)

@@ -435,3 +435,100 @@ async fn webhook_deliveries_go_through_the_policy() {
     assert_eq!(listeners().trap.count(), trap_before);
     assert_eq!(listeners().proxy.count(), proxy_before);
 }
+
+#[tokio::test]
+async fn mcp_servers_and_content_urls_the_policy_refuses_are_a_422_naming_the_field() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let server = ApiServer::start_with(&db, |c: &mut ApiConfig| c.egress = policy()).await;
+    let (_, key) = project_key(&client).await;
+    let send = |method: reqwest::Method, path: String, body: Value| {
+        let (server, key) = (&server, &key);
+        async move { holdfast_tests::api_server::call(server, method, &path, key, Some(body)).await }
+    };
+    let mcp = |url: &str| json!({"type": "mcp", "name": "tools", "url": url});
+    let config =
+        |tools: Value| json!({"model": {"provider": "anthropic", "name": "m"}, "tools": tools});
+    for (tools, field) in [
+        (json!([mcp("http://169.254.169.254/mcp")]), "tools[0].url"),
+        (json!([mcp("http://[::ffff:10.0.0.1]/mcp")]), "tools[0].url"),
+        // A name is judged by what it resolves to.
+        (json!([mcp("http://localhost:9/mcp")]), "tools[0].url"),
+        // A subagent's servers too, at any depth.
+        (
+            json!([{"type": "spawn_subagent", "config": config(json!([mcp("http://10.1.2.3/mcp")]))}]),
+            "tools[0].config.tools[0].url",
+        ),
+    ] {
+        let (status, body) = send(reqwest::Method::POST, "/v1/agents".into(), config(tools)).await;
+        assert_eq!(status, 422, "{body}");
+        assert_eq!(body["error"]["type"], "egress_refused", "{body}");
+        assert_eq!(body["error"]["field"], field, "{body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains("mcp="),
+            "the message names the setting: {body}"
+        );
+    }
+    let (status, agent) = send(
+        reqwest::Method::POST,
+        "/v1/agents".into(),
+        config(json!([mcp("http://127.0.0.2:9/mcp")])),
+    )
+    .await;
+    assert_eq!(status, 201, "the allowed range: {agent}");
+    let id = agent["id"].as_str().unwrap().to_owned();
+    let (status, body) = send(
+        reqwest::Method::PATCH,
+        format!("/v1/agents/{id}"),
+        json!({"tools": [mcp("http://127.0.0.1:9/mcp")]}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["field"], "tools[0].url");
+    let stored: Value = client
+        .query_one(
+            "SELECT config FROM holdfast.agents WHERE id = $1::text::uuid",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        stored["tools"][0]["url"], "http://127.0.0.2:9/mcp",
+        "nothing changed"
+    );
+
+    // Image and document URLs (content_url): refused when they arrive.
+    let image = |url: &str| json!({"type": "image", "source": {"type": "url", "url": url}});
+    for url in [
+        "http://169.254.169.254/latest/meta-data/iam",
+        "http://10.0.0.7/scan.png",
+        "http://localhost:8080/admin.png",
+    ] {
+        let (status, body) = send(
+            reqwest::Method::POST,
+            format!("/v1/agents/{id}/inputs"),
+            json!({"content": [{"type": "text", "text": "look"}, image(url)]}),
+        )
+        .await;
+        assert_eq!(status, 422, "{url}: {body}");
+        assert_eq!(body["error"]["type"], "egress_refused", "{body}");
+        assert_eq!(body["error"]["field"], "content[1].source.url", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("content_url="),
+            "{body}"
+        );
+    }
+    let inputs: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.inputs WHERE agent_id = $1::text::uuid",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(inputs, 0, "a refused input is not saved");
+}

@@ -38,6 +38,10 @@ impl Setup {
         let db = TestDb::new().await;
         let api = ApiServer::start_with(&db, |config| {
             config.secret_key = Some(SecretKey::parse(SECRET_KEY).unwrap());
+            // The MCP test servers listen on loopback.
+            config.egress = std::sync::Arc::new(
+                holdfast_engine::egress::EgressPolicy::parse("mcp=127.0.0.1").unwrap(),
+            );
         })
         .await;
         let (project, project_name, key) = new_project(&db).await;
@@ -555,6 +559,114 @@ async fn mcp_header_values_are_masked_everywhere_but_sent_to_the_server() {
     assert!(!mcp
         .header_values("authorization")
         .contains(&"***".to_owned()));
+}
+
+#[tokio::test]
+async fn mcp_headers_nested_in_subagent_configs_are_masked_in_every_read_and_kept_by_the_same_rule()
+{
+    let db = TestDb::new().await;
+    let api = ApiServer::start_with(&db, |config| {
+        config.egress = std::sync::Arc::new(
+            holdfast_engine::egress::EgressPolicy::parse("mcp=127.0.0.1").unwrap(),
+        );
+    })
+    .await;
+    let (_, _, key) = new_project(&db).await;
+    let call = |method: Method, path: String, body: Option<Value>| {
+        let (api, key) = (&api, &key);
+        async move { call(api, method, &path, key, body).await }
+    };
+    let mcp = |name: &str, secret: &str| {
+        json!({"type": "mcp", "name": name, "url": "http://127.0.0.1:9/mcp",
+               "headers": {"Authorization": secret}})
+    };
+    // Two levels down: the subagent's config, and its own subagent's.
+    let config = json!({"model": {"provider": "anthropic", "name": "m"}, "tools": [
+        {"type": "spawn_subagent", "config": {
+            "model": {"provider": "anthropic", "name": "m"},
+            "tools": [mcp("child", "Bearer child-secret-1"),
+                      {"type": "spawn_subagent", "config": {
+                          "model": {"provider": "anthropic", "name": "m"},
+                          "tools": [mcp("grandchild", "Bearer grandchild-secret-2")]}}]}}]});
+    let nested = |view: &Value| {
+        (
+            view["tools"][0]["config"]["tools"][0]["headers"]["Authorization"].clone(),
+            view["tools"][0]["config"]["tools"][1]["config"]["tools"][0]["headers"]
+                ["Authorization"]
+                .clone(),
+        )
+    };
+    let masked = (json!("***"), json!("***"));
+
+    let (status, agent) = call(Method::POST, "/v1/agents".into(), Some(config.clone())).await;
+    assert_eq!(status, StatusCode::CREATED, "{agent}");
+    assert_eq!(nested(&agent["config"]), masked, "{agent}");
+    let id = agent["id"].as_str().unwrap().to_owned();
+    let (_, shown) = call(Method::GET, format!("/v1/agents/{id}"), None).await;
+    assert_eq!(nested(&shown["config"]), masked, "{shown}");
+    for listing in ["/v1/agents", "/v1/agents?order=activity"] {
+        let (_, list) = call(Method::GET, listing.into(), None).await;
+        assert_eq!(nested(&list["agents"][0]["config"]), masked, "{list}");
+        assert!(!list.to_string().contains("secret-"), "{list}");
+    }
+
+    // The masked config sent back keeps both stored values; the event (and
+    // so every webhook delivery of it) shows "***".
+    let mut round_trip = shown["config"].clone();
+    round_trip["system"] = json!("be brief");
+    let (status, patched) = call(
+        Method::PATCH,
+        format!("/v1/agents/{id}"),
+        Some(json!({"system": "be brief", "tools": round_trip["tools"]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{patched}");
+    assert_eq!(nested(&patched["config"]), masked);
+    let client = db.connect().await;
+    let row = client
+        .query_one(
+            "SELECT a.config, e.data FROM holdfast.agents a \
+               JOIN holdfast.events e ON e.agent_id = a.id AND e.type = 'config.updated' \
+              WHERE a.id = $1",
+            &[&id.parse::<Uuid>().unwrap()],
+        )
+        .await
+        .unwrap();
+    let (stored, event): (Value, Value) = (row.get(0), row.get(1));
+    assert_eq!(
+        nested(&stored),
+        (
+            json!("Bearer child-secret-1"),
+            json!("Bearer grandchild-secret-2")
+        ),
+        "the round trip kept the stored values"
+    );
+    assert_eq!(nested(&event["config"]), masked, "{event}");
+    let (_, events) = call(Method::GET, format!("/v1/agents/{id}/events"), None).await;
+    assert!(!events.to_string().contains("secret-"), "{events}");
+
+    // A nested "***" at another url has nothing to keep, as at the top.
+    let mut moved = round_trip["tools"].clone();
+    moved[0]["config"]["tools"][1]["config"]["tools"][0]["url"] = json!("http://127.0.0.1:10/mcp");
+    let (status, body) = call(
+        Method::PATCH,
+        format!("/v1/agents/{id}"),
+        Some(json!({"tools": moved})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        body["error"]["field"],
+        "tools[0].config.tools[1].config.tools[0].headers.Authorization"
+    );
+    let mut fresh = config.clone();
+    fresh["tools"][0]["config"]["tools"][0]["headers"]["Authorization"] = json!("***");
+    let (status, body) = call(Method::POST, "/v1/agents".into(), Some(fresh)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        body["error"]["field"],
+        "tools[0].config.tools[0].headers.Authorization"
+    );
 }
 
 #[tokio::test]

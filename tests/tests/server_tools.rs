@@ -8,12 +8,26 @@ use std::time::Duration;
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::scenario::{
-    agent_with_config, event_types, last_event_data, spawn_worker, start_turn, wait_for_events,
+    event_types, last_event_data, spawn_worker, start_turn, wait_for_events,
 };
 use holdfast_tests::TestDb;
 use serde_json::{json, Value};
 
 const T: Duration = Duration::from_secs(30);
+
+/// An agent of a new project the operator allowed server tools.
+async fn allowed_agent(client: &tokio_postgres::Client, config: &Value) -> uuid::Uuid {
+    let name = format!("p{}", uuid::Uuid::new_v4().simple());
+    let project: uuid::Uuid = client
+        .query_one("SELECT holdfast.ensure_project($1)", &[&name])
+        .await
+        .unwrap()
+        .get(0);
+    store::set_project_server_tools(client, &name, true)
+        .await
+        .unwrap();
+    store::create_agent(client, project, config).await.unwrap()
+}
 
 /// A web search the model ran on Anthropic's side, in the Messages API's
 /// content block shapes.
@@ -124,7 +138,7 @@ async fn anthropic_server_tools_from_the_config_are_sent_as_documented_and_a_pau
     // Without prompt caching, so the wire body is exactly the saved history.
     let config = json!({"model": {"provider": "anthropic", "name": "claude-test", "cache": false},
                         "tools": server_tool_config()});
-    let agent = agent_with_config(&client, &config).await;
+    let agent = allowed_agent(&client, &config).await;
     store::create_input(&client, agent, &json!("find the docs"), None)
         .await
         .unwrap();
@@ -192,7 +206,7 @@ async fn a_turn_paused_again_and_again_stops_at_the_step_limit() {
     let config = json!({"model": {"provider": "anthropic", "name": "claude-test"},
                         "tools": [{"type": "anthropic_web_search"}],
                         "limits": {"max_model_steps_per_turn": 2}});
-    let agent = agent_with_config(&client, &config).await;
+    let agent = allowed_agent(&client, &config).await;
     store::create_input(&client, agent, &json!("search forever"), None)
         .await
         .unwrap();
@@ -201,4 +215,100 @@ async fn a_turn_paused_again_and_again_stops_at_the_step_limit() {
     let error = &last_event_data(&client, agent, "turn.failed").await["error"];
     assert_eq!(error["type"], "limit_exceeded", "{error}");
     assert_eq!(error["limit"], "max_model_steps_per_turn", "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn server_tools_are_off_until_the_operator_allows_them_per_project_and_their_searches_are_billed(
+) {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let api = holdfast_tests::api_server::ApiServer::start(&db).await;
+    let created = store::create_api_key(&client, &format!("p{}", uuid::Uuid::new_v4().simple()))
+        .await
+        .unwrap();
+    let project_name: String = client
+        .query_one(
+            "SELECT name FROM holdfast.projects WHERE id = $1",
+            &[&created.project_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let config = json!({"model": {"provider": "anthropic", "name": "claude-test"},
+                        "tools": [{"type": "custom", "name": "lookup"},
+                                  {"type": "anthropic_web_search", "max_uses": 2}]});
+    let post = || {
+        holdfast_tests::api_server::call(
+            &api,
+            reqwest::Method::POST,
+            "/v1/agents",
+            &created.key,
+            Some(config.clone()),
+        )
+    };
+    let (status, body) = post().await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["type"], "server_tools_not_allowed", "{body}");
+    assert_eq!(body["error"]["field"], "tools[1]", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("holdfast projects allow-server-tools"),
+        "{body}"
+    );
+
+    let holdfast = |verb: &str| {
+        let output = std::process::Command::new(holdfast_tests::process::holdfast_bin())
+            .args(["projects", verb, &project_name])
+            .env("HOLDFAST_DATABASE_URL", db.url())
+            .env("HOLDFAST_LOG", "warn")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+    };
+    holdfast("allow-server-tools");
+    let (status, agent) = post().await;
+    assert_eq!(status, 201, "{agent}");
+    let agent: uuid::Uuid = agent["id"].as_str().unwrap().parse().unwrap();
+
+    // One search, on a model with no token price: the step costs the search.
+    let fake = FakeProvider::start().await;
+    fake.push(Reply::anthropic_blocks(server_search_blocks()));
+    let _worker = spawn_worker("w-server-tool-billing", &db.config, &fake, &[]);
+    store::create_input(&client, agent, &json!("search"), None)
+        .await
+        .unwrap();
+    wait_for_events(&client, agent, "turn.completed", 1, T).await;
+    let usage = &last_event_data(&client, agent, "model.response").await["usage"];
+    assert_eq!(usage["web_search_requests"], 1, "{usage}");
+    let cost: String = client
+        .query_one(
+            "SELECT (usage).cost_usd::text FROM holdfast.agents WHERE id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        cost.parse::<f64>().unwrap(),
+        0.01,
+        "one search at $10 per 1,000"
+    );
+
+    // Withdrawn: the agent's next model call fails its turn, naming why.
+    holdfast("deny-server-tools");
+    store::create_input(&client, agent, &json!("search again"), None)
+        .await
+        .unwrap();
+    wait_for_events(&client, agent, "turn.failed", 1, T).await;
+    let error = &last_event_data(&client, agent, "turn.failed").await["error"];
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("server_tools_not_allowed"),
+        "{error}"
+    );
+    assert_eq!(fake.request_count(), 1, "no call after the withdrawal");
 }

@@ -2,6 +2,7 @@
 //! their steps), the maintenance loop, and the machine daemon.
 
 pub mod committer;
+pub mod content_urls;
 pub mod deltas;
 pub mod deps;
 pub mod machine;

@@ -52,7 +52,14 @@ pub fn next_action(context: &StepContext) -> NextAction {
 /// retries are first calls too); later calls of the turn use `auto`, or a
 /// forced tool every step would never let the model answer: an endless
 /// paid loop.
-pub fn model_request(context: &StepContext, tools: Vec<ToolDefinition>) -> ModelRequest {
+/// The model request for `context` with `tools`; the system prompt ends
+/// with `notice` when there is one (the tools left out of this call,
+/// [`crate::toolbox::unavailable_notice`]).
+pub fn model_request(
+    context: &StepContext,
+    tools: Vec<ToolDefinition>,
+    notice: Option<String>,
+) -> ModelRequest {
     let (messages, _) = rendered_messages(context);
     let mut model = context.config.model.clone();
     let first_call = !context.turn_open || context.turn_model_steps == 0;
@@ -64,9 +71,13 @@ pub fn model_request(context: &StepContext, tools: Vec<ToolDefinition>) -> Model
     {
         model.tool_choice = Some(ToolChoice::Auto {});
     }
+    let system = match (context.config.system.clone(), notice) {
+        (Some(system), Some(notice)) => Some(format!("{system}\n\n{notice}")),
+        (system, notice) => system.or(notice),
+    };
     ModelRequest {
         model,
-        system: context.config.system.clone(),
+        system,
         messages,
         tools,
         provider_tools: context.config.provider_tools(),
@@ -247,13 +258,13 @@ mod tests {
         let mut ctx = context();
         ctx.config.model.tool_choice = Some(ToolChoice::Any {});
         ctx.turn_model_steps = 0;
-        let first = model_request(&ctx, Vec::new());
+        let first = model_request(&ctx, Vec::new(), None);
         assert_eq!(first.model.tool_choice, Some(ToolChoice::Any {}));
         ctx.turn_model_steps = 1;
-        let later = model_request(&ctx, Vec::new());
+        let later = model_request(&ctx, Vec::new(), None);
         assert_eq!(later.model.tool_choice, Some(ToolChoice::Auto {}));
         ctx.config.model.tool_choice = Some(ToolChoice::None {});
-        let none = model_request(&ctx, Vec::new());
+        let none = model_request(&ctx, Vec::new(), None);
         assert_eq!(
             none.model.tool_choice,
             Some(ToolChoice::None {}),
@@ -296,7 +307,7 @@ mod tests {
             id: Uuid::now_v7(),
             content: json!("steer"),
         });
-        let request = model_request(&ctx, vec![]);
+        let request = model_request(&ctx, vec![], None);
         assert_eq!(request.system.as_deref(), Some("be brief"));
         let roles: Vec<Role> = request.messages.iter().map(|m| m.role).collect();
         assert_eq!(roles, [Role::User, Role::Assistant, Role::User, Role::User]);
@@ -327,7 +338,7 @@ mod tests {
             step_id: Some(step),
         });
         ctx.tool_calls.push(call(step, "cancelled", None));
-        let request = model_request(&ctx, vec![]);
+        let request = model_request(&ctx, vec![], None);
         assert!(matches!(
             &request.messages[1].content[0],
             ContentBlock::ToolResult { is_error: true, .. }

@@ -20,7 +20,7 @@ use crate::deps::StepDeps;
 use crate::outcome::{save, StepOutcome, StepResult};
 use crate::plan::{compaction_plan, model_request, next_action, NextAction};
 use crate::stop::{StopReason, StopSignal};
-use crate::{deltas, spans, toolbox};
+use crate::{content_urls, deltas, spans, toolbox};
 
 /// Why a step ended without an outcome of its own.
 enum StepFailure {
@@ -220,8 +220,19 @@ async fn model_step(
     // Boxed: the definitions' future (MCP discovery) is several times the
     // size of the model call's, and would otherwise set the size every
     // in-flight step is held at.
-    let definitions = Box::pin(toolbox::definitions(deps, &context.config)).await;
-    let request = model_request(context, definitions);
+    let tools = Box::pin(toolbox::tool_set(deps, &context.config)).await;
+    if !tools.unavailable.is_empty() {
+        let (servers, reasons): (Vec<&str>, Vec<&str>) = tools
+            .unavailable
+            .iter()
+            .map(|u| (u.server.as_str(), u.reason.as_str()))
+            .unzip();
+        let client = deps.pool.get().await?;
+        store::record_tools_unavailable(&**client, claim, &servers, &reasons).await?;
+    }
+    let notice = toolbox::unavailable_notice(&tools.unavailable);
+    let mut request = model_request(context, tools.definitions, notice);
+    content_urls::leave_out_refused(&deps.settings.egress, &mut request.messages).await;
     let target = match model_target(deps, claim, context, &request).await? {
         Ok(target) => target,
         Err(error) => return Ok(model_failed(deps, context, error)),

@@ -28,11 +28,32 @@ use crate::tools::web_fetch::{web_fetch, web_fetch_definition};
 use crate::tools::web_search::{web_search, web_search_definition};
 use crate::tools::ToolOutput;
 
+/// A tool server whose tools the model goes without on this call, and why
+/// (the egress policy refused it, it could not be reached, its listing
+/// failed or timed out, its config entry is unusable).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnavailableTools {
+    /// The MCP tool entry's `name` (the prefix of its tools).
+    pub server: String,
+    pub reason: String,
+}
+
+/// The tools of one model call: what the model sees, and the servers left
+/// out. Those are never left out silently: the step records
+/// `tool.unavailable` for each and the system prompt names them, so the
+/// model and whoever reads the timeline know why the tools are missing.
+#[derive(Debug, Default)]
+pub struct ToolSet {
+    pub definitions: Vec<ToolDefinition>,
+    pub unavailable: Vec<UnavailableTools>,
+}
+
 /// The tools declared in an agent's config, as the model sees them. An MCP
-/// server that cannot be listed contributes no tools to this call (logged);
-/// the next call lists it again.
-pub async fn definitions(deps: &StepDeps, config: &AgentConfig) -> Vec<ToolDefinition> {
-    let mut out = Vec::new();
+/// server that cannot be listed contributes no tools to this call and is
+/// in [`ToolSet::unavailable`]; the next call lists it again.
+pub async fn tool_set(deps: &StepDeps, config: &AgentConfig) -> ToolSet {
+    let mut set = ToolSet::default();
+    let out = &mut set.definitions;
     for tool in &config.tools {
         match tool {
             ToolEntry::Custom {
@@ -45,18 +66,44 @@ pub async fn definitions(deps: &StepDeps, config: &AgentConfig) -> Vec<ToolDefin
             ToolEntry::AskUser {} => out.push(ask_user_definition()),
             ToolEntry::SpawnSubagent { .. } => out.push(spawn_subagent_definition()),
             ToolEntry::RunCommand { .. } => out.push(run_command_definition()),
-            ToolEntry::Mcp { .. } => match McpServerConfig::from_tool_entry(tool) {
-                Ok(server) => match deps.mcp.list_tools(&server).await {
+            ToolEntry::Mcp { name, .. } => {
+                let listed = match McpServerConfig::from_tool_entry(tool) {
+                    Ok(server) => deps.mcp.list_tools(&server).await,
+                    Err(e) => Err(e),
+                };
+                match listed {
                     Ok(tools) => out.extend(tools),
-                    Err(e) => tracing::warn!(error = %e, "listing MCP tools"),
-                },
-                Err(e) => tracing::warn!(error = %e, "invalid MCP tool entry"),
-            },
+                    Err(e) => {
+                        tracing::warn!(server = %name, error = %e, "MCP server unavailable: its tools are left out of this call");
+                        set.unavailable.push(UnavailableTools {
+                            server: name.clone(),
+                            reason: e.to_string(),
+                        });
+                    }
+                }
+            }
             // Sent as the provider's own tools (ModelRequest::provider_tools).
             ToolEntry::AnthropicWebSearch(_) | ToolEntry::AnthropicWebFetch(_) => {}
         }
     }
-    out
+    set
+}
+
+/// What the system prompt says about `unavailable` servers (None when
+/// every server's tools are there): the model is told which tools it lacks
+/// and why, so it can say so rather than act as if they never existed.
+pub fn unavailable_notice(unavailable: &[UnavailableTools]) -> Option<String> {
+    if unavailable.is_empty() {
+        return None;
+    }
+    let lines: Vec<String> = unavailable
+        .iter()
+        .map(|u| format!("- {}__* (MCP server {}): {}", u.server, u.server, u.reason))
+        .collect();
+    Some(format!(
+        "These configured tools are unavailable for this response, so they are not offered:\n{}",
+        lines.join("\n")
+    ))
 }
 
 /// The kind a model's tool call is committed with: its tool's kind, or

@@ -405,6 +405,10 @@ impl StreamAssembler for AnthropicStream {
                     if let Some(counts) = usage.get("server_tool_use").and_then(Value::as_object) {
                         self.usage.server_tool_requests =
                             counts.values().filter_map(Value::as_u64).sum();
+                        self.usage.web_search_requests = counts
+                            .get("web_search_requests")
+                            .and_then(Value::as_u64)
+                            .unwrap_or(0);
                     }
                 }
             }

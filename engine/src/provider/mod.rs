@@ -170,6 +170,27 @@ pub fn media_blocks(output: &Value) -> Option<Vec<ContentBlock>> {
     (typed && media).then_some(blocks)
 }
 
+/// The URLs of the image and document blocks of `content` (an input's
+/// content, a tool's output or a saved message: an array of blocks) with
+/// each block's index: what the model provider would fetch.
+pub fn media_urls(content: &Value) -> Vec<(usize, &str)> {
+    let Some(blocks) = content.as_array() else {
+        return Vec::new();
+    };
+    blocks
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| {
+            matches!(
+                b.get("type").and_then(Value::as_str),
+                Some("image" | "document")
+            )
+        })
+        .filter(|(_, b)| b.pointer("/source/type").and_then(Value::as_str) == Some("url"))
+        .filter_map(|(i, b)| Some((i, b.pointer("/source/url")?.as_str()?)))
+        .collect()
+}
+
 /// The base64 characters of a tool output's images and documents: stored
 /// once as attachments, they do not count towards the output's size limit.
 pub fn inline_media_bytes(output: &Value) -> usize {
@@ -238,6 +259,12 @@ pub struct Usage {
     /// `usage.server_tool_use`: web searches and fetches); absent when none.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub server_tool_requests: u64,
+    /// Of `server_tool_requests`, Anthropic's web searches
+    /// (`usage.server_tool_use.web_search_requests`): billed per search on
+    /// top of tokens, so the step's cost counts them
+    /// (`holdfast.add_server_tool_cost`); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub web_search_requests: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -81,6 +81,22 @@ pub async fn set_project_custom_model_urls(
     Ok(())
 }
 
+/// Allow (or forbid) a project's agents Anthropic's server tools
+/// (`holdfast.set_project_server_tools`).
+pub async fn set_project_server_tools(
+    client: &impl GenericClient,
+    project: &str,
+    allowed: bool,
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.set_project_server_tools($1, $2)",
+            &[&project, &allowed],
+        )
+        .await?;
+    Ok(())
+}
+
 /// Store a project's own provider key, already sealed.
 pub async fn set_project_provider_key(
     client: &impl GenericClient,

@@ -239,6 +239,32 @@ pub async fn commit_tool_result(
     Ok(row.get(0))
 }
 
+/// Record `tool.unavailable {"server", "reason"}` for each tool server the
+/// model call about to be made goes without (the agent stays leased).
+/// `reasons` may carry a server's text: made storable.
+pub async fn record_tools_unavailable(
+    client: &impl GenericClient,
+    claim: Claim,
+    servers: &[&str],
+    reasons: &[&str],
+) -> Result<()> {
+    let servers: Vec<String> = servers
+        .iter()
+        .map(|s| storable_str(s).into_owned())
+        .collect();
+    let reasons: Vec<String> = reasons
+        .iter()
+        .map(|r| storable_str(r).into_owned())
+        .collect();
+    client
+        .execute(
+            "SELECT holdfast.record_tools_unavailable($1, $2, $3, $4)",
+            &[&claim.agent_id, &claim.epoch, &servers, &reasons],
+        )
+        .await?;
+    Ok(())
+}
+
 /// Record a retryable model failure and release the agent until `delay` has
 /// passed; past `max_retries` the turn fails (`retries_exhausted`) and the
 /// inputs the call saw (`input_ids`) become history with the error.

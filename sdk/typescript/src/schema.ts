@@ -160,11 +160,8 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * An attachment's bytes, with its media type as `Content-Type`, served as a
-         *     download (`Content-Disposition: attachment`) that a browser neither
-         *     sniffs (`nosniff`) nor lets act (a sandboxing CSP). The bytes were
-         *     checked against the media type when stored. An attachment never
-         *     changes, so a client may cache it for good.
+         * An attachment's bytes, with its media type as `Content-Type`. An
+         *     attachment never changes, so a client may cache it for good.
          */
         get: operations["get_attachment"];
         put?: never;
@@ -1438,18 +1435,6 @@ export interface components {
          */
         ServiceTier: "auto" | "standard_only";
         /**
-         * @description One dispatched event (also the schema of each event of Holdfast's own
-         *     stream in its OpenAPI document).
-         */
-        SseEvent: {
-            /** @description The `data:` lines joined with `\n`. */
-            data: string;
-            /** @description `event:`, the event's name. */
-            event?: string | null;
-            /** @description `id:` (Holdfast: a saved event's seq; absent on live deltas). */
-            id?: string | null;
-        };
-        /**
          * @description An agent's state (docs/state-machines.md).
          * @enum {string}
          */
@@ -1888,20 +1873,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -1958,16 +1934,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description the body is not `application/json` */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `model_not_permitted`: the project may not use this endpoint, model or base_url; `field` names it */
+            /** @description `model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address; `field` names it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1976,20 +1943,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2042,20 +2000,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2123,25 +2072,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description the body is over the route's limit */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the body is not `application/json` */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `model_not_permitted`: the project may not use this endpoint, model or base_url; `field` names it */
+            /** @description `model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address; `field` names it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2150,20 +2081,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2221,20 +2143,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2263,15 +2176,6 @@ export interface operations {
                     "application/json": components["schemas"]["AgentView"];
                 };
             };
-            /** @description a malformed path, query or body; `field` names it */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2297,20 +2201,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2367,20 +2262,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2419,15 +2305,6 @@ export interface operations {
                     "application/json": components["schemas"]["CancelView"];
                 };
             };
-            /** @description a malformed path, query or body; `field` names it */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2453,20 +2330,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2532,20 +2400,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2604,20 +2463,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2701,16 +2551,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description the body is not `application/json` */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `idempotency_key_reused`: the key was used with another body or mode; `unsupported_content`: the agent's provider cannot take an image or document block */
+            /** @description `idempotency_key_reused`: the key was used with another body or mode; `unsupported_content`: the agent's provider cannot take an image or document block; `egress_refused`: the egress policy refuses an image's or document's URL (`content_url`); `field` names it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2719,20 +2560,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2790,20 +2622,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2839,7 +2662,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/event-stream": components["schemas"]["SseEvent"];
+                    "text/event-stream": string;
                 };
             };
             /** @description bad Last-Event-ID or after */
@@ -2867,20 +2690,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2943,20 +2757,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3009,20 +2814,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3089,38 +2885,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description the body is over the route's limit */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the body is not `application/json` */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3183,20 +2952,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3248,26 +3008,6 @@ export interface operations {
             };
             /** @description the session does not serve this machine (send a `started` heartbeat first, or another daemon took over) */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
-            429: {
-                headers: {
-                    /** @description seconds until a request is accepted again */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3344,35 +3084,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description the body is not `application/json` */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
-            429: {
-                headers: {
-                    /** @description seconds until a request is accepted again */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
         };
     };
     heartbeat: {
@@ -3422,44 +3133,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description the body is over the route's limit */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the body is not `application/json` */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
-            429: {
-                headers: {
-                    /** @description seconds until a request is accepted again */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
         };
     };
     list_machines: {
@@ -3487,20 +3160,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3556,38 +3220,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description the body is over the route's limit */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the body is not `application/json` */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3640,20 +3277,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3707,20 +3335,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3778,38 +3397,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description the body is over the route's limit */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the body is not `application/json` */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3843,20 +3435,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3890,20 +3473,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3937,20 +3511,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -4009,25 +3574,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description the body is over the route's limit */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the body is not `application/json` */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
@@ -4067,15 +3614,6 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description a malformed path, query or body; `field` names it */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4093,20 +3631,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -4173,38 +3702,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description the body is over the route's limit */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the body is not `application/json` */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -4280,16 +3782,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description the body is not `application/json` */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description `unsupported_content`: the agent's provider cannot take an image or document block of `output` */
+            /** @description `unsupported_content`: the agent's provider cannot take an image or document block of `output`; `egress_refused`: the egress policy refuses an image's or document's URL (`content_url`); `field` names it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -4298,20 +3791,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -4345,20 +3829,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -4405,38 +3880,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description the body is over the route's limit */
-            413: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the body is not `application/json` */
-            415: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -4463,15 +3911,6 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description a malformed path, query or body; `field` names it */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -4488,20 +3927,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -4560,20 +3990,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description the database is unavailable or the request took too long; retry later */
-            503: {
-                headers: {
                     [name: string]: unknown;
                 };
                 content: {
