@@ -2,20 +2,23 @@
 (:class:`AsyncHoldfast`), with the protocol's hard parts built in (README,
 "What your code should handle"): an Idempotency-Key on every send and
 retries with the same key, streams that resume with Last-Event-ID and
-re-read what waits, 409s read as "look at the state"."""
+re-read what waits, 409s read as "look at the state", and ``run``: send,
+serve the custom tools, stream, and return the answer."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Dict, Generator, Iterator, List, Mapping, Optional, Tuple, Union
 
 import httpx
 
 from ._policy import (
     Retry,
+    RetryClock,
     RetryPolicy,
     StreamCursor,
     StreamItem,
@@ -27,8 +30,9 @@ from ._policy import (
     tool_result_accepted,
     transient_stream_status,
 )
+from ._run import RunResult, TextChunk, TurnWatch, waiting_ids
 from ._sse import SseDecoder
-from .errors import APIConnectionError, ConflictError, HoldfastError, error_for
+from .errors import APIConnectionError, APIError, APITimeoutError, ConflictError, HoldfastError, error_for
 from .schema import (
     AgentConfig,
     AgentView,
@@ -44,6 +48,9 @@ from .schema import (
     WebhookView,
 )
 
+if TYPE_CHECKING:
+    from .tools import ToolHandler
+
 DEFAULT_URL = "http://127.0.0.1:8080"
 #: Reads on a stream: the server sends a heartbeat every 15 s.
 STREAM_TIMEOUT = httpx.Timeout(10.0, read=60.0)
@@ -57,6 +64,34 @@ class SendResult:
 
     input: InputView
     replayed: bool
+
+
+class RunStream:
+    """``text_stream``'s answer: iterate it for the text as it streams
+    (:class:`TextChunk`; ``restart`` marks a retried model call streaming
+    again); once the iteration ends, ``result`` is the :class:`RunResult`."""
+
+    def __init__(self, run: Generator[TextChunk, None, RunResult]) -> None:
+        self._run = run
+        self.result: Optional[RunResult] = None
+
+    def __iter__(self) -> Generator[TextChunk, None, None]:
+        self.result = yield from self._run
+
+
+class AsyncRunStream:
+    """:class:`RunStream` for the async client (``async for``)."""
+
+    def __init__(self, run: AsyncIterator[Union[TextChunk, RunResult]]) -> None:
+        self._run = run
+        self.result: Optional[RunResult] = None
+
+    async def __aiter__(self) -> AsyncIterator[TextChunk]:
+        async for item in self._run:
+            if isinstance(item, RunResult):
+                self.result = item
+            else:
+                yield item
 
 
 def _query(**params: Any) -> Dict[str, Any]:
@@ -79,12 +114,39 @@ def _request_args(
     return args
 
 
-def _error(response: httpx.Response) -> HoldfastError:
+def _error(response: httpx.Response) -> APIError:
     try:
         body = response.json()
     except ValueError:
         body = None
     return error_for(response.status_code, body, parse_retry_after(response.headers.get("retry-after")))
+
+
+def _connection_error(method: str, url: str, cause: httpx.TransportError) -> APIConnectionError:
+    """No answer: the message names the request and the cause (httpx's own text is often empty)."""
+    kind = APITimeoutError if isinstance(cause, httpx.TimeoutException) else APIConnectionError
+    reason = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+    return kind(f"{method} {url}: no answer ({reason})")
+
+
+def _settings(api_key: Optional[str], base_url: Optional[str]) -> Tuple[str, str]:
+    """The key and URL given, else ``HOLDFAST_API_KEY`` and ``HOLDFAST_URL``."""
+    key = api_key or os.environ.get("HOLDFAST_API_KEY")
+    if not key:
+        raise HoldfastError(
+            "no API key: pass api_key=... or set HOLDFAST_API_KEY. `holdfast up` prints one at start; "
+            "against a server of your own, `holdfast keys create --project NAME` makes one"
+        )
+    return key, (base_url or os.environ.get("HOLDFAST_URL") or DEFAULT_URL).rstrip("/")
+
+
+def _with_key(error: HoldfastError, key: str) -> HoldfastError:
+    error.idempotency_key = key
+    return error
+
+
+#: ``run``'s custom tools: name to handler.
+Tools = Mapping[str, "ToolHandler"]
 
 
 def _pending_paths(agent_id: str) -> List[Tuple[str, Dict[str, str], str]]:
@@ -96,20 +158,21 @@ def _pending_paths(agent_id: str) -> List[Tuple[str, Dict[str, str], str]]:
 
 
 class Holdfast:
-    """The sync client. ``Holdfast(api_key, base_url=...)``; use as a context manager or ``close()``."""
+    """The sync client. ``Holdfast()`` reads ``HOLDFAST_API_KEY`` and
+    ``HOLDFAST_URL`` (default ``http://127.0.0.1:8080``), or
+    ``Holdfast(api_key, base_url)``; use as a context manager or ``close()``."""
 
     def __init__(
         self,
-        api_key: str,
-        base_url: str = DEFAULT_URL,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
         *,
         retry: RetryPolicy = RetryPolicy(),
         http: Optional[httpx.Client] = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self._api_key, self.base_url = _settings(api_key, base_url)
         self.retry = retry
-        self._api_key = api_key
-        self._http = http or httpx.Client(base_url=self.base_url, timeout=30.0)
+        self._http = http or httpx.Client(base_url=self.base_url, timeout=retry.timeout)
         self.agents = Agents(self)
         self.webhooks = Webhooks(self)
 
@@ -135,22 +198,23 @@ class Holdfast:
         """One request, retried per the policy (the same body and headers on
         every try); a non-2xx answer raises its typed error."""
         args = _request_args(self._api_key, body, headers)
-        attempt = 0
+        clock = RetryClock(self.retry)
         while True:
-            last = attempt >= self.retry.max_retries
-            attempt += 1
             try:
                 response = self._http.request(method, path, params=params, **args)
             except httpx.TransportError as e:
-                if last or retry == "rate_limit_only":
-                    raise APIConnectionError(f"{method} {path}: {e}") from e
-                time.sleep(self.retry.backoff(attempt))
+                delay = None if retry == "rate_limit_only" else clock.next_delay()
+                if delay is None:
+                    raise _connection_error(method, self.base_url + path, e) from e
+                time.sleep(delay)
                 continue
             if response.is_success:
                 return response
-            if retryable_status(response.status_code, retry) and not last:
-                time.sleep(self.retry.delay(attempt, parse_retry_after(response.headers.get("retry-after"))))
-                continue
+            if retryable_status(response.status_code, retry):
+                delay = clock.next_delay(parse_retry_after(response.headers.get("retry-after")))
+                if delay is not None:
+                    time.sleep(delay)
+                    continue
             raise _error(response)
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -163,12 +227,86 @@ class Holdfast:
         message id, or a fresh UUID), reused by every retry of a network
         error, 429 or 503, so the input is recorded once. ``mode`` (default
         ``steer``): ``queue`` waits for the open turn to end, ``interrupt``
-        aborts the model call in flight (docs/api.md)."""
+        aborts the model call in flight (docs/api.md). An error that ends
+        it carries the key (``idempotency_key``): a send retried with it
+        later is still recorded once."""
         key = idempotency_key or str(uuid.uuid4())
-        response = self.request(
-            "POST", f"/v1/agents/{agent_id}/inputs", body=_input_body(content, mode), headers={"Idempotency-Key": key}
-        )
+        try:
+            response = self.request(
+                "POST", f"/v1/agents/{agent_id}/inputs", body=_input_body(content, mode), headers={"Idempotency-Key": key}
+            )
+        except HoldfastError as e:
+            raise _with_key(e, key)
         return SendResult(response.json(), response.headers.get("idempotent-replayed") == "true")
+
+    def run(
+        self,
+        agent_id: str,
+        content: Any,
+        *,
+        tools: Optional[Tools] = None,
+        idempotency_key: Optional[str] = None,
+        mode: InputMode = "queue",
+    ) -> RunResult:
+        """Send ``content`` and return the answer: serves the custom
+        ``tools`` (name to handler; a call of any other custom tool gets an
+        error result) while the turn runs, follows the stream through
+        reconnects and API restarts, and returns once the turn that answers
+        the input ends. ``mode`` (default ``queue``: the input gets a turn
+        of its own after any open one). A failed or cancelled turn raises
+        :class:`TurnFailedError`. Retrying a failed ``run`` with the same
+        ``idempotency_key`` sends nothing twice and returns the same answer."""
+        stream = self.text_stream(agent_id, content, tools=tools, idempotency_key=idempotency_key, mode=mode)
+        for _ in stream:
+            pass
+        assert stream.result is not None
+        return stream.result
+
+    def text_stream(
+        self,
+        agent_id: str,
+        content: Any,
+        *,
+        tools: Optional[Tools] = None,
+        idempotency_key: Optional[str] = None,
+        mode: InputMode = "queue",
+    ) -> RunStream:
+        """:meth:`run`, yielding the answer's text as it streams; ``result``
+        holds the answer once the iteration ends."""
+        return RunStream(self._run(agent_id, content, tools or {}, idempotency_key, mode))
+
+    def _run(
+        self, agent_id: str, content: Any, tools: Tools, key: Optional[str], mode: InputMode
+    ) -> Generator[TextChunk, None, RunResult]:
+        from .tools import ToolServer
+
+        start = self.agents.get(agent_id)["last_event_seq"]
+        sent = self.send(agent_id, content, idempotency_key=key, mode=mode)
+        watch = TurnWatch(sent.input, sent.replayed)
+        server = ToolServer(self, tools)
+        try:
+            # A replay's input was received before `start`: read from the first event.
+            for item in self.stream(agent_id, after=0 if sent.replayed else start):
+                server.handle_item(item)
+                chunk = watch.text(item)
+                if chunk is not None:
+                    yield chunk
+                ended = watch.ended(item)
+                if ended is None:
+                    continue
+                if sent.input["id"] in self._waiting_inputs(agent_id):
+                    watch.still_waiting(ended)
+                    continue
+                return watch.result(ended)
+            raise AssertionError("the stream ended")  # stream() reconnects for ever
+        finally:
+            server.close()
+
+    def _waiting_inputs(self, agent_id: str) -> List[str]:
+        path = f"/v1/agents/{agent_id}/inputs"
+        return waiting_ids(
+            self.json("GET", path, params={"status": "queued"}), self.json("GET", path, params={"status": "pending"})
+        )
 
     def list_events(self, agent_id: str, *, after: int = 0, limit: Optional[int] = None) -> EventList:
         """One page of an agent's saved events after ``after``."""
@@ -222,7 +360,7 @@ class Holdfast:
                     finally:
                         if time.monotonic() - opened >= STREAM_HEALTHY:
                             failures = 0
-            except HoldfastError as e:
+            except APIError as e:
                 if not transient_stream_status(e.status):
                     raise
             except (httpx.TransportError, APIConnectionError):
@@ -330,16 +468,15 @@ class AsyncHoldfast:
 
     def __init__(
         self,
-        api_key: str,
-        base_url: str = DEFAULT_URL,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
         *,
         retry: RetryPolicy = RetryPolicy(),
         http: Optional[httpx.AsyncClient] = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self._api_key, self.base_url = _settings(api_key, base_url)
         self.retry = retry
-        self._api_key = api_key
-        self._http = http or httpx.AsyncClient(base_url=self.base_url, timeout=30.0)
+        self._http = http or httpx.AsyncClient(base_url=self.base_url, timeout=retry.timeout)
         self.agents = AsyncAgents(self)
         self.webhooks = AsyncWebhooks(self)
 
@@ -365,22 +502,23 @@ class AsyncHoldfast:
         """One request, retried per the policy (the same body and headers on
         every try); a non-2xx answer raises its typed error."""
         args = _request_args(self._api_key, body, headers)
-        attempt = 0
+        clock = RetryClock(self.retry)
         while True:
-            last = attempt >= self.retry.max_retries
-            attempt += 1
             try:
                 response = await self._http.request(method, path, params=params, **args)
             except httpx.TransportError as e:
-                if last or retry == "rate_limit_only":
-                    raise APIConnectionError(f"{method} {path}: {e}") from e
-                await asyncio.sleep(self.retry.backoff(attempt))
+                delay = None if retry == "rate_limit_only" else clock.next_delay()
+                if delay is None:
+                    raise _connection_error(method, self.base_url + path, e) from e
+                await asyncio.sleep(delay)
                 continue
             if response.is_success:
                 return response
-            if retryable_status(response.status_code, retry) and not last:
-                await asyncio.sleep(self.retry.delay(attempt, parse_retry_after(response.headers.get("retry-after"))))
-                continue
+            if retryable_status(response.status_code, retry):
+                delay = clock.next_delay(parse_retry_after(response.headers.get("retry-after")))
+                if delay is not None:
+                    await asyncio.sleep(delay)
+                    continue
             raise _error(response)
 
     async def json(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -391,10 +529,76 @@ class AsyncHoldfast:
     ) -> SendResult:
         """See :meth:`Holdfast.send`."""
         key = idempotency_key or str(uuid.uuid4())
-        response = await self.request(
-            "POST", f"/v1/agents/{agent_id}/inputs", body=_input_body(content, mode), headers={"Idempotency-Key": key}
-        )
+        try:
+            response = await self.request(
+                "POST", f"/v1/agents/{agent_id}/inputs", body=_input_body(content, mode), headers={"Idempotency-Key": key}
+            )
+        except HoldfastError as e:
+            raise _with_key(e, key)
         return SendResult(response.json(), response.headers.get("idempotent-replayed") == "true")
+
+    async def run(
+        self,
+        agent_id: str,
+        content: Any,
+        *,
+        tools: Optional[Tools] = None,
+        idempotency_key: Optional[str] = None,
+        mode: InputMode = "queue",
+    ) -> RunResult:
+        """See :meth:`Holdfast.run` (handlers may be async)."""
+        stream = self.text_stream(agent_id, content, tools=tools, idempotency_key=idempotency_key, mode=mode)
+        async for _ in stream:
+            pass
+        assert stream.result is not None
+        return stream.result
+
+    def text_stream(
+        self,
+        agent_id: str,
+        content: Any,
+        *,
+        tools: Optional[Tools] = None,
+        idempotency_key: Optional[str] = None,
+        mode: InputMode = "queue",
+    ) -> AsyncRunStream:
+        """See :meth:`Holdfast.text_stream` (``async for``)."""
+        return AsyncRunStream(self._run(agent_id, content, tools or {}, idempotency_key, mode))
+
+    async def _run(
+        self, agent_id: str, content: Any, tools: Tools, key: Optional[str], mode: InputMode
+    ) -> AsyncIterator[Union[TextChunk, RunResult]]:
+        from .tools import AsyncToolServer
+
+        start = (await self.agents.get(agent_id))["last_event_seq"]
+        sent = await self.send(agent_id, content, idempotency_key=key, mode=mode)
+        watch = TurnWatch(sent.input, sent.replayed)
+        server = AsyncToolServer(self, tools)
+        items = self.stream(agent_id, after=0 if sent.replayed else start)
+        try:
+            async for item in items:
+                await server.handle_item(item)
+                chunk = watch.text(item)
+                if chunk is not None:
+                    yield chunk
+                ended = watch.ended(item)
+                if ended is None:
+                    continue
+                if sent.input["id"] in await self._waiting_inputs(agent_id):
+                    watch.still_waiting(ended)
+                    continue
+                yield watch.result(ended)
+                return
+        finally:
+            await items.aclose()
+            await server.idle()
+
+    async def _waiting_inputs(self, agent_id: str) -> List[str]:
+        path = f"/v1/agents/{agent_id}/inputs"
+        return waiting_ids(
+            await self.json("GET", path, params={"status": "queued"}),
+            await self.json("GET", path, params={"status": "pending"}),
+        )
 
     async def list_events(self, agent_id: str, *, after: int = 0, limit: Optional[int] = None) -> EventList:
         return await self.json("GET", f"/v1/agents/{agent_id}/events", params=_query(after=after, limit=limit))
@@ -411,7 +615,7 @@ class AsyncHoldfast:
         path, params, key = _pending_paths(agent_id)[2]
         return (await self.json("GET", path, params=params))[key]
 
-    async def stream(self, agent_id: str, *, after: int = 0) -> AsyncIterator[StreamItem]:
+    async def stream(self, agent_id: str, *, after: int = 0) -> AsyncGenerator[StreamItem, None]:
         """See :meth:`Holdfast.stream`. Stop by breaking out or cancelling the task."""
         cursor = StreamCursor(after)
         failures = 0  # as in Holdfast.stream
@@ -442,7 +646,7 @@ class AsyncHoldfast:
                     finally:
                         if time.monotonic() - opened >= STREAM_HEALTHY:
                             failures = 0
-            except HoldfastError as e:
+            except APIError as e:
                 if not transient_stream_status(e.status):
                     raise
             except (httpx.TransportError, APIConnectionError):
