@@ -2,7 +2,7 @@
 // after how long.
 
 import { expect, test } from "vitest";
-import { ConnectionError, Holdfast, UnavailableError } from "../src/index.js";
+import { APIConnectionError, Holdfast, UnavailableError } from "../src/index.js";
 
 const input = { id: "i1", agent_id: "a1", content: "hi", created_at: "2026-01-01T00:00:00Z" };
 
@@ -54,7 +54,7 @@ test("creating an agent is not retried after a network error (it could create tw
   ]);
   const client = new Holdfast({ apiKey: "hf_x", fetch, retry: { baseDelayMs: 1 } });
   await expect(client.agents.create({ model: { provider: "anthropic", name: "m" } })).rejects.toBeInstanceOf(
-    ConnectionError,
+    APIConnectionError,
   );
   expect(seen).toHaveLength(1);
 });
@@ -67,7 +67,7 @@ test("a try with no answer within timeoutMs counts as a network error and is ret
     return new Promise((_resolve, reject) => init?.signal?.addEventListener("abort", () => reject(init.signal!.reason)));
   }) as typeof globalThis.fetch;
   const client = new Holdfast({ apiKey: "hf_x", fetch, retry: { baseDelayMs: 1, maxRetries: 2, timeoutMs: 50 } });
-  await expect(client.agents.get("a1")).rejects.toBeInstanceOf(ConnectionError);
+  await expect(client.agents.get("a1")).rejects.toBeInstanceOf(APIConnectionError);
   expect(tries).toBe(3);
 });
 
