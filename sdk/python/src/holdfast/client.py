@@ -287,7 +287,10 @@ class Holdfast:
         try:
             # A replay's input was received before `start`: read from the first event.
             for item in self.stream(agent_id, after=0 if sent.replayed else start):
-                server.handle_item(item)
+                # Calls that waited before are re-read with each (re)connect;
+                # a replay's older events are history.
+                if item["type"] != "event" or item["event"]["seq"] > start:
+                    server.handle_item(item)
                 chunk = watch.text(item)
                 if chunk is not None:
                     yield chunk
@@ -577,7 +580,10 @@ class AsyncHoldfast:
         items = self.stream(agent_id, after=0 if sent.replayed else start)
         try:
             async for item in items:
-                await server.handle_item(item)
+                # Calls that waited before are re-read with each (re)connect;
+                # a replay's older events are history.
+                if item["type"] != "event" or item["event"]["seq"] > start:
+                    await server.handle_item(item)
                 chunk = watch.text(item)
                 if chunk is not None:
                     yield chunk

@@ -126,6 +126,9 @@ class ToolServer:
         is set; then wait for results in flight to be posted. A stream that
         ends with an error (401, 404) raises it here."""
         stop = stop or threading.Event()
+        # From now on: calls that already wait are re-read on each connect,
+        # and older events are history (their calls may be long answered).
+        after = self._client.agents.get(agent_id)["last_event_seq"]
         items: "queue.Queue[Optional[StreamItem]]" = queue.Queue()
         failed: List[BaseException] = []
 
@@ -135,7 +138,7 @@ class ToolServer:
             # heartbeat comes every 15 s) and then closes the connection,
             # while serve() returns at once.
             try:
-                for item in self._client.stream(agent_id):
+                for item in self._client.stream(agent_id, after=after):
                     if stop.is_set():
                         return
                     items.put(item)
@@ -256,7 +259,9 @@ class AsyncToolServer:
         """Follow one agent, answering its custom tool calls, until the task
         is cancelled. Results in flight are still posted."""
         try:
-            async for item in self._client.stream(agent_id):
+            # As in ToolServer.serve: from the agent's last event on.
+            after = (await self._client.agents.get(agent_id))["last_event_seq"]
+            async for item in self._client.stream(agent_id, after=after):
                 await self.handle_item(item)
         finally:
             await self.idle()
