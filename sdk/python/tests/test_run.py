@@ -69,6 +69,17 @@ def test_run_waits_for_the_turn_of_its_own_input_behind_an_open_one(client):
     assert answer.text == "echo: second"
 
 
+def test_concurrent_runs_on_one_agent_each_get_the_answer_to_their_own_input(stack):
+    async def main() -> List[str]:
+        async with AsyncHoldfast(stack.key, stack.url, retry=FAST) as aclient:
+            agent = await aclient.agents.create({"model": MODEL})
+            await aclient.send(agent["id"], directive(say="a slow first turn", trickle_ms=50))
+            answers = await asyncio.gather(*(aclient.run(agent["id"], f"message {i}") for i in range(5)))
+            return [a.text for a in answers]
+
+    assert asyncio.run(main()) == [f"echo: message {i}" for i in range(5)]
+
+
 def test_async_run_serves_async_and_sync_handlers(stack):
     async def main() -> str:
         async with AsyncHoldfast(stack.key, stack.url, retry=FAST) as aclient:

@@ -127,8 +127,6 @@ export interface RunOptions {
   tools?: Record<string, ToolHandler>;
   /** The send's key (default: a fresh UUID); a `run` retried with it sends nothing twice. */
   idempotencyKey?: string;
-  /** Default `queue`: the input gets a turn of its own after any open one (see `send`). */
-  mode?: InputMode;
   /** Stops waiting (the send stands). */
   signal?: AbortSignal;
 }
@@ -214,8 +212,8 @@ export class Holdfast {
 
   /**
    * Send an input. One Idempotency-Key per call (yours, e.g. your message
-   * id, or a fresh UUID), and every retry of a network error, 429 or 503
-   * reuses it, so the input is recorded once however often it is tried.
+   * id, or a fresh UUID), and every retry of a connection error, timeout,
+   * 429, 502, 503 or 504 reuses it, so the input is recorded once however often it is tried.
    * `mode` (default `steer`): `queue` waits for the open turn to end,
    * `interrupt` aborts the model call in flight (docs/api.md). An error that
    * ends it carries the key (`idempotencyKey`): a send retried with it later
@@ -246,8 +244,9 @@ export class Holdfast {
   /**
    * Send `content` and return the answer: serves the custom `tools` while
    * the turn runs, follows the stream through reconnects and API restarts,
-   * and resolves once the turn that answers the input ends. A failed or
-   * cancelled turn throws `TurnFailedError`.
+   * and resolves once the turn that answers the input ends. The input is
+   * queued (`mode: "queue"`): it gets a turn of its own, after any open
+   * one. A failed or cancelled turn throws `TurnFailedError`.
    */
   async run(agentId: string, content: Input["content"] | string, options: RunOptions = {}): Promise<RunResult> {
     const stream = this.textStream(agentId, content, options);
@@ -262,29 +261,36 @@ export class Holdfast {
     return new RunStream(this.follow(agentId, content, options));
   }
 
+  /**
+   * Each queued input opens a turn of its own, oldest first (docs/api.md,
+   * steering modes), so replaying the queue from a known state finds the
+   * turn that admits this input.
+   */
   private async *follow(
     agentId: string,
     content: Input["content"] | string,
     options: RunOptions,
   ): AsyncGenerator<TextChunk | RunResult> {
     const { signal } = options;
-    const start = (await this.agents.get(agentId)).last_event_seq;
-    const sent = await this.send(agentId, content, {
-      idempotencyKey: options.idempotencyKey,
-      mode: options.mode ?? "queue",
-      signal,
-    });
+    let [start, queue] = await this.queueAt(agentId);
+    const history = start;
+    const sent = await this.send(agentId, content, { idempotencyKey: options.idempotencyKey, mode: "queue", signal });
+    if (sent.replayed) {
+      // Its input was received before `start`: replay from the first event.
+      [start, queue] = [0, []];
+    }
     const inputId = sent.input.id;
     const server = new ToolServer(this, options.tools ?? {});
-    let received = false;
+    let inTurn = false;
     let message: Array<Record<string, unknown>> = [];
     // The epoch of the model call streaming now, undefined between calls.
     let streaming: number | undefined;
     try {
-      // A replay's input was received before `start`: read from the first event.
-      for await (const item of this.stream(agentId, { after: sent.replayed ? 0 : start, signal })) {
-        await server.handleItem(item);
-        if (item.type === "delta" && received) {
+      for await (const item of this.stream(agentId, { after: start, signal })) {
+        // Calls that waited before are re-read with each (re)connect; a
+        // replay's older events are history.
+        if (item.type !== "event" || item.event.seq > history) await server.handleItem(item);
+        if (item.type === "delta" && inTurn) {
           const restart = streaming !== undefined && item.delta.epoch !== streaming;
           streaming = item.delta.epoch;
           yield { text: item.delta.text, restart };
@@ -293,18 +299,18 @@ export class Holdfast {
         if (item.type !== "event") continue;
         const event = item.event;
         const data = event.data as Record<string, unknown>;
-        if (event.type === "input.received" && data.input_id === inputId) {
-          received = true;
-        } else if (event.type === "model.response" && received) {
+        const id = data.input_id as string | undefined;
+        if (event.type === "input.received" && data.mode === "queue" && id && !queue.includes(id)) {
+          queue.push(id);
+        } else if (event.type === "input.removed" && id && queue.includes(id)) {
+          queue = queue.filter((queued) => queued !== id);
+        } else if (event.type === "turn.started" && queue.length > 0) {
+          // A turn that opens admits the oldest queued input.
+          inTurn = queue.shift() === inputId;
+        } else if (event.type === "model.response" && inTurn) {
           message = (data.message as Array<Record<string, unknown>> | undefined) ?? [];
           streaming = undefined;
-        } else if (TURN_ENDS.has(event.type) && received) {
-          if ((await this.waitingInputs(agentId)).includes(inputId)) {
-            // That turn was not the input's: it waits for a later one.
-            message = [];
-            streaming = undefined;
-            continue;
-          }
+        } else if (TURN_ENDS.has(event.type) && inTurn) {
           if (event.type !== "turn.completed") {
             const error = data.error as { type?: string; message?: string } | undefined;
             const why = error ? `${error.type}: ${error.message}` : "cancelled";
@@ -324,11 +330,18 @@ export class Holdfast {
     }
   }
 
-  private async waitingInputs(agentId: string): Promise<string[]> {
-    const path = `/v1/agents/${enc(agentId)}/inputs`;
-    const queued = await this.json<{ inputs: Input[] }>("GET", path, { query: { status: "queued" } });
-    const pending = await this.json<{ inputs: Input[] }>("GET", path, { query: { status: "pending" } });
-    return [...queued.inputs, ...pending.inputs].map((input) => input.id);
+  /**
+   * The agent's last seq and its queued inputs then, oldest first: read
+   * until no event came between (admitting or removing an input writes one).
+   */
+  private async queueAt(agentId: string): Promise<[number, string[]]> {
+    for (;;) {
+      const seq = (await this.agents.get(agentId)).last_event_seq;
+      const queued = await this.json<{ inputs: Input[] }>("GET", `/v1/agents/${enc(agentId)}/inputs`, {
+        query: { status: "queued" },
+      });
+      if ((await this.agents.get(agentId)).last_event_seq === seq) return [seq, queued.inputs.map((i) => i.id)];
+    }
   }
 
   /** One page of an agent's saved events after `after`. */

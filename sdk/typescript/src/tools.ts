@@ -45,7 +45,10 @@ export class ToolServer {
   async serve(agentId: string): Promise<void> {
     const { signal } = this.options;
     try {
-      for await (const item of this.client.stream(agentId, { signal })) await this.handleItem(item);
+      // From now on: calls that already wait are re-read on each connect,
+      // and older events are history (their calls may be long answered).
+      const after = (await this.client.agents.get(agentId)).last_event_seq;
+      for await (const item of this.client.stream(agentId, { after, signal })) await this.handleItem(item);
     } finally {
       await this.idle();
     }

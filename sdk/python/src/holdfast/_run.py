@@ -40,48 +40,54 @@ class RunResult:
 
 
 class TurnWatch:
-    """Follows the stream for the turn that answers ``input``: its text as
-    it streams, its last model response, its end."""
+    """Follows the stream for the turn of a queued ``input``: each queued
+    input opens a turn of its own, oldest first (docs/api.md, steering
+    modes), so replaying the queue from a known state finds the turn that
+    admits it; then its text as it streams, its last model response, its end.
 
-    def __init__(self, input: InputView, replayed: bool) -> None:
+    ``queued``: the inputs queued at the seq the stream starts after, oldest
+    first."""
+
+    def __init__(self, input: InputView, replayed: bool, queued: List[str]) -> None:
         self.input = input
         self.replayed = replayed
-        self._received = False
+        self._queue = list(queued)
+        self._in_turn = False
         self._message: List[Dict[str, Any]] = []
         # The epoch of the model call streaming now, None between calls.
         self._streaming_epoch: Optional[int] = None
 
     def text(self, item: StreamItem) -> Optional[TextChunk]:
         """The answer text an item carries, if any."""
-        if item["type"] != "delta" or not self._received:
+        if item["type"] != "delta" or not self._in_turn:
             return None
         epoch = item["delta"].get("epoch")
         restart = self._streaming_epoch is not None and epoch != self._streaming_epoch
         self._streaming_epoch = epoch
         return TextChunk(item["delta"]["text"], restart)
 
-    def ended(self, item: StreamItem) -> Optional[EventView]:
-        """The event that ends a turn, once the input has been received; the
-        caller then asks whether the input still waits (``still_waiting``)."""
+    def result(self, item: StreamItem) -> Optional[RunResult]:
+        """The answer, once ``item`` ends the input's turn (raises if the
+        turn failed or was cancelled)."""
         if item["type"] != "event":
             return None
         event = item["event"]
-        if event["type"] == "input.received" and event["data"].get("input_id") == self.input["id"]:
-            self._received = True
-        elif event["type"] == "model.response" and self._received:
-            self._message = event["data"].get("message") or []
+        kind, data = event["type"], event["data"]
+        if kind == "input.received" and data.get("mode") == "queue" and data.get("input_id") not in self._queue:
+            self._queue.append(data["input_id"])
+        elif kind == "input.removed" and data.get("input_id") in self._queue:
+            self._queue.remove(data["input_id"])
+        elif kind == "turn.started" and self._queue:
+            # A turn that opens admits the oldest queued input.
+            self._in_turn = self._queue.pop(0) == self.input["id"]
+        elif kind == "model.response" and self._in_turn:
+            self._message = data.get("message") or []
             self._streaming_epoch = None
-        elif event["type"] in TURN_ENDS and self._received:
-            return event
+        elif kind in TURN_ENDS and self._in_turn:
+            return self._answer(event)
         return None
 
-    def still_waiting(self, ended: EventView) -> None:
-        """The turn that ended was not the input's (it waits for a later one)."""
-        self._message = []
-        self._streaming_epoch = None
-
-    def result(self, ended: EventView) -> RunResult:
-        """The answer, when ``ended`` ends the input's turn (raises if it failed or was cancelled)."""
+    def _answer(self, ended: EventView) -> RunResult:
         if ended["type"] != "turn.completed":
             error = ended["data"].get("error") or {}
             why = f"{error.get('type')}: {error.get('message')}" if error else "cancelled"
@@ -90,6 +96,6 @@ class TurnWatch:
         return RunResult(text, self._message, ended, self.input, self.replayed)
 
 
-def waiting_ids(queued: Any, pending: Any) -> List[str]:
-    """The ids of the inputs in two ``GET .../inputs`` answers."""
-    return [i["id"] for i in queued["inputs"]] + [i["id"] for i in pending["inputs"]]
+def queued_ids(inputs: Any) -> List[str]:
+    """The ids in a ``GET .../inputs?status=queued`` answer, oldest first."""
+    return [i["id"] for i in inputs["inputs"]]

@@ -30,7 +30,7 @@ from ._policy import (
     tool_result_accepted,
     transient_stream_status,
 )
-from ._run import RunResult, TextChunk, TurnWatch, waiting_ids
+from ._run import RunResult, TextChunk, TurnWatch, queued_ids
 from ._sse import SseDecoder
 from .errors import APIConnectionError, APIError, APITimeoutError, ConflictError, HoldfastError, error_for
 from .schema import (
@@ -224,8 +224,8 @@ class Holdfast:
         self, agent_id: str, content: Any, *, idempotency_key: Optional[str] = None, mode: Optional[InputMode] = None
     ) -> SendResult:
         """Send an input. One Idempotency-Key per call (yours, e.g. your
-        message id, or a fresh UUID), reused by every retry of a network
-        error, 429 or 503, so the input is recorded once. ``mode`` (default
+        message id, or a fresh UUID), reused by every retry of a connection
+        error, timeout, 429, 502, 503 or 504, so the input is recorded once. ``mode`` (default
         ``steer``): ``queue`` waits for the open turn to end, ``interrupt``
         aborts the model call in flight (docs/api.md). An error that ends
         it carries the key (``idempotency_key``): a send retried with it
@@ -246,17 +246,16 @@ class Holdfast:
         *,
         tools: Optional[Tools] = None,
         idempotency_key: Optional[str] = None,
-        mode: InputMode = "queue",
     ) -> RunResult:
         """Send ``content`` and return the answer: serves the custom
         ``tools`` (name to handler; a call of any other custom tool gets an
         error result) while the turn runs, follows the stream through
         reconnects and API restarts, and returns once the turn that answers
-        the input ends. ``mode`` (default ``queue``: the input gets a turn
-        of its own after any open one). A failed or cancelled turn raises
+        the input ends. The input is queued (``mode="queue"``): it gets a
+        turn of its own, after any open one. A failed or cancelled turn raises
         :class:`TurnFailedError`. Retrying a failed ``run`` with the same
         ``idempotency_key`` sends nothing twice and returns the same answer."""
-        stream = self.text_stream(agent_id, content, tools=tools, idempotency_key=idempotency_key, mode=mode)
+        stream = self.text_stream(agent_id, content, tools=tools, idempotency_key=idempotency_key)
         for _ in stream:
             pass
         assert stream.result is not None
@@ -269,47 +268,48 @@ class Holdfast:
         *,
         tools: Optional[Tools] = None,
         idempotency_key: Optional[str] = None,
-        mode: InputMode = "queue",
     ) -> RunStream:
         """:meth:`run`, yielding the answer's text as it streams; ``result``
         holds the answer once the iteration ends."""
-        return RunStream(self._run(agent_id, content, tools or {}, idempotency_key, mode))
+        return RunStream(self._run(agent_id, content, tools or {}, idempotency_key))
 
     def _run(
-        self, agent_id: str, content: Any, tools: Tools, key: Optional[str], mode: InputMode
+        self, agent_id: str, content: Any, tools: Tools, key: Optional[str]
     ) -> Generator[TextChunk, None, RunResult]:
         from .tools import ToolServer
 
-        start = self.agents.get(agent_id)["last_event_seq"]
-        sent = self.send(agent_id, content, idempotency_key=key, mode=mode)
-        watch = TurnWatch(sent.input, sent.replayed)
+        start, queued = self._queue_at(agent_id)
+        history = start
+        sent = self.send(agent_id, content, idempotency_key=key, mode="queue")
+        if sent.replayed:
+            # Its input was received before `start`: replay from the first event.
+            start, queued = 0, []
+        watch = TurnWatch(sent.input, sent.replayed, queued)
         server = ToolServer(self, tools)
         try:
-            # A replay's input was received before `start`: read from the first event.
-            for item in self.stream(agent_id, after=0 if sent.replayed else start):
+            for item in self.stream(agent_id, after=start):
                 # Calls that waited before are re-read with each (re)connect;
                 # a replay's older events are history.
-                if item["type"] != "event" or item["event"]["seq"] > start:
+                if item["type"] != "event" or item["event"]["seq"] > history:
                     server.handle_item(item)
                 chunk = watch.text(item)
                 if chunk is not None:
                     yield chunk
-                ended = watch.ended(item)
-                if ended is None:
-                    continue
-                if sent.input["id"] in self._waiting_inputs(agent_id):
-                    watch.still_waiting(ended)
-                    continue
-                return watch.result(ended)
+                result = watch.result(item)
+                if result is not None:
+                    return result
             raise AssertionError("the stream ended")  # stream() reconnects for ever
         finally:
             server.close()
 
-    def _waiting_inputs(self, agent_id: str) -> List[str]:
-        path = f"/v1/agents/{agent_id}/inputs"
-        return waiting_ids(
-            self.json("GET", path, params={"status": "queued"}), self.json("GET", path, params={"status": "pending"})
-        )
+    def _queue_at(self, agent_id: str) -> Tuple[int, List[str]]:
+        """The agent's last seq and its queued inputs then: read until no
+        event came between (admitting or removing an input writes one)."""
+        while True:
+            seq = self.agents.get(agent_id)["last_event_seq"]
+            queued = queued_ids(self.json("GET", f"/v1/agents/{agent_id}/inputs", params={"status": "queued"}))
+            if self.agents.get(agent_id)["last_event_seq"] == seq:
+                return seq, queued
 
     def list_events(self, agent_id: str, *, after: int = 0, limit: Optional[int] = None) -> EventList:
         """One page of an agent's saved events after ``after``."""
@@ -547,10 +547,9 @@ class AsyncHoldfast:
         *,
         tools: Optional[Tools] = None,
         idempotency_key: Optional[str] = None,
-        mode: InputMode = "queue",
     ) -> RunResult:
         """See :meth:`Holdfast.run` (handlers may be async)."""
-        stream = self.text_stream(agent_id, content, tools=tools, idempotency_key=idempotency_key, mode=mode)
+        stream = self.text_stream(agent_id, content, tools=tools, idempotency_key=idempotency_key)
         async for _ in stream:
             pass
         assert stream.result is not None
@@ -563,48 +562,47 @@ class AsyncHoldfast:
         *,
         tools: Optional[Tools] = None,
         idempotency_key: Optional[str] = None,
-        mode: InputMode = "queue",
     ) -> AsyncRunStream:
         """See :meth:`Holdfast.text_stream` (``async for``)."""
-        return AsyncRunStream(self._run(agent_id, content, tools or {}, idempotency_key, mode))
+        return AsyncRunStream(self._run(agent_id, content, tools or {}, idempotency_key))
 
     async def _run(
-        self, agent_id: str, content: Any, tools: Tools, key: Optional[str], mode: InputMode
+        self, agent_id: str, content: Any, tools: Tools, key: Optional[str]
     ) -> AsyncIterator[Union[TextChunk, RunResult]]:
         from .tools import AsyncToolServer
 
-        start = (await self.agents.get(agent_id))["last_event_seq"]
-        sent = await self.send(agent_id, content, idempotency_key=key, mode=mode)
-        watch = TurnWatch(sent.input, sent.replayed)
+        start, queued = await self._queue_at(agent_id)
+        history = start
+        sent = await self.send(agent_id, content, idempotency_key=key, mode="queue")
+        if sent.replayed:
+            start, queued = 0, []
+        watch = TurnWatch(sent.input, sent.replayed, queued)
         server = AsyncToolServer(self, tools)
-        items = self.stream(agent_id, after=0 if sent.replayed else start)
+        items = self.stream(agent_id, after=start)
         try:
             async for item in items:
                 # Calls that waited before are re-read with each (re)connect;
                 # a replay's older events are history.
-                if item["type"] != "event" or item["event"]["seq"] > start:
+                if item["type"] != "event" or item["event"]["seq"] > history:
                     await server.handle_item(item)
                 chunk = watch.text(item)
                 if chunk is not None:
                     yield chunk
-                ended = watch.ended(item)
-                if ended is None:
-                    continue
-                if sent.input["id"] in await self._waiting_inputs(agent_id):
-                    watch.still_waiting(ended)
-                    continue
-                yield watch.result(ended)
-                return
+                result = watch.result(item)
+                if result is not None:
+                    yield result
+                    return
         finally:
             await items.aclose()
             await server.idle()
 
-    async def _waiting_inputs(self, agent_id: str) -> List[str]:
-        path = f"/v1/agents/{agent_id}/inputs"
-        return waiting_ids(
-            await self.json("GET", path, params={"status": "queued"}),
-            await self.json("GET", path, params={"status": "pending"}),
-        )
+    async def _queue_at(self, agent_id: str) -> Tuple[int, List[str]]:
+        """See :meth:`Holdfast._queue_at`."""
+        while True:
+            seq = (await self.agents.get(agent_id))["last_event_seq"]
+            queued = queued_ids(await self.json("GET", f"/v1/agents/{agent_id}/inputs", params={"status": "queued"}))
+            if (await self.agents.get(agent_id))["last_event_seq"] == seq:
+                return seq, queued
 
     async def list_events(self, agent_id: str, *, after: int = 0, limit: Optional[int] = None) -> EventList:
         return await self.json("GET", f"/v1/agents/{agent_id}/events", params=_query(after=after, limit=limit))
