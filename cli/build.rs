@@ -42,5 +42,5 @@ fn main() {
         Some(commit) => format!("{version} (commit {commit})"),
         None => version.to_owned(),
     };
-    println!("cargo:rustc-env=HOLDFAST_VERSION={long}");
+    println!("cargo:rustc-env=VERSION_WITH_COMMIT={long}");
 }

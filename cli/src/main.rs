@@ -25,7 +25,7 @@ use holdfast_engine::telemetry::Telemetry;
 
 /// Holdfast: a durable runtime for LLM agents on PostgreSQL.
 #[derive(Parser)]
-#[command(name = "holdfast", version = env!("HOLDFAST_VERSION"))]
+#[command(name = "holdfast", version = env!("VERSION_WITH_COMMIT"))]
 struct Cli {
     /// Postgres URL. Unset: the embedded cluster in .holdfast/pg, which
     /// `up` creates in its directory and other commands find in theirs or
