@@ -37,6 +37,9 @@ for name in ["postgres"] + HOLDFAST_SERVICES:
 
 postgres = services.get("postgres", {})
 check("healthcheck" in postgres, "postgres has no health check")
+check(postgres.get("profiles") == ["bundled"], "the bundled postgres must be optional (profile bundled)")
+check(services.get("migrate", {}).get("depends_on", {}).get("postgres", {}).get("required") is False,
+      "migrate must run without the bundled postgres (depends_on.postgres.required: false)")
 
 for name in HOLDFAST_SERVICES:
     service = services.get(name, {})
@@ -50,7 +53,14 @@ for name in HOLDFAST_SERVICES:
     command = service.get("command")
     check(isinstance(command, list) and command, f"{name}: command must be a list")
     url = service.get("environment", {}).get("HOLDFAST_DATABASE_URL", "")
-    check(urlparse(url).hostname == "postgres", f"{name}: HOLDFAST_DATABASE_URL does not point at the postgres service")
+    # `${HOLDFAST_DATABASE_URL:-default}`: the environment's URL, else the bundled Postgres.
+    interpolated = re.fullmatch(r"\$\{HOLDFAST_DATABASE_URL:-(.*)\}", url)
+    check(interpolated is not None, f"{name}: HOLDFAST_DATABASE_URL must come from the environment (${{HOLDFAST_DATABASE_URL:-...}})")
+    default = interpolated.group(1) if interpolated else url
+    check(urlparse(default).hostname == "postgres", f"{name}: HOLDFAST_DATABASE_URL's default does not point at the postgres service")
+    for key in ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"]:
+        value = str(service.get("environment", {}).get(key, ""))
+        check(value.startswith("${" + key), f"{name}: {key} must come from the environment")
     for dependency, how in service.get("depends_on", {}).items():
         check(dependency in services, f"{name}: depends on unknown service {dependency}")
         if how.get("condition") == "service_healthy":

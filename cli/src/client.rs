@@ -188,8 +188,11 @@ pub struct CreateArgs {
     /// Free-form JSON object kept with the agent.
     #[arg(long)]
     metadata: Option<String>,
-    #[arg(long)]
+    #[arg(long, conflicts_with = "quiet")]
     json: bool,
+    /// Print only the new agent's id (for scripts: `AGENT=$(holdfast agents create ... -q)`).
+    #[arg(short, long)]
+    quiet: bool,
     #[command(flatten)]
     endpoint: Endpoint,
 }
@@ -396,6 +399,8 @@ async fn create_agent(args: CreateArgs) -> Result<()> {
         .or_else(|e| fail(e, args.json))?;
     if args.json {
         print_json(&agent);
+    } else if args.quiet {
+        println!("{}", agent.id);
     } else {
         render::agent_created(&agent);
     }

@@ -1,8 +1,11 @@
-//! Which database to use: `HOLDFAST_DATABASE_URL`, or the embedded cluster.
+//! Which database to use: `HOLDFAST_DATABASE_URL`, or the embedded cluster:
+//! `up` keeps one in `.holdfast/pg` of the directory it runs in; every other
+//! command uses the nearest one, found the way git finds `.git` (here, then
+//! each parent directory), and never creates one.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use holdfast_engine::cluster::{ClusterOptions, LocalCluster};
 use holdfast_engine::connect::ConnectConfig;
 use holdfast_engine::{migrate, store};
@@ -20,15 +23,47 @@ pub struct Database {
 }
 
 impl Database {
+    /// `url`, else the nearest embedded cluster (an error saying how to
+    /// name a database when there is none).
     pub async fn open(url: Option<&str>) -> Result<Database> {
         if let Some(url) = url {
-            return Ok(Database {
-                config: ConnectConfig::parse(url)?,
-                cluster: None,
-            });
+            return Self::at_url(url);
         }
-        let cluster = tokio::task::spawn_blocking(|| {
-            LocalCluster::start(Path::new(EMBEDDED_DIR), &ClusterOptions::default())
+        let here = std::env::current_dir()?;
+        let Some(found) = nearest_cluster(&here) else {
+            bail!(
+                "no database: HOLDFAST_DATABASE_URL is not set, and there is no embedded cluster \
+                 ({EMBEDDED_DIR}, made by `holdfast up`) in {} or any directory above it. Run this \
+                 command in the directory where `holdfast up` runs, or set HOLDFAST_DATABASE_URL \
+                 (or --database-url) to your Postgres.",
+                here.display()
+            );
+        };
+        tracing::info!(cluster = %found.display(), "using the embedded Postgres of `holdfast up`");
+        Self::embedded(found).await
+    }
+
+    /// For `up`: `url`, else the embedded cluster in this directory,
+    /// created on first use.
+    pub async fn open_here(url: Option<&str>) -> Result<Database> {
+        match url {
+            Some(url) => Self::at_url(url),
+            None => Self::embedded(PathBuf::from(EMBEDDED_DIR)).await,
+        }
+    }
+
+    fn at_url(url: &str) -> Result<Database> {
+        Ok(Database {
+            config: ConnectConfig::parse(url)?,
+            cluster: None,
+        })
+    }
+
+    async fn embedded(dir: PathBuf) -> Result<Database> {
+        // A server a killed `up` left running is taken over, and stopped
+        // when this process is done with it.
+        let cluster = tokio::task::spawn_blocking(move || {
+            LocalCluster::start_taking_over(&dir, &ClusterOptions::default())
         })
         .await??;
         tracing::info!(data_dir = %cluster.data_dir().display(), "embedded postgres is up");
@@ -78,11 +113,22 @@ impl Database {
         Some(cluster.psql_command(dbname))
     }
 
-    /// Close: stop the embedded cluster if this process started it, and
-    /// wait until it has stopped.
-    pub async fn close(self) -> Result<()> {
+    /// Close: stop the embedded cluster if this process started it (or
+    /// took it over), and wait until it has stopped. Says what became of
+    /// the database, for people.
+    pub async fn close(self) -> Result<String> {
+        let outcome = match &self.cluster {
+            None => "database connections closed".to_owned(),
+            Some(cluster) if cluster.stops_on_drop() => "embedded Postgres stopped".to_owned(),
+            Some(cluster) => match cluster.owner() {
+                Some(pid) => format!(
+                    "embedded Postgres left running for the process that started it (pid {pid})"
+                ),
+                None => "embedded Postgres left running".to_owned(),
+            },
+        };
         tokio::task::spawn_blocking(move || drop(self)).await?;
-        Ok(())
+        Ok(outcome)
     }
 
     pub async fn migrate(&self) -> Result<Vec<&'static str>> {
@@ -91,6 +137,14 @@ impl Database {
         tokio::spawn(connection);
         Ok(migrate::migrate(&mut client).await?)
     }
+}
+
+/// The nearest directory's embedded cluster: `dir/.holdfast/pg`, else its
+/// parent's, up to the root; only one with a cluster in it (`PG_VERSION`).
+fn nearest_cluster(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .map(|d| d.join(EMBEDDED_DIR))
+        .find(|pg| pg.join("data/PG_VERSION").is_file())
 }
 
 /// The queue overview from the DBA views: agents by state, leases by

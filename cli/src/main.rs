@@ -25,9 +25,11 @@ use holdfast_engine::telemetry::Telemetry;
 
 /// Holdfast: a durable runtime for LLM agents on PostgreSQL.
 #[derive(Parser)]
-#[command(name = "holdfast", version)]
+#[command(name = "holdfast", version = env!("VERSION_WITH_COMMIT"))]
 struct Cli {
-    /// Postgres URL. Unset: a private embedded cluster in .holdfast/pg.
+    /// Postgres URL. Unset: the embedded cluster in .holdfast/pg, which
+    /// `up` creates in its directory and other commands find in theirs or
+    /// the nearest directory above.
     #[arg(long = "database-url", env = "HOLDFAST_DATABASE_URL", global = true)]
     database_url: Option<String>,
     /// Log filter (e.g. `info`, `holdfast=debug`); default `info`, and
@@ -200,7 +202,9 @@ fn run(cli: Cli) -> Result<()> {
             Command::Prices { command } => prices::run(&open().await?, command).await,
             Command::Projects { command } => projects::run(&open().await?, command).await,
             Command::Maintenance(args) => maintenance::run(&open().await?, args, egress()?).await,
-            Command::Up(args) => up::run(open().await?, *args, egress()?).await,
+            Command::Up(args) => {
+                up::run(database::Database::open_here(url).await?, *args, egress()?).await
+            }
             // The demo brings its own Postgres; the client speaks HTTP.
             Command::Demo(args) => demo::run(args).await,
             Command::Agents { command } => client::agents(command).await,

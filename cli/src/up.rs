@@ -80,9 +80,9 @@ type Named = (String, Result<()>);
 
 pub async fn run(db: Database, args: UpArgs, egress: Arc<EgressPolicy>) -> Result<()> {
     let outcome = serve(&db, args, egress).await;
-    db.close().await?;
+    let database = db.close().await?;
     if outcome.is_ok() {
-        println!("Holdfast stopped: workers drained, API closed, database closed.");
+        println!("Holdfast stopped: workers drained, API closed, {database}.");
     }
     outcome
 }
@@ -284,6 +284,38 @@ async fn commands_reported(
     let _ = connection.await;
 }
 
+/// The model the banner's agent uses, and the key `up` found for it
+/// (Anthropic's first, as the worker's `default` endpoint has both).
+fn provider_with_key() -> Option<(&'static str, &'static str)> {
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
+    if set("ANTHROPIC_API_KEY") {
+        Some(("anthropic/claude-sonnet-4-5", "ANTHROPIC_API_KEY"))
+    } else if set("OPENAI_API_KEY") {
+        Some(("openai/gpt-4.1", "OPENAI_API_KEY"))
+    } else {
+        None
+    }
+}
+
+/// How to run this binary from a shell: `holdfast` when that name on PATH
+/// is this binary (`cargo install`), else its full path (`cargo run`).
+fn this_binary() -> String {
+    let Ok(me) = std::env::current_exe().and_then(|p| p.canonicalize()) else {
+        return "holdfast".to_owned();
+    };
+    let on_path = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("holdfast"))
+            .find(|p| p.is_file())
+            .and_then(|p| p.canonicalize().ok())
+    });
+    if on_path.as_ref() == Some(&me) {
+        "holdfast".to_owned()
+    } else {
+        me.display().to_string()
+    }
+}
+
 /// The API's URL as this host reaches it (a wildcard listen address is
 /// reached on loopback).
 fn loopback_url(addr: SocketAddr) -> String {
@@ -330,45 +362,42 @@ fn print_banner(
             machine.state_dir.display()
         );
     }
+    let (model, found) = match provider_with_key() {
+        Some((model, key)) => (model, Some(key)),
+        None => ("anthropic/claude-sonnet-4-5", None),
+    };
+    let bin = this_binary();
+    let url = loopback_url(addr);
+    println!();
+    match found {
+        Some(variable) => {
+            println!("Model calls: {variable} is set, so the agent below uses {model}.")
+        }
+        None => println!(
+            "Model calls: neither ANTHROPIC_API_KEY nor OPENAI_API_KEY is set, so calls to the \
+             hosted APIs will fail with authentication_error. Set one and restart, or add an \
+             endpoint of a compatible server (`{bin} endpoints add`)."
+        ),
+    }
     println!();
     println!("Try it from another terminal:");
     println!("  export HOLDFAST_URL={url} HOLDFAST_API_KEY={key}");
-    println!(
-        "  curl -s -H \"Authorization: Bearer $HOLDFAST_API_KEY\" -H 'content-type: application/json' \\"
-    );
     match machine {
         Some(machine) => {
             println!(
-                "       -d '{{\"model\": {{\"provider\": \"anthropic\", \"name\": \"claude-sonnet-4-5\"}}, \\"
-            );
-            println!(
-                "            \"tools\": [{{\"type\": \"run_command\", \"machine\": \"{}\"}}]}}' $HOLDFAST_URL/v1/agents",
+                "  AGENT=$({bin} agents create --model {model} --tool '{{\"type\": \"run_command\", \"machine\": \"{}\"}}' -q)",
                 machine.name
             );
             println!(
-                "  holdfast send AGENT_ID \"Run uname -a and tell me what you see\" && holdfast tail AGENT_ID --until turn.completed"
+                "  {bin} send \"$AGENT\" \"Run uname -a and tell me what you see\" && {bin} tail \"$AGENT\" --until turn.completed"
             );
         }
         None => {
+            println!("  AGENT=$({bin} agents create --model {model} -q)");
             println!(
-                "       -d '{{\"model\": {{\"provider\": \"anthropic\", \"name\": \"claude-sonnet-4-5\"}}}}' $HOLDFAST_URL/v1/agents"
-            );
-            println!(
-                "  holdfast send AGENT_ID \"Hello\" && holdfast tail AGENT_ID --until turn.completed"
+                "  {bin} send \"$AGENT\" \"Hello\" && {bin} tail \"$AGENT\" --until turn.completed"
             );
         }
-    }
-    let keys: Vec<&str> = ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"]
-        .into_iter()
-        .filter(|name| std::env::var(name).is_ok_and(|v| !v.trim().is_empty()))
-        .collect();
-    if keys.is_empty() {
-        println!();
-        println!(
-            "Neither ANTHROPIC_API_KEY nor OPENAI_API_KEY is set: model calls to the hosted APIs will \
-             fail with authentication_error. Set one, or add an endpoint of a compatible server \
-             (`holdfast endpoints add`)."
-        );
     }
     println!();
     println!("Ctrl-C drains the workers and stops; a second Ctrl-C stops at once.");

@@ -6,7 +6,16 @@
 //!
 //! Postgres refuses to run as root. When this process is root, the cluster is
 //! initialised and run as an unprivileged OS user (`postgres` if it exists,
-//! else `nobody`), and its directories are handed to that user.
+//! else `nobody`), and its directories are handed to that user. A new
+//! cluster in a directory that user cannot enter (under /root, or any 0700
+//! directory) lives in `/var/lib/holdfast/<hash>` instead, reached through
+//! a symlink at its place.
+//!
+//! Who stops the server: the process that started it, when it drops its
+//! [`LocalCluster`]. It records itself in `base_dir/owner` (pid and start
+//! time), so [`LocalCluster::start_taking_over`] can tell a server that a
+//! killed process left running (stopped on drop like one it started) from
+//! one a live process uses (left alone).
 //!
 //! Local connections are trusted (no password), so the socket directory is
 //! the cluster's only lock: it is private (0700) to the user the server runs
@@ -69,17 +78,34 @@ struct OsUser {
 /// The superuser every local cluster is created with.
 pub const SUPERUSER: &str = "holdfast";
 const PORT: u16 = 5432;
+/// Where a root-started cluster lives when its user cannot reach its place.
+const REACHABLE_HOME: &str = "/var/lib/holdfast";
 
 impl LocalCluster {
     /// Start (creating it first if needed) the cluster in `base_dir`. If a
     /// server is already running there, it is reused and not stopped on drop.
     pub fn start(base_dir: &Path, options: &ClusterOptions) -> Result<LocalCluster> {
+        Self::open(base_dir, options, false)
+    }
+
+    /// [`start`](Self::start), except that a server running there whose
+    /// owner (the process that started it) is gone is taken over: stopped
+    /// on drop, as if this process had started it. For `holdfast` commands,
+    /// so a killed `up` leaves no Postgres running past the next one.
+    pub fn start_taking_over(base_dir: &Path, options: &ClusterOptions) -> Result<LocalCluster> {
+        Self::open(base_dir, options, true)
+    }
+
+    fn open(base_dir: &Path, options: &ClusterOptions, take_over: bool) -> Result<LocalCluster> {
         let bin_dir = find_bin_dir()?;
         let run_as = if running_as_root() {
             Some(unprivileged_user()?)
         } else {
             None
         };
+        if let Some(user) = &run_as {
+            place_where_reachable(base_dir, user)?;
+        }
         fs::create_dir_all(base_dir).map_err(io_err("create", base_dir))?;
         let base_dir = base_dir
             .canonicalize()
@@ -97,11 +123,42 @@ impl LocalCluster {
             cluster.initdb(options)?;
         }
         if cluster.is_running() {
+            if take_over && cluster.owner().is_none() {
+                tracing::info!(data_dir = %cluster.data_dir().display(), "taking over a Postgres left running by a process that is gone");
+                cluster.record_owner()?;
+                cluster.stop_on_drop = true;
+            }
             return Ok(cluster);
         }
         cluster.start_server()?;
+        cluster.record_owner()?;
         cluster.stop_on_drop = true;
         Ok(cluster)
+    }
+
+    /// Whether dropping this value stops the server.
+    pub fn stops_on_drop(&self) -> bool {
+        self.stop_on_drop
+    }
+
+    /// The live process that started the running server (its pid), if it
+    /// is still running.
+    pub fn owner(&self) -> Option<u32> {
+        let recorded = fs::read_to_string(self.owner_file()).ok()?;
+        let (pid, started) = recorded.trim().split_once(' ')?;
+        let pid: u32 = pid.parse().ok()?;
+        (process_start_time(pid)?.as_str() == started).then_some(pid)
+    }
+
+    fn owner_file(&self) -> PathBuf {
+        self.base_dir.join("owner")
+    }
+
+    fn record_owner(&self) -> Result<()> {
+        let pid = std::process::id();
+        let started = process_start_time(pid).unwrap_or_default();
+        let file = self.owner_file();
+        fs::write(&file, format!("{pid} {started}\n")).map_err(io_err("write", &file))
     }
 
     /// Start a streaming standby of `primary` in `base_dir`: a base backup
@@ -155,6 +212,11 @@ impl LocalCluster {
     /// Keep the server running after this value is dropped.
     pub fn detach(&mut self) {
         self.stop_on_drop = false;
+    }
+
+    /// Where the cluster's files are (its place, with symlinks resolved).
+    pub fn base_dir(&self) -> &Path {
+        &self.base_dir
     }
 
     pub fn data_dir(&self) -> PathBuf {
@@ -383,11 +445,111 @@ impl LocalCluster {
 impl Drop for LocalCluster {
     fn drop(&mut self) {
         if self.stop_on_drop {
-            if let Err(e) = self.stop() {
-                tracing::warn!(error = %e, "stopping embedded postgres");
+            match self.stop() {
+                Ok(()) => {
+                    let _ = fs::remove_file(self.owner_file());
+                }
+                Err(e) => tracing::warn!(error = %e, "stopping embedded postgres"),
             }
         }
     }
+}
+
+/// A process's start time (clock ticks after boot, from /proc/PID/stat), which
+/// tells it from a later process given the same pid.
+fn process_start_time(pid: u32) -> Option<String> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the parenthesised command name: state is field 3, starttime 22.
+    let (_, rest) = stat.rsplit_once(") ")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    if matches!(fields.first(), Some(&"Z") | Some(&"X")) {
+        return None;
+    }
+    fields.get(19).map(|s| (*s).to_owned())
+}
+
+/// When `user` cannot enter the directories above `base_dir` and no cluster
+/// is there yet, put it in [`REACHABLE_HOME`] and a symlink at `base_dir`.
+/// A symlink already there is followed as it is; files already there that
+/// the user cannot reach are an error that says what to do.
+fn place_where_reachable(base_dir: &Path, user: &OsUser) -> Result<()> {
+    let parent = match base_dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    fs::create_dir_all(&parent).map_err(io_err("create", &parent))?;
+    let parent = parent.canonicalize().map_err(io_err("resolve", &parent))?;
+    let place = parent.join(base_dir.file_name().unwrap_or_default());
+    let Some(blocked) = unreachable_ancestor(&place, user) else {
+        return Ok(());
+    };
+    if fs::symlink_metadata(&place).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Ok(());
+    }
+    let hash = Sha256::digest(place.to_string_lossy().as_bytes());
+    let home = Path::new(REACHABLE_HOME).join(&hex::encode(hash)[..12]);
+    let cannot = |why: String| {
+        Error::EmbeddedPostgres(format!(
+            "running as root, Postgres runs as {} (uid {}), which cannot enter {} (mode {:o}); {why}. \
+             Start Holdfast from a directory that user can reach (e.g. under /srv or /tmp), let it \
+             in (`chmod o+x {}`), or set HOLDFAST_DATABASE_URL to a Postgres of your own.",
+            user.name,
+            user.uid,
+            blocked.display(),
+            fs::metadata(&blocked).map_or(0, |m| m.mode() & 0o7777),
+            blocked.display(),
+        ))
+    };
+    if fs::read_dir(&place).is_ok_and(|mut d| d.next().is_some()) {
+        return Err(cannot(format!(
+            "{} already holds files, so the cluster stays there",
+            place.display()
+        )));
+    }
+    let elsewhere = |e: Error| {
+        cannot(format!(
+            "its cluster could not go to {} instead ({e})",
+            home.display()
+        ))
+    };
+    fs::create_dir_all(&home).map_err(|e| elsewhere(io_err("create", &home)(e)))?;
+    lchown(&home, Some(user.uid), Some(user.gid))
+        .map_err(|e| elsewhere(io_err("chown", &home)(e)))?;
+    fs::set_permissions(&home, fs::Permissions::from_mode(0o700))
+        .map_err(|e| elsewhere(io_err("chmod", &home)(e)))?;
+    if place.exists() {
+        fs::remove_dir(&place).map_err(|e| elsewhere(io_err("remove", &place)(e)))?;
+    }
+    std::os::unix::fs::symlink(&home, &place).map_err(|e| elsewhere(io_err("link", &place)(e)))?;
+    tracing::info!(
+        place = %place.display(),
+        data = %home.display(),
+        user = %user.name,
+        "the cluster's user cannot enter {}: its files are in {} (linked from its place)",
+        blocked.display(),
+        home.display()
+    );
+    Ok(())
+}
+
+/// The first directory above `path` (from the root down) that `user` may
+/// not pass through (no search permission for it as owner, group or other;
+/// supplementary groups are not counted).
+fn unreachable_ancestor(path: &Path, user: &OsUser) -> Option<PathBuf> {
+    let mut ancestors: Vec<&Path> = path.ancestors().skip(1).collect();
+    ancestors.reverse();
+    ancestors.into_iter().find_map(|dir| {
+        let meta = fs::metadata(dir).ok()?;
+        let mode = meta.mode();
+        let search = if meta.uid() == user.uid {
+            mode & 0o100
+        } else if meta.gid() == user.gid {
+            mode & 0o010
+        } else {
+            mode & 0o001
+        };
+        (search == 0).then(|| dir.to_path_buf())
+    })
 }
 
 /// Where the Postgres binaries are: `$PATH` first, then Debian's layout

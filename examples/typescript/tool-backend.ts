@@ -10,7 +10,7 @@
 
 import { appendFileSync, existsSync, readFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
-import { Holdfast, serveTools, type ToolCall } from "holdfast";
+import { Holdfast, serveTools, type ToolCall } from "holdfast-sdk";
 
 export interface BackendOptions {
   client: Holdfast;

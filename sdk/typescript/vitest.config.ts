@@ -3,6 +3,6 @@ import { defineConfig } from "vitest/config";
 
 export default defineConfig({
   // The examples import the package by name, as a user's code would.
-  resolve: { alias: { holdfast: fileURLToPath(new URL("./src/index.ts", import.meta.url)) } },
+  resolve: { alias: { "holdfast-sdk": fileURLToPath(new URL("./src/index.ts", import.meta.url)) } },
   test: { testTimeout: 60_000, hookTimeout: 120_000 },
 });

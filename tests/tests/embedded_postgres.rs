@@ -1,6 +1,10 @@
 //! The embedded Postgres trusts whoever reaches its socket, so the socket's
 //! directory is its lock: private to the user the server runs as, and never
 //! a directory (or symlink) someone else planted at its predictable name.
+//! A cluster asked for in a directory its user cannot enter starts anyway
+//! (its files where that user can reach them); a server that a killed
+//! process left running is taken over and stopped, one a live process
+//! started is left alone.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
@@ -69,5 +73,91 @@ async fn a_symlink_planted_at_the_socket_directory_is_refused() {
     assert_eq!(
         target_now.uid(),
         std::fs::metadata("/proc/self").unwrap().uid()
+    );
+}
+
+fn fast() -> ClusterOptions {
+    ClusterOptions {
+        fast_unsafe_fsync_off: true,
+        max_connections: 20,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_in_a_directory_its_user_cannot_enter_starts_with_its_files_where_it_can() {
+    let scratch = ScratchDir::new("private-home");
+    // Like /root: a 0700 directory of this process's user.
+    let home = scratch.join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let place = home.join(".holdfast/pg");
+    let start = {
+        let place = place.clone();
+        move || LocalCluster::start(&place, &fast())
+    };
+    let cluster = tokio::task::spawn_blocking(start.clone())
+        .await
+        .unwrap()
+        .expect("a cluster in a 0700 directory starts");
+    assert!(cluster.is_running());
+    let root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
+    // As root the server runs as another user, who cannot enter `home`:
+    // the files live elsewhere, reached through a symlink at their place.
+    let linked = std::fs::symlink_metadata(&place)
+        .unwrap()
+        .file_type()
+        .is_symlink();
+    assert_eq!(linked, root, "{}", cluster.base_dir().display());
+    if root {
+        assert!(cluster.base_dir().starts_with("/var/lib/holdfast"));
+        assert_ne!(server_uid(&cluster), 0);
+    }
+    let elsewhere = cluster.base_dir().to_path_buf();
+    drop(cluster);
+    // The next start finds the same cluster through its place.
+    let again = tokio::task::spawn_blocking(start).await.unwrap().unwrap();
+    assert_eq!(again.base_dir(), elsewhere);
+    assert!(again.data_dir().join("PG_VERSION").exists());
+    drop(again);
+    if root {
+        std::fs::remove_dir_all(&elsewhere).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_left_by_a_gone_process_is_taken_over_and_one_a_live_process_started_is_not() {
+    let base = ScratchDir::new("taken-over");
+    let open = {
+        let base = base.to_path_buf();
+        move || LocalCluster::start_taking_over(&base, &fast())
+    };
+    let mut first = tokio::task::spawn_blocking(open.clone())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(first.stops_on_drop());
+    assert_eq!(first.owner(), Some(std::process::id()));
+
+    // Its owner (this process) lives: a second user leaves it running.
+    let second = tokio::task::spawn_blocking(open.clone())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!second.stops_on_drop());
+    drop(second);
+    assert!(first.is_running());
+
+    // Its owner is gone (a killed `up`): the next one takes it over.
+    first.detach();
+    let data_dir = first.data_dir();
+    drop(first);
+    std::fs::write(base.join("owner"), "4194303 1\n").unwrap();
+    let third = tokio::task::spawn_blocking(open).await.unwrap().unwrap();
+    assert!(third.stops_on_drop(), "a stale server is taken over");
+    assert_eq!(third.owner(), Some(std::process::id()));
+    drop(third);
+    assert!(
+        !data_dir.join("postmaster.pid").exists(),
+        "the server a gone process left running is stopped"
     );
 }

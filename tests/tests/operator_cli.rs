@@ -2,7 +2,9 @@
 //! fake model: every `--json` output parses and says what happened; errors
 //! print the API's error body and exit 1; `tail` shows live deltas before
 //! the answer is saved and resumes after the server restarts, each saved
-//! event exactly once.
+//! event exactly once. Admin commands without a database URL use the
+//! cluster of the nearest `.holdfast/` or say how to name one, never
+//! creating one; `--version` names the commit.
 
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -10,12 +12,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use holdfast_api::{ApiConfig, ServeError};
+use holdfast_engine::cluster::{ClusterOptions, LocalCluster};
+use holdfast_engine::connect::ConnectConfig;
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::process::holdfast_bin;
 use holdfast_tests::scenario::{spawn_worker, wait_for_events};
-use holdfast_tests::{default_config, wait_until, TestDb};
+use holdfast_tests::{default_config, wait_until, ScratchDir, TestDb};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -549,4 +553,98 @@ async fn tail_resumes_after_the_server_restarts_with_every_event_once() {
     );
     stop_second.cancel();
     second.await.unwrap().unwrap();
+}
+
+/// `holdfast ARGS` in `dir`, with no database URL.
+async fn admin(dir: &std::path::Path, args: &[&str]) -> Run {
+    let output = Command::new(holdfast_bin())
+        .args(args)
+        .current_dir(dir)
+        .env_remove("HOLDFAST_DATABASE_URL")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run holdfast");
+    Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_commands_use_the_nearest_up_cluster_or_say_how_to_name_a_database() {
+    let project = ScratchDir::new("nearest");
+    let deeper = project.join("src/deeper");
+    std::fs::create_dir_all(&deeper).unwrap();
+
+    // No cluster here or above: an error that says what to do, and nothing created.
+    let lost = admin(&deeper, &["keys", "create", "--project", "p"]).await;
+    assert_eq!(lost.code, Some(1), "{}", lost.stdout);
+    assert!(
+        lost.stderr.contains("HOLDFAST_DATABASE_URL"),
+        "{}",
+        lost.stderr
+    );
+    assert!(lost.stderr.contains("holdfast up"), "{}", lost.stderr);
+    assert!(!deeper.join(".holdfast").exists());
+    assert!(!project.join(".holdfast").exists());
+
+    // `up`'s cluster at the top: found from two directories down.
+    let place = project.join(".holdfast/pg");
+    let cluster = tokio::task::spawn_blocking(move || {
+        LocalCluster::start(
+            &place,
+            &ClusterOptions {
+                fast_unsafe_fsync_off: true,
+                max_connections: 20,
+            },
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let made = admin(&deeper, &["keys", "create", "--project", "nearest"]).await;
+    assert_eq!(made.code, Some(0), "{}", made.stderr);
+    let key = made.stdout.lines().last().unwrap().trim().to_owned();
+    assert!(key.starts_with("hf_"), "{}", made.stdout);
+    assert!(!deeper.join(".holdfast").exists());
+    let config = ConnectConfig::parse(&cluster.connection_string("holdfast")).unwrap();
+    let (client, connection) = config.connect().await.unwrap();
+    tokio::spawn(connection);
+    let projects: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.projects WHERE name = 'nearest'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        projects, 1,
+        "the key is in the cluster of the nearest .holdfast/"
+    );
+    // The cluster's owner (this process) lives: the command left it running.
+    assert!(cluster.is_running());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_names_the_version_and_the_commit() {
+    let run = admin(std::path::Path::new("/"), &["--version"]).await;
+    assert_eq!(run.code, Some(0));
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let head = String::from_utf8(head.stdout).unwrap();
+    assert_eq!(
+        run.stdout.trim(),
+        format!(
+            "holdfast {} (commit {})",
+            env!("CARGO_PKG_VERSION"),
+            head.trim()
+        )
+    );
 }

@@ -2,6 +2,8 @@
 //! a URL and a key that work, runs a real agent turn (the fake model via
 //! ANTHROPIC_BASE_URL), stops on SIGINT with exit 0 leaving no Postgres
 //! behind, and a second `up` in the same directory finds the same data.
+//! The banner's commands run as printed; a Postgres that a killed `up` left
+//! running is stopped by the next one.
 //! With `--local-machine` it runs a machine daemon for this host: an
 //! agent's run_command runs here and its output reaches the model, and the
 //! next `up` serves the same machine.
@@ -175,7 +177,7 @@ async fn up_runs_an_agent_then_stops_postgres_on_sigint_and_keeps_the_data() {
     fake.push(Reply::text("Hello from the fake model"));
     let mut up = start_up(&home, &fake, &[]).await;
     assert!(up.key.starts_with("hf_"), "{}", up.key);
-    assert!(up.log_text().contains("curl"), "a command to try");
+    assert!(up.log_text().contains("agents create"), "a command to try");
 
     let (status, agent) = api(
         &up,
@@ -235,6 +237,69 @@ async fn up_runs_an_agent_then_stops_postgres_on_sigint_and_keeps_the_data() {
     stop_with_sigint(&mut again, &home).await;
 }
 
+/// The shell lines under the banner's "Try it" heading.
+fn printed_commands(log: &str) -> String {
+    log.lines()
+        .skip_while(|line| !line.starts_with("Try it from another terminal"))
+        .skip(1)
+        .take_while(|line| !line.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_banner_commands_run_as_printed_and_the_next_up_stops_a_killed_ups_postgres() {
+    let home = Home::new();
+    let fake = FakeProvider::start().await;
+    fake.push(Reply::text("Hello from the printed commands"));
+    let mut up = start_up(&home, &fake, &[]).await;
+    let log = up.log_text();
+    assert!(
+        log.contains("ANTHROPIC_API_KEY is set, so the agent below uses anthropic/"),
+        "{log}"
+    );
+    let commands = printed_commands(&log);
+    assert!(commands.contains("agents create"), "{log}");
+    let ran = tokio::time::timeout(
+        WAIT,
+        Command::new("sh")
+            .args(["-ec", &commands])
+            .current_dir(&*home.0)
+            .env_remove("HOLDFAST_URL")
+            .env_remove("HOLDFAST_API_KEY")
+            .output(),
+    )
+    .await
+    .expect("the printed commands finish")
+    .unwrap();
+    let printed = String::from_utf8_lossy(&ran.stdout);
+    assert!(
+        ran.status.success(),
+        "{commands}\n{printed}\n{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert!(
+        printed.contains("Hello from the printed commands"),
+        "{printed}"
+    );
+
+    // Killed: its Postgres runs on, with no one to stop it.
+    let postmaster = postmaster_pid(&home.data_dir()).unwrap();
+    up.child.start_kill().unwrap();
+    up.child.wait().await.unwrap();
+    assert!(process_alive(postmaster));
+    // The next `up` takes it over, and stops it.
+    let mut again = start_up(&home, &fake, &[]).await;
+    assert_eq!(postmaster_pid(&home.data_dir()), Some(postmaster));
+    stop_with_sigint(&mut again, &home).await;
+    assert!(
+        again.log_text().contains("embedded Postgres stopped"),
+        "{}",
+        again.log_text()
+    );
+}
+
 /// The agent's events (its whole timeline: these turns are short).
 async fn events(up: &Up, agent: &str) -> Vec<Value> {
     let (_, events) = api(
@@ -289,7 +354,7 @@ async fn up_local_machine_runs_a_command_end_to_end_and_the_next_up_reuses_the_m
     let machine = field(&up.log_text(), "Machine  ").expect("the banner names the machine");
     assert!(
         up.log_text().contains(&format!(
-            r#""tools": [{{"type": "run_command", "machine": "{machine}"}}]"#
+            r#"--tool '{{"type": "run_command", "machine": "{machine}"}}'"#
         )),
         "an example agent with run_command on the machine:\n{}",
         up.log_text()

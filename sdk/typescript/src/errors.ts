@@ -1,6 +1,9 @@
-// Typed errors: one class per error `type` the API answers with
-// (`{"error": {"type", "message", "field"?}}`), so callers catch what they
-// mean (`instanceof ConflictError`) instead of comparing strings.
+// Typed errors, all under one root, `HoldfastError`: an answer from the API
+// is an `APIError` of the class for its `type` (`{"error": {"type",
+// "message", "field"?}}`), so callers catch what they mean (`instanceof
+// ConflictError`) instead of comparing strings; no answer at all is an
+// `APIConnectionError` (`APITimeoutError` when a try ran out of time). The
+// Python SDK has the same classes by the same names.
 
 /** The error body every non-2xx answer carries, plus any context member. */
 export interface ErrorBody {
@@ -8,8 +11,28 @@ export interface ErrorBody {
   [context: string]: unknown;
 }
 
-/** Any error the API answered with. */
+/**
+ * Every error this SDK throws. `idempotencyKey`: the key of the send that
+ * failed (retry with it and the input is still recorded once).
+ */
 export class HoldfastError extends Error {
+  idempotencyKey?: string;
+
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+
+  /** Mark this as the error of the send with `key` (named in the message too). */
+  withIdempotencyKey(key: string): this {
+    this.idempotencyKey = key;
+    this.message = `${this.message} (Idempotency-Key ${key})`;
+    return this;
+  }
+}
+
+/** Any error the API answered with. */
+export class APIError extends HoldfastError {
   /** The HTTP status. */
   readonly status: number;
   /** The machine-readable `error.type`. */
@@ -21,7 +44,6 @@ export class HoldfastError extends Error {
 
   constructor(status: number, body: ErrorBody) {
     super(`${status} ${body.error.type}: ${body.error.message}`);
-    this.name = new.target.name;
     this.status = status;
     this.type = body.error.type;
     this.field = body.error.field;
@@ -29,34 +51,55 @@ export class HoldfastError extends Error {
   }
 }
 
-/** The request never got an HTTP answer (refused, reset, timed out), after every retry. */
-export class ConnectionError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = "ConnectionError";
+/**
+ * The request never got an HTTP answer (refused, reset, unreachable), after
+ * every retry; the message ends with the cause, which is also `cause`.
+ */
+export class APIConnectionError extends HoldfastError {}
+
+/** A try got no answer in time, after every retry. */
+export class APITimeoutError extends APIConnectionError {}
+
+/**
+ * A tool handler's mistake, posted to the model as an error result (and
+ * logged): it threw, returned something that is not JSON, or no handler
+ * serves the tool.
+ */
+export class ToolHandlerError extends HoldfastError {}
+
+/** `run` ended without an answer: the turn failed or was cancelled (`event`). */
+export class TurnFailedError extends HoldfastError {
+  constructor(
+    message: string,
+    readonly event: { type: string; data: Record<string, unknown> },
+  ) {
+    super(message);
   }
 }
 
-export class InvalidRequestError extends HoldfastError {}
-export class InvalidJsonError extends HoldfastError {}
-export class InvalidBodyError extends HoldfastError {}
-export class InvalidPathError extends HoldfastError {}
-export class InvalidQueryError extends HoldfastError {}
-export class BadRequestError extends HoldfastError {}
-export class UnsupportedMediaTypeError extends HoldfastError {}
-export class UnauthorizedError extends HoldfastError {}
-export class NotFoundError extends HoldfastError {}
-export class MethodNotAllowedError extends HoldfastError {}
-export class IdempotencyKeyReusedError extends HoldfastError {}
-export class ModelNotPermittedError extends HoldfastError {}
-export class PayloadTooLargeError extends HoldfastError {}
-export class OutputTooLargeError extends HoldfastError {}
-export class InternalError extends HoldfastError {}
-export class UnavailableError extends HoldfastError {}
-export class TimeoutError extends HoldfastError {}
+export class InvalidRequestError extends APIError {}
+export class InvalidJsonError extends APIError {}
+export class InvalidBodyError extends APIError {}
+export class InvalidPathError extends APIError {}
+export class InvalidQueryError extends APIError {}
+export class BadRequestError extends APIError {}
+export class UnsupportedMediaTypeError extends APIError {}
+/** A content block the agent's model cannot take (e.g. a document for a model without document input). */
+export class UnsupportedContentError extends APIError {}
+export class UnauthorizedError extends APIError {}
+export class NotFoundError extends APIError {}
+export class MethodNotAllowedError extends APIError {}
+export class IdempotencyKeyReusedError extends APIError {}
+export class ModelNotPermittedError extends APIError {}
+export class PayloadTooLargeError extends APIError {}
+export class OutputTooLargeError extends APIError {}
+export class InternalError extends APIError {}
+export class UnavailableError extends APIError {}
+/** The server gave up on the request (its request timeout). */
+export class RequestTimeoutError extends APIError {}
 
 /** 429: over the API key's rate limit. */
-export class RateLimitedError extends HoldfastError {
+export class RateLimitedError extends APIError {
   /** Seconds the server asked to wait (`Retry-After`), if it said. */
   readonly retryAfter?: number;
   constructor(status: number, body: ErrorBody, retryAfter?: number) {
@@ -71,7 +114,7 @@ export class RateLimitedError extends HoldfastError {
  * stands (`tool_call`, `approval` or `question` in the body), when the server
  * sent it: look at it, and do not redo the side effect.
  */
-export class ConflictError extends HoldfastError {
+export class ConflictError extends APIError {
   readonly current?: Record<string, unknown>;
   constructor(status: number, body: ErrorBody) {
     super(status, body);
@@ -80,7 +123,7 @@ export class ConflictError extends HoldfastError {
   }
 }
 
-const BY_TYPE: Record<string, new (status: number, body: ErrorBody) => HoldfastError> = {
+const BY_TYPE: Record<string, new (status: number, body: ErrorBody) => APIError> = {
   invalid_request: InvalidRequestError,
   invalid_json: InvalidJsonError,
   invalid_body: InvalidBodyError,
@@ -88,6 +131,7 @@ const BY_TYPE: Record<string, new (status: number, body: ErrorBody) => HoldfastE
   invalid_query: InvalidQueryError,
   bad_request: BadRequestError,
   unsupported_media_type: UnsupportedMediaTypeError,
+  unsupported_content: UnsupportedContentError,
   unauthorized: UnauthorizedError,
   not_found: NotFoundError,
   method_not_allowed: MethodNotAllowedError,
@@ -98,11 +142,11 @@ const BY_TYPE: Record<string, new (status: number, body: ErrorBody) => HoldfastE
   output_too_large: OutputTooLargeError,
   internal: InternalError,
   unavailable: UnavailableError,
-  timeout: TimeoutError,
+  timeout: RequestTimeoutError,
 };
 
-/** The typed error for an error answer (a `HoldfastError` for a type this SDK does not know). */
-export function errorFor(status: number, body: unknown, retryAfter?: number): HoldfastError {
+/** The typed error for an error answer (an `APIError` for a type this SDK does not know). */
+export function errorFor(status: number, body: unknown, retryAfter?: number): APIError {
   const parsed: ErrorBody =
     isObject(body) && isObject(body.error) && typeof body.error.type === "string"
       ? (body as unknown as ErrorBody)
@@ -110,7 +154,7 @@ export function errorFor(status: number, body: unknown, retryAfter?: number): Ho
   if (parsed.error.type === "rate_limited") {
     return new RateLimitedError(status, parsed, retryAfter);
   }
-  const Class = BY_TYPE[parsed.error.type] ?? HoldfastError;
+  const Class = BY_TYPE[parsed.error.type] ?? APIError;
   return new Class(status, parsed);
 }
 

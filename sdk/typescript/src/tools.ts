@@ -2,19 +2,24 @@
 // each handler runs at most once per tool-call id in this process, and its
 // result is posted until Holdfast has it.
 
-import type { Event, Holdfast, ToolCall } from "./client.js";
-import { ConflictError, ConnectionError, RateLimitedError, UnavailableError } from "./errors.js";
+import type { Event, Holdfast, StreamItem, ToolCall } from "./client.js";
+import { APIConnectionError, ConflictError, RateLimitedError, ToolHandlerError, UnavailableError } from "./errors.js";
 
-/** A custom tool's implementation: its input in, its output (any JSON) out. Throwing posts an error result. */
+/**
+ * A custom tool's implementation: its input in, its output (any JSON) out.
+ * A mistake (throwing, an output that is not JSON) posts an error result the
+ * model sees, and is logged; so does a call of a tool with no handler.
+ */
 export type ToolHandler = (input: any, call: ToolCall) => unknown | Promise<unknown>;
 
 export interface ServeToolsOptions {
   /** Stops serving (the promise then resolves once results in flight are posted). */
   signal?: AbortSignal;
   /**
-   * Told about a result that could not be posted (someone else answered
-   * first, the turn was cancelled; `call` given) or a failed re-read of
-   * waiting calls. Default: logged, 409s aside.
+   * Told about a handler's mistake (a `ToolHandlerError`, posted as the
+   * call's error result), a result that could not be posted (someone else
+   * answered first, the turn was cancelled; `call` given) or a failed
+   * re-read of waiting calls. Default: logged, 409s aside.
    */
   onError?: (error: unknown, call?: ToolCall) => void;
 }
@@ -40,15 +45,21 @@ export class ToolServer {
   async serve(agentId: string): Promise<void> {
     const { signal } = this.options;
     try {
-      for await (const item of this.client.stream(agentId, { signal })) {
-        if (item.type === "tool_call") this.handle(item.toolCall);
-        // A failed re-read after an approval is not the end of serving:
-        // the stream's next reconnect re-reads what waits anyway.
-        else if (item.type === "event") await this.handleEvent(item.event).catch((e) => this.report(e));
-      }
+      // From now on: calls that already wait are re-read on each connect,
+      // and older events are history (their calls may be long answered).
+      const after = (await this.client.agents.get(agentId)).last_event_seq;
+      for await (const item of this.client.stream(agentId, { after, signal })) await this.handleItem(item);
     } finally {
       await this.idle();
     }
+  }
+
+  /** Act on one item of `client.stream()`: a waiting call is handled. */
+  async handleItem(item: StreamItem): Promise<void> {
+    if (item.type === "tool_call") this.handle(item.toolCall);
+    // A failed re-read after an approval is not the end of serving: the
+    // stream's next reconnect re-reads what waits anyway.
+    else if (item.type === "event") await this.handleEvent(item.event).catch((e) => this.report(e));
   }
 
   /**
@@ -67,8 +78,8 @@ export class ToolServer {
 
   /** Run the handler for `call` unless this process has already started it. */
   handle(call: ToolCall): void {
-    const handler = this.handlers[call.name];
-    if (!handler || this.started.has(call.id)) return;
+    const handler = Object.hasOwn(this.handlers, call.name) ? this.handlers[call.name] : undefined;
+    if (this.started.has(call.id)) return;
     this.started.add(call.id);
     const run = this.run(handler, call).finally(() => this.inFlight.delete(run));
     this.inFlight.add(run);
@@ -84,24 +95,51 @@ export class ToolServer {
     else if (!(error instanceof ConflictError)) console.error("holdfast: serving tools:", error);
   }
 
-  private async run(handler: ToolHandler, call: ToolCall): Promise<void> {
+  /** An error result for the model, and the reason logged (or given to `onError`). */
+  private mistake(call: ToolCall, why: string): { output: unknown; isError: boolean } {
+    this.report(new ToolHandlerError(why), call);
+    return { output: { error: why }, isError: true };
+  }
+
+  private async outcome(handler: ToolHandler | undefined, call: ToolCall): Promise<{ output: unknown; isError: boolean }> {
+    if (handler === undefined) return this.mistake(call, `no handler for tool ${JSON.stringify(call.name)} in this process`);
     let output: unknown;
-    let isError = false;
     try {
+      // A handler returning a promise (async or not) is awaited.
       output = await handler(call.input, call);
     } catch (error) {
-      output = { error: error instanceof Error ? error.message : String(error) };
-      isError = true;
+      const what = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+      return this.mistake(call, `the handler of tool ${JSON.stringify(call.name)} threw ${what}`);
     }
+    // undefined (a handler that returns nothing) is posted as null.
+    if (output === undefined) return { output: null, isError: false };
+    let json: string | undefined;
+    try {
+      json = JSON.stringify(output);
+    } catch (error) {
+      const why = error instanceof Error ? error.message : String(error);
+      return this.mistake(call, `the handler of tool ${JSON.stringify(call.name)} returned something that is not JSON: ${why}`);
+    }
+    if (json === undefined) {
+      return this.mistake(
+        call,
+        `the handler of tool ${JSON.stringify(call.name)} returned something that is not JSON: a ${typeof output}`,
+      );
+    }
+    return { output, isError: false };
+  }
+
+  private async run(handler: ToolHandler | undefined, call: ToolCall): Promise<void> {
+    const { output, isError } = await this.outcome(handler, call);
     // The work is done: post its result until Holdfast has it, through API
     // restarts, rather than ever running the handler again.
     for (let failures = 1; ; failures++) {
       try {
-        await this.client.submitToolResult(call.id, output ?? null, { isError });
+        await this.client.submitToolResult(call.id, output, { isError });
         return;
       } catch (error) {
         const transient =
-          error instanceof ConnectionError ||
+          error instanceof APIConnectionError ||
           error instanceof UnavailableError ||
           error instanceof RateLimitedError;
         if (!transient) {

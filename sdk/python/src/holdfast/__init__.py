@@ -3,10 +3,12 @@
 The durable edges are handled for you: an Idempotency-Key on every send,
 retries with the same key, streams that resume with Last-Event-ID and
 re-read what waits, 409s read as "look at the state", custom tools run once
-per call id, webhooks verified with Standard Webhooks."""
+per call id, webhooks verified with Standard Webhooks; ``client.run(agent,
+text, tools=...)`` sends and returns the answer."""
 
 from ._policy import RetryPolicy, StreamItem
-from .client import AsyncHoldfast, Holdfast, SendResult
+from ._run import RunResult, TextChunk
+from .client import AsyncHoldfast, AsyncRunStream, Holdfast, RunStream, SendResult
 from .errors import *  # noqa: F403 - every typed error
 from .errors import __all__ as _errors
 from .schema import AgentConfig, AgentView, ApprovalView, EventView, InputView, QuestionView, ToolCallView
@@ -22,11 +24,15 @@ __all__ = [
     "QuestionView",
     "ToolCallView",
     "AsyncHoldfast",
+    "AsyncRunStream",
     "AsyncToolServer",
     "Holdfast",
     "RetryPolicy",
+    "RunResult",
+    "RunStream",
     "SendResult",
     "StreamItem",
+    "TextChunk",
     "ToolHandler",
     "ToolServer",
     "WebhookVerificationError",

@@ -3,6 +3,8 @@ bookkeeping and the 409 rules. No IO here."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import email.utils
 import json
 import random
@@ -18,14 +20,21 @@ from typing import Literal, TypedDict
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How failed requests are retried: network errors, 429 and 503."""
+    """How failed requests are retried: connection errors, tries that time
+    out, 429, 502, 503 and 504, for up to ``budget`` seconds in all (longer
+    than an ``up`` restart with its 20 s drain), each retry with the same
+    body and headers (a send's Idempotency-Key)."""
 
-    #: Retries after the first try.
-    max_retries: int = 6
+    #: Seconds from the first try after which no retry starts.
+    budget: float = 60.0
+    #: At most this many retries after the first try (``None``: as many as the budget allows).
+    max_retries: Optional[int] = None
     #: First backoff delay in seconds, doubled per retry, with full jitter.
     base_delay: float = 0.25
-    #: Longest backoff delay, and longest ``Retry-After`` honoured, in seconds.
-    max_delay: float = 30.0
+    #: Longest backoff delay in seconds (a ``Retry-After`` is honoured within the budget).
+    max_delay: float = 5.0
+    #: One try's time limit in seconds (streams read for longer: the server's heartbeat).
+    timeout: float = 30.0
 
     def backoff(self, failures: int) -> float:
         """Full-jitter exponential backoff before the ``failures``-th retry."""
@@ -34,10 +43,28 @@ class RetryPolicy:
         return random.random() * min(self.max_delay, self.base_delay * 2 ** min(failures - 1, 20))
 
     def delay(self, failures: int, retry_after: Optional[float]) -> float:
-        """The server's ``Retry-After`` when it gave one (capped), else backoff."""
-        if retry_after is None:
-            return self.backoff(failures)
-        return min(self.max_delay, retry_after)
+        """The server's ``Retry-After`` when it gave one, else backoff."""
+        return self.backoff(failures) if retry_after is None else retry_after
+
+
+class RetryClock:
+    """One request's retries: how long to wait before the next, or ``None``
+    once the policy's retries or budget are spent."""
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self._policy = policy
+        self._started = time.monotonic()
+        self._retries = 0
+
+    def next_delay(self, retry_after: Optional[float] = None) -> Optional[float]:
+        policy = self._policy
+        self._retries += 1
+        if policy.max_retries is not None and self._retries > policy.max_retries:
+            return None
+        delay = policy.delay(self._retries, retry_after)
+        if time.monotonic() - self._started + delay > policy.budget:
+            return None
+        return delay
 
 
 def parse_retry_after(value: Optional[str]) -> Optional[float]:
@@ -60,7 +87,7 @@ Retry = Literal["transient", "rate_limit_only"]
 
 
 def retryable_status(status: int, retry: Retry) -> bool:
-    return status == 429 or (retry == "transient" and status == 503)
+    return status == 429 or (retry == "transient" and status in (502, 503, 504))
 
 
 def transient_stream_status(status: int) -> bool:
@@ -75,11 +102,27 @@ class EventItem(TypedDict):
     event: EventView
 
 
+class Delta(TypedDict):
+    """Streamed text of a model call in flight; ``epoch`` is the lease epoch
+    of the call that streamed it (a retried call streams again, from the
+    start, under a new epoch)."""
+
+    text: str
+    epoch: int
+
+
 class DeltaItem(TypedDict):
     """A live text delta: a preview, never saved (the saved ``model.response`` has the text)."""
 
     type: Literal["delta"]
-    delta: Dict[str, Any]
+    delta: Delta
+
+
+class ThinkingDeltaItem(TypedDict):
+    """A live delta of extended thinking (the saved ``model.response`` has the whole ``thinking`` block)."""
+
+    type: Literal["thinking_delta"]
+    delta: Delta
 
 
 class ToolCallItem(TypedDict):
@@ -103,7 +146,7 @@ class QuestionItem(TypedDict):
     question: QuestionView
 
 
-StreamItem = Union[EventItem, DeltaItem, ToolCallItem, ApprovalItem, QuestionItem]
+StreamItem = Union[EventItem, DeltaItem, ThinkingDeltaItem, ToolCallItem, ApprovalItem, QuestionItem]
 
 
 class StreamCursor:
@@ -122,6 +165,9 @@ class StreamCursor:
     def items(self, message: SseMessage) -> Iterator[StreamItem]:
         if message.event == "delta":
             yield DeltaItem(type="delta", delta=json.loads(message.data))
+            return
+        if message.event == "thinking_delta":
+            yield ThinkingDeltaItem(type="thinking_delta", delta=json.loads(message.data))
             return
         if message.id is None:
             return
@@ -146,9 +192,33 @@ def tool_result_accepted(current: Optional[Mapping[str, Any]], output: Any, is_e
     return (
         current is not None
         and current.get("status") == "completed"
-        and current.get("output") == output
+        and same_output(current.get("output"), output)
         and bool(current.get("is_error")) == is_error
     )
+
+
+def same_output(stored: Any, sent: Any) -> bool:
+    """Whether ``stored`` (a result as the server keeps it) is ``sent``: the
+    server keeps each base64 source of an image or document as an attachment
+    reference (``{"type": "attachment", "media_type", "size_bytes", ...}``),
+    which stands for a base64 source of that type and size."""
+    if isinstance(stored, dict) and isinstance(sent, dict):
+        if _is_attachment_of(stored, sent):
+            return True
+        return stored.keys() == sent.keys() and all(same_output(stored[k], sent[k]) for k in sent)
+    if isinstance(stored, list) and isinstance(sent, list):
+        return len(stored) == len(sent) and all(same_output(a, b) for a, b in zip(stored, sent))
+    return bool(stored == sent)
+
+
+def _is_attachment_of(stored: Mapping[str, Any], sent: Mapping[str, Any]) -> bool:
+    if stored.get("type") != "attachment" or sent.get("type") != "base64" or not isinstance(sent.get("data"), str):
+        return False
+    try:
+        size = len(base64.b64decode(sent["data"], validate=True))
+    except (binascii.Error, ValueError):
+        return False
+    return stored.get("media_type") == sent.get("media_type") and stored.get("size_bytes") == size
 
 
 def decision_accepted(current: Optional[Mapping[str, Any]], decision: str) -> bool:

@@ -2,20 +2,23 @@
 (:class:`AsyncHoldfast`), with the protocol's hard parts built in (README,
 "What your code should handle"): an Idempotency-Key on every send and
 retries with the same key, streams that resume with Last-Event-ID and
-re-read what waits, 409s read as "look at the state"."""
+re-read what waits, 409s read as "look at the state", and ``run``: send,
+serve the custom tools, stream, and return the answer."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, AsyncGenerator, AsyncIterator, Dict, Generator, Iterator, List, Mapping, Optional, Tuple, Union
 
 import httpx
 
 from ._policy import (
     Retry,
+    RetryClock,
     RetryPolicy,
     StreamCursor,
     StreamItem,
@@ -27,8 +30,9 @@ from ._policy import (
     tool_result_accepted,
     transient_stream_status,
 )
+from ._run import RunResult, TextChunk, TurnWatch, queued_ids
 from ._sse import SseDecoder
-from .errors import APIConnectionError, ConflictError, HoldfastError, error_for
+from .errors import APIConnectionError, APIError, APITimeoutError, ConflictError, HoldfastError, error_for
 from .schema import (
     AgentConfig,
     AgentView,
@@ -44,6 +48,9 @@ from .schema import (
     WebhookView,
 )
 
+if TYPE_CHECKING:
+    from .tools import ToolHandler
+
 DEFAULT_URL = "http://127.0.0.1:8080"
 #: Reads on a stream: the server sends a heartbeat every 15 s.
 STREAM_TIMEOUT = httpx.Timeout(10.0, read=60.0)
@@ -57,6 +64,34 @@ class SendResult:
 
     input: InputView
     replayed: bool
+
+
+class RunStream:
+    """``text_stream``'s answer: iterate it for the text as it streams
+    (:class:`TextChunk`; ``restart`` marks a retried model call streaming
+    again); once the iteration ends, ``result`` is the :class:`RunResult`."""
+
+    def __init__(self, run: Generator[TextChunk, None, RunResult]) -> None:
+        self._run = run
+        self.result: Optional[RunResult] = None
+
+    def __iter__(self) -> Generator[TextChunk, None, None]:
+        self.result = yield from self._run
+
+
+class AsyncRunStream:
+    """:class:`RunStream` for the async client (``async for``)."""
+
+    def __init__(self, run: AsyncIterator[Union[TextChunk, RunResult]]) -> None:
+        self._run = run
+        self.result: Optional[RunResult] = None
+
+    async def __aiter__(self) -> AsyncIterator[TextChunk]:
+        async for item in self._run:
+            if isinstance(item, RunResult):
+                self.result = item
+            else:
+                yield item
 
 
 def _query(**params: Any) -> Dict[str, Any]:
@@ -79,12 +114,39 @@ def _request_args(
     return args
 
 
-def _error(response: httpx.Response) -> HoldfastError:
+def _error(response: httpx.Response) -> APIError:
     try:
         body = response.json()
     except ValueError:
         body = None
     return error_for(response.status_code, body, parse_retry_after(response.headers.get("retry-after")))
+
+
+def _connection_error(method: str, url: str, cause: httpx.TransportError) -> APIConnectionError:
+    """No answer: the message names the request and the cause (httpx's own text is often empty)."""
+    kind = APITimeoutError if isinstance(cause, httpx.TimeoutException) else APIConnectionError
+    reason = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+    return kind(f"{method} {url}: no answer ({reason})")
+
+
+def _settings(api_key: Optional[str], base_url: Optional[str]) -> Tuple[str, str]:
+    """The key and URL given, else ``HOLDFAST_API_KEY`` and ``HOLDFAST_URL``."""
+    key = api_key or os.environ.get("HOLDFAST_API_KEY")
+    if not key:
+        raise HoldfastError(
+            "no API key: pass api_key=... or set HOLDFAST_API_KEY. `holdfast up` prints one at start; "
+            "against a server of your own, `holdfast keys create --project NAME` makes one"
+        )
+    return key, (base_url or os.environ.get("HOLDFAST_URL") or DEFAULT_URL).rstrip("/")
+
+
+def _with_key(error: HoldfastError, key: str) -> HoldfastError:
+    error.idempotency_key = key
+    return error
+
+
+#: ``run``'s custom tools: name to handler.
+Tools = Mapping[str, "ToolHandler"]
 
 
 def _pending_paths(agent_id: str) -> List[Tuple[str, Dict[str, str], str]]:
@@ -96,20 +158,21 @@ def _pending_paths(agent_id: str) -> List[Tuple[str, Dict[str, str], str]]:
 
 
 class Holdfast:
-    """The sync client. ``Holdfast(api_key, base_url=...)``; use as a context manager or ``close()``."""
+    """The sync client. ``Holdfast()`` reads ``HOLDFAST_API_KEY`` and
+    ``HOLDFAST_URL`` (default ``http://127.0.0.1:8080``), or
+    ``Holdfast(api_key, base_url)``; use as a context manager or ``close()``."""
 
     def __init__(
         self,
-        api_key: str,
-        base_url: str = DEFAULT_URL,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
         *,
         retry: RetryPolicy = RetryPolicy(),
         http: Optional[httpx.Client] = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self._api_key, self.base_url = _settings(api_key, base_url)
         self.retry = retry
-        self._api_key = api_key
-        self._http = http or httpx.Client(base_url=self.base_url, timeout=30.0)
+        self._http = http or httpx.Client(base_url=self.base_url, timeout=retry.timeout)
         self.agents = Agents(self)
         self.webhooks = Webhooks(self)
 
@@ -135,22 +198,23 @@ class Holdfast:
         """One request, retried per the policy (the same body and headers on
         every try); a non-2xx answer raises its typed error."""
         args = _request_args(self._api_key, body, headers)
-        attempt = 0
+        clock = RetryClock(self.retry)
         while True:
-            last = attempt >= self.retry.max_retries
-            attempt += 1
             try:
                 response = self._http.request(method, path, params=params, **args)
             except httpx.TransportError as e:
-                if last or retry == "rate_limit_only":
-                    raise APIConnectionError(f"{method} {path}: {e}") from e
-                time.sleep(self.retry.backoff(attempt))
+                delay = None if retry == "rate_limit_only" else clock.next_delay()
+                if delay is None:
+                    raise _connection_error(method, self.base_url + path, e) from e
+                time.sleep(delay)
                 continue
             if response.is_success:
                 return response
-            if retryable_status(response.status_code, retry) and not last:
-                time.sleep(self.retry.delay(attempt, parse_retry_after(response.headers.get("retry-after"))))
-                continue
+            if retryable_status(response.status_code, retry):
+                delay = clock.next_delay(parse_retry_after(response.headers.get("retry-after")))
+                if delay is not None:
+                    time.sleep(delay)
+                    continue
             raise _error(response)
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -160,15 +224,92 @@ class Holdfast:
         self, agent_id: str, content: Any, *, idempotency_key: Optional[str] = None, mode: Optional[InputMode] = None
     ) -> SendResult:
         """Send an input. One Idempotency-Key per call (yours, e.g. your
-        message id, or a fresh UUID), reused by every retry of a network
-        error, 429 or 503, so the input is recorded once. ``mode`` (default
+        message id, or a fresh UUID), reused by every retry of a connection
+        error, timeout, 429, 502, 503 or 504, so the input is recorded once. ``mode`` (default
         ``steer``): ``queue`` waits for the open turn to end, ``interrupt``
-        aborts the model call in flight (docs/api.md)."""
+        aborts the model call in flight (docs/api.md). An error that ends
+        it carries the key (``idempotency_key``): a send retried with it
+        later is still recorded once."""
         key = idempotency_key or str(uuid.uuid4())
-        response = self.request(
-            "POST", f"/v1/agents/{agent_id}/inputs", body=_input_body(content, mode), headers={"Idempotency-Key": key}
-        )
+        try:
+            response = self.request(
+                "POST", f"/v1/agents/{agent_id}/inputs", body=_input_body(content, mode), headers={"Idempotency-Key": key}
+            )
+        except HoldfastError as e:
+            raise _with_key(e, key)
         return SendResult(response.json(), response.headers.get("idempotent-replayed") == "true")
+
+    def run(
+        self,
+        agent_id: str,
+        content: Any,
+        *,
+        tools: Optional[Tools] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> RunResult:
+        """Send ``content`` and return the answer: serves the custom
+        ``tools`` (name to handler; a call of any other custom tool gets an
+        error result) while the turn runs, follows the stream through
+        reconnects and API restarts, and returns once the turn that answers
+        the input ends. The input is queued (``mode="queue"``): it gets a
+        turn of its own, after any open one. A failed or cancelled turn raises
+        :class:`TurnFailedError`. Retrying a failed ``run`` with the same
+        ``idempotency_key`` sends nothing twice and returns the same answer."""
+        stream = self.text_stream(agent_id, content, tools=tools, idempotency_key=idempotency_key)
+        for _ in stream:
+            pass
+        assert stream.result is not None
+        return stream.result
+
+    def text_stream(
+        self,
+        agent_id: str,
+        content: Any,
+        *,
+        tools: Optional[Tools] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> RunStream:
+        """:meth:`run`, yielding the answer's text as it streams; ``result``
+        holds the answer once the iteration ends."""
+        return RunStream(self._run(agent_id, content, tools or {}, idempotency_key))
+
+    def _run(
+        self, agent_id: str, content: Any, tools: Tools, key: Optional[str]
+    ) -> Generator[TextChunk, None, RunResult]:
+        from .tools import ToolServer
+
+        start, queued = self._queue_at(agent_id)
+        history = start
+        sent = self.send(agent_id, content, idempotency_key=key, mode="queue")
+        if sent.replayed:
+            # Its input was received before `start`: replay from the first event.
+            start, queued = 0, []
+        watch = TurnWatch(sent.input, sent.replayed, queued)
+        server = ToolServer(self, tools)
+        try:
+            for item in self.stream(agent_id, after=start):
+                # Calls that waited before are re-read with each (re)connect;
+                # a replay's older events are history.
+                if item["type"] != "event" or item["event"]["seq"] > history:
+                    server.handle_item(item)
+                chunk = watch.text(item)
+                if chunk is not None:
+                    yield chunk
+                result = watch.result(item)
+                if result is not None:
+                    return result
+            raise AssertionError("the stream ended")  # stream() reconnects for ever
+        finally:
+            server.close()
+
+    def _queue_at(self, agent_id: str) -> Tuple[int, List[str]]:
+        """The agent's last seq and its queued inputs then: read until no
+        event came between (admitting or removing an input writes one)."""
+        while True:
+            seq = self.agents.get(agent_id)["last_event_seq"]
+            queued = queued_ids(self.json("GET", f"/v1/agents/{agent_id}/inputs", params={"status": "queued"}))
+            if self.agents.get(agent_id)["last_event_seq"] == seq:
+                return seq, queued
 
     def list_events(self, agent_id: str, *, after: int = 0, limit: Optional[int] = None) -> EventList:
         """One page of an agent's saved events after ``after``."""
@@ -222,7 +363,7 @@ class Holdfast:
                     finally:
                         if time.monotonic() - opened >= STREAM_HEALTHY:
                             failures = 0
-            except HoldfastError as e:
+            except APIError as e:
                 if not transient_stream_status(e.status):
                     raise
             except (httpx.TransportError, APIConnectionError):
@@ -330,16 +471,15 @@ class AsyncHoldfast:
 
     def __init__(
         self,
-        api_key: str,
-        base_url: str = DEFAULT_URL,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
         *,
         retry: RetryPolicy = RetryPolicy(),
         http: Optional[httpx.AsyncClient] = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self._api_key, self.base_url = _settings(api_key, base_url)
         self.retry = retry
-        self._api_key = api_key
-        self._http = http or httpx.AsyncClient(base_url=self.base_url, timeout=30.0)
+        self._http = http or httpx.AsyncClient(base_url=self.base_url, timeout=retry.timeout)
         self.agents = AsyncAgents(self)
         self.webhooks = AsyncWebhooks(self)
 
@@ -365,22 +505,23 @@ class AsyncHoldfast:
         """One request, retried per the policy (the same body and headers on
         every try); a non-2xx answer raises its typed error."""
         args = _request_args(self._api_key, body, headers)
-        attempt = 0
+        clock = RetryClock(self.retry)
         while True:
-            last = attempt >= self.retry.max_retries
-            attempt += 1
             try:
                 response = await self._http.request(method, path, params=params, **args)
             except httpx.TransportError as e:
-                if last or retry == "rate_limit_only":
-                    raise APIConnectionError(f"{method} {path}: {e}") from e
-                await asyncio.sleep(self.retry.backoff(attempt))
+                delay = None if retry == "rate_limit_only" else clock.next_delay()
+                if delay is None:
+                    raise _connection_error(method, self.base_url + path, e) from e
+                await asyncio.sleep(delay)
                 continue
             if response.is_success:
                 return response
-            if retryable_status(response.status_code, retry) and not last:
-                await asyncio.sleep(self.retry.delay(attempt, parse_retry_after(response.headers.get("retry-after"))))
-                continue
+            if retryable_status(response.status_code, retry):
+                delay = clock.next_delay(parse_retry_after(response.headers.get("retry-after")))
+                if delay is not None:
+                    await asyncio.sleep(delay)
+                    continue
             raise _error(response)
 
     async def json(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -391,10 +532,77 @@ class AsyncHoldfast:
     ) -> SendResult:
         """See :meth:`Holdfast.send`."""
         key = idempotency_key or str(uuid.uuid4())
-        response = await self.request(
-            "POST", f"/v1/agents/{agent_id}/inputs", body=_input_body(content, mode), headers={"Idempotency-Key": key}
-        )
+        try:
+            response = await self.request(
+                "POST", f"/v1/agents/{agent_id}/inputs", body=_input_body(content, mode), headers={"Idempotency-Key": key}
+            )
+        except HoldfastError as e:
+            raise _with_key(e, key)
         return SendResult(response.json(), response.headers.get("idempotent-replayed") == "true")
+
+    async def run(
+        self,
+        agent_id: str,
+        content: Any,
+        *,
+        tools: Optional[Tools] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> RunResult:
+        """See :meth:`Holdfast.run` (handlers may be async)."""
+        stream = self.text_stream(agent_id, content, tools=tools, idempotency_key=idempotency_key)
+        async for _ in stream:
+            pass
+        assert stream.result is not None
+        return stream.result
+
+    def text_stream(
+        self,
+        agent_id: str,
+        content: Any,
+        *,
+        tools: Optional[Tools] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> AsyncRunStream:
+        """See :meth:`Holdfast.text_stream` (``async for``)."""
+        return AsyncRunStream(self._run(agent_id, content, tools or {}, idempotency_key))
+
+    async def _run(
+        self, agent_id: str, content: Any, tools: Tools, key: Optional[str]
+    ) -> AsyncIterator[Union[TextChunk, RunResult]]:
+        from .tools import AsyncToolServer
+
+        start, queued = await self._queue_at(agent_id)
+        history = start
+        sent = await self.send(agent_id, content, idempotency_key=key, mode="queue")
+        if sent.replayed:
+            start, queued = 0, []
+        watch = TurnWatch(sent.input, sent.replayed, queued)
+        server = AsyncToolServer(self, tools)
+        items = self.stream(agent_id, after=start)
+        try:
+            async for item in items:
+                # Calls that waited before are re-read with each (re)connect;
+                # a replay's older events are history.
+                if item["type"] != "event" or item["event"]["seq"] > history:
+                    await server.handle_item(item)
+                chunk = watch.text(item)
+                if chunk is not None:
+                    yield chunk
+                result = watch.result(item)
+                if result is not None:
+                    yield result
+                    return
+        finally:
+            await items.aclose()
+            await server.idle()
+
+    async def _queue_at(self, agent_id: str) -> Tuple[int, List[str]]:
+        """See :meth:`Holdfast._queue_at`."""
+        while True:
+            seq = (await self.agents.get(agent_id))["last_event_seq"]
+            queued = queued_ids(await self.json("GET", f"/v1/agents/{agent_id}/inputs", params={"status": "queued"}))
+            if (await self.agents.get(agent_id))["last_event_seq"] == seq:
+                return seq, queued
 
     async def list_events(self, agent_id: str, *, after: int = 0, limit: Optional[int] = None) -> EventList:
         return await self.json("GET", f"/v1/agents/{agent_id}/events", params=_query(after=after, limit=limit))
@@ -411,7 +619,7 @@ class AsyncHoldfast:
         path, params, key = _pending_paths(agent_id)[2]
         return (await self.json("GET", path, params=params))[key]
 
-    async def stream(self, agent_id: str, *, after: int = 0) -> AsyncIterator[StreamItem]:
+    async def stream(self, agent_id: str, *, after: int = 0) -> AsyncGenerator[StreamItem, None]:
         """See :meth:`Holdfast.stream`. Stop by breaking out or cancelling the task."""
         cursor = StreamCursor(after)
         failures = 0  # as in Holdfast.stream
@@ -442,7 +650,7 @@ class AsyncHoldfast:
                     finally:
                         if time.monotonic() - opened >= STREAM_HEALTHY:
                             failures = 0
-            except HoldfastError as e:
+            except APIError as e:
                 if not transient_stream_status(e.status):
                     raise
             except (httpx.TransportError, APIConnectionError):

@@ -1,14 +1,21 @@
-"""Typed errors: one class per error ``type`` the API answers with
+"""Typed errors, all under one root, :class:`HoldfastError`: an answer
+from the API is an :class:`APIError` of the class for its ``type``
 (``{"error": {"type", "message", "field"?}}``), so callers catch what they
-mean (``except ConflictError``) instead of comparing strings."""
+mean (``except ConflictError``) instead of comparing strings; no answer at
+all is an :class:`APIConnectionError` (:class:`APITimeoutError` when a try
+ran out of time). The TypeScript SDK has the same classes by the same names."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Type
+from typing import Any, Dict, Mapping, Optional, Type
 
 __all__ = [
     "HoldfastError",
+    "APIError",
     "APIConnectionError",
+    "APITimeoutError",
+    "ToolHandlerError",
+    "TurnFailedError",
     "InvalidRequestError",
     "InvalidJsonError",
     "InvalidBodyError",
@@ -16,6 +23,7 @@ __all__ = [
     "InvalidQueryError",
     "BadRequestError",
     "UnsupportedMediaTypeError",
+    "UnsupportedContentError",
     "UnauthorizedError",
     "NotFoundError",
     "MethodNotAllowedError",
@@ -33,6 +41,22 @@ __all__ = [
 
 
 class HoldfastError(Exception):
+    """Every error this SDK raises. ``idempotency_key``: the key of the send
+    that failed (retry with it and the input is still recorded once)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self._text = message
+        self.message = message
+        self.idempotency_key: Optional[str] = None
+
+    def __str__(self) -> str:
+        if self.idempotency_key is None:
+            return self._text
+        return f"{self._text} (Idempotency-Key {self.idempotency_key})"
+
+
+class APIError(HoldfastError):
     """Any error the API answered with."""
 
     def __init__(self, status: int, body: Dict[str, Any]) -> None:
@@ -42,38 +66,63 @@ class HoldfastError(Exception):
         self.status = status
         #: The machine-readable ``error.type``.
         self.type: str = error["type"]
-        self.message: str = error["message"]
+        self.message = error["message"]
         #: The offending field, for invalid requests.
         self.field: Optional[str] = error.get("field")
         #: The whole body, context members (``tool_call``, ``approval``, ``question``) included.
         self.body = body
 
 
-class APIConnectionError(Exception):
-    """The request never got an HTTP answer (refused, reset, timed out), after every retry."""
+class APIConnectionError(HoldfastError):
+    """The request never got an HTTP answer (refused, reset, unreachable),
+    after every retry; the message ends with the cause, which is also
+    ``__cause__``."""
 
 
-class InvalidRequestError(HoldfastError): ...
-class InvalidJsonError(HoldfastError): ...
-class InvalidBodyError(HoldfastError): ...
-class InvalidPathError(HoldfastError): ...
-class InvalidQueryError(HoldfastError): ...
-class BadRequestError(HoldfastError): ...
-class UnsupportedMediaTypeError(HoldfastError): ...
-class UnauthorizedError(HoldfastError): ...
-class NotFoundError(HoldfastError): ...
-class MethodNotAllowedError(HoldfastError): ...
-class IdempotencyKeyReusedError(HoldfastError): ...
-class ModelNotPermittedError(HoldfastError): ...
-class PayloadTooLargeError(HoldfastError): ...
-class OutputTooLargeError(HoldfastError): ...
-class InternalError(HoldfastError): ...
-class UnavailableError(HoldfastError): ...
-class RequestTimeoutError(HoldfastError):
+class APITimeoutError(APIConnectionError):
+    """A try got no answer in time, after every retry."""
+
+
+class ToolHandlerError(HoldfastError):
+    """A tool handler's mistake, posted to the model as an error result
+    (and logged): it raised, returned something that is not JSON, a sync
+    handler returned an awaitable, or no handler serves the tool."""
+
+
+class TurnFailedError(HoldfastError):
+    """``run`` ended without an answer: the turn failed or was cancelled.
+    ``event`` is the ``turn.failed`` or ``turn.cancelled`` event."""
+
+    def __init__(self, message: str, event: Mapping[str, Any]) -> None:
+        super().__init__(message)
+        self.event = event
+
+
+class InvalidRequestError(APIError): ...
+class InvalidJsonError(APIError): ...
+class InvalidBodyError(APIError): ...
+class InvalidPathError(APIError): ...
+class InvalidQueryError(APIError): ...
+class BadRequestError(APIError): ...
+class UnsupportedMediaTypeError(APIError): ...
+class UnsupportedContentError(APIError):
+    """A content block the agent's model cannot take (e.g. a document for a model without document input)."""
+
+
+class UnauthorizedError(APIError): ...
+class NotFoundError(APIError): ...
+class MethodNotAllowedError(APIError): ...
+class IdempotencyKeyReusedError(APIError): ...
+class ModelNotPermittedError(APIError): ...
+class PayloadTooLargeError(APIError): ...
+class OutputTooLargeError(APIError): ...
+class InternalError(APIError): ...
+class UnavailableError(APIError): ...
+class RequestTimeoutError(APIError):
     """The server gave up on the request (its request timeout)."""
 
 
-class RateLimitedError(HoldfastError):
+class RateLimitedError(APIError):
     """429: over the API key's rate limit."""
 
     def __init__(self, status: int, body: Dict[str, Any], retry_after: Optional[float] = None) -> None:
@@ -82,7 +131,7 @@ class RateLimitedError(HoldfastError):
         self.retry_after = retry_after
 
 
-class ConflictError(HoldfastError):
+class ConflictError(APIError):
     """409: someone else answered first, the turn was cancelled, or the object
     is not in a state that takes this request. ``current`` is the object as it
     stands (``tool_call``, ``approval`` or ``question`` in the body) when the
@@ -94,7 +143,7 @@ class ConflictError(HoldfastError):
         self.current: Optional[Dict[str, Any]] = context if isinstance(context, dict) else None
 
 
-_BY_TYPE: Dict[str, Type[HoldfastError]] = {
+_BY_TYPE: Dict[str, Type[APIError]] = {
     "invalid_request": InvalidRequestError,
     "invalid_json": InvalidJsonError,
     "invalid_body": InvalidBodyError,
@@ -102,6 +151,7 @@ _BY_TYPE: Dict[str, Type[HoldfastError]] = {
     "invalid_query": InvalidQueryError,
     "bad_request": BadRequestError,
     "unsupported_media_type": UnsupportedMediaTypeError,
+    "unsupported_content": UnsupportedContentError,
     "unauthorized": UnauthorizedError,
     "not_found": NotFoundError,
     "method_not_allowed": MethodNotAllowedError,
@@ -116,11 +166,11 @@ _BY_TYPE: Dict[str, Type[HoldfastError]] = {
 }
 
 
-def error_for(status: int, body: Any, retry_after: Optional[float] = None) -> HoldfastError:
-    """The typed error for an error answer (a plain ``HoldfastError`` for a type this SDK does not know)."""
+def error_for(status: int, body: Any, retry_after: Optional[float] = None) -> APIError:
+    """The typed error for an error answer (a plain ``APIError`` for a type this SDK does not know)."""
     if not (isinstance(body, dict) and isinstance(body.get("error"), dict) and isinstance(body["error"].get("type"), str)):
         body = {"error": {"type": "internal" if status >= 500 else "bad_request", "message": f"HTTP {status}"}}
     kind = body["error"]["type"]
     if kind == "rate_limited":
         return RateLimitedError(status, body, retry_after)
-    return _BY_TYPE.get(kind, HoldfastError)(status, body)
+    return _BY_TYPE.get(kind, APIError)(status, body)

@@ -11,7 +11,9 @@ own database) when that matters."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
+import json
 import logging
 import queue
 import threading
@@ -21,13 +23,15 @@ from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Set,
 
 from ._policy import StreamItem
 from .client import AsyncHoldfast, Holdfast
-from .errors import APIConnectionError, ConflictError, RateLimitedError, UnavailableError
+from .errors import APIConnectionError, ConflictError, RateLimitedError, ToolHandlerError, UnavailableError
 from .schema import EventView, ToolCallView
 
 log = logging.getLogger("holdfast")
 
 #: A custom tool's implementation: ``handler(input, call) -> output`` (any
 #: JSON); raising posts an error result. Async handlers for the async server.
+#: A mistake (raising, an output that is not JSON, a sync handler returning
+#: an awaitable) posts an error result the model sees, and is logged.
 ToolHandler = Callable[[Any, ToolCallView], Union[Any, Awaitable[Any]]]
 
 _TRANSIENT = (APIConnectionError, UnavailableError, RateLimitedError)
@@ -41,9 +45,10 @@ def _waiting_call(event: EventView) -> Optional[ToolCallView]:
     return None
 
 
-#: Told about a result that could not be posted (someone else answered
-#: first, the turn was cancelled; the call given) or a failed re-read of
-#: waiting calls (``None``). Default: logged, 409s aside.
+#: Told about a handler's mistake (a :class:`ToolHandlerError`, posted as
+#: the call's error result), a result that could not be posted (someone else
+#: answered first, the turn was cancelled; the call given) or a failed
+#: re-read of waiting calls (``None``). Default: logged, 409s aside.
 OnError = Callable[[Exception, Optional[ToolCallView]], None]
 
 
@@ -54,11 +59,47 @@ def _report(on_error: Optional[OnError], error: Exception, call: Optional[ToolCa
         log.error("serving tools (call %s): %s", call["id"] if call else None, error)
 
 
-def _run_handler(handler: Callable[[Any, ToolCallView], Any], call: ToolCallView) -> Tuple[Any, bool]:
+Outcome = Tuple[Any, bool]
+
+
+def _mistake(on_error: Optional["OnError"], call: ToolCallView, why: str) -> Outcome:
+    """An error result for the model, and the reason logged (or given to ``on_error``)."""
+    _report(on_error, ToolHandlerError(why), call)
+    return {"error": why}, True
+
+
+def _checked(on_error: Optional["OnError"], call: ToolCallView, output: Any) -> Outcome:
+    """A sync handler's output, or the error result for a mistake in it."""
+    if inspect.isawaitable(output):
+        if inspect.iscoroutine(output):
+            output.close()  # never awaited: no "never awaited" warning
+        return _mistake(
+            on_error,
+            call,
+            f"the handler of tool {call['name']!r} returned an awaitable: a sync handler must return its "
+            "output (make it `async def` and serve it with the async client)",
+        )
     try:
-        return handler(call["input"], call), False
+        json.dumps(output, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        return _mistake(on_error, call, f"the handler of tool {call['name']!r} returned something that is not JSON: {e}")
+    return output, False
+
+
+def _raised(on_error: Optional["OnError"], call: ToolCallView, error: Exception) -> Outcome:
+    return _mistake(on_error, call, f"the handler of tool {call['name']!r} raised {type(error).__name__}: {error}")
+
+
+def _unserved(on_error: Optional["OnError"], call: ToolCallView) -> Outcome:
+    return _mistake(on_error, call, f"no handler for tool {call['name']!r} in this process")
+
+
+def _run_sync(on_error: Optional["OnError"], handler: Callable[[Any, ToolCallView], Any], call: ToolCallView) -> Outcome:
+    try:
+        output = handler(call["input"], call)
     except Exception as e:  # the handler's failure is the tool's result
-        return {"error": str(e)}, True
+        return _raised(on_error, call, e)
+    return _checked(on_error, call, output)
 
 
 class ToolServer:
@@ -85,6 +126,9 @@ class ToolServer:
         is set; then wait for results in flight to be posted. A stream that
         ends with an error (401, 404) raises it here."""
         stop = stop or threading.Event()
+        # From now on: calls that already wait are re-read on each connect,
+        # and older events are history (their calls may be long answered).
+        after = self._client.agents.get(agent_id)["last_event_seq"]
         items: "queue.Queue[Optional[StreamItem]]" = queue.Queue()
         failed: List[BaseException] = []
 
@@ -94,7 +138,7 @@ class ToolServer:
             # heartbeat comes every 15 s) and then closes the connection,
             # while serve() returns at once.
             try:
-                for item in self._client.stream(agent_id):
+                for item in self._client.stream(agent_id, after=after):
                     if stop.is_set():
                         return
                     items.put(item)
@@ -114,12 +158,26 @@ class ToolServer:
                     if failed:
                         raise failed[0]
                     return
-                if item["type"] == "tool_call":
-                    self.handle(item["tool_call"])
-                elif item["type"] == "event":
-                    self._handle_streamed(item["event"])
+                self.handle_item(item)
         finally:
             self.idle()
+
+    def handle_item(self, item: StreamItem) -> None:
+        """Act on one item of :meth:`Holdfast.stream`: a waiting call is
+        handled; a failed re-read after an approval is not the end of
+        serving (the stream's next reconnect re-reads what waits anyway)."""
+        if item["type"] == "tool_call":
+            self.handle(item["tool_call"])
+        elif item["type"] == "event":
+            try:
+                self.handle_event(item["event"])
+            except Exception as e:
+                self._report(e, None)
+
+    def close(self) -> None:
+        """Wait for the results in flight, then stop the thread pool."""
+        self.idle()
+        self._pool.shutdown()
 
     def handle_event(self, event: EventView) -> None:
         """Act on an event, from the stream or a verified webhook: a custom
@@ -132,19 +190,11 @@ class ToolServer:
             for call in self._client.pending_tool_calls(event["agent_id"]):
                 self.handle(call)
 
-    def _handle_streamed(self, event: EventView) -> None:
-        # A failed re-read after an approval is not the end of serving: the
-        # stream's next reconnect re-reads what waits anyway.
-        try:
-            self.handle_event(event)
-        except Exception as e:
-            self._report(e, None)
-
     def handle(self, call: ToolCallView) -> None:
         """Run the handler for ``call`` unless this process has already started it."""
         handler = self._handlers.get(call["name"])
         with self._lock:
-            if handler is None or call["id"] in self._started:
+            if call["id"] in self._started:
                 return
             self._started.add(call["id"])
         future = self._pool.submit(self._run, handler, call)
@@ -166,8 +216,11 @@ class ToolServer:
         with self._lock:
             self._in_flight.discard(future)
 
-    def _run(self, handler: ToolHandler, call: ToolCallView) -> None:
-        output, is_error = _run_handler(handler, call)
+    def _run(self, handler: Optional[ToolHandler], call: ToolCallView) -> None:
+        if handler is None:
+            output, is_error = _unserved(self._on_error, call)
+        else:
+            output, is_error = _run_sync(self._on_error, handler, call)
         # The work is done: post its result until Holdfast has it, through
         # API restarts, rather than ever running the handler again.
         failures = 0
@@ -206,16 +259,22 @@ class AsyncToolServer:
         """Follow one agent, answering its custom tool calls, until the task
         is cancelled. Results in flight are still posted."""
         try:
-            async for item in self._client.stream(agent_id):
-                if item["type"] == "tool_call":
-                    self.handle(item["tool_call"])
-                elif item["type"] == "event":
-                    try:
-                        await self.handle_event(item["event"])
-                    except Exception as e:  # see ToolServer._handle_streamed
-                        _report(self._on_error, e, None)
+            # As in ToolServer.serve: from the agent's last event on.
+            after = (await self._client.agents.get(agent_id))["last_event_seq"]
+            async for item in self._client.stream(agent_id, after=after):
+                await self.handle_item(item)
         finally:
             await self.idle()
+
+    async def handle_item(self, item: StreamItem) -> None:
+        """See :meth:`ToolServer.handle_item`."""
+        if item["type"] == "tool_call":
+            self.handle(item["tool_call"])
+        elif item["type"] == "event":
+            try:
+                await self.handle_event(item["event"])
+            except Exception as e:
+                _report(self._on_error, e, None)
 
     async def handle_event(self, event: EventView) -> None:
         """See :meth:`ToolServer.handle_event`."""
@@ -229,7 +288,7 @@ class AsyncToolServer:
     def handle(self, call: ToolCallView) -> None:
         """Run the handler for ``call`` unless this process has already started it."""
         handler = self._handlers.get(call["name"])
-        if handler is None or call["id"] in self._started:
+        if call["id"] in self._started:
             return
         self._started.add(call["id"])
         task = asyncio.get_running_loop().create_task(self._run(handler, call))
@@ -242,14 +301,19 @@ class AsyncToolServer:
             # Shielded: a cancelled serve() still posts the results it owes.
             await asyncio.shield(asyncio.gather(*self._in_flight, return_exceptions=True))
 
-    async def _run(self, handler: ToolHandler, call: ToolCallView) -> None:
-        if inspect.iscoroutinefunction(handler):
+    async def _run(self, handler: Optional[ToolHandler], call: ToolCallView) -> None:
+        if handler is None:
+            output, is_error = _unserved(self._on_error, call)
+        elif inspect.iscoroutinefunction(handler):
             try:
                 output, is_error = await handler(call["input"], call), False
             except Exception as e:
-                output, is_error = {"error": str(e)}, True
+                output, is_error = _raised(self._on_error, call, e)
+            else:
+                output, is_error = _checked(self._on_error, call, output)
         else:
-            output, is_error = await asyncio.get_running_loop().run_in_executor(None, _run_handler, handler, call)
+            run = functools.partial(_run_sync, self._on_error, handler, call)
+            output, is_error = await asyncio.get_running_loop().run_in_executor(None, run)
         failures = 0
         while True:
             try:
