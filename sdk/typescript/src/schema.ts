@@ -160,8 +160,11 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * An attachment's bytes, with its media type as `Content-Type`. An
-         *     attachment never changes, so a client may cache it for good.
+         * An attachment's bytes, with its media type as `Content-Type`, served as a
+         *     download (`Content-Disposition: attachment`) that a browser neither
+         *     sniffs (`nosniff`) nor lets act (a sandboxing CSP). The bytes were
+         *     checked against the media type when stored. An attachment never
+         *     changes, so a client may cache it for good.
          */
         get: operations["get_attachment"];
         put?: never;
@@ -1435,6 +1438,18 @@ export interface components {
          */
         ServiceTier: "auto" | "standard_only";
         /**
+         * @description One dispatched event (also the schema of each event of Holdfast's own
+         *     stream in its OpenAPI document).
+         */
+        SseEvent: {
+            /** @description The `data:` lines joined with `\n`. */
+            data: string;
+            /** @description `event:`, the event's name. */
+            event?: string | null;
+            /** @description `id:` (Holdfast: a saved event's seq; absent on live deltas). */
+            id?: string | null;
+        };
+        /**
          * @description An agent's state (docs/state-machines.md).
          * @enum {string}
          */
@@ -1873,11 +1888,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -1934,6 +1958,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description the body is not `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description `model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address; `field` names it */
             422: {
                 headers: {
@@ -1943,11 +1976,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2000,11 +2042,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2072,6 +2123,24 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description the body is over the route's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is not `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description `model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address; `field` names it */
             422: {
                 headers: {
@@ -2081,11 +2150,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2143,11 +2221,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2176,6 +2263,15 @@ export interface operations {
                     "application/json": components["schemas"]["AgentView"];
                 };
             };
+            /** @description a malformed path, query or body; `field` names it */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2201,11 +2297,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2262,11 +2367,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2305,6 +2419,15 @@ export interface operations {
                     "application/json": components["schemas"]["CancelView"];
                 };
             };
+            /** @description a malformed path, query or body; `field` names it */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2330,11 +2453,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2400,11 +2532,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2463,11 +2604,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2551,6 +2701,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description the body is not `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description `idempotency_key_reused`: the key was used with another body or mode; `unsupported_content`: the agent's provider cannot take an image or document block; `egress_refused`: the egress policy refuses an image's or document's URL (`content_url`); `field` names it */
             422: {
                 headers: {
@@ -2560,11 +2719,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2622,11 +2790,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2662,7 +2839,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/event-stream": string;
+                    "text/event-stream": components["schemas"]["SseEvent"];
                 };
             };
             /** @description bad Last-Event-ID or after */
@@ -2690,11 +2867,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2757,11 +2943,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2814,11 +3009,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2885,11 +3089,38 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description the body is over the route's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is not `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2952,11 +3183,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3008,6 +3248,26 @@ export interface operations {
             };
             /** @description the session does not serve this machine (send a `started` heartbeat first, or another daemon took over) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3084,6 +3344,35 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description the body is not `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     heartbeat: {
@@ -3133,6 +3422,44 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description the body is over the route's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is not `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     list_machines: {
@@ -3160,11 +3487,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3220,11 +3556,38 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description the body is over the route's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is not `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3277,11 +3640,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3335,11 +3707,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3397,11 +3778,38 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description the body is over the route's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is not `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3435,11 +3843,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3473,11 +3890,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3511,11 +3937,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3574,7 +4009,25 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description the body is over the route's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is not `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
@@ -3614,6 +4067,15 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description a malformed path, query or body; `field` names it */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3631,11 +4093,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3702,11 +4173,38 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description the body is over the route's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is not `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3782,6 +4280,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description the body is not `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description `unsupported_content`: the agent's provider cannot take an image or document block of `output`; `egress_refused`: the egress policy refuses an image's or document's URL (`content_url`); `field` names it */
             422: {
                 headers: {
@@ -3791,11 +4298,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3829,11 +4345,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3880,11 +4405,38 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description the body is over the route's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is not `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3911,6 +4463,15 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description a malformed path, query or body; `field` names it */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -3927,11 +4488,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3990,11 +4560,20 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description over the API key's rate limit (`HOLDFAST_API_RATE_LIMIT`) */
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
             429: {
                 headers: {
                     /** @description seconds until a request is accepted again */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
