@@ -2,8 +2,8 @@
 
 use chrono::{DateTime, Utc};
 use holdfast_engine::domain::{
-    ClaimedCommand, CommandResult, CommandResultOutcome, CommandResultState, DaemonCommandState,
-    Heartbeat, MachineRegistered, MachineStatus, ReportedCommand,
+    ClaimedCommand, CommandLimit, CommandResult, CommandResultOutcome, CommandResultState,
+    DaemonCommandState, Heartbeat, MachineRegistered, MachineStatus, ReportedCommand,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -274,12 +274,48 @@ pub enum ResultStateName {
     Unknown,
 }
 
+/// The sandbox limit a command reached (the daemon then ended it).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitName {
+    /// Its CPU time.
+    CpuTime,
+    /// Its memory.
+    Memory,
+    /// Its number of processes.
+    Processes,
+}
+
+impl From<LimitName> for CommandLimit {
+    fn from(limit: LimitName) -> CommandLimit {
+        match limit {
+            LimitName::CpuTime => CommandLimit::CpuTime,
+            LimitName::Memory => CommandLimit::Memory,
+            LimitName::Processes => CommandLimit::Processes,
+        }
+    }
+}
+
+impl From<CommandLimit> for LimitName {
+    fn from(limit: CommandLimit) -> LimitName {
+        match limit {
+            CommandLimit::CpuTime => LimitName::CpuTime,
+            CommandLimit::Memory => LimitName::Memory,
+            CommandLimit::Processes => LimitName::Processes,
+        }
+    }
+}
+
 /// A command's result. Text is UTF-8 (invalid bytes replaced); the daemon
 /// bounds it and says so with the `*_truncated` flags.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResultRequest {
     pub state: ResultStateName,
+    /// Set when a limit of the machine's command sandbox ended the command
+    /// (`state` is then `finished`): the agent gets `command.failed` naming it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<LimitName>,
     pub exit_code: Option<i32>,
     /// The signal that ended the process, if one did.
     pub signal: Option<i32>,
@@ -302,6 +338,7 @@ impl From<ResultRequest> for CommandResult {
                 ResultStateName::Finished => CommandResultState::Finished,
                 ResultStateName::Unknown => CommandResultState::Unknown,
             },
+            limit: request.limit.map(Into::into),
             exit_code: request.exit_code,
             signal: request.signal,
             timed_out: request.timed_out,
@@ -320,6 +357,7 @@ impl From<&CommandResult> for ResultRequest {
                 CommandResultState::Finished => ResultStateName::Finished,
                 CommandResultState::Unknown => ResultStateName::Unknown,
             },
+            limit: result.limit.map(Into::into),
             exit_code: result.exit_code,
             signal: result.signal,
             timed_out: result.timed_out,

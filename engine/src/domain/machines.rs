@@ -127,10 +127,39 @@ pub enum CommandResultState {
     Unknown,
 }
 
+/// A limit of the command sandbox that ended a command.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    EnumString,
+    IntoStaticStr,
+    Display,
+    VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum CommandLimit {
+    /// Its CPU time (`--command-cpu-secs`).
+    CpuTime,
+    /// Its memory (`--command-memory-mib`).
+    Memory,
+    /// Its number of processes (`--command-processes`).
+    Processes,
+}
+
 /// A machine's result for one command (output bounded by the daemon).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommandResult {
     pub state: CommandResultState,
+    /// The sandbox limit that ended it, if one did (then it ran, and
+    /// `command.failed` names the limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<CommandLimit>,
     /// The exit status, when the process exited by itself.
     #[serde(default)]
     pub exit_code: Option<i32>,
@@ -155,6 +184,7 @@ impl CommandResult {
     pub fn unknown() -> CommandResult {
         CommandResult {
             state: CommandResultState::Unknown,
+            limit: None,
             exit_code: None,
             signal: None,
             timed_out: false,

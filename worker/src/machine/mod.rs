@@ -26,6 +26,8 @@
 pub mod client;
 pub mod exec;
 pub mod journal;
+pub mod limits;
+pub mod sandbox;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -42,6 +44,7 @@ use uuid::Uuid;
 use crate::spans;
 use client::{ApiClient, CallError};
 use journal::{Entry, Journal, Process};
+use sandbox::{Sandbox, SandboxSettings};
 
 /// A result body the API accepts with its default limit (1 MiB), with room
 /// to spare. Larger results are cut to fit before they are journaled, so a
@@ -71,6 +74,12 @@ pub struct Settings {
     /// Variables of the daemon's environment commands also get, beyond
     /// [`exec::BASE_ENVIRONMENT`] (`--pass-env NAME`).
     pub pass_env: Vec<String>,
+    /// The sandbox commands run in; `None` runs them unsandboxed, as the
+    /// daemon's user (`--sandbox none`).
+    pub sandbox: Option<SandboxSettings>,
+    /// Host paths no command may see, beyond the state directory (the
+    /// token file, `.holdfast/` under `up`), even inside the work directory.
+    pub hidden_paths: Vec<PathBuf>,
 }
 
 impl Default for Settings {
@@ -85,6 +94,8 @@ impl Default for Settings {
             concurrency: 4,
             max_output_bytes: 100 * 1024,
             pass_env: Vec::new(),
+            sandbox: Some(SandboxSettings::default()),
+            hidden_paths: Vec::new(),
         }
     }
 }
@@ -122,7 +133,9 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
     );
     let journal = Journal::open(&settings.state_dir)
         .with_context(|| format!("opening the journal in {}", settings.state_dir.display()))?;
+    let sandbox = prepare_sandbox(&settings).await?;
     let daemon = Arc::new(Daemon {
+        sandbox,
         client: ApiClient::new(&settings.api_url, &settings.token)?,
         command_environment: exec::command_environment(&settings.pass_env),
         session: Uuid::new_v4(),
@@ -166,6 +179,8 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
 
 struct Daemon {
     settings: Settings,
+    /// `None`: commands run unsandboxed (`--sandbox none`).
+    sandbox: Option<Sandbox>,
     client: ApiClient,
     /// What every command's environment holds, read once at start.
     command_environment: Vec<(std::ffi::OsString, std::ffi::OsString)>,
@@ -336,6 +351,7 @@ async fn execute(
         &daemon.settings.work_dir,
         &daemon.command_environment,
         daemon.settings.max_output_bytes,
+        daemon.sandbox.as_ref(),
         |process| daemon.journal().record_started(id, process),
     )
     .await;
@@ -460,6 +476,35 @@ async fn heartbeat_loop(daemon: Arc<Daemon>, stop: CancellationToken) {
     }
 }
 
+/// The sandbox commands will run in, proven by running `true` in it; an
+/// error (naming what is missing and `--sandbox none`) when it cannot be
+/// made. `--sandbox none` is warned about here and in every heartbeat's
+/// record (`holdfast status`).
+async fn prepare_sandbox(settings: &Settings) -> anyhow::Result<Option<Sandbox>> {
+    let Some(sandbox_settings) = &settings.sandbox else {
+        tracing::warn!(
+            "--sandbox none: commands run unsandboxed, as this user, with this user's files, \
+             processes and network (a command can read the machine token and take the machine \
+             over); see docs/sandbox.md"
+        );
+        return Ok(None);
+    };
+    let mut hidden = vec![settings.state_dir.clone()];
+    hidden.extend(settings.hidden_paths.iter().cloned());
+    let sandbox_settings = SandboxSettings {
+        limits: sandbox_settings.limits.clone().enforce()?,
+        ..sandbox_settings.clone()
+    };
+    let sandbox = Sandbox::prepare(&sandbox_settings, hidden)?;
+    sandbox.check(&settings.work_dir).await?;
+    tracing::info!(
+        network = ?sandbox_settings.network,
+        rlimits = sandbox.limits().uses_rlimits(),
+        "commands run in a sandbox"
+    );
+    Ok(Some(sandbox))
+}
+
 /// The variable holding the machine token: never passed to commands.
 pub const TOKEN_VARIABLE: &str = "HOLDFAST_MACHINE_TOKEN";
 
@@ -556,6 +601,7 @@ mod tests {
     fn a_result_too_large_for_a_request_is_cut_to_fit_and_marked() {
         let result = CommandResult {
             state: CommandResultState::Finished,
+            limit: None,
             exit_code: Some(0),
             stdout: "é".repeat(300_000),
             stderr: "\u{1}".repeat(10_000),
