@@ -69,12 +69,16 @@ pub async fn serve(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "HTTP API listening");
     }
-    // `into_make_service` turns the routes into services once; served as a
+    // `into_make_service*` turns the routes into services once; served as a
     // plain `Router`, axum redoes that for every connection (a table of
     // every route, 18 KiB, held as long as the connection: an SSE stream's).
-    let served = axum::serve(listener, app.into_make_service())
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .await;
+    // With each connection's peer address (a daemon takeover names it).
+    let served = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+    .await;
     // Served with an error: stop the fan-out too.
     shutdown.cancel();
     let _ = fanout.await;

@@ -79,6 +79,13 @@ pub struct MachineArgs {
         default_value_t = 100 * 1024
     )]
     max_output_bytes: usize,
+    /// While this daemon heartbeats, refuse another daemon process's start
+    /// for this machine (by default a new start takes the machine over,
+    /// and the agents with commands on it get `machine.session_replaced`).
+    /// A restart of this daemon then waits until its previous process has
+    /// been silent for the server's offline window (30s).
+    #[arg(long = "single-session", env = "HOLDFAST_MACHINE_SINGLE_SESSION")]
+    single_session: bool,
     #[command(flatten)]
     sandbox: SandboxArgs,
 }
@@ -190,6 +197,7 @@ pub async fn run(args: MachineArgs) -> Result<()> {
     let settings = Settings {
         sandbox,
         hidden_paths: args.token_file.iter().cloned().collect(),
+        single_session: args.single_session,
         api_url: args.api,
         token,
         pass_env: args.pass_env,

@@ -193,6 +193,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0040_partial_unique_keys.sql",
         sql: include_str!("../../sql/0040_partial_unique_keys.sql"),
     },
+    Migration {
+        version: 41,
+        name: "0041_command_sandbox.sql",
+        sql: include_str!("../../sql/0041_command_sandbox.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

@@ -383,6 +383,8 @@ async fn a_machine_that_never_comes_up_fails_the_command_after_the_accept_timeou
         session,
         started: true,
         commands: Vec::new(),
+        sandboxed: Some(true),
+        single_session: false,
     })
     .await
     .unwrap();

@@ -1,6 +1,7 @@
 //! `/v1/machines` (a project's machines, with its API key) and `/v1/machine/...` (a daemon's calls, with the machine token).
 
 use chrono::{DateTime, Utc};
+use holdfast_engine::config::CommandWorkspace;
 use holdfast_engine::domain::{
     ClaimedCommand, CommandLimit, CommandResult, CommandResultOutcome, CommandResultState,
     DaemonCommandState, Heartbeat, MachineRegistered, MachineStatus, ReportedCommand,
@@ -157,6 +158,15 @@ pub struct HeartbeatRequest {
     /// state). At most 1000.
     #[serde(default)]
     pub commands: Vec<ReportedCommandBody>,
+    /// With `started`: whether the daemon runs its commands in its sandbox
+    /// (`false` is `--sandbox none`, which `holdfast status` warns about).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandboxed: Option<bool>,
+    /// With `started`: while this session heartbeats, a `started`
+    /// heartbeat of another session is refused (409) instead of taking
+    /// the machine over.
+    #[serde(default)]
+    pub single_session: bool,
 }
 
 impl From<HeartbeatRequest> for Heartbeat {
@@ -164,6 +174,8 @@ impl From<HeartbeatRequest> for Heartbeat {
         Heartbeat {
             session: request.session,
             started: request.started,
+            sandboxed: request.sandboxed,
+            single_session: request.single_session,
             commands: request
                 .commands
                 .into_iter()
@@ -186,6 +198,8 @@ impl From<&Heartbeat> for HeartbeatRequest {
         HeartbeatRequest {
             session: heartbeat.session,
             started: heartbeat.started,
+            sandboxed: heartbeat.sandboxed,
+            single_session: heartbeat.single_session,
             commands: heartbeat
                 .commands
                 .iter()
@@ -226,6 +240,10 @@ pub struct ClaimedCommandView {
     pub traceparent: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracestate: Option<String>,
+    /// Where to run it: the machine's work directory, or the agent's own
+    /// directory under it.
+    #[serde(default)]
+    pub workspace: CommandWorkspace,
 }
 
 impl From<ClaimedCommand> for ClaimedCommandView {
@@ -239,6 +257,7 @@ impl From<ClaimedCommand> for ClaimedCommandView {
             accepted_at: command.accepted_at,
             traceparent: command.traceparent,
             tracestate: command.tracestate,
+            workspace: command.workspace,
         }
     }
 }
@@ -254,6 +273,7 @@ impl From<ClaimedCommandView> for ClaimedCommand {
             accepted_at: command.accepted_at,
             traceparent: command.traceparent,
             tracestate: command.tracestate,
+            workspace: command.workspace,
         }
     }
 }

@@ -6,6 +6,8 @@ use serde_json::Value;
 use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 use uuid::Uuid;
 
+use crate::config::CommandWorkspace;
+
 /// A new machine with its token (`hfm_…`): shown once, stored only as a hash.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MachineRegistered {
@@ -83,6 +85,21 @@ pub struct Heartbeat {
     /// Every command the daemon's journal holds.
     #[serde(default)]
     pub commands: Vec<ReportedCommand>,
+    /// With `started`: the daemon runs its commands in the sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandboxed: Option<bool>,
+    /// With `started`: no other session may take the machine over while
+    /// this one heartbeats (`--single-session`).
+    #[serde(default)]
+    pub single_session: bool,
+}
+
+/// What a heartbeat did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeartbeatRecorded {
+    pub heartbeat_at: DateTime<Utc>,
+    /// The live session this start took the machine over from.
+    pub replaced_session: Option<Uuid>,
 }
 
 /// A command handed to a machine by a claim: run it once.
@@ -102,6 +119,9 @@ pub struct ClaimedCommand {
     pub traceparent: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracestate: Option<String>,
+    /// Where it runs (the agent's run_command tool entry).
+    #[serde(default)]
+    pub workspace: CommandWorkspace,
 }
 
 /// How a command ended on its machine.

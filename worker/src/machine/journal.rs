@@ -214,6 +214,7 @@ mod tests {
             accepted_at: Utc::now(),
             traceparent: None,
             tracestate: None,
+            workspace: Default::default(),
         }
     }
 

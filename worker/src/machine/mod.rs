@@ -29,12 +29,13 @@ pub mod journal;
 pub mod limits;
 pub mod sandbox;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use holdfast_engine::backoff::Backoff;
+use holdfast_engine::config::CommandWorkspace;
 use holdfast_engine::domain::{ClaimedCommand, CommandResult, Heartbeat};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -80,6 +81,9 @@ pub struct Settings {
     /// Host paths no command may see, beyond the state directory (the
     /// token file, `.holdfast/` under `up`), even inside the work directory.
     pub hidden_paths: Vec<PathBuf>,
+    /// While this daemon heartbeats, another session's start is refused
+    /// instead of taking the machine over (`--single-session`).
+    pub single_session: bool,
 }
 
 impl Default for Settings {
@@ -96,6 +100,7 @@ impl Default for Settings {
             pass_env: Vec::new(),
             sandbox: Some(SandboxSettings::default()),
             hidden_paths: Vec::new(),
+            single_session: false,
         }
     }
 }
@@ -249,6 +254,8 @@ impl Daemon {
                 session: self.session,
                 started: true,
                 commands: self.journal().report(),
+                sandboxed: Some(self.sandbox.is_some()),
+                single_session: self.settings.single_session,
             };
             match self.client.heartbeat(&heartbeat).await {
                 Ok(()) => return,
@@ -346,15 +353,20 @@ async fn execute(
 ) {
     let id = command.id;
     let run = spans::start_command(&command);
-    let outcome = exec::run(
-        &command,
-        &daemon.settings.work_dir,
-        &daemon.command_environment,
-        daemon.settings.max_output_bytes,
-        daemon.sandbox.as_ref(),
-        |process| daemon.journal().record_started(id, process),
-    )
-    .await;
+    let outcome = match workspace_dir(&daemon.settings.work_dir, &command) {
+        Ok(dir) => {
+            exec::run(
+                &command,
+                &dir,
+                &daemon.command_environment,
+                daemon.settings.max_output_bytes,
+                daemon.sandbox.as_ref(),
+                |process| daemon.journal().record_started(id, process),
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
     spans::end_command(&run, outcome.as_ref().ok());
     match outcome {
         Ok(result) => {
@@ -365,6 +377,30 @@ async fn execute(
             // Started or not, its outcome cannot be known now.
             tracing::error!(command = %id, error = %e, "running a command");
             daemon.finish(id, CommandResult::unknown());
+        }
+    }
+}
+
+/// Where agents' own directories are, under the work directory.
+pub const AGENT_WORKSPACES: &str = "agent-workspaces";
+
+/// The directory `command` runs in: the work directory, or (workspace
+/// `agent`) its agent's own directory under it, made on first use and
+/// private to this user. In the sandbox, that directory is all of the work
+/// directory the command sees.
+fn workspace_dir(work_dir: &Path, command: &ClaimedCommand) -> std::io::Result<PathBuf> {
+    match command.workspace {
+        CommandWorkspace::Machine => Ok(work_dir.to_path_buf()),
+        CommandWorkspace::Agent => {
+            use std::os::unix::fs::DirBuilderExt;
+            let dir = work_dir
+                .join(AGENT_WORKSPACES)
+                .join(command.agent_id.to_string());
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)?;
+            Ok(dir)
         }
     }
 }
@@ -464,6 +500,8 @@ async fn heartbeat_loop(daemon: Arc<Daemon>, stop: CancellationToken) {
             session: daemon.session,
             started: false,
             commands: daemon.journal().report(),
+            sandboxed: None,
+            single_session: daemon.settings.single_session,
         };
         match daemon.client.heartbeat(&heartbeat).await {
             Ok(()) => {}
