@@ -40,7 +40,8 @@ pub struct MachineArgs {
     #[arg(long = "token-file", env = "HOLDFAST_MACHINE_TOKEN_FILE")]
     token_file: Option<PathBuf>,
     /// Also give commands this variable of the daemon's environment
-    /// (repeatable). Commands get only PATH, HOME, LANG, TERM, USER and these.
+    /// (repeatable). Commands get only PATH, LANG, TERM, USER, these and
+    /// HOME (set to their work directory in the sandbox).
     #[arg(long = "pass-env", value_name = "NAME")]
     pass_env: Vec<String>,
     /// Where the daemon keeps its journal of accepted commands.

@@ -59,7 +59,8 @@ pub struct UpArgs {
     /// Also give the local machine's commands this variable of `up`'s
     /// environment (repeatable). Commands get only PATH, HOME, LANG, TERM,
     /// USER and these: never the provider keys or the database URL unless
-    /// named here.
+    /// named here (and the sandbox keeps `up`'s process and files out of
+    /// their reach: docs/sandbox.md).
     #[arg(long = "pass-env", value_name = "NAME", requires = "local_machine")]
     pass_env: Vec<String>,
     /// The local machine's command sandbox (as `holdfast machine`'s).
