@@ -525,7 +525,7 @@ async fn a_command_past_its_timeout_is_killed_with_everything_it_started_and_its
     let left = std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|entry| std::fs::read(entry.ok()?.path().join("cmdline")).ok())
-        .any(|cmdline| cmdline == b"sleep\0299.5\0");
+        .any(|cmdline| cmdline == b"sleep\x00299.5\x00");
     let gone = !left;
     assert!(gone, "the background sleep outlived the timeout");
 }
