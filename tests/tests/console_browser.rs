@@ -404,6 +404,8 @@ async fn a_model_reply_holding_markup_renders_as_text_and_runs_nothing() {
 /// of `[` and `*` whose marks never close (each a place where a pattern
 /// retried at every position rescans the rest of the text) renders in
 /// under 100 ms, as text; the markdown subset still becomes its elements.
+/// The fastest of five renders is timed: another process on a shared core
+/// only adds time, and a quadratic render is seconds in every run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_megabyte_reply_full_of_brackets_and_stars_renders_in_under_100_ms() {
     let Some(console) = Console::start().await else {
@@ -415,9 +417,12 @@ async fn a_megabyte_reply_full_of_brackets_and_stars_renders_in_under_100_ms() {
         .eval(
             "return import('/console/render.js').then(({ markdown }) => { \
              const source = '['.repeat(400000) + '[a]('.repeat(50000) + '*'.repeat(400000); \
-             const started = performance.now(); \
-             const node = markdown(source); \
-             const ms = performance.now() - started; \
+             let node; let ms = Infinity; \
+             for (let run = 0; run < 5; run++) { \
+               const started = performance.now(); \
+               node = markdown(source); \
+               ms = Math.min(ms, performance.now() - started); \
+             } \
              const subset = markdown('[ok](https://example.com/) **b** *e* `c` [no](javascript:x) *open'); \
              return { \
                bytes: source.length, \
