@@ -599,31 +599,23 @@ fn running_as_root() -> bool {
     effective_uid() == 0
 }
 
-/// This process's effective uid: /proc/self belongs to it. (u32::MAX, no
-/// one, if /proc cannot be read.)
 fn effective_uid() -> u32 {
-    fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid())
+    nix::unistd::geteuid().as_raw()
 }
 
-/// `postgres` if that user exists, else `nobody`, from /etc/passwd.
+/// `postgres` if that user exists, else `nobody` (by the system's user
+/// database, as getpwnam_r reads it).
 fn unprivileged_user() -> Result<OsUser> {
-    let passwd = fs::read_to_string("/etc/passwd")
-        .map_err(|e| Error::EmbeddedPostgres(format!("read /etc/passwd: {e}")))?;
-    let users: Vec<OsUser> = passwd
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(':').collect();
-            Some(OsUser {
-                name: fields.first()?.to_string(),
-                uid: fields.get(2)?.parse().ok()?,
-                gid: fields.get(3)?.parse().ok()?,
-            })
-        })
-        .collect();
     ["postgres", "nobody"]
         .iter()
-        .find_map(|want| users.iter().find(|u| u.name == *want && u.uid != 0))
-        .cloned()
+        .find_map(|want| match nix::unistd::User::from_name(want) {
+            Ok(Some(user)) if !user.uid.is_root() => Some(OsUser {
+                name: user.name,
+                uid: user.uid.as_raw(),
+                gid: user.gid.as_raw(),
+            }),
+            _ => None,
+        })
         .ok_or_else(|| {
             Error::EmbeddedPostgres(
                 "running as root, and Postgres refuses to: no unprivileged user \

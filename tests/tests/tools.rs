@@ -462,3 +462,44 @@ async fn a_large_tool_output_stays_out_of_its_event_and_reaches_the_model_whole(
     let sent = fake.last_request().unwrap().body.to_string();
     assert!(sent.contains("LAST-LINE"), "the model got the whole output");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fetched_pages_in_legacy_encodings_reach_the_model_as_their_text() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let site = CountingServer::start().await;
+    // Declared by the header, by a <meta> only, and by the header again.
+    site.set_response(
+        "/cp1252",
+        200,
+        "text/plain; charset=windows-1252",
+        &b"Price: \x80 5, \x93quoted\x94"[..],
+    );
+    site.set_response(
+        "/sjis",
+        200,
+        "text/html",
+        &b"<html><head><meta charset=\"Shift_JIS\"></head><body><p>\x82\xb1\x82\xf1\x82\xc9\x82\xbf\x82\xcd</p></body></html>"[..],
+    );
+    site.set_response(
+        "/gbk",
+        200,
+        "text/plain; charset=GBK",
+        &b"\xc4\xe3\xba\xc3"[..],
+    );
+    let fake = FakeProvider::start().await;
+    fake.push(Reply::tool_calls(
+        ["/cp1252", "/sjis", "/gbk"]
+            .iter()
+            .map(|path| ("web_fetch", json!({"url": site.url(path)})))
+            .collect(),
+    ));
+    fake.push(Reply::text("read"));
+    let _worker = spawn_worker("w-encodings", &db.config, &fake, &[ALLOW_LOOPBACK]);
+    let agent = start_turn(&client, json!([{"type": "web_fetch"}]), "read them").await;
+    wait_for_event(&client, agent, "turn.completed", T).await;
+    let sent = fake.last_request().unwrap().body.to_string();
+    for text in ["Price: € 5, “quoted”", "こんにちは", "你好"] {
+        assert!(sent.contains(text), "{text} not in {sent}");
+    }
+}

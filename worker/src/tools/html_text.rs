@@ -212,7 +212,7 @@ fn parse_start_tag(html: &str, from: usize) -> Option<StartTag> {
                 &quote @ (b'"' | b'\'') => {
                     let start = pos + 1;
                     let end = bytes[start..].iter().position(|&b| b == quote)? + start;
-                    value = decode_entities(&html[start..end]);
+                    value = htmlize::unescape_attribute(&html[start..end]).into_owned();
                     pos = end + 1;
                 }
                 _ => {
@@ -220,7 +220,7 @@ fn parse_start_tag(html: &str, from: usize) -> Option<StartTag> {
                     while pos < bytes.len() && !is_space(bytes[pos]) && bytes[pos] != b'>' {
                         pos += 1;
                     }
-                    value = decode_entities(&html[start..pos]);
+                    value = htmlize::unescape_attribute(&html[start..pos]).into_owned();
                 }
             }
         }
@@ -301,7 +301,7 @@ impl<'a> TextWriter<'a> {
     }
 
     fn title(&mut self, raw: &str) {
-        let title = collapse_whitespace(&decode_entities(raw));
+        let title = collapse_whitespace(&htmlize::unescape(raw));
         if self.title.is_none() && !title.is_empty() {
             self.title = Some(title);
         }
@@ -490,7 +490,9 @@ impl<'a> TextWriter<'a> {
         if !self.dropped.is_empty() {
             return;
         }
-        let text = decode_entities(raw);
+        // Character references by the HTML standard's whole table (legacy
+        // names without `;` among them); an unknown one stays as written.
+        let text = htmlize::unescape(raw);
         if self.pre_depth > 0 {
             // As in browsers, a newline right after `<pre>` is not content.
             let text = match self.out.ends_with("```\n") {
@@ -552,123 +554,6 @@ fn collapse_whitespace(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Decodes character references: named ones a page commonly uses, and
-/// numeric ones. An unknown or unterminated reference stays as written.
-pub(crate) fn decode_entities(text: &str) -> String {
-    if !text.contains('&') {
-        return text.to_string();
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(amp) = rest.find('&') {
-        out.push_str(&rest[..amp]);
-        rest = &rest[amp..];
-        // References are short; a ';' further away is not ours. The window
-        // ends on a character boundary: text after a '&' may be any UTF-8.
-        let window = &rest[1..floor_char_boundary(rest, 33)];
-        let decoded = window
-            .find(';')
-            .and_then(|semi| decode_reference(&window[..semi]).map(|c| (c, semi + 2)));
-        match decoded {
-            Some((c, consumed)) => {
-                out.push(c);
-                rest = &rest[consumed..];
-            }
-            None => {
-                out.push('&');
-                rest = &rest[1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-/// The largest character boundary of `text` at or before `at`.
-fn floor_char_boundary(text: &str, at: usize) -> usize {
-    let mut end = at.min(text.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    end
-}
-
-fn decode_reference(name: &str) -> Option<char> {
-    if let Some(number) = name.strip_prefix('#') {
-        let code = match number.strip_prefix(['x', 'X']) {
-            Some(hex) => u32::from_str_radix(hex, 16).ok()?,
-            None => number.parse().ok()?,
-        };
-        return Some(match code {
-            0 => '\u{fffd}',
-            _ => char::from_u32(code).unwrap_or('\u{fffd}'),
-        });
-    }
-    Some(match name {
-        "amp" => '&',
-        "lt" => '<',
-        "gt" => '>',
-        "quot" => '"',
-        "apos" => '\'',
-        "nbsp" => '\u{a0}',
-        "shy" => '\u{ad}',
-        "copy" => '©',
-        "reg" => '®',
-        "trade" => '™',
-        "deg" => '°',
-        "plusmn" => '±',
-        "times" => '×',
-        "divide" => '÷',
-        "micro" => 'µ',
-        "para" => '¶',
-        "sect" => '§',
-        "middot" => '·',
-        "bull" => '•',
-        "hellip" => '…',
-        "ndash" => '–',
-        "mdash" => '—',
-        "lsquo" => '‘',
-        "rsquo" => '’',
-        "sbquo" => '‚',
-        "ldquo" => '“',
-        "rdquo" => '”',
-        "bdquo" => '„',
-        "laquo" => '«',
-        "raquo" => '»',
-        "lsaquo" => '‹',
-        "rsaquo" => '›',
-        "euro" => '€',
-        "pound" => '£',
-        "yen" => '¥',
-        "cent" => '¢',
-        "larr" => '←',
-        "rarr" => '→',
-        "uarr" => '↑',
-        "darr" => '↓',
-        "harr" => '↔',
-        "le" => '≤',
-        "ge" => '≥',
-        "ne" => '≠',
-        "asymp" => '≈',
-        "infin" => '∞',
-        "minus" => '−',
-        "frac12" => '½',
-        "frac14" => '¼',
-        "frac34" => '¾',
-        "sup2" => '²',
-        "sup3" => '³',
-        "iexcl" => '¡',
-        "iquest" => '¿',
-        "zwj" => '\u{200d}',
-        "zwnj" => '\u{200c}',
-        "ensp" => '\u{2002}',
-        "emsp" => '\u{2003}',
-        "thinsp" => '\u{2009}',
-        "check" => '✓',
-        _ => return None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -719,9 +604,23 @@ mod tests {
     #[test]
     fn decodes_entities() {
         assert_eq!(
-            decode_entities("a &amp; b &lt;c&gt; &#65;&#x42; &bogus; & x &copy;"),
+            text("a &amp; b &lt;c&gt; &#65;&#x42; &bogus; & x &copy;"),
             "a & b <c> AB &bogus; & x ©"
         );
+        // Names beyond a hand-picked list, and the legacy ones a page
+        // may write without the semicolon.
+        assert_eq!(
+            text("&Theta;&rArr;&spades;&hookleftarrow; &eacute &copy 3 &times 4"),
+            "Θ⇒♠↩ é © 3 × 4"
+        );
+    }
+
+    #[test]
+    fn attribute_values_keep_query_strings() {
+        // In an attribute, `&copy=` is not a reference (the standard's
+        // rule for legacy names followed by `=` or an alphanumeric).
+        let out = text("<a href=\"/x?a=1&copy=2&amp;b=3\">x</a>");
+        assert_eq!(out, "[x](https://example.com/x?a=1&copy=2&b=3)");
     }
 
     #[test]
@@ -740,15 +639,15 @@ mod tests {
 
     #[test]
     fn non_ascii_text_after_an_entity_is_kept() {
-        // The window searched for ';' once ended inside 'о' (issue 16).
+        // Text after a `&` may be any UTF-8, a multi-byte character among it.
         let page = "<p>Tom &amp; Jerry — популярный мультсериал &nbsp;и не только</p>";
         assert_eq!(
             text(page),
             "Tom & Jerry — популярный мультсериал и не только"
         );
-        assert_eq!(decode_entities("&Ж"), "&Ж");
+        assert_eq!(text("&Ж"), "&Ж");
         assert_eq!(
-            decode_entities("&aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaЖ;"),
+            text("&aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaЖ;"),
             "&aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaЖ;"
         );
     }
@@ -796,7 +695,6 @@ mod tests {
             #[test]
             fn no_input_panics(html in markup()) {
                 let _ = text(&html);
-                let _ = decode_entities(&html);
             }
 
             #[test]

@@ -22,6 +22,7 @@
 //! [`holdfast_engine::egress::check_mcp_header`]; others are dropped.
 
 use std::collections::{BTreeMap, HashMap};
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,7 @@ use holdfast_engine::config::{prefixed_tool_name, ToolEntry, MCP_NAME_SEPARATOR}
 use holdfast_engine::egress::{check_mcp_header, refusal_in, EgressKind, EgressPolicy};
 use holdfast_engine::provider::ToolDefinition;
 use holdfast_engine::telemetry;
+use lru::LruCache;
 use reqwest::header::{HeaderName, HeaderValue};
 use reqwest_013 as reqwest13;
 use rmcp::model::{
@@ -158,6 +160,8 @@ pub struct McpLimits {
     pub call_timeout: Duration,
     /// How long a listed tool set is reused.
     pub list_ttl: Duration,
+    /// How many servers' tool lists are kept (the ones used last).
+    pub cached_servers: usize,
     /// Largest JSON response or SSE event accepted from a server.
     pub max_response_bytes: usize,
     /// Bytes of joined text content returned to the model at most.
@@ -172,6 +176,7 @@ impl Default for McpLimits {
             list_timeout: Duration::from_secs(30),
             call_timeout: Duration::from_secs(120),
             list_ttl: Duration::from_secs(300),
+            cached_servers: 1024,
             max_response_bytes: 4 * 1024 * 1024,
             max_text_bytes: 100 * 1024,
             egress: Arc::default(),
@@ -182,10 +187,13 @@ impl Default for McpLimits {
 /// The worker's MCP client: tool lists cached per (url, headers) with a
 /// TTL, so a server is listed at first use and not at every model call.
 /// Concurrent first uses of one server share a single listing. Failed
-/// listings are not cached. Cheap to share (`Arc`).
+/// listings are not cached. The cache holds the lists of the
+/// [`McpLimits::cached_servers`] servers used last: tenants name servers
+/// (and headers) freely, so an unbounded map would grow with every one ever
+/// named. Cheap to share (`Arc`).
 pub struct McpRegistry {
     limits: McpLimits,
-    lists: Mutex<HashMap<CacheKey, ListSlot>>,
+    lists: Mutex<LruCache<CacheKey, ListSlot>>,
 }
 
 /// (url, SHA-256 of the headers).
@@ -201,9 +209,10 @@ struct CachedList {
 
 impl McpRegistry {
     pub fn new(limits: McpLimits) -> McpRegistry {
+        let capacity = NonZeroUsize::new(limits.cached_servers).unwrap_or(NonZeroUsize::MIN);
         McpRegistry {
             limits,
-            lists: Mutex::new(HashMap::new()),
+            lists: Mutex::new(LruCache::new(capacity)),
         }
     }
 
@@ -215,7 +224,9 @@ impl McpRegistry {
     ) -> Result<Vec<ToolDefinition>, McpError> {
         let slot = {
             let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
-            lists.entry(config.cache_key()).or_default().clone()
+            lists
+                .get_or_insert(config.cache_key(), ListSlot::default)
+                .clone()
         };
         // Held across the listing: concurrent callers wait and reuse it.
         let mut cached = slot.lock().await;
@@ -254,7 +265,7 @@ impl McpRegistry {
     /// tool the server no longer has).
     pub fn invalidate(&self, config: &McpServerConfig) {
         let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
-        lists.remove(&config.cache_key());
+        lists.pop(&config.cache_key());
     }
 
     /// Calls `tool` (the server's own name, without prefix); see [`call_tool`].
@@ -660,6 +671,29 @@ mod tests {
                 "accepted {bad}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn the_tool_list_cache_keeps_only_the_servers_used_last() {
+        // Loopback servers: the default egress policy refuses them before
+        // any connection, so each listing fails at once and leaves its slot.
+        let registry = McpRegistry::new(McpLimits {
+            cached_servers: 2,
+            ..McpLimits::default()
+        });
+        let server = |port: u16| {
+            McpServerConfig::from_tool_entry(&entry(json!({
+                "type": "mcp", "name": "s", "url": format!("http://127.0.0.1:{port}/mcp")
+            })))
+            .unwrap()
+        };
+        for port in 1..=50 {
+            assert!(registry.list_tools(&server(port)).await.is_err());
+        }
+        let lists = registry.lists.lock().unwrap();
+        assert_eq!(lists.len(), 2);
+        assert!(lists.contains(&server(50).cache_key()));
+        assert!(lists.contains(&server(49).cache_key()));
     }
 
     #[test]

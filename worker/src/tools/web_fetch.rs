@@ -23,6 +23,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use encoding_rs::{Encoding, UTF_8};
 use holdfast_engine::config::ToolEntry;
 use holdfast_engine::egress::{refusal_in, EgressKind, EgressPolicy};
 use holdfast_engine::provider::ToolDefinition;
@@ -262,10 +263,10 @@ async fn fetch(
                 body.len()
             ),
             BodyKind::Html => {
-                let decoded = decode_body(&body, content_type.as_deref());
+                let decoded = decode_body(&body, content_type.as_deref(), kind);
                 html_to_text(&decoded, Some(&final_url))
             }
-            BodyKind::Text => decode_body(&body, content_type.as_deref()),
+            BodyKind::Text => decode_body(&body, content_type.as_deref(), kind),
         };
         let (text, cut) = cap_text(text, limits.max_text_bytes);
         (text, truncated || cut)
@@ -333,27 +334,68 @@ fn sniff(body: &[u8]) -> BodyKind {
     }
 }
 
-/// Bytes to text: UTF-8 by default; Latin-1 family charsets map byte for
-/// byte. A character cut by the size cap is dropped, not replaced.
-fn decode_body(body: &[u8], content_type: Option<&str>) -> String {
-    let charset = content_type.and_then(|ct| {
-        ct.split(';').skip(1).find_map(|param| {
-            let (key, value) = param.split_once('=')?;
-            key.trim()
-                .eq_ignore_ascii_case("charset")
-                .then(|| value.trim().trim_matches('"').to_ascii_lowercase())
+/// Bytes to text in the page's encoding, found as a browser finds it: a
+/// byte order mark, else the Content-Type's charset, else (HTML) a
+/// `charset=` in the first 1024 bytes (a `<meta>`), else UTF-8 when the bytes
+/// are UTF-8, else chardetng's guess. Labels mean what the WHATWG Encoding
+/// standard says (`iso-8859-1` is windows-1252, as in browsers). A character
+/// cut by the size cap is dropped, not replaced.
+fn decode_body(body: &[u8], content_type: Option<&str>, kind: BodyKind) -> String {
+    let declared = content_type
+        .and_then(|ct| {
+            ct.split(';').skip(1).find_map(|param| {
+                let (key, value) = param.split_once('=')?;
+                key.trim()
+                    .eq_ignore_ascii_case("charset")
+                    .then(|| Encoding::for_label(value.trim().trim_matches('"').as_bytes()))
+                    .flatten()
+            })
         })
-    });
-    if let Some("iso-8859-1" | "latin1" | "latin-1" | "windows-1252" | "cp1252" | "us-ascii") =
-        charset.as_deref()
-    {
-        return body.iter().map(|&b| char::from(b)).collect();
-    }
-    let body = match std::str::from_utf8(body) {
-        Err(e) if e.error_len().is_none() => &body[..e.valid_up_to()],
-        _ => body,
-    };
-    String::from_utf8_lossy(body).into_owned()
+        .or_else(|| match kind {
+            BodyKind::Html => charset_in_head(body),
+            _ => None,
+        });
+    let encoding = Encoding::for_bom(body)
+        .map(|(encoding, _)| encoding)
+        .or(declared)
+        .unwrap_or_else(|| match std::str::from_utf8(body) {
+            Ok(_) => UTF_8,
+            // A UTF-8 body cut mid-character by the cap is still UTF-8.
+            Err(e) if e.error_len().is_none() => UTF_8,
+            Err(_) => {
+                let mut detector = chardetng::EncodingDetector::new();
+                detector.feed(body, true);
+                detector.guess(None, true)
+            }
+        });
+    // Not the last buffer: an incomplete character at the end stays in the
+    // decoder instead of becoming U+FFFD.
+    let mut decoder = encoding.new_decoder_with_bom_removal();
+    let mut text = String::with_capacity(
+        decoder
+            .max_utf8_buffer_length(body.len())
+            .unwrap_or(body.len() * 3),
+    );
+    let _ = decoder.decode_to_string(body, &mut text, false);
+    text
+}
+
+/// The encoding a page names in its first 1024 bytes (`<meta charset=…>`
+/// or `<meta http-equiv=Content-Type content="…; charset=…">`).
+fn charset_in_head(body: &[u8]) -> Option<&'static Encoding> {
+    let head = &body[..body.len().min(1024)];
+    let lower = head.to_ascii_lowercase();
+    let at = lower.windows(8).position(|w| w == b"charset=")? + 8;
+    let label = &head[at..];
+    let label = label
+        .strip_prefix(b"\"")
+        .or_else(|| label.strip_prefix(b"'"))
+        .unwrap_or(label);
+    let end = label
+        .iter()
+        .position(|b| matches!(b, b'"' | b'\'' | b';' | b'>' | b'/') || b.is_ascii_whitespace())
+        .unwrap_or(label.len());
+    Encoding::for_label(&label[..end])
 }
 
 /// Cuts `text` to at most `max` bytes at a character boundary.
@@ -415,12 +457,83 @@ mod tests {
     }
 
     #[test]
-    fn decoding_drops_a_cut_character_and_maps_latin1() {
+    fn decoding_drops_a_cut_character() {
         let cut = "héllo".as_bytes()[..2].to_vec(); // "h" + half of "é"
-        assert_eq!(decode_body(&cut, Some("text/plain")), "h");
+        assert_eq!(decode_body(&cut, Some("text/plain"), BodyKind::Text), "h");
+        let cut = b"\x82\xb1\x82"; // "こ" + half of "ん" in Shift_JIS
         assert_eq!(
-            decode_body(b"caf\xe9", Some("text/plain; charset=ISO-8859-1")),
-            "café"
+            decode_body(cut, Some("text/plain; charset=Shift_JIS"), BodyKind::Text),
+            "こ"
+        );
+    }
+
+    #[test]
+    fn declared_charsets_decode() {
+        let decode = |body: &[u8], charset: &str| {
+            decode_body(
+                body,
+                Some(&format!("text/plain; charset={charset}")),
+                BodyKind::Text,
+            )
+        };
+        // ISO-8859-1 means windows-1252, as in browsers: 0x80 and 0x93/0x94
+        // are the euro sign and curly quotes, not C1 controls.
+        assert_eq!(
+            decode(b"\x80 5, \x93caf\xe9\x94", "ISO-8859-1"),
+            "€ 5, “café”"
+        );
+        assert_eq!(
+            decode(b"\x80 5, \x93caf\xe9\x94", "windows-1252"),
+            "€ 5, “café”"
+        );
+        assert_eq!(
+            decode(b"\x82\xb1\x82\xf1\x82\xc9\x82\xbf\x82\xcd", "Shift_JIS"),
+            "こんにちは"
+        );
+        assert_eq!(decode(b"\xc4\xe3\xba\xc3", "GBK"), "你好");
+        assert_eq!(
+            decode(b"\xcf\xf0\xe8\xe2\xe5\xf2", "windows-1251"),
+            "Привет"
+        );
+        assert_eq!(
+            decode(b"\xcf\xf0\xe8\xe2\xe5\xf2", "\"windows-1251\""),
+            "Привет"
+        );
+    }
+
+    #[test]
+    fn html_names_its_charset_in_a_meta_tag() {
+        let page =
+            b"<html><head><meta charset=\"windows-1251\"><title>\xcf\xf0\xe8\xe2\xe5\xf2</title>";
+        assert!(decode_body(page, Some("text/html"), BodyKind::Html).contains("Привет"));
+        let page = b"<meta http-equiv=\"Content-Type\" content=\"text/html; charset=shift_jis\">\x82\xb1\x82\xf1";
+        assert!(decode_body(page, None, BodyKind::Html).ends_with("こん"));
+        // The header wins over the page, and a byte order mark over both.
+        let page = b"<meta charset=shift_jis>\xcf\xf0";
+        assert!(decode_body(
+            page,
+            Some("text/html; charset=windows-1251"),
+            BodyKind::Html
+        )
+        .ends_with("Пр"));
+        let page = b"\xef\xbb\xbf<meta charset=windows-1251>\xd0\x9f";
+        assert!(decode_body(
+            page,
+            Some("text/html; charset=windows-1251"),
+            BodyKind::Html
+        )
+        .ends_with("П"));
+    }
+
+    #[test]
+    fn undeclared_non_utf8_text_is_guessed() {
+        let text = "Съешь же ещё этих мягких французских булок, да выпей чаю. \
+                    Широкая электрификация южных губерний даст мощный толчок подъёму сельского хозяйства.";
+        let (body, _, _) = encoding_rs::WINDOWS_1251.encode(text);
+        assert_eq!(decode_body(&body, Some("text/plain"), BodyKind::Text), text);
+        assert_eq!(
+            decode_body("plain ascii".as_bytes(), None, BodyKind::Text),
+            "plain ascii"
         );
     }
 
