@@ -257,7 +257,9 @@ BEGIN
                usage = holdfast.add_usage(usage, v_usage),
                state = v_state,
                lease_owner = NULL, lease_expires_at = NULL, lease_pid = NULL, lease_backend_start = NULL,
-               -- settle_agent_with's reset of a lost attempt (0026).
+               -- settle_agent_with's resets: a step that ends well ends the
+               -- run of failures and any lost attempt.
+               step_failures = 0,
                first_attempt_epoch = NULL, lost_attempt_epoch = NULL,
                lost_attempt_started_at = NULL, lost_attempt_ended_at = NULL,
                updated_at = holdfast.now()

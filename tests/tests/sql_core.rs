@@ -667,6 +667,75 @@ async fn a_model_step_commit_saves_history_tool_calls_and_events_together() {
     assert_eq!(agent_state(&client, agent).await, "ready");
 }
 
+/// `agent`'s claim among those of every ready agent.
+async fn claim_of(client: &Client, agent: Uuid) -> Claim {
+    let claims = store::claim_agents(client, "w", 100, TTL).await.unwrap();
+    *claims
+        .iter()
+        .find(|c| c.agent_id == agent)
+        .expect("the agent is ready")
+}
+
+/// A claim of `agent` after one failed step (released at once, counted).
+async fn claim_after_a_failure(client: &Client, agent: Uuid) -> Claim {
+    let claim = claim_of(client, agent).await;
+    let retrying = store::fail_step(client, claim, "boom", Duration::ZERO, 5)
+        .await
+        .unwrap();
+    assert!(retrying);
+    assert_eq!(step_failures(client, agent).await, 1);
+    claim_of(client, agent).await
+}
+
+async fn step_failures(client: &Client, agent: Uuid) -> i32 {
+    client
+        .query_one(
+            "SELECT step_failures FROM holdfast.agents WHERE id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test]
+async fn each_model_step_that_commits_resets_the_failure_count() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, _) = project_and_agent(&client).await;
+    // An answer that ends the turn, a response with a runnable call, one
+    // with a call that waits on the outside, each by the single commit and
+    // by the group commit.
+    let steps: [fn(Vec<Uuid>) -> ModelStep; 3] = [
+        text_step,
+        |inputs| tool_step(inputs, &[ToolKind::External]),
+        |inputs| tool_step(inputs, &[ToolKind::Custom]),
+    ];
+    for (n, step) in steps.iter().enumerate() {
+        for grouped in [false, true] {
+            let agent = new_agent(&client, project).await;
+            ready(&client, agent).await;
+            let claim = claim_after_a_failure(&client, agent).await;
+            let step = step(pending_inputs(&client, agent).await);
+            if grouped {
+                let outcomes = store::commit_model_steps(&client, &[(claim, &step)])
+                    .await
+                    .unwrap();
+                assert!(outcomes[0].1.is_ok(), "{:?}", outcomes[0].1);
+            } else {
+                store::commit_model_step(&client, claim, &step)
+                    .await
+                    .unwrap();
+            }
+            assert_eq!(
+                step_failures(&client, agent).await,
+                0,
+                "step {n}, grouped: {grouped}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_turn_runs_from_input_through_tools_to_completion() {
     let db = TestDb::new().await;
