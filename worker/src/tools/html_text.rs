@@ -740,7 +740,7 @@ mod tests {
 
     #[test]
     fn non_ascii_text_after_an_entity_is_kept() {
-        // The window searched for ';' once ended inside 'о' (issue 16).
+        // The window searched for ';' once ended inside 'о' and panicked.
         let page = "<p>Tom &amp; Jerry — популярный мультсериал &nbsp;и не только</p>";
         assert_eq!(
             text(page),
