@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Validate docker/compose.yaml and docker/Dockerfile without Docker (CI has
-none): the YAML parses, the services the README promises are there and
+none): the YAML parses, the services docs/guides/compose.md promises are there and
 wired (health checks, start order, the database URL), and the Dockerfile is
 a multi-stage build of the release binary that runs as a non-root user.
 

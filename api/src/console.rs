@@ -12,7 +12,7 @@ use axum::Router;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// The policy every console response carries (docs/design-notes.md).
+/// The policy every console response carries (docs/security.md, "The console").
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
      style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; \
      base-uri 'none'; form-action 'self'";

@@ -1,4 +1,4 @@
-//! Contained step failures (issue 16): a step that fails on every attempt is
+//! Contained step failures: a step that fails on every attempt is
 //! retried with a durable backoff and ends the turn with `internal_error`
 //! after `HOLDFAST_STEP_MAX_ATTEMPTS`, without a hot loop and without
 //! holding a worker slot. Real `holdfast worker` process, real Postgres,
@@ -139,7 +139,7 @@ async fn a_step_failing_every_time_backs_off_then_fails_the_turn_with_internal_e
     assert_eq!((state.as_str(), failures), ("idle", 0));
 }
 
-/// Issue 16: a page with non-ASCII text after an entity panicked the HTML
+/// A page with non-ASCII text after an entity once panicked the HTML
 /// extractor and wedged the step's slot for good; 12 of them on a worker of
 /// concurrency 4 ended no turn and stopped all claims.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -266,7 +266,7 @@ async fn a_receiver_that_always_fails_gets_deliveries_marked_failed_after_the_wi
     assert!(receiver.received().iter().all(|r| r.verified.is_ok()));
 }
 
-/// Issue 16: a receiver's huge `Retry-After` made recording the attempt
+/// A receiver's huge `Retry-After` once made recording the attempt
 /// fail (an interval overflow), so the delivery was sent again and again
 /// past its window. The delay is capped at the window: every attempt is
 /// recorded and the deliveries end `failed` once the window is over.

@@ -56,7 +56,7 @@ pub async fn run(
 ) -> Result<()> {
     // Steps hold a connection only to load and to commit, never across a
     // model or tool call: a small pool serves many in-flight steps
-    // (1,000 steps on 1,001 sessions cost Postgres 1.5 GB; see BENCHMARKS.md).
+    // (1,000 steps on 1,001 sessions cost Postgres 1.5 GB; see docs/internals/benchmarks.md).
     let pool = connect::pool(db.clone(), settings.concurrency.min(16) + 2)?;
     store::set_limit_maxima(&**pool.get().await?, &settings.limits).await?;
     let web_fetch_limits = WebFetchLimits {

@@ -1,4 +1,4 @@
-//! `api_inputs` (issue 3): `POST /v1/agents/{id}/inputs` throughput through
+//! `api_inputs`: `POST /v1/agents/{id}/inputs` throughput through
 //! the real `holdfast api`, from N concurrent HTTP clients (keep-alive),
 //! each input with its own `Idempotency-Key`, spread over many agents. No
 //! worker runs. Baseline: `pgbench -N` tps in the same run (an input is

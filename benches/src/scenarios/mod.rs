@@ -1,4 +1,4 @@
-//! The scenarios of issue 11 (and the API's input throughput of issue 3).
+//! The benchmark scenarios (docs/internals/benchmarks.md says what each measures).
 //! Each runs in a fresh database of the bench cluster and returns its
 //! params, metrics and same-run baseline.
 

@@ -26,8 +26,8 @@ const DB: &str = "bench_sql_steps";
 const LEASE: Duration = Duration::from_secs(60);
 /// steps/s is also reported per window of this many seconds, so that a
 /// rate that falls as the run goes on shows (a cost that grows with the
-/// dead row versions left between vacuums did: BENCHMARKS.md, "A new
-/// install's claim").
+/// dead row versions left between vacuums did before the claim locked its
+/// candidates by key: docs/internals/benchmarks.md).
 const WINDOW_SECONDS: f64 = 5.0;
 
 pub async fn run(bench: &Bench) -> Result<Outcome> {

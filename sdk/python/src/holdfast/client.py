@@ -1,5 +1,5 @@
 """The Holdfast clients, sync (:class:`Holdfast`) and async
-(:class:`AsyncHoldfast`), with the protocol's hard parts built in (README,
+(:class:`AsyncHoldfast`), with the protocol's hard parts built in (docs/concepts.md,
 "What your code should handle"): an Idempotency-Key on every send and
 retries with the same key, streams that resume with Last-Event-ID and
 re-read what waits, 409s read as "look at the state", and ``run``: send,
