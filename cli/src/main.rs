@@ -28,11 +28,6 @@ use database::DatabaseArgs;
 use server::{Server, ServerCommand};
 
 /// Holdfast: a durable runtime for LLM agents on PostgreSQL.
-///
-/// Server roles: server, machine, up, demo, migrate. Administration (on the
-/// database, never migrating it): status, keys, projects, endpoints,
-/// prices. Client (over HTTP with --url and --api-key): agents, send, tail,
-/// pending, approve, deny, answer, result, inputs, machines.
 #[derive(Parser)]
 #[command(name = "holdfast", version = env!("VERSION_WITH_COMMIT"))]
 struct Cli {
@@ -160,13 +155,58 @@ struct StatusArgs {
     json: bool,
 }
 
+/// The top-level commands under the headings of `holdfast --help`.
+const COMMAND_GROUPS: &[(&str, &[&str])] = &[
+    (
+        "Server roles",
+        &["server", "machine", "up", "demo", "migrate"],
+    ),
+    (
+        "Administration (on the database, which they never migrate)",
+        &["status", "keys", "projects", "endpoints", "prices"],
+    ),
+    (
+        "Client (over HTTP: --url, --api-key)",
+        &[
+            "agents", "send", "tail", "pending", "approve", "deny", "answer", "result", "inputs",
+            "machines",
+        ],
+    ),
+    ("Shell", &["completions"]),
+];
+
 /// The command line as parsed: [`Cli`], with the old form of `machine`
-/// hidden from the help.
+/// hidden from the help and the top-level commands listed by group.
 fn parser() -> clap::Command {
-    Cli::command().mut_subcommands(|command| match command.get_name() {
+    let parser = Cli::command().mut_subcommands(|command| match command.get_name() {
         "machine" => command.mut_args(|arg| arg.hide(true)),
         _ => command,
-    })
+    });
+    let width = COMMAND_GROUPS
+        .iter()
+        .flat_map(|(_, names)| names.iter().map(|name| name.len()))
+        .max()
+        .unwrap_or_default();
+    let mut listing = String::new();
+    for (heading, names) in COMMAND_GROUPS {
+        listing.push_str(&format!("{heading}:\n"));
+        for name in *names {
+            let about = parser
+                .find_subcommand(name)
+                .and_then(|command| command.get_about())
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            listing.push_str(&format!("  {name:<width$}  {about}\n"));
+        }
+        listing.push('\n');
+    }
+    // clap lists subcommands flat; this template lists them by group, the
+    // rest as clap would.
+    parser.help_template(format!(
+        "{{about-with-newline}}\n{{usage-heading}} {{usage}}\n\n{listing}\
+         `holdfast help COMMAND` (or COMMAND --help) describes each.\n\n\
+         Options:\n{{options}}"
+    ))
 }
 
 /// An old name still works for one release; this says so on stderr, in
@@ -338,7 +378,21 @@ fn cli_reference() -> String {
     let options = clap_markdown::MarkdownOptions::new()
         .title("CLI reference".to_owned())
         .show_footer(false);
-    clap_markdown::help_markdown_command_custom(&parser(), &options)
+    // The groups of `holdfast --help`, which the page would not show
+    // otherwise (they are in the help's template, not the parser).
+    let groups: Vec<String> = COMMAND_GROUPS
+        .iter()
+        .map(|(heading, names)| {
+            let names: Vec<String> = names.iter().map(|name| format!("`{name}`")).collect();
+            format!("**{heading}:** {}", names.join(", "))
+        })
+        .collect();
+    let parser = parser().after_long_help(format!(
+        "{}\n\nThe environment variable of each flag, and what the server settings \
+         mean in depth: docs/configuration.md.",
+        groups.join("\n\n")
+    ));
+    clap_markdown::help_markdown_command_custom(&parser, &options)
 }
 
 fn init_tracing(filter: &str, json: bool) {
@@ -392,6 +446,23 @@ mod tests {
             .filter(|arg| !arg.is_hide_set())
             .filter(|arg| !["help", "version"].contains(&arg.get_id().as_str()))
             .collect()
+    }
+
+    #[test]
+    fn every_visible_command_is_in_one_group_of_the_help() {
+        let mut grouped: Vec<&str> = COMMAND_GROUPS
+            .iter()
+            .flat_map(|(_, names)| names.iter().copied())
+            .collect();
+        grouped.sort_unstable();
+        let parser = Cli::command();
+        let mut visible: Vec<&str> = parser
+            .get_subcommands()
+            .filter(|command| !command.is_hide_set())
+            .map(|command| command.get_name())
+            .collect();
+        visible.sort_unstable();
+        assert_eq!(grouped, visible, "each visible command, in one group");
     }
 
     #[test]

@@ -218,11 +218,13 @@ async fn the_help_shows_the_new_names_only() {
     let commands: Vec<&str> = top
         .stdout
         .lines()
-        .skip_while(|line| !line.starts_with("Commands:"))
-        .skip(1)
-        .take_while(|line| !line.is_empty())
+        .take_while(|line| !line.starts_with("Options:"))
+        .filter(|line| line.starts_with("  "))
         .filter_map(|line| line.split_whitespace().next())
         .collect();
+    for heading in ["Server roles:", "Administration", "Client"] {
+        assert!(top.stdout.contains(heading), "{}", top.stdout);
+    }
     for name in [
         "server",
         "machine",

@@ -270,7 +270,7 @@ fn every_flag_of_the_server_commands_is_in_docs_configuration_md() {
             .map(|flag| flag.trim_end_matches(','))
             .filter(|flag| *flag != "--help")
             .collect();
-        assert!(flags.len() > 3, "holdfast help {command}:\n{help}");
+        assert!(flags.len() >= 3, "holdfast help {command}:\n{help}");
         let missing: Vec<_> = flags
             .iter()
             .filter(|flag| {
