@@ -89,8 +89,8 @@ if len(sys.argv) > 1:
     for name in HOLDFAST_SERVICES:
         command = services.get(name, {}).get("command") or []
         if command:
-            run = subprocess.run([binary, command[0], "--help"], capture_output=True)
-            check(run.returncode == 0, f"{name}: `holdfast {command[0]}` is not a holdfast command")
+            run = subprocess.run([binary, *command, "--help"], capture_output=True)
+            check(run.returncode == 0, f"{name}: `holdfast {' '.join(command)}` is not a holdfast command")
 
 if problems:
     print("docker/: " + "; ".join(problems), file=sys.stderr)

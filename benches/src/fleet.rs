@@ -29,7 +29,7 @@ impl<'a> Fleet<'a> {
         }
     }
 
-    /// `holdfast worker` named `name` (its lease owner and its sessions'
+    /// `holdfast server worker` named `name` (its lease owner and its sessions'
     /// application_name), at `concurrency`, with `extra` env (then
     /// `--worker-env`, which wins); returns once
     /// it has run its first claim (its LISTEN is up by then).
@@ -63,23 +63,29 @@ impl<'a> Fleet<'a> {
                 .iter()
                 .map(|(k, v)| (k.as_str(), v.clone())),
         );
-        let process = self.bench.holdfast.spawn(name, &["worker"], &envs)?;
+        let process = self
+            .bench
+            .holdfast
+            .spawn(name, &["server", "worker"], &envs)?;
         wait_for_session(admin, name, "claim_agents", STARTUP_LIMIT).await?;
         Ok(process)
     }
 
-    /// `holdfast maintenance`; returns after its first tick.
+    /// `holdfast server maintenance`; returns after its first tick.
     pub async fn maintenance(&self, admin: &Client, name: &str) -> Result<Proc> {
         let envs = [(
             "HOLDFAST_DATABASE_URL",
             self.bench.cluster.url(&self.dbname, name),
         )];
-        let process = self.bench.holdfast.spawn(name, &["maintenance"], &envs)?;
+        let process = self
+            .bench
+            .holdfast
+            .spawn(name, &["server", "maintenance"], &envs)?;
         wait_for_session(admin, name, "maintenance_tick", STARTUP_LIMIT).await?;
         Ok(process)
     }
 
-    /// `holdfast api` on a free loopback port; returns the process and its
+    /// `holdfast server api` on a free loopback port; returns the process and its
     /// base URL once `/readyz` answers 200.
     pub async fn api(&self, name: &str) -> Result<(Proc, String)> {
         let port = free_port()?;
@@ -94,7 +100,7 @@ impl<'a> Fleet<'a> {
             // would measure itself, not the API.
             ("HOLDFAST_API_RATE_LIMIT", "off".to_owned()),
         ];
-        let process = self.bench.holdfast.spawn(name, &["api"], &envs)?;
+        let process = self.bench.holdfast.spawn(name, &["server", "api"], &envs)?;
         let base = format!("http://{listen}");
         let client = reqwest::Client::new();
         let deadline = std::time::Instant::now() + STARTUP_LIMIT;

@@ -14,9 +14,10 @@ use holdfast_client::wire::approvals::{
     QuestionView,
 };
 use holdfast_client::wire::inputs::InputRequest;
+use holdfast_client::wire::machines::RegisterMachineRequest;
 use holdfast_client::wire::tool_calls::{KindName, StatusFilter, ToolCallView, ToolResultRequest};
 use holdfast_client::{CallError, Client};
-use holdfast_engine::domain::{InputMode, WaitingInputs};
+use holdfast_engine::domain::{CancelOutcome, InputMode, WaitingInputs};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
@@ -24,6 +25,11 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::signals::cancel_on_signal;
+
+/// `--json` on the client commands.
+const JSON_HELP: &str =
+    "Print the API's JSON answer instead of text (on an error, the API's error \
+     body, so scripts can branch on .error.type)";
 
 /// Where the API is and who is calling.
 #[derive(Args, Clone)]
@@ -51,24 +57,34 @@ impl Endpoint {
 pub enum AgentsCommand {
     /// Create an agent.
     Create(CreateArgs),
-    /// Show an agent.
-    Get {
-        agent: Uuid,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        endpoint: Endpoint,
-    },
     /// List the project's agents, oldest first.
     List {
         /// Only agents in this state (idle, ready, running, waiting, archived).
         #[arg(long, value_parser = parse_state)]
         state: Option<StateName>,
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
         #[command(flatten)]
         endpoint: Endpoint,
     },
+    /// Show an agent.
+    Get(AgentArgs),
+    /// Cancel the agent's current turn: waiting tool calls are cancelled and
+    /// `turn.cancelled` is saved; a step in flight stops.
+    Cancel(AgentArgs),
+    /// Archive an idle agent: it takes no new inputs.
+    Archive(AgentArgs),
+}
+
+/// One agent, by id.
+#[derive(Args)]
+pub struct AgentArgs {
+    /// The agent's id.
+    agent: Uuid,
+    #[arg(long, help = JSON_HELP)]
+    json: bool,
+    #[command(flatten)]
+    endpoint: Endpoint,
 }
 
 #[derive(Subcommand)]
@@ -77,18 +93,21 @@ pub enum InputsCommand {
     /// next turn (the default), or those in the open turn no saved model
     /// call has seen yet (`--status pending`).
     List {
+        /// The agent's id.
         agent: Uuid,
+        /// Which inputs: queued or pending.
         #[arg(long, default_value = "queued", value_parser = parse_waiting)]
         status: WaitingInputs,
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
         #[command(flatten)]
         endpoint: Endpoint,
     },
     /// Take back a queued input before a turn takes it (it is never sent).
     Remove {
+        /// The input's id.
         input: Uuid,
-        #[arg(long)]
+        #[arg(long, help = JSON_HELP)]
         json: bool,
         #[command(flatten)]
         endpoint: Endpoint,
@@ -139,24 +158,47 @@ fn parse_waiting(text: &str) -> std::result::Result<WaitingInputs, String> {
 
 #[derive(Subcommand)]
 pub enum MachinesCommand {
+    /// Register a machine agents can run commands on; its token is printed
+    /// once, alone on the last line (give it to `holdfast machine run`).
+    Create {
+        /// Unique in the project: 1 to 100 letters, digits, ".", "_" or "-".
+        name: String,
+        /// POSTed when a wake attempt starts (e.g. a Wake-on-LAN relay).
+        #[arg(long = "wake-url")]
+        wake_url: Option<String>,
+        #[arg(long, help = JSON_HELP)]
+        json: bool,
+        #[command(flatten)]
+        endpoint: Endpoint,
+    },
+    /// List the project's machines: online or not, queued and running
+    /// commands.
+    List {
+        #[arg(long, help = JSON_HELP)]
+        json: bool,
+        #[command(flatten)]
+        endpoint: Endpoint,
+    },
     /// Delete a machine: its token stops working, its queued and running
     /// commands end (the agents waiting on them get `machine_deleted`).
-    Delete {
-        machine: Uuid,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        endpoint: Endpoint,
-    },
+    Delete(MachineRef),
     /// Give a machine a new token (printed once, alone on the last line);
     /// the old one stops working and its daemon stops.
-    RotateToken {
-        machine: Uuid,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        endpoint: Endpoint,
-    },
+    Token(MachineRef),
+    /// The old name of `machines token`.
+    #[command(hide = true)]
+    RotateToken(MachineRef),
+}
+
+/// One machine, by id.
+#[derive(Args)]
+pub struct MachineRef {
+    /// The machine's id.
+    machine: Uuid,
+    #[arg(long, help = JSON_HELP)]
+    json: bool,
+    #[command(flatten)]
+    endpoint: Endpoint,
 }
 
 #[derive(Args)]
@@ -172,6 +214,7 @@ pub struct CreateArgs {
     /// custom URLs for the project).
     #[arg(long = "base-url")]
     base_url: Option<String>,
+    /// The most tokens one model response may have.
     #[arg(long = "max-tokens")]
     max_tokens: Option<u32>,
     /// The system prompt.
@@ -188,7 +231,7 @@ pub struct CreateArgs {
     /// Free-form JSON object kept with the agent.
     #[arg(long)]
     metadata: Option<String>,
-    #[arg(long, conflicts_with = "quiet")]
+    #[arg(long, conflicts_with = "quiet", help = JSON_HELP)]
     json: bool,
     /// Print only the new agent's id (for scripts: `AGENT=$(holdfast agents create ... -q)`).
     #[arg(short, long)]
@@ -199,6 +242,7 @@ pub struct CreateArgs {
 
 #[derive(Args)]
 pub struct SendArgs {
+    /// The agent's id.
     agent: Uuid,
     /// The message.
     text: String,
@@ -212,7 +256,7 @@ pub struct SendArgs {
     /// again with it; a running tool is never interrupted).
     #[arg(long, default_value = "steer", value_parser = parse_mode)]
     mode: InputMode,
-    #[arg(long)]
+    #[arg(long, help = JSON_HELP)]
     json: bool,
     #[command(flatten)]
     endpoint: Endpoint,
@@ -225,6 +269,7 @@ fn parse_mode(text: &str) -> std::result::Result<InputMode, String> {
 
 #[derive(Args)]
 pub struct TailArgs {
+    /// The agent's id.
     agent: Uuid,
     /// Start after this event seq (0: from the first event).
     #[arg(long, default_value_t = 0)]
@@ -234,7 +279,7 @@ pub struct TailArgs {
     until: Option<String>,
     /// One JSON document per line: saved events as the API sends them, and
     /// live deltas as `{"type": "delta", "text", "epoch"}`.
-    #[arg(long)]
+    #[arg(long, help = JSON_HELP)]
     json: bool,
     #[command(flatten)]
     endpoint: Endpoint,
@@ -242,8 +287,9 @@ pub struct TailArgs {
 
 #[derive(Args)]
 pub struct PendingArgs {
+    /// The agent's id.
     agent: Uuid,
-    #[arg(long)]
+    #[arg(long, help = JSON_HELP)]
     json: bool,
     #[command(flatten)]
     endpoint: Endpoint,
@@ -251,6 +297,7 @@ pub struct PendingArgs {
 
 #[derive(Args)]
 pub struct DecideArgs {
+    /// The approval's id (`holdfast pending` lists them).
     approval: Uuid,
     /// Who decides (default: $USER).
     #[arg(long)]
@@ -258,7 +305,7 @@ pub struct DecideArgs {
     /// Why (the model sees it on a denial).
     #[arg(long)]
     reason: Option<String>,
-    #[arg(long)]
+    #[arg(long, help = JSON_HELP)]
     json: bool,
     #[command(flatten)]
     endpoint: Endpoint,
@@ -266,12 +313,14 @@ pub struct DecideArgs {
 
 #[derive(Args)]
 pub struct AnswerArgs {
+    /// The question's id (`holdfast pending` lists them).
     question: Uuid,
+    /// The answer, as text.
     answer: String,
     /// Who answers (default: $USER).
     #[arg(long)]
     by: Option<String>,
-    #[arg(long)]
+    #[arg(long, help = JSON_HELP)]
     json: bool,
     #[command(flatten)]
     endpoint: Endpoint,
@@ -279,13 +328,14 @@ pub struct AnswerArgs {
 
 #[derive(Args)]
 pub struct ResultArgs {
+    /// The custom tool call's id (`holdfast pending` lists them).
     tool_call: Uuid,
     /// The tool's output as JSON (a string needs quotes: '"done"').
     output: String,
     /// The tool failed; the model is told so.
     #[arg(long)]
     error: bool,
-    #[arg(long)]
+    #[arg(long, help = JSON_HELP)]
     json: bool,
     #[command(flatten)]
     endpoint: Endpoint,
@@ -294,69 +344,137 @@ pub struct ResultArgs {
 pub async fn agents(command: AgentsCommand) -> Result<()> {
     match command {
         AgentsCommand::Create(args) => create_agent(args).await,
-        AgentsCommand::Get {
-            agent,
+        AgentsCommand::List {
+            state,
             json,
             endpoint,
-        } => {
-            let api = endpoint.client()?;
-            let agent = api.agent(agent).await.or_else(|e| fail(e, json))?;
-            if json {
+        } => list_agents(endpoint, state, json).await,
+        AgentsCommand::Get(args) => {
+            let api = args.endpoint.client()?;
+            let agent = api
+                .agent(args.agent)
+                .await
+                .or_else(|e| fail(e, args.json))?;
+            if args.json {
                 print_json(&agent);
             } else {
                 render::agent(&agent);
             }
             Ok(())
         }
-        AgentsCommand::List {
-            state,
-            json,
-            endpoint,
-        } => list_agents(endpoint, state, json).await,
+        AgentsCommand::Cancel(args) => {
+            let api = args.endpoint.client()?;
+            let cancelled = api
+                .cancel_agent(args.agent)
+                .await
+                .or_else(|e| fail(e, args.json))?;
+            if args.json {
+                print_json(&cancelled);
+            } else {
+                match cancelled.status {
+                    CancelOutcome::Cancelled => {
+                        println!("Cancelled the turn of agent {}.", args.agent)
+                    }
+                    CancelOutcome::Requested => println!(
+                        "Asked the worker running agent {} to stop; turn.cancelled follows.",
+                        args.agent
+                    ),
+                }
+            }
+            Ok(())
+        }
+        AgentsCommand::Archive(args) => {
+            let api = args.endpoint.client()?;
+            let agent = api
+                .archive_agent(args.agent)
+                .await
+                .or_else(|e| fail(e, args.json))?;
+            if args.json {
+                print_json(&agent);
+            } else {
+                println!("Archived agent {}: it takes no new inputs.", agent.id);
+            }
+            Ok(())
+        }
     }
 }
 
 pub async fn machines(command: MachinesCommand) -> Result<()> {
     match command {
-        MachinesCommand::Delete {
-            machine,
+        MachinesCommand::Create {
+            name,
+            wake_url,
             json,
             endpoint,
         } => {
             let api = endpoint.client()?;
-            api.delete_machine(machine)
+            let request = RegisterMachineRequest { name, wake_url };
+            let created = api
+                .register_machine(&request)
                 .await
                 .or_else(|e| fail(e, json))?;
             if json {
+                print_json(&created);
+            } else {
+                println!("Registered machine {} ({}).", created.name, created.id);
+                print_token_hint();
+                println!("{}", created.token);
+            }
+            Ok(())
+        }
+        MachinesCommand::List { json, endpoint } => {
+            let api = endpoint.client()?;
+            let list = api.machines().await.or_else(|e| fail(e, json))?;
+            if json {
+                print_json(&list);
+            } else {
+                render::machine_list(&list.machines);
+            }
+            Ok(())
+        }
+        MachinesCommand::Delete(target) => {
+            let api = target.endpoint.client()?;
+            let machine = target.machine;
+            api.delete_machine(machine)
+                .await
+                .or_else(|e| fail(e, target.json))?;
+            if target.json {
                 print_json(&json!({"id": machine, "deleted": true}));
             } else {
                 println!("Deleted machine {machine}: its token no longer works, and its unfinished commands ended.");
             }
             Ok(())
         }
-        MachinesCommand::RotateToken {
-            machine,
-            json,
-            endpoint,
-        } => {
-            let api = endpoint.client()?;
-            let rotated = api
-                .rotate_machine_token(machine)
-                .await
-                .or_else(|e| fail(e, json))?;
-            if json {
-                print_json(&rotated);
-            } else {
-                let name = &rotated.name;
-                println!("New token for machine {name} ({machine}); the old one no longer works.");
-                println!(
-                    "Start its daemon with it, e.g. in a file: holdfast machine --token-file FILE"
-                );
-                println!("{}", rotated.token);
-            }
-            Ok(())
+        MachinesCommand::RotateToken(target) => {
+            crate::deprecated("machines rotate-token", "machines token");
+            rotate_token(target).await
         }
+        MachinesCommand::Token(target) => rotate_token(target).await,
     }
+}
+
+async fn rotate_token(target: MachineRef) -> Result<()> {
+    let api = target.endpoint.client()?;
+    let machine = target.machine;
+    let rotated = api
+        .rotate_machine_token(machine)
+        .await
+        .or_else(|e| fail(e, target.json))?;
+    if target.json {
+        print_json(&rotated);
+    } else {
+        let name = &rotated.name;
+        println!("New token for machine {name} ({machine}); the old one no longer works.");
+        print_token_hint();
+        println!("{}", rotated.token);
+    }
+    Ok(())
+}
+
+/// What to do with a machine token printed below this line.
+fn print_token_hint() {
+    println!("Start its daemon with it, e.g. in a file: holdfast machine run --token-file FILE");
+    eprintln!("Store this token now: it is not shown again.");
 }
 
 async fn create_agent(args: CreateArgs) -> Result<()> {

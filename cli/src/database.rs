@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
+use clap::Args;
 use holdfast_engine::cluster::{ClusterOptions, LocalCluster};
 use holdfast_engine::connect::ConnectConfig;
 use holdfast_engine::{migrate, store};
@@ -14,6 +15,54 @@ use tokio_postgres::config::Host;
 /// The embedded cluster's home, relative to the working directory.
 const EMBEDDED_DIR: &str = ".holdfast/pg";
 const EMBEDDED_DBNAME: &str = "holdfast";
+
+/// Which database a command opens (the server roles, `up`, `migrate` and
+/// the administration commands; never the client or the machine daemon).
+#[derive(Args)]
+pub struct DatabaseArgs {
+    /// Postgres URL. Unset: the embedded cluster in .holdfast/pg, which
+    /// `up` creates in its directory and other commands find in theirs or
+    /// the nearest directory above.
+    #[arg(
+        long = "database-url",
+        env = "HOLDFAST_DATABASE_URL",
+        hide_env_values = true,
+        global = true
+    )]
+    database_url: Option<String>,
+}
+
+impl DatabaseArgs {
+    /// The URL, else the nearest embedded cluster ([`Database::open`]).
+    pub async fn open(&self) -> Result<Database> {
+        Database::open(self.database_url.as_deref()).await
+    }
+
+    /// The URL, else this directory's embedded cluster, created on first
+    /// use ([`Database::open_here`], for `up`).
+    pub async fn open_here(&self) -> Result<Database> {
+        Database::open_here(self.database_url.as_deref()).await
+    }
+
+    /// The URL, else the nearest embedded cluster, whose schema must be
+    /// current: these commands never migrate (that is `holdfast migrate`'s
+    /// job, or a server's at its start).
+    pub async fn open_current(&self) -> Result<Database> {
+        let db = self.open().await?;
+        let (client, connection) = db.config.connect().await?;
+        tokio::spawn(connection);
+        let pending = migrate::pending(&client).await?;
+        if !pending.is_empty() {
+            bail!(
+                "the database's schema is not current ({} to apply: {}): run `holdfast migrate` \
+                 first (a server applies them too when it starts)",
+                pending.len(),
+                pending.join(", ")
+            );
+        }
+        Ok(db)
+    }
+}
 
 /// An open database: its connection config, and the embedded cluster that
 /// serves it when no URL was given (stopped when this value drops).
@@ -25,7 +74,7 @@ pub struct Database {
 impl Database {
     /// `url`, else the nearest embedded cluster (an error saying how to
     /// name a database when there is none).
-    pub async fn open(url: Option<&str>) -> Result<Database> {
+    async fn open(url: Option<&str>) -> Result<Database> {
         if let Some(url) = url {
             return Self::at_url(url);
         }
@@ -45,7 +94,7 @@ impl Database {
 
     /// For `up`: `url`, else the embedded cluster in this directory,
     /// created on first use.
-    pub async fn open_here(url: Option<&str>) -> Result<Database> {
+    async fn open_here(url: Option<&str>) -> Result<Database> {
         match url {
             Some(url) => Self::at_url(url),
             None => Self::embedded(PathBuf::from(EMBEDDED_DIR)).await,

@@ -1,8 +1,8 @@
 //! `holdfast demo`: one command, no API key, no network. It starts a whole
 //! stack on this machine — a private Postgres (`.holdfast/demo`, fsync off),
 //! a scripted model server speaking the Anthropic protocol on 127.0.0.1,
-//! the HTTP API and maintenance in this process, two `holdfast worker`
-//! child processes and a `holdfast machine` daemon for this host — and
+//! the HTTP API and maintenance in this process, two `holdfast server worker`
+//! child processes and a `holdfast machine run` daemon for this host — and
 //! plays one support conversation through the real HTTP API: the agent
 //! streams text, calls a custom tool the demo answers, asks for an approval
 //! the demo grants, runs a command on this machine, and in the middle of

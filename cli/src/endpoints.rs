@@ -33,17 +33,20 @@ pub enum EndpointsCommand {
         #[arg(long = "model")]
         models: Vec<String>,
     },
-    /// List the endpoints (`--json`: one JSON array).
+    /// List the endpoints.
     List {
+        /// One JSON array of the stored endpoints (`default` is not stored).
         #[arg(long)]
         json: bool,
     },
     /// Remove an endpoint (agents naming it fail their next model call).
-    Remove { name: String },
+    Remove {
+        /// The endpoint's name.
+        name: String,
+    },
 }
 
 pub async fn run(db: &Database, command: EndpointsCommand) -> Result<()> {
-    db.migrate().await?;
     let (client, connection) = db.config.connect().await?;
     tokio::spawn(connection);
     match command {

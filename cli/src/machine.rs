@@ -1,4 +1,4 @@
-//! `holdfast machine`: the machine daemon. It talks to the API over HTTP
+//! `holdfast machine run`: the machine daemon. It talks to the API over HTTP
 //! with the machine's token and needs no database. The first SIGTERM/SIGINT
 //! stops claiming and lets running commands finish and report; a second
 //! one exits at once (the journal covers what was left).
@@ -23,7 +23,9 @@ use uuid::Uuid;
 pub struct MachineArgs {
     /// The Holdfast API's root URL.
     #[arg(
-        long = "api",
+        long = "url",
+        alias = "api",
+        value_name = "URL",
         env = "HOLDFAST_URL",
         default_value = "http://127.0.0.1:8080"
     )]
@@ -257,7 +259,7 @@ impl LocalMachine {
 
     /// Daemon settings for this machine: the API at `api_url`, commands
     /// run in `work_dir` with the daemon's `pass_env` variables, the rest
-    /// as `holdfast machine`'s defaults.
+    /// as `holdfast machine run`'s defaults.
     pub fn settings(&self, api_url: &str, work_dir: &Path, pass_env: Vec<String>) -> Settings {
         Settings {
             api_url: api_url.to_owned(),

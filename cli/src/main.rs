@@ -11,27 +11,26 @@ mod prices;
 mod projects;
 mod run_worker;
 mod serve_api;
+mod server;
 mod signals;
 mod up;
 
+use std::io::Write;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap_complete::Shell;
 use holdfast_client::wire::approvals::Decision;
-use holdfast_engine::egress::EgressPolicy;
 use holdfast_engine::telemetry::Telemetry;
+
+use database::DatabaseArgs;
+use server::{Server, ServerCommand};
 
 /// Holdfast: a durable runtime for LLM agents on PostgreSQL.
 #[derive(Parser)]
 #[command(name = "holdfast", version = env!("VERSION_WITH_COMMIT"))]
 struct Cli {
-    /// Postgres URL. Unset: the embedded cluster in .holdfast/pg, which
-    /// `up` creates in its directory and other commands find in theirs or
-    /// the nearest directory above.
-    #[arg(long = "database-url", env = "HOLDFAST_DATABASE_URL", global = true)]
-    database_url: Option<String>,
     /// Log filter (e.g. `info`, `holdfast=debug`); default `info`, and
     /// `warn` for the demo and the client commands, whose output is for people.
     #[arg(long = "log", env = "HOLDFAST_LOG", global = true)]
@@ -39,73 +38,42 @@ struct Cli {
     /// Log as JSON lines.
     #[arg(long = "log-json", global = true)]
     log_json: bool,
-    /// Special-purpose address ranges (private, loopback, link-local, ...)
-    /// that tenant- and model-aimed requests may reach, per kind:
-    /// `kind=range;range,...` with kinds web_fetch, mcp, webhook, wake,
-    /// model, content_url or *, and ranges in CIDR, single addresses or *. Unset: public
-    /// addresses only.
-    #[arg(long = "egress-allow", env = "HOLDFAST_EGRESS_ALLOW", global = true)]
-    egress_allow: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Apply the SQL migrations in sql/ (idempotent; safe to run concurrently).
-    Migrate,
-    /// Queue overview: agents by state, leases by worker, stuck agents.
-    Status {
-        /// One JSON document: {"queue_depth", "workers", "stuck_agents"}.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Claim agents and run their steps until SIGTERM/SIGINT (then drain).
-    Worker(run_worker::WorkerArgs),
-    /// Serve the HTTP API until SIGTERM/SIGINT.
-    Api(serve_api::ApiArgs),
-    /// Create or revoke API keys.
-    Keys {
+    /// Run one server role in this process: the HTTP API, a worker or
+    /// maintenance.
+    Server {
         #[command(subcommand)]
-        command: keys::KeysCommand,
+        role: ServerCommand,
     },
-    /// Add, list or remove the operator's model endpoints (`model.endpoint`).
-    Endpoints {
-        #[command(subcommand)]
-        command: endpoints::EndpointsCommand,
-    },
-    /// Set, list or remove the operator's model prices (the cost in usage).
-    Prices {
-        #[command(subcommand)]
-        command: prices::PricesCommand,
-    },
-    /// Operator settings of a project (custom model URLs).
-    Projects {
-        #[command(subcommand)]
-        command: projects::ProjectsCommand,
-    },
-    /// Release dead leases, wake delayed agents, deliver webhooks (safe to run several).
-    Maintenance(maintenance::MaintenanceArgs),
-    /// Run commands for agents on this machine (the machine daemon; needs no database).
-    Machine(machine::MachineArgs),
-    /// Run everything on one host: API, workers, maintenance (embedded Postgres by default).
-    Up(Box<up::UpArgs>),
+    /// The machine daemon: runs commands for agents on this machine.
+    Machine(MachineGroup),
+    /// Run everything on one host: API, workers, maintenance (embedded
+    /// Postgres by default). Applies pending migrations at start.
+    Up(Box<Server<up::UpArgs>>),
     /// A self-contained showcase: a crash mid-answer and the recovery (no API key, no network).
     Demo(demo::DemoArgs),
-    /// Create, show and list agents (client: HOLDFAST_URL, HOLDFAST_API_KEY).
+    /// Apply the SQL migrations in sql/ (idempotent; safe to run concurrently).
+    Migrate(DatabaseArgs),
+    /// Queue overview: agents by state, leases by worker, stuck agents.
+    Status(StatusArgs),
+    /// Create, list or revoke API keys.
+    Keys(Admin<keys::KeysCommand>),
+    /// The operator's per-project switches: custom model URLs, server
+    /// tools, a cap on running agents, event retention.
+    Projects(Admin<projects::ProjectsCommand>),
+    /// Add, list or remove the operator's model endpoints (`model.endpoint`).
+    Endpoints(Admin<endpoints::EndpointsCommand>),
+    /// Set, list or remove the operator's model prices (the cost in usage).
+    Prices(Admin<prices::PricesCommand>),
+    /// Create, list, show, cancel and archive agents.
     Agents {
         #[command(subcommand)]
         command: client::AgentsCommand,
-    },
-    /// List an agent's waiting inputs, take back a queued one (client: HOLDFAST_URL, HOLDFAST_API_KEY).
-    Inputs {
-        #[command(subcommand)]
-        command: client::InputsCommand,
-    },
-    /// Delete machines and rotate their tokens (client: HOLDFAST_URL, HOLDFAST_API_KEY).
-    Machines {
-        #[command(subcommand)]
-        command: client::MachinesCommand,
     },
     /// Send a message to an agent, with an Idempotency-Key.
     Send(client::SendArgs),
@@ -121,13 +89,140 @@ enum Command {
     Answer(client::AnswerArgs),
     /// Post a custom tool call's result.
     Result(client::ResultArgs),
+    /// List an agent's waiting inputs, take back a queued one.
+    Inputs {
+        #[command(subcommand)]
+        command: client::InputsCommand,
+    },
+    /// Register, list and delete machines, give them new tokens.
+    Machines {
+        #[command(subcommand)]
+        command: client::MachinesCommand,
+    },
+    /// Print a completion script for a shell, e.g.
+    /// `holdfast completions bash > ~/.local/share/bash-completion/completions/holdfast`.
+    Completions {
+        /// The shell.
+        shell: Shell,
+    },
+    /// Print this CLI's reference in Markdown (docs/reference/cli.md).
+    #[command(hide = true)]
+    CliReference,
+    /// The old name of `server api`.
+    #[command(hide = true)]
+    Api(Server<serve_api::ApiArgs>),
+    /// The old name of `server worker`.
+    #[command(hide = true)]
+    Worker(Server<run_worker::WorkerArgs>),
+    /// The old name of `server maintenance`.
+    #[command(hide = true)]
+    Maintenance(Server<maintenance::MaintenanceArgs>),
+}
+
+/// `holdfast machine run`. Its old form, `holdfast machine FLAGS`, still
+/// runs the daemon for one release (its flags are hidden from the help).
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct MachineGroup {
+    #[command(subcommand)]
+    command: Option<MachineCommand>,
+    #[command(flatten)]
+    old_form: machine::MachineArgs,
+}
+
+#[derive(Subcommand)]
+enum MachineCommand {
+    /// Run the machine daemon until SIGTERM/SIGINT: claim this machine's
+    /// commands over HTTP (with its token) and run them. Needs no database.
+    Run(machine::MachineArgs),
+}
+
+/// An administration command: the database, then what to do.
+#[derive(Args)]
+struct Admin<Action: Subcommand> {
+    #[command(flatten)]
+    database: DatabaseArgs,
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(Args)]
+struct StatusArgs {
+    #[command(flatten)]
+    database: DatabaseArgs,
+    /// One JSON document: {"queue_depth", "workers", "stuck_agents"}.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The top-level commands under the headings of `holdfast --help`.
+const COMMAND_GROUPS: &[(&str, &[&str])] = &[
+    (
+        "Server roles",
+        &["server", "machine", "up", "demo", "migrate"],
+    ),
+    (
+        "Administration (on the database, which they never migrate)",
+        &["status", "keys", "projects", "endpoints", "prices"],
+    ),
+    (
+        "Client (over HTTP: --url, --api-key)",
+        &[
+            "agents", "send", "tail", "pending", "approve", "deny", "answer", "result", "inputs",
+            "machines",
+        ],
+    ),
+    ("Shell", &["completions"]),
+];
+
+/// The command line as parsed: [`Cli`], with the old form of `machine`
+/// hidden from the help and the top-level commands listed by group.
+fn parser() -> clap::Command {
+    let parser = Cli::command().mut_subcommands(|command| match command.get_name() {
+        "machine" => command.mut_args(|arg| arg.hide(true)),
+        _ => command,
+    });
+    let width = COMMAND_GROUPS
+        .iter()
+        .flat_map(|(_, names)| names.iter().map(|name| name.len()))
+        .max()
+        .unwrap_or_default();
+    let mut listing = String::new();
+    for (heading, names) in COMMAND_GROUPS {
+        listing.push_str(&format!("{heading}:\n"));
+        for name in *names {
+            let about = parser
+                .find_subcommand(name)
+                .and_then(|command| command.get_about())
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            listing.push_str(&format!("  {name:<width$}  {about}\n"));
+        }
+        listing.push('\n');
+    }
+    // clap lists subcommands flat; this template lists them by group, the
+    // rest as clap would.
+    parser.help_template(format!(
+        "{{about-with-newline}}\n{{usage-heading}} {{usage}}\n\n{listing}\
+         `holdfast help COMMAND` (or COMMAND --help) describes each.\n\n\
+         Options:\n{{options}}"
+    ))
+}
+
+/// An old name still works for one release; this says so on stderr, in
+/// one line naming the new one.
+pub fn deprecated(old: &str, new: &str) {
+    eprintln!(
+        "warning: `holdfast {old}` is deprecated and will be removed in the next release; use `holdfast {new}`"
+    );
 }
 
 /// Errors end the process with one line on stderr, causes joined by ": "
 /// (a connection error names what failed: TLS, certificate, password,
 /// host, database), and exit status 1.
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::from_arg_matches(&parser().get_matches()).unwrap_or_else(|e| e.exit());
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -137,19 +232,21 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    let speaks_to_people = !matches!(
+    let speaks_to_people = matches!(
         cli.command,
-        Command::Migrate
-            | Command::Status { .. }
-            | Command::Worker(_)
-            | Command::Api(_)
-            | Command::Keys { .. }
-            | Command::Endpoints { .. }
-            | Command::Prices { .. }
-            | Command::Projects { .. }
-            | Command::Maintenance(_)
-            | Command::Up(_)
-            | Command::Machine(_)
+        Command::Demo(_)
+            | Command::Agents { .. }
+            | Command::Send(_)
+            | Command::Tail(_)
+            | Command::Pending(_)
+            | Command::Approve(_)
+            | Command::Deny(_)
+            | Command::Answer(_)
+            | Command::Result(_)
+            | Command::Inputs { .. }
+            | Command::Machines { .. }
+            | Command::Completions { .. }
+            | Command::CliReference
     );
     let default_log = if speaks_to_people { "warn" } else { "info" };
     init_tracing(cli.log.as_deref().unwrap_or(default_log), cli.log_json);
@@ -158,7 +255,12 @@ fn run(cli: Cli) -> Result<()> {
     // and machine daemons (commands) make spans (docs/api.md, "Tracing").
     let telemetry = if matches!(
         cli.command,
-        Command::Worker(_) | Command::Up(_) | Command::Maintenance(_) | Command::Machine(_)
+        Command::Server {
+            role: ServerCommand::Worker(_) | ServerCommand::Maintenance(_)
+        } | Command::Worker(_)
+            | Command::Maintenance(_)
+            | Command::Up(_)
+            | Command::Machine(_)
     ) {
         Telemetry::from_env(|name| std::env::var(name).ok())?
     } else {
@@ -167,64 +269,130 @@ fn run(cli: Cli) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let result = runtime.block_on(async move {
-        let url = cli.database_url.as_deref();
-        let open = || database::Database::open(url);
-        // Read by the server commands only: a bad value stops them, and
-        // never a client command.
-        let egress = || -> Result<Arc<EgressPolicy>> {
-            let policy = EgressPolicy::configure(cli.egress_allow.as_deref(), |name| {
-                std::env::var(name).ok()
-            })?;
-            Ok(Arc::new(policy))
-        };
-        match cli.command {
-            Command::Migrate => {
-                let applied = open().await?.migrate().await?;
-                if applied.is_empty() {
-                    println!("schema is up to date");
-                } else {
-                    for name in applied {
-                        println!("applied {name}");
-                    }
-                }
-                Ok(())
-            }
-            Command::Status { json } => {
-                let db = open().await?;
-                db.migrate().await?;
-                database::print_status(&db, json).await
-            }
-            Command::Worker(args) => run_worker::run(&open().await?, &args, egress()?).await,
-            Command::Api(args) => serve_api::run(&open().await?, args, egress()?).await,
-            Command::Keys { command } => keys::run(&open().await?, command).await,
-            Command::Endpoints { command } => endpoints::run(&open().await?, command).await,
-            Command::Prices { command } => prices::run(&open().await?, command).await,
-            Command::Projects { command } => projects::run(&open().await?, command).await,
-            Command::Maintenance(args) => maintenance::run(&open().await?, args, egress()?).await,
-            Command::Up(args) => {
-                up::run(database::Database::open_here(url).await?, *args, egress()?).await
-            }
-            // The demo brings its own Postgres; the client speaks HTTP.
-            Command::Demo(args) => demo::run(args).await,
-            Command::Agents { command } => client::agents(command).await,
-            Command::Machines { command } => client::machines(command).await,
-            Command::Inputs { command } => client::inputs(command).await,
-            Command::Send(args) => client::send(args).await,
-            Command::Tail(args) => client::tail(args).await,
-            Command::Pending(args) => client::pending(args).await,
-            Command::Approve(args) => client::decide(args, Decision::Approve).await,
-            Command::Deny(args) => client::decide(args, Decision::Deny).await,
-            Command::Answer(args) => client::answer(args).await,
-            Command::Result(args) => client::result(args).await,
-            // The daemon runs on a user's machine and speaks HTTP only: it
-            // never opens, let alone starts, a database.
-            Command::Machine(args) => machine::run(args).await,
-        }
-    });
+    let result = runtime.block_on(dispatch(cli.command));
     // The spans of the last steps (a worker drained by SIGTERM) go out now.
     telemetry.shutdown();
     result
+}
+
+async fn dispatch(command: Command) -> Result<()> {
+    match command {
+        Command::Server { role } => server::run(role).await,
+        Command::Api(args) => {
+            deprecated("api", "server api");
+            server::run(ServerCommand::Api(args)).await
+        }
+        Command::Worker(args) => {
+            deprecated("worker", "server worker");
+            server::run(ServerCommand::Worker(args)).await
+        }
+        Command::Maintenance(args) => {
+            deprecated("maintenance", "server maintenance");
+            server::run(ServerCommand::Maintenance(args)).await
+        }
+        // The daemon runs on a user's machine and speaks HTTP only: it
+        // never opens, let alone starts, a database.
+        Command::Machine(group) => machine::run(group.daemon_args()).await,
+        Command::Up(up) => {
+            let egress = up.egress.policy()?;
+            up::run(up.database.open_here().await?, up.role, egress).await
+        }
+        // The demo brings its own Postgres.
+        Command::Demo(args) => demo::run(args).await,
+        Command::Migrate(database) => {
+            let applied = database.open().await?.migrate().await?;
+            if applied.is_empty() {
+                println!("schema is up to date");
+            } else {
+                for name in applied {
+                    println!("applied {name}");
+                }
+            }
+            Ok(())
+        }
+        Command::Status(args) => {
+            database::print_status(&args.database.open_current().await?, args.json).await
+        }
+        Command::Keys(admin) => {
+            keys::run(&admin.database.open_current().await?, admin.action).await
+        }
+        Command::Projects(admin) => {
+            projects::run(&admin.database.open_current().await?, admin.action).await
+        }
+        Command::Endpoints(admin) => {
+            endpoints::run(&admin.database.open_current().await?, admin.action).await
+        }
+        Command::Prices(admin) => {
+            prices::run(&admin.database.open_current().await?, admin.action).await
+        }
+        Command::Agents { command } => client::agents(command).await,
+        Command::Send(args) => client::send(args).await,
+        Command::Tail(args) => client::tail(args).await,
+        Command::Pending(args) => client::pending(args).await,
+        Command::Approve(args) => client::decide(args, Decision::Approve).await,
+        Command::Deny(args) => client::decide(args, Decision::Deny).await,
+        Command::Answer(args) => client::answer(args).await,
+        Command::Result(args) => client::result(args).await,
+        Command::Inputs { command } => client::inputs(command).await,
+        Command::Machines { command } => client::machines(command).await,
+        Command::Completions { shell } => {
+            // Into a buffer first: the generator panics on a failed write
+            // (a closed pipe), and an error should say so instead.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut parser(), "holdfast", &mut script);
+            std::io::stdout().write_all(&script)?;
+            Ok(())
+        }
+        Command::CliReference => {
+            print!("{}", cli_reference());
+            Ok(())
+        }
+    }
+}
+
+impl MachineGroup {
+    /// The daemon's flags: `machine run`'s, or the old form's (with a note).
+    /// `--api`, the old name of `--url`, gets a note too.
+    fn daemon_args(self) -> machine::MachineArgs {
+        let args = match self.command {
+            Some(MachineCommand::Run(args)) => args,
+            None => {
+                deprecated("machine", "machine run");
+                self.old_form
+            }
+        };
+        let old_url_flag = std::env::args_os()
+            .take_while(|arg| arg != "--")
+            .any(|arg| arg == "--api" || arg.to_string_lossy().starts_with("--api="));
+        if old_url_flag {
+            deprecated("machine run --api", "machine run --url");
+        }
+        args
+    }
+}
+
+/// docs/reference/cli.md: every visible command, flag and argument, from
+/// the parser itself (regenerate: `cargo run -q -p holdfast -- cli-reference
+/// > docs/reference/cli.md`).
+fn cli_reference() -> String {
+    let options = clap_markdown::MarkdownOptions::new()
+        .title("CLI reference".to_owned())
+        .show_footer(false);
+    // The groups of `holdfast --help`, which the page would not show
+    // otherwise (they are in the help's template, not the parser).
+    let groups: Vec<String> = COMMAND_GROUPS
+        .iter()
+        .map(|(heading, names)| {
+            let names: Vec<String> = names.iter().map(|name| format!("`{name}`")).collect();
+            format!("**{heading}:** {}", names.join(", "))
+        })
+        .collect();
+    let parser = parser().after_long_help(format!(
+        "{}\n\nThe environment variable of each flag, and what the server settings \
+         mean in depth: docs/configuration.md.",
+        groups.join("\n\n")
+    ));
+    clap_markdown::help_markdown_command_custom(&parser, &options)
 }
 
 fn init_tracing(filter: &str, json: bool) {
@@ -237,5 +405,161 @@ fn init_tracing(filter: &str, json: bool) {
         builder.json().init();
     } else {
         builder.init();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// Every visible command under `command` (itself included), with its
+    /// path from the top (`holdfast server api`).
+    fn visible_commands(
+        command: &clap::Command,
+        path: String,
+        out: &mut Vec<(String, clap::Command)>,
+    ) {
+        for sub in command.get_subcommands() {
+            if sub.is_hide_set() || sub.get_name() == "help" {
+                continue;
+            }
+            visible_commands(sub, format!("{path} {}", sub.get_name()), out);
+        }
+        out.push((path, command.clone()));
+    }
+
+    fn all_commands() -> Vec<(String, clap::Command)> {
+        let mut parser = parser();
+        parser.build();
+        let mut out = Vec::new();
+        visible_commands(&parser, "holdfast".into(), &mut out);
+        out
+    }
+
+    /// The visible flags and positionals of `command`, without the ones
+    /// clap adds (`--help`, `--version`).
+    fn own_args(command: &clap::Command) -> Vec<&clap::Arg> {
+        command
+            .get_arguments()
+            .filter(|arg| !arg.is_hide_set())
+            .filter(|arg| !["help", "version"].contains(&arg.get_id().as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn every_visible_command_is_in_one_group_of_the_help() {
+        let mut grouped: Vec<&str> = COMMAND_GROUPS
+            .iter()
+            .flat_map(|(_, names)| names.iter().copied())
+            .collect();
+        grouped.sort_unstable();
+        let parser = Cli::command();
+        let mut visible: Vec<&str> = parser
+            .get_subcommands()
+            .filter(|command| !command.is_hide_set())
+            .map(|command| command.get_name())
+            .collect();
+        visible.sort_unstable();
+        assert_eq!(grouped, visible, "each visible command, in one group");
+    }
+
+    #[test]
+    fn every_flag_and_positional_has_help() {
+        let mut missing = Vec::new();
+        for (path, command) in all_commands() {
+            if command.get_about().is_none() {
+                missing.push(path.clone());
+            }
+            for arg in own_args(&command) {
+                if arg
+                    .get_help()
+                    .is_none_or(|help| help.to_string().trim().is_empty())
+                {
+                    missing.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "without help: {missing:?}");
+    }
+
+    /// The client commands speak HTTP only: none shows a flag of the
+    /// database, of egress or of a server role.
+    #[test]
+    fn client_commands_show_no_server_flags() {
+        let client_nouns = [
+            "agents", "send", "tail", "pending", "approve", "deny", "answer", "result", "inputs",
+            "machines",
+        ];
+        let server_only = ["database-url", "egress-allow", "listen", "concurrency"];
+        let mut leaked = Vec::new();
+        for (path, command) in all_commands() {
+            let noun = path.split(' ').nth(1).unwrap_or_default();
+            if !client_nouns.contains(&noun) {
+                continue;
+            }
+            for arg in own_args(&command) {
+                if arg
+                    .get_long()
+                    .is_some_and(|long| server_only.contains(&long))
+                {
+                    leaked.push(format!("{path} --{}", arg.get_long().unwrap()));
+                }
+            }
+        }
+        assert!(
+            leaked.is_empty(),
+            "server flags on client commands: {leaked:?}"
+        );
+        // And the server and administration commands do have their database.
+        for path in [
+            "holdfast server api",
+            "holdfast up",
+            "holdfast keys create",
+            "holdfast status",
+        ] {
+            let (_, command) = all_commands()
+                .into_iter()
+                .find(|(p, _)| p == path)
+                .unwrap_or_else(|| panic!("no {path}"));
+            assert!(
+                own_args(&command)
+                    .iter()
+                    .any(|arg| arg.get_long() == Some("database-url")),
+                "{path} has no --database-url"
+            );
+        }
+    }
+
+    /// A setting read from one environment variable has one flag name
+    /// wherever it appears (`--url` for HOLDFAST_URL, on the client and
+    /// the daemon alike).
+    #[test]
+    fn one_flag_name_per_setting() {
+        let mut names: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+        for (path, command) in all_commands() {
+            for arg in own_args(&command) {
+                let (Some(env), Some(long)) = (arg.get_env(), arg.get_long()) else {
+                    continue;
+                };
+                names
+                    .entry(env.to_string_lossy().into_owned())
+                    .or_default()
+                    .entry(long.to_owned())
+                    .or_default()
+                    .push(path.clone());
+            }
+        }
+        let split: Vec<_> = names.iter().filter(|(_, longs)| longs.len() > 1).collect();
+        assert!(
+            split.is_empty(),
+            "one variable, several flag names: {split:?}"
+        );
+        assert_eq!(
+            names["HOLDFAST_URL"].keys().collect::<Vec<_>>(),
+            ["url"],
+            "the API's URL is --url everywhere"
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! `holdfast maintenance`: release dead leases, wake delayed agents, time
+//! `holdfast server maintenance`: release dead leases, wake delayed agents, time
 //! out commands and machines, deliver webhooks. Flags mirror the
 //! environment variables of docs/configuration.md.
 
@@ -59,22 +59,9 @@ pub struct MaintenanceArgs {
     /// Longest delay between two webhook retries.
     #[arg(long = "webhook-backoff-max", env = "HOLDFAST_WEBHOOK_BACKOFF_MAX", default_value = "2m", value_parser = parse_duration)]
     webhook_backoff_max: Duration,
-    /// The API's listen address (`holdfast up` serves the API on it).
-    #[arg(
-        long = "listen",
-        env = "HOLDFAST_LISTEN",
-        default_value = "127.0.0.1:8080"
-    )]
-    listen: String,
 }
 
 impl MaintenanceArgs {
-    /// The API's listen address (`HOLDFAST_LISTEN`): `holdfast up` serves
-    /// the API on it too.
-    pub fn listen(&self) -> &str {
-        &self.listen
-    }
-
     /// The maintenance settings; `egress` decides what webhooks may reach.
     pub fn settings(&self, egress: Arc<EgressPolicy>) -> Settings {
         Settings {

@@ -32,22 +32,24 @@ pub enum PricesCommand {
         #[arg(long = "cache-write")]
         cache_write: Option<f64>,
     },
-    /// List the prices (`--json`: one JSON array).
+    /// List the prices.
     List {
+        /// One JSON array of the prices.
         #[arg(long)]
         json: bool,
     },
     /// Remove a model's prices (its later steps are unpriced).
     Remove {
+        /// The agent config's `model.provider` (anthropic, openai).
         #[arg(long)]
         provider: String,
+        /// The agent config's `model.name`.
         #[arg(long)]
         model: String,
     },
 }
 
 pub async fn run(db: &Database, command: PricesCommand) -> Result<()> {
-    db.migrate().await?;
     let (client, connection) = db.config.connect().await?;
     tokio::spawn(connection);
     match command {

@@ -24,26 +24,42 @@ use crate::database::Database;
 #[derive(Subcommand)]
 pub enum ProjectsCommand {
     /// Let the project's agents set `model.base_url`.
-    AllowCustomUrls { project: String },
+    AllowCustomUrls {
+        /// The project's name.
+        project: String,
+    },
     /// Refuse `model.base_url` again (agents with one fail their next model call).
-    DenyCustomUrls { project: String },
+    DenyCustomUrls {
+        /// The project's name.
+        project: String,
+    },
     /// Let the project's agents configure Anthropic's server tools
     /// (`anthropic_web_search`, `anthropic_web_fetch`), billed to the
     /// operator's provider account.
-    AllowServerTools { project: String },
+    AllowServerTools {
+        /// The project's name.
+        project: String,
+    },
     /// Refuse them again (agents with one fail their next model call).
-    DenyServerTools { project: String },
+    DenyServerTools {
+        /// The project's name.
+        project: String,
+    },
     /// Cap how many of the project's agents run at once (`none`: no cap).
     /// Agents already running keep their leases; the cap applies to claims.
     MaxRunning {
+        /// The project's name.
         project: String,
-        #[arg(value_parser = parse_max_running, allow_negative_numbers = true)]
+        /// The most agents running at once (0 or more), or `none`.
+        #[arg(value_name = "N|none", value_parser = parse_max_running, allow_negative_numbers = true)]
         max: MaxRunning,
     },
     /// Keep the events, webhook deliveries and tool outputs of the project's
     /// finished agents for this long (`30d`, `12h`, …; `forever`: never prune).
     Retention {
+        /// The project's name.
         project: String,
+        /// How long: whole days (`30d`), a duration (`12h`), or `forever`.
         #[arg(long = "events", value_parser = parse_retention)]
         events: Retention,
     },
@@ -88,7 +104,6 @@ fn parse_max_running(value: &str) -> Result<MaxRunning, String> {
 }
 
 pub async fn run(db: &Database, command: ProjectsCommand) -> Result<()> {
-    db.migrate().await?;
     let (client, connection) = db.config.connect().await?;
     tokio::spawn(connection);
     match command {

@@ -1,4 +1,4 @@
-//! `holdfast worker`: flags, signals, and the worker loop.
+//! `holdfast server worker`: flags, signals, and the worker loop.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,14 +103,16 @@ pub struct WorkerArgs {
     /// Retries of a search the backend answers with 429 or 5xx.
     #[arg(long = "web-search-max-retries", env = "HOLDFAST_WEB_SEARCH_MAX_RETRIES", default_value_t = WebSearchLimits::default().max_retries)]
     web_search_max_retries: u32,
+    /// The first search retry waits up to this long (jittered); it doubles per retry.
     #[arg(long = "web-search-backoff-base", env = "HOLDFAST_WEB_SEARCH_BACKOFF_BASE", default_value = "500ms", value_parser = parse_duration)]
     web_search_backoff_base: Duration,
+    /// No computed search retry delay exceeds this.
     #[arg(long = "web-search-backoff-max", env = "HOLDFAST_WEB_SEARCH_BACKOFF_MAX", default_value = "8s", value_parser = parse_duration)]
     web_search_backoff_max: Duration,
 }
 
-/// How writes are grouped into commits (`holdfast worker`: model steps;
-/// `holdfast api`: custom tool results; `holdfast up`: both).
+/// How writes are grouped into commits (`holdfast server worker`: model steps;
+/// `holdfast server api`: custom tool results; `holdfast up`: both).
 #[derive(Args, Debug)]
 pub struct GroupCommitArgs {
     /// How long a finished write waits for others to share its commit (one

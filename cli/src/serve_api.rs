@@ -1,4 +1,4 @@
-//! `holdfast api`: the HTTP API on HOLDFAST_LISTEN until SIGTERM/SIGINT.
+//! `holdfast server api`: the HTTP API on HOLDFAST_LISTEN until SIGTERM/SIGINT.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,13 +17,8 @@ use crate::signals::cancel_on_signal;
 
 #[derive(clap::Args)]
 pub struct ApiArgs {
-    /// Address to serve HTTP on.
-    #[arg(
-        long = "listen",
-        env = "HOLDFAST_LISTEN",
-        default_value = "127.0.0.1:8080"
-    )]
-    listen: SocketAddr,
+    #[command(flatten)]
+    listen: ListenArgs,
     #[command(flatten)]
     metrics: MetricsArgs,
     /// Requests per API key: `N/s`, `N/m` or `N/h`, optionally `,burst=B`
@@ -48,7 +43,19 @@ pub struct ApiArgs {
     read_database_url: Option<String>,
 }
 
-/// Who may read `GET /metrics` (`holdfast api`, `holdfast up`).
+/// Where the API listens (`holdfast server api`, `holdfast up`).
+#[derive(clap::Args)]
+pub struct ListenArgs {
+    /// Address to serve HTTP on.
+    #[arg(
+        long = "listen",
+        env = "HOLDFAST_LISTEN",
+        default_value = "127.0.0.1:8080"
+    )]
+    pub listen: SocketAddr,
+}
+
+/// Who may read `GET /metrics` (`holdfast server api`, `holdfast up`).
 #[derive(clap::Args)]
 pub struct MetricsArgs {
     /// Require `Authorization: Bearer <this>` on GET /metrics (its figures
@@ -73,9 +80,10 @@ type RateLimitSetting = Option<RateLimit>;
 
 pub async fn run(db: &Database, args: ApiArgs, egress: Arc<EgressPolicy>) -> Result<()> {
     db.migrate().await?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let listen = args.listen.listen;
+    let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .with_context(|| format!("binding {}", args.listen))?;
+        .with_context(|| format!("binding {listen}"))?;
     let shutdown = CancellationToken::new();
     cancel_on_signal(shutdown.clone())?;
     let read_database = args

@@ -2,7 +2,7 @@
 //! embedded Postgres (`.holdfast/pg`, kept between runs) or on
 //! `HOLDFAST_DATABASE_URL`: migrations, the HTTP API, `--workers N` worker
 //! loops (each with its own name and its own database session, exactly as
-//! separate `holdfast worker` processes would be), and maintenance. It
+//! separate `holdfast server worker` processes would be), and maintenance. It
 //! prints the URL, a fresh API key and a command to try.
 //!
 //! With `--local-machine` it also runs a machine daemon for this host, so
@@ -38,7 +38,7 @@ use crate::database::Database;
 use crate::machine::LocalMachine;
 use crate::maintenance::MaintenanceArgs;
 use crate::run_worker::WorkerArgs;
-use crate::serve_api::MetricsArgs;
+use crate::serve_api::{ListenArgs, MetricsArgs};
 
 #[derive(clap::Args)]
 pub struct UpArgs {
@@ -63,10 +63,11 @@ pub struct UpArgs {
     #[arg(long = "pass-env", value_name = "NAME", requires = "local_machine")]
     pass_env: Vec<String>,
     #[command(flatten)]
+    listen: ListenArgs,
+    #[command(flatten)]
     metrics: MetricsArgs,
     #[command(flatten)]
     worker: WorkerArgs,
-    /// Maintenance and webhook settings, and `--listen` for the API.
     #[command(flatten)]
     maintenance: MaintenanceArgs,
 }
@@ -91,12 +92,7 @@ async fn serve(db: &Database, args: UpArgs, egress: Arc<EgressPolicy>) -> Result
     db.migrate().await?;
     let worker_settings = args.worker.settings(egress.clone())?;
     let maintenance_settings = args.maintenance.settings(egress.clone());
-    let listen: SocketAddr = args.maintenance.listen().parse().with_context(|| {
-        format!(
-            "HOLDFAST_LISTEN {:?} is not an address:port",
-            args.maintenance.listen()
-        )
-    })?;
+    let listen = args.listen.listen;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;

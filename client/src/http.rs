@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::wire::agents::{AgentList, AgentView, StateName};
+use crate::wire::agents::{AgentList, AgentView, CancelView, StateName};
 use crate::wire::approvals::{
     AnswerRequest, ApprovalList, ApprovalStatusName, ApprovalView, DecisionRequest, QuestionList,
     QuestionStatusName, QuestionView,
@@ -253,6 +253,31 @@ impl Client {
 
     pub async fn agent(&self, agent: Uuid) -> Result<AgentView, CallError> {
         self.get(&format!("/v1/agents/{agent}")).await
+    }
+
+    /// Cancel the agent's current turn (sent once: a repeat after the turn
+    /// ended answers 409).
+    pub async fn cancel_agent(&self, agent: Uuid) -> Result<CancelView, CallError> {
+        self.post(
+            &format!("/v1/agents/{agent}/cancel"),
+            &json!({}),
+            Retry::Once,
+            None,
+        )
+        .await
+        .map(|answer| answer.body)
+    }
+
+    /// Archive an idle agent (sent once: a repeat answers 409).
+    pub async fn archive_agent(&self, agent: Uuid) -> Result<AgentView, CallError> {
+        self.post(
+            &format!("/v1/agents/{agent}/archive"),
+            &json!({}),
+            Retry::Once,
+            None,
+        )
+        .await
+        .map(|answer| answer.body)
     }
 
     /// The agent's model usage: its sum and each turn's.

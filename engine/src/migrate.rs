@@ -402,6 +402,51 @@ async fn apply_function_files(client: &mut Client) -> Result<Vec<&'static str>> 
     Ok(names)
 }
 
+/// What [`migrate`] would apply, applying nothing: the migrations not yet
+/// recorded, then the function files whose recorded checksum differs (all of
+/// them on a database never migrated). For the commands that need the
+/// current schema but leave changing it to `holdfast migrate`.
+pub async fn pending(client: &Client) -> Result<Vec<&'static str>> {
+    let tables = client
+        .query_one(
+            "SELECT to_regclass('holdfast.schema_migrations') IS NOT NULL,
+                    to_regclass('holdfast.schema_functions') IS NOT NULL",
+            &[],
+        )
+        .await?;
+    let applied: Vec<i32> = match tables.get(0) {
+        true => client
+            .query("SELECT version FROM holdfast.schema_migrations", &[])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect(),
+        false => Vec::new(),
+    };
+    let functions: Vec<(String, String)> = match tables.get(1) {
+        true => client
+            .query("SELECT name, checksum FROM holdfast.schema_functions", &[])
+            .await?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect(),
+        false => Vec::new(),
+    };
+    let migrations = MIGRATIONS
+        .iter()
+        .filter(|m| !applied.contains(&m.version))
+        .map(|m| m.name);
+    let function_files = FUNCTION_FILES
+        .iter()
+        .filter(|f| {
+            !functions
+                .iter()
+                .any(|(name, checksum)| name == f.name && *checksum == f.checksum())
+        })
+        .map(|f| f.name);
+    Ok(migrations.chain(function_files).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use crate::process::HoldfastProcess;
 use crate::wait_until;
 
-/// A `holdfast worker` process on `db`, talking to `fake` as its Anthropic
+/// A `holdfast server worker` process on `db`, talking to `fake` as its Anthropic
 /// and OpenAI endpoint, with `extra` env on top.
 pub fn spawn_worker(
     name: &str,
@@ -31,10 +31,10 @@ pub fn spawn_worker(
         ("HOLDFAST_POLL_INTERVAL", "200ms".to_owned()),
     ];
     envs.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
-    HoldfastProcess::spawn(name, &["worker"], &envs)
+    HoldfastProcess::spawn(name, &["server", "worker"], &envs)
 }
 
-/// A `holdfast api` process on `db`, on a free loopback port; returns it
+/// A `holdfast server api` process on `db`, on a free loopback port; returns it
 /// with its base URL once `/healthz` answers.
 pub async fn spawn_api(name: &str, db: &ConnectConfig) -> (HoldfastProcess, String) {
     let port = free_port();
@@ -51,7 +51,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A `holdfast api` process on `db` listening on `port`, with `extra` env
+/// A `holdfast server api` process on `db` listening on `port`, with `extra` env
 /// on top, once `/healthz` answers (a restart on the same port keeps the
 /// clients' URL).
 pub async fn spawn_api_on(
@@ -65,7 +65,7 @@ pub async fn spawn_api_on(
         ("HOLDFAST_LISTEN", format!("127.0.0.1:{port}")),
     ];
     envs.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
-    let api = HoldfastProcess::spawn(name, &["api"], &envs);
+    let api = HoldfastProcess::spawn(name, &["server", "api"], &envs);
     let http = reqwest::Client::new();
     let health = format!("http://127.0.0.1:{port}/healthz");
     wait_until(

@@ -247,7 +247,7 @@ async fn run(plan: Plan) {
     let spawn_daemon = |n: usize| {
         HoldfastProcess::spawn(
             &format!("chaos-daemon{n}"),
-            &["machine"],
+            &["machine", "run"],
             &[
                 ("HOLDFAST_URL", api_url.clone()),
                 ("HOLDFAST_MACHINE_TOKEN", machine.token.clone()),

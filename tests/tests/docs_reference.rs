@@ -4,7 +4,8 @@
 //! `holdfast.event_types()` is described in docs/events.md (and no other);
 //! every `HOLDFAST_*` name in the crates' sources and every flag of the
 //! server commands is in docs/configuration.md (and every variable its
-//! tables name exists); nothing but the applied migrations cites sections
+//! tables name exists); docs/reference/cli.md is generated from the CLI's
+//! parser; nothing but the applied migrations cites sections
 //! of the original design document, which is not in the repository.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,7 +24,14 @@ const CONFIGURATION_MD: &str = include_str!("../../docs/configuration.md");
 const PREFIX: &str = "HOLDFAST_";
 
 /// The processes whose flags docs/configuration.md lists one by one.
-const SERVER_COMMANDS: &[&str] = &["api", "worker", "maintenance", "machine", "up", "demo"];
+const SERVER_COMMANDS: &[&[&str]] = &[
+    &["server", "api"],
+    &["server", "worker"],
+    &["server", "maintenance"],
+    &["machine", "run"],
+    &["up"],
+    &["demo"],
+];
 
 /// `(method, path)` → statuses, for each route section of docs/api.md: a
 /// heading ``### `METHOD /path` `` and, under it, bullets ``- `NNN` …``.
@@ -245,9 +253,11 @@ fn every_holdfast_variable_in_the_sources_is_in_docs_configuration_md() {
 #[test]
 fn every_flag_of_the_server_commands_is_in_docs_configuration_md() {
     let binary = holdfast_bin();
-    for command in SERVER_COMMANDS {
+    for words in SERVER_COMMANDS {
+        let command = words.join(" ");
         let output = Command::new(&binary)
-            .args(["help", command])
+            .arg("help")
+            .args(*words)
             .output()
             .expect("run holdfast help");
         assert!(output.status.success(), "holdfast help {command} failed");
@@ -260,7 +270,7 @@ fn every_flag_of_the_server_commands_is_in_docs_configuration_md() {
             .map(|flag| flag.trim_end_matches(','))
             .filter(|flag| *flag != "--help")
             .collect();
-        assert!(flags.len() > 3, "holdfast help {command}:\n{help}");
+        assert!(flags.len() >= 3, "holdfast help {command}:\n{help}");
         let missing: Vec<_> = flags
             .iter()
             .filter(|flag| {
@@ -273,6 +283,28 @@ fn every_flag_of_the_server_commands_is_in_docs_configuration_md() {
             "flags of holdfast {command} not in docs/configuration.md: {missing:?}"
         );
     }
+}
+
+/// docs/reference/cli.md is what the binary generates from its parser, so
+/// every command, flag and argument it documents exists, as documented.
+#[test]
+fn the_committed_cli_reference_is_the_one_the_binary_generates() {
+    let output = Command::new(holdfast_bin())
+        .arg("cli-reference")
+        .output()
+        .expect("run holdfast cli-reference");
+    assert!(output.status.success(), "holdfast cli-reference failed");
+    let generated = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        generated.contains("## `holdfast server api`"),
+        "{generated}"
+    );
+    let committed = include_str!("../../docs/reference/cli.md");
+    assert!(
+        committed == generated,
+        "docs/reference/cli.md is not what the binary generates; regenerate it with:\n  \
+         cargo run -q -p holdfast -- cli-reference > docs/reference/cli.md"
+    );
 }
 
 #[test]

@@ -21,7 +21,7 @@ use uuid::Uuid;
 fn maintenance(name: &str, db: &TestDb) -> HoldfastProcess {
     HoldfastProcess::spawn(
         name,
-        &["maintenance"],
+        &["server", "maintenance"],
         &[
             ("HOLDFAST_DATABASE_URL", db.config.to_connection_string()),
             ("HOLDFAST_MAINTENANCE_INTERVAL", "100ms".into()),

@@ -1,5 +1,5 @@
-//! Commands end to end, with real processes: `holdfast machine` daemons,
-//! `holdfast worker`s and `holdfast maintenance` against a real API server
+//! Commands end to end, with real processes: `holdfast machine run`
+//! daemons, `holdfast server worker`s and `holdfast server maintenance` against a real API server
 //! and the fake model provider. Processes are killed, stopped and restarted;
 //! what ran is read from a marker file each command appends to, and what
 //! the agent saw from the database.
@@ -54,11 +54,11 @@ impl Rig {
         }
     }
 
-    /// `holdfast maintenance`, ticking every 100 ms with these timeouts.
+    /// `holdfast server maintenance`, ticking every 100 ms with these timeouts.
     fn maintenance(&self, accept_timeout: &str, offline_after: &str) -> HoldfastProcess {
         HoldfastProcess::spawn(
             "maintenance",
-            &["maintenance"],
+            &["server", "maintenance"],
             &[
                 (
                     "HOLDFAST_DATABASE_URL",
@@ -89,7 +89,7 @@ impl Rig {
         (created.id, created.token)
     }
 
-    /// `holdfast machine` for `token`, keeping its journal in `state`, running
+    /// `holdfast machine run` for `token`, keeping its journal in `state`, running
     /// commands in the scratch directory, heartbeating every 200 ms.
     fn daemon(&self, name: &str, token: &str, state: &Path) -> HoldfastProcess {
         self.daemon_with(
@@ -100,7 +100,7 @@ impl Rig {
         )
     }
 
-    /// `holdfast machine ARGS` as [`Rig::daemon`] runs it, with `envs` (the
+    /// `holdfast machine run ARGS` as [`Rig::daemon`] runs it, with `envs` (the
     /// token among them, or in ARGS).
     fn daemon_with(
         &self,
@@ -109,7 +109,7 @@ impl Rig {
         args: &[&str],
         envs: &[(&str, String)],
     ) -> HoldfastProcess {
-        let mut all_args = vec!["machine"];
+        let mut all_args = vec!["machine", "run"];
         all_args.extend_from_slice(args);
         let mut all_envs = vec![
             ("HOLDFAST_URL", self.server.url("")),
@@ -675,9 +675,7 @@ async fn a_rotated_token_stops_its_daemon_and_the_new_token_serves_the_machine()
     })
     .await;
 
-    let (code, output) = rig
-        .client_cli(&["rotate-token", &machine.to_string()])
-        .await;
+    let (code, output) = rig.client_cli(&["token", &machine.to_string()]).await;
     assert_eq!(code, Some(0), "{output}");
     let new_token = output
         .lines()

@@ -4,7 +4,7 @@
 //! the answer is saved and resumes after the server restarts, each saved
 //! event exactly once. Admin commands without a database URL use the
 //! cluster of the nearest `.holdfast/` or say how to name one, never
-//! creating one; `--version` names the commit.
+//! creating one, and never migrate it; `--version` names the commit.
 
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -574,7 +574,8 @@ async fn admin(dir: &std::path::Path, args: &[&str]) -> Run {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admin_commands_use_the_nearest_up_cluster_or_say_how_to_name_a_database() {
+async fn admin_commands_use_the_nearest_up_cluster_or_say_how_to_name_a_database_and_never_migrate()
+{
     let project = ScratchDir::new("nearest");
     let deeper = project.join("src/deeper");
     std::fs::create_dir_all(&deeper).unwrap();
@@ -605,14 +606,39 @@ async fn admin_commands_use_the_nearest_up_cluster_or_say_how_to_name_a_database
     .await
     .unwrap()
     .unwrap();
+    // Its database has no schema yet: the administration commands say to
+    // migrate, and migrate nothing themselves.
+    for args in [
+        &["keys", "create", "--project", "nearest"][..],
+        &["status"],
+        &["projects", "max-running", "nearest", "2"],
+    ] {
+        let refused = admin(&deeper, args).await;
+        assert_eq!(refused.code, Some(1), "{args:?}: {}", refused.stdout);
+        assert!(
+            refused.stderr.contains("run `holdfast migrate`"),
+            "{args:?}: {}",
+            refused.stderr
+        );
+    }
+    let config = ConnectConfig::parse(&cluster.connection_string("holdfast")).unwrap();
+    let (client, connection) = config.connect().await.unwrap();
+    tokio::spawn(connection);
+    let schema: Option<String> = client
+        .query_one("SELECT to_regnamespace('holdfast')::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(schema, None, "an administration command changed the schema");
+    let migrated = admin(&deeper, &["migrate"]).await;
+    assert_eq!(migrated.code, Some(0), "{}", migrated.stderr);
+    assert!(migrated.stdout.contains("applied"), "{}", migrated.stdout);
+
     let made = admin(&deeper, &["keys", "create", "--project", "nearest"]).await;
     assert_eq!(made.code, Some(0), "{}", made.stderr);
     let key = made.stdout.lines().last().unwrap().trim().to_owned();
     assert!(key.starts_with("hf_"), "{}", made.stdout);
     assert!(!deeper.join(".holdfast").exists());
-    let config = ConnectConfig::parse(&cluster.connection_string("holdfast")).unwrap();
-    let (client, connection) = config.connect().await.unwrap();
-    tokio::spawn(connection);
     let projects: i64 = client
         .query_one(
             "SELECT count(*) FROM holdfast.projects WHERE name = 'nearest'",

@@ -7,6 +7,7 @@ use std::io::Write;
 use holdfast_client::follow::SavedEvent;
 use holdfast_client::wire::agents::AgentView;
 use holdfast_client::wire::inputs::InputView;
+use holdfast_client::wire::machines::MachineView;
 use serde_json::Value;
 
 use super::Pending;
@@ -163,6 +164,26 @@ pub fn agent_list(agents: &[AgentView]) {
             agent.id,
             agent.state.as_str(),
             summary(agent)
+        );
+    }
+}
+
+pub fn machine_list(machines: &[MachineView]) {
+    if machines.is_empty() {
+        println!("no machines");
+        return;
+    }
+    for machine in machines {
+        let seen = machine
+            .last_heartbeat_at
+            .map_or_else(|| "never".to_owned(), |at| at.to_rfc3339());
+        let running = machine.running_commands.as_array().map_or(0, Vec::len);
+        println!(
+            "{}  {}  {}  last heartbeat {seen}  commands: {} queued, {running} running",
+            machine.id,
+            machine.name,
+            if machine.online { "online " } else { "offline" },
+            machine.queued_commands
         );
     }
 }

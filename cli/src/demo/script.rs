@@ -7,7 +7,7 @@
 //!
 //! 1. text + `lookup_order` (a custom tool: the demo answers it over HTTP);
 //! 2. text + `issue_refund` (needs approval; the demo approves, then answers);
-//! 3. text + `run_command` on this machine: the demo's `holdfast machine`
+//! 3. text + `run_command` on this machine: the demo's `holdfast machine run`
 //!    daemon runs [`COMMAND`], which appends the refund to a ledger file in
 //!    its working directory (a side effect that must not happen twice) and
 //!    says where it ran;

@@ -1,7 +1,7 @@
 //! Start-up and shut-down: the private Postgres and the demo's database,
 //! the scripted model server, the API and maintenance in this process, two
-//! `holdfast worker` processes and the `holdfast machine` daemon; and the
-//! SIGKILL of the worker holding the agent.
+//! `holdfast server worker` processes and the `holdfast machine run`
+//! daemon; and the SIGKILL of the worker holding the agent.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -31,7 +31,7 @@ const DATABASE: &str = "holdfast_demo";
 const WORKERS: [&str; 2] = ["demo-worker-1", "demo-worker-2"];
 pub(super) const DAEMON: &str = "demo-machine-daemon";
 
-/// A `holdfast worker` or `holdfast machine` child process.
+/// A `holdfast server worker` or `holdfast machine run` child process.
 pub(super) struct ChildProcess {
     pub(super) name: &'static str,
     pub(super) pid: u32,
@@ -191,7 +191,7 @@ impl Stack {
     }
 
     /// Register this host as a machine over the API and start its daemon,
-    /// `holdfast machine`, with a fresh journal and working directory.
+    /// `holdfast machine run`, with a fresh journal and working directory.
     async fn start_machine(&mut self, api_url: &str, dir: &Path, out: &mut Timeline) -> Result<()> {
         let registered = self
             .api
@@ -333,7 +333,7 @@ async fn fresh_database(cluster: &LocalCluster) -> Result<ConnectConfig> {
     Ok(database)
 }
 
-/// Start `holdfast worker` as a child process: this very binary, with a
+/// Start `holdfast server worker` as a child process: this very binary, with a
 /// clean environment (no API keys: the model server is local), its log in
 /// the demo's directory.
 fn spawn_worker(name: &'static str, connection_string: &str, dir: &Path) -> Result<ChildProcess> {
@@ -341,7 +341,14 @@ fn spawn_worker(name: &'static str, connection_string: &str, dir: &Path) -> Resu
     let log_file =
         std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
     let child = Command::new(std::env::current_exe()?)
-        .args(["worker", "--name", name, "--poll-interval", "200ms"])
+        .args([
+            "server",
+            "worker",
+            "--name",
+            name,
+            "--poll-interval",
+            "200ms",
+        ])
         .arg("--database-url")
         .arg(format!("{connection_string} application_name={name}"))
         .env_clear()
@@ -362,7 +369,7 @@ fn spawn_worker(name: &'static str, connection_string: &str, dir: &Path) -> Resu
     })
 }
 
-/// Start `holdfast machine` as a child process: its journal in
+/// Start `holdfast machine run` as a child process: its journal in
 /// `home/state`, commands running in `home/work`, the token in its
 /// environment (not on its command line), a heartbeat every second, and
 /// short claims so that it stops quickly. Its log is in `dir`.
@@ -372,7 +379,7 @@ fn spawn_daemon(api_url: &str, token: &str, home: &Path, dir: &Path) -> Result<C
         std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
     let mut command = Command::new(std::env::current_exe()?);
     command
-        .args(["machine", "--api", api_url])
+        .args(["machine", "run", "--url", api_url])
         .arg("--state-dir")
         .arg(home.join("state"))
         .arg("--work-dir")

@@ -1,6 +1,7 @@
 //! API keys.
 
 use chrono::{DateTime, Utc};
+use serde::Serialize;
 use uuid::Uuid;
 
 /// A new API key, in clear: shown once, stored only as a hash.
@@ -27,4 +28,15 @@ pub struct ApiKeyRevoked {
     pub project_id: Uuid,
     pub prefix: String,
     pub revoked_at: DateTime<Utc>,
+}
+
+/// An API key as `holdfast keys list` shows it: never the key itself (only
+/// its hash is stored), its prefix to tell it apart.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ApiKeyListed {
+    pub key_id: Uuid,
+    pub project: String,
+    pub prefix: String,
+    pub created_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
 }

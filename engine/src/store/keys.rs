@@ -3,7 +3,7 @@
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
-use crate::domain::{ApiKeyCreated, ApiKeyOwner, ApiKeyRevoked};
+use crate::domain::{ApiKeyCreated, ApiKeyListed, ApiKeyOwner, ApiKeyRevoked};
 use crate::error::Result;
 
 /// Create an API key for `project_name` (the project is created if needed).
@@ -65,4 +65,31 @@ pub async fn revoke_api_key(client: &impl GenericClient, key_ref: &str) -> Resul
         prefix: row.get(2),
         revoked_at: row.get(3),
     })
+}
+
+/// The API keys, revoked ones included, oldest first; only `project`'s
+/// when given.
+pub async fn list_api_keys(
+    client: &impl GenericClient,
+    project: Option<&str>,
+) -> Result<Vec<ApiKeyListed>> {
+    let rows = client
+        .query(
+            "SELECT k.id, p.name, k.prefix, k.created_at, k.revoked_at \
+               FROM holdfast.api_keys k JOIN holdfast.projects p ON p.id = k.project_id \
+              WHERE $1::text IS NULL OR p.name = $1 \
+              ORDER BY k.created_at, k.id",
+            &[&project],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| ApiKeyListed {
+            key_id: r.get(0),
+            project: r.get(1),
+            prefix: r.get(2),
+            created_at: r.get(3),
+            revoked_at: r.get(4),
+        })
+        .collect())
 }

@@ -1,5 +1,5 @@
 // A real Holdfast for these tests: `holdfast-test-stack` (tests/src/bin)
-// starts a fresh database, the fake model, and real `holdfast api`,
+// starts a fresh database, the fake model, and real `holdfast server api`,
 // `worker` and `maintenance` processes, and takes commands on stdin
 // (restart the API, SIGKILL a worker).
 

@@ -1,8 +1,8 @@
 //! A real Holdfast for the SDKs' own test suites (`sdk/typescript`,
 //! `sdk/python`), so each language drives real processes without its own
 //! copy of the harness: a fresh database in the tests' shared Postgres
-//! cluster, the fake model, and `holdfast api`, `holdfast worker` (two) and
-//! `holdfast maintenance` processes on them.
+//! cluster, the fake model, and `holdfast server api`, `holdfast server
+//! worker` (two) and `holdfast server maintenance` processes on them.
 //!
 //! It prints one JSON line, `{"url", "key"}` (the API and a project's key),
 //! then takes one command per line on stdin and answers each with one JSON
@@ -59,7 +59,7 @@ async fn main() {
     }
     let _maintenance = HoldfastProcess::spawn(
         "sdk-maintenance",
-        &["maintenance"],
+        &["server", "maintenance"],
         &[
             ("HOLDFAST_DATABASE_URL", db.url()),
             ("HOLDFAST_MAINTENANCE_INTERVAL", "100ms".into()),
@@ -106,7 +106,7 @@ async fn main() {
     }
 }
 
-/// `holdfast api` on `port`, once `/healthz` answers.
+/// `holdfast server api` on `port`, once `/healthz` answers.
 async fn start_api(db: &TestDb, port: u16) -> HoldfastProcess {
     spawn_api_on(
         "sdk-api",

@@ -403,11 +403,11 @@ pub fn holdfast_binary() -> PathBuf {
     holdfast_tests::process::holdfast_bin()
 }
 
-/// Start `holdfast maintenance` on `database_url` with extra environment.
+/// Start `holdfast server maintenance` on `database_url` with extra environment.
 pub fn spawn_maintenance(database_url: &str, env: &[(&str, &str)]) -> Child {
     let mut command = Command::new(holdfast_binary());
     command
-        .arg("maintenance")
+        .args(["server", "maintenance"])
         .env("HOLDFAST_DATABASE_URL", database_url)
         .env("HOLDFAST_LOG", "warn")
         // The receivers listen on loopback, which webhooks may not reach
@@ -418,5 +418,5 @@ pub fn spawn_maintenance(database_url: &str, env: &[(&str, &str)]) -> Child {
     for (name, value) in env {
         command.env(name, value);
     }
-    command.spawn().expect("spawn holdfast maintenance")
+    command.spawn().expect("spawn holdfast server maintenance")
 }
