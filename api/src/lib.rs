@@ -16,6 +16,7 @@ pub mod error;
 pub mod events;
 pub mod extract;
 pub mod fanout;
+pub mod inbox;
 pub mod inputs;
 pub mod machines;
 pub mod metrics;
@@ -132,6 +133,7 @@ fn small_body_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(machines::daemon::heartbeat))
         .routes(routes!(machines::daemon::claim_commands))
         .routes(routes!(machines::daemon::submit_result))
+        .routes(routes!(inbox::get_inbox))
         .routes(routes!(approvals::list_approvals))
         .routes(routes!(approvals::decide_approval))
         .routes(routes!(approvals::list_questions))

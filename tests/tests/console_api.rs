@@ -277,6 +277,7 @@ async fn a_deep_activity_page_over_100000_agents_is_an_index_scan() {
                     &None::<Value>,
                     &None::<String>,
                     &51i64,
+                    &None::<String>,
                 ],
             )
             .await

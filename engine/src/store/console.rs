@@ -17,7 +17,7 @@ use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::agent_from_row;
-use crate::domain::{Agent, AgentState};
+use crate::domain::{Agent, AgentState, TurnOutcome};
 use crate::error::Result;
 
 /// A project as its own keys see it.
@@ -40,6 +40,8 @@ pub struct ActivityCursor {
 #[derive(Clone, Debug, Default)]
 pub struct AgentFilter {
     pub state: Option<AgentState>,
+    /// Its last turn ended so.
+    pub outcome: Option<TurnOutcome>,
     /// Exactly this agent.
     pub id: Option<Uuid>,
     /// `config.metadata` contains this object (`@>`).
@@ -95,11 +97,12 @@ pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Optio
 /// expression the 0017 indexes are built on.
 pub const AGENTS_BY_ACTIVITY_SQL: &str = "\
 SELECT id, project_id, holdfast.mask_config_secrets(config), state, turn_open, cancel_requested_at, \
-       last_event_seq, created_at, updated_at, state_changed_at, \
+       last_event_seq, created_at, updated_at, state_changed_at, holdfast.agent_last_turn(agents), \
        coalesce(last_event_at, created_at) \
   FROM holdfast.agents \
  WHERE project_id = $1 \
    AND ($2::text IS NULL OR state = $2) \
+   AND ($9::text IS NULL OR last_turn_outcome = $9) \
    AND ($3::timestamptz IS NULL OR (coalesce(last_event_at, created_at), id) < ($3, $4::uuid)) \
    AND ($5::uuid IS NULL OR id = $5) \
    AND ($6::jsonb IS NULL OR config -> 'metadata' @> $6) \
@@ -117,6 +120,7 @@ pub async fn agents_by_activity(
     limit: i64,
 ) -> Result<Vec<AgentActivity>> {
     let state = filter.state.map(<&str>::from);
+    let outcome = filter.outcome.map(<&str>::from);
     let before_activity = before.map(|c| c.activity);
     let before_id = before.map(|c| c.id);
     let rows = client
@@ -131,6 +135,7 @@ pub async fn agents_by_activity(
                 &filter.metadata,
                 &filter.text,
                 &limit,
+                &outcome,
             ],
         )
         .await?;
@@ -138,7 +143,7 @@ pub async fn agents_by_activity(
         .map(|row| {
             Ok(AgentActivity {
                 agent: agent_from_row(row)?,
-                activity: row.get(10),
+                activity: row.get(11),
             })
         })
         .collect()
@@ -346,4 +351,50 @@ pub async fn operations(client: &impl GenericClient, project_id: Uuid) -> Result
         webhooks,
         machines,
     })
+}
+
+/// What to narrow the inbox to; every part is optional and they add up.
+#[derive(Clone, Debug, Default)]
+pub struct InboxFilter<'a> {
+    /// One kind (`approval`, `budget_approval`, `question`, `tool_call`,
+    /// `command`).
+    pub kind: Option<&'a str>,
+    /// The agent's `config.metadata` contains this object (`@>`).
+    pub metadata: Option<&'a Value>,
+}
+
+/// Where a page of the inbox starts: after this item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InboxCursor {
+    pub created_at: DateTime<Utc>,
+    pub id: Uuid,
+}
+
+/// What waits on a person or a client in `project`, oldest first, after
+/// `after`, at most `limit` (`holdfast.inbox`): the document
+/// `{"items": [...], "total": n}`.
+pub async fn inbox(
+    client: &impl GenericClient,
+    project: Uuid,
+    filter: &InboxFilter<'_>,
+    after: Option<InboxCursor>,
+    limit: i64,
+) -> Result<Value> {
+    let after_at = after.map(|c| c.created_at);
+    let after_id = after.map(|c| c.id);
+    let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+    let row = client
+        .query_one(
+            "SELECT holdfast.inbox($1, $2, $3, $4, $5, $6)",
+            &[
+                &project,
+                &filter.kind,
+                &filter.metadata,
+                &after_at,
+                &after_id,
+                &limit,
+            ],
+        )
+        .await?;
+    Ok(row.get(0))
 }

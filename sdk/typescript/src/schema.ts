@@ -319,6 +319,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/inbox": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List what waits on a person or a client, oldest first. */
+        get: operations["get_inbox"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/inputs/{id}": {
         parameters: {
             query?: never;
@@ -709,6 +726,7 @@ export interface components {
              * @description The seq of its latest event: resume a stream from here.
              */
             last_event_seq: number;
+            last_turn?: null | components["schemas"]["LastTurn"];
             state: components["schemas"]["StateName"];
             /** Format: date-time */
             state_changed_at: string;
@@ -1047,6 +1065,56 @@ export interface components {
             /** Format: uuid */
             machine_id: string;
         };
+        /** @description A page of the inbox, oldest first. */
+        Inbox: {
+            /** @description More items follow: ask again with `cursor` = `next_cursor`. */
+            has_more: boolean;
+            items: components["schemas"]["InboxItem"][];
+            /** @description With `has_more`: the `cursor` of the next page. */
+            next_cursor?: string | null;
+            /**
+             * Format: int64
+             * @description Items matching the filters on every page.
+             */
+            total: number;
+        };
+        /** @description One thing waiting. */
+        InboxItem: {
+            /**
+             * Format: double
+             * @description Seconds it has waited, at the time of the response.
+             */
+            age_seconds: number;
+            /** Format: uuid */
+            agent_id: string;
+            /** @description The agent's `config.metadata` (`{}` when it has none). */
+            agent_metadata: Record<string, unknown>;
+            /**
+             * Format: date-time
+             * @description When it began to wait.
+             */
+            created_at: string;
+            /**
+             * @description What answering needs: `approval` {tool_call_id, name, input};
+             *     `budget_approval` {budget}; `question` {tool_call_id, question};
+             *     `tool_call` {name, input}; `command` {tool_call_id, command,
+             *     machine, machine_online}.
+             */
+            detail: Record<string, unknown>;
+            /**
+             * Format: uuid
+             * @description The approval's, question's, tool call's or command's id.
+             */
+            id: string;
+            kind: components["schemas"]["InboxKind"];
+            /** @description One line saying what is asked (at most 200 characters). */
+            summary: string;
+        };
+        /**
+         * @description What an inbox item waits for, and so how it is answered.
+         * @enum {string}
+         */
+        InboxKind: "approval" | "budget_approval" | "question" | "tool_call" | "command";
         /** @description An agent's waiting inputs, oldest first. */
         InputList: {
             inputs: components["schemas"]["InputView"][];
@@ -1100,6 +1168,28 @@ export interface components {
          * @enum {string}
          */
         KindName: "external" | "internal" | "custom" | "question" | "command";
+        /** @description An agent's latest turn (open or ended). */
+        LastTurn: {
+            /**
+             * Format: date-time
+             * @description The event that ended it; `null` while it is open.
+             */
+            ended_at?: string | null;
+            error?: null | components["schemas"]["TurnError"];
+            outcome?: null | components["schemas"]["TurnOutcome"];
+            /**
+             * Format: date-time
+             * @description Its `turn.started`.
+             */
+            started_at: string;
+            /**
+             * Format: int64
+             * @description The turn's number on the agent (counted up as turns open).
+             */
+            turn: number;
+            /** @description Its model usage so far, and cost. */
+            usage: components["schemas"]["TokenUsage"];
+        };
         /**
          * @description Bounds on a runaway agent. Each defaults to, and may not exceed, the
          *     operator's maximum (`HOLDFAST_MAX_<NAME>`); exceeding one ends the turn
@@ -1626,6 +1716,20 @@ export interface components {
              */
             output: Record<string, unknown>;
         };
+        /** @description Why a turn failed: `turn.failed`'s `error`. */
+        TurnError: {
+            message: string;
+            /**
+             * @description `authentication_error`, `retries_exhausted`, `limit_exceeded`,
+             *     `budget_exceeded`, `internal_error`, ... (docs/events.md).
+             */
+            type: string;
+        };
+        /**
+         * @description How a turn ended.
+         * @enum {string}
+         */
+        TurnOutcome: "completed" | "failed" | "cancelled" | "limit";
         /** @description One turn's usage. */
         TurnUsage: {
             /**
@@ -1839,6 +1943,11 @@ export interface operations {
             query?: {
                 /** @description Only agents in this state. */
                 state?: components["schemas"]["StateName"];
+                /**
+                 * @description Only agents whose last turn ended so (`failed`: an error other than
+                 *     a limit; `limit`: a limit or budget).
+                 */
+                outcome?: "completed" | "failed" | "cancelled" | "limit";
                 /**
                  * @description Agents created after this one (the last id of the previous page;
                  *     `order=created`).
@@ -3100,6 +3209,74 @@ export interface operations {
             };
             /** @description the body is not `application/json` */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_inbox: {
+        parameters: {
+            query?: {
+                /** @description Only items of this kind. */
+                kind?: "approval" | "budget_approval" | "question" | "tool_call" | "command";
+                /**
+                 * @description Only items of agents whose `config.metadata` contains this JSON
+                 *     object, e.g. `{"team":"billing"}`.
+                 */
+                metadata?: string;
+                /** @description At most this many (default 100, at most 1000). */
+                limit?: number;
+                /** @description The `next_cursor` of the previous page. */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Inbox"];
+                };
+            };
+            /** @description `field` names the bad parameter (kind, metadata, limit, cursor) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -140,6 +140,9 @@ class HeartbeatView(TypedDict):
     machine_id: str
 
 
+InboxKind = Literal['approval', 'budget_approval', 'question', 'tool_call', 'command']
+
+
 InputMode = Literal['steer', 'queue', 'interrupt']
 
 
@@ -379,6 +382,14 @@ class ToolResultRequest(TypedDict):
     output: dict[str, Any]
 
 
+class TurnError(TypedDict):
+    message: str
+    type: str
+
+
+TurnOutcome = Literal['completed', 'failed', 'cancelled', 'limit']
+
+
 class TurnUsage(TypedDict):
     model_steps: int
     started_at: str
@@ -483,8 +494,28 @@ class HeartbeatRequest(TypedDict):
     started: NotRequired[bool]
 
 
+class InboxItem(TypedDict):
+    age_seconds: float
+    agent_id: str
+    agent_metadata: dict[str, Any]
+    created_at: str
+    detail: dict[str, Any]
+    id: str
+    kind: InboxKind
+    summary: str
+
+
 class InputList(TypedDict):
     inputs: list[InputView]
+
+
+class LastTurn(TypedDict):
+    ended_at: NotRequired[Optional[str]]
+    error: NotRequired[Optional[TurnError]]
+    outcome: NotRequired[Optional[TurnOutcome]]
+    started_at: str
+    turn: int
+    usage: TokenUsage
 
 
 class MachineActivityView(TypedDict):
@@ -594,6 +625,7 @@ class AgentView(TypedDict):
     created_at: str
     id: str
     last_event_seq: int
+    last_turn: NotRequired[Optional[LastTurn]]
     state: StateName
     state_changed_at: str
     turn_open: bool
@@ -603,6 +635,13 @@ class AgentView(TypedDict):
 class CancelView(TypedDict):
     agent: AgentView
     status: str
+
+
+class Inbox(TypedDict):
+    has_more: bool
+    items: list[InboxItem]
+    next_cursor: NotRequired[Optional[str]]
+    total: int
 
 
 class AgentList(TypedDict):
