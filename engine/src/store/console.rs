@@ -27,6 +27,10 @@ pub struct Project {
     pub name: String,
     /// Agents per state; every state is present (0 when none).
     pub agents_by_state: BTreeMap<String, i64>,
+    /// Agents per outcome of their last turn (`agents.last_turn_outcome`);
+    /// every outcome is present (0 when none). Agents with a turn open, or
+    /// none yet, are in no count.
+    pub agents_by_last_turn_outcome: BTreeMap<String, i64>,
 }
 
 /// Where a page of the activity-ordered list starts: below this row.
@@ -83,10 +87,26 @@ pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Optio
         let state: AgentState = super::parse_text(row.get(0), "state")?;
         agents_by_state.insert(state.to_string(), row.get(1));
     }
+    let mut agents_by_last_turn_outcome: BTreeMap<String, i64> = TurnOutcome::VARIANTS
+        .iter()
+        .map(|o| (o.to_string(), 0))
+        .collect();
+    let counts = client
+        .query(
+            "SELECT last_turn_outcome, count(*) FROM holdfast.agents \
+              WHERE project_id = $1 AND last_turn_outcome IS NOT NULL GROUP BY last_turn_outcome",
+            &[&project],
+        )
+        .await?;
+    for row in counts {
+        let outcome: TurnOutcome = super::parse_text(row.get(0), "last_turn_outcome")?;
+        agents_by_last_turn_outcome.insert(outcome.to_string(), row.get(1));
+    }
     Ok(Some(Project {
         id: project,
         name: row.get(0),
         agents_by_state,
+        agents_by_last_turn_outcome,
     }))
 }
 
