@@ -146,7 +146,7 @@ function counts(byState, byOutcome = {}) {
   return el("div", { class: "counts", id: "counts" },
     Object.entries(byState).map(([state, n]) => el("a", { class: "count", "data-state": state, href: `#/agents?state=${state}` }, `${state}: ${n}`)),
     ["failed", "limit"].filter((o) => byOutcome[o] !== undefined).map((o) =>
-      el("a", { class: "count failed", "data-outcome": o, href: `#/agents?outcome=${o}` }, `${o === "limit" ? "stopped at a limit" : "failed"}: ${byOutcome[o]}`)));
+      el("a", { class: `count${byOutcome[o] > 0 ? " failed" : ""}`, "data-outcome": o, href: `#/agents?outcome=${o}` }, `${o === "limit" ? "stopped at a limit" : "failed"}: ${byOutcome[o]}`)));
 }
 
 async function agentsPage(params, render) {

@@ -931,7 +931,7 @@ async fn the_keyboard_reaches_the_list_and_the_actions_with_visible_focus(
     browser
         .wait_for_text("#agents", &ops.held.to_string())
         .await;
-    tab_to(browser, "#agents tbody a", 10).await;
+    tab_to(browser, "#agents tbody a", 20).await;
     let href = browser
         .eval(
             "return document.activeElement.getAttribute('href');",
@@ -1686,7 +1686,7 @@ async fn a_failed_agent_shows_as_failed_in_the_list_the_counts_and_its_header_an
     assert!(row(failed)[2].starts_with("failed"), "{rows:?}");
     assert!(row(failed)[4].contains("team=billing"), "{rows:?}");
     assert_eq!(row(fine)[1], "idle", "{rows:?}");
-    browser.screenshot_for_docs("agents").await;
+    browser.screenshot_for_docs("agents-failed").await;
 
     // The count is a link to the failed agents.
     browser.click("#counts a[data-outcome='failed']").await;
