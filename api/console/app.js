@@ -636,6 +636,11 @@ function turnTimeline(agentId) {
 
   return {
     root,
+    // A node that is not an event (an unsaved partial answer), in place.
+    note(node) {
+      if (current) current.body.append(node);
+      else root.append(node);
+    },
     add(event) {
       if (event.type === "turn.started") openTurn(event);
       const card = eventCard(agentId, event, commands, current?.startedAt);
@@ -699,9 +704,10 @@ async function agentPage(id, render) {
   // here, one short line each.
   const announcer = el("div", { id: "announcer", class: "visually-hidden", "aria-live": "polite" });
   const historyUntil = agent.last_event_seq;
-  const live = el("article", { class: "card live", id: "live-text", hidden: true }, el("h3", {}, "Answer (streaming)"), el("p", { class: "delta-text" }));
+  const lateJoin = el("p", { class: "meta late-join", hidden: true }, "Opened mid-answer: the text before this point shows when the answer is saved.");
+  const live = el("article", { class: "card live", id: "live-text", hidden: true }, el("h3", {}, "Answer (streaming)"), lateJoin, el("div", { class: "delta-text" }));
   const streamStatus = el("span", { id: "stream-status", class: "meta" });
-  const jump = el("a", { href: "#", id: "jump-latest", onclick: (e) => { e.preventDefault(); (live.hidden ? timeline.root.lastElementChild : live)?.scrollIntoView({ block: "end" }); } }, "Jump to latest");
+  const jump = el("a", { href: "#", id: "jump-latest", onclick: (e) => { e.preventDefault(); (live.hidden ? timeline.root : live).scrollIntoView({ block: "end" }); } }, "Jump to latest");
   const pending = pendingForms(id, () => { pending.load().catch(() => {}); });
 
   let usageLoads = 0;
@@ -725,23 +731,47 @@ async function agentPage(id, render) {
   // even after its turn ended. They show only while a turn is open (the
   // stream replays from seq 0, so its events tell), and never for a call
   // (lease epoch) whose response or retry has been saved.
-  let turnOpen = false, liveEpoch = null, savedEpoch = -1;
+  // The streamed text renders as markdown (line breaks and all), at most
+  // once a frame however fast deltas come. A page opened while a turn was
+  // under way may have missed the start of the first answer it sees: it
+  // says so until the saved answer shows the whole text.
+  let turnOpen = false, liveEpoch = null, savedEpoch = -1, liveText = "", drawing = false;
+  let missedStart = agent.turn_open;
+  const liveView = live.querySelector(".delta-text");
+  const drawLive = () => {
+    if (drawing) return;
+    drawing = true;
+    requestAnimationFrame(() => { drawing = false; liveView.replaceChildren(markdown(liveText)); });
+  };
+  const clearLive = () => { live.hidden = true; lateJoin.hidden = true; liveText = ""; liveView.replaceChildren(); };
   const stream = streamEvents({
     url: `/v1/agents/${id}/stream`, key: sessionStorage.getItem(KEY), afterSeq: 0,
     onStatus: (s) => { streamStatus.textContent = `stream: ${s}`; },
     onDelta: (delta) => {
       if (!turnOpen || delta.epoch <= savedEpoch) return;
-      const text = live.querySelector(".delta-text");
-      if (delta.epoch !== liveEpoch) { liveEpoch = delta.epoch; text.textContent = ""; }
+      if (delta.epoch !== liveEpoch) {
+        lateJoin.hidden = !(missedStart && liveEpoch === null);
+        liveEpoch = delta.epoch;
+        liveText = "";
+      }
       live.hidden = false;
-      text.textContent += delta.text ?? "";
+      liveText += delta.text ?? "";
+      drawLive();
     },
     onEvent: (event) => {
       if (event.type === "turn.started") turnOpen = true;
       else if (/^turn\.(completed|failed|cancelled)$/.test(event.type)) turnOpen = false;
-      if (event.type === "model.response" || event.type === "model.retry" || event.type.startsWith("turn.")) {
+      if (event.seq > historyUntil) missedStart = false;
+      // A cancel or interrupt ends the call unsaved: what it had streamed
+      // stays on the page, marked as such.
+      if ((event.type === "turn.cancelled" || event.type === "model.interrupted") && !live.hidden && liveText) {
+        timeline.note(el("article", { class: "card partial", "data-epoch": liveEpoch },
+          el("h3", {}, `Partial answer, ${event.type === "turn.cancelled" ? "cancelled" : "interrupted"} (not saved)`),
+          el("div", { class: "model-text" }, markdown(liveText))));
+      }
+      if (event.type === "model.response" || event.type === "model.retry" || event.type === "model.interrupted" || event.type.startsWith("turn.")) {
         if (liveEpoch !== null) savedEpoch = Math.max(savedEpoch, liveEpoch);
-        live.hidden = true; live.querySelector(".delta-text").textContent = "";
+        clearLive();
       }
       if (event.type === "input.received") lastInput = event.data?.content ?? null;
       timeline.add(event);

@@ -1985,3 +1985,103 @@ async fn the_history_does_not_replay_into_an_aria_live_region_and_new_events_are
     browser.wait_for_text("#announcer", "Input").await;
     console.browser.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_text_keeps_its_line_breaks_and_a_cancelled_partial_answer_stays_marked() {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    let browser = &console.browser;
+    let agent = console.new_agent(&default_config()).await;
+    console.sign_in().await;
+    console.open_agent(agent).await;
+    let fake = FakeProvider::start().await;
+    fake.push(Reply::text("First line\n\n- an item and the rest never comes").hold_after_deltas(4));
+    let _worker = console.worker("console-partial-worker", &fake);
+    console.input(agent, "write a list").await;
+    fake.wait_until_held(1).await;
+
+    // The streamed text is markdown as it comes: a paragraph, then a list.
+    browser
+        .wait_for(
+            "the streamed list item",
+            "const li = document.querySelector('#live-text .delta-text li'); \
+             const p = document.querySelector('#live-text .delta-text p'); \
+             return !!li && li.textContent.startsWith('an') && !!p && p.textContent === 'First line';",
+            vec![],
+        )
+        .await;
+    browser.click("#cancel").await;
+    wait_for_event(&console.client, agent, "turn.cancelled", TURN_TIMEOUT).await;
+    browser
+        .wait_for_text(".card.partial h3", "Partial answer, cancelled (not saved)")
+        .await;
+    let partial = browser.text(".card.partial .model-text").await;
+    assert!(partial.contains("First line"), "{partial}");
+    let live_hidden = browser
+        .eval(
+            "return document.getElementById('live-text').hidden;",
+            vec![],
+        )
+        .await;
+    assert_eq!(live_hidden, json!(true));
+    assert_eq!(
+        count_events(&console.client, agent, "model.response").await,
+        0,
+        "nothing of the call was saved"
+    );
+    fake.release();
+    console.browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_input_shows_as_a_thumbnail_fetched_with_the_key() {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    let browser = &console.browser;
+    let agent = console.new_agent(&default_config()).await;
+    // A 1x1 PNG.
+    let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+    console
+        .api
+        .request(
+            reqwest::Method::POST,
+            &format!("/v1/agents/{agent}/inputs"),
+            &console.key,
+        )
+        .json(&json!({"content": [
+            {"type": "text", "text": "what is in this picture?"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
+        ]}))
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap();
+    console.sign_in().await;
+    console.open_agent(agent).await;
+    browser
+        .wait_for(
+            "the thumbnail loaded",
+            "const img = document.querySelector('#timeline img.thumb'); \
+             return !!img && img.complete && img.naturalWidth === 1;",
+            vec![],
+        )
+        .await;
+    let src = browser
+        .eval(
+            "return document.querySelector('#timeline img.thumb').getAttribute('src');",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        src,
+        json!(format!("data:image/png;base64,{png}")),
+        "the image came from the attachment route, with the key in a header"
+    );
+    console
+        .wait_for_card("input.received", "what is in this picture?")
+        .await;
+    console.browser.close().await;
+}
