@@ -862,6 +862,35 @@ async function agentPage(id, render) {
   stopCurrent = () => { stream.stop(); timeline.stop(); };
 }
 
+// ---- usage -----------------------------------------------------------------
+
+// The project's usage by day and model (GET /v1/usage), with each model's
+// total over the period.
+async function usagePage(params, render) {
+  await loadProject();
+  const days = params.get("days") ?? "30";
+  const usage = await api("GET", `/v1/usage?days=${encodeURIComponent(days)}`);
+  const byModel = new Map();
+  for (const row of usage.days) {
+    const key = `${row.provider} ${row.model}`;
+    const sum = byModel.get(key) ?? { steps: 0, input_tokens: 0, output_tokens: 0, cost_usd: null };
+    sum.steps += row.model_steps;
+    sum.input_tokens += row.usage.input_tokens;
+    sum.output_tokens += row.usage.output_tokens;
+    if (row.usage.cost_usd !== null) sum.cost_usd = (sum.cost_usd ?? 0) + row.usage.cost_usd;
+    byModel.set(key, sum);
+  }
+  const daysSelect = el("select", { id: "usage-days", "aria-label": "Period", onchange: () => { location.hash = `#/usage?days=${daysSelect.value}`; } },
+    ["7", "30", "90", "366"].map((d) => el("option", { value: d, selected: d === days }, `last ${d} days`)));
+  render(el("h1", {}, "Usage"), el("div", { class: "toolbar" }, daysSelect),
+    el("p", { id: "usage-sum" }, `Since ${usage.since}: ${usageText(usage.usage)}`),
+    el("h2", {}, "By model"), table("usage-models", ["Model", "Model calls", "Tokens and cost"],
+      [...byModel].map(([model, sum]) => [model, sum.steps, usageText(sum)])),
+    el("h2", {}, "By day"), table("usage-days-table", ["Day", "Model", "Model calls", "Tokens and cost"],
+      usage.days.map((row) => [row.day, `${row.provider} ${row.model}`, row.model_steps, usageText(row.usage)])),
+    usage.days.length === 0 ? el("p", {}, "No model calls in this period.") : null);
+}
+
 // ---- operations ------------------------------------------------------------
 
 async function operationsPage(render) {
@@ -896,6 +925,7 @@ async function route() {
     if (agentMatch) await agentPage(agentMatch[1], render);
     else if (path === "/operations") await operationsPage(render);
     else if (path === "/agents") await agentsPage(params, render);
+    else if (path === "/usage") await usagePage(params, render);
     else await inboxPage(params, render);
     if (mine === navigation) main.focus({ preventScroll: true });
   } catch (error) {

@@ -109,6 +109,7 @@ fn small_body_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(agents::cancel_agent))
         .routes(routes!(agents::archive_agent))
         .routes(routes!(usage::get_agent_usage))
+        .routes(routes!(usage::get_project_usage))
         .routes(routes!(inputs::list_inputs))
         .routes(routes!(inputs::remove_input))
         .routes(routes!(attachments::get_attachment))

@@ -1838,6 +1838,22 @@ async fn a_turn_shows_its_duration_tokens_and_cost_and_the_agent_its_usage() {
         )
         .await;
     browser.screenshot_for_docs("agent-turn").await;
+
+    // The project's usage page: by model and by day.
+    browser.goto(&console.api.url("/#/usage")).await;
+    browser
+        .wait_for_text("#usage-models", "anthropic claude-test")
+        .await;
+    let by_day = row_of(
+        browser,
+        "usage-days-table",
+        &Utc::now().date_naive().to_string(),
+    )
+    .await;
+    assert_eq!(by_day[1], "anthropic claude-test");
+    assert_eq!(by_day[2], "1");
+    assert_eq!(by_day[3], "1,500 tokens · $0.0105");
+    browser.screenshot_for_docs("usage").await;
     console.browser.close().await;
 }
 

@@ -417,3 +417,85 @@ async fn last_turn_says_how_each_agents_latest_turn_went_and_the_list_filters_by
     assert_eq!(reopened["ended_at"], Value::Null);
     assert!(listed(&api, &key, "outcome=failed").await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn project_usage_sums_each_days_model_calls_by_model_with_cost() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let api = ApiServer::start(&db).await;
+    let (project, key) = project_key(&client).await;
+    let (other_project, _) = project_key(&client).await;
+    store::set_model_price(
+        &client,
+        &NewModelPrice {
+            provider: "anthropic",
+            model: "claude-test",
+            input_usd_per_mtok: 3.0,
+            output_usd_per_mtok: 15.0,
+            cache_read_usd_per_mtok: None,
+            cache_write_usd_per_mtok: None,
+        },
+    )
+    .await
+    .unwrap();
+    let priced = json!({"model": {"provider": "anthropic", "name": "claude-test"}});
+    let unpriced = json!({"model": {"provider": "anthropic", "name": "claude-free"}});
+    for (owner, config) in [
+        (project, &priced),
+        (project, &priced),
+        (project, &unpriced),
+        (other_project, &priced),
+    ] {
+        let agent = store::create_agent(&client, owner, config).await.unwrap();
+        let (claim, inputs) = open_turn(&client, agent).await;
+        store::commit_model_step(
+            &client,
+            claim,
+            &ModelStep {
+                input_ids: inputs,
+                message: vec![json!({"type": "text", "text": "done"})],
+                tool_calls: vec![],
+                usage: json!({"input_tokens": 1000, "output_tokens": 500}),
+                stop_reason: Some("end_turn".into()),
+            },
+        )
+        .await
+        .unwrap();
+    }
+
+    let (status, usage) = call(&api, Method::GET, "/v1/usage?days=7", &key, None).await;
+    assert_eq!(status, StatusCode::OK, "{usage}");
+    let today = chrono::Utc::now().date_naive();
+    assert_eq!(
+        usage["since"],
+        json!((today - chrono::Days::new(6)).to_string())
+    );
+    let days = usage["days"].as_array().unwrap();
+    assert_eq!(days.len(), 2, "{usage}");
+    let models: Vec<&str> = days.iter().map(|d| d["model"].as_str().unwrap()).collect();
+    assert_eq!(models, ["claude-free", "claude-test"]);
+    let test_day = &days[1];
+    assert_eq!(test_day["day"], json!(today.to_string()));
+    assert_eq!(test_day["model_steps"], 2, "not the other project's");
+    assert_eq!(test_day["usage"]["input_tokens"], 2000);
+    let cost = test_day["usage"]["cost_usd"].as_f64().unwrap();
+    assert!((cost - 0.021).abs() < 1e-9, "{test_day}");
+    assert_eq!(
+        days[0]["usage"]["cost_usd"],
+        Value::Null,
+        "an unpriced model"
+    );
+    assert_eq!(usage["usage"]["input_tokens"], 3000);
+    assert!((usage["usage"]["cost_usd"].as_f64().unwrap() - 0.021).abs() < 1e-9);
+
+    for query in ["days=0", "days=367"] {
+        let response = api
+            .request(Method::GET, &format!("/v1/usage?{query}"), &key)
+            .send()
+            .await
+            .unwrap();
+        let (status, _, message, field) = error_of(response).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {message}");
+        assert_eq!(field.as_deref(), Some("days"), "{query}");
+    }
+}

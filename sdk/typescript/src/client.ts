@@ -34,6 +34,7 @@ export type CreatedWebhook = Schemas["CreatedWebhookView"];
 export type InboxItem = Schemas["InboxItem"];
 export type InboxKind = Schemas["InboxKind"];
 export type TurnOutcome = Schemas["TurnOutcome"];
+export type ProjectUsage = Schemas["ProjectUsage"];
 
 /**
  * How failed requests are retried: network errors, tries that time out,
@@ -410,6 +411,14 @@ export class Holdfast {
       if (!page.has_more || page.next_cursor == null) return;
       cursor = page.next_cursor;
     }
+  }
+
+  /**
+   * The project's model usage by UTC day and model over the last `days`
+   * days (default 30), newest first, and its sum, with cost in USD.
+   */
+  projectUsage(options: { days?: number } = {}): Promise<ProjectUsage> {
+    return this.json("GET", "/v1/usage", { query: { days: options.days } });
   }
 
   /**

@@ -611,6 +611,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The project's model usage by UTC day, provider and model over the last
+         *     `days` days, newest first, and its sum; cost in USD at the operator's
+         *     prices (`null` when none was priced).
+         */
+        get: operations["get_project_usage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/webhooks": {
         parameters: {
             query?: never;
@@ -927,6 +948,19 @@ export interface components {
          * @enum {string}
          */
         DaemonStateName: "accepted" | "running" | "finished";
+        /** @description A project's usage of one model on one UTC day. */
+        DayUsage: {
+            /** Format: date */
+            day: string;
+            model: string;
+            /**
+             * Format: int64
+             * @description Model calls saved that day (responses and compactions).
+             */
+            model_steps: number;
+            provider: string;
+            usage: components["schemas"]["TokenUsage"];
+        };
         /**
          * @description Approve or deny.
          * @enum {string}
@@ -1384,8 +1418,34 @@ export interface components {
             webhooks: components["schemas"]["WebhookBacklogView"][];
             workers: components["schemas"]["WorkerView"][];
         };
+        /** @description A project's usage by day and model since a day, and its sum. */
+        ProjectUsage: {
+            /** @description Newest day first, then by provider and model. */
+            days: components["schemas"]["DayUsage"][];
+            /**
+             * Format: date
+             * @description The first UTC day counted.
+             */
+            since: string;
+            /** @description The sum of `days`. */
+            usage: components["schemas"]["TokenUsage"];
+        };
         /** @description The project an API key belongs to. */
         ProjectView: {
+            /**
+             * @description Agents per outcome of their last turn (`completed`, `failed`,
+             *     `cancelled`, `limit`); every outcome is listed (0 when none). An
+             *     agent with a turn open, or none yet, is in no count.
+             * @example {
+             *       "cancelled": 0,
+             *       "completed": 4,
+             *       "failed": 1,
+             *       "limit": 0
+             *     }
+             */
+            agents_by_last_turn_outcome: {
+                [key: string]: number;
+            };
             /**
              * @description Agents per state; every state is listed (0 when none).
              * @example {
@@ -4468,6 +4528,64 @@ export interface operations {
             };
             /** @description `unsupported_content`: the agent's provider cannot take an image or document block of `output`; `egress_refused`: the egress policy refuses an image's or document's URL (`content_url`); `field` names it */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_project_usage: {
+        parameters: {
+            query?: {
+                /** @description The last this many UTC days, today included (default 30, at most 366). */
+                days?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectUsage"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -46,6 +46,7 @@ from .schema import (
     InboxKind,
     InputMode,
     InputView,
+    ProjectUsage,
     QuestionView,
     ToolCallView,
     TurnOutcome,
@@ -361,6 +362,11 @@ class Holdfast:
             if not page["has_more"]:
                 return
             cursor = page["next_cursor"]
+
+    def project_usage(self, *, days: Optional[int] = None) -> ProjectUsage:
+        """The project's model usage by UTC day and model over the last ``days``
+        days (default 30), newest first, and its sum, with cost in USD."""
+        return self.json("GET", "/v1/usage", params=_query(days=days))
 
     def stream(self, agent_id: str, *, after: int = 0) -> Iterator[StreamItem]:
         """Everything an agent does, live: every saved event once and in
@@ -678,6 +684,10 @@ class AsyncHoldfast:
             if not page["has_more"]:
                 return
             cursor = page["next_cursor"]
+
+    async def project_usage(self, *, days: Optional[int] = None) -> ProjectUsage:
+        """As :meth:`Holdfast.project_usage`."""
+        return await self.json("GET", "/v1/usage", params=_query(days=days))
 
     async def stream(self, agent_id: str, *, after: int = 0) -> AsyncGenerator[StreamItem, None]:
         """See :meth:`Holdfast.stream`. Stop by breaking out or cancelling the task."""

@@ -196,6 +196,7 @@ class MachineView(TypedDict):
 
 
 class ProjectView(TypedDict):
+    agents_by_last_turn_outcome: dict[str, int]
     agents_by_state: dict[str, int]
     id: str
     name: str
@@ -475,6 +476,14 @@ class CreatedWebhookView(WebhookView):
     secret: str
 
 
+class DayUsage(TypedDict):
+    day: str
+    model: str
+    model_steps: int
+    provider: str
+    usage: TokenUsage
+
+
 class DeliveryList(TypedDict):
     deliveries: list[DeliveryView]
 
@@ -558,6 +567,12 @@ class OperationsView(TypedDict):
     stuck_agents: list[StuckAgentView]
     webhooks: list[WebhookBacklogView]
     workers: list[WorkerView]
+
+
+class ProjectUsage(TypedDict):
+    days: list[DayUsage]
+    since: str
+    usage: TokenUsage
 
 
 class ProviderKeyList(TypedDict):
