@@ -83,6 +83,42 @@ async function loadProject() {
   return project;
 }
 
+// ---- live pages ------------------------------------------------------------
+
+// Re-read a page every few seconds while it is shown: `load()` returns its
+// nodes; each shown node whose text changed is swapped for its new one
+// (found by position), and nothing moves while nothing changed, so a click
+// or a read never meets a node replaced under it.
+// A node's text without its relative times, which change by themselves.
+function settled(node) {
+  const copy = node.cloneNode(true);
+  for (const time of copy.querySelectorAll("time.relative")) time.remove();
+  return copy.textContent;
+}
+
+function keepFresh(nodes, load, everyMs = 5000) {
+  let shown = nodes.filter((node) => node !== null && node !== undefined);
+  let busy = false;
+  const timer = setInterval(async () => {
+    if (busy) return;
+    busy = true;
+    try {
+      const next = (await load()).filter((node) => node !== null && node !== undefined);
+      if (next.length !== shown.length) return;
+      shown = shown.map((node, i) => {
+        if (settled(node) === settled(next[i]) || node.contains(document.activeElement)) {
+          // Relative times age in place.
+          for (const time of node.querySelectorAll("time.relative")) time.textContent = ago(time.getAttribute("datetime"));
+          return node;
+        }
+        node.replaceWith(next[i]);
+        return next[i];
+      });
+    } catch { /* the next tick tries again */ } finally { busy = false; }
+  }, everyMs);
+  return () => clearInterval(timer);
+}
+
 // ---- the inbox count in the navigation -------------------------------------
 
 // Polled while signed in: what waits on a person or a client, project-wide.
@@ -122,7 +158,7 @@ function table(id, headers, rows) {
 const link = (id) => el("a", { href: `#/agents/${id}` }, id);
 const when = (t) => (t ? new Date(t).toLocaleString() : "—");
 // A relative time with the exact one on hover.
-const relative = (t) => (t ? el("time", { datetime: t, title: new Date(t).toLocaleString() }, ago(t)) : "—");
+const relative = (t) => (t ? el("time", { class: "relative", datetime: t, title: new Date(t).toLocaleString() }, ago(t)) : "—");
 // An agent's name: `name` in its metadata, if it has one.
 const agentName = (metadata) => (typeof metadata?.name === "string" && metadata.name.trim() ? metadata.name.trim() : null);
 
@@ -150,6 +186,12 @@ function counts(byState, byOutcome = {}) {
 }
 
 async function agentsPage(params, render) {
+  const nodes = await agentsNodes(params);
+  if (!render(...nodes)) return;
+  stopCurrent = keepFresh(nodes, () => agentsNodes(params));
+}
+
+async function agentsNodes(params) {
   const project = await loadProject();
   const state = params.get("state") ?? "";
   const outcome = params.get("outcome") ?? "";
@@ -200,9 +242,9 @@ async function agentsPage(params, render) {
     first.delete("cursor");
     pager.append(el("a", { href: `#/agents?${first}`, id: "first-page" }, "← First page"));
   }
-  render(el("h1", {}, "Agents"), counts(project.agents_by_state, project.agents_by_last_turn_outcome), filter,
+  return [el("h1", {}, "Agents"), counts(project.agents_by_state, project.agents_by_last_turn_outcome), filter,
     table("agents", ["Agent", "State", "Last turn", "Model", "Metadata", "Last activity"], rows),
-    rows.length === 0 ? el("p", { id: "no-agents" }, "No agents match.") : null, pager);
+    el("p", { id: "no-agents", hidden: rows.length !== 0 }, "No agents match."), pager];
 }
 
 // ---- answering: approvals, questions, tool results --------------------------
@@ -845,12 +887,24 @@ async function agentPage(id, render) {
     try { const r = await api("POST", path); setAgent(r.agent ?? r); actionStatus.replaceChildren(el("span", { class: "notice" }, outcome(r))); }
     catch (error) { actionStatus.replaceChildren(errorLine(error)); }
   };
-  cancel.addEventListener("click", act(`/v1/agents/${id}/cancel`, (r) => `cancel: ${r.status}`));
-  archive.addEventListener("click", act(`/v1/agents/${id}/archive`, () => "archived"));
+  // Cancel and archive ask first: a turn cancelled or an agent archived
+  // cannot be taken back. The question replaces nothing; "Keep" closes it.
+  const confirmBox = el("div", { class: "toolbar confirm", id: "confirm", role: "group", "aria-label": "Confirm", hidden: true });
+  const ask = (question, yesId, yesLabel, action) => () => {
+    const no = el("button", { type: "button", id: "confirm-keep", onclick: () => { confirmBox.hidden = true; } }, "Keep");
+    const yes = el("button", { type: "button", class: "danger", id: yesId, onclick: async () => { confirmBox.hidden = true; await action(); } }, yesLabel);
+    confirmBox.replaceChildren(el("span", {}, question), yes, no);
+    confirmBox.hidden = false;
+    yes.focus();
+  };
+  cancel.addEventListener("click", ask("Cancel the turn under way? Waiting calls are cancelled too.", "confirm-cancel", "Yes, cancel the turn",
+    act(`/v1/agents/${id}/cancel`, (r) => `cancel: ${r.status}`)));
+  archive.addEventListener("click", ask("Archive this agent? It will take no more inputs.", "confirm-archive", "Yes, archive",
+    act(`/v1/agents/${id}/archive`, () => "archived")));
   const controls = el("div", { class: "toolbar" }, cancel, archive, retry, retryStatus, actionStatus);
 
   if (!render(el("h1", {}, `Agent ${id}`), name ? el("p", { class: "agent-name" }, name) : null, stateLine, lastTurnLine, usageLine,
-    streamStatus, controls, configView, pending.box,
+    streamStatus, controls, confirmBox, configView, pending.box,
     el("div", { class: "timeline-head" }, el("h2", {}, "Timeline"), jump), timeline.root, live, announcer,
     el("div", { class: "actions" }, sendForm, patchForm))) {
     stream.stop();
@@ -894,9 +948,15 @@ async function usagePage(params, render) {
 // ---- operations ------------------------------------------------------------
 
 async function operationsPage(render) {
+  const nodes = await operationsNodes();
+  if (!render(...nodes)) return;
+  stopCurrent = keepFresh(nodes, operationsNodes);
+}
+
+async function operationsNodes() {
   await loadProject();
   const ops = await api("GET", "/v1/operations");
-  render(el("h1", {}, "Operations"),
+  return [el("h1", {}, "Operations"),
     el("h2", {}, "Queue depth"), counts(ops.agents_by_state),
     el("h2", {}, "Workers"), table("workers", ["Worker", "Agents held", "Soonest lease expiry", "Agents"],
       ops.workers.map((w) => [w.worker, w.agents_held, when(w.soonest_lease_expiry), el("ul", { class: "agent-ids" }, w.agents.map((a) => el("li", {}, link(a))))])),
@@ -908,7 +968,7 @@ async function operationsPage(render) {
           `${f.event_type} (${f.status}, ${f.attempts} attempt${f.attempts === 1 ? "" : "s"}): ${[f.last_status_code && `HTTP ${f.last_status_code}`, f.last_error].filter(Boolean).join(" ")}`)))])),
     el("h2", {}, "Machines"), table("machines", ["Machine", "Online", "Last heartbeat", "Queued", "Running commands"],
       ops.machines.map((m) => [m.name, m.online ? "online" : "offline", when(m.last_heartbeat_at), m.queued,
-        el("ul", {}, m.running.map((c) => el("li", {}, el("code", {}, c.command), " · ", link(c.agent_id), ` · since ${when(c.accepted_at)}`)))])));
+        el("ul", {}, m.running.map((c) => el("li", {}, el("code", {}, c.command), " · ", link(c.agent_id), ` · since ${when(c.accepted_at)}`)))]))];
 }
 
 // ---- routing ---------------------------------------------------------------

@@ -1250,7 +1250,15 @@ async fn cancel_and_archive_from_the_page(console: &Console, fake: &FakeProvider
         .wait_for_text("form.question h3", "Shall I go on?")
         .await;
     let question = pending_question(&console.client, agent).await;
+    // Cancel asks first; keeping the turn does nothing.
     browser.click("#cancel").await;
+    browser
+        .wait_for_text("#confirm", "Cancel the turn under way?")
+        .await;
+    browser.click("#confirm-keep").await;
+    assert_eq!(agent_state(&console.client, agent).await, "waiting");
+    browser.click("#cancel").await;
+    browser.click("#confirm-cancel").await;
     browser
         .wait_for_text("#action-status", "cancel: cancelled")
         .await;
@@ -1277,6 +1285,10 @@ async fn cancel_and_archive_from_the_page(console: &Console, fake: &FakeProvider
     assert_eq!(status, "cancelled");
 
     browser.click("#archive").await;
+    browser
+        .wait_for_text("#confirm", "Archive this agent?")
+        .await;
+    browser.click("#confirm-archive").await;
     browser.wait_for_text("#action-status", "archived").await;
     browser
         .wait_for_text("#agent-state", "state: archived")
@@ -1699,6 +1711,13 @@ async fn a_failed_agent_shows_as_failed_in_the_list_the_counts_and_its_header_an
         .await;
     assert_eq!(listed_ids(browser).await.len(), 1);
     browser.wait_for_text("#agents", &failed.to_string()).await;
+    // The list stays live: another agent failing joins it without a reload.
+    let (claim, inputs) = claimed_turn(&console.client, fine, "send the report").await;
+    store::fail_turn(&console.client, claim, "internal_error", "boom", &inputs)
+        .await
+        .unwrap();
+    browser.wait_for_text("#counts", "failed: 2").await;
+    browser.wait_for_text("#agents", &fine.to_string()).await;
 
     console.open_agent(failed).await;
     browser
@@ -2028,6 +2047,7 @@ async fn streamed_text_keeps_its_line_breaks_and_a_cancelled_partial_answer_stay
         )
         .await;
     browser.click("#cancel").await;
+    browser.click("#confirm-cancel").await;
     wait_for_event(&console.client, agent, "turn.cancelled", TURN_TIMEOUT).await;
     browser
         .wait_for_text(".card.partial h3", "Partial answer, cancelled (not saved)")

@@ -50,7 +50,8 @@ pub struct AgentFilter {
     pub id: Option<Uuid>,
     /// `config.metadata` contains this object (`@>`).
     pub metadata: Option<Value>,
-    /// `config.metadata`'s JSON text contains this, case-insensitively.
+    /// `config.metadata`'s JSON text, or the agent's id, contains this,
+    /// case-insensitively (so a part of an id finds the agent).
     pub text: Option<String>,
 }
 
@@ -126,7 +127,8 @@ SELECT id, project_id, holdfast.mask_config_secrets(config), state, turn_open, c
    AND ($3::timestamptz IS NULL OR (coalesce(last_event_at, created_at), id) < ($3, $4::uuid)) \
    AND ($5::uuid IS NULL OR id = $5) \
    AND ($6::jsonb IS NULL OR config -> 'metadata' @> $6) \
-   AND ($7::text IS NULL OR strpos(lower((config -> 'metadata')::text), lower($7)) > 0) \
+   AND ($7::text IS NULL OR strpos(lower((config -> 'metadata')::text), lower($7)) > 0 \
+        OR strpos(id::text, lower($7)) > 0) \
  ORDER BY coalesce(last_event_at, created_at) DESC, id DESC \
  LIMIT $8";
 
