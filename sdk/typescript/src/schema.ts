@@ -2023,7 +2023,8 @@ export interface operations {
                  * @description Search (`order=activity`): an agent id finds that agent; `key=value`
                  *     finds agents whose `metadata.key` is that value (a JSON scalar such as
                  *     `3` or `true`, else the text); anything else finds agents whose
-                 *     metadata contains the text, case-insensitively.
+                 *     metadata or id contains the text, case-insensitively (a part of an
+                 *     id finds its agent).
                  */
                 q?: string;
             };
