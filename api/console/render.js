@@ -35,8 +35,44 @@ export function json(value) {
   return el("pre", {}, JSON.stringify(value, null, 2));
 }
 
+// A collapsible JSON viewer named by `summary` (so a screen reader tells
+// one disclosure from the next), with a button that copies the JSON.
 export function folded(summary, value) {
-  return el("details", {}, el("summary", {}, summary), json(value));
+  const text = JSON.stringify(value, null, 2) ?? "null";
+  const copied = el("span", { class: "meta", role: "status" });
+  const copy = el("button", { type: "button", class: "copy", "aria-label": `Copy ${summary}`, onclick: async () => {
+    try { await navigator.clipboard.writeText(text); copied.textContent = "copied"; }
+    catch { copied.textContent = "copy refused by the browser"; }
+  } }, "Copy");
+  return el("details", { class: "json" }, el("summary", {}, summary), el("div", { class: "json-tools" }, copy, " ", copied), el("pre", {}, text));
+}
+
+// "3 min ago" for a time in the past (the exact time is the caller's title).
+export function ago(time, now = Date.now()) {
+  const seconds = Math.max(0, Math.round((now - new Date(time).getTime()) / 1000));
+  if (seconds < 60) return `${seconds} s ago`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ago`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)} h ago`;
+  return `${Math.floor(seconds / 86400)} d ago`;
+}
+
+// A length of time: "850 ms", "12.3 s", "4 min 5 s", "2 h 3 min".
+export function duration(ms) {
+  if (!Number.isFinite(ms) || ms < 0) return "";
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
+  const seconds = Math.round(ms / 1000);
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
+  return `${Math.floor(seconds / 3600)} h ${Math.floor((seconds % 3600) / 60)} min`;
+}
+
+// "1,500 tokens · $0.0105" for a usage ({input_tokens, output_tokens,
+// cost_usd}); no cost when the model has no price.
+export function usageText(usage) {
+  if (!usage) return "";
+  const tokens = (usage.input_tokens ?? 0) + (usage.output_tokens ?? 0);
+  const cost = usage.cost_usd === null || usage.cost_usd === undefined ? "" : ` · $${Number(usage.cost_usd).toFixed(4)}`;
+  return `${tokens.toLocaleString("en-US")} tokens${cost}`;
 }
 
 // A finder of the next match of `pattern` at or after an index. It

@@ -11,7 +11,9 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use holdfast_client::wire::agents::{AgentList, AgentView, CancelView, ListOrder, StateName};
+use holdfast_client::wire::agents::{
+    AgentList, AgentView, CancelView, ListOrder, StateName, TurnOutcome,
+};
 use holdfast_client::wire::error::ErrorBody;
 use holdfast_engine::config::AgentConfig;
 use holdfast_engine::domain::{Agent, CancelOutcome};
@@ -37,6 +39,10 @@ const LIST_MAX: i64 = 1000;
 pub struct ListQuery {
     /// Only agents in this state.
     state: Option<StateName>,
+    /// Only agents whose last turn ended so (`failed`: an error other than
+    /// a limit; `limit`: a limit or budget).
+    #[param(inline)]
+    outcome: Option<TurnOutcome>,
     /// Agents created after this one (the last id of the previous page;
     /// `order=created`).
     after: Option<Uuid>,
@@ -51,7 +57,8 @@ pub struct ListQuery {
     /// Search (`order=activity`): an agent id finds that agent; `key=value`
     /// finds agents whose `metadata.key` is that value (a JSON scalar such as
     /// `3` or `true`, else the text); anything else finds agents whose
-    /// metadata contains the text, case-insensitively.
+    /// metadata or id contains the text, case-insensitively (a part of an
+    /// id finds its agent).
     q: Option<String>,
 }
 
@@ -175,6 +182,7 @@ pub async fn list_agents(
         &**db,
         caller.project_id,
         query.state.map(Into::into),
+        query.outcome,
         query.after,
         limit + 1,
     )
@@ -208,6 +216,7 @@ async fn list_by_activity(
         _ => console::AgentFilter::default(),
     };
     filter.state = query.state.map(Into::into);
+    filter.outcome = query.outcome;
     let db = state.db().await?;
     let mut agents =
         console::agents_by_activity(&**db, caller.project_id, &filter, before, limit + 1).await?;

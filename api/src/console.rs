@@ -35,6 +35,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../console/sse.js"),
     ),
     (
+        "favicon.svg",
+        "image/svg+xml",
+        include_str!("../console/favicon.svg"),
+    ),
+    (
         "style.css",
         "text/css; charset=utf-8",
         include_str!("../console/style.css"),

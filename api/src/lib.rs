@@ -16,6 +16,7 @@ pub mod error;
 pub mod events;
 pub mod extract;
 pub mod fanout;
+pub mod inbox;
 pub mod inputs;
 pub mod machines;
 pub mod metrics;
@@ -108,6 +109,7 @@ fn small_body_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(agents::cancel_agent))
         .routes(routes!(agents::archive_agent))
         .routes(routes!(usage::get_agent_usage))
+        .routes(routes!(usage::get_project_usage))
         .routes(routes!(inputs::list_inputs))
         .routes(routes!(inputs::remove_input))
         .routes(routes!(attachments::get_attachment))
@@ -132,6 +134,7 @@ fn small_body_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(machines::daemon::heartbeat))
         .routes(routes!(machines::daemon::claim_commands))
         .routes(routes!(machines::daemon::submit_result))
+        .routes(routes!(inbox::get_inbox))
         .routes(routes!(approvals::list_approvals))
         .routes(routes!(approvals::decide_approval))
         .routes(routes!(approvals::list_questions))

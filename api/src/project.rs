@@ -32,5 +32,6 @@ pub async fn get_project(
         id: project.id,
         name: project.name,
         agents_by_state: project.agents_by_state,
+        agents_by_last_turn_outcome: project.agents_by_last_turn_outcome,
     }))
 }

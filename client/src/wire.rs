@@ -6,6 +6,7 @@ pub mod agents;
 pub mod approvals;
 pub mod error;
 pub mod events;
+pub mod inbox;
 pub mod inputs;
 pub mod machines;
 pub mod operations;

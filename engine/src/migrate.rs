@@ -198,6 +198,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0042_security_data.sql",
         sql: include_str!("../../sql/0042_security_data.sql"),
     },
+    Migration {
+        version: 45,
+        name: "0045_last_turn.sql",
+        sql: include_str!("../../sql/0045_last_turn.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

@@ -888,3 +888,58 @@ BEGIN
     END IF;
 END
 $$;
+
+-- The outcome a turn-ending event gives its turn (agents.last_turn_outcome):
+-- `limit` for a turn.failed of a limit or budget, `failed` for any other.
+CREATE OR REPLACE FUNCTION holdfast.turn_outcome(p_type text, p_data jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE p_type
+        WHEN 'turn.completed' THEN 'completed'
+        WHEN 'turn.cancelled' THEN 'cancelled'
+        WHEN 'turn.failed' THEN
+            CASE WHEN p_data #>> '{error,type}' IN ('limit_exceeded', 'budget_exceeded')
+                 THEN 'limit' ELSE 'failed' END
+    END
+$$;
+
+-- Keep the agent's last_turn_* columns (sql/0045_last_turn.sql) in step
+-- with its turn events, in the transaction that saves them: a turn.started
+-- opens a new last turn, a turn end records how it went.
+CREATE OR REPLACE FUNCTION holdfast.tg_events_record_last_turn() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.type = 'turn.started' THEN
+        UPDATE holdfast.agents
+           SET last_turn_started_at = NEW.created_at, last_turn_ended_at = NULL,
+               last_turn_outcome = NULL, last_turn_error = NULL
+         WHERE id = NEW.agent_id;
+    ELSE
+        UPDATE holdfast.agents
+           SET last_turn_ended_at = NEW.created_at,
+               last_turn_outcome = holdfast.turn_outcome(NEW.type, NEW.data),
+               last_turn_error = NEW.data -> 'error'
+         WHERE id = NEW.agent_id;
+    END IF;
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS _250_record_last_turn ON holdfast.events;
+CREATE TRIGGER _250_record_last_turn AFTER INSERT ON holdfast.events
+    FOR EACH ROW WHEN (NEW.type IN ('turn.started', 'turn.completed', 'turn.failed', 'turn.cancelled'))
+    EXECUTE FUNCTION holdfast.tg_events_record_last_turn();
+
+-- An agent's latest turn as the API shows it (AgentView.last_turn): its
+-- number, outcome (NULL while open), error, start and end, and its usage
+-- (agents.turn_usage, the sum of the open or last turn). NULL before the
+-- agent's first turn.
+CREATE OR REPLACE FUNCTION holdfast.agent_last_turn(p_agent holdfast.agents) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN (p_agent).last_turn_started_at IS NOT NULL THEN jsonb_build_object(
+        'turn', (p_agent).turn_seq,
+        'outcome', (p_agent).last_turn_outcome,
+        'error', (p_agent).last_turn_error,
+        'started_at', (p_agent).last_turn_started_at,
+        'ended_at', (p_agent).last_turn_ended_at,
+        'usage', holdfast.usage_json((p_agent).turn_usage))
+    END
+$$;

@@ -447,3 +447,79 @@ BEGIN
     RETURN NULL;
 END
 $$;
+
+-- Everything in p_project that waits on a person or a client, oldest first
+-- (GET /v1/inbox): pending approvals (`approval`) and budget approvals
+-- (`budget_approval`), pending questions (`question`), custom tool calls
+-- waiting for their result (`tool_call`), and commands no machine has
+-- accepted yet (`command`). Narrowed to one kind and to agents whose
+-- config.metadata contains p_metadata, after the item (p_after_at,
+-- p_after_id) of a previous page, at most p_limit:
+-- {"items": [{"kind", "id", "agent_id", "agent_metadata", "summary",
+-- "detail", "created_at", "age_seconds"}], "total": n}, where total counts
+-- every item the kind and metadata match, on any page. Reads only; each
+-- kind is read through its partial index of open rows.
+CREATE OR REPLACE FUNCTION holdfast.inbox(
+    p_project uuid, p_kind text, p_metadata jsonb, p_after_at timestamptz, p_after_id uuid,
+    p_limit integer)
+RETURNS jsonb LANGUAGE sql STABLE AS $$
+    WITH waiting AS (
+        SELECT CASE ap.kind WHEN 'budget' THEN 'budget_approval' ELSE 'approval' END AS kind,
+               ap.id, ap.agent_id,
+               CASE ap.kind
+                   WHEN 'budget' THEN format('Continue past %s (%s of %s)?', ap.budget ->> 'budget',
+                                             ap.budget ->> 'value', ap.budget ->> 'limit')
+                   ELSE format('Approve %s %s?', tc.name, tc.input::text) END AS summary,
+               CASE ap.kind
+                   WHEN 'budget' THEN jsonb_build_object('budget', ap.budget)
+                   ELSE jsonb_build_object('tool_call_id', tc.id, 'name', tc.name, 'input', tc.input) END
+                   AS detail,
+               ap.created_at
+          FROM holdfast.approvals ap
+          LEFT JOIN holdfast.tool_calls tc ON tc.id = ap.tool_call_id
+         WHERE ap.status = 'pending'
+        UNION ALL
+        SELECT 'question', q.id, q.agent_id, q.question,
+               jsonb_build_object('tool_call_id', q.tool_call_id, 'question', q.question), q.created_at
+          FROM holdfast.questions q
+         WHERE q.status = 'pending'
+        UNION ALL
+        SELECT 'tool_call', tc.id, tc.agent_id, format('Result for %s %s', tc.name, tc.input::text),
+               jsonb_build_object('name', tc.name, 'input', tc.input), tc.created_at
+          FROM holdfast.tool_calls tc
+         WHERE tc.status = 'waiting' AND tc.kind = 'custom'
+        UNION ALL
+        SELECT 'command', c.id, c.agent_id, format('Run %s on %s', c.command, m.name),
+               jsonb_build_object('tool_call_id', c.tool_call_id, 'command', c.command,
+                                  'machine', m.name, 'machine_online',
+                                  coalesce(m.last_heartbeat_at > holdfast.now() - s.offline_after, false)),
+               c.queued_at
+          FROM holdfast.commands c
+          JOIN holdfast.machines m ON m.id = c.machine_id
+          CROSS JOIN holdfast.machine_settings s
+         WHERE c.state = 'queued'),
+    matching AS (
+        SELECT w.*, a.config -> 'metadata' AS agent_metadata
+          FROM waiting w
+          JOIN holdfast.agents a ON a.id = w.agent_id
+         WHERE a.project_id = p_project
+           AND (p_kind IS NULL OR w.kind = p_kind)
+           AND (p_metadata IS NULL OR a.config -> 'metadata' @> p_metadata)),
+    page AS (
+        SELECT * FROM matching m
+         WHERE p_after_at IS NULL OR (m.created_at, m.id) > (p_after_at, p_after_id)
+         ORDER BY m.created_at, m.id
+         LIMIT p_limit)
+    SELECT jsonb_build_object(
+        'items', coalesce((
+            SELECT jsonb_agg(jsonb_build_object(
+                       'kind', p.kind, 'id', p.id, 'agent_id', p.agent_id,
+                       'agent_metadata', coalesce(p.agent_metadata, '{}'),
+                       -- One line: whitespace runs (newlines too) become one space.
+                       'summary', left(regexp_replace(p.summary, '\s+', ' ', 'g'), 200),
+                       'detail', p.detail, 'created_at', p.created_at,
+                       'age_seconds', extract(epoch FROM holdfast.now() - p.created_at)::float8)
+                   ORDER BY p.created_at, p.id)
+              FROM page p), '[]'),
+        'total', (SELECT count(*) FROM matching))
+$$;

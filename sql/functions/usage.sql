@@ -334,3 +334,35 @@ BEGIN
     END IF;
 END
 $$;
+
+-- A project's model usage by UTC day, provider and model, from p_since
+-- on, newest day first, with the sum of it all, for
+-- GET /v1/usage: {"since", "days": [{"day", "provider", "model",
+-- "model_steps", "usage"}], "usage"}. A report: it reads the project's
+-- model steps (holdfast.usage_by_project), not a hot path. Reads only.
+CREATE OR REPLACE FUNCTION holdfast.project_usage(p_project uuid, p_since date) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    WITH rows AS (
+        SELECT u.day, u.provider, u.model, u.model_steps,
+               jsonb_build_object(
+                   'input_tokens', u.input_tokens, 'output_tokens', u.output_tokens,
+                   'cache_read_tokens', u.cache_read_tokens, 'cache_write_tokens', u.cache_write_tokens,
+                   'reasoning_tokens', u.reasoning_tokens, 'cost_usd', u.cost_usd) AS usage,
+               u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens,
+               u.reasoning_tokens, u.cost_usd
+          FROM holdfast.usage_by_project u
+         WHERE u.project_id = p_project AND u.day >= p_since)
+    SELECT jsonb_build_object(
+        'since', p_since,
+        'days', coalesce((SELECT jsonb_agg(jsonb_build_object(
+                                 'day', r.day, 'provider', r.provider, 'model', r.model,
+                                 'model_steps', r.model_steps, 'usage', r.usage)
+                             ORDER BY r.day DESC, r.provider, r.model)
+                            FROM rows r), '[]'),
+        'usage', jsonb_build_object(
+            'input_tokens', coalesce(sum(input_tokens), 0), 'output_tokens', coalesce(sum(output_tokens), 0),
+            'cache_read_tokens', coalesce(sum(cache_read_tokens), 0),
+            'cache_write_tokens', coalesce(sum(cache_write_tokens), 0),
+            'reasoning_tokens', coalesce(sum(reasoning_tokens), 0), 'cost_usd', sum(cost_usd)))
+      FROM rows
+$$;

@@ -267,6 +267,32 @@ impl Browser {
         self.wait_for_text("#project-name", project_name).await;
     }
 
+    /// Emulate the system's colour scheme (`prefers-color-scheme`:
+    /// `"dark"` or `"light"`) through Chrome's DevTools protocol, as the
+    /// operating system's setting would set it.
+    pub async fn emulate_color_scheme(&self, scheme: &str) {
+        self.client
+            .issue_cmd(DevTools {
+                cmd: "Emulation.setEmulatedMedia",
+                params: json!({"features": [{"name": "prefers-color-scheme", "value": scheme}]}),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("emulate prefers-color-scheme: {scheme}: {e}"));
+    }
+
+    /// Save a PNG of the page as docs/images/console-`name`.png, the
+    /// screenshots docs/guides/console-pages.md shows (kept current by the tests).
+    pub async fn screenshot_for_docs(&self, name: &str) -> PathBuf {
+        let png = self.client.screenshot().await.expect("take a screenshot");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("workspace root")
+            .join("docs/images")
+            .join(format!("console-{name}.png"));
+        std::fs::write(&path, png).expect("save the screenshot");
+        path
+    }
+
     /// Save a PNG of the page as target/console-screenshots/`name`.png.
     pub async fn screenshot(&self, name: &str) -> PathBuf {
         let png = self.client.screenshot().await.expect("take a screenshot");
@@ -295,6 +321,32 @@ impl Drop for Browser {
             }
         }
         let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+/// A Chrome DevTools Protocol command, sent through chromedriver's
+/// `goog/cdp/execute` endpoint of the session.
+#[derive(Debug)]
+struct DevTools {
+    cmd: &'static str,
+    params: Value,
+}
+
+impl fantoccini::wd::WebDriverCompatibleCommand for DevTools {
+    fn endpoint(
+        &self,
+        base_url: &reqwest::Url,
+        session_id: Option<&str>,
+    ) -> Result<reqwest::Url, <reqwest::Url as std::str::FromStr>::Err> {
+        base_url.join(&format!(
+            "session/{}/goog/cdp/execute",
+            session_id.unwrap_or_default()
+        ))
+    }
+
+    fn method_and_body(&self, _: &reqwest::Url) -> (axum::http::Method, Option<String>) {
+        let body = json!({"cmd": self.cmd, "params": self.params});
+        (axum::http::Method::POST, Some(body.to_string()))
     }
 }
 

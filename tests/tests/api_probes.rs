@@ -17,6 +17,8 @@ const WAIT: Duration = Duration::from_secs(10);
 /// Every route this API serves, as (method, OpenAPI path).
 const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/project"),
+    ("get", "/v1/inbox"),
+    ("get", "/v1/usage"),
     ("get", "/v1/operations"),
     ("post", "/v1/agents"),
     ("get", "/v1/agents"),

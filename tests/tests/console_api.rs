@@ -216,6 +216,10 @@ async fn the_activity_list_pages_newest_first_and_filters_and_searches() {
     assert_eq!(ids(&by_value), vec![created[7].to_string()]);
     let by_text = page(&api, &key, "q=blue").await;
     assert_eq!(ids(&by_text).len(), 5, "case-insensitive text search");
+    // A part of an id (its last 12 characters, in capitals) finds it.
+    let tail = created[7].to_string()[24..].to_uppercase();
+    let by_part = page(&api, &key, &format!("q={tail}")).await;
+    assert_eq!(ids(&by_part), [created[7].to_string()], "partial id search");
 
     let bad = api
         .request(
@@ -277,6 +281,7 @@ async fn a_deep_activity_page_over_100000_agents_is_an_index_scan() {
                     &None::<Value>,
                     &None::<String>,
                     &51i64,
+                    &None::<String>,
                 ],
             )
             .await

@@ -21,8 +21,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use fantoccini::key::Key;
-use holdfast_engine::domain::{Heartbeat, ToolKind};
+use holdfast_engine::domain::{Claim, Heartbeat, ModelStep, ToolKind};
 use holdfast_engine::store;
+use holdfast_engine::store::NewModelPrice;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{project_key, waiting_tool_call, ApiServer};
 use holdfast_tests::browser::Browser;
@@ -534,6 +535,7 @@ async fn the_agent_list_over_1000_agents_pages_through_all_and_filters() {
         .map(|r| r.get(0))
         .collect();
     console.sign_in().await;
+    console.browser.goto(&console.api.url("/#/agents")).await;
     console.browser.wait_for_text("#counts", "idle: 900").await;
     console
         .browser
@@ -929,7 +931,7 @@ async fn the_keyboard_reaches_the_list_and_the_actions_with_visible_focus(
     browser
         .wait_for_text("#agents", &ops.held.to_string())
         .await;
-    tab_to(browser, "#agents tbody a", 10).await;
+    tab_to(browser, "#agents tbody a", 20).await;
     let href = browser
         .eval(
             "return document.activeElement.getAttribute('href');",
@@ -1248,7 +1250,15 @@ async fn cancel_and_archive_from_the_page(console: &Console, fake: &FakeProvider
         .wait_for_text("form.question h3", "Shall I go on?")
         .await;
     let question = pending_question(&console.client, agent).await;
+    // Cancel asks first; keeping the turn does nothing.
     browser.click("#cancel").await;
+    browser
+        .wait_for_text("#confirm", "Cancel the turn under way?")
+        .await;
+    browser.click("#confirm-keep").await;
+    assert_eq!(agent_state(&console.client, agent).await, "waiting");
+    browser.click("#cancel").await;
+    browser.click("#confirm-cancel").await;
     browser
         .wait_for_text("#action-status", "cancel: cancelled")
         .await;
@@ -1275,6 +1285,10 @@ async fn cancel_and_archive_from_the_page(console: &Console, fake: &FakeProvider
     assert_eq!(status, "cancelled");
 
     browser.click("#archive").await;
+    browser
+        .wait_for_text("#confirm", "Archive this agent?")
+        .await;
+    browser.click("#confirm-archive").await;
     browser.wait_for_text("#action-status", "archived").await;
     browser
         .wait_for_text("#agent-state", "state: archived")
@@ -1407,5 +1421,703 @@ async fn one_session_operations_phone_keyboard_and_every_action_on_an_agents_pag
     .await;
     cancel_and_archive_from_the_page(&console, &fake, asker).await;
     the_timeline_resumes_after_the_api_restarts_with_each_event_once(&mut console, &fake).await;
+    console.browser.close().await;
+}
+
+/// An agent config with every kind of wait: `refund` needs approval,
+/// `lookup` is the client's, `ask_user` asks a person, `run_command` runs
+/// on `machine`; `name` in its metadata.
+fn waits_config(machine: Uuid, name: &str) -> Value {
+    json!({
+        "model": {"provider": "anthropic", "name": "claude-test"},
+        "tools": [
+            {"type": "custom", "name": "refund", "input_schema": {"type": "object"}},
+            {"type": "custom", "name": "lookup", "input_schema": {"type": "object"}},
+            {"type": "ask_user"},
+            {"type": "run_command", "machine": machine}
+        ],
+        "approvals": {"require_for": ["refund"]},
+        "metadata": {"name": name}
+    })
+}
+
+/// Register a machine named `name` over the API: (id, token).
+async fn register_machine(console: &Console, name: &str) -> (Uuid, String) {
+    let response = console
+        .api
+        .request(reqwest::Method::POST, "/v1/machines", &console.key)
+        .json(&json!({"name": name}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::CREATED);
+    let created: Value = response.json().await.unwrap();
+    (
+        created["id"].as_str().unwrap().parse().unwrap(),
+        created["token"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// The machine's daemon starts and claims what is queued for it, over the
+/// API as the real daemon does: the claimed commands.
+async fn daemon_claims(console: &Console, token: &str) -> Vec<Value> {
+    let session = Uuid::new_v4();
+    let response = console
+        .api
+        .request(reqwest::Method::POST, "/v1/machine/heartbeat", token)
+        .json(&json!({"session": session, "started": true, "commands": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::OK);
+    let response = console
+        .api
+        .request(
+            reqwest::Method::POST,
+            &format!("/v1/machine/commands/claim?session={session}&wait=0"),
+            token,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::OK);
+    let claimed: Value = response.json().await.unwrap();
+    claimed["commands"].as_array().unwrap().clone()
+}
+
+/// The kinds of the inbox's items on the page, in order.
+async fn inbox_kinds(browser: &Browser) -> Vec<String> {
+    let kinds = browser
+        .eval(
+            "return [...document.querySelectorAll('#inbox-items .inbox-item')].map((e) => e.dataset.kind);",
+            vec![],
+        )
+        .await;
+    serde_json::from_value(kinds).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_lists_an_approval_a_question_a_tool_call_and_a_command_and_answering_each_in_place_removes_it(
+) {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    let browser = &console.browser;
+    let (machine, token) = register_machine(&console, "build-box").await;
+    let waits = [
+        ("Refunder", "refund", json!({"order": 7}), ToolKind::Custom),
+        (
+            "Shipper",
+            "ask_user",
+            json!({"question": "Ship order 7 today?"}),
+            ToolKind::Question,
+        ),
+        (
+            "Librarian",
+            "lookup",
+            json!({"q": "invoice 9"}),
+            ToolKind::Custom,
+        ),
+        (
+            "Builder",
+            "run_command",
+            json!({"command": "make test"}),
+            ToolKind::Command,
+        ),
+    ];
+    let mut agents = Vec::new();
+    for (name, tool, input, kind) in waits {
+        let agent = console.new_agent(&waits_config(machine, name)).await;
+        waiting_tool_call(&console.client, agent, tool, input, kind).await;
+        agents.push(agent);
+    }
+
+    // Signed in, the home page is the inbox, oldest first, with its count
+    // in the navigation.
+    console.sign_in().await;
+    browser
+        .wait_for(
+            "four inbox items",
+            "return document.querySelectorAll('#inbox-items .inbox-item').length === 4;",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        inbox_kinds(browser).await,
+        ["approval", "question", "tool_call", "command"]
+    );
+    browser.wait_for_text("#inbox-count", "4").await;
+    for name in ["Refunder", "Shipper", "Librarian", "Builder"] {
+        browser.wait_for_text("#inbox-items", name).await;
+    }
+    browser
+        .wait_for_text(".inbox-item[data-kind='command']", "make test")
+        .await;
+    browser.screenshot_for_docs("inbox").await;
+    browser.resize(390, 844).await;
+    assert_eq!(browser.eval(SIDEWAYS, vec![]).await, json!(false), "inbox");
+    browser.screenshot_for_docs("inbox-phone").await;
+    browser.resize(1280, 900).await;
+
+    // Approved in place, the refund now waits for the client's result.
+    browser
+        .click(".inbox-item[data-kind='approval'] button.approve")
+        .await;
+    browser.wait_for_text("#inbox-notice", "sent").await;
+    browser
+        .wait_for(
+            "the approval gone and the refund's result asked",
+            "return !document.querySelector(\".inbox-item[data-kind='approval']\") && \
+                    [...document.querySelectorAll(\".inbox-item[data-kind='tool_call']\")] \
+                       .some((e) => e.textContent.includes('Result for refund'));",
+            vec![],
+        )
+        .await;
+    let refund = tool_call_id(&console.client, agents[0], "refund").await;
+    let refund_form = format!(".inbox-item[data-id='{refund}']");
+    browser
+        .type_into(&format!("{refund_form} textarea"), "{\"refunded\": true}")
+        .await;
+    browser
+        .click(&format!("{refund_form} button[type='submit']"))
+        .await;
+    browser
+        .type_into(".inbox-item[data-kind='question'] input.answer", "yes")
+        .await;
+    browser
+        .click(".inbox-item[data-kind='question'] button[type='submit']")
+        .await;
+    let lookup = tool_call_id(&console.client, agents[2], "lookup").await;
+    let lookup_form = format!(".inbox-item[data-id='{lookup}']");
+    browser
+        .type_into(&format!("{lookup_form} textarea"), "{\"found\": 3}")
+        .await;
+    browser
+        .click(&format!("{lookup_form} button[type='submit']"))
+        .await;
+    browser
+        .wait_for(
+            "only the command left",
+            "const items = [...document.querySelectorAll('#inbox-items .inbox-item')]; \
+             return items.length === 1 && items[0].dataset.kind === 'command';",
+            vec![],
+        )
+        .await;
+    browser.wait_for_text("#inbox-count", "1").await;
+    let answered: Vec<(String, Option<Value>)> = console
+        .client
+        .query(
+            "SELECT name, output FROM holdfast.tool_calls WHERE agent_id = ANY($1) \
+              AND name <> 'run_command' ORDER BY name",
+            &[&agents],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        answered,
+        [
+            ("ask_user".to_owned(), Some(json!("yes"))),
+            ("lookup".to_owned(), Some(json!({"found": 3}))),
+            ("refund".to_owned(), Some(json!({"refunded": true}))),
+        ]
+    );
+
+    // The machine accepts the command: it leaves the inbox on its own.
+    let claimed = daemon_claims(&console, &token).await;
+    assert_eq!(claimed.len(), 1);
+    browser
+        .wait_for_text("#inbox-total", "Nothing waits on you.")
+        .await;
+    assert_eq!(inbox_kinds(browser).await, Vec::<String>::new());
+    browser.wait_for_text("#inbox-count", "0").await;
+
+    // Signed out, the navigation is gone.
+    browser.click("#sign-out").await;
+    browser.wait_for_text("main", "Signed out.").await;
+    let nav = browser
+        .eval(
+            "return getComputedStyle(document.getElementById('nav')).display;",
+            vec![],
+        )
+        .await;
+    assert_eq!(nav, json!("none"));
+    console.browser.close().await;
+}
+
+/// Give `agent` an input and claim it, as a worker would: its turn is open.
+async fn claimed_turn(client: &Client, agent: Uuid, text: &str) -> (Claim, Vec<Uuid>) {
+    let input = store::create_input(client, agent, &json!(text), None)
+        .await
+        .unwrap();
+    let claim = store::claim_agents(client, "test-worker", 10, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|c| c.agent_id == agent)
+        .expect("the agent is claimable");
+    (claim, vec![input.input_id])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_agent_shows_as_failed_in_the_list_the_counts_and_its_header_and_retry_sends_its_input_again(
+) {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    let browser = &console.browser;
+    let mut config = default_config();
+    config["metadata"] = json!({"name": "Billing bot", "team": "billing"});
+    let failed = console.new_agent(&config).await;
+    let (claim, inputs) = claimed_turn(&console.client, failed, "charge the card").await;
+    store::fail_turn(
+        &console.client,
+        claim,
+        "authentication_error",
+        "the provider refused the key",
+        &inputs,
+    )
+    .await
+    .unwrap();
+    let fine = console.new_agent(&default_config()).await;
+
+    console.sign_in().await;
+    browser.goto(&console.api.url("/#/agents")).await;
+    browser.wait_for_text("#counts", "failed: 1").await;
+    let rows = table_rows(browser, "agents").await;
+    let row = |id: Uuid| {
+        rows.iter()
+            .find(|r| r[0].contains(&id.to_string()))
+            .unwrap_or_else(|| panic!("no row for {id} in {rows:?}"))
+            .clone()
+    };
+    assert_eq!(row(failed)[1], "failed", "{rows:?}");
+    assert!(row(failed)[0].starts_with("Billing bot"), "{rows:?}");
+    assert!(row(failed)[2].starts_with("failed"), "{rows:?}");
+    assert!(row(failed)[4].contains("team=billing"), "{rows:?}");
+    assert_eq!(row(fine)[1], "idle", "{rows:?}");
+    browser.screenshot_for_docs("agents-failed").await;
+
+    // The count is a link to the failed agents.
+    browser.click("#counts a[data-outcome='failed']").await;
+    browser
+        .wait_for(
+            "the failed agents only",
+            "return document.querySelectorAll('#agents tbody tr').length === 1;",
+            vec![],
+        )
+        .await;
+    assert_eq!(listed_ids(browser).await.len(), 1);
+    browser.wait_for_text("#agents", &failed.to_string()).await;
+    // The list stays live: another agent failing joins it without a reload.
+    let (claim, inputs) = claimed_turn(&console.client, fine, "send the report").await;
+    store::fail_turn(&console.client, claim, "internal_error", "boom", &inputs)
+        .await
+        .unwrap();
+    browser.wait_for_text("#counts", "failed: 2").await;
+    browser.wait_for_text("#agents", &fine.to_string()).await;
+
+    console.open_agent(failed).await;
+    browser
+        .wait_for_text(
+            "#last-turn",
+            "failed (authentication_error: the provider refused the key)",
+        )
+        .await;
+    let header_failed = browser
+        .eval(
+            "return document.getElementById('last-turn').classList.contains('failed');",
+            vec![],
+        )
+        .await;
+    assert_eq!(header_failed, json!(true));
+    browser
+        .wait_for(
+            "the failed turn marked failed",
+            "return !!document.querySelector(\"details.turn.failed[data-turn='1']\");",
+            vec![],
+        )
+        .await;
+    browser.screenshot_for_docs("agent-failed").await;
+    browser.click("#retry").await;
+    browser.wait_for_text("#retry-status", "sent again").await;
+    holdfast_tests::wait_until(TURN_TIMEOUT, "the input sent again", || async {
+        count_events(&console.client, failed, "input.received").await == 2
+    })
+    .await;
+    let contents: Vec<Value> = console
+        .client
+        .query(
+            "SELECT content FROM holdfast.inputs WHERE agent_id = $1 ORDER BY created_at",
+            &[&failed],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        contents,
+        [json!("charge the card"), json!("charge the card")]
+    );
+    console.browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_shows_its_duration_tokens_and_cost_and_the_agent_its_usage() {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    let browser = &console.browser;
+    store::set_model_price(
+        &console.client,
+        &NewModelPrice {
+            provider: "anthropic",
+            model: "claude-test",
+            input_usd_per_mtok: 3.0,
+            output_usd_per_mtok: 15.0,
+            cache_read_usd_per_mtok: None,
+            cache_write_usd_per_mtok: None,
+        },
+    )
+    .await
+    .unwrap();
+    let agent = console.new_agent(&default_config()).await;
+    let (claim, inputs) = claimed_turn(&console.client, agent, "sum the invoices").await;
+    store::commit_model_step(
+        &console.client,
+        claim,
+        &ModelStep {
+            input_ids: inputs,
+            message: vec![
+                json!({"type": "text", "text": "## Total\n\nThe invoices sum to **42**."}),
+            ],
+            tool_calls: vec![],
+            usage: json!({"input_tokens": 1000, "output_tokens": 500}),
+            stop_reason: Some("end_turn".into()),
+        },
+    )
+    .await
+    .unwrap();
+    let took: f64 = console
+        .client
+        .query_one(
+            "SELECT extract(epoch FROM e.created_at - s.created_at)::float8 * 1000 \
+               FROM holdfast.events s, holdfast.events e \
+              WHERE s.agent_id = $1 AND e.agent_id = $1 \
+                AND s.type = 'turn.started' AND e.type = 'turn.completed'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+
+    console.sign_in().await;
+    console.open_agent(agent).await;
+    let summary = "details.turn[data-turn='1'] > summary";
+    browser.wait_for_text(summary, "completed").await;
+    browser
+        .wait_for_text(summary, "1,500 tokens · $0.0105")
+        .await;
+    browser.wait_for_text(summary, "sum the invoices").await;
+    // The page reads times to the millisecond, the database to the
+    // microsecond: the duration shown is the saved one within 1 ms.
+    let shown = browser.text(&format!("{summary} .turn-duration")).await;
+    let shown_ms = match shown.split_once(' ') {
+        Some((n, "ms")) => n.parse::<f64>().unwrap(),
+        Some((n, "s")) => n.parse::<f64>().unwrap() * 1000.0,
+        _ => panic!("not a duration: {shown:?}"),
+    };
+    let tolerance = if took < 1000.0 { 1.5 } else { 100.0 };
+    assert!(
+        (shown_ms - took).abs() <= tolerance,
+        "the turn took {took} ms, the page shows {shown:?}"
+    );
+    browser
+        .wait_for_text("#last-turn", "Last turn 1: completed")
+        .await;
+    browser
+        .wait_for_text("#usage-total", "1,500 tokens · $0.0105")
+        .await;
+    // An answer's heading reads larger than its text.
+    let sizes = browser
+        .eval(
+            "const h = document.querySelector('.model-text h4'); const p = document.querySelector('.model-text p'); \
+             return parseFloat(getComputedStyle(h).fontSize) > parseFloat(getComputedStyle(p).fontSize);",
+            vec![],
+        )
+        .await;
+    assert_eq!(sizes, json!(true));
+    browser
+        .eval(
+            "document.querySelector(arguments[0]).scrollIntoView({block: 'center'});",
+            vec![json!("details.turn")],
+        )
+        .await;
+    browser.screenshot_for_docs("agent-turn").await;
+
+    // The project's usage page: by model and by day.
+    browser.goto(&console.api.url("/#/usage")).await;
+    browser
+        .wait_for_text("#usage-models", "anthropic claude-test")
+        .await;
+    let by_day = row_of(
+        browser,
+        "usage-days-table",
+        &Utc::now().date_naive().to_string(),
+    )
+    .await;
+    assert_eq!(by_day[1], "anthropic claude-test");
+    assert_eq!(by_day[2], "1");
+    assert_eq!(by_day[3], "1,500 tokens · $0.0105");
+    browser.screenshot_for_docs("usage").await;
+    console.browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commands_output_appears_as_terminal_text_on_the_open_page_while_it_runs_and_ends() {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    let browser = &console.browser;
+    let (machine, token) = register_machine(&console, "build-box").await;
+    let agent = console.new_agent(&waits_config(machine, "Builder")).await;
+    let command = "printf '<b>not bold</b>\\nline 2'";
+    waiting_tool_call(
+        &console.client,
+        agent,
+        "run_command",
+        json!({"command": command}),
+        ToolKind::Command,
+    )
+    .await;
+    console.sign_in().await;
+    console.open_agent(agent).await;
+    browser
+        .wait_for_text(".command .command-line", &format!("$ {command}"))
+        .await;
+    browser
+        .wait_for_text(".command .command-status", "queued on build-box")
+        .await;
+
+    let claimed = daemon_claims(&console, &token).await;
+    browser
+        .wait_for_text(".command .command-status", "running")
+        .await;
+    let id = claimed[0]["id"].as_str().unwrap();
+    let stdout = "<b>not bold</b>\nline 2";
+    let response = console
+        .api
+        .request(
+            reqwest::Method::POST,
+            &format!("/v1/machine/commands/{id}/result"),
+            &token,
+        )
+        .json(
+            &json!({"state": "finished", "exit_code": 0, "stdout": stdout, "stderr": "a warning\n"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::OK);
+    browser.wait_for_text(".command pre.stdout", "line 2").await;
+    let terminal = browser
+        .eval(
+            "const out = document.querySelector('.command pre.stdout'); \
+             return { text: out.textContent, elements: out.children.length, \
+                      stderr: document.querySelector('.command pre.stderr').textContent, \
+                      status: document.querySelector('.command .command-status').textContent };",
+            vec![],
+        )
+        .await;
+    assert_eq!(terminal["text"], json!(stdout), "{terminal}");
+    assert_eq!(
+        terminal["elements"],
+        json!(0),
+        "output is text, never markup"
+    );
+    assert_eq!(terminal["stderr"], json!("a warning\n"));
+    assert!(
+        terminal["status"]
+            .as_str()
+            .unwrap()
+            .starts_with("exit 0 · "),
+        "{terminal}"
+    );
+    browser
+        .eval(
+            "document.querySelector(arguments[0]).scrollIntoView({block: 'center'});",
+            vec![json!(".command")],
+        )
+        .await;
+    browser.screenshot_for_docs("agent-command").await;
+    console.browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dark_mode_follows_the_system_setting() {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    let browser = &console.browser;
+    let agent = console.new_agent(&default_config()).await;
+    console.input(agent, "hello in the dark").await;
+    console.sign_in().await;
+    let background = "return getComputedStyle(document.body).backgroundColor;";
+    browser.emulate_color_scheme("dark").await;
+    assert_eq!(
+        browser.eval(background, vec![]).await,
+        json!("rgb(13, 17, 23)")
+    );
+    console.open_agent(agent).await;
+    console
+        .wait_for_card("input.received", "hello in the dark")
+        .await;
+    browser.screenshot_for_docs("agent-dark").await;
+    browser.emulate_color_scheme("light").await;
+    assert_eq!(
+        browser.eval(background, vec![]).await,
+        json!("rgb(255, 255, 255)")
+    );
+    console.browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_does_not_replay_into_an_aria_live_region_and_new_events_are_announced() {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    let browser = &console.browser;
+    let agent = console.new_agent(&default_config()).await;
+    console.input(agent, "an old message from history").await;
+    console.sign_in().await;
+    console.open_agent(agent).await;
+    console
+        .wait_for_card("input.received", "an old message from history")
+        .await;
+    let live_text = "return [...document.querySelectorAll('[aria-live]')] \
+                        .filter((e) => e.getAttribute('aria-live') !== 'off') \
+                        .map((e) => e.textContent).join('|');";
+    let spoken = browser.eval(live_text, vec![]).await;
+    assert!(
+        !spoken.as_str().unwrap().contains("an old message"),
+        "the history is in a live region: {spoken}"
+    );
+    let timeline_live = browser
+        .eval(
+            "return document.getElementById('timeline').closest('[aria-live]') !== null;",
+            vec![],
+        )
+        .await;
+    assert_eq!(timeline_live, json!(false));
+    // A new event is announced, briefly.
+    console.input(agent, "a new message").await;
+    console
+        .wait_for_card("input.received", "a new message")
+        .await;
+    browser.wait_for_text("#announcer", "Input").await;
+    console.browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_text_keeps_its_line_breaks_and_a_cancelled_partial_answer_stays_marked() {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    let browser = &console.browser;
+    let agent = console.new_agent(&default_config()).await;
+    console.sign_in().await;
+    console.open_agent(agent).await;
+    let fake = FakeProvider::start().await;
+    fake.push(Reply::text("First line\n\n- an item and the rest never comes").hold_after_deltas(4));
+    let _worker = console.worker("console-partial-worker", &fake);
+    console.input(agent, "write a list").await;
+    fake.wait_until_held(1).await;
+
+    // The streamed text is markdown as it comes: a paragraph, then a list.
+    browser
+        .wait_for(
+            "the streamed list item",
+            "const li = document.querySelector('#live-text .delta-text li'); \
+             const p = document.querySelector('#live-text .delta-text p'); \
+             return !!li && li.textContent.startsWith('an') && !!p && p.textContent === 'First line';",
+            vec![],
+        )
+        .await;
+    browser.click("#cancel").await;
+    browser.click("#confirm-cancel").await;
+    wait_for_event(&console.client, agent, "turn.cancelled", TURN_TIMEOUT).await;
+    browser
+        .wait_for_text(".card.partial h3", "Partial answer, cancelled (not saved)")
+        .await;
+    let partial = browser.text(".card.partial .model-text").await;
+    assert!(partial.contains("First line"), "{partial}");
+    let live_hidden = browser
+        .eval(
+            "return document.getElementById('live-text').hidden;",
+            vec![],
+        )
+        .await;
+    assert_eq!(live_hidden, json!(true));
+    assert_eq!(
+        count_events(&console.client, agent, "model.response").await,
+        0,
+        "nothing of the call was saved"
+    );
+    fake.release();
+    console.browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_input_shows_as_a_thumbnail_fetched_with_the_key() {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    let browser = &console.browser;
+    let agent = console.new_agent(&default_config()).await;
+    // A 1x1 PNG.
+    let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+    console
+        .api
+        .request(
+            reqwest::Method::POST,
+            &format!("/v1/agents/{agent}/inputs"),
+            &console.key,
+        )
+        .json(&json!({"content": [
+            {"type": "text", "text": "what is in this picture?"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
+        ]}))
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap();
+    console.sign_in().await;
+    console.open_agent(agent).await;
+    browser
+        .wait_for(
+            "the thumbnail loaded",
+            "const img = document.querySelector('#timeline img.thumb'); \
+             return !!img && img.complete && img.naturalWidth === 1;",
+            vec![],
+        )
+        .await;
+    let src = browser
+        .eval(
+            "return document.querySelector('#timeline img.thumb').getAttribute('src');",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        src,
+        json!(format!("data:image/png;base64,{png}")),
+        "the image came from the attachment route, with the key in a header"
+    );
+    console
+        .wait_for_card("input.received", "what is in this picture?")
+        .await;
     console.browser.close().await;
 }

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use holdfast_engine::config::Provider;
 use holdfast_engine::domain::{
     AgentState, ApprovalStatus, CommandResultState, InputMode, QuestionStatus, ToolCallStatus,
-    ToolKind, WebhookDeliveryStatus,
+    ToolKind, TurnOutcome, WebhookDeliveryStatus,
 };
 use holdfast_engine::migrate::{self, FUNCTION_FILES, MIGRATIONS};
 use holdfast_tests::TestDb;
@@ -245,6 +245,7 @@ async fn each_text_enum_has_the_strings_of_its_column_check() {
     let client = db.connect().await;
     let columns = [
         ("agents", "state", strings_of::<AgentState>()),
+        ("agents", "last_turn_outcome", strings_of::<TurnOutcome>()),
         ("inputs", "mode", strings_of::<InputMode>()),
         ("tool_calls", "kind", strings_of::<ToolKind>()),
         ("tool_calls", "status", strings_of::<ToolCallStatus>()),

@@ -3,6 +3,7 @@
 use chrono::{DateTime, Utc};
 use holdfast_engine::config::AgentConfig;
 use holdfast_engine::domain::{Agent, AgentState, CancelOutcome};
+pub use holdfast_engine::domain::{LastTurn, TurnError, TurnOutcome};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -74,6 +75,9 @@ pub struct AgentView {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub state_changed_at: DateTime<Utc>,
+    /// Its latest turn (open or ended): how it ended, its error, start, end
+    /// and usage; `null` before its first turn.
+    pub last_turn: Option<LastTurn>,
     /// In a list with `order=activity` only: the time the list is ordered
     /// by (its latest event's time, else its creation).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -92,6 +96,7 @@ impl From<Agent> for AgentView {
             created_at: agent.created_at,
             updated_at: agent.updated_at,
             state_changed_at: agent.state_changed_at,
+            last_turn: agent.last_turn,
             activity_at: None,
         }
     }

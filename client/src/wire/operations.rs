@@ -90,6 +90,11 @@ pub struct ProjectView {
     /// Agents per state; every state is listed (0 when none).
     #[schema(example = json!({"idle": 3, "ready": 0, "running": 1, "waiting": 2, "archived": 0}))]
     pub agents_by_state: BTreeMap<String, i64>,
+    /// Agents per outcome of their last turn (`completed`, `failed`,
+    /// `cancelled`, `limit`); every outcome is listed (0 when none). An
+    /// agent with a turn open, or none yet, is in no count.
+    #[schema(example = json!({"completed": 4, "failed": 1, "cancelled": 0, "limit": 0}))]
+    pub agents_by_last_turn_outcome: BTreeMap<String, i64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]

@@ -66,6 +66,64 @@ pub struct Agent {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub state_changed_at: DateTime<Utc>,
+    /// Its latest turn; `None` before its first.
+    pub last_turn: Option<LastTurn>,
+}
+
+/// How a turn ended.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    EnumString,
+    IntoStaticStr,
+    Display,
+    VariantArray,
+    ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum TurnOutcome {
+    /// `turn.completed`: the model answered.
+    Completed,
+    /// `turn.failed` for any error but a limit.
+    Failed,
+    /// `turn.cancelled`.
+    Cancelled,
+    /// `turn.failed` because a limit or budget was reached (error types
+    /// `limit_exceeded`, `budget_exceeded`).
+    Limit,
+}
+
+/// Why a turn failed: `turn.failed`'s `error`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TurnError {
+    /// `authentication_error`, `retries_exhausted`, `limit_exceeded`,
+    /// `budget_exceeded`, `internal_error`, ... (docs/events.md).
+    #[serde(rename = "type")]
+    pub error_type: String,
+    pub message: String,
+}
+
+/// An agent's latest turn (open or ended).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LastTurn {
+    /// The turn's number on the agent (counted up as turns open).
+    pub turn: i64,
+    /// How it ended; `null` while it is open.
+    pub outcome: Option<TurnOutcome>,
+    /// With `failed` and `limit`: the error it failed with.
+    pub error: Option<TurnError>,
+    /// Its `turn.started`.
+    pub started_at: DateTime<Utc>,
+    /// The event that ended it; `null` while it is open.
+    pub ended_at: Option<DateTime<Utc>>,
+    /// Its model usage so far, and cost.
+    pub usage: super::TokenUsage,
 }
 
 /// A saved input.

@@ -47,6 +47,28 @@ pub struct AgentUsage {
     pub turns: Vec<TurnUsage>,
 }
 
+/// A project's usage of one model on one UTC day.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DayUsage {
+    pub day: chrono::NaiveDate,
+    pub provider: String,
+    pub model: String,
+    /// Model calls saved that day (responses and compactions).
+    pub model_steps: i64,
+    pub usage: TokenUsage,
+}
+
+/// A project's usage by day and model since a day, and its sum.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ProjectUsage {
+    /// The first UTC day counted.
+    pub since: chrono::NaiveDate,
+    /// Newest day first, then by provider and model.
+    pub days: Vec<DayUsage>,
+    /// The sum of `days`.
+    pub usage: TokenUsage,
+}
+
 /// The operator's price of one provider's model, in USD per million tokens.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelPrice {

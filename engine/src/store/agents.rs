@@ -11,9 +11,9 @@ use super::prepared::{query_prepared, with_wake_after_commit, Prepared};
 use super::{batch_outcomes, parse_text};
 use crate::domain::{
     Agent, AgentState, CancelOutcome, Input, InputCreated, InputMode, LimitMaxima, PostedInput,
-    WaitingInputs,
+    TurnOutcome, WaitingInputs,
 };
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::telemetry::TraceHeaders;
 
 /// Write the operator's limit maxima (`holdfast.set_limit_maxima`).
@@ -116,7 +116,8 @@ pub async fn ensure_project(client: &impl GenericClient, name: &str) -> Result<U
 /// The config is masked (`mask_config_secrets`): these rows are for clients.
 pub(super) const AGENT_COLUMNS: &str =
     "id, project_id, holdfast.mask_config_secrets(config), state, turn_open, cancel_requested_at, \
-                             last_event_seq, created_at, updated_at, state_changed_at";
+                             last_event_seq, created_at, updated_at, state_changed_at, \
+                             holdfast.agent_last_turn(agents)";
 
 pub(super) fn agent_from_row(row: &tokio_postgres::Row) -> Result<Agent> {
     Ok(Agent {
@@ -130,6 +131,11 @@ pub(super) fn agent_from_row(row: &tokio_postgres::Row) -> Result<Agent> {
         created_at: row.get(7),
         updated_at: row.get(8),
         state_changed_at: row.get(9),
+        last_turn: row
+            .get::<_, Option<Value>>(10)
+            .map(serde_json::from_value)
+            .transpose()
+            .map_err(|e| Error::Migration(format!("agent_last_turn document: {e}")))?,
     })
 }
 
@@ -195,24 +201,28 @@ pub async fn get_attachment(
 }
 
 /// Agents of `project` (configs masked for showing), oldest first (ids are
-/// UUIDv7), after the id `after`, in `state` when given, at most `limit`.
+/// UUIDv7), after the id `after`, in `state` and with the last turn's
+/// `outcome` when given, at most `limit`.
 pub async fn list_agents(
     client: &impl GenericClient,
     project: Uuid,
     state: Option<AgentState>,
+    outcome: Option<TurnOutcome>,
     after: Option<Uuid>,
     limit: i64,
 ) -> Result<Vec<Agent>> {
     let state = state.map(<&str>::from);
+    let outcome = outcome.map(<&str>::from);
     let rows = client
         .query(
             &format!(
                 "SELECT {AGENT_COLUMNS} FROM holdfast.agents \
                   WHERE project_id = $1 AND ($2::text IS NULL OR state = $2) \
-                    AND ($3::uuid IS NULL OR id > $3) \
-                  ORDER BY id LIMIT $4"
+                    AND ($3::text IS NULL OR last_turn_outcome = $3) \
+                    AND ($4::uuid IS NULL OR id > $4) \
+                  ORDER BY id LIMIT $5"
             ),
-            &[&project, &state, &after, &limit],
+            &[&project, &state, &outcome, &after, &limit],
         )
         .await?;
     rows.iter().map(agent_from_row).collect()

@@ -17,7 +17,7 @@ use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::agent_from_row;
-use crate::domain::{Agent, AgentState};
+use crate::domain::{Agent, AgentState, TurnOutcome};
 use crate::error::Result;
 
 /// A project as its own keys see it.
@@ -27,6 +27,10 @@ pub struct Project {
     pub name: String,
     /// Agents per state; every state is present (0 when none).
     pub agents_by_state: BTreeMap<String, i64>,
+    /// Agents per outcome of their last turn (`agents.last_turn_outcome`);
+    /// every outcome is present (0 when none). Agents with a turn open, or
+    /// none yet, are in no count.
+    pub agents_by_last_turn_outcome: BTreeMap<String, i64>,
 }
 
 /// Where a page of the activity-ordered list starts: below this row.
@@ -40,11 +44,14 @@ pub struct ActivityCursor {
 #[derive(Clone, Debug, Default)]
 pub struct AgentFilter {
     pub state: Option<AgentState>,
+    /// Its last turn ended so.
+    pub outcome: Option<TurnOutcome>,
     /// Exactly this agent.
     pub id: Option<Uuid>,
     /// `config.metadata` contains this object (`@>`).
     pub metadata: Option<Value>,
-    /// `config.metadata`'s JSON text contains this, case-insensitively.
+    /// `config.metadata`'s JSON text, or the agent's id, contains this,
+    /// case-insensitively (so a part of an id finds the agent).
     pub text: Option<String>,
 }
 
@@ -81,10 +88,26 @@ pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Optio
         let state: AgentState = super::parse_text(row.get(0), "state")?;
         agents_by_state.insert(state.to_string(), row.get(1));
     }
+    let mut agents_by_last_turn_outcome: BTreeMap<String, i64> = TurnOutcome::VARIANTS
+        .iter()
+        .map(|o| (o.to_string(), 0))
+        .collect();
+    let counts = client
+        .query(
+            "SELECT last_turn_outcome, count(*) FROM holdfast.agents \
+              WHERE project_id = $1 AND last_turn_outcome IS NOT NULL GROUP BY last_turn_outcome",
+            &[&project],
+        )
+        .await?;
+    for row in counts {
+        let outcome: TurnOutcome = super::parse_text(row.get(0), "last_turn_outcome")?;
+        agents_by_last_turn_outcome.insert(outcome.to_string(), row.get(1));
+    }
     Ok(Some(Project {
         id: project,
         name: row.get(0),
         agents_by_state,
+        agents_by_last_turn_outcome,
     }))
 }
 
@@ -95,15 +118,17 @@ pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Optio
 /// expression the 0017 indexes are built on.
 pub const AGENTS_BY_ACTIVITY_SQL: &str = "\
 SELECT id, project_id, holdfast.mask_config_secrets(config), state, turn_open, cancel_requested_at, \
-       last_event_seq, created_at, updated_at, state_changed_at, \
+       last_event_seq, created_at, updated_at, state_changed_at, holdfast.agent_last_turn(agents), \
        coalesce(last_event_at, created_at) \
   FROM holdfast.agents \
  WHERE project_id = $1 \
    AND ($2::text IS NULL OR state = $2) \
+   AND ($9::text IS NULL OR last_turn_outcome = $9) \
    AND ($3::timestamptz IS NULL OR (coalesce(last_event_at, created_at), id) < ($3, $4::uuid)) \
    AND ($5::uuid IS NULL OR id = $5) \
    AND ($6::jsonb IS NULL OR config -> 'metadata' @> $6) \
-   AND ($7::text IS NULL OR strpos(lower((config -> 'metadata')::text), lower($7)) > 0) \
+   AND ($7::text IS NULL OR strpos(lower((config -> 'metadata')::text), lower($7)) > 0 \
+        OR strpos(id::text, lower($7)) > 0) \
  ORDER BY coalesce(last_event_at, created_at) DESC, id DESC \
  LIMIT $8";
 
@@ -117,6 +142,7 @@ pub async fn agents_by_activity(
     limit: i64,
 ) -> Result<Vec<AgentActivity>> {
     let state = filter.state.map(<&str>::from);
+    let outcome = filter.outcome.map(<&str>::from);
     let before_activity = before.map(|c| c.activity);
     let before_id = before.map(|c| c.id);
     let rows = client
@@ -131,6 +157,7 @@ pub async fn agents_by_activity(
                 &filter.metadata,
                 &filter.text,
                 &limit,
+                &outcome,
             ],
         )
         .await?;
@@ -138,7 +165,7 @@ pub async fn agents_by_activity(
         .map(|row| {
             Ok(AgentActivity {
                 agent: agent_from_row(row)?,
-                activity: row.get(10),
+                activity: row.get(11),
             })
         })
         .collect()
@@ -346,4 +373,50 @@ pub async fn operations(client: &impl GenericClient, project_id: Uuid) -> Result
         webhooks,
         machines,
     })
+}
+
+/// What to narrow the inbox to; every part is optional and they add up.
+#[derive(Clone, Debug, Default)]
+pub struct InboxFilter<'a> {
+    /// One kind (`approval`, `budget_approval`, `question`, `tool_call`,
+    /// `command`).
+    pub kind: Option<&'a str>,
+    /// The agent's `config.metadata` contains this object (`@>`).
+    pub metadata: Option<&'a Value>,
+}
+
+/// Where a page of the inbox starts: after this item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InboxCursor {
+    pub created_at: DateTime<Utc>,
+    pub id: Uuid,
+}
+
+/// What waits on a person or a client in `project`, oldest first, after
+/// `after`, at most `limit` (`holdfast.inbox`): the document
+/// `{"items": [...], "total": n}`.
+pub async fn inbox(
+    client: &impl GenericClient,
+    project: Uuid,
+    filter: &InboxFilter<'_>,
+    after: Option<InboxCursor>,
+    limit: i64,
+) -> Result<Value> {
+    let after_at = after.map(|c| c.created_at);
+    let after_id = after.map(|c| c.id);
+    let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+    let row = client
+        .query_one(
+            "SELECT holdfast.inbox($1, $2, $3, $4, $5, $6)",
+            &[
+                &project,
+                &filter.kind,
+                &filter.metadata,
+                &after_at,
+                &after_id,
+                &limit,
+            ],
+        )
+        .await?;
+    Ok(row.get(0))
 }

@@ -6,7 +6,7 @@ use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::parse_text;
-use crate::domain::{AgentUsage, Claim, ModelPrice};
+use crate::domain::{AgentUsage, Claim, ModelPrice, ProjectUsage};
 use crate::error::{Error, Result};
 
 /// The usage of `agent` in `project`: its sum and each turn's; `None` when
@@ -25,6 +25,20 @@ pub async fn agent_usage(
                 .map_err(|e| Error::Migration(format!("agent_usage document: {e}")))
         })
         .transpose()
+}
+
+/// `project`'s usage by UTC day and model from `since` on
+/// (`holdfast.project_usage`).
+pub async fn project_usage(
+    client: &impl GenericClient,
+    project: Uuid,
+    since: chrono::NaiveDate,
+) -> Result<ProjectUsage> {
+    let row = client
+        .query_one("SELECT holdfast.project_usage($1, $2)", &[&project, &since])
+        .await?;
+    serde_json::from_value(row.get(0))
+        .map_err(|e| Error::Migration(format!("project_usage document: {e}")))
 }
 
 /// Set a model's price (USD per million tokens; `None` cache prices: the

@@ -31,6 +31,10 @@ export type Approval = Schemas["ApprovalView"];
 export type Question = Schemas["QuestionView"];
 export type Webhook = Schemas["WebhookView"];
 export type CreatedWebhook = Schemas["CreatedWebhookView"];
+export type InboxItem = Schemas["InboxItem"];
+export type InboxKind = Schemas["InboxKind"];
+export type TurnOutcome = Schemas["TurnOutcome"];
+export type ProjectUsage = Schemas["ProjectUsage"];
 
 /**
  * How failed requests are retried: network errors, tries that time out,
@@ -385,6 +389,39 @@ export class Holdfast {
   }
 
   /**
+   * Everything in the project waiting on a person or a client (approvals,
+   * budget approvals, questions, custom tool calls, commands no machine has
+   * accepted), oldest first, of one `kind` and of agents whose metadata
+   * contains `metadata` if given, fetching pages as it goes.
+   */
+  async *inbox(
+    options: { kind?: InboxKind; metadata?: Record<string, unknown>; pageSize?: number } = {},
+  ): AsyncGenerator<InboxItem> {
+    let cursor: string | undefined;
+    for (;;) {
+      const page = await this.json<Schemas["Inbox"]>("GET", "/v1/inbox", {
+        query: {
+          kind: options.kind,
+          metadata: options.metadata === undefined ? undefined : JSON.stringify(options.metadata),
+          limit: options.pageSize,
+          cursor,
+        },
+      });
+      yield* page.items;
+      if (!page.has_more || page.next_cursor == null) return;
+      cursor = page.next_cursor;
+    }
+  }
+
+  /**
+   * The project's model usage by UTC day and model over the last `days`
+   * days (default 30), newest first, and its sum, with cost in USD.
+   */
+  projectUsage(options: { days?: number } = {}): Promise<ProjectUsage> {
+    return this.json("GET", "/v1/usage", { query: { days: options.days } });
+  }
+
+  /**
    * Everything an agent does, live: every saved event once and in order,
    * live deltas, and after each (re)connect what waits on you. A dropped
    * connection or an API restart reconnects with backoff and
@@ -612,12 +649,17 @@ export class Agents {
     return this.client.json("GET", `/v1/agents/${enc(agentId)}`);
   }
 
-  /** Every agent (of a state, if given), oldest first, fetching pages as it goes. */
-  async *list(options: { state?: AgentState; pageSize?: number } = {}): AsyncGenerator<Agent> {
+  /**
+   * Every agent (of a state, and whose last turn ended with `outcome`, if
+   * given), oldest first, fetching pages as it goes.
+   */
+  async *list(
+    options: { state?: AgentState; outcome?: TurnOutcome; pageSize?: number } = {},
+  ): AsyncGenerator<Agent> {
     let after: string | undefined;
     for (;;) {
       const page = await this.client.json<{ agents: Agent[]; has_more: boolean }>("GET", "/v1/agents", {
-        query: { state: options.state, limit: options.pageSize, after },
+        query: { state: options.state, outcome: options.outcome, limit: options.pageSize, after },
       });
       yield* page.agents;
       if (!page.has_more || page.agents.length === 0) return;

@@ -319,6 +319,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/inbox": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List what waits on a person or a client, oldest first. */
+        get: operations["get_inbox"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/inputs/{id}": {
         parameters: {
             query?: never;
@@ -594,6 +611,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The project's model usage by UTC day, provider and model over the last
+         *     `days` days, newest first, and its sum; cost in USD at the operator's
+         *     prices (`null` when none was priced).
+         */
+        get: operations["get_project_usage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/webhooks": {
         parameters: {
             query?: never;
@@ -709,6 +747,7 @@ export interface components {
              * @description The seq of its latest event: resume a stream from here.
              */
             last_event_seq: number;
+            last_turn?: null | components["schemas"]["LastTurn"];
             state: components["schemas"]["StateName"];
             /** Format: date-time */
             state_changed_at: string;
@@ -909,6 +948,19 @@ export interface components {
          * @enum {string}
          */
         DaemonStateName: "accepted" | "running" | "finished";
+        /** @description A project's usage of one model on one UTC day. */
+        DayUsage: {
+            /** Format: date */
+            day: string;
+            model: string;
+            /**
+             * Format: int64
+             * @description Model calls saved that day (responses and compactions).
+             */
+            model_steps: number;
+            provider: string;
+            usage: components["schemas"]["TokenUsage"];
+        };
         /**
          * @description Approve or deny.
          * @enum {string}
@@ -1047,6 +1099,56 @@ export interface components {
             /** Format: uuid */
             machine_id: string;
         };
+        /** @description A page of the inbox, oldest first. */
+        Inbox: {
+            /** @description More items follow: ask again with `cursor` = `next_cursor`. */
+            has_more: boolean;
+            items: components["schemas"]["InboxItem"][];
+            /** @description With `has_more`: the `cursor` of the next page. */
+            next_cursor?: string | null;
+            /**
+             * Format: int64
+             * @description Items matching the filters on every page.
+             */
+            total: number;
+        };
+        /** @description One thing waiting. */
+        InboxItem: {
+            /**
+             * Format: double
+             * @description Seconds it has waited, at the time of the response.
+             */
+            age_seconds: number;
+            /** Format: uuid */
+            agent_id: string;
+            /** @description The agent's `config.metadata` (`{}` when it has none). */
+            agent_metadata: Record<string, unknown>;
+            /**
+             * Format: date-time
+             * @description When it began to wait.
+             */
+            created_at: string;
+            /**
+             * @description What answering needs: `approval` {tool_call_id, name, input};
+             *     `budget_approval` {budget}; `question` {tool_call_id, question};
+             *     `tool_call` {name, input}; `command` {tool_call_id, command,
+             *     machine, machine_online}.
+             */
+            detail: Record<string, unknown>;
+            /**
+             * Format: uuid
+             * @description The approval's, question's, tool call's or command's id.
+             */
+            id: string;
+            kind: components["schemas"]["InboxKind"];
+            /** @description One line saying what is asked (at most 200 characters). */
+            summary: string;
+        };
+        /**
+         * @description What an inbox item waits for, and so how it is answered.
+         * @enum {string}
+         */
+        InboxKind: "approval" | "budget_approval" | "question" | "tool_call" | "command";
         /** @description An agent's waiting inputs, oldest first. */
         InputList: {
             inputs: components["schemas"]["InputView"][];
@@ -1100,6 +1202,28 @@ export interface components {
          * @enum {string}
          */
         KindName: "external" | "internal" | "custom" | "question" | "command";
+        /** @description An agent's latest turn (open or ended). */
+        LastTurn: {
+            /**
+             * Format: date-time
+             * @description The event that ended it; `null` while it is open.
+             */
+            ended_at?: string | null;
+            error?: null | components["schemas"]["TurnError"];
+            outcome?: null | components["schemas"]["TurnOutcome"];
+            /**
+             * Format: date-time
+             * @description Its `turn.started`.
+             */
+            started_at: string;
+            /**
+             * Format: int64
+             * @description The turn's number on the agent (counted up as turns open).
+             */
+            turn: number;
+            /** @description Its model usage so far, and cost. */
+            usage: components["schemas"]["TokenUsage"];
+        };
         /**
          * @description Bounds on a runaway agent. Each defaults to, and may not exceed, the
          *     operator's maximum (`HOLDFAST_MAX_<NAME>`); exceeding one ends the turn
@@ -1294,8 +1418,34 @@ export interface components {
             webhooks: components["schemas"]["WebhookBacklogView"][];
             workers: components["schemas"]["WorkerView"][];
         };
+        /** @description A project's usage by day and model since a day, and its sum. */
+        ProjectUsage: {
+            /** @description Newest day first, then by provider and model. */
+            days: components["schemas"]["DayUsage"][];
+            /**
+             * Format: date
+             * @description The first UTC day counted.
+             */
+            since: string;
+            /** @description The sum of `days`. */
+            usage: components["schemas"]["TokenUsage"];
+        };
         /** @description The project an API key belongs to. */
         ProjectView: {
+            /**
+             * @description Agents per outcome of their last turn (`completed`, `failed`,
+             *     `cancelled`, `limit`); every outcome is listed (0 when none). An
+             *     agent with a turn open, or none yet, is in no count.
+             * @example {
+             *       "cancelled": 0,
+             *       "completed": 4,
+             *       "failed": 1,
+             *       "limit": 0
+             *     }
+             */
+            agents_by_last_turn_outcome: {
+                [key: string]: number;
+            };
             /**
              * @description Agents per state; every state is listed (0 when none).
              * @example {
@@ -1626,6 +1776,20 @@ export interface components {
              */
             output: Record<string, unknown>;
         };
+        /** @description Why a turn failed: `turn.failed`'s `error`. */
+        TurnError: {
+            message: string;
+            /**
+             * @description `authentication_error`, `retries_exhausted`, `limit_exceeded`,
+             *     `budget_exceeded`, `internal_error`, ... (docs/events.md).
+             */
+            type: string;
+        };
+        /**
+         * @description How a turn ended.
+         * @enum {string}
+         */
+        TurnOutcome: "completed" | "failed" | "cancelled" | "limit";
         /** @description One turn's usage. */
         TurnUsage: {
             /**
@@ -1840,6 +2004,11 @@ export interface operations {
                 /** @description Only agents in this state. */
                 state?: components["schemas"]["StateName"];
                 /**
+                 * @description Only agents whose last turn ended so (`failed`: an error other than
+                 *     a limit; `limit`: a limit or budget).
+                 */
+                outcome?: "completed" | "failed" | "cancelled" | "limit";
+                /**
                  * @description Agents created after this one (the last id of the previous page;
                  *     `order=created`).
                  */
@@ -1854,7 +2023,8 @@ export interface operations {
                  * @description Search (`order=activity`): an agent id finds that agent; `key=value`
                  *     finds agents whose `metadata.key` is that value (a JSON scalar such as
                  *     `3` or `true`, else the text); anything else finds agents whose
-                 *     metadata contains the text, case-insensitively.
+                 *     metadata or id contains the text, case-insensitively (a part of an
+                 *     id finds its agent).
                  */
                 q?: string;
             };
@@ -3129,6 +3299,74 @@ export interface operations {
             };
         };
     };
+    get_inbox: {
+        parameters: {
+            query?: {
+                /** @description Only items of this kind. */
+                kind?: "approval" | "budget_approval" | "question" | "tool_call" | "command";
+                /**
+                 * @description Only items of agents whose `config.metadata` contains this JSON
+                 *     object, e.g. `{"team":"billing"}`.
+                 */
+                metadata?: string;
+                /** @description At most this many (default 100, at most 1000). */
+                limit?: number;
+                /** @description The `next_cursor` of the previous page. */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Inbox"];
+                };
+            };
+            /** @description `field` names the bad parameter (kind, metadata, limit, cursor) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     remove_input: {
         parameters: {
             query?: never;
@@ -4291,6 +4529,64 @@ export interface operations {
             };
             /** @description `unsupported_content`: the agent's provider cannot take an image or document block of `output`; `egress_refused`: the egress policy refuses an image's or document's URL (`content_url`); `field` names it */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_project_usage: {
+        parameters: {
+            query?: {
+                /** @description The last this many UTC days, today included (default 30, at most 366). */
+                days?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectUsage"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };

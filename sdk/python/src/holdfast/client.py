@@ -8,6 +8,7 @@ serve the custom tools, stream, and return the answer."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 import uuid
@@ -41,10 +42,14 @@ from .schema import (
     CreatedWebhookView,
     EventList,
     EventView,
+    InboxItem,
+    InboxKind,
     InputMode,
     InputView,
+    ProjectUsage,
     QuestionView,
     ToolCallView,
+    TurnOutcome,
     WebhookView,
 )
 
@@ -96,6 +101,17 @@ class AsyncRunStream:
 
 def _query(**params: Any) -> Dict[str, Any]:
     return {k: v for k, v in params.items() if v is not None}
+
+
+def _inbox_query(
+    kind: Optional[str], metadata: Optional[Mapping[str, Any]], limit: Optional[int], cursor: Optional[str]
+) -> Dict[str, Any]:
+    return _query(
+        kind=kind,
+        metadata=json.dumps(dict(metadata)) if metadata is not None else None,
+        limit=limit,
+        cursor=cursor,
+    )
 
 
 def _input_body(content: Any, mode: Optional[InputMode]) -> Dict[str, Any]:
@@ -328,6 +344,30 @@ class Holdfast:
         path, params, key = _pending_paths(agent_id)[2]
         return self.json("GET", path, params=params)[key]
 
+    def inbox(
+        self,
+        *,
+        kind: Optional[InboxKind] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        page_size: Optional[int] = None,
+    ) -> Iterator[InboxItem]:
+        """Everything in the project waiting on a person or a client (approvals,
+        budget approvals, questions, custom tool calls, commands no machine has
+        accepted), oldest first, of one ``kind`` and of agents whose metadata
+        contains ``metadata`` if given, fetching pages as it goes."""
+        cursor: Optional[str] = None
+        while True:
+            page = self.json("GET", "/v1/inbox", params=_inbox_query(kind, metadata, page_size, cursor))
+            yield from page["items"]
+            if not page["has_more"]:
+                return
+            cursor = page["next_cursor"]
+
+    def project_usage(self, *, days: Optional[int] = None) -> ProjectUsage:
+        """The project's model usage by UTC day and model over the last ``days``
+        days (default 30), newest first, and its sum, with cost in USD."""
+        return self.json("GET", "/v1/usage", params=_query(days=days))
+
     def stream(self, agent_id: str, *, after: int = 0) -> Iterator[StreamItem]:
         """Everything an agent does, live: every saved event once and in
         order, live deltas, and after each (re)connect what waits on you. A
@@ -427,11 +467,20 @@ class Agents:
     def get(self, agent_id: str) -> AgentView:
         return self._client.json("GET", f"/v1/agents/{agent_id}")
 
-    def list(self, *, state: Optional[str] = None, page_size: Optional[int] = None) -> Iterator[AgentView]:
-        """Every agent (of a state, if given), oldest first, fetching pages as it goes."""
+    def list(
+        self,
+        *,
+        state: Optional[str] = None,
+        outcome: Optional[TurnOutcome] = None,
+        page_size: Optional[int] = None,
+    ) -> Iterator[AgentView]:
+        """Every agent (of a state, and whose last turn ended with ``outcome``,
+        if given), oldest first, fetching pages as it goes."""
         after: Optional[str] = None
         while True:
-            page = self._client.json("GET", "/v1/agents", params=_query(state=state, limit=page_size, after=after))
+            page = self._client.json(
+                "GET", "/v1/agents", params=_query(state=state, outcome=outcome, limit=page_size, after=after)
+            )
             yield from page["agents"]
             if not page["has_more"] or not page["agents"]:
                 return
@@ -619,6 +668,27 @@ class AsyncHoldfast:
         path, params, key = _pending_paths(agent_id)[2]
         return (await self.json("GET", path, params=params))[key]
 
+    async def inbox(
+        self,
+        *,
+        kind: Optional[InboxKind] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        page_size: Optional[int] = None,
+    ) -> AsyncIterator[InboxItem]:
+        """As :meth:`Holdfast.inbox`."""
+        cursor: Optional[str] = None
+        while True:
+            page = await self.json("GET", "/v1/inbox", params=_inbox_query(kind, metadata, page_size, cursor))
+            for item in page["items"]:
+                yield item
+            if not page["has_more"]:
+                return
+            cursor = page["next_cursor"]
+
+    async def project_usage(self, *, days: Optional[int] = None) -> ProjectUsage:
+        """As :meth:`Holdfast.project_usage`."""
+        return await self.json("GET", "/v1/usage", params=_query(days=days))
+
     async def stream(self, agent_id: str, *, after: int = 0) -> AsyncGenerator[StreamItem, None]:
         """See :meth:`Holdfast.stream`. Stop by breaking out or cancelling the task."""
         cursor = StreamCursor(after)
@@ -711,10 +781,18 @@ class AsyncAgents:
     async def get(self, agent_id: str) -> AgentView:
         return await self._client.json("GET", f"/v1/agents/{agent_id}")
 
-    async def list(self, *, state: Optional[str] = None, page_size: Optional[int] = None) -> AsyncIterator[AgentView]:
+    async def list(
+        self,
+        *,
+        state: Optional[str] = None,
+        outcome: Optional[TurnOutcome] = None,
+        page_size: Optional[int] = None,
+    ) -> AsyncIterator[AgentView]:
         after: Optional[str] = None
         while True:
-            page = await self._client.json("GET", "/v1/agents", params=_query(state=state, limit=page_size, after=after))
+            page = await self._client.json(
+                "GET", "/v1/agents", params=_query(state=state, outcome=outcome, limit=page_size, after=after)
+            )
             for agent in page["agents"]:
                 yield agent
             if not page["has_more"] or not page["agents"]:

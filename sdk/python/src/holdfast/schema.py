@@ -140,6 +140,9 @@ class HeartbeatView(TypedDict):
     machine_id: str
 
 
+InboxKind = Literal['approval', 'budget_approval', 'question', 'tool_call', 'command']
+
+
 InputMode = Literal['steer', 'queue', 'interrupt']
 
 
@@ -193,6 +196,7 @@ class MachineView(TypedDict):
 
 
 class ProjectView(TypedDict):
+    agents_by_last_turn_outcome: dict[str, int]
     agents_by_state: dict[str, int]
     id: str
     name: str
@@ -379,6 +383,14 @@ class ToolResultRequest(TypedDict):
     output: dict[str, Any]
 
 
+class TurnError(TypedDict):
+    message: str
+    type: str
+
+
+TurnOutcome = Literal['completed', 'failed', 'cancelled', 'limit']
+
+
 class TurnUsage(TypedDict):
     model_steps: int
     started_at: str
@@ -464,6 +476,14 @@ class CreatedWebhookView(WebhookView):
     secret: str
 
 
+class DayUsage(TypedDict):
+    day: str
+    model: str
+    model_steps: int
+    provider: str
+    usage: TokenUsage
+
+
 class DeliveryList(TypedDict):
     deliveries: list[DeliveryView]
 
@@ -483,8 +503,28 @@ class HeartbeatRequest(TypedDict):
     started: NotRequired[bool]
 
 
+class InboxItem(TypedDict):
+    age_seconds: float
+    agent_id: str
+    agent_metadata: dict[str, Any]
+    created_at: str
+    detail: dict[str, Any]
+    id: str
+    kind: InboxKind
+    summary: str
+
+
 class InputList(TypedDict):
     inputs: list[InputView]
+
+
+class LastTurn(TypedDict):
+    ended_at: NotRequired[Optional[str]]
+    error: NotRequired[Optional[TurnError]]
+    outcome: NotRequired[Optional[TurnOutcome]]
+    started_at: str
+    turn: int
+    usage: TokenUsage
 
 
 class MachineActivityView(TypedDict):
@@ -527,6 +567,12 @@ class OperationsView(TypedDict):
     stuck_agents: list[StuckAgentView]
     webhooks: list[WebhookBacklogView]
     workers: list[WorkerView]
+
+
+class ProjectUsage(TypedDict):
+    days: list[DayUsage]
+    since: str
+    usage: TokenUsage
 
 
 class ProviderKeyList(TypedDict):
@@ -594,6 +640,7 @@ class AgentView(TypedDict):
     created_at: str
     id: str
     last_event_seq: int
+    last_turn: NotRequired[Optional[LastTurn]]
     state: StateName
     state_changed_at: str
     turn_open: bool
@@ -603,6 +650,13 @@ class AgentView(TypedDict):
 class CancelView(TypedDict):
     agent: AgentView
     status: str
+
+
+class Inbox(TypedDict):
+    has_more: bool
+    items: list[InboxItem]
+    next_cursor: NotRequired[Optional[str]]
+    total: int
 
 
 class AgentList(TypedDict):
