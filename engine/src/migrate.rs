@@ -198,6 +198,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0042_security_data.sql",
         sql: include_str!("../../sql/0042_security_data.sql"),
     },
+    Migration {
+        version: 44,
+        name: "0044_attachment_quotas.sql",
+        sql: include_str!("../../sql/0044_attachment_quotas.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.
