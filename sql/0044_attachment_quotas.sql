@@ -9,8 +9,10 @@
 --     pass either is refused (attachment_quota_problem).
 --   * agents.attachment_bytes and project_attachment_bytes: the bytes each
 --     agent and each project has stored, kept by triggers on attachments
---     (insert and delete), which also refuse an insert that passes a quota
---     (a concurrent writer got there between the check and the insert).
+--     (insert and delete; created with their function in
+--     sql/functions/content.sql), which also refuse an insert that passes a
+--     quota (a concurrent writer got there between the check and the
+--     insert).
 --   * inputs.content_pruned_at: retention replaces an old input's content
 --     with JSON null, as it does a tool output's; the row stays (its
 --     idempotency key, its place in history).
@@ -44,19 +46,6 @@ INSERT INTO holdfast.project_attachment_bytes (project_id, bytes)
 SELECT a.project_id, sum(t.size_bytes)
   FROM holdfast.attachments t JOIN holdfast.agents a ON a.id = t.agent_id
  GROUP BY a.project_id;
-
--- Statement triggers: a statement storing several files updates each
--- agent's and project's total once. The trigger function's body is in
--- sql/functions/content.sql, which the runner applies right after the
--- migrations; this one only lets the triggers be created.
-CREATE FUNCTION holdfast.tg_attachments_count() RETURNS trigger
-LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
-CREATE TRIGGER _100_count_inserted AFTER INSERT ON holdfast.attachments
-    REFERENCING NEW TABLE AS changed FOR EACH STATEMENT
-    EXECUTE FUNCTION holdfast.tg_attachments_count('1');
-CREATE TRIGGER _100_count_deleted AFTER DELETE ON holdfast.attachments
-    REFERENCING OLD TABLE AS changed FOR EACH STATEMENT
-    EXECUTE FUNCTION holdfast.tg_attachments_count('-1');
 
 ALTER TABLE holdfast.inputs ADD COLUMN content_pruned_at timestamptz;
 

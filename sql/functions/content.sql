@@ -386,6 +386,16 @@ BEGIN
     RETURN NULL;
 END
 $$;
+-- Statement triggers: a statement storing several files updates each
+-- agent's and project's total once.
+DROP TRIGGER IF EXISTS _100_count_inserted ON holdfast.attachments;
+CREATE TRIGGER _100_count_inserted AFTER INSERT ON holdfast.attachments
+    REFERENCING NEW TABLE AS changed FOR EACH STATEMENT
+    EXECUTE FUNCTION holdfast.tg_attachments_count('1');
+DROP TRIGGER IF EXISTS _100_count_deleted ON holdfast.attachments;
+CREATE TRIGGER _100_count_deleted AFTER DELETE ON holdfast.attachments
+    REFERENCING OLD TABLE AS changed FOR EACH STATEMENT
+    EXECUTE FUNCTION holdfast.tg_attachments_count('-1');
 
 -- The most a model request of p_provider may carry of files, and what one
 -- file of p_size_bytes counts towards it, from the providers' documented
@@ -422,7 +432,7 @@ RETURNS bigint LANGUAGE sql STABLE AS $$
             UNION ALL
             SELECT i.content FROM holdfast.inputs i
              WHERE i.agent_id = p_agent.id AND i.consumed_at IS NULL AND i.removed_at IS NULL) s
-     CROSS JOIN LATERAL jsonb_path_query(s.content, 'strict $[*].source ? (@.type == "attachment")') r(ref)
+     CROSS JOIN LATERAL jsonb_path_query(s.content, '$[*].source ? (@.type == "attachment")') r(ref)
      WHERE jsonb_typeof(s.content) = 'array'
 $$;
 

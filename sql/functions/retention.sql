@@ -283,7 +283,7 @@ RETURNS TABLE (id uuid) LANGUAGE sql STABLE AS $$
     ), referenced AS (
         SELECT DISTINCT (r.ref ->> 'attachment_id')::uuid AS id
           FROM kept k
-         CROSS JOIN LATERAL jsonb_path_query(k.content, 'strict $[*].source ? (@.type == "attachment")') r(ref)
+         CROSS JOIN LATERAL jsonb_path_query(k.content, '$[*].source ? (@.type == "attachment")') r(ref)
          WHERE jsonb_typeof(k.content) = 'array'
     )
     SELECT a.id FROM holdfast.attachments a
