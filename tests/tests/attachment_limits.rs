@@ -3,7 +3,10 @@
 //! operator's attachment quota is a 422 naming the quota and writes
 //! nothing, a file already stored costs nothing again; an input whose files
 //! would take the agent's next model request past its provider's
-//! documented size is a 422 and writes nothing; and a model call sends
+//! documented size is a 422 and writes nothing; a custom tool's result
+//! past a quota is refused the same way and an MCP server's has its files
+//! left out saying why; an API process writes its quota settings at start;
+//! and a model call sends
 //! every reference to a stored file with its bytes.
 
 use std::time::Duration;
@@ -13,8 +16,9 @@ use holdfast_engine::domain::AttachmentQuotas;
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Protocol, Reply};
 use holdfast_tests::api_server::{error_of, project_key, ApiServer};
+use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{agent_with_config, spawn_worker, wait_for_events};
-use holdfast_tests::TestDb;
+use holdfast_tests::{wait_until, TestDb};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio_postgres::Client;
@@ -138,6 +142,70 @@ async fn files_past_an_attachment_quota_are_422_naming_it_and_write_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tool_results_past_a_quota_are_refused_or_left_out_saying_why() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let server = ApiServer::start(&db).await;
+    let (project, key) = project_key(&client).await;
+    let agent = store::create_agent(&client, project, &config("anthropic"))
+        .await
+        .unwrap();
+    store::set_attachment_quotas(
+        &client,
+        &AttachmentQuotas {
+            bytes_per_agent: 1000,
+            bytes_per_project: 10_000,
+        },
+    )
+    .await
+    .unwrap();
+    let output = json!([{"type": "text", "text": "chart"}, image(&png_base64(1200, 4))]);
+
+    // A custom tool's result: 422 naming `output`, the call still waiting.
+    let call = holdfast_tests::api_server::waiting_custom_call(&client, agent).await;
+    let before = written(&client, agent).await;
+    let response = server
+        .request(Method::POST, &format!("/v1/tool-calls/{call}/result"), &key)
+        .json(&json!({"output": output}))
+        .send()
+        .await
+        .unwrap();
+    let (status, kind, message, field) = error_of(response).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{message}");
+    assert_eq!(kind, "attachment_quota_exceeded");
+    assert_eq!(field.as_deref(), Some("output"));
+    let status: String = client
+        .query_one(
+            "SELECT status FROM holdfast.tool_calls WHERE id = $1",
+            &[&call],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "waiting");
+    assert_eq!(written(&client, agent).await, before, "nothing written");
+
+    // An MCP server's result, already in hand: kept, its file left out with
+    // the reason, nothing stored.
+    let kept: Value = client
+        .query_one(
+            "SELECT holdfast.keep_tool_output(a, $2) FROM holdfast.agents a WHERE a.id = $1",
+            &[&agent, &output],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let text = kept.as_str().unwrap_or_default();
+    assert!(
+        text.starts_with("chart\n[image left out: attachment_quota_exceeded:")
+            && text.contains("max_attachment_bytes_per_agent is 1000"),
+        "{kept}"
+    );
+    assert_eq!(written(&client, agent).await, before, "nothing stored");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn files_past_the_providers_request_size_are_422_and_write_nothing() {
     let db = TestDb::new().await;
     let client = db.connect().await;
@@ -229,4 +297,59 @@ async fn every_reference_to_a_stored_file_reaches_the_model_with_its_bytes() {
         .unwrap()
         .get(0);
     assert_eq!(stored, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_api_process_writes_its_quota_settings_at_start() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let quotas = || async {
+        let row = client
+            .query_one(
+                "SELECT max_agent_bytes, max_project_bytes FROM holdfast.attachment_quotas",
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get::<_, i64>(0), row.get::<_, i64>(1))
+    };
+    let defaults = AttachmentQuotas::default();
+    assert_eq!(
+        quotas().await,
+        (defaults.bytes_per_agent, defaults.bytes_per_project)
+    );
+    let mut api = HoldfastProcess::spawn(
+        "api-quotas",
+        &["api", "--listen", "127.0.0.1:0"],
+        &[
+            ("HOLDFAST_DATABASE_URL", db.config.to_connection_string()),
+            ("HOLDFAST_MAX_ATTACHMENT_BYTES_PER_AGENT", "12345".into()),
+            ("HOLDFAST_MAX_ATTACHMENT_BYTES_PER_PROJECT", "67890".into()),
+        ],
+    );
+    wait_until(T, "the API's quotas in the database", || async {
+        quotas().await == (12345, 67890)
+    })
+    .await;
+    api.signal("TERM");
+    api.wait_exit(T).await;
+
+    // A quota that is not a positive number stops the process, naming it.
+    let mut refused = HoldfastProcess::spawn(
+        "api-bad-quota",
+        &["api", "--listen", "127.0.0.1:0"],
+        &[
+            ("HOLDFAST_DATABASE_URL", db.config.to_connection_string()),
+            ("HOLDFAST_MAX_ATTACHMENT_BYTES_PER_AGENT", "0".into()),
+        ],
+    );
+    assert_ne!(refused.wait_exit(T).await, Some(0));
+    assert!(
+        refused
+            .log_text()
+            .contains("max-attachment-bytes-per-agent"),
+        "{}",
+        refused.log_text()
+    );
+    assert_eq!(quotas().await, (12345, 67890), "nothing changed");
 }
