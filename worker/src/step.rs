@@ -240,15 +240,14 @@ async fn model_step(
         Err(error) => return Ok(model_failed(deps, context, error)),
     };
     // The stored files the messages send, each read once, for this call
-    // (and a compaction's, whose messages are among these) only.
-    let files = {
+    // (and a compaction's, whose messages are among these) only; a
+    // request that sends none reads nothing.
+    let ids = attachment_ids(&request.messages);
+    let files = if ids.is_empty() {
+        RequestFiles::default()
+    } else {
         let client = deps.pool.get().await?;
-        store::load_request_files(
-            &**client,
-            claim.agent_id,
-            &attachment_ids(&request.messages),
-        )
-        .await?
+        store::load_request_files(&**client, claim.agent_id, &ids).await?
     };
     if deps.providers.should_compact(&request) {
         tracing::info!("context near the model's window: compacting first");

@@ -513,9 +513,6 @@ pub async fn load_request_files(
     ids: &[Uuid],
 ) -> Result<RequestFiles> {
     let mut files = HashMap::with_capacity(ids.len());
-    if ids.is_empty() {
-        return Ok(RequestFiles::new(files));
-    }
     let rows = client
         .query_raw(
             "SELECT id, media_type, data FROM holdfast.attachments WHERE agent_id = $1 AND id = ANY($2)",
