@@ -124,9 +124,11 @@ impl ApiError {
 /// Message prefixes of SQL's HF422 errors that answer 422 (with the token as
 /// the error type) rather than 400.
 const UNPROCESSABLE_TOKENS: &[&str] = &[
+    "attachment_quota_exceeded",
     "idempotency_key_reused",
     "media_type_mismatch",
     "model_not_permitted",
+    "request_too_large",
     "unsupported_content",
     "server_tools_not_allowed",
 ];
@@ -140,7 +142,8 @@ impl From<Error> for ApiError {
             // purpose: a well-formed request that is not permitted (a reused
             // idempotency key, a model endpoint or URL the project may not
             // use, an image or document the agent's provider cannot take or
-            // whose bytes are not of its declared type) is a 422, told
+            // whose bytes are not of its declared type, files past an
+            // attachment quota or the provider's request size) is a 422, told
             // apart from malformed input (400).
             Error::Invalid { field, message }
                 if UNPROCESSABLE_TOKENS.iter().any(|t| message.starts_with(t)) =>

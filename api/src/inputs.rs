@@ -58,7 +58,7 @@ const TRACESTATE: &str = "tracestate";
         (status = 404, body = ErrorBody),
         (status = 409, description = "the agent is archived", body = ErrorBody),
         (status = 413, description = "the body is over the limit for content (48 MiB)", body = ErrorBody),
-        (status = 422, description = "`idempotency_key_reused`: the key was used with another body or mode; `unsupported_content`: the agent's provider cannot take an image or document block; `egress_refused`: the egress policy refuses an image's or document's URL (`content_url`); `field` names it", body = ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`: the key was used with another body or mode; `unsupported_content`: the agent's provider cannot take an image or document block; `egress_refused`: the egress policy refuses an image's or document's URL (`content_url`); `attachment_quota_exceeded`: the input's new files would pass the agent's or the project's attachment quota (the message names it); `request_too_large`: its files would take the agent's next model request past what the provider takes; `field` names it", body = ErrorBody),
     )
 )]
 pub async fn create_input(

@@ -85,7 +85,7 @@ pub async fn list_tool_calls(
         (status = 404, body = ErrorBody),
         (status = 409, description = "the call already has a result, was cancelled, or is not a custom call waiting for one; `tool_call` is the call as it stands", body = ErrorBody),
         (status = 413, description = "`output` (its images' and documents' base64 aside) or the body is larger than the server's limit", body = ErrorBody),
-        (status = 422, description = "`unsupported_content`: the agent's provider cannot take an image or document block of `output`; `egress_refused`: the egress policy refuses an image's or document's URL (`content_url`); `field` names it", body = ErrorBody),
+        (status = 422, description = "`unsupported_content`: the agent's provider cannot take an image or document block of `output`; `egress_refused`: the egress policy refuses an image's or document's URL (`content_url`); `attachment_quota_exceeded`: its new files would pass the agent's or the project's attachment quota (the message names it); `request_too_large`: its files would take the agent's next model request past what the provider takes; `field` names it", body = ErrorBody),
     )
 )]
 pub async fn submit_tool_result(

@@ -56,6 +56,9 @@ enum Scenario {
     /// `POST /v1/agents/{id}/inputs` throughput through `holdfast api`, against pgbench -N.
     #[value(name = "api_inputs")]
     ApiInputs,
+    /// Worker peak RSS and request size for an agent whose history holds images.
+    #[value(name = "attachments")]
+    Attachments,
     /// The SQL of a model step and a tool step with no worker, model or HTTP (C sessions), against pgbench -N.
     #[value(name = "sql_steps")]
     SqlSteps,
@@ -75,6 +78,7 @@ impl Scenario {
             Scenario::Fanout => "fanout",
             Scenario::Memory => "memory",
             Scenario::ApiInputs => "api_inputs",
+            Scenario::Attachments => "attachments",
             Scenario::SqlSteps => "sql_steps",
             Scenario::All => "all",
         }
@@ -89,6 +93,7 @@ impl Scenario {
                 Scenario::Fanout,
                 Scenario::Memory,
                 Scenario::ApiInputs,
+                Scenario::Attachments,
                 Scenario::SqlSteps,
                 Scenario::ClaimScaling,
                 Scenario::HistoryScaling,
@@ -152,7 +157,8 @@ pub struct Options {
     /// throughput, api_inputs, sql_steps: agents.
     #[arg(long)]
     pub agents: Option<usize>,
-    /// throughput: model steps per agent (a custom tool step between each two).
+    /// throughput: model steps per agent (a custom tool step between each two);
+    /// attachments: text turns after the images.
     #[arg(long)]
     pub steps: Option<usize>,
     /// throughput, wake_latency, recovery: worker processes.
@@ -194,6 +200,12 @@ pub struct Options {
     /// memory: open SSE streams on the API.
     #[arg(long)]
     pub streams: Option<usize>,
+    /// attachments: images in the agent's history.
+    #[arg(long)]
+    pub images: Option<usize>,
+    /// attachments: bytes of each image.
+    #[arg(long)]
+    pub image_bytes: Option<usize>,
     /// throughput: jobs drained by the plain-queue baseline.
     #[arg(long)]
     pub plain_queue_jobs: Option<u32>,
@@ -423,6 +435,7 @@ async fn run_one(bench: &Bench, scenario: Scenario) -> Result<Outcome> {
         Scenario::Fanout => scenarios::fanout::run(bench).await,
         Scenario::Memory => scenarios::memory::run(bench).await,
         Scenario::ApiInputs => scenarios::api_inputs::run(bench).await,
+        Scenario::Attachments => scenarios::attachments::run(bench).await,
         Scenario::SqlSteps => scenarios::sql_steps::run(bench).await,
         Scenario::All => anyhow::bail!("`all` is expanded before running"),
     }

@@ -222,6 +222,18 @@ pub fn rss_bytes(pid: u32) -> Result<u64> {
     Ok(kib * 1024)
 }
 
+/// Peak resident set size (VmHWM) of a process since it started.
+pub fn peak_rss_bytes(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+        .ok_or_else(|| anyhow!("no VmHWM for pid {pid}"))?;
+    Ok(kib * 1024)
+}
+
 /// User + system CPU time of a process, in clock ticks.
 pub fn cpu_ticks(pid: u32) -> Result<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;

@@ -9,8 +9,9 @@
 //! - `max-running NAME N|none`: a cap on the project's agents running at
 //!   once (claims skip the project while it is reached).
 //! - `retention NAME --events 30d|forever`: how long the project keeps its
-//!   finished agents' events, webhook deliveries and tool outputs (the
-//!   maintenance process prunes them, docs/sql.md "Event retention").
+//!   finished agents' events, webhook deliveries, tool outputs, input
+//!   contents and unreferenced attachments (the maintenance process prunes
+//!   them, docs/sql.md "Event retention").
 
 use std::time::Duration;
 
@@ -54,8 +55,9 @@ pub enum ProjectsCommand {
         #[arg(value_name = "N|none", value_parser = parse_max_running, allow_negative_numbers = true)]
         max: MaxRunning,
     },
-    /// Keep the events, webhook deliveries and tool outputs of the project's
-    /// finished agents for this long (`30d`, `12h`, …; `forever`: never prune).
+    /// Keep the events, webhook deliveries, tool outputs, input contents and
+    /// unreferenced attachments of the project's finished agents for this
+    /// long (`30d`, `12h`, …; `forever`: never prune).
     Retention {
         /// The project's name.
         project: String,

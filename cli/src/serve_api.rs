@@ -7,8 +7,10 @@ use anyhow::{Context, Result};
 use holdfast_api::rate_limit::{parse_rate_limit, RateLimit, DEFAULT_RATE_LIMIT};
 use holdfast_api::ApiConfig;
 use holdfast_engine::connect::ConnectConfig;
+use holdfast_engine::domain::AttachmentQuotas;
 use holdfast_engine::egress::EgressPolicy;
 use holdfast_engine::secrets::SecretKey;
+use holdfast_engine::store;
 use tokio_util::sync::CancellationToken;
 
 use crate::database::Database;
@@ -32,6 +34,8 @@ pub struct ApiArgs {
     rate_limit: RateLimitSetting,
     #[command(flatten)]
     group_commit: GroupCommitArgs,
+    #[command(flatten)]
+    attachment_quotas: AttachmentQuotaArgs,
     /// A streaming standby of the database: event listings and stream
     /// history read from it, lag-aware (docs/scaling.md). The same TLS
     /// settings apply (its own sslmode, or PGSSLMODE).
@@ -74,12 +78,52 @@ impl MetricsArgs {
     }
 }
 
+/// The operator's attachment quotas (`holdfast api`, `holdfast up`): every
+/// API process writes them to `holdfast.attachment_quotas` at start, where
+/// the SQL that stores files reads them.
+#[derive(clap::Args)]
+pub struct AttachmentQuotaArgs {
+    /// Most bytes of images and documents one agent may have stored; an
+    /// input or tool result past it is refused (422).
+    #[arg(
+        long = "max-attachment-bytes-per-agent",
+        env = "HOLDFAST_MAX_ATTACHMENT_BYTES_PER_AGENT",
+        default_value_t = AttachmentQuotas::default().bytes_per_agent,
+        value_parser = clap::value_parser!(i64).range(1..),
+    )]
+    bytes_per_agent: i64,
+    /// Most bytes of images and documents one project's agents may have
+    /// stored together.
+    #[arg(
+        long = "max-attachment-bytes-per-project",
+        env = "HOLDFAST_MAX_ATTACHMENT_BYTES_PER_PROJECT",
+        default_value_t = AttachmentQuotas::default().bytes_per_project,
+        value_parser = clap::value_parser!(i64).range(1..),
+    )]
+    bytes_per_project: i64,
+}
+
+impl AttachmentQuotaArgs {
+    /// Write the quotas to the database (`holdfast.set_attachment_quotas`).
+    pub async fn record(&self, db: &Database) -> Result<()> {
+        let (client, connection) = db.config.connect().await?;
+        tokio::spawn(connection);
+        let quotas = AttachmentQuotas {
+            bytes_per_agent: self.bytes_per_agent,
+            bytes_per_project: self.bytes_per_project,
+        };
+        store::set_attachment_quotas(&client, &quotas).await?;
+        Ok(())
+    }
+}
+
 /// `None` is no limit (an alias, so that clap takes the parser's value
 /// whole instead of reading `Option` as "the flag may be absent").
 type RateLimitSetting = Option<RateLimit>;
 
 pub async fn run(db: &Database, args: ApiArgs, egress: Arc<EgressPolicy>) -> Result<()> {
     db.migrate().await?;
+    args.attachment_quotas.record(db).await?;
     let listen = args.listen.listen;
     let listener = tokio::net::TcpListener::bind(listen)
         .await

@@ -38,7 +38,7 @@ use crate::database::Database;
 use crate::machine::LocalMachine;
 use crate::maintenance::MaintenanceArgs;
 use crate::run_worker::WorkerArgs;
-use crate::serve_api::{ListenArgs, MetricsArgs};
+use crate::serve_api::{AttachmentQuotaArgs, ListenArgs, MetricsArgs};
 
 #[derive(clap::Args)]
 pub struct UpArgs {
@@ -67,6 +67,8 @@ pub struct UpArgs {
     #[command(flatten)]
     metrics: MetricsArgs,
     #[command(flatten)]
+    attachment_quotas: AttachmentQuotaArgs,
+    #[command(flatten)]
     worker: WorkerArgs,
     #[command(flatten)]
     maintenance: MaintenanceArgs,
@@ -90,6 +92,7 @@ pub async fn run(db: Database, args: UpArgs, egress: Arc<EgressPolicy>) -> Resul
 
 async fn serve(db: &Database, args: UpArgs, egress: Arc<EgressPolicy>) -> Result<()> {
     db.migrate().await?;
+    args.attachment_quotas.record(db).await?;
     let worker_settings = args.worker.settings(egress.clone())?;
     let maintenance_settings = args.maintenance.settings(egress.clone());
     let listen = args.listen.listen;

@@ -199,6 +199,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../sql/0042_security_data.sql"),
     },
     Migration {
+        version: 44,
+        name: "0044_attachment_quotas.sql",
+        sql: include_str!("../../sql/0044_attachment_quotas.sql"),
+    },
+    Migration {
         version: 45,
         name: "0045_last_turn.sql",
         sql: include_str!("../../sql/0045_last_turn.sql"),

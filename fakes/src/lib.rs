@@ -17,6 +17,9 @@
 mod render;
 mod reply;
 
+/// The largest request body the fake reads.
+const FAKE_BODY_LIMIT: usize = 64 * 1024 * 1024;
+
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::post;
@@ -124,6 +127,9 @@ impl FakeProvider {
             .route("/v1/messages", post(anthropic))
             .route("/v1/chat/completions", post(openai))
             .route("/v1/responses", post(openai_responses))
+            // The providers take requests of tens of megabytes (Anthropic
+            // 32 MB, OpenAI 50 MB of files), not axum's default 2 MB.
+            .layer(DefaultBodyLimit::max(FAKE_BODY_LIMIT))
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;

@@ -549,8 +549,10 @@ $$;
 -- Image and document blocks (content_problem, store_attachments) are saved
 -- with their files in holdfast.attachments and referenced by id; the
 -- replay check compares the content so stored (the same file gets the same
--- id). Checks first (input_refusal), then writes (insert_input): a refused
--- input has written nothing.
+-- id); files past the operator's attachment quotas or the provider's
+-- request size are refused (file_set_problem). Checks first
+-- (input_refusal), then writes (insert_input): a refused input has written
+-- nothing.
 --
 -- Locks: the agent row (so the input, its event and the state change are one
 -- step in the agent's history). Raises HF404 (agent), HF409 (archived), HF422.
@@ -636,8 +638,11 @@ BEGIN
             -- The saved content references its files; so does this one once
             -- stored (the same file gets the same id; a file not stored yet
             -- is not the saved input's).
+            -- Content that retention pruned can no longer be compared:
+            -- the key, agent and mode decide.
             IF v_input.agent_id <> p_agent OR v_input.mode <> v_mode
-               OR holdfast.stored_content(p_agent, p_content) IS DISTINCT FROM v_input.content THEN
+               OR (v_input.content_pruned_at IS NULL
+                   AND holdfast.stored_content(p_agent, p_content) IS DISTINCT FROM v_input.content) THEN
                 code := 'HF422';
                 message := 'idempotency_key_reused: this key was used with another request';
                 field := 'idempotency_key';
@@ -646,6 +651,15 @@ BEGIN
             replay_of := v_input.id;
             RETURN;
         END IF;
+    END IF;
+    -- The attachment quotas and the provider's request size (a replay,
+    -- above, stores nothing new).
+    SELECT * INTO v_problem FROM holdfast.file_set_problem(v_agent, p_content, 'content');
+    IF v_problem.message IS NOT NULL THEN
+        code := 'HF422';
+        message := v_problem.message;
+        field := v_problem.field;
+        RETURN;
     END IF;
     IF v_agent.state = 'archived' THEN
         code := 'HF409';

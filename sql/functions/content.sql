@@ -58,6 +58,14 @@ BEGIN
 END
 $$;
 
+-- The bytes the base64 text p_data decodes to, from its length and
+-- padding alone (nothing is decoded), for the size checks. Pure.
+CREATE OR REPLACE FUNCTION holdfast.base64_decoded_length(p_data text)
+RETURNS bigint LANGUAGE sql IMMUTABLE AS $$
+    SELECT length(p_data)::bigint / 4 * 3
+           - CASE WHEN p_data LIKE '%==' THEN 2 WHEN p_data LIKE '%=' THEN 1 ELSE 0 END
+$$;
+
 -- What is wrong with one image or document block, if anything: message and
 -- field (p_field is the block's, e.g. content[2]) are NULL for a good block.
 -- A malformed block (unknown field, media type not allowed, base64 not
@@ -107,8 +115,7 @@ BEGIN
             field := p_field || '.source.data';
         ELSE
             v_data := v_source ->> 'data';
-            v_size := length(v_data) / 4 * 3
-                      - CASE WHEN v_data LIKE '%==' THEN 2 WHEN v_data LIKE '%=' THEN 1 ELSE 0 END;
+            v_size := holdfast.base64_decoded_length(v_data);
             field := p_field || '.source.data';
             IF v_size > holdfast.content_max_bytes(v_type) THEN
                 message := format('the %s is %s bytes; the limit is %s', v_type, v_size,
@@ -253,29 +260,220 @@ BEGIN
 END
 $$;
 
--- Saved content (an input's, a message's, a tool call's output) with each
--- attachment reference p_agent's blocks hold replaced by its base64 source
--- again, for a model request. Content with no reference is returned as it
--- is without reading anything else. Reads holdfast.attachments.
--- PL/pgSQL: the context load calls it on every message and tool call, so
--- content without a reference must cost one test (as a LANGUAGE sql
--- function with a sub-select it was parsed and planned on every call).
-CREATE OR REPLACE FUNCTION holdfast.hydrate_content(p_agent uuid, p_content jsonb)
-RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+-- The base64 files of p_blocks' image and document blocks, one row per
+-- block, with their sizes from the base64 length (nothing decoded).
+-- Anything but an array has none. Pure.
+CREATE OR REPLACE FUNCTION holdfast.content_file_sizes(p_blocks jsonb)
+RETURNS TABLE (ordinality bigint, size_bytes bigint) LANGUAGE sql IMMUTABLE AS $$
+    SELECT b.ordinality, holdfast.base64_decoded_length(b.value #>> '{source,data}')
+      FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_blocks) = 'array' THEN p_blocks END)
+           WITH ORDINALITY b
+     WHERE b.value ->> 'type' IN ('image', 'document') AND b.value #>> '{source,type}' = 'base64'
+$$;
+
+-- Set the operator's attachment quotas: the most bytes of files one agent,
+-- and one project, may have stored (every API process calls this at start
+-- with its HOLDFAST_MAX_ATTACHMENT_BYTES_PER_* settings; a DBA may too).
+-- Lowering one below what is stored refuses new files, never deletes any.
+-- Raises HF422 for a value that is not positive.
+CREATE OR REPLACE FUNCTION holdfast.set_attachment_quotas(p_per_agent bigint, p_per_project bigint)
+RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    IF jsonb_typeof(p_content) IS DISTINCT FROM 'array'
-       OR NOT p_content @? '$[*].source ? (@.type == "attachment")' THEN
-        RETURN p_content;
+    IF coalesce(p_per_agent, 0) <= 0 THEN
+        PERFORM holdfast.raise('HF422', 'max_attachment_bytes_per_agent must be a positive number of bytes',
+                               'max_attachment_bytes_per_agent');
     END IF;
-    RETURN (SELECT jsonb_agg(CASE WHEN a.id IS NULL THEN b.value
-                                   ELSE jsonb_set(b.value, '{source}',
-                                        jsonb_build_object('type', 'base64', 'media_type', a.media_type,
-                                                           'data', translate(encode(a.data, 'base64'), E'\n', '')))
-                              END ORDER BY b.ordinality)
-               FROM jsonb_array_elements(p_content) WITH ORDINALITY b
-               LEFT JOIN holdfast.attachments a
-                      ON b.value #>> '{source,type}' = 'attachment'
-                     AND a.agent_id = p_agent AND a.id = (b.value #>> '{source,attachment_id}')::uuid);
+    IF coalesce(p_per_project, 0) <= 0 THEN
+        PERFORM holdfast.raise('HF422', 'max_attachment_bytes_per_project must be a positive number of bytes',
+                               'max_attachment_bytes_per_project');
+    END IF;
+    UPDATE holdfast.attachment_quotas
+       SET max_agent_bytes = p_per_agent, max_project_bytes = p_per_project, updated_at = holdfast.now()
+     WHERE (max_agent_bytes, max_project_bytes) IS DISTINCT FROM (p_per_agent, p_per_project);
+END
+$$;
+
+-- What storing p_blocks' files for p_agent would break of the attachment
+-- quotas, if anything: message (starting attachment_quota_exceeded, naming
+-- the quota and the bytes) and field (p_field), NULLs when the files fit. A
+-- file the agent has stored already costs nothing (it is stored once). The
+-- cheap bound (every file new, sizes from the base64 length) is tried
+-- first; only a file set near a quota is decoded and hashed to find which
+-- files are new. Reads only; p_agent's attachment_bytes must be current
+-- (the caller holds its row lock).
+CREATE OR REPLACE FUNCTION holdfast.attachment_quota_problem(
+    p_agent holdfast.agents, p_blocks jsonb, p_field text, OUT message text, OUT field text)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_quota holdfast.attachment_quotas;
+    v_new bigint;
+    v_project bigint;
+BEGIN
+    SELECT sum(f.size_bytes) INTO v_new FROM holdfast.content_file_sizes(p_blocks) f;
+    IF v_new IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT * INTO v_quota FROM holdfast.attachment_quotas;
+    v_project := coalesce((SELECT p.bytes FROM holdfast.project_attachment_bytes p
+                            WHERE p.project_id = p_agent.project_id), 0);
+    IF p_agent.attachment_bytes + v_new <= v_quota.max_agent_bytes
+       AND v_project + v_new <= v_quota.max_project_bytes THEN
+        RETURN;
+    END IF;
+    SELECT coalesce(sum(octet_length(n.data)), 0) INTO v_new
+      FROM (SELECT DISTINCT ON (sha256(f.data), f.media_type) f.data
+              FROM (SELECT holdfast.block_file_data(b.value) AS data, b.value #>> '{source,media_type}' AS media_type
+                      FROM jsonb_array_elements(p_blocks) b) f
+             WHERE f.data IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM holdfast.attachments a
+                                WHERE a.agent_id = p_agent.id AND a.sha256 = sha256(f.data)
+                                  AND a.media_type = f.media_type)) n;
+    IF p_agent.attachment_bytes + v_new > v_quota.max_agent_bytes THEN
+        message := format('attachment_quota_exceeded: the agent''s files would total %s bytes (%s stored, %s new); '
+                          'max_attachment_bytes_per_agent is %s', p_agent.attachment_bytes + v_new,
+                          p_agent.attachment_bytes, v_new, v_quota.max_agent_bytes);
+        field := p_field;
+    ELSIF v_project + v_new > v_quota.max_project_bytes THEN
+        message := format('attachment_quota_exceeded: the project''s files would total %s bytes (%s stored, %s new); '
+                          'max_attachment_bytes_per_project is %s', v_project + v_new, v_project, v_new,
+                          v_quota.max_project_bytes);
+        field := p_field;
+    END IF;
+END
+$$;
+
+-- Keep agents.attachment_bytes and project_attachment_bytes equal to the
+-- bytes stored, on every insert (TG_ARGV[0] = 1) and delete (-1) of
+-- attachments, and refuse an insert that takes either past its quota (HF422,
+-- as attachment_quota_problem words it): the callers check first, so this
+-- only fires for a concurrent writer that got there in between. Locks the
+-- project's counter row until commit (writers of one project's files take
+-- turns), after the agent rows the callers hold.
+CREATE OR REPLACE FUNCTION holdfast.tg_attachments_count() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_sign integer := TG_ARGV[0]::integer;
+    v_quota holdfast.attachment_quotas;
+    v_over record;
+BEGIN
+    WITH per_agent AS (
+        SELECT c.agent_id, v_sign * sum(c.size_bytes) AS bytes FROM changed c GROUP BY c.agent_id
+    ), updated_agents AS (
+        UPDATE holdfast.agents a SET attachment_bytes = a.attachment_bytes + p.bytes
+          FROM per_agent p WHERE a.id = p.agent_id
+        RETURNING a.id, a.project_id, a.attachment_bytes, p.bytes
+    ), updated_projects AS (
+        INSERT INTO holdfast.project_attachment_bytes AS t (project_id, bytes)
+        SELECT g.project_id, sum(g.bytes) FROM updated_agents g GROUP BY g.project_id ORDER BY g.project_id
+        ON CONFLICT (project_id) DO UPDATE SET bytes = t.bytes + EXCLUDED.bytes
+        RETURNING t.project_id, t.bytes
+    )
+    SELECT (SELECT max(g.attachment_bytes) FROM updated_agents g WHERE g.attachment_bytes > q.max_agent_bytes)
+               AS agent_bytes,
+           (SELECT max(p.bytes) FROM updated_projects p WHERE p.bytes > q.max_project_bytes) AS project_bytes,
+           q.max_agent_bytes, q.max_project_bytes
+      INTO v_over
+      FROM holdfast.attachment_quotas q;
+    IF v_sign > 0 AND v_over.agent_bytes IS NOT NULL THEN
+        PERFORM holdfast.raise('HF422', format('attachment_quota_exceeded: the agent''s files would total %s bytes; '
+                                               'max_attachment_bytes_per_agent is %s',
+                                               v_over.agent_bytes, v_over.max_agent_bytes), 'content');
+    ELSIF v_sign > 0 AND v_over.project_bytes IS NOT NULL THEN
+        PERFORM holdfast.raise('HF422', format('attachment_quota_exceeded: the project''s files would total %s bytes; '
+                                               'max_attachment_bytes_per_project is %s',
+                                               v_over.project_bytes, v_over.max_project_bytes), 'content');
+    END IF;
+    RETURN NULL;
+END
+$$;
+-- Statement triggers: a statement storing several files updates each
+-- agent's and project's total once.
+DROP TRIGGER IF EXISTS _100_count_inserted ON holdfast.attachments;
+CREATE TRIGGER _100_count_inserted AFTER INSERT ON holdfast.attachments
+    REFERENCING NEW TABLE AS changed FOR EACH STATEMENT
+    EXECUTE FUNCTION holdfast.tg_attachments_count('1');
+DROP TRIGGER IF EXISTS _100_count_deleted ON holdfast.attachments;
+CREATE TRIGGER _100_count_deleted AFTER DELETE ON holdfast.attachments
+    REFERENCING OLD TABLE AS changed FOR EACH STATEMENT
+    EXECUTE FUNCTION holdfast.tg_attachments_count('-1');
+
+-- The most a model request of p_provider may carry of files, and what one
+-- file of p_size_bytes counts towards it, from the providers' documented
+-- limits: Anthropic's Messages API takes a request of at most 32 MB (the
+-- base64 of its files counts); OpenAI takes at most 50 MB of image and
+-- file bytes per request (counted decoded). Pure.
+CREATE OR REPLACE FUNCTION holdfast.request_file_limit(p_provider text)
+RETURNS bigint LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE p_provider WHEN 'anthropic' THEN 32000000 ELSE 50000000 END::bigint
+$$;
+
+CREATE OR REPLACE FUNCTION holdfast.request_file_cost(p_provider text, p_size_bytes bigint)
+RETURNS bigint LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE p_provider WHEN 'anthropic' THEN (p_size_bytes + 2) / 3 * 4 ELSE p_size_bytes END
+$$;
+
+-- What the files already in p_agent's next model request count towards
+-- its provider's limit (request_file_cost): every attachment reference of
+-- the messages from context_start_seq on, of the tool results answering
+-- them, and of the inputs still waiting — each reference once, as each is
+-- sent. Reads messages, tool calls and inputs.
+CREATE OR REPLACE FUNCTION holdfast.context_file_cost(p_agent holdfast.agents)
+RETURNS bigint LANGUAGE sql STABLE AS $$
+    SELECT coalesce(sum(holdfast.request_file_cost(p_agent.config #>> '{model,provider}',
+                                                   (r.ref ->> 'size_bytes')::bigint)), 0)
+      FROM (SELECT m.content AS content FROM holdfast.messages m
+             WHERE m.agent_id = p_agent.id AND m.seq >= p_agent.context_start_seq
+            UNION ALL
+            SELECT t.output FROM holdfast.tool_calls t
+             WHERE t.agent_id = p_agent.id AND t.status = 'completed' AND t.output_pruned_at IS NULL
+               AND t.step_id IN (SELECT m.step_id FROM holdfast.messages m
+                                  WHERE m.agent_id = p_agent.id AND m.seq >= p_agent.context_start_seq
+                                    AND m.role = 'assistant')
+            UNION ALL
+            SELECT i.content FROM holdfast.inputs i
+             WHERE i.agent_id = p_agent.id AND i.consumed_at IS NULL AND i.removed_at IS NULL) s
+     CROSS JOIN LATERAL jsonb_path_query(s.content, '$[*].source ? (@.type == "attachment")') r(ref)
+     WHERE jsonb_typeof(s.content) = 'array'
+$$;
+
+-- Whether p_blocks' files, added to p_agent's next model request, would
+-- take it past its provider's limit (request_file_limit): message (starting
+-- request_too_large) and field (p_field), NULLs when they fit or p_blocks
+-- has no base64 file. Reads only.
+CREATE OR REPLACE FUNCTION holdfast.request_size_problem(
+    p_agent holdfast.agents, p_blocks jsonb, p_field text, OUT message text, OUT field text)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_provider text := p_agent.config #>> '{model,provider}';
+    v_new bigint;
+    v_total bigint;
+BEGIN
+    SELECT sum(holdfast.request_file_cost(v_provider, f.size_bytes)) INTO v_new
+      FROM holdfast.content_file_sizes(p_blocks) f;
+    IF v_new IS NULL THEN
+        RETURN;
+    END IF;
+    v_total := v_new + holdfast.context_file_cost(p_agent);
+    IF v_total > holdfast.request_file_limit(v_provider) THEN
+        message := format('request_too_large: the files of the agent''s next %s request would take %s bytes '
+                          '(%s of them new); the provider takes at most %s per request',
+                          v_provider, v_total, v_new, holdfast.request_file_limit(v_provider));
+        field := p_field;
+    END IF;
+END
+$$;
+
+-- The first of the problems a file set may have once its blocks are well
+-- formed (content_problem): the attachment quotas, then the provider's
+-- request size. Reads only.
+CREATE OR REPLACE FUNCTION holdfast.file_set_problem(
+    p_agent holdfast.agents, p_blocks jsonb, p_field text, OUT message text, OUT field text)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    SELECT * INTO message, field FROM holdfast.attachment_quota_problem(p_agent, p_blocks, p_field);
+    IF message IS NULL THEN
+        SELECT * INTO message, field FROM holdfast.request_size_problem(p_agent, p_blocks, p_field);
+    END IF;
 END
 $$;
 
@@ -294,6 +492,9 @@ BEGIN
     END IF;
     SELECT * INTO message, field FROM holdfast.content_problem(p_output, 'output', p_agent.config #>> '{model,provider}');
     IF message IS NULL THEN
+        SELECT * INTO message, field FROM holdfast.file_set_problem(p_agent, p_output, 'output');
+    END IF;
+    IF message IS NULL THEN
         output := holdfast.store_attachments(p_agent.id, p_output);
     END IF;
 END
@@ -309,6 +510,7 @@ CREATE OR REPLACE FUNCTION holdfast.keep_tool_output(p_agent holdfast.agents, p_
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_kept jsonb;
+    v_problem record;
 BEGIN
     IF NOT holdfast.is_media_blocks(p_output) THEN
         RETURN p_output;
@@ -321,6 +523,16 @@ BEGIN
       FROM jsonb_array_elements(p_output) WITH ORDINALITY b
       LEFT JOIN LATERAL holdfast.content_block_problem(b.value, 'output', p_agent.config #>> '{model,provider}') p
              ON b.value ->> 'type' IN ('image', 'document');
+    -- Files past a quota or the request size are all left out, saying why.
+    SELECT * INTO v_problem FROM holdfast.file_set_problem(p_agent, v_kept, 'output');
+    IF v_problem.message IS NOT NULL THEN
+        SELECT jsonb_agg(CASE WHEN holdfast.block_file_data(b.value) IS NULL THEN b.value
+                              ELSE jsonb_build_object('type', 'text', 'text',
+                                       format('[%s left out: %s]', b.value ->> 'type', v_problem.message)) END
+                         ORDER BY b.ordinality)
+          INTO v_kept
+          FROM jsonb_array_elements(v_kept) WITH ORDINALITY b;
+    END IF;
     IF NOT holdfast.is_media_blocks(v_kept) THEN
         RETURN to_jsonb((SELECT string_agg(b.value ->> 'text', E'\n' ORDER BY b.ordinality)
                            FROM jsonb_array_elements(v_kept) WITH ORDINALITY b));

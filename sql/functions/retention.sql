@@ -8,11 +8,16 @@
 -- What retention may remove, per project with retention_events set: the
 -- events older than now - retention_events of its *finished* agents (no
 -- open turn, state idle or archived), their delivered or failed webhook
--- deliveries, and the outputs of their tool calls completed before then.
+-- deliveries, the outputs of their tool calls completed before then, the
+-- content of their inputs consumed or removed before then, and their
+-- attachments stored before then that nothing kept references (no
+-- unpruned input or tool output, and, for an agent that may run again —
+-- not archived — no message of its context).
 -- Never: anything of an agent with an open turn (or one about to run), a
 -- pending delivery (the outbox) or the event it delivers, the agent row,
 -- its messages (what the next model call is built from, including a
--- compaction's summary in agents.context_summary), its tool call rows.
+-- compaction's summary in agents.context_summary), its tool call and input
+-- rows, a file its next model call would send.
 
 -- Create the weekly partitions covering [p_from, p_until) that are missing
 -- (`events_wYYYYMMDD`, named after the week's Monday, UTC). A week whose
@@ -65,8 +70,8 @@ LANGUAGE sql STABLE AS $$
      ORDER BY c.relname
 $$;
 
--- Set how long a project keeps its finished agents' events, deliveries and
--- tool outputs (NULL: forever). Raises HF404 (project), HF422 (not positive).
+-- Set how long a project keeps its finished agents' events, deliveries,
+-- tool outputs, input contents and attachments (NULL: forever). Raises HF404 (project), HF422 (not positive).
 CREATE OR REPLACE FUNCTION holdfast.set_project_retention(p_project_name text, p_events interval)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
@@ -145,11 +150,15 @@ $$;
 -- agents, taken FOR UPDATE SKIP LOCKED (an agent being written to is left
 -- for the next pass), delete their delivered/failed deliveries and events
 -- older than the project's retention (an event with a pending delivery
--- stays) and set their older tool outputs to JSON null. At most p_batch
--- rows of each kind per call. agents.events_pruned_before records how far
--- an agent is done, so later passes skip it until it has newer events.
+-- stays), set their older tool outputs and the content of their older
+-- consumed or removed inputs to JSON null, then delete their older
+-- attachments that nothing kept references (prunable_attachments). At most
+-- p_batch rows of each kind per call. agents.events_pruned_before records
+-- how far an agent is done, so later passes skip it until it has newer
+-- events (every input and tool result brings one).
 CREATE OR REPLACE FUNCTION holdfast.prune_retention_rows(p_batch integer DEFAULT 10000)
-RETURNS TABLE (events_deleted bigint, deliveries_deleted bigint, tool_outputs_pruned bigint)
+RETURNS TABLE (events_deleted bigint, deliveries_deleted bigint, tool_outputs_pruned bigint,
+               inputs_pruned bigint, attachments_deleted bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now timestamptz := holdfast.now();
@@ -161,8 +170,10 @@ BEGIN
     events_deleted := 0;
     deliveries_deleted := 0;
     tool_outputs_pruned := 0;
+    inputs_pruned := 0;
+    attachments_deleted := 0;
     FOR v_agent IN
-        SELECT a.id, p.retention_events
+        SELECT a.id, a.state, a.context_start_seq, p.retention_events
           FROM holdfast.agents a
           JOIN holdfast.projects p ON p.id = a.project_id
          WHERE p.retention_events IS NOT NULL
@@ -173,7 +184,8 @@ BEGIN
            FOR UPDATE OF a SKIP LOCKED
     LOOP
         EXIT WHEN events_deleted >= p_batch OR deliveries_deleted >= p_batch
-               OR tool_outputs_pruned >= p_batch;
+               OR tool_outputs_pruned >= p_batch OR inputs_pruned >= p_batch
+               OR attachments_deleted >= p_batch;
         v_cutoff := v_now - v_agent.retention_events;
         v_done := true;
 
@@ -210,6 +222,32 @@ BEGIN
         tool_outputs_pruned := tool_outputs_pruned + v_n;
         v_done := v_done AND tool_outputs_pruned < p_batch;
 
+        -- Consumed inputs are found through their messages, removed ones
+        -- through the index of unconsumed inputs: no scan of inputs.
+        UPDATE holdfast.inputs i
+           SET content = 'null'::jsonb, content_pruned_at = v_now
+         WHERE i.id IN (SELECT x.id FROM holdfast.inputs x
+                         WHERE x.id IN (SELECT m.input_id FROM holdfast.messages m
+                                         WHERE m.agent_id = v_agent.id AND m.input_id IS NOT NULL)
+                           AND x.consumed_at < v_cutoff AND x.content_pruned_at IS NULL
+                        UNION ALL
+                        SELECT x.id FROM holdfast.inputs x
+                         WHERE x.agent_id = v_agent.id AND x.consumed_at IS NULL
+                           AND x.removed_at < v_cutoff AND x.content_pruned_at IS NULL
+                         LIMIT p_batch - inputs_pruned);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        inputs_pruned := inputs_pruned + v_n;
+        v_done := v_done AND inputs_pruned < p_batch;
+
+        DELETE FROM holdfast.attachments t
+         WHERE t.agent_id = v_agent.id
+           AND t.id IN (SELECT x.id FROM holdfast.prunable_attachments(v_agent.id, v_agent.state = 'archived',
+                                                                       v_agent.context_start_seq, v_cutoff) x
+                         LIMIT p_batch - attachments_deleted);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        attachments_deleted := attachments_deleted + v_n;
+        v_done := v_done AND attachments_deleted < p_batch;
+
         IF v_done THEN
             UPDATE holdfast.agents SET events_pruned_before = v_cutoff WHERE id = v_agent.id;
         END IF;
@@ -218,18 +256,54 @@ BEGIN
 END
 $$;
 
+-- The attachments of p_agent stored before p_cutoff that nothing retention
+-- keeps references: no input content and no tool output not yet pruned,
+-- and, unless the agent is archived (it never runs again), no message from
+-- p_context_start_seq on (its next model call sends those). A file sent
+-- again later reuses its row, so the references decide, not the age
+-- alone. Reads inputs (through messages and the unconsumed-input index),
+-- tool calls and messages of the agent.
+CREATE OR REPLACE FUNCTION holdfast.prunable_attachments(
+    p_agent uuid, p_archived boolean, p_context_start_seq bigint, p_cutoff timestamptz)
+RETURNS TABLE (id uuid) LANGUAGE sql STABLE AS $$
+    WITH kept AS (
+        SELECT i.content FROM holdfast.inputs i
+         WHERE i.id IN (SELECT m.input_id FROM holdfast.messages m
+                         WHERE m.agent_id = p_agent AND m.input_id IS NOT NULL)
+           AND i.content_pruned_at IS NULL
+        UNION ALL
+        SELECT i.content FROM holdfast.inputs i
+         WHERE i.agent_id = p_agent AND i.consumed_at IS NULL AND i.content_pruned_at IS NULL
+        UNION ALL
+        SELECT t.output FROM holdfast.tool_calls t
+         WHERE t.agent_id = p_agent AND t.output_pruned_at IS NULL AND t.output IS NOT NULL
+        UNION ALL
+        SELECT m.content FROM holdfast.messages m
+         WHERE m.agent_id = p_agent AND m.seq >= p_context_start_seq AND NOT p_archived
+    ), referenced AS (
+        SELECT DISTINCT (r.ref ->> 'attachment_id')::uuid AS id
+          FROM kept k
+         CROSS JOIN LATERAL jsonb_path_query(k.content, '$[*].source ? (@.type == "attachment")') r(ref)
+         WHERE jsonb_typeof(k.content) = 'array'
+    )
+    SELECT a.id FROM holdfast.attachments a
+     WHERE a.agent_id = p_agent AND a.created_at < p_cutoff
+       AND a.id NOT IN (SELECT r.id FROM referenced r WHERE r.id IS NOT NULL)
+$$;
+
 -- One retention pass (the maintenance process runs it every
 -- HOLDFAST_RETENTION_INTERVAL): create the partitions of the next two
 -- weeks, drop the expired ones, then prune up to p_batch rows of each kind.
 CREATE OR REPLACE FUNCTION holdfast.retention_tick(p_batch integer DEFAULT 10000)
 RETURNS TABLE (partitions_created integer, partitions_dropped integer,
-               events_deleted bigint, deliveries_deleted bigint, tool_outputs_pruned bigint)
+               events_deleted bigint, deliveries_deleted bigint, tool_outputs_pruned bigint,
+               inputs_pruned bigint, attachments_deleted bigint)
 LANGUAGE plpgsql AS $$
 BEGIN
     partitions_created := holdfast.ensure_event_partitions(holdfast.now(), holdfast.now() + interval '14 days');
     partitions_dropped := holdfast.drop_expired_event_partitions();
-    SELECT r.events_deleted, r.deliveries_deleted, r.tool_outputs_pruned
-      INTO events_deleted, deliveries_deleted, tool_outputs_pruned
+    SELECT r.events_deleted, r.deliveries_deleted, r.tool_outputs_pruned, r.inputs_pruned, r.attachments_deleted
+      INTO events_deleted, deliveries_deleted, tool_outputs_pruned, inputs_pruned, attachments_deleted
       FROM holdfast.prune_retention_rows(p_batch) r;
     RETURN NEXT;
 END

@@ -3,7 +3,9 @@
 //! with their delivered webhook deliveries and their tool outputs, by whole
 //! partitions where every row may go and row by row elsewhere; an agent with
 //! an open turn, a pending delivery, a compaction's summary, an archived
-//! agent's row and every agent's messages stay. Set from the CLI.
+//! agent's row and every agent's messages stay. Old inputs' contents go,
+//! and the attachments nothing kept references, never a file the agent's
+//! next model call sends (migration 0044). Set from the CLI.
 //!
 //! History is made old the way the rest of the suite moves time: the
 //! session's `holdfast.clock_offset`, which `holdfast.now()` (every
@@ -192,6 +194,8 @@ async fn retention(client: &Client) -> (i32, i64, i64, i64) {
             && r.events_deleted == 0
             && r.deliveries_deleted == 0
             && r.tool_outputs_pruned == 0
+            && r.inputs_pruned == 0
+            && r.attachments_deleted == 0
         {
             return total;
         }
@@ -564,4 +568,213 @@ async fn retention_is_set_from_the_cli_and_from_sql_and_bad_values_change_nothin
         .await
         .unwrap();
     assert_eq!(retention().await, Some(12 * 3600));
+}
+
+/// A PNG of `n` bytes (its signature, then filler `fill`), as base64.
+fn png_base64(n: usize, fill: u8) -> String {
+    use base64::Engine;
+    let mut bytes = b"\x89PNG\r\n\x1a\n".to_vec();
+    bytes.resize(n, fill);
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn image(data: &str) -> Value {
+    json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}})
+}
+
+/// One whole turn: an input carrying `input_image`, a tool call whose
+/// result carries `tool_image`, and a final answer.
+async fn finished_turn_with_images(
+    client: &Client,
+    agent: Uuid,
+    input_image: &str,
+    tool_image: &str,
+) {
+    store::create_input(
+        client,
+        agent,
+        &json!([{"type": "text", "text": "look"}, image(input_image)]),
+        Some(&format!("key-{agent}")),
+    )
+    .await
+    .unwrap();
+    let c = claim(client, agent).await;
+    let step = ModelStep {
+        input_ids: pending_inputs(client, agent).await,
+        message: vec![json!({"type": "tool_use", "id": "toolu_1", "name": "chart", "input": {}})],
+        tool_calls: vec![NewToolCall {
+            provider_id: "toolu_1".into(),
+            name: "chart".into(),
+            input: json!({}),
+            kind: ToolKind::Internal,
+        }],
+        usage: json!({"input_tokens": 1, "output_tokens": 1}),
+        stop_reason: Some("tool_use".into()),
+    };
+    store::commit_model_step(client, c, &step).await.unwrap();
+    let call: Uuid = client
+        .query_one(
+            "SELECT id FROM holdfast.tool_calls WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let c = claim(client, agent).await;
+    store::commit_tool_result(client, c, call, &json!([image(tool_image)]), false)
+        .await
+        .unwrap();
+    store::release_agent(client, c, None).await.unwrap();
+    let c = claim(client, agent).await;
+    store::commit_model_step(client, c, &text_step(vec![], "done"))
+        .await
+        .unwrap();
+    assert_eq!(state(client, agent).await, ("idle".to_string(), false));
+}
+
+async fn project_bytes(client: &Client, project: Uuid) -> i64 {
+    client
+        .query_one(
+            "SELECT bytes FROM holdfast.project_attachment_bytes WHERE project_id = $1",
+            &[&project],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// An agent's attachments (by size, which tells the test's files apart),
+/// its stored-bytes total, and its inputs' contents.
+async fn files_and_inputs(client: &Client, agent: Uuid) -> (Vec<i32>, i64, Vec<Value>) {
+    let sizes = client
+        .query(
+            "SELECT size_bytes FROM holdfast.attachments WHERE agent_id = $1 ORDER BY size_bytes",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let total = client
+        .query_one(
+            "SELECT attachment_bytes FROM holdfast.agents WHERE id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let inputs = client
+        .query(
+            "SELECT content FROM holdfast.inputs WHERE agent_id = $1 ORDER BY created_at",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    (sizes, total, inputs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_prunes_old_inputs_and_unreferenced_attachments_and_keeps_the_next_calls_files() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, name) = new_project(&client).await;
+    let (kept_project, _) = new_project(&client).await;
+    store::set_project_retention(&client, &name, Some(Duration::from_secs(30 * 86_400)))
+        .await
+        .unwrap();
+    // Sizes tell the files apart: 100 and 200 bytes for the idle agent's
+    // input and tool images, 300 and 400 for the archived agent's, 500 and
+    // 600 for the agent that is still working, 700 and 800 elsewhere.
+    set_clock(&client, "-60 days").await;
+    let idle = new_agent(&client, project).await;
+    finished_turn_with_images(&client, idle, &png_base64(100, 1), &png_base64(200, 2)).await;
+    let archived = new_agent(&client, project).await;
+    finished_turn_with_images(&client, archived, &png_base64(300, 3), &png_base64(400, 4)).await;
+    store::archive_agent(&client, archived).await.unwrap();
+    let busy = new_agent(&client, project).await;
+    finished_turn_with_images(&client, busy, &png_base64(500, 5), &png_base64(600, 6)).await;
+    open_turn(&client, busy).await;
+    let elsewhere = new_agent(&client, kept_project).await;
+    finished_turn_with_images(&client, elsewhere, &png_base64(700, 7), &png_base64(800, 8)).await;
+    set_clock(&client, "0").await;
+    let busy_before = files_and_inputs(&client, busy).await;
+    let elsewhere_before = files_and_inputs(&client, elsewhere).await;
+    assert_eq!(busy_before.0, vec![500, 600]);
+    assert_eq!(project_bytes(&client, project).await, 2100);
+
+    let report = {
+        let mut inputs = 0;
+        let mut attachments = 0;
+        loop {
+            let r = store::retention_tick(&client, 3).await.unwrap();
+            inputs += r.inputs_pruned;
+            attachments += r.attachments_deleted;
+            if r.inputs_pruned == 0
+                && r.attachments_deleted == 0
+                && r.events_deleted == 0
+                && r.tool_outputs_pruned == 0
+                && r.deliveries_deleted == 0
+            {
+                break (inputs, attachments);
+            }
+        }
+    };
+    // The idle and archived agents' inputs; the idle agent's tool image and
+    // both of the archived agent's files.
+    assert_eq!(report, (2, 3));
+
+    // The idle agent may run again: the image of its history (what its
+    // next model call sends) stays; the tool image, whose output was
+    // pruned, goes; its input's content is JSON null.
+    let (files, total, inputs) = files_and_inputs(&client, idle).await;
+    assert_eq!(files, vec![100]);
+    assert_eq!(total, 100, "the agent's total follows the deletes");
+    assert_eq!(inputs, vec![Value::Null]);
+    let history_image: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.messages m \
+              WHERE m.agent_id = $1 AND m.content @? '$[*].source ? (@.type == \"attachment\")'",
+            &[&idle],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        history_image, 1,
+        "the message still references the kept file"
+    );
+    // The archived agent never runs again: every file goes.
+    let (files, total, inputs) = files_and_inputs(&client, archived).await;
+    assert_eq!((files, total, inputs), (vec![], 0, vec![Value::Null]));
+    assert_eq!(project_bytes(&client, project).await, 100 + 500 + 600);
+    // An open turn, and a project without retention, keep everything.
+    assert_eq!(files_and_inputs(&client, busy).await, busy_before);
+    assert_eq!(files_and_inputs(&client, elsewhere).await, elsewhere_before);
+
+    // A replay of a pruned input's key is answered as the replay it is.
+    let replay = store::create_input(
+        &client,
+        idle,
+        &json!([{"type": "text", "text": "look"}, image(&png_base64(100, 1))]),
+        Some(&format!("key-{idle}")),
+    )
+    .await
+    .unwrap();
+    assert!(replay.replayed);
+    // The idle agent's next turn still sends its history's image.
+    let files = client
+        .query(
+            "SELECT id FROM holdfast.attachments WHERE agent_id = $1",
+            &[&idle],
+        )
+        .await
+        .unwrap();
+    let loaded = store::load_request_files(&client, idle, &[files[0].get(0)])
+        .await
+        .unwrap();
+    assert_eq!(loaded.total_bytes(), 100);
 }

@@ -167,6 +167,8 @@ async fn retention_pass(pool: &Pool, shutdown: &CancellationToken) -> anyhow::Re
             ("events", report.events_deleted),
             ("deliveries", report.deliveries_deleted),
             ("tool_outputs", report.tool_outputs_pruned),
+            ("inputs", report.inputs_pruned),
+            ("attachments", report.attachments_deleted),
         ] {
             metrics::counter!("holdfast_retention_pruned_total", "kind" => kind)
                 .increment(count.unsigned_abs());
@@ -178,13 +180,17 @@ async fn retention_pass(pool: &Pool, shutdown: &CancellationToken) -> anyhow::Re
                 events_deleted = report.events_deleted,
                 deliveries_deleted = report.deliveries_deleted,
                 tool_outputs_pruned = report.tool_outputs_pruned,
+                inputs_pruned = report.inputs_pruned,
+                attachments_deleted = report.attachments_deleted,
                 "retention pass"
             );
         }
         let full = i64::from(RETENTION_BATCH);
         let more = report.events_deleted >= full
             || report.deliveries_deleted >= full
-            || report.tool_outputs_pruned >= full;
+            || report.tool_outputs_pruned >= full
+            || report.inputs_pruned >= full
+            || report.attachments_deleted >= full;
         if !more || shutdown.is_cancelled() {
             return Ok(());
         }

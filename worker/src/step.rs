@@ -10,7 +10,9 @@ use std::sync::Arc;
 use futures::FutureExt;
 use holdfast_engine::config::ModelConfig;
 use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, StepContext};
-use holdfast_engine::provider::{ContentBlock, ModelError, ModelRequest, ModelTarget, Usage};
+use holdfast_engine::provider::{
+    attachment_ids, ContentBlock, ModelError, ModelRequest, ModelTarget, RequestFiles, Usage,
+};
 use holdfast_engine::{store, Error, Result};
 use opentelemetry::context::FutureExt as _;
 use serde_json::{json, Value};
@@ -237,9 +239,19 @@ async fn model_step(
         Ok(target) => target,
         Err(error) => return Ok(model_failed(deps, context, error)),
     };
+    // The stored files the messages send, each read once, for this call
+    // (and a compaction's, whose messages are among these) only; a
+    // request that sends none reads nothing.
+    let ids = attachment_ids(&request.messages);
+    let files = if ids.is_empty() {
+        RequestFiles::default()
+    } else {
+        let client = deps.pool.get().await?;
+        store::load_request_files(&**client, claim.agent_id, &ids).await?
+    };
     if deps.providers.should_compact(&request) {
         tracing::info!("context near the model's window: compacting first");
-        return Ok(compact(deps, context, &request, &target).await);
+        return Ok(compact(deps, context, &request, &files, &target).await);
     }
     let input_ids = context.pending_input_ids();
 
@@ -253,7 +265,7 @@ async fn model_step(
     let response = tokio::select! {
         response = deps
             .providers
-            .complete(&request, &target, Some(&delta_tx))
+            .complete_with_files(&request, &files, &target, Some(&delta_tx))
             .with_context(call.clone()) => response,
         interrupts = stop.interrupted(&input_ids) => {
             tracing::info!(?interrupts, "model call interrupted");
@@ -274,7 +286,7 @@ async fn model_step(
         Ok(response) => response,
         Err(ModelError::ContextTooLong { message }) => {
             tracing::info!(%message, "context too long: compacting");
-            return Ok(compact(deps, context, &request, &target).await);
+            return Ok(compact(deps, context, &request, &files, &target).await);
         }
         Err(error) => return Ok(model_failed(deps, context, error)),
     };
@@ -353,6 +365,7 @@ async fn compact(
     deps: &StepDeps,
     context: &StepContext,
     request: &ModelRequest,
+    files: &RequestFiles,
     target: &ModelTarget,
 ) -> StepResult {
     let too_long = |message: String| StepResult::TurnFailed {
@@ -367,7 +380,11 @@ async fn compact(
             "the context is too long for the model and nothing older is left to summarise".into(),
         );
     };
-    let summary = match deps.providers.complete(&plan.request, target, None).await {
+    let summary = match deps
+        .providers
+        .complete_with_files(&plan.request, files, target, None)
+        .await
+    {
         Ok(response) => response,
         Err(ModelError::ContextTooLong { message }) => {
             return too_long(format!("even the summary request is too long: {message}"));

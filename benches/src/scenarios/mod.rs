@@ -3,6 +3,7 @@
 //! params, metrics and same-run baseline.
 
 pub mod api_inputs;
+pub mod attachments;
 pub mod claim_scaling;
 pub mod fanout;
 pub mod history_scaling;

@@ -13,7 +13,7 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// Machine-readable: `invalid_request`, `invalid_json`, `unauthorized`,
     /// `not_found`, `conflict`, `idempotency_key_reused`, `model_not_permitted`,
-    /// `unsupported_content`,
+    /// `unsupported_content`, `attachment_quota_exceeded`, `request_too_large`,
     /// `payload_too_large`, `rate_limited`, `unavailable`, `internal`, ...
     #[serde(rename = "type")]
     pub kind: String,

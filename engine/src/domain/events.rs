@@ -28,4 +28,8 @@ pub struct RetentionReport {
     pub events_deleted: i64,
     pub deliveries_deleted: i64,
     pub tool_outputs_pruned: i64,
+    /// Inputs whose content became JSON null.
+    pub inputs_pruned: i64,
+    /// Attachments deleted (nothing kept referenced them any more).
+    pub attachments_deleted: i64,
 }

@@ -86,6 +86,28 @@ impl Default for LimitMaxima {
     }
 }
 
+/// The operator's attachment quotas (`holdfast.attachment_quotas`, written
+/// by each API process at start from its `HOLDFAST_MAX_ATTACHMENT_BYTES_*`
+/// settings): the most bytes of images and documents one agent, and one
+/// project, may have stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttachmentQuotas {
+    pub bytes_per_agent: i64,
+    pub bytes_per_project: i64,
+}
+
+impl Default for AttachmentQuotas {
+    /// The defaults of `holdfast.attachment_quotas` (0044): 256 MiB an
+    /// agent (fifty of the largest images, or eight of the largest PDFs),
+    /// 10 GiB a project.
+    fn default() -> Self {
+        AttachmentQuotas {
+            bytes_per_agent: 256 * 1024 * 1024,
+            bytes_per_project: 10 * 1024 * 1024 * 1024,
+        }
+    }
+}
+
 /// One message of the saved history.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HistoryMessage {

@@ -224,9 +224,14 @@ fn block(block: &ContentBlock) -> Value {
             }
             result
         }
-        // The saved shape is the Messages API's own.
-        ContentBlock::Image { source } => json!({"type": "image", "source": source}),
-        ContentBlock::Document { source } => json!({"type": "document", "source": source}),
+        // The saved shape is the Messages API's own, a stored file's
+        // reference aside.
+        ContentBlock::Image { source } => {
+            json!({"type": "image", "source": source.anthropic_source()})
+        }
+        ContentBlock::Document { source } => {
+            json!({"type": "document", "source": source.anthropic_source()})
+        }
         ContentBlock::Raw(raw) => raw.clone(),
     }
 }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use reqwest::header::CONTENT_TYPE;
 use reqwest::RequestBuilder;
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
@@ -22,6 +23,7 @@ use super::classify::{
     ERROR_BODY_LIMIT,
 };
 use super::compaction::estimate_tokens;
+use super::media::{body_bytes, RequestFiles};
 use super::openai::{self, OpenAiStream};
 use super::responses::{self, ResponsesStream};
 use super::{Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Provider};
@@ -401,23 +403,53 @@ impl Providers {
     /// goes to `deltas` as it arrives (send errors are ignored: nobody watching is
     /// fine); the result is the assembled response, or the failure
     /// classified. Drop the future to cancel: the connection is closed.
+    /// A request that sends no stored file is [`Providers::complete`]d
+    /// with no files.
     pub async fn complete(
         &self,
         request: &ModelRequest,
         target: &ModelTarget,
         deltas: Option<&UnboundedSender<Delta>>,
     ) -> Result<ModelResponse, ModelError> {
+        self.complete_with_files(request, &RequestFiles::default(), target, deltas)
+            .await
+    }
+
+    /// [`Providers::complete`] for a request whose messages reference
+    /// stored files: `files` holds their bytes (every id
+    /// [`super::attachment_ids`] names), written into the body as it is
+    /// serialized.
+    pub async fn complete_with_files(
+        &self,
+        request: &ModelRequest,
+        files: &RequestFiles,
+        target: &ModelTarget,
+        deltas: Option<&UnboundedSender<Delta>>,
+    ) -> Result<ModelResponse, ModelError> {
         match target {
             ModelTarget::Operator { base_url, api_key } => {
-                self.send(request, &self.http, base_url, api_key.as_deref(), deltas)
-                    .await
+                self.send(
+                    request,
+                    files,
+                    &self.http,
+                    base_url,
+                    api_key.as_deref(),
+                    deltas,
+                )
+                .await
             }
             ModelTarget::CustomUrl {
                 base_url,
                 project_key,
             } => {
-                self.complete_at_custom_url(request, base_url, project_key.as_deref(), deltas)
-                    .await
+                self.complete_at_custom_url(
+                    request,
+                    files,
+                    base_url,
+                    project_key.as_deref(),
+                    deltas,
+                )
+                .await
             }
         }
     }
@@ -430,6 +462,7 @@ impl Providers {
     async fn complete_at_custom_url(
         &self,
         request: &ModelRequest,
+        files: &RequestFiles,
         base_url: &str,
         project_key: Option<&str>,
         deltas: Option<&UnboundedSender<Delta>>,
@@ -440,8 +473,15 @@ impl Providers {
                 .check_url(EgressKind::Model, &url)
                 .map_err(|refused| egress_refused(&refused))?;
         }
-        self.send(request, &self.tenant_http, base_url, project_key, deltas)
-            .await
+        self.send(
+            request,
+            files,
+            &self.tenant_http,
+            base_url,
+            project_key,
+            deltas,
+        )
+        .await
     }
 
     /// Send `request` to `base` over `client` in its provider's protocol,
@@ -449,6 +489,7 @@ impl Providers {
     async fn send(
         &self,
         request: &ModelRequest,
+        files: &RequestFiles,
         client: &reqwest::Client,
         base: &str,
         api_key: Option<&str>,
@@ -459,7 +500,8 @@ impl Providers {
                 let mut http = client
                     .post(endpoint(base, "/v1/messages"))
                     .header("anthropic-version", anthropic::API_VERSION)
-                    .json(&anthropic::request_body(request));
+                    .header(CONTENT_TYPE, "application/json")
+                    .body(body_bytes(&anthropic::request_body(request), files)?);
                 if let Some(key) = api_key {
                     http = http.header("x-api-key", key);
                 }
@@ -471,7 +513,8 @@ impl Providers {
             Provider::Openai => {
                 let mut http = client
                     .post(endpoint(base, "/chat/completions"))
-                    .json(&openai::request_body(request));
+                    .header(CONTENT_TYPE, "application/json")
+                    .body(body_bytes(&openai::request_body(request), files)?);
                 if let Some(key) = api_key {
                     http = http.bearer_auth(key);
                 }
@@ -480,7 +523,8 @@ impl Providers {
             Provider::OpenaiResponses => {
                 let mut http = client
                     .post(endpoint(base, "/responses"))
-                    .json(&responses::request_body(request));
+                    .header(CONTENT_TYPE, "application/json")
+                    .body(body_bytes(&responses::request_body(request), files)?);
                 if let Some(key) = api_key {
                     http = http.bearer_auth(key);
                 }

@@ -65,6 +65,7 @@ fn block_chars(block: &ContentBlock) -> u64 {
         ContentBlock::Document { source } => match source {
             // Base64: four characters for three bytes.
             MediaSource::Base64 { data, .. } => data.len() as u64 * 3 / 4 / PDF_BYTES_PER_TOKEN * 4,
+            MediaSource::Attachment { size_bytes, .. } => size_bytes / PDF_BYTES_PER_TOKEN * 4,
             MediaSource::Url { .. } => DOCUMENT_URL_TOKENS * 4,
         },
         ContentBlock::Raw(raw) => json_chars(raw),

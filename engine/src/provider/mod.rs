@@ -19,12 +19,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use uuid::Uuid;
 
 mod anthropic;
 mod classify;
 mod client;
 mod compaction;
 mod history;
+mod media;
 mod openai;
 mod responses;
 
@@ -33,6 +35,7 @@ pub use client::{
     DEFAULT_OPENAI_BASE_URL,
 };
 pub use compaction::{compaction_split, estimate_tokens, summary_message, summary_request};
+pub use media::{attachment_ids, RequestFiles, StoredFile};
 // `config.model`, which requests carry and clients are picked by.
 use crate::config::{ModelConfig, Provider, ToolEntry};
 
@@ -125,14 +128,25 @@ impl ContentBlock {
     }
 }
 
-/// Where an image's or a document's bytes are: inline (the worker's step
-/// load puts the stored attachment's bytes back as base64) or at a URL the
-/// provider fetches.
+/// Where an image's or a document's bytes are: inline (a tool's output
+/// before it is stored), a file stored in `holdfast.attachments` (what
+/// saved content holds; its bytes go into the request body as it is
+/// serialized, [`RequestFiles`]) or at a URL the provider fetches.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum MediaSource {
-    Base64 { media_type: String, data: String },
-    Url { url: String },
+    Base64 {
+        media_type: String,
+        data: String,
+    },
+    Url {
+        url: String,
+    },
+    Attachment {
+        attachment_id: Uuid,
+        media_type: String,
+        size_bytes: u64,
+    },
 }
 
 impl MediaSource {
@@ -141,6 +155,21 @@ impl MediaSource {
         match self {
             MediaSource::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
             MediaSource::Url { url } => url.clone(),
+            MediaSource::Attachment { attachment_id, .. } => media::data_url_marker(*attachment_id),
+        }
+    }
+
+    /// As the Messages API takes a source: `base64` (a stored file's too)
+    /// or `url`.
+    pub(crate) fn anthropic_source(&self) -> Value {
+        match self {
+            MediaSource::Attachment {
+                attachment_id,
+                media_type,
+                ..
+            } => serde_json::json!({"type": "base64", "media_type": media_type,
+                                    "data": media::base64_marker(*attachment_id)}),
+            other => serde_json::json!(other),
         }
     }
 }

@@ -171,7 +171,7 @@ fn media_part(block: &ContentBlock) -> Option<Value> {
             Some(json!({"type": "image_url", "image_url": {"url": source.url()}}))
         }
         ContentBlock::Document {
-            source: source @ MediaSource::Base64 { .. },
+            source: source @ (MediaSource::Base64 { .. } | MediaSource::Attachment { .. }),
         } => Some(json!({"type": "file",
                          "file": {"filename": DOCUMENT_FILENAME, "file_data": source.url()}})),
         ContentBlock::Document {

@@ -10,8 +10,8 @@ use uuid::Uuid;
 use super::prepared::{query_prepared, with_wake_after_commit, Prepared};
 use super::{batch_outcomes, parse_text};
 use crate::domain::{
-    Agent, AgentState, CancelOutcome, Input, InputCreated, InputMode, LimitMaxima, PostedInput,
-    TurnOutcome, WaitingInputs,
+    Agent, AgentState, AttachmentQuotas, CancelOutcome, Input, InputCreated, InputMode,
+    LimitMaxima, PostedInput, TurnOutcome, WaitingInputs,
 };
 use crate::error::{Error, Result};
 use crate::telemetry::TraceHeaders;
@@ -28,6 +28,20 @@ pub async fn set_limit_maxima(client: &impl GenericClient, maxima: &LimitMaxima)
                 &maxima.live_children,
                 &maxima.descendants,
             ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Write the operator's attachment quotas (`holdfast.set_attachment_quotas`).
+pub async fn set_attachment_quotas(
+    client: &impl GenericClient,
+    quotas: &AttachmentQuotas,
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.set_attachment_quotas($1, $2)",
+            &[&quotas.bytes_per_agent, &quotas.bytes_per_project],
         )
         .await?;
     Ok(())

@@ -9,7 +9,8 @@ use crate::duration::to_interval;
 use crate::error::Result;
 
 /// Set how long a project keeps its finished agents' events, webhook
-/// deliveries and tool outputs; `None` keeps them forever.
+/// deliveries, tool outputs, input contents and attachments; `None` keeps
+/// them forever.
 pub async fn set_project_retention(
     client: &impl GenericClient,
     project_name: &str,
@@ -30,7 +31,8 @@ pub async fn retention_tick(client: &impl GenericClient, batch: i32) -> Result<R
     let row = client
         .query_one(
             "SELECT partitions_created, partitions_dropped, events_deleted, deliveries_deleted, \
-                    tool_outputs_pruned FROM holdfast.retention_tick($1)",
+                    tool_outputs_pruned, inputs_pruned, attachments_deleted \
+               FROM holdfast.retention_tick($1)",
             &[&batch],
         )
         .await?;
@@ -40,5 +42,7 @@ pub async fn retention_tick(client: &impl GenericClient, batch: i32) -> Result<R
         events_deleted: row.get(2),
         deliveries_deleted: row.get(3),
         tool_outputs_pruned: row.get(4),
+        inputs_pruned: row.get(5),
+        attachments_deleted: row.get(6),
     })
 }

@@ -2,9 +2,11 @@
 //! step's context, and maintenance's tick (sql/functions/leases.sql,
 //! steps.sql).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures::TryStreamExt;
 use postgres_types::ToSql;
 use serde_json::Value;
 use tokio_postgres::GenericClient;
@@ -20,7 +22,7 @@ use crate::domain::{
 use crate::duration::to_interval;
 use crate::error::{Error, Result};
 use crate::pg_text::{make_storable, storable_str};
-use crate::provider::DeltaKind;
+use crate::provider::{DeltaKind, RequestFiles, StoredFile};
 
 /// Claim up to `max` ready agents for `worker`. Call it on the worker's own
 /// long-lived session: the session's backend pid is recorded on each claim,
@@ -390,9 +392,9 @@ pub async fn stream_delta(
 }
 
 /// Everything a step is decided and built from, read fresh at every attempt.
-/// Content that references attachments comes back with their files as
-/// base64 again (`holdfast.hydrate_content`): the request needs the bytes,
-/// the saved rows keep only the reference.
+/// Content that references stored files keeps the references (a few bytes
+/// each): the model call loads the files it sends once
+/// ([`load_request_files`]), and nothing else of a step needs their bytes.
 ///
 /// The four reads are sent together (pipelined on the one connection), so
 /// the load costs about one round trip, not four. Each read is its own
@@ -409,7 +411,7 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
         // The messages from the agent's context start on (the subquery
         // reads the same row the first statement does).
         client.statement(
-            "SELECT seq, role, holdfast.hydrate_content(agent_id, content), step_id \
+            "SELECT seq, role, content, step_id \
                FROM holdfast.messages \
               WHERE agent_id = $1 \
                 AND seq >= (SELECT context_start_seq FROM holdfast.agents WHERE id = $1) \
@@ -417,12 +419,10 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
         ),
         client.statement(
             "SELECT id, step_id, position, provider_id, name, input, kind, status, \
-                    holdfast.hydrate_content(agent_id, output), is_error \
+                    output, is_error \
                FROM holdfast.tool_calls WHERE agent_id = $1 ORDER BY created_at, step_id, position",
         ),
-        client.statement(
-            "SELECT id, holdfast.hydrate_content(agent_id, content) FROM holdfast.turn_inputs($1)",
-        ),
+        client.statement("SELECT id, content FROM holdfast.turn_inputs($1)",),
     )?;
     let db = client.client();
     let by_agent: &[&(dyn tokio_postgres::types::ToSql + Sync)] = &[&agent];
@@ -500,6 +500,36 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
         pending_inputs,
         trace,
     })
+}
+
+/// The bytes of `agent`'s stored files `ids` (what a model request's
+/// messages reference, [`crate::provider::attachment_ids`]), each read
+/// once, as bytea (no base64 on the wire). Rows are taken one at a time, so
+/// at most one file is held twice. A file that is gone is left out (the
+/// call then fails naming it).
+pub async fn load_request_files(
+    client: &impl GenericClient,
+    agent: Uuid,
+    ids: &[Uuid],
+) -> Result<RequestFiles> {
+    let mut files = HashMap::with_capacity(ids.len());
+    let rows = client
+        .query_raw(
+            "SELECT id, media_type, data FROM holdfast.attachments WHERE agent_id = $1 AND id = ANY($2)",
+            [&agent as &(dyn ToSql + Sync), &ids],
+        )
+        .await?;
+    futures::pin_mut!(rows);
+    while let Some(row) = rows.try_next().await? {
+        files.insert(
+            row.get(0),
+            StoredFile {
+                media_type: row.get(1),
+                data: row.get(2),
+            },
+        );
+    }
+    Ok(RequestFiles::new(files))
 }
 
 /// Create a subagent for a pending `spawn_subagent` call (one transaction);

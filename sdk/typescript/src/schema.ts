@@ -1040,7 +1040,7 @@ export interface components {
             /**
              * @description Machine-readable: `invalid_request`, `invalid_json`, `unauthorized`,
              *     `not_found`, `conflict`, `idempotency_key_reused`, `model_not_permitted`,
-             *     `unsupported_content`,
+             *     `unsupported_content`, `attachment_quota_exceeded`, `request_too_large`,
              *     `payload_too_large`, `rate_limited`, `unavailable`, `internal`, ...
              */
             type: string;
@@ -2880,7 +2880,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `idempotency_key_reused`: the key was used with another body or mode; `unsupported_content`: the agent's provider cannot take an image or document block; `egress_refused`: the egress policy refuses an image's or document's URL (`content_url`); `field` names it */
+            /** @description `idempotency_key_reused`: the key was used with another body or mode; `unsupported_content`: the agent's provider cannot take an image or document block; `egress_refused`: the egress policy refuses an image's or document's URL (`content_url`); `attachment_quota_exceeded`: the input's new files would pass the agent's or the project's attachment quota (the message names it); `request_too_large`: its files would take the agent's next model request past what the provider takes; `field` names it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -4527,7 +4527,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `unsupported_content`: the agent's provider cannot take an image or document block of `output`; `egress_refused`: the egress policy refuses an image's or document's URL (`content_url`); `field` names it */
+            /** @description `unsupported_content`: the agent's provider cannot take an image or document block of `output`; `egress_refused`: the egress policy refuses an image's or document's URL (`content_url`); `attachment_quota_exceeded`: its new files would pass the agent's or the project's attachment quota (the message names it); `request_too_large`: its files would take the agent's next model request past what the provider takes; `field` names it */
             422: {
                 headers: {
                     [name: string]: unknown;
