@@ -198,6 +198,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0042_security_data.sql",
         sql: include_str!("../../sql/0042_security_data.sql"),
     },
+    Migration {
+        version: 43,
+        name: "0043_command_sandbox.sql",
+        sql: include_str!("../../sql/0043_command_sandbox.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.
