@@ -79,7 +79,7 @@ pub struct UpArgs {
 /// relative to the working directory.
 const LOCAL_MACHINE_DIR: &str = ".holdfast/local-machine";
 /// What `up` keeps in the working directory.
-const HOLDFAST_DIR: &str = ".holdfast";
+const UP_STATE_DIR: &str = ".holdfast";
 
 /// What each task was, for messages about it.
 type Named = (String, Result<()>);
@@ -202,7 +202,7 @@ async fn serve(db: &Database, args: UpArgs, egress: Arc<EgressPolicy>) -> Result
             Path::new("."),
             args.pass_env.clone(),
             sandbox,
-            vec![Path::new(HOLDFAST_DIR).to_path_buf()],
+            vec![Path::new(UP_STATE_DIR).to_path_buf()],
         );
         let stop = MachineShutdown {
             stop: shutdown.clone(),
