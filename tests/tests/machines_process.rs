@@ -109,20 +109,31 @@ impl Rig {
         args: &[&str],
         envs: &[(&str, String)],
     ) -> HoldfastProcess {
+        self.daemon_through(&[], name, &self.dir.path, state, args, envs)
+    }
+
+    /// [`Rig::daemon_with`] started through `launcher` (e.g. `setpriv` to
+    /// run it as another user), running commands in `work_dir`.
+    fn daemon_through(
+        &self,
+        launcher: &[&str],
+        name: &str,
+        work_dir: &Path,
+        state: &Path,
+        args: &[&str],
+        envs: &[(&str, String)],
+    ) -> HoldfastProcess {
         let mut all_args = vec!["machine"];
         all_args.extend_from_slice(args);
         let mut all_envs = vec![
             ("HOLDFAST_URL", self.server.url("")),
             ("HOLDFAST_MACHINE_STATE_DIR", state.display().to_string()),
-            (
-                "HOLDFAST_MACHINE_WORK_DIR",
-                self.dir.path.display().to_string(),
-            ),
+            ("HOLDFAST_MACHINE_WORK_DIR", work_dir.display().to_string()),
             ("HOLDFAST_MACHINE_HEARTBEAT_INTERVAL", "200ms".into()),
             ("HOLDFAST_MACHINE_CLAIM_WAIT", "2s".into()),
         ];
         all_envs.extend_from_slice(envs);
-        HoldfastProcess::spawn(name, &all_args, &all_envs)
+        HoldfastProcess::spawn_through(name, launcher, &all_args, &all_envs)
     }
 
     /// `holdfast machines ARGS` (the client CLI) with the rig's API key,
@@ -152,12 +163,19 @@ impl Rig {
     /// An agent on `machine` whose model calls run_command with `input`
     /// once, then answers "done".
     async fn agent_calling(&self, machine: Uuid, input: Value) -> Uuid {
+        self.agent_with_tool(json!({"type": "run_command", "machine": machine}), input)
+            .await
+    }
+
+    /// An agent with the run_command tool entry `tool` whose model calls
+    /// it with `input` once, then answers "done".
+    async fn agent_with_tool(&self, tool: Value, input: Value) -> Uuid {
         self.fake
             .push(Reply::tool_calls(vec![("run_command", input)]));
         self.fake.set_default(Reply::text("done"));
         let config = json!({
             "model": {"provider": "anthropic", "name": "claude-test"},
-            "tools": [{"type": "run_command", "machine": machine}],
+            "tools": [tool],
         });
         let agent = holdfast_engine::store::create_agent(&self.client, self.project, &config)
             .await
@@ -797,4 +815,232 @@ async fn a_command_run_is_a_span_of_the_turn_that_queued_it() {
     assert_eq!(run.attribute("process.exit.code").as_deref(), Some("3"));
     assert_eq!(run.attribute("error.type").as_deref(), Some("exit_code"));
     assert_eq!(run.attribute("holdfast.agent.id"), Some(agent.to_string()));
+}
+
+// The command sandbox (docs/sandbox.md): each test tries an escape from a
+// real sandbox made by a real daemon, and fails if the layer that stops it
+// is gone.
+
+/// The test cluster's socket directory, port, user and database: the
+/// Postgres a command must not reach.
+fn postgres_socket(rig: &Rig) -> (String, u16, String, String) {
+    let config = &rig.db.config.postgres;
+    let dir = config
+        .get_hosts()
+        .iter()
+        .find_map(|host| match host {
+            tokio_postgres::config::Host::Unix(dir) => Some(dir.display().to_string()),
+            _ => None,
+        })
+        .expect("the test cluster listens on a Unix socket");
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    (
+        dir,
+        port,
+        config.get_user().unwrap_or("postgres").to_owned(),
+        config.get_dbname().unwrap_or("postgres").to_owned(),
+    )
+}
+
+/// A command that prints everything of the host it tries to read, stderr
+/// included: its environment, the environ and cmdline of every process it
+/// sees, the environ, cmdline and mem of `host_pids` (the daemon and the
+/// test: its ancestors outside the sandbox), `files`, a listing of each of
+/// `dirs`, and a query over Postgres' socket.
+fn probe_command(host_pids: &[u32], files: &[&Path], dirs: &[&Path], rig: &Rig) -> String {
+    let (socket_dir, port, user, dbname) = postgres_socket(rig);
+    let mut script = String::from("{ echo probe-start; env; ");
+    script.push_str(
+        "for p in /proc/[0-9]*; do echo \"== $p\"; cat $p/environ $p/cmdline; echo; done; ",
+    );
+    for pid in host_pids {
+        for file in ["environ", "cmdline", "mem"] {
+            script.push_str(&format!("cat /proc/{pid}/{file}; "));
+        }
+    }
+    for file in files {
+        script.push_str(&format!("cat '{}'; ", file.display()));
+    }
+    for dir in dirs
+        .iter()
+        .map(|d| d.display().to_string())
+        .chain([socket_dir.clone()])
+    {
+        script.push_str(&format!("ls -la '{dir}'; "));
+    }
+    script.push_str(&format!(
+        "psql -h '{socket_dir}' -p {port} -U '{user}' -d '{dbname}' -Atc 'select 40 + 2'; "
+    ));
+    script.push_str("echo probe-end; } 2>&1");
+    script
+}
+
+/// Run `command` on `machine` and return its output (stdout, which the
+/// probe merges stderr into), once the turn has completed.
+async fn run_probe(rig: &Rig, machine: Uuid, command: &str) -> String {
+    let agent = rig.agent_running(machine, command).await;
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+    let output = rig.command_output(agent).await;
+    let stdout = output["stdout"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        stdout.contains("probe-start") && stdout.contains("probe-end"),
+        "the probe ran to its end: {output}"
+    );
+    stdout
+}
+
+/// What every probe's output must show: the token nowhere, the host's
+/// processes and the Postgres socket absent.
+fn assert_probe_found_nothing(output: &str, token: &str, host_pids: &[u32], rig: &Rig) {
+    assert!(
+        !output.contains(token) && !output.contains("hfm_"),
+        "the machine token reached the command:\n{output}"
+    );
+    for pid in host_pids {
+        for file in ["environ", "cmdline", "mem"] {
+            let absent = format!("/proc/{pid}/{file}: No such file or directory");
+            assert!(output.contains(&absent), "{absent} expected in:\n{output}");
+        }
+    }
+    let (socket_dir, ..) = postgres_socket(rig);
+    assert!(
+        output.contains(&format!(
+            "ls: cannot access '{socket_dir}': No such file or directory"
+        )),
+        "the Postgres socket directory is visible:\n{output}"
+    );
+    assert!(
+        !output.lines().any(|line| line == "42"),
+        "the command queried Postgres:\n{output}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sandboxed_command_reads_no_token_no_daemon_process_file_no_journal_and_no_postgres() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let _worker = rig.worker("w");
+
+    // The token by environment, by --token and by --token-file; each
+    // daemon has a work directory of its own, holding its journal (and
+    // its token file).
+    let work = |name: &str| {
+        let dir = rig.dir.path.join(name);
+        std::fs::create_dir_all(dir.join("secrets")).unwrap();
+        dir
+    };
+    let (by_env, env_token) = rig.register("by-env").await;
+    let (env_work, arg_work, file_work) = (work("env"), work("arg"), work("file"));
+    let (env_state, arg_state, file_state) = (
+        env_work.join("state"),
+        arg_work.join("state"),
+        file_work.join("state"),
+    );
+    let by_env_daemon = rig.daemon_through(
+        &[],
+        "by-env",
+        &env_work,
+        &env_state,
+        &[],
+        &[("HOLDFAST_MACHINE_TOKEN", env_token.clone())],
+    );
+    let (by_arg, arg_token) = rig.register("by-arg").await;
+    let by_arg_daemon = rig.daemon_through(
+        &[],
+        "by-arg",
+        &arg_work,
+        &arg_state,
+        &["--token", &arg_token],
+        &[],
+    );
+    let (by_file, file_token) = rig.register("by-file").await;
+    let token_file = file_work.join("secrets/token");
+    std::fs::write(&token_file, format!("{file_token}\n")).unwrap();
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let token_arg = token_file.display().to_string();
+    let by_file_daemon = rig.daemon_through(
+        &[],
+        "by-file",
+        &file_work,
+        &file_state,
+        &["--token-file", &token_arg],
+        &[],
+    );
+
+    for (machine, token, daemon, state) in [
+        (by_env, &env_token, &by_env_daemon, &env_state),
+        (by_arg, &arg_token, &by_arg_daemon, &arg_state),
+        (by_file, &file_token, &by_file_daemon, &file_state),
+    ] {
+        let host_pids = [daemon.pid(), std::process::id()];
+        let journal = state.join("journal.json");
+        let command = probe_command(&host_pids, &[&token_file, &journal], &[state], &rig);
+        let output = run_probe(&rig, machine, &command).await;
+        assert_probe_found_nothing(&output, token, &host_pids, &rig);
+        assert!(
+            output.contains(&format!(
+                "cat: {}: No such file or directory",
+                journal.display()
+            )),
+            "the daemon's journal is visible:\n{output}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unprivileged_daemons_command_reads_no_token_and_no_daemon_process_file() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let _worker = rig.worker("w");
+    // The daemon runs as nobody, in a work directory of its own, with its
+    // token in a file and in its environment.
+    let work = rig.dir.path.join("nobody");
+    std::fs::create_dir(&work).unwrap();
+    let token_file = work.join("token");
+    let (machine, token) = rig.register("unprivileged").await;
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let chown = std::process::Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(&work)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let state = work.join("state");
+    let token_arg = token_file.display().to_string();
+    let daemon = rig.daemon_through(
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ],
+        "unprivileged",
+        &work,
+        &state,
+        &["--token-file", &token_arg],
+        // The token in its environment too (under another name: one
+        // way of giving it is allowed at a time).
+        &[("HOLDFAST_API_KEY", token.clone())],
+    );
+    let host_pids = [daemon.pid(), std::process::id()];
+    let command = probe_command(&host_pids, &[&token_file], &[&state], &rig);
+    let output = run_probe(&rig, machine, &command).await;
+    assert_probe_found_nothing(&output, &token, &host_pids, &rig);
+    // The daemon really ran as nobody.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
+    assert!(
+        status
+            .lines()
+            .any(|line| line.starts_with("Uid:") && line.contains("65534")),
+        "{status}"
+    );
 }
