@@ -1044,3 +1044,324 @@ async fn an_unprivileged_daemons_command_reads_no_token_and_no_daemon_process_fi
         "{status}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_agent_workspaces_one_agents_command_cannot_read_another_agents_file() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let _worker = rig.worker("w");
+    let (machine, token) = rig.register("box").await;
+    let _daemon = rig.daemon("daemon", &token, &rig.dir.state("state"));
+    let tool = json!({"type": "run_command", "machine": machine, "workspace": "agent"});
+
+    let writer = rig
+        .agent_with_tool(
+            tool.clone(),
+            json!({"command": "echo secret-of-a > notes.txt && pwd"}),
+        )
+        .await;
+    wait_for_event(&rig.client, writer, "turn.completed", WAIT).await;
+    let written = rig.command_output(writer).await;
+    let writer_dir = rig
+        .dir
+        .path
+        .join("agent-workspaces")
+        .join(writer.to_string());
+    assert_eq!(
+        written["stdout"],
+        format!("{}\n", writer_dir.display()),
+        "{written}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(writer_dir.join("notes.txt")).unwrap(),
+        "secret-of-a\n"
+    );
+
+    let file = writer_dir.join("notes.txt");
+    let reader = rig
+        .agent_with_tool(
+            tool,
+            json!({"command": format!(
+                "{{ cat '{}'; ls -a ..; ls -a '{}'; echo reader-done; }} 2>&1",
+                file.display(),
+                rig.dir.path.display()
+            )}),
+        )
+        .await;
+    wait_for_event(&rig.client, reader, "turn.completed", WAIT).await;
+    let read = rig.command_output(reader).await;
+    let stdout = read["stdout"].as_str().unwrap();
+    assert!(stdout.contains("reader-done"), "{read}");
+    assert!(
+        !stdout.contains("secret-of-a") && !stdout.lines().any(|line| line == writer.to_string()),
+        "agent B saw agent A's workspace:\n{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "cat: {}: No such file or directory",
+            file.display()
+        )),
+        "{stdout}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_command_network_none_a_command_cannot_reach_the_hosts_loopback_and_with_full_it_can()
+{
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let _worker = rig.worker("w");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connect = format!(
+        "bash -c 'echo hello > /dev/tcp/127.0.0.1/{port}' 2>&1 && echo connected || echo refused"
+    );
+
+    let (isolated, isolated_token) = rig.register("isolated").await;
+    let _isolated = rig.daemon_with(
+        "isolated",
+        &rig.dir.state("isolated"),
+        &["--command-network", "none"],
+        &[("HOLDFAST_MACHINE_TOKEN", isolated_token)],
+    );
+    let agent = rig.agent_running(isolated, &connect).await;
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+    let output = rig.command_output(agent).await;
+    assert!(
+        output["stdout"].as_str().unwrap().ends_with("refused\n"),
+        "{output}"
+    );
+    let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+    assert!(
+        accepted.is_err(),
+        "a connection reached the host's loopback"
+    );
+
+    // The control: the default network reaches the same listener.
+    let (open, open_token) = rig.register("open").await;
+    let _open = rig.daemon("open", &open_token, &rig.dir.state("open"));
+    let agent = rig.agent_running(open, &connect).await;
+    let (mut stream, _) = tokio::time::timeout(WAIT, listener.accept())
+        .await
+        .expect("the command connects with --command-network full")
+        .unwrap();
+    let mut received = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut received)
+        .await
+        .unwrap();
+    assert_eq!(received, "hello\n");
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+    assert_eq!(rig.command_output(agent).await["stdout"], "connected\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fork_bomb_and_a_4_gib_allocation_fail_naming_their_limit_and_the_machine_keeps_serving()
+{
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let _worker = rig.worker("w");
+    let (machine, token) = rig.register("box").await;
+    let _daemon = rig.daemon_with(
+        "limits",
+        &rig.dir.state("state"),
+        &["--command-processes", "64", "--command-memory-mib", "256"],
+        &[("HOLDFAST_MACHINE_TOKEN", token)],
+    );
+
+    // A fork bomb that would stop at 2000 processes: the limit stops it
+    // at 64.
+    let bomb = "i=0; while [ $i -lt 2000 ]; do sleep 120 & i=$((i+1)); done; wait";
+    // 4 GiB without a newline: tail must hold it all in memory.
+    let allocation = "head -c 4G /dev/zero | tail -n 1 | wc -c";
+    for (command, reason, flag) in [
+        (bomb, "process_limit", "--command-processes"),
+        (allocation, "memory_limit", "--command-memory-mib"),
+    ] {
+        let agent = rig.agent_running(machine, command).await;
+        wait_for_event(&rig.client, agent, "command.failed", WAIT).await;
+        let failed = last_event_data(&rig.client, agent, "command.failed").await;
+        assert_eq!(failed["reason"], reason, "{failed}");
+        assert!(
+            failed["message"].as_str().unwrap().contains(flag),
+            "{failed}"
+        );
+        wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+        let output = rig.command_output(agent).await;
+        assert_eq!(output["reason"], reason, "the model is told: {output}");
+    }
+    // No process of the bomb is left, and the machine serves the next command.
+    let left = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| std::fs::read(entry.ok()?.path().join("cmdline")).ok())
+        .filter(|cmdline| cmdline == b"sleep\x00120\x00")
+        .count();
+    assert_eq!(left, 0, "processes of the fork bomb outlived it");
+    let agent = rig.agent_running(machine, "echo still-serving").await;
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+    assert_eq!(rig.command_output(agent).await["stdout"], "still-serving\n");
+}
+
+/// The session of the daemon serving `machine`, once one started.
+async fn daemon_session(client: &Client, machine: Uuid) -> Option<Uuid> {
+    client
+        .query_one(
+            "SELECT daemon_session FROM holdfast.machines WHERE id = $1",
+            &[&machine],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_daemon_start_is_recorded_as_session_replaced_and_refused_under_single_session() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let (machine, token) = rig.register("box").await;
+    let first = rig.daemon("first", &token, &rig.dir.state("first"));
+    wait_until(WAIT, "the first daemon starts", || async {
+        daemon_session(&rig.client, machine).await.is_some()
+    })
+    .await;
+    let first_session = daemon_session(&rig.client, machine).await.unwrap();
+    // An agent with a command waiting on the machine (no worker runs it
+    // yet: it stays queued).
+    let agent = rig.agent_running(machine, "echo after").await;
+    let _worker = rig.worker("w");
+    wait_until(WAIT, "the command is queued", || async {
+        count_events(&rig.client, agent, "command.queued").await > 0
+    })
+    .await;
+    first.signal("STOP");
+
+    let _second = rig.daemon("second", &token, &rig.dir.state("second"));
+    wait_for_event(&rig.client, agent, "machine.session_replaced", WAIT).await;
+    let replaced = last_event_data(&rig.client, agent, "machine.session_replaced").await;
+    let second_session = daemon_session(&rig.client, machine).await.unwrap();
+    assert_ne!(second_session, first_session);
+    assert_eq!(
+        replaced["previous_session"],
+        json!(first_session),
+        "{replaced}"
+    );
+    assert_eq!(replaced["session"], json!(second_session), "{replaced}");
+    assert_eq!(replaced["machine_id"], json!(machine), "{replaced}");
+    assert!(
+        replaced["peer"].as_str().unwrap().starts_with("127.0.0.1:"),
+        "{replaced}"
+    );
+    first.signal("CONT");
+    first.signal("KILL");
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+
+    // With --single-session, a live session is not taken over.
+    let (guarded, guarded_token) = rig.register("guarded").await;
+    let _holder = rig.daemon_with(
+        "holder",
+        &rig.dir.state("holder"),
+        &["--single-session"],
+        &[("HOLDFAST_MACHINE_TOKEN", guarded_token.clone())],
+    );
+    wait_until(WAIT, "the single-session daemon starts", || async {
+        daemon_session(&rig.client, guarded).await.is_some()
+    })
+    .await;
+    let holder_session = daemon_session(&rig.client, guarded).await;
+    let intruder = rig.daemon("intruder", &guarded_token, &rig.dir.state("intruder"));
+    wait_until(WAIT, "the intruder is refused", || async {
+        intruder.log_text().contains("--single-session")
+    })
+    .await;
+    assert_eq!(
+        daemon_session(&rig.client, guarded).await,
+        holder_session,
+        "the session was taken over"
+    );
+    let agent = rig.agent_running(guarded, "echo held").await;
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+    assert_eq!(rig.command_output(agent).await["stdout"], "held\n");
+    assert_eq!(
+        count_events(&rig.client, agent, "machine.session_replaced").await,
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_daemon_that_cannot_make_its_sandbox_refuses_to_start_and_sandbox_none_is_warned_about() {
+    let rig = Rig::start().await;
+    let (machine, token) = rig.register("box").await;
+    // No bwrap on the daemon's PATH.
+    let mut refused = rig.daemon_with(
+        "no-bwrap",
+        &rig.dir.state("no-bwrap"),
+        &[],
+        &[
+            ("HOLDFAST_MACHINE_TOKEN", token.clone()),
+            ("PATH", "/nonexistent".into()),
+        ],
+    );
+    assert_ne!(refused.wait_exit(WAIT).await, Some(0));
+    let log = refused.log_text();
+    assert!(
+        log.contains("bubblewrap (`bwrap`) is not installed") && log.contains("--sandbox none"),
+        "{log}"
+    );
+    let online: Option<chrono::DateTime<chrono::Utc>> = rig
+        .client
+        .query_one(
+            "SELECT last_heartbeat_at FROM holdfast.machines WHERE id = $1",
+            &[&machine],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(online, None, "a daemon without its sandbox never came up");
+
+    // --sandbox none: warned at start, and by `holdfast status`.
+    let unsandboxed = rig.daemon_with(
+        "unsandboxed",
+        &rig.dir.state("unsandboxed"),
+        &["--sandbox", "none"],
+        &[("HOLDFAST_MACHINE_TOKEN", token)],
+    );
+    let sandboxed_flag = || async {
+        rig.client
+            .query_one(
+                "SELECT daemon_sandboxed FROM holdfast.machines WHERE id = $1",
+                &[&machine],
+            )
+            .await
+            .unwrap()
+            .get::<_, Option<bool>>(0)
+    };
+    wait_until(WAIT, "the unsandboxed daemon starts", || async {
+        sandboxed_flag().await == Some(false)
+    })
+    .await;
+    assert!(
+        unsandboxed
+            .log_text()
+            .contains("--sandbox none: commands run unsandboxed"),
+        "{}",
+        unsandboxed.log_text()
+    );
+    let mut status = HoldfastProcess::spawn(
+        "status",
+        &["status"],
+        &[("HOLDFAST_DATABASE_URL", rig.db.url())],
+    );
+    assert_eq!(
+        status.wait_exit(WAIT).await,
+        Some(0),
+        "{}",
+        status.log_text()
+    );
+    assert!(
+        status
+            .log_text()
+            .contains("warning: machine \"box\" (project")
+            && status.log_text().contains("runs its commands unsandboxed"),
+        "{}",
+        status.log_text()
+    );
+}

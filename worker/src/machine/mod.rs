@@ -370,7 +370,7 @@ async fn execute(
     spans::end_command(&run, outcome.as_ref().ok());
     match outcome {
         Ok(result) => {
-            tracing::info!(command = %id, exit_code = ?result.exit_code, timed_out = result.timed_out, "command finished");
+            tracing::info!(command = %id, exit_code = ?result.exit_code, timed_out = result.timed_out, limit = ?result.limit, "command finished");
             daemon.finish(id, result);
         }
         Err(e) => {
