@@ -540,7 +540,7 @@ async fn up_local_machine_commands_print_none_of_the_provider_keys_the_secret_ke
         "{{ echo probe-start; env; \
          for p in /proc/[0-9]*; do cat $p/environ $p/cmdline; echo; done; \
          for pid in {up_pid} {test_pid}; do cat /proc/$pid/environ /proc/$pid/cmdline /proc/$pid/mem; done; \
-         ls -la .holdfast; find . -type f -exec cat {{}} +; ls -la '{socket_dir}'; \
+         ls -laR .holdfast; find . -type f -exec cat {{}} +; ls -la '{socket_dir}'; \
          psql -h '{socket_dir}' -p {port} -U holdfast -d postgres -Atc 'select 40 + 2'; \
          echo probe-end; }} 2>&1",
         test_pid = std::process::id(),
@@ -595,11 +595,19 @@ async fn up_local_machine_commands_print_none_of_the_provider_keys_the_secret_ke
             "{output}"
         );
     }
-    for hidden in [
-        format!("ls: cannot access '{socket_dir}': No such file or directory"),
-        "ls: cannot access '.holdfast': No such file or directory".to_owned(),
-    ] {
-        assert!(output.contains(&hidden), "{hidden} expected in:\n{output}");
+    assert!(
+        output.contains(&format!(
+            "ls: cannot access '{socket_dir}': No such file or directory"
+        )),
+        "the Postgres socket directory is visible:\n{output}"
+    );
+    // `.holdfast/` shows empty: not the machine's record, not Postgres'
+    // configuration.
+    for inside in ["\"project_id\"", "max_connections", "machine.json"] {
+        assert!(
+            !output.contains(inside),
+            "{inside} of .holdfast/ reached the command:\n{output}"
+        );
     }
     assert!(
         !output.lines().any(|line| line == "42"),
