@@ -21,6 +21,10 @@ use serde_json::{json, Value};
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
+/// What `up` (its embedded Postgres, its local machine) and the daemon by
+/// default keep in their working directory: never shown to a command.
+pub const LOCAL_STATE_DIR: &str = ".holdfast";
+
 #[derive(Args)]
 pub struct MachineArgs {
     /// The Holdfast API's root URL.
@@ -197,7 +201,14 @@ pub async fn run(args: MachineArgs) -> Result<()> {
     let sandbox = args.sandbox.settings()?;
     let settings = Settings {
         sandbox,
-        hidden_paths: args.token_file.iter().cloned().collect(),
+        // The token file, and `.holdfast/` of the work directory (an
+        // `up`'s embedded Postgres and journals may be there).
+        hidden_paths: args
+            .token_file
+            .iter()
+            .cloned()
+            .chain([args.work_dir.join(LOCAL_STATE_DIR)])
+            .collect(),
         single_session: args.single_session,
         api_url: args.api,
         token,

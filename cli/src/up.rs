@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::database::Database;
-use crate::machine::{make_undumpable, LocalMachine, SandboxArgs};
+use crate::machine::{make_undumpable, LocalMachine, SandboxArgs, LOCAL_STATE_DIR};
 use crate::maintenance::MaintenanceArgs;
 use crate::run_worker::WorkerArgs;
 use crate::serve_api::MetricsArgs;
@@ -78,8 +78,6 @@ pub struct UpArgs {
 /// Where `--local-machine` records its machine and keeps its journal,
 /// relative to the working directory.
 const LOCAL_MACHINE_DIR: &str = ".holdfast/local-machine";
-/// What `up` keeps in the working directory.
-const UP_STATE_DIR: &str = ".holdfast";
 
 /// What each task was, for messages about it.
 type Named = (String, Result<()>);
@@ -202,7 +200,7 @@ async fn serve(db: &Database, args: UpArgs, egress: Arc<EgressPolicy>) -> Result
             Path::new("."),
             args.pass_env.clone(),
             sandbox,
-            vec![Path::new(UP_STATE_DIR).to_path_buf()],
+            vec![Path::new(LOCAL_STATE_DIR).to_path_buf()],
         );
         let stop = MachineShutdown {
             stop: shutdown.clone(),

@@ -924,9 +924,12 @@ async fn a_sandboxed_command_reads_no_token_no_daemon_process_file_no_journal_an
     // The token by environment, by --token and by --token-file; each
     // daemon has a work directory of its own, holding its journal (and
     // its token file).
+    // Each also holds a `.holdfast/` (where `up` keeps its Postgres).
     let work = |name: &str| {
         let dir = rig.dir.path.join(name);
         std::fs::create_dir_all(dir.join("secrets")).unwrap();
+        std::fs::create_dir_all(dir.join(".holdfast")).unwrap();
+        std::fs::write(dir.join(".holdfast/kept"), "kept-in-dot-holdfast\n").unwrap();
         dir
     };
     let (by_env, env_token) = rig.register("by-env").await;
@@ -978,9 +981,14 @@ async fn a_sandboxed_command_reads_no_token_no_daemon_process_file_no_journal_an
     ] {
         let host_pids = [daemon.pid(), std::process::id()];
         let journal = state.join("journal.json");
-        let command = probe_command(&host_pids, &[&token_file, &journal], &[state], &rig);
+        let kept = state.parent().unwrap().join(".holdfast/kept");
+        let command = probe_command(&host_pids, &[&token_file, &journal, &kept], &[state], &rig);
         let output = run_probe(&rig, machine, &command).await;
         assert_probe_found_nothing(&output, token, &host_pids, &rig);
+        assert!(
+            !output.contains("kept-in-dot-holdfast"),
+            ".holdfast/ reached the command:\n{output}"
+        );
         assert!(
             output.contains(&format!(
                 "cat: {}: No such file or directory",
