@@ -74,7 +74,8 @@ pub async fn serve(
     // plain `Router`, axum redoes that for every connection (a table of
     // every route, 18 KiB, held as long as the connection: an SSE stream's).
     // Each request carries its connection's peer address, by which failed
-    // key lookups are limited (`rate_limit::FailedLookups`).
+    // key lookups are limited (`rate_limit::FailedLookups`) and a daemon takeover
+    // is named.
     let served = axum::serve(
         listener,
         app.into_make_service_with_connect_info::<std::net::SocketAddr>(),

@@ -62,6 +62,9 @@ enum Scenario {
     /// The SQL of a model step and a tool step with no worker, model or HTTP (C sessions), against pgbench -N.
     #[value(name = "sql_steps")]
     SqlSteps,
+    /// A machine daemon's start of `true`, in its sandbox and with --sandbox none, interleaved.
+    #[value(name = "command_start")]
+    CommandStart,
     /// Every scenario above, in that order (claim_scaling and history_scaling last: they load the most data).
     #[value(name = "all")]
     All,
@@ -80,6 +83,7 @@ impl Scenario {
             Scenario::ApiInputs => "api_inputs",
             Scenario::Attachments => "attachments",
             Scenario::SqlSteps => "sql_steps",
+            Scenario::CommandStart => "command_start",
             Scenario::All => "all",
         }
     }
@@ -95,6 +99,7 @@ impl Scenario {
                 Scenario::ApiInputs,
                 Scenario::Attachments,
                 Scenario::SqlSteps,
+                Scenario::CommandStart,
                 Scenario::ClaimScaling,
                 Scenario::HistoryScaling,
             ],
@@ -437,6 +442,7 @@ async fn run_one(bench: &Bench, scenario: Scenario) -> Result<Outcome> {
         Scenario::ApiInputs => scenarios::api_inputs::run(bench).await,
         Scenario::Attachments => scenarios::attachments::run(bench).await,
         Scenario::SqlSteps => scenarios::sql_steps::run(bench).await,
+        Scenario::CommandStart => scenarios::command_start::run(bench).await,
         Scenario::All => anyhow::bail!("`all` is expanded before running"),
     }
 }

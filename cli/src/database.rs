@@ -204,6 +204,7 @@ pub async fn print_status(db: &Database, json: bool) -> Result<()> {
     let depth = store::queue_depth(&client).await?;
     let workers = store::worker_leases(&client).await?;
     let stuck = store::stuck_agents(&client, STUCK_SHOWN).await?;
+    let unsandboxed = store::unsandboxed_machines(&client).await?;
     if json {
         let by_state: serde_json::Map<String, serde_json::Value> = depth
             .iter()
@@ -213,6 +214,7 @@ pub async fn print_status(db: &Database, json: bool) -> Result<()> {
             "queue_depth": by_state,
             "workers": workers,
             "stuck_agents": stuck,
+            "unsandboxed_machines": unsandboxed,
         });
         println!("{}", serde_json::to_string_pretty(&document)?);
         return Ok(());
@@ -234,6 +236,13 @@ pub async fn print_status(db: &Database, json: bool) -> Result<()> {
     println!("stuck agents: {}", stuck.len());
     for agent in stuck {
         println!("  {}  {}", agent.agent_id, agent.reason);
+    }
+    for machine in unsandboxed {
+        println!(
+            "warning: machine {:?} (project {}) runs its commands unsandboxed (--sandbox none): \
+             they can read its token and every file of its daemon's user (docs/sandbox.md)",
+            machine.name, machine.project_id
+        );
     }
     Ok(())
 }

@@ -14,10 +14,16 @@ use clap::Args;
 use holdfast_engine::domain::MachineRegistered;
 use holdfast_engine::duration::parse_duration;
 use holdfast_engine::store;
+use holdfast_worker::machine::limits::Limits;
+use holdfast_worker::machine::sandbox::{CommandNetwork, SandboxSettings};
 use holdfast_worker::machine::{self, Settings, Shutdown};
 use serde_json::{json, Value};
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
+
+/// What `up` (its embedded Postgres, its local machine) and the daemon by
+/// default keep in their working directory: never shown to a command.
+pub const LOCAL_STATE_DIR: &str = ".holdfast";
 
 #[derive(Args)]
 pub struct MachineArgs {
@@ -40,7 +46,8 @@ pub struct MachineArgs {
     #[arg(long = "token-file", env = "HOLDFAST_MACHINE_TOKEN_FILE")]
     token_file: Option<PathBuf>,
     /// Also give commands this variable of the daemon's environment
-    /// (repeatable). Commands get only PATH, HOME, LANG, TERM, USER and these.
+    /// (repeatable). Commands get only PATH, LANG, TERM, USER, these and
+    /// HOME (set to their work directory in the sandbox).
     #[arg(long = "pass-env", value_name = "NAME")]
     pass_env: Vec<String>,
     /// Where the daemon keeps its journal of accepted commands.
@@ -79,10 +86,110 @@ pub struct MachineArgs {
         default_value_t = 100 * 1024
     )]
     max_output_bytes: usize,
+    /// While this daemon heartbeats, refuse another daemon process's start
+    /// for this machine (by default a new start takes the machine over,
+    /// and the agents with commands on it get `machine.session_replaced`).
+    /// A restart of this daemon then waits until its previous process has
+    /// been silent for the server's offline window (30s).
+    #[arg(long = "single-session", env = "HOLDFAST_MACHINE_SINGLE_SESSION")]
+    single_session: bool,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+}
+
+/// How commands are sandboxed: the same flags for `holdfast machine` and
+/// `holdfast up --local-machine` (docs/sandbox.md).
+#[derive(Args, Clone)]
+pub struct SandboxArgs {
+    /// `bubblewrap`: every command runs in its own namespaces with no
+    /// capabilities, a seccomp filter, only the system directories and
+    /// its work directory, and limits (docs/sandbox.md); the daemon
+    /// refuses to start when the sandbox cannot be made. `none`: commands
+    /// run as this user, with everything this user can reach, the machine
+    /// token included.
+    #[arg(long = "sandbox", env = "HOLDFAST_MACHINE_SANDBOX", value_enum, default_value_t = SandboxKind::Bubblewrap)]
+    kind: SandboxKind,
+    /// `full`: the host's network, its loopback services included. `none`:
+    /// a network namespace of the command's own, with loopback only.
+    #[arg(long = "command-network", env = "HOLDFAST_MACHINE_COMMAND_NETWORK", value_enum, default_value_t = NetworkKind::Full)]
+    network: NetworkKind,
+    /// CPU seconds a command may use, all its processes together (per
+    /// process where the machine has no cgroups for commands).
+    #[arg(
+        long = "command-cpu-secs",
+        env = "HOLDFAST_MACHINE_COMMAND_CPU_SECS",
+        default_value_t = 1800
+    )]
+    cpu_secs: u64,
+    /// Memory a command may use in MiB, all its processes together (the
+    /// address space of each process where there are no cgroups).
+    #[arg(
+        long = "command-memory-mib",
+        env = "HOLDFAST_MACHINE_COMMAND_MEMORY_MIB",
+        default_value_t = 2048
+    )]
+    memory_mib: u64,
+    /// Processes (and threads) a command may have at once.
+    #[arg(
+        long = "command-processes",
+        env = "HOLDFAST_MACHINE_COMMAND_PROCESSES",
+        default_value_t = 512
+    )]
+    processes: u64,
+    /// A host path commands may read (repeatable): e.g. a toolchain
+    /// outside /usr. The sandbox shows only /usr, /bin, /lib*, part of
+    /// /etc and the work directory otherwise.
+    #[arg(long = "command-read-only", value_name = "PATH")]
+    read_only: Vec<PathBuf>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SandboxKind {
+    Bubblewrap,
+    None,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum NetworkKind {
+    Full,
+    None,
+}
+
+impl SandboxArgs {
+    /// The daemon's sandbox settings; `None` for `--sandbox none`.
+    pub fn settings(&self) -> Result<Option<SandboxSettings>> {
+        if self.kind == SandboxKind::None {
+            return Ok(None);
+        }
+        let memory_bytes = self
+            .memory_mib
+            .checked_mul(1024 * 1024)
+            .context("--command-memory-mib is too large")?;
+        Ok(Some(SandboxSettings {
+            network: match self.network {
+                NetworkKind::Full => CommandNetwork::Full,
+                NetworkKind::None => CommandNetwork::None,
+            },
+            limits: Limits::new(
+                Duration::from_secs(self.cpu_secs),
+                memory_bytes,
+                self.processes,
+            ),
+            read_only: self.read_only.clone(),
+        }))
+    }
+}
+
+/// Keep this process's memory and /proc files (environ, cmdline, mem)
+/// from every other process of the same user: it holds the machine token,
+/// and inside `up` the provider keys and the database.
+pub fn make_undumpable() -> Result<()> {
+    nix::sys::prctl::set_dumpable(false).context("prctl(PR_SET_DUMPABLE, 0)")
 }
 
 pub async fn run(args: MachineArgs) -> Result<()> {
-    let token = match (args.token, args.token_file) {
+    make_undumpable()?;
+    let token = match (args.token, args.token_file.clone()) {
         (Some(_), Some(_)) => {
             bail!("give the machine token by --token or by --token-file, not both")
         }
@@ -93,7 +200,18 @@ pub async fn run(args: MachineArgs) -> Result<()> {
              or --token (HOLDFAST_MACHINE_TOKEN)"
         ),
     };
+    let sandbox = args.sandbox.settings()?;
     let settings = Settings {
+        sandbox,
+        // The token file, and `.holdfast/` of the work directory (an
+        // `up`'s embedded Postgres and journals may be there).
+        hidden_paths: args
+            .token_file
+            .iter()
+            .cloned()
+            .chain([args.work_dir.join(LOCAL_STATE_DIR)])
+            .collect(),
+        single_session: args.single_session,
         api_url: args.api,
         token,
         pass_env: args.pass_env,
@@ -260,13 +378,22 @@ impl LocalMachine {
     /// Daemon settings for this machine: the API at `api_url`, commands
     /// run in `work_dir` with the daemon's `pass_env` variables, the rest
     /// as `holdfast machine run`'s defaults.
-    pub fn settings(&self, api_url: &str, work_dir: &Path, pass_env: Vec<String>) -> Settings {
+    pub fn settings(
+        &self,
+        api_url: &str,
+        work_dir: &Path,
+        pass_env: Vec<String>,
+        sandbox: Option<SandboxSettings>,
+        hidden_paths: Vec<PathBuf>,
+    ) -> Settings {
         Settings {
             api_url: api_url.to_owned(),
             token: self.token.clone(),
             state_dir: self.state_dir.clone(),
             work_dir: work_dir.to_path_buf(),
             pass_env,
+            sandbox,
+            hidden_paths,
             ..Settings::default()
         }
     }

@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::database::Database;
-use crate::machine::LocalMachine;
+use crate::machine::{make_undumpable, LocalMachine, SandboxArgs, LOCAL_STATE_DIR};
 use crate::maintenance::MaintenanceArgs;
 use crate::run_worker::WorkerArgs;
 use crate::serve_api::{AttachmentQuotaArgs, ListenArgs, MetricsArgs};
@@ -59,9 +59,13 @@ pub struct UpArgs {
     /// Also give the local machine's commands this variable of `up`'s
     /// environment (repeatable). Commands get only PATH, HOME, LANG, TERM,
     /// USER and these: never the provider keys or the database URL unless
-    /// named here.
+    /// named here (and the sandbox keeps `up`'s process and files out of
+    /// their reach: docs/sandbox.md).
     #[arg(long = "pass-env", value_name = "NAME", requires = "local_machine")]
     pass_env: Vec<String>,
+    /// The local machine's command sandbox (as `holdfast machine`'s).
+    #[command(flatten)]
+    sandbox: SandboxArgs,
     #[command(flatten)]
     listen: ListenArgs,
     #[command(flatten)]
@@ -82,6 +86,8 @@ const LOCAL_MACHINE_DIR: &str = ".holdfast/local-machine";
 type Named = (String, Result<()>);
 
 pub async fn run(db: Database, args: UpArgs, egress: Arc<EgressPolicy>) -> Result<()> {
+    // This process holds the provider keys, the secret key and the database.
+    make_undumpable()?;
     let outcome = serve(&db, args, egress).await;
     let database = db.close().await?;
     if outcome.is_ok() {
@@ -91,6 +97,19 @@ pub async fn run(db: Database, args: UpArgs, egress: Arc<EgressPolicy>) -> Resul
 }
 
 async fn serve(db: &Database, args: UpArgs, egress: Arc<EgressPolicy>) -> Result<()> {
+    let sandbox = args.sandbox.settings()?;
+    if args.local_machine && sandbox.is_none() {
+        anyhow::ensure!(
+            !nix::unistd::geteuid().is_root(),
+            "--local-machine --sandbox none as root would run every command as root, next to \
+             this process's provider keys, secret key and database: run `up` as an unprivileged \
+             user, or keep the sandbox (docs/sandbox.md)"
+        );
+        eprintln!(
+            "warning: --sandbox none: the local machine's commands run unsandboxed, as this user: \
+             they can read this process's provider keys, secret key and database (docs/sandbox.md)"
+        );
+    }
     db.migrate().await?;
     args.attachment_quotas.record(db).await?;
     let worker_settings = args.worker.settings(egress.clone())?;
@@ -173,7 +192,15 @@ async fn serve(db: &Database, args: UpArgs, egress: Arc<EgressPolicy>) -> Result
     }
 
     if let Some(machine) = &machine {
-        let settings = machine.settings(&loopback_url(addr), Path::new("."), args.pass_env.clone());
+        // `.holdfast/` (the embedded Postgres, the machine's journal) is
+        // in the work directory: commands never see it.
+        let settings = machine.settings(
+            &loopback_url(addr),
+            Path::new("."),
+            args.pass_env.clone(),
+            sandbox,
+            vec![Path::new(LOCAL_STATE_DIR).to_path_buf()],
+        );
         let stop = MachineShutdown {
             stop: shutdown.clone(),
             abort: CancellationToken::new(),

@@ -476,6 +476,11 @@ pub enum ToolEntry {
         /// error result saying so).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         machine: Option<String>,
+        /// Where its commands run on the machine: `machine` (default), the
+        /// machine's work directory; `agent`, a directory of this agent's
+        /// own under it, which other agents' commands cannot see.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workspace: Option<CommandWorkspace>,
     },
     /// Anthropic's own web search (`web_search_20250305`), run by Anthropic
     /// inside the model call: the model calls it `web_search`, and its
@@ -893,4 +898,15 @@ mod tests {
             }
         }
     }
+}
+
+/// Where a `run_command` tool's commands run on the machine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandWorkspace {
+    /// The machine's work directory, shared by every agent using it.
+    #[default]
+    Machine,
+    /// `<work directory>/agent-workspaces/<agent id>`, this agent's alone.
+    Agent,
 }

@@ -199,6 +199,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../sql/0042_security_data.sql"),
     },
     Migration {
+        version: 43,
+        name: "0043_command_sandbox.sql",
+        sql: include_str!("../../sql/0043_command_sandbox.sql"),
+    },
+    Migration {
         version: 44,
         name: "0044_attachment_quotas.sql",
         sql: include_str!("../../sql/0044_attachment_quotas.sql"),

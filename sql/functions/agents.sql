@@ -254,7 +254,7 @@ BEGIN
                 WHEN 'mcp' THEN '{type,name,url,headers}'
                 WHEN 'ask_user' THEN '{type}'
                 WHEN 'spawn_subagent' THEN '{type,config}'
-                WHEN 'run_command' THEN '{type,machine}'
+                WHEN 'run_command' THEN '{type,machine,workspace}'
                 WHEN 'anthropic_web_search' THEN '{type,max_uses,allowed_domains,blocked_domains,user_location}'
                 WHEN 'anthropic_web_fetch' THEN '{type,max_uses,allowed_domains,blocked_domains,citations,max_content_tokens}'
             END;
@@ -287,6 +287,11 @@ BEGIN
             END IF;
             IF v_tool ? 'machine' AND jsonb_typeof(v_tool -> 'machine') <> 'string' THEN
                 PERFORM holdfast.raise('HF422', 'machine must be a string (a machine id or name)', v_at || '.machine');
+            END IF;
+            IF v_tool ? 'workspace' AND NOT coalesce(v_tool -> 'workspace' IN ('"machine"', '"agent"'), false) THEN
+                PERFORM holdfast.raise('HF422',
+                    'workspace must be "machine" (the machine''s work directory) or "agent" (a directory of this agent''s own)',
+                    v_at || '.workspace');
             END IF;
             v_name := CASE v_type
                 WHEN 'anthropic_web_search' THEN 'web_search'

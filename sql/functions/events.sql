@@ -54,7 +54,7 @@ LANGUAGE sql IMMUTABLE AS $$
         'tool_call.created', 'tool_call.completed', 'tool_call.interrupted', 'tool.unavailable',
         'approval.requested', 'approval.answered', 'question.asked', 'question.answered',
         'command.queued', 'command.accepted', 'command.finished', 'command.failed',
-        'command.unknown', 'machine.unreachable', 'subagent.started', 'subagent.finished',
+        'command.unknown', 'machine.unreachable', 'machine.session_replaced', 'subagent.started', 'subagent.finished',
         'context.compacted', 'config.updated', 'turn.completed', 'turn.cancelled',
         'turn.failed', 'agent.archived']
 $$;

@@ -30,6 +30,18 @@ RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
                'message', 'The machine lost the command''s process before it could report an '
                           || 'exit status: the command may or may not have run to completion. '
                           || 'It was not run again.')
+           WHEN p_command.limit_reached IS NOT NULL THEN jsonb_build_object(
+               'state', 'failed',
+               'reason', CASE p_command.limit_reached WHEN 'processes' THEN 'process_limit'
+                              ELSE p_command.limit_reached || '_limit' END,
+               'message', format('The command reached the machine''s %s limit for commands (%s) and '
+                                 || 'was ended with everything it started. Its output up to then is '
+                                 || 'kept. It was not run again.',
+                                 CASE p_command.limit_reached WHEN 'cpu_time' THEN 'CPU time'
+                                      WHEN 'memory' THEN 'memory' ELSE 'process' END,
+                                 CASE p_command.limit_reached WHEN 'cpu_time' THEN '--command-cpu-secs'
+                                      WHEN 'memory' THEN '--command-memory-mib'
+                                      ELSE '--command-processes' END))
            ELSE '{}'::jsonb END
 $$;
 
@@ -103,7 +115,8 @@ $$;
 
 -- Queue the command a waiting run_command call asks for, on the live
 -- machine the agent's config names (`tools: [{"type": "run_command",
--- "machine": <id or name>}]`, a machine of the agent's own project), with
+-- "machine": <id or name>, "workspace"?: "machine"|"agent"}]`, a machine of
+-- the agent's own project), with
 -- `command.queued` (and, by trigger, a NOTIFY for the machine's claims).
 -- Input: {"command": text, "timeout_secs"?: 1..86400 (default 600)}. A
 -- config without a machine, an unknown or deleted machine or invalid input
@@ -119,13 +132,15 @@ DECLARE
     v_command text;
     v_timeout jsonb;
     v_timeout_secs integer := 600;
+    v_workspace text;
     v_id uuid;
 BEGIN
     IF EXISTS (SELECT 1 FROM holdfast.commands WHERE tool_call_id = p_call.id) THEN
         RETURN;
     END IF;
     SELECT * INTO v_agent FROM holdfast.agents WHERE id = p_call.agent_id;
-    SELECT nullif(btrim(t.value ->> 'machine'), '') INTO v_ref
+    SELECT nullif(btrim(t.value ->> 'machine'), ''), coalesce(t.value ->> 'workspace', 'machine')
+      INTO v_ref, v_workspace
       FROM jsonb_array_elements(CASE WHEN jsonb_typeof(v_agent.config -> 'tools') = 'array'
                                      THEN v_agent.config -> 'tools' ELSE '[]' END) t
      WHERE jsonb_typeof(t.value) = 'object' AND t.value ->> 'type' = 'run_command'
@@ -163,9 +178,9 @@ BEGIN
         v_timeout_secs := (v_timeout #>> '{}')::integer;
     END IF;
     INSERT INTO holdfast.commands (tool_call_id, agent_id, machine_id, command, timeout_secs,
-                                   trace_parent, trace_state)
+                                   trace_parent, trace_state, workspace)
     VALUES (p_call.id, p_call.agent_id, v_machine.id, v_command, v_timeout_secs,
-            v_agent.turn_trace_parent, v_agent.turn_trace_state)
+            v_agent.turn_trace_parent, v_agent.turn_trace_state, v_workspace)
     RETURNING id INTO v_id;
     PERFORM holdfast.append_event(p_call.agent_id, 'command.queued', jsonb_build_object(
         'command_id', v_id, 'tool_call_id', p_call.id, 'machine_id', v_machine.id,
@@ -242,17 +257,29 @@ $$;
 -- p_started, a session other than the current one is refused (HF409:
 -- another daemon process has taken the machine over).
 --
--- Locks the machine row. Raises HF404, HF409, HF422 (commands). Returns the
--- heartbeat's time.
+-- A start that replaces another session still alive (a heartbeat within
+-- machine_settings.offline_after) is a takeover: it is refused (HF409) when
+-- that session asked for p_single_session; otherwise each agent with a
+-- command queued or accepted on the machine gets `machine.session_replaced`
+-- (both sessions, p_peer: the new daemon's address), and the replaced
+-- session is returned. p_sandboxed (sent with p_started) records whether
+-- the daemon sandboxes its commands.
+--
+-- Locks the machine row, then those agents' rows in id order. Raises HF404,
+-- HF409, HF422 (commands). Returns the heartbeat's time and the session it
+-- replaced while alive (or NULL).
 CREATE OR REPLACE FUNCTION holdfast.machine_heartbeat(
     p_machine uuid, p_commands jsonb DEFAULT '[]', p_session uuid DEFAULT NULL,
-    p_started boolean DEFAULT false)
-RETURNS timestamptz LANGUAGE plpgsql AS $$
+    p_started boolean DEFAULT false, p_sandboxed boolean DEFAULT NULL,
+    p_single_session boolean DEFAULT false, p_peer text DEFAULT NULL)
+RETURNS TABLE (heartbeat_at timestamptz, replaced_session uuid) LANGUAGE plpgsql AS $$
 DECLARE
     v_machine holdfast.machines;
     v_now timestamptz;
     v_entry jsonb;
     v_i integer := 0;
+    v_replaced uuid;
+    v_agent uuid;
 BEGIN
     p_commands := coalesce(p_commands, '[]');
     IF jsonb_typeof(p_commands) <> 'array' OR jsonb_array_length(p_commands) > 1000 THEN
@@ -284,6 +311,27 @@ BEGIN
     -- Taken after the lock: a claim that held the machine row before this
     -- restart has accepted its commands strictly earlier.
     v_now := holdfast.now();
+    IF p_started AND v_machine.daemon_session IS DISTINCT FROM p_session
+       AND v_machine.last_heartbeat_at > v_now - (SELECT s.offline_after FROM holdfast.machine_settings s) THEN
+        IF v_machine.daemon_single_session THEN
+            PERFORM holdfast.raise('HF409', format(
+                'machine %s is served by daemon session %s, started with --single-session, whose last '
+                'heartbeat was at %s: another session is refused while it is alive',
+                p_machine, v_machine.daemon_session, v_machine.last_heartbeat_at));
+        END IF;
+        v_replaced := v_machine.daemon_session;
+        FOR v_agent IN
+            SELECT DISTINCT c.agent_id FROM holdfast.commands c
+             WHERE c.machine_id = p_machine AND c.state IN ('queued', 'accepted')
+             ORDER BY c.agent_id
+        LOOP
+            PERFORM holdfast.lock_agent(v_agent);
+            PERFORM holdfast.append_event(v_agent, 'machine.session_replaced', jsonb_build_object(
+                'machine_id', p_machine, 'machine', v_machine.name,
+                'previous_session', v_replaced, 'session', p_session,
+                'previous_heartbeat_at', v_machine.last_heartbeat_at, 'peer', p_peer));
+        END LOOP;
+    END IF;
     UPDATE holdfast.machines
        SET last_heartbeat_at = v_now,
            wake_until = NULL,
@@ -292,10 +340,27 @@ BEGIN
            daemon_started_at = CASE WHEN p_started THEN v_now ELSE daemon_started_at END,
            daemon_known_commands = CASE WHEN p_started
                THEN ARRAY(SELECT (e.value ->> 'id')::uuid FROM jsonb_array_elements(p_commands) e)
-               ELSE daemon_known_commands END
+               ELSE daemon_known_commands END,
+           daemon_sandboxed = CASE WHEN p_started THEN p_sandboxed ELSE daemon_sandboxed END,
+           daemon_single_session = CASE WHEN p_started THEN coalesce(p_single_session, false)
+                                        ELSE daemon_single_session END
      WHERE id = p_machine;
-    RETURN v_now;
+    heartbeat_at := v_now;
+    replaced_session := v_replaced;
+    RETURN NEXT;
 END
+$$;
+
+-- Online machines whose daemon runs its commands unsandboxed
+-- (`--sandbox none`), for `holdfast status`. Reads only.
+CREATE OR REPLACE FUNCTION holdfast.unsandboxed_machines()
+RETURNS TABLE (machine_id uuid, project_id uuid, name text, last_heartbeat_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT m.id, m.project_id, m.name, m.last_heartbeat_at
+      FROM holdfast.machines m CROSS JOIN holdfast.machine_settings s
+     WHERE m.deleted_at IS NULL AND m.daemon_sandboxed IS FALSE
+       AND m.last_heartbeat_at > holdfast.now() - s.offline_after
+     ORDER BY m.project_id, m.name
 $$;
 
 -- Hand up to p_max (1..100) of a machine's queued commands to its daemon,
@@ -313,7 +378,7 @@ $$;
 -- (machine), HF409 (session), HF422 (max).
 CREATE OR REPLACE FUNCTION holdfast.claim_commands(p_machine uuid, p_max integer, p_session uuid DEFAULT NULL)
 RETURNS TABLE (command_id uuid, tool_call_id uuid, agent_id uuid, command text, timeout_secs integer,
-               accepted_at timestamptz, trace_parent text, trace_state text)
+               accepted_at timestamptz, trace_parent text, trace_state text, workspace text)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_machine holdfast.machines;
@@ -360,6 +425,7 @@ BEGIN
         accepted_at := v_command.accepted_at;
         trace_parent := v_command.trace_parent;
         trace_state := v_command.trace_state;
+        workspace := v_command.workspace;
         RETURN NEXT;
     END LOOP;
 END
@@ -387,7 +453,7 @@ $$;
 CREATE OR REPLACE FUNCTION holdfast.submit_command_result(
     p_machine uuid, p_command uuid, p_state text, p_exit_code integer, p_stdout text, p_stderr text,
     p_stdout_truncated boolean DEFAULT false, p_stderr_truncated boolean DEFAULT false,
-    p_timed_out boolean DEFAULT false, p_signal integer DEFAULT NULL)
+    p_timed_out boolean DEFAULT false, p_signal integer DEFAULT NULL, p_limit text DEFAULT NULL)
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v_command holdfast.commands;
@@ -400,6 +466,10 @@ BEGIN
     IF p_state IS NULL OR p_state NOT IN ('finished', 'unknown') THEN
         PERFORM holdfast.raise('HF422', 'state must be "finished" or "unknown"', 'state');
     END IF;
+    IF p_limit IS NOT NULL AND (p_limit NOT IN ('cpu_time', 'memory', 'processes') OR p_state <> 'finished') THEN
+        PERFORM holdfast.raise('HF422',
+            'limit is "cpu_time", "memory" or "processes", with state "finished"', 'limit');
+    END IF;
     SELECT * INTO v_command FROM holdfast.commands WHERE id = p_command;
     IF NOT FOUND OR v_command.machine_id IS DISTINCT FROM p_machine THEN
         PERFORM holdfast.raise('HF404', format('command %s not found', p_command));
@@ -410,11 +480,11 @@ BEGIN
     IF v_command.result_state IS NOT NULL THEN
         IF (v_command.result_state, v_command.exit_code, v_command.signal, v_command.timed_out,
             coalesce(v_command.stdout, ''), coalesce(v_command.stderr, ''),
-            v_command.stdout_truncated, v_command.stderr_truncated)
+            v_command.stdout_truncated, v_command.stderr_truncated, v_command.limit_reached)
            IS NOT DISTINCT FROM
            (p_state, p_exit_code, p_signal, coalesce(p_timed_out, false),
             coalesce(p_stdout, ''), coalesce(p_stderr, ''),
-            coalesce(p_stdout_truncated, false), coalesce(p_stderr_truncated, false)) THEN
+            coalesce(p_stdout_truncated, false), coalesce(p_stderr_truncated, false), p_limit) THEN
             RETURN 'duplicate';
         END IF;
         PERFORM holdfast.raise('HF409', format('command %s already has a different result (%s)',
@@ -428,12 +498,13 @@ BEGIN
            timed_out = coalesce(p_timed_out, false), stdout = coalesce(p_stdout, ''),
            stderr = coalesce(p_stderr, ''), stdout_truncated = coalesce(p_stdout_truncated, false),
            stderr_truncated = coalesce(p_stderr_truncated, false), result_at = holdfast.now(),
-           resolved_at = coalesce(resolved_at, holdfast.now())
+           resolved_at = coalesce(resolved_at, holdfast.now()), limit_reached = p_limit
      WHERE id = p_command
     RETURNING * INTO v_command;
-    v_event := CASE p_state WHEN 'finished' THEN 'command.finished' ELSE 'command.unknown' END;
+    v_event := CASE WHEN p_limit IS NOT NULL THEN 'command.failed'
+                    WHEN p_state = 'finished' THEN 'command.finished' ELSE 'command.unknown' END;
     v_output := holdfast.command_result_output(v_command);
-    v_is_error := p_state = 'unknown' OR v_command.timed_out;
+    v_is_error := p_state = 'unknown' OR v_command.timed_out OR p_limit IS NOT NULL;
     v_data := jsonb_build_object('command_id', v_command.id, 'tool_call_id', v_command.tool_call_id,
                                  'machine_id', v_command.machine_id) || v_output;
     IF v_call.status = 'waiting' THEN

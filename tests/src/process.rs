@@ -65,13 +65,32 @@ impl HoldfastProcess {
     /// Start `holdfast ARGS` with `envs` (on top of a clean set of HOLDFAST_*
     /// defaults suited to tests).
     pub fn spawn(name: &str, args: &[&str], envs: &[(&str, String)]) -> HoldfastProcess {
+        HoldfastProcess::spawn_through(name, &[], args, envs)
+    }
+
+    /// [`HoldfastProcess::spawn`] through `launcher` (a program and its
+    /// arguments that then execs `holdfast ARGS`), e.g. `setpriv` to run it
+    /// as another user.
+    pub fn spawn_through(
+        name: &str,
+        launcher: &[&str],
+        args: &[&str],
+        envs: &[(&str, String)],
+    ) -> HoldfastProcess {
         let log = PathBuf::from(format!(
             "/tmp/holdfast-test-{}-{}.log",
             name,
             uuid::Uuid::new_v4().simple()
         ));
         let log_file = std::fs::File::create(&log).expect("create process log");
-        let mut command = AsyncCommand::new(holdfast_bin());
+        let mut command = match launcher.split_first() {
+            Some((program, launcher_args)) => {
+                let mut command = AsyncCommand::new(program);
+                command.args(launcher_args).arg(holdfast_bin());
+                command
+            }
+            None => AsyncCommand::new(holdfast_bin()),
+        };
         command
             .args(args)
             .env("HOLDFAST_LOG", "info,holdfast_worker=debug")

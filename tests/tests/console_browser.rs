@@ -705,8 +705,10 @@ async fn ops_project(client: &Client) -> OpsProject {
         session,
         started: true,
         commands: vec![],
+        sandboxed: Some(true),
+        single_session: false,
     };
-    store::machine_heartbeat(client, machine, &heartbeat)
+    store::machine_heartbeat(client, machine, &heartbeat, None)
         .await
         .unwrap();
     store::register_machine(client, project, "never-seen", None)

@@ -109,20 +109,31 @@ impl Rig {
         args: &[&str],
         envs: &[(&str, String)],
     ) -> HoldfastProcess {
+        self.daemon_through(&[], name, &self.dir.path, state, args, envs)
+    }
+
+    /// [`Rig::daemon_with`] started through `launcher` (e.g. `setpriv` to
+    /// run it as another user), running commands in `work_dir`.
+    fn daemon_through(
+        &self,
+        launcher: &[&str],
+        name: &str,
+        work_dir: &Path,
+        state: &Path,
+        args: &[&str],
+        envs: &[(&str, String)],
+    ) -> HoldfastProcess {
         let mut all_args = vec!["machine", "run"];
         all_args.extend_from_slice(args);
         let mut all_envs = vec![
             ("HOLDFAST_URL", self.server.url("")),
             ("HOLDFAST_MACHINE_STATE_DIR", state.display().to_string()),
-            (
-                "HOLDFAST_MACHINE_WORK_DIR",
-                self.dir.path.display().to_string(),
-            ),
+            ("HOLDFAST_MACHINE_WORK_DIR", work_dir.display().to_string()),
             ("HOLDFAST_MACHINE_HEARTBEAT_INTERVAL", "200ms".into()),
             ("HOLDFAST_MACHINE_CLAIM_WAIT", "2s".into()),
         ];
         all_envs.extend_from_slice(envs);
-        HoldfastProcess::spawn(name, &all_args, &all_envs)
+        HoldfastProcess::spawn_through(name, launcher, &all_args, &all_envs)
     }
 
     /// `holdfast machines ARGS` (the client CLI) with the rig's API key,
@@ -152,12 +163,19 @@ impl Rig {
     /// An agent on `machine` whose model calls run_command with `input`
     /// once, then answers "done".
     async fn agent_calling(&self, machine: Uuid, input: Value) -> Uuid {
+        self.agent_with_tool(json!({"type": "run_command", "machine": machine}), input)
+            .await
+    }
+
+    /// An agent with the run_command tool entry `tool` whose model calls
+    /// it with `input` once, then answers "done".
+    async fn agent_with_tool(&self, tool: Value, input: Value) -> Uuid {
         self.fake
             .push(Reply::tool_calls(vec![("run_command", input)]));
         self.fake.set_default(Reply::text("done"));
         let config = json!({
             "model": {"provider": "anthropic", "name": "claude-test"},
-            "tools": [{"type": "run_command", "machine": machine}],
+            "tools": [tool],
         });
         let agent = holdfast_engine::store::create_agent(&self.client, self.project, &config)
             .await
@@ -383,6 +401,8 @@ async fn a_machine_that_never_comes_up_fails_the_command_after_the_accept_timeou
         session,
         started: true,
         commands: Vec::new(),
+        sandboxed: Some(true),
+        single_session: false,
     })
     .await
     .unwrap();
@@ -490,7 +510,7 @@ async fn a_command_past_its_timeout_is_killed_with_everything_it_started_and_its
     let _daemon = rig.daemon("daemon", &token, &rig.dir.state("state"));
     let _worker = rig.worker("w");
     // A background process, 300 000 bytes of output, then a long sleep.
-    let command = "sleep 300 & echo $! > background; \
+    let command = "sleep 299.5 & \
                    head -c 300000 /dev/zero | tr '\\0' x; sleep 300";
     let agent = rig
         .agent_calling(machine, json!({"command": command, "timeout_secs": 1}))
@@ -517,18 +537,14 @@ async fn a_command_past_its_timeout_is_killed_with_everything_it_started_and_its
         .get(0);
     assert!(is_error, "a timed-out command is an error for the model");
 
-    // The background process went with the command's process group.
-    let background = std::fs::read_to_string(rig.dir.path.join("background")).unwrap();
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", background.trim()));
-    let gone = match stat {
-        Err(_) => true,
-        Ok(stat) => {
-            let state = stat[stat.rfind(')').unwrap() + 1..]
-                .split_whitespace()
-                .next();
-            matches!(state, Some("Z") | Some("X"))
-        }
-    };
+    // The background process went with the command (its pid inside the
+    // sandbox's PID namespace means nothing here: it is found by its
+    // arguments among the host's processes).
+    let left = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| std::fs::read(entry.ok()?.path().join("cmdline")).ok())
+        .any(|cmdline| cmdline == b"sleep\x00299.5\x00");
+    let gone = !left;
     assert!(gone, "the background sleep outlived the timeout");
 }
 
@@ -797,4 +813,561 @@ async fn a_command_run_is_a_span_of_the_turn_that_queued_it() {
     assert_eq!(run.attribute("process.exit.code").as_deref(), Some("3"));
     assert_eq!(run.attribute("error.type").as_deref(), Some("exit_code"));
     assert_eq!(run.attribute("holdfast.agent.id"), Some(agent.to_string()));
+}
+
+// The command sandbox (docs/sandbox.md): each test tries an escape from a
+// real sandbox made by a real daemon, and fails if the layer that stops it
+// is gone.
+
+/// The test cluster's socket directory, port, user and database: the
+/// Postgres a command must not reach.
+fn postgres_socket(rig: &Rig) -> (String, u16, String, String) {
+    let config = &rig.db.config.postgres;
+    let dir = config
+        .get_hosts()
+        .iter()
+        .find_map(|host| match host {
+            tokio_postgres::config::Host::Unix(dir) => Some(dir.display().to_string()),
+            _ => None,
+        })
+        .expect("the test cluster listens on a Unix socket");
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    (
+        dir,
+        port,
+        config.get_user().unwrap_or("postgres").to_owned(),
+        config.get_dbname().unwrap_or("postgres").to_owned(),
+    )
+}
+
+/// A command that prints everything of the host it tries to read, stderr
+/// included: its environment, the environ and cmdline of every process it
+/// sees, the environ, cmdline and mem of `host_pids` (the daemon and the
+/// test: its ancestors outside the sandbox), `files`, a listing of each of
+/// `dirs`, and a query over Postgres' socket.
+fn probe_command(host_pids: &[u32], files: &[&Path], dirs: &[&Path], rig: &Rig) -> String {
+    let (socket_dir, port, user, dbname) = postgres_socket(rig);
+    let mut script = String::from("{ echo probe-start; env; ");
+    script.push_str(
+        "for p in /proc/[0-9]*; do echo \"== $p\"; cat $p/environ $p/cmdline; echo; done; ",
+    );
+    for pid in host_pids {
+        for file in ["environ", "cmdline", "mem"] {
+            script.push_str(&format!("cat /proc/{pid}/{file}; "));
+        }
+    }
+    for file in files {
+        script.push_str(&format!("cat '{}'; ", file.display()));
+    }
+    for dir in dirs
+        .iter()
+        .map(|d| d.display().to_string())
+        .chain([socket_dir.clone()])
+    {
+        script.push_str(&format!("ls -la '{dir}'; "));
+    }
+    script.push_str(&format!(
+        "psql -h '{socket_dir}' -p {port} -U '{user}' -d '{dbname}' -Atc 'select 40 + 2'; "
+    ));
+    script.push_str("echo probe-end; } 2>&1");
+    script
+}
+
+/// Run `command` on `machine` and return its output (stdout, which the
+/// probe merges stderr into), once the turn has completed.
+async fn run_probe(rig: &Rig, machine: Uuid, command: &str) -> String {
+    let agent = rig.agent_running(machine, command).await;
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+    let output = rig.command_output(agent).await;
+    let stdout = output["stdout"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        stdout.contains("probe-start") && stdout.contains("probe-end"),
+        "the probe ran to its end: {output}"
+    );
+    stdout
+}
+
+/// What every probe's output must show: the token nowhere, the host's
+/// processes and the Postgres socket absent.
+fn assert_probe_found_nothing(output: &str, token: &str, host_pids: &[u32], rig: &Rig) {
+    assert!(
+        !output.contains(token) && !output.contains("hfm_"),
+        "the machine token reached the command:\n{output}"
+    );
+    for pid in host_pids {
+        for file in ["environ", "cmdline", "mem"] {
+            let absent = format!("/proc/{pid}/{file}: No such file or directory");
+            assert!(output.contains(&absent), "{absent} expected in:\n{output}");
+        }
+    }
+    let (socket_dir, ..) = postgres_socket(rig);
+    assert!(
+        output.contains(&format!(
+            "ls: cannot access '{socket_dir}': No such file or directory"
+        )),
+        "the Postgres socket directory is visible:\n{output}"
+    );
+    assert!(
+        !output.lines().any(|line| line == "42"),
+        "the command queried Postgres:\n{output}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sandboxed_command_reads_no_token_no_daemon_process_file_no_journal_and_no_postgres() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let _worker = rig.worker("w");
+
+    // The token by environment, by --token and by --token-file; each
+    // daemon has a work directory of its own, holding its journal (and
+    // its token file).
+    // Each also holds a `.holdfast/` (where `up` keeps its Postgres).
+    let work = |name: &str| {
+        let dir = rig.dir.path.join(name);
+        std::fs::create_dir_all(dir.join("secrets")).unwrap();
+        std::fs::create_dir_all(dir.join(".holdfast")).unwrap();
+        std::fs::write(dir.join(".holdfast/kept"), "kept-in-dot-holdfast\n").unwrap();
+        dir
+    };
+    let (by_env, env_token) = rig.register("by-env").await;
+    let (env_work, arg_work, file_work) = (work("env"), work("arg"), work("file"));
+    let (env_state, arg_state, file_state) = (
+        env_work.join("state"),
+        arg_work.join("state"),
+        file_work.join("state"),
+    );
+    let by_env_daemon = rig.daemon_through(
+        &[],
+        "by-env",
+        &env_work,
+        &env_state,
+        &[],
+        &[("HOLDFAST_MACHINE_TOKEN", env_token.clone())],
+    );
+    let (by_arg, arg_token) = rig.register("by-arg").await;
+    let by_arg_daemon = rig.daemon_through(
+        &[],
+        "by-arg",
+        &arg_work,
+        &arg_state,
+        &["--token", &arg_token],
+        &[],
+    );
+    let (by_file, file_token) = rig.register("by-file").await;
+    let token_file = file_work.join("secrets/token");
+    std::fs::write(&token_file, format!("{file_token}\n")).unwrap();
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let token_arg = token_file.display().to_string();
+    let by_file_daemon = rig.daemon_through(
+        &[],
+        "by-file",
+        &file_work,
+        &file_state,
+        &["--token-file", &token_arg],
+        &[],
+    );
+
+    for (machine, token, daemon, state) in [
+        (by_env, &env_token, &by_env_daemon, &env_state),
+        (by_arg, &arg_token, &by_arg_daemon, &arg_state),
+        (by_file, &file_token, &by_file_daemon, &file_state),
+    ] {
+        let host_pids = [daemon.pid(), std::process::id()];
+        let journal = state.join("journal.json");
+        let kept = state.parent().unwrap().join(".holdfast/kept");
+        let command = probe_command(&host_pids, &[&token_file, &journal, &kept], &[state], &rig);
+        let output = run_probe(&rig, machine, &command).await;
+        assert_probe_found_nothing(&output, token, &host_pids, &rig);
+        assert!(
+            !output.contains("kept-in-dot-holdfast"),
+            ".holdfast/ reached the command:\n{output}"
+        );
+        assert!(
+            output.contains(&format!(
+                "cat: {}: No such file or directory",
+                journal.display()
+            )),
+            "the daemon's journal is visible:\n{output}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unprivileged_daemons_command_reads_no_token_and_no_daemon_process_file() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let _worker = rig.worker("w");
+    // The daemon runs as nobody, in a work directory of its own, with its
+    // token in a file and in its environment.
+    let work = rig.dir.path.join("nobody");
+    std::fs::create_dir(&work).unwrap();
+    let token_file = work.join("token");
+    let (machine, token) = rig.register("unprivileged").await;
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let chown = std::process::Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(&work)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let state = work.join("state");
+    let token_arg = token_file.display().to_string();
+    let daemon = rig.daemon_through(
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ],
+        "unprivileged",
+        &work,
+        &state,
+        &["--token-file", &token_arg],
+        // The token in its environment too (under another name: one
+        // way of giving it is allowed at a time).
+        &[("HOLDFAST_API_KEY", token.clone())],
+    );
+    let host_pids = [daemon.pid(), std::process::id()];
+    let command = probe_command(&host_pids, &[&token_file], &[&state], &rig);
+    let output = run_probe(&rig, machine, &command).await;
+    assert_probe_found_nothing(&output, &token, &host_pids, &rig);
+    // The daemon really ran as nobody.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
+    assert!(
+        status
+            .lines()
+            .any(|line| line.starts_with("Uid:") && line.contains("65534")),
+        "{status}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_agent_workspaces_one_agents_command_cannot_read_another_agents_file() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let _worker = rig.worker("w");
+    let (machine, token) = rig.register("box").await;
+    let _daemon = rig.daemon("daemon", &token, &rig.dir.state("state"));
+    let tool = json!({"type": "run_command", "machine": machine, "workspace": "agent"});
+
+    let writer = rig
+        .agent_with_tool(
+            tool.clone(),
+            json!({"command": "echo secret-of-a > notes.txt && pwd"}),
+        )
+        .await;
+    wait_for_event(&rig.client, writer, "turn.completed", WAIT).await;
+    let written = rig.command_output(writer).await;
+    let writer_dir = rig
+        .dir
+        .path
+        .join("agent-workspaces")
+        .join(writer.to_string());
+    assert_eq!(
+        written["stdout"],
+        format!("{}\n", writer_dir.display()),
+        "{written}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(writer_dir.join("notes.txt")).unwrap(),
+        "secret-of-a\n"
+    );
+
+    let file = writer_dir.join("notes.txt");
+    let reader = rig
+        .agent_with_tool(
+            tool,
+            json!({"command": format!(
+                "{{ cat '{}'; ls -a ..; ls -a '{}'; echo reader-done; }} 2>&1",
+                file.display(),
+                rig.dir.path.display()
+            )}),
+        )
+        .await;
+    wait_for_event(&rig.client, reader, "turn.completed", WAIT).await;
+    let read = rig.command_output(reader).await;
+    let stdout = read["stdout"].as_str().unwrap();
+    assert!(stdout.contains("reader-done"), "{read}");
+    assert!(
+        !stdout.contains("secret-of-a") && !stdout.lines().any(|line| line == writer.to_string()),
+        "agent B saw agent A's workspace:\n{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "cat: {}: No such file or directory",
+            file.display()
+        )),
+        "{stdout}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_command_network_none_a_command_cannot_reach_the_hosts_loopback_and_with_full_it_can()
+{
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let _worker = rig.worker("w");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connect = format!(
+        "bash -c 'echo hello > /dev/tcp/127.0.0.1/{port}' 2>&1 && echo connected || echo refused"
+    );
+
+    let (isolated, isolated_token) = rig.register("isolated").await;
+    let _isolated = rig.daemon_with(
+        "isolated",
+        &rig.dir.state("isolated"),
+        &["--command-network", "none"],
+        &[("HOLDFAST_MACHINE_TOKEN", isolated_token)],
+    );
+    let agent = rig.agent_running(isolated, &connect).await;
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+    let output = rig.command_output(agent).await;
+    assert!(
+        output["stdout"].as_str().unwrap().ends_with("refused\n"),
+        "{output}"
+    );
+    let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+    assert!(
+        accepted.is_err(),
+        "a connection reached the host's loopback"
+    );
+
+    // The control: the default network reaches the same listener.
+    let (open, open_token) = rig.register("open").await;
+    let _open = rig.daemon("open", &open_token, &rig.dir.state("open"));
+    let agent = rig.agent_running(open, &connect).await;
+    let (mut stream, _) = tokio::time::timeout(WAIT, listener.accept())
+        .await
+        .expect("the command connects with --command-network full")
+        .unwrap();
+    let mut received = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut received)
+        .await
+        .unwrap();
+    assert_eq!(received, "hello\n");
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+    assert_eq!(rig.command_output(agent).await["stdout"], "connected\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fork_bomb_and_a_4_gib_allocation_fail_naming_their_limit_and_the_machine_keeps_serving()
+{
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let _worker = rig.worker("w");
+    let (machine, token) = rig.register("box").await;
+    let _daemon = rig.daemon_with(
+        "limits",
+        &rig.dir.state("state"),
+        &["--command-processes", "64", "--command-memory-mib", "256"],
+        &[("HOLDFAST_MACHINE_TOKEN", token)],
+    );
+
+    // A fork bomb that would stop at 2000 processes: the limit stops it
+    // at 64.
+    let bomb = "i=0; while [ $i -lt 2000 ]; do sleep 120 & i=$((i+1)); done; wait";
+    // 4 GiB without a newline: tail must hold it all in memory.
+    let allocation = "head -c 4G /dev/zero | tail -n 1 | wc -c";
+    for (command, reason, flag) in [
+        (bomb, "process_limit", "--command-processes"),
+        (allocation, "memory_limit", "--command-memory-mib"),
+    ] {
+        let agent = rig.agent_running(machine, command).await;
+        wait_for_event(&rig.client, agent, "command.failed", WAIT).await;
+        let failed = last_event_data(&rig.client, agent, "command.failed").await;
+        assert_eq!(failed["reason"], reason, "{failed}");
+        assert!(
+            failed["message"].as_str().unwrap().contains(flag),
+            "{failed}"
+        );
+        wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+        let output = rig.command_output(agent).await;
+        assert_eq!(output["reason"], reason, "the model is told: {output}");
+    }
+    // No process of the bomb is left, and the machine serves the next command.
+    let left = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| std::fs::read(entry.ok()?.path().join("cmdline")).ok())
+        .filter(|cmdline| cmdline == b"sleep\x00120\x00")
+        .count();
+    assert_eq!(left, 0, "processes of the fork bomb outlived it");
+    let agent = rig.agent_running(machine, "echo still-serving").await;
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+    assert_eq!(rig.command_output(agent).await["stdout"], "still-serving\n");
+}
+
+/// The session of the daemon serving `machine`, once one started.
+async fn daemon_session(client: &Client, machine: Uuid) -> Option<Uuid> {
+    client
+        .query_one(
+            "SELECT daemon_session FROM holdfast.machines WHERE id = $1",
+            &[&machine],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_daemon_start_is_recorded_as_session_replaced_and_refused_under_single_session() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let (machine, token) = rig.register("box").await;
+    let first = rig.daemon("first", &token, &rig.dir.state("first"));
+    wait_until(WAIT, "the first daemon starts", || async {
+        daemon_session(&rig.client, machine).await.is_some()
+    })
+    .await;
+    let first_session = daemon_session(&rig.client, machine).await.unwrap();
+    // An agent with a command waiting on the machine (no worker runs it
+    // yet: it stays queued).
+    let agent = rig.agent_running(machine, "echo after").await;
+    let _worker = rig.worker("w");
+    wait_until(WAIT, "the command is queued", || async {
+        count_events(&rig.client, agent, "command.queued").await > 0
+    })
+    .await;
+    first.signal("STOP");
+
+    let _second = rig.daemon("second", &token, &rig.dir.state("second"));
+    wait_for_event(&rig.client, agent, "machine.session_replaced", WAIT).await;
+    let replaced = last_event_data(&rig.client, agent, "machine.session_replaced").await;
+    let second_session = daemon_session(&rig.client, machine).await.unwrap();
+    assert_ne!(second_session, first_session);
+    assert_eq!(
+        replaced["previous_session"],
+        json!(first_session),
+        "{replaced}"
+    );
+    assert_eq!(replaced["session"], json!(second_session), "{replaced}");
+    assert_eq!(replaced["machine_id"], json!(machine), "{replaced}");
+    assert!(
+        replaced["peer"].as_str().unwrap().starts_with("127.0.0.1:"),
+        "{replaced}"
+    );
+    first.signal("CONT");
+    first.signal("KILL");
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+
+    // With --single-session, a live session is not taken over.
+    let (guarded, guarded_token) = rig.register("guarded").await;
+    let _holder = rig.daemon_with(
+        "holder",
+        &rig.dir.state("holder"),
+        &["--single-session"],
+        &[("HOLDFAST_MACHINE_TOKEN", guarded_token.clone())],
+    );
+    wait_until(WAIT, "the single-session daemon starts", || async {
+        daemon_session(&rig.client, guarded).await.is_some()
+    })
+    .await;
+    let holder_session = daemon_session(&rig.client, guarded).await;
+    let intruder = rig.daemon("intruder", &guarded_token, &rig.dir.state("intruder"));
+    wait_until(WAIT, "the intruder is refused", || async {
+        intruder.log_text().contains("--single-session")
+    })
+    .await;
+    assert_eq!(
+        daemon_session(&rig.client, guarded).await,
+        holder_session,
+        "the session was taken over"
+    );
+    let agent = rig.agent_running(guarded, "echo held").await;
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+    assert_eq!(rig.command_output(agent).await["stdout"], "held\n");
+    assert_eq!(
+        count_events(&rig.client, agent, "machine.session_replaced").await,
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_daemon_that_cannot_make_its_sandbox_refuses_to_start_and_sandbox_none_is_warned_about() {
+    let rig = Rig::start().await;
+    let (machine, token) = rig.register("box").await;
+    // No bwrap on the daemon's PATH.
+    let mut refused = rig.daemon_with(
+        "no-bwrap",
+        &rig.dir.state("no-bwrap"),
+        &[],
+        &[
+            ("HOLDFAST_MACHINE_TOKEN", token.clone()),
+            ("PATH", "/nonexistent".into()),
+        ],
+    );
+    assert_ne!(refused.wait_exit(WAIT).await, Some(0));
+    let log = refused.log_text();
+    assert!(
+        log.contains("bubblewrap (`bwrap`) is not installed") && log.contains("--sandbox none"),
+        "{log}"
+    );
+    let online: Option<chrono::DateTime<chrono::Utc>> = rig
+        .client
+        .query_one(
+            "SELECT last_heartbeat_at FROM holdfast.machines WHERE id = $1",
+            &[&machine],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(online, None, "a daemon without its sandbox never came up");
+
+    // --sandbox none: warned at start, and by `holdfast status`.
+    let unsandboxed = rig.daemon_with(
+        "unsandboxed",
+        &rig.dir.state("unsandboxed"),
+        &["--sandbox", "none"],
+        &[("HOLDFAST_MACHINE_TOKEN", token)],
+    );
+    let sandboxed_flag = || async {
+        rig.client
+            .query_one(
+                "SELECT daemon_sandboxed FROM holdfast.machines WHERE id = $1",
+                &[&machine],
+            )
+            .await
+            .unwrap()
+            .get::<_, Option<bool>>(0)
+    };
+    wait_until(WAIT, "the unsandboxed daemon starts", || async {
+        sandboxed_flag().await == Some(false)
+    })
+    .await;
+    assert!(
+        unsandboxed
+            .log_text()
+            .contains("--sandbox none: commands run unsandboxed"),
+        "{}",
+        unsandboxed.log_text()
+    );
+    let mut status = HoldfastProcess::spawn(
+        "status",
+        &["status"],
+        &[("HOLDFAST_DATABASE_URL", rig.db.url())],
+    );
+    assert_eq!(
+        status.wait_exit(WAIT).await,
+        Some(0),
+        "{}",
+        status.log_text()
+    );
+    assert!(
+        status
+            .log_text()
+            .contains("warning: machine \"box\" (project")
+            && status.log_text().contains("runs its commands unsandboxed"),
+        "{}",
+        status.log_text()
+    );
 }

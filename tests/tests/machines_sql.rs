@@ -51,8 +51,10 @@ async fn heartbeat(
         session,
         started,
         commands,
+        sandboxed: Some(true),
+        single_session: false,
     };
-    store::machine_heartbeat(client, machine, &heartbeat)
+    store::machine_heartbeat(client, machine, &heartbeat, None)
         .await
         .map(drop)
 }

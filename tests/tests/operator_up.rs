@@ -54,24 +54,17 @@ impl Up {
 }
 
 async fn start_up(home: &Home, fake: &FakeProvider, extra_args: &[&str]) -> Up {
-    let log = home.0.join(format!("up-{}.log", Uuid::new_v4().simple()));
-    let log_file = std::fs::File::create(&log).unwrap();
-    let child = Command::new(holdfast_bin())
-        .args(["up", "--workers", "2"])
-        .args(extra_args)
-        .current_dir(&home.0)
-        .env_remove("HOLDFAST_DATABASE_URL")
-        .env("HOLDFAST_LISTEN", "127.0.0.1:0")
-        .env("ANTHROPIC_BASE_URL", fake.base_url_anthropic())
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .env("HOLDFAST_POLL_INTERVAL", "200ms")
-        .env("HOLDFAST_MAINTENANCE_INTERVAL", "200ms")
-        .stdin(Stdio::null())
-        .stdout(log_file.try_clone().unwrap())
-        .stderr(log_file)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start holdfast up");
+    start_up_with(home, fake, extra_args, &[]).await
+}
+
+/// [`start_up`] with `envs` added to (or replacing) its environment.
+async fn start_up_with(
+    home: &Home,
+    fake: &FakeProvider,
+    extra_args: &[&str],
+    envs: &[(&str, &str)],
+) -> Up {
+    let (child, log) = spawn_up(home, fake, extra_args, envs);
     let read = |log: &Path| {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         (field(&text, "API      "), field(&text, "API key  "))
@@ -91,6 +84,36 @@ async fn start_up(home: &Home, fake: &FakeProvider, extra_args: &[&str]) -> Up {
         key: key.unwrap_or_default(),
         log,
     }
+}
+
+/// `holdfast up --workers 2 ARGS` in `home` on the embedded Postgres, with
+/// the fake model, its output in the returned log file.
+fn spawn_up(
+    home: &Home,
+    fake: &FakeProvider,
+    extra_args: &[&str],
+    envs: &[(&str, &str)],
+) -> (Child, PathBuf) {
+    let log = home.0.join(format!("up-{}.log", Uuid::new_v4().simple()));
+    let log_file = std::fs::File::create(&log).unwrap();
+    let child = Command::new(holdfast_bin())
+        .args(["up", "--workers", "2"])
+        .args(extra_args)
+        .current_dir(&home.0)
+        .env_remove("HOLDFAST_DATABASE_URL")
+        .env("HOLDFAST_LISTEN", "127.0.0.1:0")
+        .env("ANTHROPIC_BASE_URL", fake.base_url_anthropic())
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env("HOLDFAST_POLL_INTERVAL", "200ms")
+        .env("HOLDFAST_MAINTENANCE_INTERVAL", "200ms")
+        .envs(envs.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().unwrap())
+        .stderr(log_file)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start holdfast up");
+    (child, log)
 }
 
 /// The first word after `label` at the start of an indented line.
@@ -486,4 +509,154 @@ fn journaled_commands(home: &Home) -> usize {
             journal["commands"].as_object().map_or(0, |c| c.len())
         })
         .sum()
+}
+
+/// What a command of `up --local-machine` must never print.
+const UP_SECRETS: [(&str, &str); 3] = [
+    ("ANTHROPIC_API_KEY", "sk-ant-sandbox-probe-7d41c9"),
+    ("OPENAI_API_KEY", "sk-openai-sandbox-probe-2be8f0"),
+    (
+        "HOLDFAST_SECRET_KEY",
+        "q2b3eE1kJ0h9W5f7x4Zc8VnR6tY1uI0oPa3sD5fG7hk=",
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_local_machine_commands_print_none_of_the_provider_keys_the_secret_key_or_the_database()
+{
+    let home = Home::new();
+    let fake = FakeProvider::start().await;
+    // What the command reads: its environment, every process it can see,
+    // `up`'s and the test's /proc files, every file under its work
+    // directory (where `.holdfast/` is), and the embedded Postgres'
+    // socket directory, which it also queries.
+    let mut up = start_up_with(&home, &fake, &["--local-machine"], &UP_SECRETS).await;
+    let data = home.data_dir();
+    let pid_file = std::fs::read_to_string(data.join("postmaster.pid")).unwrap();
+    let lines: Vec<&str> = pid_file.lines().collect();
+    let (port, socket_dir) = (lines[3].trim(), lines[4].trim());
+    let up_pid = up.child.id().unwrap();
+    let probe = format!(
+        "{{ echo probe-start; env; \
+         for p in /proc/[0-9]*; do cat $p/environ $p/cmdline; echo; done; \
+         for pid in {up_pid} {test_pid}; do cat /proc/$pid/environ /proc/$pid/cmdline /proc/$pid/mem; done; \
+         ls -laR .holdfast; find . -type f -exec cat {{}} +; ls -la '{socket_dir}'; \
+         psql -h '{socket_dir}' -p {port} -U holdfast -d postgres -Atc 'select 40 + 2'; \
+         echo probe-end; }} 2>&1",
+        test_pid = std::process::id(),
+    );
+    fake.push(Reply::tool_calls(vec![(
+        "run_command",
+        json!({ "command": probe }),
+    )]));
+    fake.push(Reply::text("probed"));
+    let machine = field(&up.log_text(), "Machine  ").expect("the banner names the machine");
+    let (status, agent) = api(
+        &up,
+        reqwest::Method::POST,
+        "/v1/agents",
+        Some(json!({
+            "model": {"provider": "anthropic", "name": "claude-test"},
+            "tools": [{"type": "run_command", "machine": machine}],
+        })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{agent}");
+    let agent = agent["id"].as_str().unwrap().to_owned();
+    send_input(&up, &agent, "look around").await;
+    wait_for_turns(&up, &agent, 1).await;
+
+    let timeline = events(&up, &agent).await;
+    let finished = of_type(&timeline, "command.finished");
+    assert_eq!(finished.len(), 1, "{timeline:#?}");
+    let data = &finished[0]["data"];
+    assert_eq!(
+        data["stdout_truncated"], false,
+        "the whole output is checked"
+    );
+    let output = data["stdout"].as_str().unwrap();
+    assert!(
+        output.starts_with("probe-start") && output.ends_with("probe-end\n"),
+        "{output}"
+    );
+    for (name, value) in UP_SECRETS {
+        assert!(
+            !output.contains(value),
+            "{name} reached the command:\n{output}"
+        );
+    }
+    assert!(
+        !output.contains("hfm_"),
+        "the machine token reached the command"
+    );
+    for pid in [up_pid, std::process::id()] {
+        assert!(
+            output.contains(&format!("/proc/{pid}/environ: No such file or directory")),
+            "{output}"
+        );
+    }
+    assert!(
+        output.contains(&format!(
+            "ls: cannot access '{socket_dir}': No such file or directory"
+        )),
+        "the Postgres socket directory is visible:\n{output}"
+    );
+    // `.holdfast/` shows empty: not the machine's record, not Postgres'
+    // configuration.
+    for inside in ["\"project_id\"", "max_connections", "machine.json"] {
+        assert!(
+            !output.contains(inside),
+            "{inside} of .holdfast/ reached the command:\n{output}"
+        );
+    }
+    assert!(
+        !output.lines().any(|line| line == "42"),
+        "the command queried the embedded Postgres:\n{output}"
+    );
+    stop_with_sigint(&mut up, &home).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_local_machine_as_root_without_a_working_sandbox_or_with_sandbox_none_is_refused() {
+    assert!(
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0,
+        "this test checks what `up` refuses to root"
+    );
+    let home = Home::new();
+    let fake = FakeProvider::start().await;
+    let (mut child, log) = spawn_up(&home, &fake, &["--local-machine", "--sandbox", "none"], &[]);
+    let status = tokio::time::timeout(WAIT, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!status.success(), "{text}");
+    assert!(
+        text.contains("--local-machine --sandbox none as root"),
+        "{text}"
+    );
+
+    // A PATH with every system program but bwrap: the sandbox cannot be
+    // made, and `up` stops, naming what is missing.
+    let bin = home.0.join("bin-without-bwrap");
+    std::fs::create_dir(&bin).unwrap();
+    for dir in ["/usr/bin", "/usr/sbin"] {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            if entry.file_name() != "bwrap" {
+                let _ = std::os::unix::fs::symlink(entry.path(), bin.join(entry.file_name()));
+            }
+        }
+    }
+    let path = bin.display().to_string();
+    let (mut child, log) = spawn_up(&home, &fake, &["--local-machine"], &[("PATH", &path)]);
+    let status = tokio::time::timeout(WAIT, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!status.success(), "{text}");
+    assert!(
+        text.contains("bubblewrap (`bwrap`) is not installed") && text.contains("--sandbox none"),
+        "{text}"
+    );
 }

@@ -195,7 +195,12 @@ fn spawn_subagent_definition() -> ToolDefinition {
 
 fn run_command_definition() -> ToolDefinition {
     ToolDefinition {
-        name: ToolEntry::RunCommand { machine: None }.name().into(),
+        name: ToolEntry::RunCommand {
+            machine: None,
+            workspace: None,
+        }
+        .name()
+        .into(),
         description: "Run a shell command (sh -c) on the configured machine and receive its \
                       exit code, stdout and stderr. The command runs at most once."
             .into(),

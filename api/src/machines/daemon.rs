@@ -13,9 +13,11 @@
 //! claim after the first checks the token again: one rotated or deleted
 //! during the wait is refused (401) before any command is handed out.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
+use axum::http::Extensions;
 use axum::Json;
 use holdfast_client::wire::error::ErrorBody;
 use holdfast_client::wire::machines::{
@@ -53,20 +55,36 @@ const DEFAULT_CLAIM_MAX: i32 = 10;
         (status = 200, body = HeartbeatView),
         (status = 400, body = ErrorBody),
         (status = 401, description = "not a machine token (API keys are refused)", body = ErrorBody),
-        (status = 409, description = "another daemon process has taken the machine over", body = ErrorBody),
+        (status = 409, description = "another daemon process has taken the machine over, or (a start) the machine's live session is --single-session", body = ErrorBody),
     )
 )]
 pub async fn heartbeat(
     State(state): State<AppState>,
     machine: MachineCaller,
+    extensions: Extensions,
     MachineJson(request): MachineJson<HeartbeatRequest>,
 ) -> Result<Json<HeartbeatView>, ApiError> {
+    let peer = extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.to_string());
+    let heartbeat = Heartbeat::from(request);
     let db = state.db().await?;
-    let heartbeat_at =
-        store::machine_heartbeat(&**db, machine.machine_id, &Heartbeat::from(request)).await?;
+    let recorded =
+        store::machine_heartbeat(&**db, machine.machine_id, &heartbeat, peer.as_deref()).await?;
+    if let Some(replaced) = recorded.replaced_session {
+        // The agents with commands on the machine see it on their
+        // timelines (`machine.session_replaced`); the operator sees it here.
+        tracing::warn!(
+            machine = %machine.machine_id,
+            previous_session = %replaced,
+            session = %heartbeat.session,
+            peer = peer.as_deref().unwrap_or("unknown"),
+            "a daemon session took over a machine whose daemon was still heartbeating"
+        );
+    }
     Ok(Json(HeartbeatView {
         machine_id: machine.machine_id,
-        heartbeat_at,
+        heartbeat_at: recorded.heartbeat_at,
     }))
 }
 

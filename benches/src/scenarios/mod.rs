@@ -5,6 +5,7 @@
 pub mod api_inputs;
 pub mod attachments;
 pub mod claim_scaling;
+pub mod command_start;
 pub mod fanout;
 pub mod history_scaling;
 pub mod memory;

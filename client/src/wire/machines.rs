@@ -1,9 +1,10 @@
 //! `/v1/machines` (a project's machines, with its API key) and `/v1/machine/...` (a daemon's calls, with the machine token).
 
 use chrono::{DateTime, Utc};
+use holdfast_engine::config::CommandWorkspace;
 use holdfast_engine::domain::{
-    ClaimedCommand, CommandResult, CommandResultOutcome, CommandResultState, DaemonCommandState,
-    Heartbeat, MachineRegistered, MachineStatus, ReportedCommand,
+    ClaimedCommand, CommandLimit, CommandResult, CommandResultOutcome, CommandResultState,
+    DaemonCommandState, Heartbeat, MachineRegistered, MachineStatus, ReportedCommand,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -157,6 +158,15 @@ pub struct HeartbeatRequest {
     /// state). At most 1000.
     #[serde(default)]
     pub commands: Vec<ReportedCommandBody>,
+    /// With `started`: whether the daemon runs its commands in its sandbox
+    /// (`false` is `--sandbox none`, which `holdfast status` warns about).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandboxed: Option<bool>,
+    /// With `started`: while this session heartbeats, a `started`
+    /// heartbeat of another session is refused (409) instead of taking
+    /// the machine over.
+    #[serde(default)]
+    pub single_session: bool,
 }
 
 impl From<HeartbeatRequest> for Heartbeat {
@@ -164,6 +174,8 @@ impl From<HeartbeatRequest> for Heartbeat {
         Heartbeat {
             session: request.session,
             started: request.started,
+            sandboxed: request.sandboxed,
+            single_session: request.single_session,
             commands: request
                 .commands
                 .into_iter()
@@ -186,6 +198,8 @@ impl From<&Heartbeat> for HeartbeatRequest {
         HeartbeatRequest {
             session: heartbeat.session,
             started: heartbeat.started,
+            sandboxed: heartbeat.sandboxed,
+            single_session: heartbeat.single_session,
             commands: heartbeat
                 .commands
                 .iter()
@@ -226,6 +240,10 @@ pub struct ClaimedCommandView {
     pub traceparent: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracestate: Option<String>,
+    /// Where to run it: the machine's work directory, or the agent's own
+    /// directory under it.
+    #[serde(default)]
+    pub workspace: CommandWorkspace,
 }
 
 impl From<ClaimedCommand> for ClaimedCommandView {
@@ -239,6 +257,7 @@ impl From<ClaimedCommand> for ClaimedCommandView {
             accepted_at: command.accepted_at,
             traceparent: command.traceparent,
             tracestate: command.tracestate,
+            workspace: command.workspace,
         }
     }
 }
@@ -254,6 +273,7 @@ impl From<ClaimedCommandView> for ClaimedCommand {
             accepted_at: command.accepted_at,
             traceparent: command.traceparent,
             tracestate: command.tracestate,
+            workspace: command.workspace,
         }
     }
 }
@@ -274,12 +294,48 @@ pub enum ResultStateName {
     Unknown,
 }
 
+/// The sandbox limit a command reached (the daemon then ended it).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitName {
+    /// Its CPU time.
+    CpuTime,
+    /// Its memory.
+    Memory,
+    /// Its number of processes.
+    Processes,
+}
+
+impl From<LimitName> for CommandLimit {
+    fn from(limit: LimitName) -> CommandLimit {
+        match limit {
+            LimitName::CpuTime => CommandLimit::CpuTime,
+            LimitName::Memory => CommandLimit::Memory,
+            LimitName::Processes => CommandLimit::Processes,
+        }
+    }
+}
+
+impl From<CommandLimit> for LimitName {
+    fn from(limit: CommandLimit) -> LimitName {
+        match limit {
+            CommandLimit::CpuTime => LimitName::CpuTime,
+            CommandLimit::Memory => LimitName::Memory,
+            CommandLimit::Processes => LimitName::Processes,
+        }
+    }
+}
+
 /// A command's result. Text is UTF-8 (invalid bytes replaced); the daemon
 /// bounds it and says so with the `*_truncated` flags.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResultRequest {
     pub state: ResultStateName,
+    /// Set when a limit of the machine's command sandbox ended the command
+    /// (`state` is then `finished`): the agent gets `command.failed` naming it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<LimitName>,
     pub exit_code: Option<i32>,
     /// The signal that ended the process, if one did.
     pub signal: Option<i32>,
@@ -302,6 +358,7 @@ impl From<ResultRequest> for CommandResult {
                 ResultStateName::Finished => CommandResultState::Finished,
                 ResultStateName::Unknown => CommandResultState::Unknown,
             },
+            limit: request.limit.map(Into::into),
             exit_code: request.exit_code,
             signal: request.signal,
             timed_out: request.timed_out,
@@ -320,6 +377,7 @@ impl From<&CommandResult> for ResultRequest {
                 CommandResultState::Finished => ResultStateName::Finished,
                 CommandResultState::Unknown => ResultStateName::Unknown,
             },
+            limit: result.limit.map(Into::into),
             exit_code: result.exit_code,
             signal: result.signal,
             timed_out: result.timed_out,

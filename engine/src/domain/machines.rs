@@ -6,6 +6,8 @@ use serde_json::Value;
 use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 use uuid::Uuid;
 
+use crate::config::CommandWorkspace;
+
 /// A new machine with its token (`hfm_…`): shown once, stored only as a hash.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MachineRegistered {
@@ -83,6 +85,21 @@ pub struct Heartbeat {
     /// Every command the daemon's journal holds.
     #[serde(default)]
     pub commands: Vec<ReportedCommand>,
+    /// With `started`: the daemon runs its commands in the sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandboxed: Option<bool>,
+    /// With `started`: no other session may take the machine over while
+    /// this one heartbeats (`--single-session`).
+    #[serde(default)]
+    pub single_session: bool,
+}
+
+/// What a heartbeat did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeartbeatRecorded {
+    pub heartbeat_at: DateTime<Utc>,
+    /// The live session this start took the machine over from.
+    pub replaced_session: Option<Uuid>,
 }
 
 /// A command handed to a machine by a claim: run it once.
@@ -102,6 +119,9 @@ pub struct ClaimedCommand {
     pub traceparent: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracestate: Option<String>,
+    /// Where it runs (the agent's run_command tool entry).
+    #[serde(default)]
+    pub workspace: CommandWorkspace,
 }
 
 /// How a command ended on its machine.
@@ -127,10 +147,39 @@ pub enum CommandResultState {
     Unknown,
 }
 
+/// A limit of the command sandbox that ended a command.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    EnumString,
+    IntoStaticStr,
+    Display,
+    VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum CommandLimit {
+    /// Its CPU time (`--command-cpu-secs`).
+    CpuTime,
+    /// Its memory (`--command-memory-mib`).
+    Memory,
+    /// Its number of processes (`--command-processes`).
+    Processes,
+}
+
 /// A machine's result for one command (output bounded by the daemon).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommandResult {
     pub state: CommandResultState,
+    /// The sandbox limit that ended it, if one did (then it ran, and
+    /// `command.failed` names the limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<CommandLimit>,
     /// The exit status, when the process exited by itself.
     #[serde(default)]
     pub exit_code: Option<i32>,
@@ -155,6 +204,7 @@ impl CommandResult {
     pub fn unknown() -> CommandResult {
         CommandResult {
             state: CommandResultState::Unknown,
+            limit: None,
             exit_code: None,
             signal: None,
             timed_out: false,

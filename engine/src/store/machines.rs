@@ -9,9 +9,10 @@ use tokio_postgres::{GenericClient, Row};
 use uuid::Uuid;
 
 use super::parse_text;
+use crate::config::CommandWorkspace;
 use crate::domain::{
-    ClaimedCommand, CommandResult, CommandResultOutcome, Heartbeat, MachineIdentity,
-    MachineRegistered, MachineStatus, MachineTickReport, MachineWake,
+    ClaimedCommand, CommandResult, CommandResultOutcome, Heartbeat, HeartbeatRecorded,
+    MachineIdentity, MachineRegistered, MachineStatus, MachineTickReport, MachineWake,
 };
 use crate::duration::to_interval;
 use crate::error::{Error, Result};
@@ -107,18 +108,31 @@ pub async fn machine_heartbeat(
     client: &impl GenericClient,
     machine: Uuid,
     heartbeat: &Heartbeat,
-) -> Result<DateTime<Utc>> {
+    peer: Option<&str>,
+) -> Result<HeartbeatRecorded> {
     let commands = serde_json::to_value(&heartbeat.commands).map_err(|e| Error::Invalid {
         field: Some("commands".into()),
         message: e.to_string(),
     })?;
     let row = client
         .query_one(
-            "SELECT holdfast.machine_heartbeat($1, $2, $3, $4)",
-            &[&machine, &commands, &heartbeat.session, &heartbeat.started],
+            "SELECT heartbeat_at, replaced_session \
+               FROM holdfast.machine_heartbeat($1, $2, $3, $4, $5, $6, $7)",
+            &[
+                &machine,
+                &commands,
+                &heartbeat.session,
+                &heartbeat.started,
+                &heartbeat.sandboxed,
+                &heartbeat.single_session,
+                &peer,
+            ],
         )
         .await?;
-    Ok(row.get(0))
+    Ok(HeartbeatRecorded {
+        heartbeat_at: row.get(0),
+        replaced_session: row.get(1),
+    })
 }
 
 /// Accept up to `max` of the machine's queued commands for the daemon
@@ -136,7 +150,7 @@ pub async fn claim_commands(
     let rows = client
         .query_typed(
             "SELECT command_id, tool_call_id, agent_id, command, timeout_secs, accepted_at, \
-                    trace_parent, trace_state \
+                    trace_parent, trace_state, workspace \
                FROM holdfast.claim_commands($1, $2, $3)",
             &[
                 (&machine, Type::UUID),
@@ -156,6 +170,10 @@ pub async fn claim_commands(
             accepted_at: r.get(5),
             traceparent: r.get(6),
             tracestate: r.get(7),
+            workspace: match r.get::<_, &str>(8) {
+                "agent" => CommandWorkspace::Agent,
+                _ => CommandWorkspace::Machine,
+            },
         })
         .collect())
 }
@@ -171,7 +189,7 @@ pub async fn submit_command_result(
 ) -> Result<CommandResultOutcome> {
     let row = client
         .query_one(
-            "SELECT holdfast.submit_command_result($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            "SELECT holdfast.submit_command_result($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             &[
                 &machine,
                 &command,
@@ -183,6 +201,7 @@ pub async fn submit_command_result(
                 &result.stderr_truncated,
                 &result.timed_out,
                 &result.signal,
+                &result.limit.map(<&str>::from),
             ],
         )
         .await?;
@@ -257,4 +276,33 @@ pub async fn machine_tick(
     let report: Value = row.get(0);
     serde_json::from_value(report)
         .map_err(|e| Error::Migration(format!("machine_tick report: {e}")))
+}
+
+/// An online machine whose daemon runs commands unsandboxed.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct UnsandboxedMachine {
+    pub machine_id: Uuid,
+    pub project_id: Uuid,
+    pub name: String,
+    pub last_heartbeat_at: DateTime<Utc>,
+}
+
+/// Online machines whose daemon runs with `--sandbox none`.
+pub async fn unsandboxed_machines(client: &impl GenericClient) -> Result<Vec<UnsandboxedMachine>> {
+    let rows = client
+        .query(
+            "SELECT machine_id, project_id, name, last_heartbeat_at \
+               FROM holdfast.unsandboxed_machines()",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| UnsandboxedMachine {
+            machine_id: r.get(0),
+            project_id: r.get(1),
+            name: r.get(2),
+            last_heartbeat_at: r.get(3),
+        })
+        .collect())
 }

@@ -920,10 +920,20 @@ export interface components {
              */
             traceparent?: string | null;
             tracestate?: string | null;
+            /**
+             * @description Where to run it: the machine's work directory, or the agent's own
+             *     directory under it.
+             */
+            workspace?: components["schemas"]["CommandWorkspace"];
         };
         ClaimedList: {
             commands: components["schemas"]["ClaimedCommandView"][];
         };
+        /**
+         * @description Where a `run_command` tool's commands run on the machine.
+         * @enum {string}
+         */
+        CommandWorkspace: "machine" | "agent";
         /** @description A new endpoint. */
         CreateWebhookRequest: {
             description?: string | null;
@@ -1081,10 +1091,21 @@ export interface components {
              */
             commands?: components["schemas"]["ReportedCommandBody"][];
             /**
+             * @description With `started`: whether the daemon runs its commands in its sandbox
+             *     (`false` is `--sandbox none`, which `holdfast status` warns about).
+             */
+            sandboxed?: boolean | null;
+            /**
              * Format: uuid
              * @description The daemon process: a new random id at every process start.
              */
             session: string;
+            /**
+             * @description With `started`: while this session heartbeats, a `started`
+             *     heartbeat of another session is refused (409) instead of taking
+             *     the machine over.
+             */
+            single_session?: boolean;
             /**
              * @description True on the first heartbeat of a process start: this session takes
              *     the machine over (an older session's heartbeats and claims get 409),
@@ -1224,6 +1245,11 @@ export interface components {
             /** @description Its model usage so far, and cost. */
             usage: components["schemas"]["TokenUsage"];
         };
+        /**
+         * @description The sandbox limit a command reached (the daemon then ended it).
+         * @enum {string}
+         */
+        LimitName: "cpu_time" | "memory" | "processes";
         /**
          * @description Bounds on a runaway agent. Each defaults to, and may not exceed, the
          *     operator's maximum (`HOLDFAST_MAX_<NAME>`); exceeding one ends the turn
@@ -1543,6 +1569,7 @@ export interface components {
         ResultRequest: {
             /** Format: int32 */
             exit_code?: number | null;
+            limit?: null | components["schemas"]["LimitName"];
             /**
              * Format: int32
              * @description The signal that ended the process, if one did.
@@ -1758,6 +1785,7 @@ export interface components {
             machine?: string | null;
             /** @enum {string} */
             type: "run_command";
+            workspace?: null | components["schemas"]["CommandWorkspace"];
         } | (components["schemas"]["AnthropicWebSearch"] & {
             /** @enum {string} */
             type: "anthropic_web_search";
@@ -3651,7 +3679,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description another daemon process has taken the machine over */
+            /** @description another daemon process has taken the machine over, or (a start) the machine's live session is --single-session */
             409: {
                 headers: {
                     [name: string]: unknown;

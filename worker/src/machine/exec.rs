@@ -1,5 +1,6 @@
-//! Running one command: `sh -c` in the working directory, stdin closed, in
-//! a process group of its own (so its timeout kills everything it started,
+//! Running one command: `sh -c` in the working directory (in its sandbox,
+//! [`super::sandbox`], unless the daemon runs with `--sandbox none`), stdin
+//! closed, in a process group of its own (so its timeout kills everything it started,
 //! and a signal aimed at the daemon does not reach it), stdout and stderr
 //! captured up to a bound each, with a clean environment
 //! ([`command_environment`]): never the daemon's own, which may hold the
@@ -19,16 +20,18 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use holdfast_engine::domain::{ClaimedCommand, CommandResult, CommandResultState};
+use holdfast_engine::domain::{ClaimedCommand, CommandLimit, CommandResult, CommandResultState};
 use holdfast_engine::pg_text::storable_str;
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::Command;
+use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
 use super::journal::Process;
+use super::limits::CommandCgroup;
+use super::sandbox::{Held, Sandbox};
 
 /// After the command's process exits, how long its output pipes may stay
 /// open (a background process it left holds them) before reading stops.
@@ -64,30 +67,44 @@ pub fn command_environment(pass: &[String]) -> Vec<(OsString, OsString)> {
     environment
 }
 
-/// Run `command` to its end (or its timeout) with exactly `environment`
-/// ([`command_environment`]). `started` is told the process
-/// before any output is read; if it fails (the journal cannot be written),
-/// the process group is killed and the error returned.
+/// Run `command` to its end (or its timeout, or a limit) with exactly
+/// `environment` ([`command_environment`]), in `sandbox` unless it is
+/// `None` (`--sandbox none`). `started` is told the process before the
+/// command runs; if it fails (the journal cannot be written), everything
+/// is killed and the error returned.
 pub async fn run(
     command: &ClaimedCommand,
     work_dir: &Path,
     environment: &[(OsString, OsString)],
     max_output_bytes: usize,
+    sandbox: Option<&Sandbox>,
     started: impl FnOnce(Process) -> io::Result<()>,
 ) -> io::Result<CommandResult> {
-    let spawned = Command::new("sh")
-        .arg("-c")
-        .arg(&command.command)
-        .current_dir(work_dir)
-        .env_clear()
-        .envs(environment.iter().map(|(name, value)| (name, value)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn();
-    let mut child = match spawned {
-        Ok(child) => child,
+    let launched = match sandbox {
+        Some(sandbox) => sandbox
+            .start(
+                &command.id.to_string(),
+                work_dir,
+                environment,
+                &command.command,
+            )
+            .await
+            .map(Launched::Held),
+        None => Command::new("sh")
+            .arg("-c")
+            .arg(&command.command)
+            .current_dir(work_dir)
+            .env_clear()
+            .envs(environment.iter().map(|(name, value)| (name, value)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .map(Launched::Plain),
+    };
+    let launched = match launched {
+        Ok(launched) => launched,
         Err(e) => {
             // It never ran: say so in the output the model reads.
             return Ok(CommandResult {
@@ -100,39 +117,49 @@ pub async fn run(
             });
         }
     };
-    let pid = child
-        .id()
+    let pid = launched
+        .pid()
         .ok_or_else(|| io::Error::other("the command's process exited before its pid was read"))?;
     let process = Process {
         pid,
+        sandbox_pid: launched.sandbox_pid(),
         start_ticks: process_start_ticks(pid),
         started_at: Utc::now(),
     };
-    if let Err(e) = started(process) {
-        kill_group(pid);
-        let _ = child.wait().await;
-        return Err(e);
-    }
+    // A held sandbox that is dropped kills itself: it never runs unjournaled.
+    started(process)?;
+    let (mut child, cgroup) = match launched {
+        Launched::Plain(child) => (child, None),
+        Launched::Held(held) => held.release()?,
+    };
+    let kill = || kill_command(&process);
 
     let stop_reading = CancellationToken::new();
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        kill_group(pid);
+        kill();
         return Err(io::Error::other("the command's output pipes are missing"));
     };
     let stdout = tokio::spawn(read_bounded(stdout, max_output_bytes, stop_reading.clone()));
     let stderr = tokio::spawn(read_bounded(stderr, max_output_bytes, stop_reading.clone()));
 
     let timeout = Duration::from_secs(u64::try_from(command.timeout_secs).unwrap_or(1).max(1));
-    let (status, timed_out) = tokio::select! {
-        status = child.wait() => (status?, false),
+    let (status, timed_out, mut limit) = tokio::select! {
+        status = child.wait() => (status?, false, None),
         _ = tokio::time::sleep(timeout) => {
-            kill_group(pid);
-            (child.wait().await?, true)
+            kill();
+            (child.wait().await?, true, None)
+        }
+        limit = watch_limits(cgroup.as_ref()) => {
+            kill();
+            (child.wait().await?, false, Some(limit))
         }
     };
-    // Killed at the timeout, the whole group is gone and the pipes close at
-    // once. Exited by itself, it may have left a background process holding
-    // them: read a little longer, then stop.
+    // In a sandbox, what the command left running ends with it (its PID
+    // namespace goes with its first process). Without one, a background
+    // process may still hold the pipes: read a little longer, then stop.
+    if process.sandbox_pid.is_some() {
+        kill();
+    }
     let grace = tokio::spawn({
         let stop_reading = stop_reading.clone();
         async move {
@@ -142,12 +169,20 @@ pub async fn run(
     });
     let (stdout, stderr) = (stdout.await, stderr.await);
     grace.abort();
+    if let Some(cgroup) = cgroup {
+        limit = limit.or_else(|| cgroup.reached());
+        tokio::task::spawn_blocking(move || cgroup.remove());
+    }
+    if let Some(sandbox) = sandbox {
+        limit = limit.or_else(|| sandbox.limits().recognise_exit(status.code()));
+    }
     let (stdout, stdout_truncated) =
         stdout.map_or_else(|_| (String::new(), false), Capture::finish);
     let (stderr, stderr_truncated) =
         stderr.map_or_else(|_| (String::new(), false), Capture::finish);
     Ok(CommandResult {
         state: CommandResultState::Finished,
+        limit: limit.filter(|_| !timed_out),
         exit_code: status.code(),
         signal: status.signal(),
         timed_out,
@@ -158,12 +193,62 @@ pub async fn run(
     })
 }
 
+/// A command's process, started.
+enum Launched {
+    Plain(Child),
+    Held(Held),
+}
+
+impl Launched {
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Launched::Plain(child) => child.id(),
+            Launched::Held(held) => held.pid(),
+        }
+    }
+
+    fn sandbox_pid(&self) -> Option<u32> {
+        match self {
+            Launched::Plain(_) => None,
+            Launched::Held(held) => Some(held.sandbox_pid),
+        }
+    }
+}
+
+/// How often a command's cgroup counters are read.
+const LIMIT_POLL: Duration = Duration::from_millis(100);
+
+/// Resolves with the limit the command reaches; never without a cgroup.
+async fn watch_limits(cgroup: Option<&CommandCgroup>) -> CommandLimit {
+    let Some(cgroup) = cgroup else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(LIMIT_POLL).await;
+        if let Some(limit) = cgroup.reached() {
+            return limit;
+        }
+    }
+}
+
+/// Kill everything of a command: its process group, and its sandbox's
+/// first process (which takes the sandbox's PID namespace with it).
+pub fn kill_command(process: &Process) {
+    kill_group(process.pid);
+    if let Some(pid) = process.sandbox_pid.and_then(|pid| i32::try_from(pid).ok()) {
+        match nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL) {
+            Ok(()) | Err(Errno::ESRCH) => {}
+            Err(e) => tracing::warn!(pid, error = %e, "killing a command's sandbox"),
+        }
+    }
+}
+
 /// Wait until a process started by an earlier run of the daemon is gone.
 /// Past `deadline` (its command's timeout), its process group is killed.
 pub async fn wait_for_orphan(process: Process, deadline: DateTime<Utc>) {
     while is_alive(&process) {
         if Utc::now() >= deadline {
-            kill_group(process.pid);
+            kill_command(&process);
         }
         tokio::time::sleep(ORPHAN_POLL).await;
     }

@@ -42,7 +42,14 @@ pub struct Entry {
 /// The process running a command (its own process group: pgid = pid).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Process {
+    /// The process the daemon started (bwrap, or `sh` without a sandbox);
+    /// its process group is the command's.
     pub pid: u32,
+    /// The host pid of the sandbox's first process (its PID namespace's
+    /// init): killing it ends every process of the command, those that
+    /// left the process group included. `None` without a sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_pid: Option<u32>,
     /// The kernel's start time of the process (clock ticks since boot, from
     /// /proc), so a reused pid is not mistaken for it.
     pub start_ticks: Option<u64>,
@@ -207,6 +214,7 @@ mod tests {
             accepted_at: Utc::now(),
             traceparent: None,
             tracestate: None,
+            workspace: Default::default(),
         }
     }
 
@@ -224,6 +232,7 @@ mod tests {
         journal.record_accepted(&[a.clone(), b.clone()]).unwrap();
         let process = Process {
             pid: 42,
+            sandbox_pid: Some(43),
             start_ticks: Some(7),
             started_at: Utc::now(),
         };

@@ -26,13 +26,16 @@
 pub mod client;
 pub mod exec;
 pub mod journal;
+pub mod limits;
+pub mod sandbox;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use holdfast_engine::backoff::Backoff;
+use holdfast_engine::config::CommandWorkspace;
 use holdfast_engine::domain::{ClaimedCommand, CommandResult, Heartbeat};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -42,6 +45,7 @@ use uuid::Uuid;
 use crate::spans;
 use client::{ApiClient, CallError};
 use journal::{Entry, Journal, Process};
+use sandbox::{Sandbox, SandboxSettings};
 
 /// A result body the API accepts with its default limit (1 MiB), with room
 /// to spare. Larger results are cut to fit before they are journaled, so a
@@ -71,6 +75,15 @@ pub struct Settings {
     /// Variables of the daemon's environment commands also get, beyond
     /// [`exec::BASE_ENVIRONMENT`] (`--pass-env NAME`).
     pub pass_env: Vec<String>,
+    /// The sandbox commands run in; `None` runs them unsandboxed, as the
+    /// daemon's user (`--sandbox none`).
+    pub sandbox: Option<SandboxSettings>,
+    /// Host paths no command may see, beyond the state directory (the
+    /// token file, `.holdfast/` under `up`), even inside the work directory.
+    pub hidden_paths: Vec<PathBuf>,
+    /// While this daemon heartbeats, another session's start is refused
+    /// instead of taking the machine over (`--single-session`).
+    pub single_session: bool,
 }
 
 impl Default for Settings {
@@ -85,6 +98,9 @@ impl Default for Settings {
             concurrency: 4,
             max_output_bytes: 100 * 1024,
             pass_env: Vec::new(),
+            sandbox: Some(SandboxSettings::default()),
+            hidden_paths: Vec::new(),
+            single_session: false,
         }
     }
 }
@@ -122,7 +138,9 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
     );
     let journal = Journal::open(&settings.state_dir)
         .with_context(|| format!("opening the journal in {}", settings.state_dir.display()))?;
+    let sandbox = prepare_sandbox(&settings).await?;
     let daemon = Arc::new(Daemon {
+        sandbox,
         client: ApiClient::new(&settings.api_url, &settings.token)?,
         command_environment: exec::command_environment(&settings.pass_env),
         session: Uuid::new_v4(),
@@ -166,6 +184,8 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
 
 struct Daemon {
     settings: Settings,
+    /// `None`: commands run unsandboxed (`--sandbox none`).
+    sandbox: Option<Sandbox>,
     client: ApiClient,
     /// What every command's environment holds, read once at start.
     command_environment: Vec<(std::ffi::OsString, std::ffi::OsString)>,
@@ -234,6 +254,8 @@ impl Daemon {
                 session: self.session,
                 started: true,
                 commands: self.journal().report(),
+                sandboxed: Some(self.sandbox.is_some()),
+                single_session: self.settings.single_session,
             };
             match self.client.heartbeat(&heartbeat).await {
                 Ok(()) => return,
@@ -331,24 +353,54 @@ async fn execute(
 ) {
     let id = command.id;
     let run = spans::start_command(&command);
-    let outcome = exec::run(
-        &command,
-        &daemon.settings.work_dir,
-        &daemon.command_environment,
-        daemon.settings.max_output_bytes,
-        |process| daemon.journal().record_started(id, process),
-    )
-    .await;
+    let outcome = match workspace_dir(&daemon.settings.work_dir, &command) {
+        Ok(dir) => {
+            exec::run(
+                &command,
+                &dir,
+                &daemon.command_environment,
+                daemon.settings.max_output_bytes,
+                daemon.sandbox.as_ref(),
+                |process| daemon.journal().record_started(id, process),
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
     spans::end_command(&run, outcome.as_ref().ok());
     match outcome {
         Ok(result) => {
-            tracing::info!(command = %id, exit_code = ?result.exit_code, timed_out = result.timed_out, "command finished");
+            tracing::info!(command = %id, exit_code = ?result.exit_code, timed_out = result.timed_out, limit = ?result.limit, "command finished");
             daemon.finish(id, result);
         }
         Err(e) => {
             // Started or not, its outcome cannot be known now.
             tracing::error!(command = %id, error = %e, "running a command");
             daemon.finish(id, CommandResult::unknown());
+        }
+    }
+}
+
+/// Where agents' own directories are, under the work directory.
+pub const AGENT_WORKSPACES: &str = "agent-workspaces";
+
+/// The directory `command` runs in: the work directory, or (workspace
+/// `agent`) its agent's own directory under it, made on first use and
+/// private to this user. In the sandbox, that directory is all of the work
+/// directory the command sees.
+fn workspace_dir(work_dir: &Path, command: &ClaimedCommand) -> std::io::Result<PathBuf> {
+    match command.workspace {
+        CommandWorkspace::Machine => Ok(work_dir.to_path_buf()),
+        CommandWorkspace::Agent => {
+            use std::os::unix::fs::DirBuilderExt;
+            let dir = work_dir
+                .join(AGENT_WORKSPACES)
+                .join(command.agent_id.to_string());
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)?;
+            Ok(dir)
         }
     }
 }
@@ -448,6 +500,8 @@ async fn heartbeat_loop(daemon: Arc<Daemon>, stop: CancellationToken) {
             session: daemon.session,
             started: false,
             commands: daemon.journal().report(),
+            sandboxed: None,
+            single_session: daemon.settings.single_session,
         };
         match daemon.client.heartbeat(&heartbeat).await {
             Ok(()) => {}
@@ -458,6 +512,35 @@ async fn heartbeat_loop(daemon: Arc<Daemon>, stop: CancellationToken) {
             Err(e) => tracing::warn!(error = %e, "heartbeat"),
         }
     }
+}
+
+/// The sandbox commands will run in, proven by running `true` in it; an
+/// error (naming what is missing and `--sandbox none`) when it cannot be
+/// made. `--sandbox none` is warned about here and in every heartbeat's
+/// record (`holdfast status`).
+async fn prepare_sandbox(settings: &Settings) -> anyhow::Result<Option<Sandbox>> {
+    let Some(sandbox_settings) = &settings.sandbox else {
+        tracing::warn!(
+            "--sandbox none: commands run unsandboxed, as this user, with this user's files, \
+             processes and network (a command can read the machine token and take the machine \
+             over); see docs/sandbox.md"
+        );
+        return Ok(None);
+    };
+    let mut hidden = vec![settings.state_dir.clone()];
+    hidden.extend(settings.hidden_paths.iter().cloned());
+    let sandbox_settings = SandboxSettings {
+        limits: sandbox_settings.limits.clone().enforce()?,
+        ..sandbox_settings.clone()
+    };
+    let sandbox = Sandbox::prepare(&sandbox_settings, hidden)?;
+    sandbox.check(&settings.work_dir).await?;
+    tracing::info!(
+        network = ?sandbox_settings.network,
+        rlimits = sandbox.limits().uses_rlimits(),
+        "commands run in a sandbox"
+    );
+    Ok(Some(sandbox))
 }
 
 /// The variable holding the machine token: never passed to commands.
@@ -556,6 +639,7 @@ mod tests {
     fn a_result_too_large_for_a_request_is_cut_to_fit_and_marked() {
         let result = CommandResult {
             state: CommandResultState::Finished,
+            limit: None,
             exit_code: Some(0),
             stdout: "é".repeat(300_000),
             stderr: "\u{1}".repeat(10_000),

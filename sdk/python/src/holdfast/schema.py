@@ -52,19 +52,7 @@ class CitationSettings(TypedDict):
     enabled: bool
 
 
-class ClaimedCommandView(TypedDict):
-    accepted_at: str
-    agent_id: str
-    command: str
-    id: str
-    timeout_secs: int
-    tool_call_id: str
-    traceparent: NotRequired[Optional[str]]
-    tracestate: NotRequired[Optional[str]]
-
-
-class ClaimedList(TypedDict):
-    commands: list[ClaimedCommandView]
+CommandWorkspace = Literal['machine', 'agent']
 
 
 class CreateWebhookRequest(TypedDict):
@@ -164,6 +152,9 @@ class InputView(TypedDict):
 
 
 KindName = Literal['external', 'internal', 'custom', 'question', 'command']
+
+
+LimitName = Literal['cpu_time', 'memory', 'processes']
 
 
 class LimitSettings(TypedDict):
@@ -376,6 +367,7 @@ class ToolEntry6(TypedDict):
 class ToolEntry7(TypedDict):
     machine: NotRequired[Optional[str]]
     type: Literal['run_command']
+    workspace: NotRequired[Optional[CommandWorkspace]]
 
 
 class ToolResultRequest(TypedDict):
@@ -472,6 +464,22 @@ class ApprovalList(TypedDict):
     approvals: list[ApprovalView]
 
 
+class ClaimedCommandView(TypedDict):
+    accepted_at: str
+    agent_id: str
+    command: str
+    id: str
+    timeout_secs: int
+    tool_call_id: str
+    traceparent: NotRequired[Optional[str]]
+    tracestate: NotRequired[Optional[str]]
+    workspace: NotRequired[CommandWorkspace]
+
+
+class ClaimedList(TypedDict):
+    commands: list[ClaimedCommandView]
+
+
 class CreatedWebhookView(WebhookView):
     secret: str
 
@@ -499,7 +507,9 @@ class EventList(TypedDict):
 
 class HeartbeatRequest(TypedDict):
     commands: NotRequired[list[ReportedCommandBody]]
+    sandboxed: NotRequired[Optional[bool]]
     session: str
+    single_session: NotRequired[bool]
     started: NotRequired[bool]
 
 
@@ -585,6 +595,7 @@ class QuestionList(TypedDict):
 
 class ResultRequest(TypedDict):
     exit_code: NotRequired[Optional[int]]
+    limit: NotRequired[Optional[LimitName]]
     signal: NotRequired[Optional[int]]
     state: ResultStateName
     stderr: NotRequired[str]
