@@ -210,7 +210,12 @@ async fn list_by_activity(
             "after pages order=created; order=activity pages with cursor",
         ));
     }
-    let before = query.cursor.as_deref().map(parse_cursor).transpose()?;
+    let before = query
+        .cursor
+        .as_deref()
+        .map(parse_cursor)
+        .transpose()?
+        .map(|(activity, id)| console::ActivityCursor { activity, id });
     let mut filter = match query.q.as_deref().map(str::trim) {
         Some(q) if !q.is_empty() => search_filter(q)?,
         _ => console::AgentFilter::default(),
@@ -239,25 +244,26 @@ async fn list_by_activity(
     }))
 }
 
-/// A cursor is `<activity, RFC 3339 with microseconds>_<agent id>`: opaque to
-/// clients, readable in a log.
-fn format_cursor(activity: DateTime<Utc>, id: Uuid) -> String {
+/// A keyset cursor is `<timestamp, RFC 3339 with microseconds>_<id>` (the
+/// agent list's activity, the inbox's created_at): opaque to clients,
+/// readable in a log.
+pub fn format_cursor(at: DateTime<Utc>, id: Uuid) -> String {
     format!(
         "{}_{id}",
-        activity.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+        at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
     )
 }
 
-fn parse_cursor(cursor: &str) -> Result<console::ActivityCursor, ApiError> {
+/// The timestamp and id of a [`format_cursor`] cursor; a 400 naming
+/// `cursor` otherwise.
+pub fn parse_cursor(cursor: &str) -> Result<(DateTime<Utc>, Uuid), ApiError> {
     cursor
         .split_once('_')
-        .and_then(|(activity, id)| {
-            Some(console::ActivityCursor {
-                activity: DateTime::parse_from_rfc3339(activity)
-                    .ok()?
-                    .with_timezone(&Utc),
-                id: id.parse().ok()?,
-            })
+        .and_then(|(at, id)| {
+            Some((
+                DateTime::parse_from_rfc3339(at).ok()?.with_timezone(&Utc),
+                id.parse().ok()?,
+            ))
         })
         .ok_or_else(|| {
             ApiError::invalid(

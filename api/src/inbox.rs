@@ -5,16 +5,14 @@
 
 use axum::extract::State;
 use axum::Json;
-use chrono::{DateTime, Utc};
 use holdfast_client::wire::error::ErrorBody;
 use holdfast_client::wire::inbox::{Inbox, InboxItem, InboxKind};
 use holdfast_engine::store::console;
 use serde::Deserialize;
 use serde_json::Value;
 use utoipa::IntoParams;
-use uuid::Uuid;
 
-use crate::agents::page_limit;
+use crate::agents::{format_cursor, page_limit, parse_cursor};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::ApiQuery;
@@ -62,7 +60,12 @@ pub async fn get_inbox(
 ) -> Result<Json<Inbox>, ApiError> {
     let limit = page_limit(query.limit)?;
     let metadata = query.metadata.as_deref().map(parse_metadata).transpose()?;
-    let after = query.cursor.as_deref().map(parse_cursor).transpose()?;
+    let after = query
+        .cursor
+        .as_deref()
+        .map(parse_cursor)
+        .transpose()?
+        .map(|(created_at, id)| console::InboxCursor { created_at, id });
     let filter = console::InboxFilter {
         kind: query.kind.map(InboxKind::as_str),
         metadata: metadata.as_ref(),
@@ -95,29 +98,4 @@ fn parse_metadata(text: &str) -> Result<Value, ApiError> {
             "metadata must be a JSON object, e.g. {\"team\":\"billing\"}",
         )),
     }
-}
-
-/// A cursor is `<created_at, RFC 3339 with microseconds>_<item id>`.
-fn format_cursor(created_at: DateTime<Utc>, id: Uuid) -> String {
-    format!(
-        "{}_{id}",
-        created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-    )
-}
-
-fn parse_cursor(cursor: &str) -> Result<console::InboxCursor, ApiError> {
-    cursor
-        .split_once('_')
-        .and_then(|(at, id)| {
-            Some(console::InboxCursor {
-                created_at: DateTime::parse_from_rfc3339(at).ok()?.with_timezone(&Utc),
-                id: id.parse().ok()?,
-            })
-        })
-        .ok_or_else(|| {
-            ApiError::invalid(
-                "cursor",
-                "cursor must be the next_cursor of a previous page",
-            )
-        })
 }
