@@ -1,26 +1,41 @@
-//! The migration runner: applies `sql/NNNN_name.sql` in order, once each,
-//! then the function files `sql/functions/*.sql` whenever they changed.
+//! The migration runner: installs the current schema on a fresh database,
+//! applies the migrations written since the baseline on an existing one, and
+//! re-applies the functions and triggers whenever they changed.
 //!
-//! Two kinds of SQL, because they age differently:
-//! - **Migrations** are history: tables, indexes, triggers, views and data
-//!   changes, each applied once and recorded in `holdfast.schema_migrations`
-//!   with a SHA-256 of its text. A file that changed after it was applied
-//!   stops the runner: migrations are forward-only.
-//! - **Function files** hold the one current definition of every function
-//!   (`CREATE OR REPLACE`), so a reader finds each function in one place. They
-//!   are re-applied, all in one transaction after the migrations, whenever one
-//!   of them differs from the checksum recorded in
-//!   `holdfast.schema_functions`. Early migrations also define functions (as
-//!   they were then); the function files, applied last, are what runs. A
-//!   function whose signature changes is dropped by a migration and created
-//!   again by its file.
+//! The schema is kept as its current definition, one file per area under
+//! `sql/schema/` (docs/sql.md lists them), each holding that area's tables,
+//! indexes and views and then, after the line [`CODE_MARKER`], its functions
+//! and triggers. Two kinds of SQL, because they change differently:
+//! - **Structure** (tables, indexes, views, types, seed rows) holds data, so an
+//!   existing database changes by a migration, `sql/NNNN_name.sql`, applied
+//!   once and recorded in `holdfast.schema_migrations` with a SHA-256 of its
+//!   text; a recorded file whose text changed stops the runner. A structural
+//!   change is a new migration *and* the same edit in the area file, so the
+//!   area files stay the current truth (the `sql_schema` tests compare a fresh
+//!   install with a migrated one).
+//! - **Code** (functions and triggers) holds no data, so it is re-applied as a
+//!   whole, in one transaction after the migrations, whenever any area's code
+//!   differs from the checksum recorded in `holdfast.schema_functions`: every
+//!   trigger on a holdfast table is dropped, every area's code applied, and
+//!   every function the files no longer define (a removed one, or an old
+//!   signature) dropped. Changing a function or trigger is an edit of its
+//!   area file and nothing else.
+//!
+//! A fresh database gets the area files, whole and in order, in one
+//! transaction, and records the baseline and every migration as applied
+//! without running them: the area files already hold what they do.
+//!
+//! The baseline is version [`BASELINE_VERSION`]: the migrations before it
+//! (0001 to 0045, Holdfast 0.1.0) were squashed into the area files. A
+//! database that applied all of them is at the baseline and continues from
+//! there; one that stopped partway is refused, with what to do.
 //!
 //! A session-level advisory lock makes concurrent runners (two processes
 //! starting at once) take turns: the second finds everything applied and
 //! does nothing.
 
 use sha2::{Digest, Sha256};
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Transaction};
 
 use crate::error::{Error, Result};
 
@@ -31,224 +46,77 @@ pub struct Migration {
     pub sql: &'static str,
 }
 
-/// Every migration, in order. Add new files here (and only append).
-pub const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "0001_core.sql",
-        sql: include_str!("../../sql/0001_core.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "0002_api.sql",
-        sql: include_str!("../../sql/0002_api.sql"),
-    },
-    Migration {
-        version: 3,
-        name: "0003_worker.sql",
-        sql: include_str!("../../sql/0003_worker.sql"),
-    },
-    Migration {
-        version: 4,
-        name: "0004_models.sql",
-        sql: include_str!("../../sql/0004_models.sql"),
-    },
-    Migration {
-        version: 5,
-        name: "0005_tools.sql",
-        sql: include_str!("../../sql/0005_tools.sql"),
-    },
-    Migration {
-        version: 6,
-        name: "0006_cancel.sql",
-        sql: include_str!("../../sql/0006_cancel.sql"),
-    },
-    Migration {
-        version: 7,
-        name: "0007_webhooks.sql",
-        sql: include_str!("../../sql/0007_webhooks.sql"),
-    },
-    Migration {
-        version: 8,
-        name: "0008_machines.sql",
-        sql: include_str!("../../sql/0008_machines.sql"),
-    },
-    Migration {
-        version: 9,
-        name: "0009_lean_commits.sql",
-        sql: include_str!("../../sql/0009_lean_commits.sql"),
-    },
-    Migration {
-        version: 10,
-        name: "0010_step_failures.sql",
-        sql: include_str!("../../sql/0010_step_failures.sql"),
-    },
-    Migration {
-        version: 11,
-        name: "0011_limits.sql",
-        sql: include_str!("../../sql/0011_limits.sql"),
-    },
-    Migration {
-        version: 12,
-        name: "0012_model_endpoints.sql",
-        sql: include_str!("../../sql/0012_model_endpoints.sql"),
-    },
-    Migration {
-        version: 13,
-        name: "0013_machine_credentials.sql",
-        sql: include_str!("../../sql/0013_machine_credentials.sql"),
-    },
-    Migration {
-        version: 17,
-        name: "0017_console.sql",
-        sql: include_str!("../../sql/0017_console.sql"),
-    },
-    Migration {
-        version: 18,
-        name: "0018_group_commit.sql",
-        sql: include_str!("../../sql/0018_group_commit.sql"),
-    },
-    Migration {
-        version: 19,
-        name: "0019_model_usage.sql",
-        sql: include_str!("../../sql/0019_model_usage.sql"),
-    },
-    Migration {
-        version: 20,
-        name: "0020_stream_watches.sql",
-        sql: include_str!("../../sql/0020_stream_watches.sql"),
-    },
-    Migration {
-        version: 21,
-        name: "0021_audit.sql",
-        sql: include_str!("../../sql/0021_audit.sql"),
-    },
-    Migration {
-        version: 22,
-        name: "0022_usage.sql",
-        sql: include_str!("../../sql/0022_usage.sql"),
-    },
-    Migration {
-        version: 26,
-        name: "0026_traces.sql",
-        sql: include_str!("../../sql/0026_traces.sql"),
-    },
-    Migration {
-        version: 28,
-        name: "0028_tool_result_batches.sql",
-        sql: include_str!("../../sql/0028_tool_result_batches.sql"),
-    },
-    Migration {
-        version: 29,
-        name: "0029_attachments.sql",
-        sql: include_str!("../../sql/0029_attachments.sql"),
-    },
-    Migration {
-        version: 30,
-        name: "0030_steering.sql",
-        sql: include_str!("../../sql/0030_steering.sql"),
-    },
-    Migration {
-        version: 31,
-        name: "0031_distributable.sql",
-        sql: include_str!("../../sql/0031_distributable.sql"),
-    },
-    Migration {
-        version: 32,
-        name: "0032_partitions.sql",
-        sql: include_str!("../../sql/0032_partitions.sql"),
-    },
-    Migration {
-        version: 34,
-        name: "0034_budget_approvals.sql",
-        sql: include_str!("../../sql/0034_budget_approvals.sql"),
-    },
-    Migration {
-        version: 35,
-        name: "0035_compaction_usage.sql",
-        sql: include_str!("../../sql/0035_compaction_usage.sql"),
-    },
-    Migration {
-        version: 36,
-        name: "0036_delivery_traces.sql",
-        sql: include_str!("../../sql/0036_delivery_traces.sql"),
-    },
-    Migration {
-        version: 37,
-        name: "0037_command_traces.sql",
-        sql: include_str!("../../sql/0037_command_traces.sql"),
-    },
-    Migration {
-        version: 38,
-        name: "0038_input_batches.sql",
-        sql: include_str!("../../sql/0038_input_batches.sql"),
-    },
-    Migration {
-        version: 39,
-        name: "0039_fewer_indexes.sql",
-        sql: include_str!("../../sql/0039_fewer_indexes.sql"),
-    },
-    Migration {
-        version: 40,
-        name: "0040_partial_unique_keys.sql",
-        sql: include_str!("../../sql/0040_partial_unique_keys.sql"),
-    },
-    Migration {
-        version: 42,
-        name: "0042_security_data.sql",
-        sql: include_str!("../../sql/0042_security_data.sql"),
-    },
-    Migration {
-        version: 43,
-        name: "0043_command_sandbox.sql",
-        sql: include_str!("../../sql/0043_command_sandbox.sql"),
-    },
-    Migration {
-        version: 44,
-        name: "0044_attachment_quotas.sql",
-        sql: include_str!("../../sql/0044_attachment_quotas.sql"),
-    },
-    Migration {
-        version: 45,
-        name: "0045_last_turn.sql",
-        sql: include_str!("../../sql/0045_last_turn.sql"),
-    },
-];
+/// The version of the squashed history: a database that recorded it (or
+/// whose history ran up to it) is at the baseline the area files start from.
+pub const BASELINE_VERSION: i32 = 45;
 
-/// A file of current function definitions, embedded at build time.
-pub struct FunctionFile {
+/// The name a fresh install records for [`BASELINE_VERSION`]. A database
+/// migrated through the old history has `0045_last_turn.sql` there instead.
+pub const BASELINE_NAME: &str = "baseline";
+
+/// The migrations written since the baseline, in order. Add new files here
+/// (and only append); each is also an edit of its area file.
+pub const MIGRATIONS: &[Migration] = &[];
+
+/// The line of an area file after which its functions and triggers begin.
+pub const CODE_MARKER: &str = "-- ==== functions and triggers ====";
+
+/// One area file of the current schema, embedded at build time.
+pub struct SchemaFile {
     pub name: &'static str,
     pub sql: &'static str,
 }
 
-macro_rules! function_files {
+macro_rules! schema_files {
     ($($name:literal),* $(,)?) => {
-        &[$(FunctionFile {
-            name: concat!("functions/", $name),
-            sql: include_str!(concat!("../../sql/functions/", $name)),
+        &[$(SchemaFile {
+            name: concat!("schema/", $name),
+            sql: include_str!(concat!("../../sql/schema/", $name)),
         }),*]
     };
 }
 
-/// Every function file. Order does not matter for correctness (bodies are
-/// not checked at creation, see [`apply_function_files`]); it is the order a
-/// reader meets them in docs/sql.md.
-pub const FUNCTION_FILES: &[FunctionFile] = function_files![
+/// Every area file, in the order a fresh install applies them: each one's
+/// tables refer only to tables of the files before it (and its own).
+pub const SCHEMA_FILES: &[SchemaFile] = schema_files![
     "base.sql",
-    "content.sql",
-    "events.sql",
     "agents.sql",
-    "leases.sql",
-    "usage.sql",
-    "steps.sql",
-    "cancel.sql",
-    "tools.sql",
     "api_keys.sql",
+    "endpoints.sql",
+    "events.sql",
+    "leases.sql",
+    "steps.sql",
+    "content.sql",
+    "tools.sql",
+    "cancel.sql",
+    "usage.sql",
+    "machines.sql",
     "webhooks.sql",
     "retention.sql",
-    "machines.sql",
-    "endpoints.sql",
+    "operations.sql",
 ];
+
+impl SchemaFile {
+    /// The tables, indexes, views and seed rows: everything before
+    /// [`CODE_MARKER`].
+    pub fn structure(&self) -> &'static str {
+        self.sql
+            .split_once(CODE_MARKER)
+            .map_or(self.sql, |(structure, _)| structure)
+    }
+
+    /// The functions and triggers: everything after [`CODE_MARKER`] (empty
+    /// for an area of views only).
+    pub fn code(&self) -> &'static str {
+        self.sql
+            .split_once(CODE_MARKER)
+            .map_or("", |(_, code)| code)
+    }
+
+    pub fn code_checksum(&self) -> String {
+        checksum(self.code())
+    }
+}
 
 /// An arbitrary constant key for `pg_advisory_lock`: "HOLDFAST" in ASCII.
 const MIGRATION_LOCK_KEY: i64 = 0x484F_4C44_4641_5354;
@@ -263,20 +131,14 @@ impl Migration {
     }
 }
 
-impl FunctionFile {
-    pub fn checksum(&self) -> String {
-        checksum(self.sql)
-    }
-}
-
-/// A fingerprint of the whole schema source, migrations and function files
+/// A fingerprint of the whole schema source, area files and migrations
 /// (test templates are keyed by it).
 pub fn fingerprint() -> String {
     let mut hasher = Sha256::new();
-    let files = MIGRATIONS
+    let files = SCHEMA_FILES
         .iter()
-        .map(|m| (m.name, m.sql))
-        .chain(FUNCTION_FILES.iter().map(|f| (f.name, f.sql)));
+        .map(|f| (f.name, f.sql))
+        .chain(MIGRATIONS.iter().map(|m| (m.name, m.sql)));
     for (name, sql) in files {
         hasher.update(name.as_bytes());
         hasher.update(sql.as_bytes());
@@ -284,9 +146,10 @@ pub fn fingerprint() -> String {
     hex::encode(&hasher.finalize()[..8])
 }
 
-/// Apply every migration not yet applied, then the function files if any
-/// changed. Returns the names applied by this call, migrations first (empty
-/// when the schema was already current).
+/// Bring the database to the current schema: a fresh one gets the area
+/// files; an existing one the migrations not yet applied, then the code if
+/// any changed. Returns the names applied by this call (empty when the
+/// schema was already current).
 pub async fn migrate(client: &mut Client) -> Result<Vec<&'static str>> {
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY])
@@ -301,126 +164,225 @@ pub async fn migrate(client: &mut Client) -> Result<Vec<&'static str>> {
     Ok(applied)
 }
 
+/// The runner's own bookkeeping, the same on every install.
+const BOOKKEEPING: &str = "SET client_min_messages = warning;
+     CREATE SCHEMA IF NOT EXISTS holdfast;
+     CREATE TABLE IF NOT EXISTS holdfast.schema_migrations (
+         version    integer PRIMARY KEY,
+         name       text NOT NULL,
+         checksum   text NOT NULL,
+         applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+     );
+     CREATE TABLE IF NOT EXISTS holdfast.schema_functions (
+         name       text PRIMARY KEY,
+         checksum   text NOT NULL,
+         applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+     );
+     RESET client_min_messages;";
+
 async fn apply_pending(client: &mut Client) -> Result<Vec<&'static str>> {
-    client
-        .batch_execute(
-            "SET client_min_messages = warning;
-             CREATE SCHEMA IF NOT EXISTS holdfast;
-             CREATE TABLE IF NOT EXISTS holdfast.schema_migrations (
-                 version    integer PRIMARY KEY,
-                 name       text NOT NULL,
-                 checksum   text NOT NULL,
-                 applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
-             );
-             RESET client_min_messages;",
-        )
-        .await?;
-    let rows = client
+    client.batch_execute(BOOKKEEPING).await?;
+    let recorded: Vec<(i32, String, String)> = client
         .query(
             "SELECT version, name, checksum FROM holdfast.schema_migrations ORDER BY version",
             &[],
         )
-        .await?;
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    if recorded.is_empty() {
+        return install(client).await;
+    }
+    check_baseline(&recorded)?;
     let mut applied = Vec::new();
     for migration in MIGRATIONS {
         let checksum = migration.checksum();
-        if let Some(row) = rows
-            .iter()
-            .find(|r| r.get::<_, i32>(0) == migration.version)
-        {
-            let recorded: String = row.get(2);
-            if recorded != checksum {
+        if let Some((_, _, was)) = recorded.iter().find(|(v, _, _)| *v == migration.version) {
+            if *was != checksum {
                 return Err(Error::Migration(format!(
                     "{} was changed after it was applied (recorded checksum {}, file {}); \
                      migrations are forward-only: add a new migration instead",
-                    migration.name, recorded, checksum
+                    migration.name, was, checksum
                 )));
             }
             continue;
         }
         let tx = client.transaction().await?;
-        tx.batch_execute(migration.sql).await.map_err(|e| {
-            Error::Migration(format!(
-                "{} failed: {}",
-                migration.name,
-                e.as_db_error()
-                    .map_or(e.to_string(), |d| d.message().to_owned())
-            ))
-        })?;
-        tx.execute(
-            "INSERT INTO holdfast.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
-            &[&migration.version, &migration.name, &checksum],
-        )
-        .await?;
+        tx.batch_execute(migration.sql)
+            .await
+            .map_err(|e| failed(migration.name, &e))?;
+        record_migration(&tx, migration.version, migration.name, &checksum).await?;
         tx.commit().await?;
         tracing::info!(migration = migration.name, "applied migration");
         applied.push(migration.name);
     }
-    applied.extend(apply_function_files(client).await?);
+    applied.extend(apply_code(client).await?);
     Ok(applied)
 }
 
-/// Re-apply the function files when any differs from what was recorded:
-/// all of them, in one transaction, so the database never runs a mix of old
-/// and new definitions. `check_function_bodies = off` lets a function refer
-/// to one defined later in the set (plpgsql bodies are parsed, not resolved,
-/// either way; this extends that to `LANGUAGE sql` bodies).
-async fn apply_function_files(client: &mut Client) -> Result<Vec<&'static str>> {
-    client
-        .batch_execute(
-            "SET client_min_messages = warning;
-             CREATE TABLE IF NOT EXISTS holdfast.schema_functions (
-                 name       text PRIMARY KEY,
-                 checksum   text NOT NULL,
-                 applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
-             );
-             RESET client_min_messages;",
+/// A database that recorded migrations must have reached the baseline:
+/// the migrations before it are no longer shipped, so one that stopped
+/// partway cannot be finished by this version.
+fn check_baseline(recorded: &[(i32, String, String)]) -> Result<()> {
+    if recorded.iter().any(|(v, _, _)| *v == BASELINE_VERSION) {
+        return Ok(());
+    }
+    let (version, name, _) = recorded.last().expect("checked non-empty");
+    Err(Error::Migration(format!(
+        "this database stopped partway through Holdfast 0.1.0's migrations (the last one \
+         applied is {name}, version {version}, and they run to {BASELINE_VERSION:04}); \
+         this version starts from where they end. Run `holdfast migrate` with Holdfast \
+         0.1.0 first to finish them, then run this version again"
+    )))
+}
+
+/// A fresh install: every area file, whole and in order, in one
+/// transaction; the baseline and every migration recorded as applied (the
+/// area files hold what they do), and the code's checksums.
+async fn install(client: &mut Client) -> Result<Vec<&'static str>> {
+    let tx = client.transaction().await?;
+    // Bodies may refer to functions and tables of later files.
+    tx.batch_execute("SET LOCAL check_function_bodies = off")
+        .await?;
+    for file in SCHEMA_FILES {
+        tx.batch_execute(file.sql)
+            .await
+            .map_err(|e| failed(file.name, &e))?;
+    }
+    record_migration(&tx, BASELINE_VERSION, BASELINE_NAME, "").await?;
+    for migration in MIGRATIONS {
+        record_migration(
+            &tx,
+            migration.version,
+            migration.name,
+            &migration.checksum(),
         )
         .await?;
+    }
+    record_code(&tx).await?;
+    tx.commit().await?;
+    let names: Vec<&'static str> = SCHEMA_FILES.iter().map(|f| f.name).collect();
+    tracing::info!(files = ?names, "installed the schema");
+    Ok(names)
+}
+
+async fn record_migration(
+    tx: &Transaction<'_>,
+    version: i32,
+    name: &str,
+    checksum: &str,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO holdfast.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+        &[&version, &name, &checksum],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Record each area's code checksum, forgetting names no longer shipped.
+async fn record_code(tx: &Transaction<'_>) -> Result<()> {
+    let names: Vec<&str> = SCHEMA_FILES.iter().map(|f| f.name).collect();
+    tx.execute(
+        "DELETE FROM holdfast.schema_functions WHERE name <> ALL($1)",
+        &[&names],
+    )
+    .await?;
+    for file in SCHEMA_FILES {
+        tx.execute(
+            "INSERT INTO holdfast.schema_functions (name, checksum) VALUES ($1, $2)
+             ON CONFLICT (name) DO UPDATE
+                SET checksum = EXCLUDED.checksum, applied_at = clock_timestamp()",
+            &[&file.name, &file.code_checksum()],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+fn failed(name: &str, e: &tokio_postgres::Error) -> Error {
+    Error::Migration(format!(
+        "{name} failed: {}",
+        e.as_db_error()
+            .map_or(e.to_string(), |d| d.message().to_owned())
+    ))
+}
+
+/// Re-apply every area's code when any differs from what was recorded: all
+/// of it, in one transaction, so the database never runs a mix of old and
+/// new definitions. Triggers are dropped first and created by the files, so
+/// a trigger removed from its file is gone; functions the files did not
+/// (re)define in this transaction are dropped, so a removed function or a
+/// changed signature leaves nothing behind. `check_function_bodies = off`
+/// lets a function refer to one defined later in the set.
+async fn apply_code(client: &mut Client) -> Result<Vec<&'static str>> {
     let recorded = client
         .query("SELECT name, checksum FROM holdfast.schema_functions", &[])
         .await?;
-    let changed: Vec<&FunctionFile> = FUNCTION_FILES
+    let changed: Vec<&'static str> = SCHEMA_FILES
         .iter()
         .filter(|file| {
-            !recorded
-                .iter()
-                .any(|r| r.get::<_, &str>(0) == file.name && r.get::<_, &str>(1) == file.checksum())
+            !recorded.iter().any(|r| {
+                r.get::<_, &str>(0) == file.name && r.get::<_, &str>(1) == file.code_checksum()
+            })
         })
+        .map(|file| file.name)
         .collect();
     if changed.is_empty() {
         return Ok(Vec::new());
     }
     let tx = client.transaction().await?;
-    tx.batch_execute("SET LOCAL check_function_bodies = off")
-        .await?;
-    for file in FUNCTION_FILES {
-        tx.batch_execute(file.sql).await.map_err(|e| {
-            Error::Migration(format!(
-                "{} failed: {}",
-                file.name,
-                e.as_db_error()
-                    .map_or(e.to_string(), |d| d.message().to_owned())
-            ))
-        })?;
-        tx.execute(
-            "INSERT INTO holdfast.schema_functions (name, checksum) VALUES ($1, $2)
-             ON CONFLICT (name) DO UPDATE
-                SET checksum = EXCLUDED.checksum, applied_at = clock_timestamp()",
-            &[&file.name, &file.checksum()],
-        )
-        .await?;
+    tx.batch_execute(
+        "SET LOCAL check_function_bodies = off;
+         SET LOCAL client_min_messages = warning;
+         DO $$
+         DECLARE t record;
+         BEGIN
+             FOR t IN SELECT tg.tgname, tg.tgrelid::regclass AS rel
+                        FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid
+                       WHERE c.relnamespace = 'holdfast'::regnamespace
+                         AND NOT tg.tgisinternal AND tg.tgparentid = 0
+             LOOP
+                 EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.rel);
+             END LOOP;
+         END $$;",
+    )
+    .await?;
+    for file in SCHEMA_FILES {
+        tx.batch_execute(file.code())
+            .await
+            .map_err(|e| failed(file.name, &e))?;
     }
+    // CREATE OR REPLACE writes a new catalog row, so a function the files
+    // defined carries this transaction's id; any other is stale.
+    let stale: Vec<String> = tx
+        .query(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p
+              WHERE p.pronamespace = 'holdfast'::regnamespace
+                AND p.xmin <> xid(pg_current_xact_id())
+              ORDER BY 1",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for function in &stale {
+        tx.batch_execute(&format!("DROP FUNCTION {function}"))
+            .await
+            .map_err(|e| failed(function, &e))?;
+    }
+    record_code(&tx).await?;
     tx.commit().await?;
-    let names: Vec<&'static str> = changed.iter().map(|f| f.name).collect();
-    tracing::info!(files = ?names, "applied function files");
-    Ok(names)
+    tracing::info!(files = ?changed, dropped = ?stale, "applied the schema's functions and triggers");
+    Ok(changed)
 }
 
-/// What [`migrate`] would apply, applying nothing: the migrations not yet
-/// recorded, then the function files whose recorded checksum differs (all of
-/// them on a database never migrated). For the commands that need the
-/// current schema but leave changing it to `holdfast migrate`.
+/// What [`migrate`] would apply, applying nothing: every area file on a
+/// database never migrated; else the migrations not yet recorded, then the
+/// areas whose code differs from what was recorded. For the commands that
+/// need the current schema but leave changing it to `holdfast migrate`.
 pub async fn pending(client: &Client) -> Result<Vec<&'static str>> {
     let tables = client
         .query_one(
@@ -438,7 +400,10 @@ pub async fn pending(client: &Client) -> Result<Vec<&'static str>> {
             .collect(),
         false => Vec::new(),
     };
-    let functions: Vec<(String, String)> = match tables.get(1) {
+    if applied.is_empty() {
+        return Ok(SCHEMA_FILES.iter().map(|f| f.name).collect());
+    }
+    let code: Vec<(String, String)> = match tables.get(1) {
         true => client
             .query("SELECT name, checksum FROM holdfast.schema_functions", &[])
             .await?
@@ -451,15 +416,15 @@ pub async fn pending(client: &Client) -> Result<Vec<&'static str>> {
         .iter()
         .filter(|m| !applied.contains(&m.version))
         .map(|m| m.name);
-    let function_files = FUNCTION_FILES
+    let areas = SCHEMA_FILES
         .iter()
         .filter(|f| {
-            !functions
+            !code
                 .iter()
-                .any(|(name, checksum)| name == f.name && *checksum == f.checksum())
+                .any(|(name, checksum)| name == f.name && *checksum == f.code_checksum())
         })
         .map(|f| f.name);
-    Ok(migrations.chain(function_files).collect())
+    Ok(migrations.chain(areas).collect())
 }
 
 #[cfg(test)]
@@ -467,8 +432,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn versions_are_increasing_and_match_file_names() {
-        let mut last = 0;
+    fn versions_are_increasing_after_the_baseline_and_match_file_names() {
+        let mut last = BASELINE_VERSION;
         for m in MIGRATIONS {
             assert!(m.version > last, "{} is out of order", m.name);
             assert!(
@@ -477,6 +442,44 @@ mod tests {
                 m.name
             );
             last = m.version;
+        }
+    }
+
+    #[test]
+    fn every_area_file_has_its_code_after_the_marker_once() {
+        for file in SCHEMA_FILES {
+            assert!(
+                file.sql.matches(CODE_MARKER).count() <= 1,
+                "{} has more than one {CODE_MARKER:?}",
+                file.name
+            );
+            let structure = file.structure();
+            for word in [
+                "CREATE OR REPLACE FUNCTION",
+                "CREATE FUNCTION",
+                "CREATE TRIGGER",
+            ] {
+                assert!(
+                    !structure.contains(word),
+                    "{}: {word} before {CODE_MARKER:?} would not be re-applied",
+                    file.name
+                );
+            }
+            for word in [
+                "CREATE TABLE",
+                "CREATE INDEX",
+                "CREATE UNIQUE INDEX",
+                "CREATE VIEW",
+                "CREATE TYPE",
+                "ALTER TABLE",
+                "INSERT",
+            ] {
+                assert!(
+                    !file.code().lines().any(|line| line.starts_with(word)),
+                    "{}: {word} after {CODE_MARKER:?} would be applied again with the code",
+                    file.name
+                );
+            }
         }
     }
 }

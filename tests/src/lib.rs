@@ -155,6 +155,20 @@ impl TestDb {
         TestDb { name, config }
     }
 
+    /// An empty database, never migrated: for the runner's own tests.
+    pub async fn empty() -> TestDb {
+        let server = server();
+        let admin = admin_client(&server.admin).await;
+        let name = format!("holdfast_test_{}", Uuid::new_v4().simple());
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create test database");
+        let mut config = server.admin.clone();
+        config.postgres.dbname(&name);
+        TestDb { name, config }
+    }
+
     /// A new connection of its own (its own session: for COMMIT, NOTIFY,
     /// several sessions, or killing one).
     pub async fn connect(&self) -> Client {

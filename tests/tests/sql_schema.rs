@@ -1,24 +1,23 @@
-//! The schema source itself: each function defined once, in the function
-//! files; migrations after the split define none; a changed function file is
-//! re-applied; every event type the SQL emits is a known event type; each
+//! The schema source itself: the area files are the current schema (a
+//! fresh install, an upgraded Holdfast 0.1.0 and the checked-in dump agree),
+//! each function is defined once in them, changed code is re-applied and
+//! removed code dropped, an install stopped partway through the old history
+//! is refused; every event type the SQL emits is a known event type; each
 //! text enum of the domain has exactly the strings its column's CHECK allows.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 use holdfast_engine::config::Provider;
 use holdfast_engine::domain::{
     AgentState, ApprovalStatus, CommandResultState, InputMode, QuestionStatus, ToolCallStatus,
     ToolKind, TurnOutcome, WebhookDeliveryStatus,
 };
-use holdfast_engine::migrate::{self, FUNCTION_FILES, MIGRATIONS};
+use holdfast_engine::migrate::{self, MIGRATIONS, SCHEMA_FILES};
 use holdfast_tests::TestDb;
 use strum::VariantArray;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
-
-/// The last migration written before functions moved to `sql/functions/`:
-/// later migrations hold tables, indexes, triggers and views only.
-const LAST_MIGRATION_WITH_FUNCTIONS: i32 = 9;
 
 /// `CREATE [OR REPLACE] FUNCTION holdfast.NAME(` at the start of a line.
 fn defined_functions(sql: &str) -> Vec<String> {
@@ -32,11 +31,188 @@ fn defined_functions(sql: &str) -> Vec<String> {
         .collect()
 }
 
+fn repo_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(relative)
+}
+
+/// The checked-in dump of a fresh install's schema.
+const SCHEMA_DUMP: &str = "sql/schema.dump.sql";
+
+/// `pg_dump --schema-only` of the holdfast schema, made comparable: no
+/// owners or grants, no weekly event partitions (which ones exist depends
+/// on the day), and without the lines that change from run to run or with
+/// the dumping client's version.
+fn schema_dump(db: &TestDb) -> String {
+    let bin = holdfast_engine::cluster::find_bin_dir().expect("PostgreSQL binaries");
+    let output = std::process::Command::new(bin.join("pg_dump"))
+        .args([
+            "--schema-only",
+            "--schema=holdfast",
+            "--exclude-table=holdfast.events_w*",
+            "--no-owner",
+            "--no-privileges",
+            "--dbname",
+        ])
+        .arg(db.url())
+        .output()
+        .expect("run pg_dump");
+    assert!(
+        output.status.success(),
+        "pg_dump failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let dump = String::from_utf8(output.stdout).expect("pg_dump writes UTF-8");
+    dump.lines()
+        .filter(|line| {
+            !line.starts_with("\\restrict")
+                && !line.starts_with("\\unrestrict")
+                && !line.starts_with("-- Dumped from")
+                && !line.starts_with("-- Dumped by")
+        })
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
+/// The first lines where two dumps differ, with a little context.
+fn first_difference(expected: &str, actual: &str) -> String {
+    let (expected, actual): (Vec<&str>, Vec<&str>) =
+        (expected.lines().collect(), actual.lines().collect());
+    let at = expected
+        .iter()
+        .zip(&actual)
+        .position(|(a, b)| a != b)
+        .unwrap_or(expected.len().min(actual.len()));
+    let from = at.saturating_sub(3);
+    format!(
+        "first difference at line {}:\n--- expected\n{}\n--- actual\n{}",
+        at + 1,
+        expected[from..(at + 8).min(expected.len())].join("\n"),
+        actual[from..(at + 8).min(actual.len())].join("\n")
+    )
+}
+
+/// A fresh install is exactly the checked-in dump. After changing the
+/// schema, regenerate the dump with
+/// `HOLDFAST_WRITE_SCHEMA_DUMP=1 cargo test -p holdfast-tests --test sql_schema a_fresh_install`
+/// (and read its diff: it is the change a DBA will see).
 #[tokio::test]
-async fn every_function_is_defined_once_in_the_function_files() {
+async fn a_fresh_install_is_the_checked_in_schema_dump() {
+    let db = TestDb::new().await;
+    let fresh = schema_dump(&db);
+    let path = repo_path(SCHEMA_DUMP);
+    if std::env::var_os("HOLDFAST_WRITE_SCHEMA_DUMP").is_some() {
+        std::fs::write(&path, &fresh).expect("write the schema dump");
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == fresh,
+        "{SCHEMA_DUMP} is not a fresh install's schema (regenerate it: see this test's doc); {}",
+        first_difference(&committed, &fresh)
+    );
+}
+
+/// An install of Holdfast 0.1.0 (its schema as `sql/releases/0.1.0.sql`
+/// keeps it), upgraded by this runner, is exactly a fresh install: the
+/// area files and the migrations since the baseline agree, and the upgrade
+/// keeps its data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgraded_0_1_0_install_is_a_fresh_install() {
+    let db = TestDb::empty().await;
+    let client = db.connect().await;
+    let release = std::fs::read_to_string(repo_path("sql/releases/0.1.0.sql")).unwrap();
+    client.batch_execute(&release).await.unwrap();
+    // Reconnect: the dump sets this session's search_path to nothing.
+    drop(client);
+    let mut client = db.connect().await;
+    client
+        .batch_execute(
+            "INSERT INTO holdfast.projects (id, name) VALUES ('0190b6a0-0000-7000-8000-000000000001', 'kept');
+             INSERT INTO holdfast.agents (id, project_id, config)
+             VALUES ('0190b6a0-0000-7000-8000-000000000002', '0190b6a0-0000-7000-8000-000000000001',
+                     '{\"model\": {\"provider\": \"anthropic\", \"name\": \"m\"}}');",
+        )
+        .await
+        .unwrap();
+    let applied = migrate::migrate(&mut client).await.unwrap();
+    let expected: Vec<&str> = MIGRATIONS
+        .iter()
+        .map(|m| m.name)
+        .chain(SCHEMA_FILES.iter().map(|f| f.name))
+        .collect();
+    assert_eq!(
+        applied, expected,
+        "the migrations since the baseline, then every area's code"
+    );
+    assert!(
+        migrate::migrate(&mut client).await.unwrap().is_empty(),
+        "a second run finds the upgraded database current"
+    );
+    let kept: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.agents a JOIN holdfast.projects p ON p.id = a.project_id
+              WHERE p.name = 'kept'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 1, "the upgrade kept the data");
+
+    let fresh = TestDb::new().await;
+    let (expected, upgraded) = (schema_dump(&fresh), schema_dump(&db));
+    assert!(
+        expected == upgraded,
+        "an upgraded 0.1.0 install differs from a fresh install; {}",
+        first_difference(&expected, &upgraded)
+    );
+}
+
+/// An install that stopped partway through the migrations squashed into
+/// the baseline cannot be finished by this runner: it refuses, changes
+/// nothing, and says what to do.
+#[tokio::test]
+async fn an_install_stopped_partway_through_the_old_history_is_refused() {
+    let db = TestDb::empty().await;
+    let mut client = db.connect().await;
+    client
+        .batch_execute(
+            "CREATE SCHEMA holdfast;
+             CREATE TABLE holdfast.schema_migrations (
+                 version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,
+                 applied_at timestamptz NOT NULL DEFAULT clock_timestamp());
+             INSERT INTO holdfast.schema_migrations (version, name, checksum)
+             VALUES (1, '0001_core.sql', 'x'), (32, '0032_partitions.sql', 'y');",
+        )
+        .await
+        .unwrap();
+    let refused = migrate::migrate(&mut client).await.unwrap_err().to_string();
+    for needle in [
+        "stopped partway",
+        "0032_partitions.sql",
+        "Holdfast 0.1.0",
+        "holdfast migrate",
+    ] {
+        assert!(refused.contains(needle), "{needle:?} in: {refused}");
+    }
+    let tables: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_class WHERE relnamespace = 'holdfast'::regnamespace
+                AND relkind IN ('r', 'p')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 2, "only the runner's bookkeeping tables");
+}
+
+#[tokio::test]
+async fn every_function_is_defined_once_in_the_area_files() {
     let mut files_by_function: BTreeMap<String, Vec<&str>> = BTreeMap::new();
-    for file in FUNCTION_FILES {
-        for name in defined_functions(file.sql) {
+    for file in SCHEMA_FILES {
+        for name in defined_functions(file.code()) {
             files_by_function.entry(name).or_default().push(file.name);
         }
     }
@@ -61,9 +237,6 @@ async fn every_function_is_defined_once_in_the_function_files() {
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     let in_database: BTreeSet<String> = signatures.iter().map(|(n, _)| n.clone()).collect();
-    // An overload left behind by a signature change (a new argument makes a
-    // second function, it does not replace the first) would still run for
-    // callers that match it: a migration must drop the old signature.
     assert_eq!(
         in_database.len(),
         signatures.len(),
@@ -74,7 +247,7 @@ async fn every_function_is_defined_once_in_the_function_files() {
     let only_in_files: Vec<_> = in_files.difference(&in_database).collect();
     assert!(
         only_in_database.is_empty() && only_in_files.is_empty(),
-        "function files and database disagree: only in the database {only_in_database:?}, \
+        "area files and database disagree: only in the database {only_in_database:?}, \
          only in the files {only_in_files:?}"
     );
 }
@@ -82,36 +255,46 @@ async fn every_function_is_defined_once_in_the_function_files() {
 #[test]
 fn docs_sql_indexes_every_function_under_its_file() {
     let docs = include_str!("../../docs/sql.md");
-    for file in FUNCTION_FILES {
+    for file in SCHEMA_FILES {
+        let defined: BTreeSet<String> = defined_functions(file.code()).into_iter().collect();
         let row = docs
             .lines()
             .find(|l| l.starts_with(&format!("| `{}` |", file.name)))
             .unwrap_or_else(|| panic!("docs/sql.md has no row for {}", file.name));
-        let listed: BTreeSet<&str> = row.split('`').skip(3).step_by(2).collect();
-        let defined: BTreeSet<String> = defined_functions(file.sql).into_iter().collect();
+        let listed: BTreeSet<&str> = row
+            .split(" | ")
+            .nth(2)
+            .unwrap_or_default()
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .collect();
         let defined: BTreeSet<&str> = defined.iter().map(String::as_str).collect();
         assert_eq!(listed, defined, "docs/sql.md's row for {}", file.name);
     }
 }
 
+/// Functions and triggers live in the area files' code, which is
+/// re-applied as a whole; a migration holds structure and data only.
 #[test]
-fn migrations_after_the_split_define_no_functions() {
-    for migration in MIGRATIONS
-        .iter()
-        .filter(|m| m.version > LAST_MIGRATION_WITH_FUNCTIONS)
-    {
+fn migrations_define_no_functions_or_triggers() {
+    for migration in MIGRATIONS {
         let functions = defined_functions(migration.sql);
+        let triggers = migration
+            .sql
+            .lines()
+            .any(|line| line.starts_with("CREATE TRIGGER"));
         assert!(
-            functions.is_empty(),
-            "{} defines {functions:?}: put the definition in sql/functions/ \
-             (a migration may DROP a function whose signature changes)",
+            functions.is_empty() && !triggers,
+            "{} defines functions {functions:?} or triggers: put them in their area file \
+             under sql/schema/, after its code marker",
             migration.name
         );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_changed_function_file_is_reapplied_and_an_unchanged_one_is_not() {
+async fn changed_code_is_reapplied_and_unchanged_code_is_not() {
     let db = TestDb::new().await;
     let mut client = db.connect().await;
     assert!(
@@ -119,19 +302,19 @@ async fn a_changed_function_file_is_reapplied_and_an_unchanged_one_is_not() {
         "a migrated database is current"
     );
 
-    // Simulate a database whose leases.sql predates the one in this build:
-    // an older recorded checksum and an older body.
+    // Simulate a database whose steps code predates this build's: an older
+    // recorded checksum and an older body.
     client
         .batch_execute(
             "UPDATE holdfast.schema_functions SET checksum = 'older'
-              WHERE name = 'functions/steps.sql';
+              WHERE name = 'schema/steps.sql';
              CREATE OR REPLACE FUNCTION holdfast.interrupted_output() RETURNS jsonb
              LANGUAGE sql IMMUTABLE AS $$ SELECT '\"stale\"'::jsonb $$;",
         )
         .await
         .unwrap();
     let applied = migrate::migrate(&mut client).await.unwrap();
-    assert_eq!(applied, vec!["functions/steps.sql"]);
+    assert_eq!(applied, vec!["schema/steps.sql"]);
     let output: serde_json::Value = client
         .query_one("SELECT holdfast.interrupted_output()", &[])
         .await
@@ -145,15 +328,56 @@ async fn a_changed_function_file_is_reapplied_and_an_unchanged_one_is_not() {
     assert!(migrate::migrate(&mut client).await.unwrap().is_empty());
 }
 
+/// A function or trigger that is no longer in the area files (removed, or
+/// a function's old signature) is dropped when the code is re-applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_removed_from_the_area_files_is_dropped() {
+    let db = TestDb::new().await;
+    let mut client = db.connect().await;
+    client
+        .batch_execute(
+            "CREATE FUNCTION holdfast.removed_function() RETURNS trigger
+             LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+             CREATE TRIGGER _999_removed AFTER INSERT ON holdfast.agents
+                 FOR EACH ROW EXECUTE FUNCTION holdfast.removed_function();
+             CREATE FUNCTION holdfast.interrupted_output(old_argument int) RETURNS jsonb
+             LANGUAGE sql IMMUTABLE AS $$ SELECT 'null'::jsonb $$;
+             UPDATE holdfast.schema_functions SET checksum = 'older'
+              WHERE name = 'schema/base.sql';",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        migrate::migrate(&mut client).await.unwrap(),
+        vec!["schema/base.sql"]
+    );
+    let left: Vec<String> = client
+        .query(
+            "SELECT p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')'
+               FROM pg_proc p
+              WHERE p.pronamespace = 'holdfast'::regnamespace
+                AND p.proname IN ('removed_function', 'interrupted_output')
+             UNION ALL
+             SELECT tgname::text FROM pg_trigger WHERE tgname = '_999_removed'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(left, ["interrupted_output()"]);
+}
+
 #[tokio::test]
 async fn every_event_type_the_sql_emits_is_in_event_types() {
-    // Event types are the dotted literals of the function files, less the
+    // Event types are the dotted literals of the area files' code, less the
     // field names (passed to holdfast.raise, or returned as a check's
     // `(field, message)` row) and the holdfast.* settings.
     let mut emitted = BTreeSet::new();
-    for file in FUNCTION_FILES {
+    for file in SCHEMA_FILES {
         for line in file
-            .sql
+            .code()
             .lines()
             .filter(|l| !l.contains("holdfast.raise(") && !l.contains("RETURN QUERY SELECT '"))
         {
@@ -276,7 +500,7 @@ async fn each_text_enum_has_the_strings_of_its_column_check() {
 }
 
 /// The two unique keys most rows leave NULL (a subagent's parent tool call,
-/// a message's input) are partial (0040): they still refuse a second row
+/// a message's input) are partial: they still refuse a second row
 /// with the same value, and their indexes hold only the rows that have one
 /// (every agent-row rewrite used to add a NULL entry).
 #[tokio::test]

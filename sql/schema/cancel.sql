@@ -1,9 +1,18 @@
--- sql/functions/cancel.sql — cancelling a turn, from the API and from the worker.
+-- sql/schema/cancel.sql — cancelling a turn, from the API and from the worker.
 --
--- The current definition of each function in this area, one definition
--- each. `holdfast migrate` re-applies this file (after the numbered
--- migrations) whenever its text changes; the numbered migrations are the
--- applied history of tables, indexes, triggers and views. See docs/sql.md.
+-- This area's current schema: its tables, indexes and views first, then,
+-- after the line below, its functions and triggers.
+-- Each object is defined here once, as it is now. See docs/sql.md for how
+-- a fresh install applies these files and how a change is added.
+
+CREATE TABLE holdfast.subagent_cancels (
+    tool_call_id uuid NOT NULL,
+    child_agent_id uuid NOT NULL,
+    created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    CONSTRAINT subagent_cancels_pkey PRIMARY KEY (tool_call_id)
+);
+
+-- ==== functions and triggers ====
 
 -- request_cancel (0002), its body now cancel_locked_turn (shared with the
 -- cascade). Locks the agent row. Raises HF404, HF409 (idle or archived: no
@@ -132,7 +141,6 @@ BEGIN
     RETURN NULL;
 END
 $$;
-DROP TRIGGER IF EXISTS _400_cancel_subagent ON holdfast.tool_calls;
 CREATE TRIGGER _400_cancel_subagent AFTER UPDATE OF status ON holdfast.tool_calls
     FOR EACH ROW WHEN (NEW.status = 'cancelled' AND OLD.status = 'waiting' AND NEW.child_agent_id IS NOT NULL)
     EXECUTE FUNCTION holdfast.tg_tool_calls_cancel_subagent();

@@ -1,9 +1,9 @@
--- sql/functions/retention.sql — time partitions of events and per-project retention: creating upcoming partitions, dropping expired ones, bounded deletes of the rest.
+-- sql/schema/retention.sql — time partitions of events and per-project retention: creating upcoming partitions, dropping expired ones, bounded deletes of the rest.
 --
--- The current definition of each function in this area, one definition
--- each. `holdfast migrate` re-applies this file (after the numbered
--- migrations) whenever its text changes; the numbered migrations are the
--- applied history of tables, indexes, triggers and views. See docs/sql.md.
+-- This area's current schema: its tables, indexes and views first, then,
+-- after the line below, its functions and triggers.
+-- Each object is defined here once, as it is now. See docs/sql.md for how
+-- a fresh install applies these files and how a change is added.
 --
 -- What retention may remove, per project with retention_events set: the
 -- events older than now - retention_events of its *finished* agents (no
@@ -18,6 +18,8 @@
 -- its messages (what the next model call is built from, including a
 -- compaction's summary in agents.context_summary), its tool call and input
 -- rows, a file its next model call would send.
+
+-- ==== functions and triggers ====
 
 -- Create the weekly partitions covering [p_from, p_until) that are missing
 -- (`events_wYYYYMMDD`, named after the week's Monday, UTC). A week whose

@@ -1,10 +1,43 @@
--- sql/functions/endpoints.sql — operator-owned model endpoints, projects' own provider keys, and masking config secrets.
+-- sql/schema/endpoints.sql — operator-owned model endpoints, projects' own provider keys, and masking config secrets.
 --
--- The current definition of each function in this area, one definition
--- each. `holdfast migrate` re-applies this file (after the numbered
--- migrations) whenever its text changes; the numbered migrations are the
--- applied history of tables, indexes, triggers and views. See docs/sql.md.
+-- This area's current schema: its tables, indexes and views first, then,
+-- after the line below, its functions and triggers.
+-- Each object is defined here once, as it is now. See docs/sql.md for how
+-- a fresh install applies these files and how a change is added.
 
+CREATE TABLE holdfast.model_endpoints (
+    id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
+    name text NOT NULL,
+    kind text NOT NULL,
+    base_url text NOT NULL,
+    credential_env text,
+    project_id uuid,
+    models text[],
+    created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    CONSTRAINT model_endpoints_base_url_check CHECK (base_url ~ '^https?://[^/?#]+'),
+    CONSTRAINT model_endpoints_credential_env_check CHECK ((credential_env ~ '^[A-Z_][A-Z0-9_]{0,127}$') AND (credential_env !~~ 'HOLDFAST\_%')),
+    CONSTRAINT model_endpoints_kind_check CHECK (kind IN ('anthropic', 'openai')),
+    CONSTRAINT model_endpoints_models_check CHECK ((models IS NULL) OR ((cardinality(models) > 0) AND (array_position(models, NULL::text) IS NULL))),
+    CONSTRAINT model_endpoints_name_check CHECK ((name ~ '^[a-z0-9][a-z0-9._-]{0,62}$') AND (name <> 'default')),
+    CONSTRAINT model_endpoints_pkey PRIMARY KEY (id),
+    CONSTRAINT model_endpoints_name_key UNIQUE (name),
+    CONSTRAINT model_endpoints_project_id_fkey FOREIGN KEY (project_id) REFERENCES holdfast.projects(id)
+);
+
+CREATE TABLE holdfast.project_provider_keys (
+    project_id uuid NOT NULL,
+    provider text NOT NULL,
+    sealed bytea NOT NULL,
+    key_fingerprint text NOT NULL,
+    created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    updated_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    CONSTRAINT project_provider_keys_provider_check CHECK (provider IN ('anthropic', 'openai')),
+    CONSTRAINT project_provider_keys_sealed_check CHECK (length(sealed) > 29),
+    CONSTRAINT project_provider_keys_pkey PRIMARY KEY (project_id, provider),
+    CONSTRAINT project_provider_keys_project_id_fkey FOREIGN KEY (project_id) REFERENCES holdfast.projects(id)
+);
+
+-- ==== functions and triggers ====
 
 -- The id of an existing project named p_name. Raises HF404: operator
 -- settings for a misspelt project must not create one silently.

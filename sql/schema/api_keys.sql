@@ -1,9 +1,23 @@
--- sql/functions/api_keys.sql — API keys: hashing, creation, authentication, revocation.
+-- sql/schema/api_keys.sql — API keys: hashing, creation, authentication, revocation.
 --
--- The current definition of each function in this area, one definition
--- each. `holdfast migrate` re-applies this file (after the numbered
--- migrations) whenever its text changes; the numbered migrations are the
--- applied history of tables, indexes, triggers and views. See docs/sql.md.
+-- This area's current schema: its tables, indexes and views first, then,
+-- after the line below, its functions and triggers.
+-- Each object is defined here once, as it is now. See docs/sql.md for how
+-- a fresh install applies these files and how a change is added.
+
+CREATE TABLE holdfast.api_keys (
+    id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
+    project_id uuid NOT NULL,
+    key_hash bytea NOT NULL,
+    prefix text NOT NULL,
+    created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    revoked_at timestamptz,
+    CONSTRAINT api_keys_pkey PRIMARY KEY (id),
+    CONSTRAINT api_keys_key_hash_key UNIQUE (key_hash),
+    CONSTRAINT api_keys_project_id_fkey FOREIGN KEY (project_id) REFERENCES holdfast.projects(id)
+);
+
+-- ==== functions and triggers ====
 
 -- A key's hash: SHA-256 of its UTF-8 text. Keys are long and random, so a
 -- plain hash (no salt, no stretching) is enough and lets lookups use the

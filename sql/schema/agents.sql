@@ -1,9 +1,160 @@
--- sql/functions/agents.sql — projects, agent config validation and changes, inputs.
+-- sql/schema/agents.sql — projects, agent config validation and changes, inputs.
 --
--- The current definition of each function in this area, one definition
--- each. `holdfast migrate` re-applies this file (after the numbered
--- migrations) whenever its text changes; the numbered migrations are the
--- applied history of tables, indexes, triggers and views. See docs/sql.md.
+-- This area's current schema: its tables, indexes and views first, then,
+-- after the line below, its functions and triggers.
+-- Each object is defined here once, as it is now. See docs/sql.md for how
+-- a fresh install applies these files and how a change is added.
+
+CREATE TYPE holdfast.new_input AS (
+	project_id uuid,
+	agent_id uuid,
+	content jsonb,
+	idempotency_key text,
+	trace_parent text,
+	trace_state text,
+	mode text
+);
+
+CREATE TABLE holdfast.projects (
+    id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
+    name text NOT NULL,
+    created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    max_running integer,
+    allow_custom_model_urls boolean DEFAULT false NOT NULL,
+    retention_events interval,
+    allow_server_tools boolean DEFAULT false NOT NULL,
+    CONSTRAINT projects_max_running_check CHECK (max_running >= 0),
+    CONSTRAINT projects_name_check CHECK (name <> ''),
+    CONSTRAINT projects_retention_events_check CHECK (retention_events > '00:00:00'::interval),
+    CONSTRAINT projects_pkey PRIMARY KEY (id),
+    CONSTRAINT projects_name_key UNIQUE (name)
+);
+
+CREATE TABLE holdfast.agents (
+    id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
+    project_id uuid NOT NULL,
+    config jsonb NOT NULL,
+    state text DEFAULT 'idle' NOT NULL,
+    turn_open boolean DEFAULT false NOT NULL,
+    model_attempts integer DEFAULT 0 NOT NULL,
+    run_after timestamptz DEFAULT holdfast.now() NOT NULL,
+    lease_owner text,
+    lease_epoch bigint DEFAULT 0 NOT NULL,
+    lease_expires_at timestamptz,
+    lease_pid integer,
+    lease_backend_start timestamptz,
+    cancel_requested_at timestamptz,
+    last_event_seq bigint DEFAULT 0 NOT NULL,
+    last_message_seq bigint DEFAULT 0 NOT NULL,
+    last_step_seq bigint DEFAULT 0 NOT NULL,
+    last_event_at timestamptz,
+    state_changed_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    updated_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    context_summary text,
+    context_start_seq bigint DEFAULT 0 NOT NULL,
+    parent_tool_call_id uuid,
+    step_failures integer DEFAULT 0 NOT NULL,
+    turn_model_steps integer DEFAULT 0 NOT NULL,
+    subagent_depth integer DEFAULT 0 NOT NULL,
+    root_agent_id uuid,
+    turn_seq bigint DEFAULT 0 NOT NULL,
+    turn_usage holdfast.token_usage DEFAULT ROW((0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, NULL::numeric) NOT NULL,
+    usage holdfast.token_usage DEFAULT ROW((0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, NULL::numeric) NOT NULL,
+    turn_trace_parent text,
+    turn_trace_state text,
+    first_attempt_epoch bigint,
+    lost_attempt_epoch bigint,
+    lost_attempt_started_at timestamptz,
+    lost_attempt_ended_at timestamptz,
+    events_pruned_before timestamptz,
+    budget_grants jsonb DEFAULT '{}'::jsonb NOT NULL,
+    attachment_bytes bigint DEFAULT 0 NOT NULL,
+    last_turn_started_at timestamptz,
+    last_turn_ended_at timestamptz,
+    last_turn_outcome text,
+    last_turn_error jsonb,
+    CONSTRAINT agents_attachment_bytes_check CHECK (attachment_bytes >= 0),
+    CONSTRAINT agents_last_turn_outcome_check CHECK (last_turn_outcome IN ('completed', 'failed', 'cancelled', 'limit')),
+    CONSTRAINT agents_last_turn_outcome_iff_ended CHECK ((last_turn_outcome IS NULL) = (last_turn_ended_at IS NULL)),
+    CONSTRAINT agents_lease_iff_running CHECK ((state = 'running') = ((lease_owner IS NOT NULL) AND (lease_expires_at IS NOT NULL))),
+    CONSTRAINT agents_lost_attempt_complete CHECK (((lost_attempt_epoch IS NULL) = (first_attempt_epoch IS NULL)) AND ((lost_attempt_epoch IS NULL) = (lost_attempt_started_at IS NULL)) AND ((lost_attempt_epoch IS NULL) = (lost_attempt_ended_at IS NULL))),
+    CONSTRAINT agents_state_check CHECK (state IN ('idle', 'ready', 'running', 'waiting', 'archived')),
+    CONSTRAINT agents_step_failures_check CHECK (step_failures >= 0),
+    CONSTRAINT agents_turn_trace_parent_check CHECK (turn_trace_parent ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'),
+    CONSTRAINT agents_pkey PRIMARY KEY (id),
+    CONSTRAINT agents_project_id_fkey FOREIGN KEY (project_id) REFERENCES holdfast.projects(id),
+    CONSTRAINT agents_root_agent_id_fkey FOREIGN KEY (root_agent_id) REFERENCES holdfast.agents(id)
+);
+
+CREATE INDEX agents_project_activity_idx ON holdfast.agents (project_id, COALESCE(last_event_at, created_at) DESC, id DESC);
+
+CREATE INDEX agents_project_idx ON holdfast.agents (project_id, id);
+
+CREATE INDEX agents_project_state_activity_idx ON holdfast.agents (project_id, state, COALESCE(last_event_at, created_at) DESC, id DESC);
+
+CREATE INDEX agents_ready_at_idx ON holdfast.agents (GREATEST(run_after, state_changed_at), id) WHERE (state = 'ready');
+
+CREATE INDEX agents_ready_project_idx ON holdfast.agents (project_id, GREATEST(run_after, state_changed_at), id) WHERE (state = 'ready');
+
+CREATE INDEX agents_root_idx ON holdfast.agents (root_agent_id) WHERE (root_agent_id IS NOT NULL);
+
+CREATE INDEX agents_running_idx ON holdfast.agents (lease_expires_at) WHERE (state = 'running');
+
+CREATE UNIQUE INDEX agents_parent_tool_call_idx ON holdfast.agents (parent_tool_call_id) WHERE (parent_tool_call_id IS NOT NULL);
+
+CREATE TABLE holdfast.inputs (
+    id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
+    project_id uuid NOT NULL,
+    agent_id uuid NOT NULL,
+    content jsonb NOT NULL,
+    idempotency_key text,
+    consumed_at timestamptz,
+    created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    trace_parent text,
+    trace_state text,
+    mode text DEFAULT 'steer' NOT NULL,
+    admitted_at timestamptz DEFAULT holdfast.now(),
+    removed_at timestamptz,
+    content_pruned_at timestamptz,
+    CONSTRAINT inputs_admitted_unless_queued CHECK ((mode = 'queue') OR (admitted_at IS NOT NULL)),
+    CONSTRAINT inputs_idempotency_key_check CHECK ((length(idempotency_key) >= 1) AND (length(idempotency_key) <= 255)),
+    CONSTRAINT inputs_mode_check CHECK (mode IN ('steer', 'queue', 'interrupt')),
+    CONSTRAINT inputs_removed_not_admitted CHECK ((removed_at IS NULL) OR ((admitted_at IS NULL) AND (consumed_at IS NULL))),
+    CONSTRAINT inputs_trace_parent_check CHECK (trace_parent ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'),
+    CONSTRAINT inputs_trace_state_check CHECK (length(trace_state) <= 512),
+    CONSTRAINT inputs_trace_state_needs_parent CHECK ((trace_state IS NULL) OR (trace_parent IS NOT NULL)),
+    CONSTRAINT inputs_pkey PRIMARY KEY (id),
+    CONSTRAINT inputs_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id),
+    CONSTRAINT inputs_project_id_fkey FOREIGN KEY (project_id) REFERENCES holdfast.projects(id)
+);
+
+CREATE INDEX inputs_pending_idx ON holdfast.inputs (agent_id, created_at, id) WHERE (consumed_at IS NULL);
+
+CREATE INDEX inputs_queued_idx ON holdfast.inputs (agent_id, created_at, id) WHERE ((admitted_at IS NULL) AND (removed_at IS NULL));
+
+CREATE UNIQUE INDEX inputs_idempotency_idx ON holdfast.inputs (project_id, idempotency_key) WHERE (idempotency_key IS NOT NULL);
+
+CREATE TABLE holdfast.limit_settings (
+    singleton boolean DEFAULT true NOT NULL,
+    max_model_steps_per_turn integer DEFAULT 100 NOT NULL,
+    max_tool_calls_per_response integer DEFAULT 64 NOT NULL,
+    max_subagent_depth integer DEFAULT 4 NOT NULL,
+    max_live_children integer DEFAULT 16 NOT NULL,
+    max_descendants integer DEFAULT 64 NOT NULL,
+    updated_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    CONSTRAINT limit_settings_max_descendants_check CHECK (max_descendants > 0),
+    CONSTRAINT limit_settings_max_live_children_check CHECK (max_live_children > 0),
+    CONSTRAINT limit_settings_max_model_steps_per_turn_check CHECK (max_model_steps_per_turn > 0),
+    CONSTRAINT limit_settings_max_subagent_depth_check CHECK (max_subagent_depth > 0),
+    CONSTRAINT limit_settings_max_tool_calls_per_response_check CHECK (max_tool_calls_per_response > 0),
+    CONSTRAINT limit_settings_singleton_check CHECK (singleton),
+    CONSTRAINT limit_settings_pkey PRIMARY KEY (singleton)
+);
+
+INSERT INTO holdfast.limit_settings DEFAULT VALUES;
+
+-- ==== functions and triggers ====
 
 -- Create a project if none has this name; return its id.
 CREATE OR REPLACE FUNCTION holdfast.ensure_project(p_name text)
@@ -827,6 +978,8 @@ BEGIN
     RETURN NULL;
 END
 $$;
+CREATE TRIGGER _100_reset_retry_budget AFTER INSERT ON holdfast.inputs
+    FOR EACH ROW EXECUTE FUNCTION holdfast.tg_inputs_reset_retry_budget();
 
 
 -- The names of the limits, in the order they are documented.
@@ -942,10 +1095,6 @@ BEGIN
     RETURN NULL;
 END
 $$;
-DROP TRIGGER IF EXISTS _250_record_last_turn ON holdfast.events;
-CREATE TRIGGER _250_record_last_turn AFTER INSERT ON holdfast.events
-    FOR EACH ROW WHEN (NEW.type IN ('turn.started', 'turn.completed', 'turn.failed', 'turn.cancelled'))
-    EXECUTE FUNCTION holdfast.tg_events_record_last_turn();
 
 -- An agent's latest turn as the API shows it (AgentView.last_turn): its
 -- number, outcome (NULL while open), error, start and end, and its usage

@@ -1,9 +1,69 @@
--- sql/functions/webhooks.sql — webhook endpoints and the delivery outbox.
+-- sql/schema/webhooks.sql — webhook endpoints and the delivery outbox.
 --
--- The current definition of each function in this area, one definition
--- each. `holdfast migrate` re-applies this file (after the numbered
--- migrations) whenever its text changes; the numbered migrations are the
--- applied history of tables, indexes, triggers and views. See docs/sql.md.
+-- This area's current schema: its tables, indexes and views first, then,
+-- after the line below, its functions and triggers.
+-- Each object is defined here once, as it is now. See docs/sql.md for how
+-- a fresh install applies these files and how a change is added.
+
+CREATE TABLE holdfast.webhook_endpoints (
+    id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
+    project_id uuid NOT NULL,
+    url text NOT NULL,
+    events text[] NOT NULL,
+    description text,
+    secret text NOT NULL,
+    created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    deleted_at timestamptz,
+    CONSTRAINT webhook_endpoints_events_check CHECK (cardinality(events) > 0),
+    CONSTRAINT webhook_endpoints_secret_check CHECK (secret ~~ 'whsec\_%'),
+    CONSTRAINT webhook_endpoints_pkey PRIMARY KEY (id),
+    CONSTRAINT webhook_endpoints_project_id_fkey FOREIGN KEY (project_id) REFERENCES holdfast.projects(id)
+);
+
+CREATE INDEX webhook_endpoints_project_idx ON holdfast.webhook_endpoints (project_id, id) WHERE (deleted_at IS NULL);
+
+CREATE TABLE holdfast.webhook_deliveries (
+    id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
+    endpoint_id uuid NOT NULL,
+    agent_id uuid NOT NULL,
+    event_seq bigint NOT NULL,
+    event_id uuid NOT NULL,
+    event_type text NOT NULL,
+    status text DEFAULT 'pending' NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamptz,
+    claimed_until timestamptz,
+    last_attempt_at timestamptz,
+    last_status_code integer,
+    last_error text,
+    created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    delivered_at timestamptz,
+    failed_at timestamptz,
+    event_created_at timestamptz NOT NULL,
+    trace_parent text,
+    trace_state text,
+    CONSTRAINT webhook_deliveries_claimed_is_pending CHECK ((claimed_until IS NULL) OR (status = 'pending')),
+    CONSTRAINT webhook_deliveries_delivered_has_time CHECK ((status = 'delivered') = (delivered_at IS NOT NULL)),
+    CONSTRAINT webhook_deliveries_failed_has_time CHECK ((status = 'failed') = (failed_at IS NOT NULL)),
+    CONSTRAINT webhook_deliveries_pending_is_scheduled CHECK ((status = 'pending') = (next_attempt_at IS NOT NULL)),
+    CONSTRAINT webhook_deliveries_status_check CHECK (status IN ('pending', 'delivered', 'failed')),
+    CONSTRAINT webhook_deliveries_pkey PRIMARY KEY (id),
+    CONSTRAINT webhook_deliveries_endpoint_id_agent_id_event_seq_key UNIQUE (endpoint_id, agent_id, event_seq),
+    CONSTRAINT webhook_deliveries_endpoint_id_fkey FOREIGN KEY (endpoint_id) REFERENCES holdfast.webhook_endpoints(id),
+    CONSTRAINT webhook_deliveries_event_fkey FOREIGN KEY (agent_id, event_seq, event_created_at) REFERENCES holdfast.events(agent_id, seq, created_at)
+);
+
+CREATE INDEX webhook_deliveries_claimed_idx ON holdfast.webhook_deliveries (endpoint_id) WHERE (claimed_until IS NOT NULL);
+
+CREATE INDEX webhook_deliveries_due_idx ON holdfast.webhook_deliveries (next_attempt_at, id) WHERE (status = 'pending');
+
+CREATE INDEX webhook_deliveries_endpoint_idx ON holdfast.webhook_deliveries (endpoint_id, id);
+
+CREATE INDEX webhook_deliveries_event_idx ON holdfast.webhook_deliveries (agent_id, event_seq);
+
+CREATE INDEX webhook_deliveries_queue_idx ON holdfast.webhook_deliveries (endpoint_id, agent_id, event_seq) WHERE (status = 'pending');
+
+-- ==== functions and triggers ====
 
 -- Validate a webhook URL; raise HF422 (field url) unless it is an absolute
 -- http(s) URL with a host, and, when p_allow_private is false, the host is
@@ -203,6 +263,9 @@ BEGIN
     RETURN NULL;
 END
 $$;
+CREATE TRIGGER _500_webhook_outbox AFTER INSERT ON holdfast.events
+    REFERENCING NEW TABLE AS new_events
+    FOR EACH STATEMENT EXECUTE FUNCTION holdfast.tg_events_webhook_outbox();
 
 -- Claim up to p_max due deliveries for one dispatcher. Bounded, SKIP LOCKED:
 -- dispatchers never wait on each other and never share a claim. Each claim

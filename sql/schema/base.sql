@@ -1,9 +1,20 @@
--- sql/functions/base.sql — the clock, ids, errors and small JSON and URL helpers every other file uses.
+-- sql/schema/base.sql — the clock, ids, errors and small JSON and URL helpers every other file uses.
 --
--- The current definition of each function in this area, one definition
--- each. `holdfast migrate` re-applies this file (after the numbered
--- migrations) whenever its text changes; the numbered migrations are the
--- applied history of tables, indexes, triggers and views. See docs/sql.md.
+-- This area's current schema: its tables, indexes and views first, then,
+-- after the line below, its functions and triggers.
+-- Each object is defined here once, as it is now. See docs/sql.md for how
+-- a fresh install applies these files and how a change is added.
+
+CREATE TYPE holdfast.token_usage AS (
+	input_tokens bigint,
+	output_tokens bigint,
+	cache_read_tokens bigint,
+	cache_write_tokens bigint,
+	reasoning_tokens bigint,
+	cost_usd numeric
+);
+
+-- ==== functions and triggers ====
 
 -- The one clock. clock_timestamp(), not now(): now() is frozen for a whole
 -- transaction. Tests shift it with `SET holdfast.clock_offset = '2 minutes'`

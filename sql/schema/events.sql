@@ -1,9 +1,37 @@
--- sql/functions/events.sql — the timeline: appending events with gap-free seqs, the event-type list, NOTIFY of new events, live deltas.
+-- sql/schema/events.sql — the timeline: appending events with gap-free seqs, the event-type list, NOTIFY of new events, live deltas.
 --
--- The current definition of each function in this area, one definition
--- each. `holdfast migrate` re-applies this file (after the numbered
--- migrations) whenever its text changes; the numbered migrations are the
--- applied history of tables, indexes, triggers and views. See docs/sql.md.
+-- This area's current schema: its tables, indexes and views first, then,
+-- after the line below, its functions and triggers.
+-- Each object is defined here once, as it is now. See docs/sql.md for how
+-- a fresh install applies these files and how a change is added.
+
+CREATE TABLE holdfast.events (
+    agent_id uuid NOT NULL,
+    seq bigint NOT NULL,
+    id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
+    type text NOT NULL,
+    data jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    CONSTRAINT events_seq_check1 CHECK (seq > 0),
+    CONSTRAINT events_pkey PRIMARY KEY (agent_id, seq, created_at),
+    CONSTRAINT events_id_created_at_key UNIQUE (id, created_at),
+    CONSTRAINT events_agent_id_fkey1 FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id)
+) PARTITION BY RANGE (created_at);
+
+CREATE TABLE holdfast.events_default PARTITION OF holdfast.events DEFAULT;
+
+CREATE UNLOGGED TABLE holdfast.stream_watches (
+    id uuid NOT NULL,
+    agent_id uuid NOT NULL,
+    listener_pid integer NOT NULL,
+    listener_backend_start timestamptz,
+    created_at timestamptz DEFAULT now() NOT NULL,
+    CONSTRAINT stream_watches_pkey PRIMARY KEY (id)
+);
+
+CREATE INDEX stream_watches_agent_idx ON holdfast.stream_watches (agent_id);
+
+-- ==== functions and triggers ====
 
 -- Append one event to an agent's timeline. The caller must hold the agent's row
 -- lock (every public function locks the agent first); the counter update
@@ -79,6 +107,9 @@ BEGIN
     RETURN NULL;
 END
 $$;
+CREATE TRIGGER _900_notify_events AFTER INSERT ON holdfast.events
+    REFERENCING NEW TABLE AS new_events
+    FOR EACH STATEMENT EXECUTE FUNCTION holdfast.tg_events_notify();
 
 -- Register a feed's watch on an agent (or move it to a new LISTEN session:
 -- p_listener_pid is the pid of the session that LISTENs on holdfast_events
@@ -129,3 +160,9 @@ BEGIN
     PERFORM pg_notify('holdfast_stream', v_payload);
 END
 $$;
+
+-- The latest turn on its agent row (tg_events_record_last_turn, in
+-- agents.sql; created here, where the events table exists).
+CREATE TRIGGER _250_record_last_turn AFTER INSERT ON holdfast.events
+    FOR EACH ROW WHEN (NEW.type IN ('turn.started', 'turn.completed', 'turn.failed', 'turn.cancelled'))
+    EXECUTE FUNCTION holdfast.tg_events_record_last_turn();

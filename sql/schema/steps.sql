@@ -1,9 +1,60 @@
--- sql/functions/steps.sql — the worker's step commits: model responses, retries, compaction, tool results, failed turns.
+-- sql/schema/steps.sql — the worker's step commits: model responses, retries, compaction, tool results, failed turns.
 --
--- The current definition of each function in this area, one definition
--- each. `holdfast migrate` re-applies this file (after the numbered
--- migrations) whenever its text changes; the numbered migrations are the
--- applied history of tables, indexes, triggers and views. See docs/sql.md.
+-- This area's current schema: its tables, indexes and views first, then,
+-- after the line below, its functions and triggers.
+-- Each object is defined here once, as it is now. See docs/sql.md for how
+-- a fresh install applies these files and how a change is added.
+
+CREATE TYPE holdfast.model_step AS (
+	agent_id uuid,
+	epoch bigint,
+	input_ids uuid[],
+	message jsonb,
+	tool_calls jsonb,
+	usage jsonb,
+	stop_reason text
+);
+
+CREATE TABLE holdfast.steps (
+    id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
+    agent_id uuid NOT NULL,
+    step_seq bigint NOT NULL,
+    kind text NOT NULL,
+    epoch bigint NOT NULL,
+    created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    turn_seq bigint,
+    provider text,
+    model text,
+    usage holdfast.token_usage,
+    CONSTRAINT steps_kind_check CHECK (kind IN ('model', 'tool', 'compaction')),
+    CONSTRAINT steps_pkey PRIMARY KEY (id),
+    CONSTRAINT steps_agent_id_step_seq_key UNIQUE (agent_id, step_seq),
+    CONSTRAINT steps_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id)
+);
+
+CREATE UNIQUE INDEX steps_model_epoch_idx ON holdfast.steps (agent_id, epoch) WHERE (kind = 'model');
+
+CREATE TABLE holdfast.messages (
+    agent_id uuid NOT NULL,
+    seq bigint NOT NULL,
+    id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
+    role text NOT NULL,
+    content jsonb NOT NULL,
+    step_id uuid,
+    input_id uuid,
+    created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    CONSTRAINT messages_content_check CHECK (jsonb_typeof(content) = 'array'),
+    CONSTRAINT messages_role_check CHECK (role IN ('user', 'assistant')),
+    CONSTRAINT messages_pkey PRIMARY KEY (agent_id, seq),
+    CONSTRAINT messages_id_key UNIQUE (id),
+    CONSTRAINT messages_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id),
+    CONSTRAINT messages_input_id_fkey FOREIGN KEY (input_id) REFERENCES holdfast.inputs(id),
+    CONSTRAINT messages_step_id_fkey FOREIGN KEY (step_id) REFERENCES holdfast.steps(id)
+);
+
+CREATE UNIQUE INDEX messages_input_idx ON holdfast.messages (input_id) WHERE (input_id IS NOT NULL);
+
+-- ==== functions and triggers ====
 
 -- The message an interrupted external call returns to the model.
 CREATE OR REPLACE FUNCTION holdfast.interrupted_output() RETURNS jsonb

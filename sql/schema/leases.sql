@@ -1,9 +1,11 @@
--- sql/functions/leases.sql — agent state, claims, leases, release and reaping.
+-- sql/schema/leases.sql — agent state, claims, leases, release and reaping.
 --
--- The current definition of each function in this area, one definition
--- each. `holdfast migrate` re-applies this file (after the numbered
--- migrations) whenever its text changes; the numbered migrations are the
--- applied history of tables, indexes, triggers and views. See docs/sql.md.
+-- This area's current schema: its tables, indexes and views first, then,
+-- after the line below, its functions and triggers.
+-- Each object is defined here once, as it is now. See docs/sql.md for how
+-- a fresh install applies these files and how a change is added.
+
+-- ==== functions and triggers ====
 
 -- Lock an agent row, or raise HF404.
 CREATE OR REPLACE FUNCTION holdfast.lock_agent(p_agent uuid)
@@ -243,6 +245,8 @@ BEGIN
     RETURN NEW;
 END
 $$;
+CREATE TRIGGER _100_state_changed BEFORE UPDATE OF state ON holdfast.agents
+    FOR EACH ROW EXECUTE FUNCTION holdfast.tg_agents_state_changed();
 
 -- Wake workers when an agent becomes claimable. The payload is empty on
 -- purpose: Postgres folds identical notifications within a transaction, so a
@@ -266,6 +270,9 @@ BEGIN
     RETURN NULL;
 END
 $$;
+CREATE TRIGGER _900_notify_ready AFTER INSERT OR UPDATE OF state ON holdfast.agents
+    FOR EACH ROW WHEN (NEW.state = 'ready')
+    EXECUTE FUNCTION holdfast.tg_agents_notify_ready();
 
 -- The ready hint of the session's last writes, sent after their commit.
 -- A transaction that NOTIFYs holds Postgres's notify queue lock from its

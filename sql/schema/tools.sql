@@ -1,9 +1,100 @@
--- sql/functions/tools.sql — tool-call waits: approvals, questions, custom tool results, subagents.
+-- sql/schema/tools.sql — tool-call waits: approvals, questions, custom tool results, subagents.
 --
--- The current definition of each function in this area, one definition
--- each. `holdfast migrate` re-applies this file (after the numbered
--- migrations) whenever its text changes; the numbered migrations are the
--- applied history of tables, indexes, triggers and views. See docs/sql.md.
+-- This area's current schema: its tables, indexes and views first, then,
+-- after the line below, its functions and triggers.
+-- Each object is defined here once, as it is now. See docs/sql.md for how
+-- a fresh install applies these files and how a change is added.
+
+CREATE TYPE holdfast.tool_result AS (
+	tool_call_id uuid,
+	output jsonb,
+	is_error boolean
+);
+
+CREATE TABLE holdfast.tool_calls (
+    id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
+    agent_id uuid NOT NULL,
+    step_id uuid NOT NULL,
+    "position" integer NOT NULL,
+    provider_id text NOT NULL,
+    name text NOT NULL,
+    input jsonb NOT NULL,
+    kind text NOT NULL,
+    status text NOT NULL,
+    running_epoch bigint,
+    output jsonb,
+    is_error boolean,
+    result_step_id uuid,
+    created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    completed_at timestamptz,
+    child_agent_id uuid,
+    output_pruned_at timestamptz,
+    CONSTRAINT tool_calls_completed_has_output CHECK ((status = 'completed') = ((output IS NOT NULL) AND (is_error IS NOT NULL) AND (completed_at IS NOT NULL))),
+    CONSTRAINT tool_calls_kind_check CHECK (kind IN ('external', 'internal', 'custom', 'question', 'command')),
+    CONSTRAINT tool_calls_running_has_epoch CHECK ((status = 'running') = (running_epoch IS NOT NULL)),
+    CONSTRAINT tool_calls_status_check CHECK (status IN ('pending', 'awaiting_approval', 'waiting', 'running', 'completed', 'cancelled')),
+    CONSTRAINT tool_calls_pkey PRIMARY KEY (id),
+    CONSTRAINT tool_calls_step_id_position_key UNIQUE (step_id, "position"),
+    CONSTRAINT tool_calls_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id),
+    CONSTRAINT tool_calls_child_agent_id_fkey FOREIGN KEY (child_agent_id) REFERENCES holdfast.agents(id),
+    CONSTRAINT tool_calls_result_step_id_fkey FOREIGN KEY (result_step_id) REFERENCES holdfast.steps(id),
+    CONSTRAINT tool_calls_step_id_fkey FOREIGN KEY (step_id) REFERENCES holdfast.steps(id)
+);
+
+CREATE INDEX tool_calls_agent_idx ON holdfast.tool_calls (agent_id, created_at, step_id, "position");
+
+CREATE INDEX tool_calls_open_idx ON holdfast.tool_calls (agent_id, status) WHERE (status <> ALL (ARRAY['completed', 'cancelled']));
+
+ALTER TABLE holdfast.agents ADD CONSTRAINT agents_parent_tool_call_id_fkey FOREIGN KEY (parent_tool_call_id) REFERENCES holdfast.tool_calls(id);
+
+CREATE TABLE holdfast.approvals (
+    id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
+    agent_id uuid NOT NULL,
+    tool_call_id uuid,
+    status text DEFAULT 'pending' NOT NULL,
+    decided_by text,
+    reason text,
+    created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    decided_at timestamptz,
+    kind text DEFAULT 'tool_call' NOT NULL,
+    budget jsonb,
+    CONSTRAINT approvals_decided_has_decider CHECK ((status IN ('approved', 'denied')) = ((decided_by IS NOT NULL) AND (decided_at IS NOT NULL))),
+    CONSTRAINT approvals_kind_check CHECK (kind IN ('tool_call', 'budget')),
+    CONSTRAINT approvals_kind_has_subject CHECK (
+        CASE kind WHEN 'tool_call' THEN tool_call_id IS NOT NULL AND budget IS NULL
+                  ELSE tool_call_id IS NULL AND budget IS NOT NULL END),
+    CONSTRAINT approvals_status_check CHECK (status IN ('pending', 'approved', 'denied', 'cancelled')),
+    CONSTRAINT approvals_pkey PRIMARY KEY (id),
+    CONSTRAINT approvals_tool_call_id_key UNIQUE (tool_call_id),
+    CONSTRAINT approvals_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id),
+    CONSTRAINT approvals_tool_call_id_fkey FOREIGN KEY (tool_call_id) REFERENCES holdfast.tool_calls(id)
+);
+
+CREATE INDEX approvals_pending_idx ON holdfast.approvals (agent_id, created_at) WHERE (status = 'pending');
+
+CREATE UNIQUE INDEX approvals_one_pending_budget_idx ON holdfast.approvals (agent_id) WHERE ((kind = 'budget') AND (status = 'pending'));
+
+CREATE TABLE holdfast.questions (
+    id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
+    agent_id uuid NOT NULL,
+    tool_call_id uuid NOT NULL,
+    question text NOT NULL,
+    status text DEFAULT 'pending' NOT NULL,
+    answer text,
+    answered_by text,
+    created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    answered_at timestamptz,
+    CONSTRAINT questions_answered_has_answer CHECK ((status = 'answered') = ((answer IS NOT NULL) AND (answered_by IS NOT NULL) AND (answered_at IS NOT NULL))),
+    CONSTRAINT questions_status_check CHECK (status IN ('pending', 'answered', 'cancelled')),
+    CONSTRAINT questions_pkey PRIMARY KEY (id),
+    CONSTRAINT questions_tool_call_id_key UNIQUE (tool_call_id),
+    CONSTRAINT questions_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id),
+    CONSTRAINT questions_tool_call_id_fkey FOREIGN KEY (tool_call_id) REFERENCES holdfast.tool_calls(id)
+);
+
+CREATE INDEX questions_pending_idx ON holdfast.questions (agent_id, created_at) WHERE (status = 'pending');
+
+-- ==== functions and triggers ====
 
 -- Open the wait a call's status asks for: an approval for awaiting_approval,
 -- a question for a waiting `question` call, and for a waiting run_command
@@ -93,6 +184,12 @@ BEGIN
     RETURN NULL;
 END
 $$;
+CREATE TRIGGER _200_open_tool_wait AFTER INSERT ON holdfast.events
+    FOR EACH ROW WHEN (NEW.type = 'tool_call.created'
+                       AND (NEW.data ->> 'status' = 'awaiting_approval'
+                            OR (NEW.data ->> 'status' = 'waiting'
+                                AND NEW.data ->> 'kind' IN ('question', 'command'))))
+    EXECUTE FUNCTION holdfast.tg_events_open_tool_wait();
 
 -- A cancelled call's approval or question is cancelled with it, so a late
 -- answer gets HF409.
@@ -104,6 +201,9 @@ BEGIN
     RETURN NULL;
 END
 $$;
+CREATE TRIGGER _200_cancel_waits AFTER UPDATE OF status ON holdfast.tool_calls
+    FOR EACH ROW WHEN (NEW.status = 'cancelled' AND OLD.status <> 'cancelled')
+    EXECUTE FUNCTION holdfast.tg_tool_calls_cancel_waits();
 
 -- Decide an approval. p_decision: 'approve' | 'deny'. The first decision
 -- wins; the same decision again by the same person returns the approval
@@ -447,6 +547,9 @@ BEGIN
     RETURN NULL;
 END
 $$;
+CREATE TRIGGER _300_finish_subagent AFTER INSERT ON holdfast.events
+    FOR EACH ROW WHEN (NEW.type IN ('turn.completed', 'turn.failed', 'turn.cancelled'))
+    EXECUTE FUNCTION holdfast.tg_events_finish_subagent();
 
 -- Everything in p_project that waits on a person or a client, oldest first
 -- (GET /v1/inbox): pending approvals (`approval`) and budget approvals

@@ -1,151 +1,111 @@
--- 0008_machines.sql — machines, and the commands `run_command` hands them.
+-- sql/schema/machines.sql — machines and their commands.
 --
--- Adds: machines (per project: a name, a token stored only as its SHA-256,
--- an optional wake_url, the last heartbeat and what the daemon reported in
--- it, the daemon process currently serving the machine, a wake attempt in
--- progress); commands (one per run_command tool call, handed to its machine
--- at most once); machine_settings (the timeouts maintenance enforces, so
--- every process applies the same ones); the machine API (register_machine,
--- authenticate_machine, machine_heartbeat, claim_commands,
--- submit_command_result, start_machine_wake, list_machines); the
--- maintenance sweep machine_tick; and a `command` branch of open_tool_wait
--- that queues a command in the same transaction as its tool call.
---
--- Why in SQL: "handed to a machine once, never re-run automatically" is a
--- state change under a row lock (queued → accepted, returned by exactly one
--- claim). Timeouts, offline machines and late results are decided here too,
--- from holdfast.now(), so the API, maintenance and a psql session agree.
---
--- Command state machine (docs/state-machines.md):
---   queued      --claim_commands-->                 accepted     command.accepted
---   queued      --not accepted within accept timeout,
---                 or machine offline with no wake-->  failed      command.failed (never ran)
---   queued      --its tool call is cancelled-->       cancelled   (never handed out)
---   accepted    --the machine's result-->            finished | unknown   command.finished | command.unknown
---   accepted    --machine offline-->                 unreachable  machine.unreachable (the agent moves on)
---   accepted    --the daemon restarted without a record of it--> unknown   command.unknown
---   unreachable, unknown (by the server) --a late result--> finished | unknown
---               (recorded with late: true; the agent keeps what it was given)
---
--- Lock order, as everywhere: an agent row first, then its tool call, then its
--- command. A command row changes only under its agent's row lock, so a
--- command's state and its agent's timeline move together. Claims and sweeps
--- take agent rows with SKIP LOCKED and never wait on them. A claim holds its
--- machine row FOR SHARE and a heartbeat FOR UPDATE (machine rows are never
--- locked after an agent row), which orders each claim before or after a
--- daemon restart.
+-- This area's current schema: its tables, indexes and views first, then,
+-- after the line below, its functions and triggers.
+-- Each object is defined here once, as it is now. See docs/sql.md for how
+-- a fresh install applies these files and how a change is added.
 
--- ---------------------------------------------------------------------------
--- Tables
--- ---------------------------------------------------------------------------
-
--- The timeouts of DESIGN §4, as the maintenance process enforces them
--- (machine_tick writes its settings here). claim_commands and list_machines
--- read them, so the API needs no copy of the settings. One row.
-CREATE TABLE holdfast.machine_settings (
-    singleton      boolean PRIMARY KEY DEFAULT true CHECK (singleton),
-    -- HOLDFAST_COMMAND_ACCEPT_TIMEOUT: a command not accepted by then fails.
-    accept_timeout interval NOT NULL DEFAULT '5 minutes' CHECK (accept_timeout > '0'),
-    -- HOLDFAST_MACHINE_OFFLINE_AFTER: a machine silent this long is offline.
-    offline_after  interval NOT NULL DEFAULT '30 seconds' CHECK (offline_after > '0'),
-    updated_at     timestamptz NOT NULL DEFAULT holdfast.now()
-);
-INSERT INTO holdfast.machine_settings DEFAULT VALUES;
-
--- A machine a project's agents run commands on. Its daemon authenticates
--- with a token shown once at registration (`hfm_` + 64 hex) and stored as
--- its SHA-256. The daemon identifies each of its process starts with a
--- session id: the latest start owns the machine (claims and heartbeats of
--- an older session are refused), and the commands its journal held at
--- start say which accepted commands survived the restart.
 CREATE TABLE holdfast.machines (
-    id                    uuid PRIMARY KEY DEFAULT holdfast.uuid_v7(),
-    project_id            uuid NOT NULL REFERENCES holdfast.projects (id),
-    name                  text NOT NULL CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$'),
-    token_hash            bytea NOT NULL UNIQUE,
-    -- The token's first characters, in clear, to tell tokens apart.
-    token_prefix          text NOT NULL,
-    -- POSTed by the API when a wake attempt starts (a Wake-on-LAN relay, a
-    -- cloud API behind a small proxy, ...).
-    wake_url              text,
-    created_at            timestamptz NOT NULL DEFAULT holdfast.now(),
-    last_heartbeat_at     timestamptz,
-    -- The daemon's last report: [{"id", "state": accepted|running|finished, "pid"?}].
-    reported_commands     jsonb NOT NULL DEFAULT '[]' CHECK (jsonb_typeof(reported_commands) = 'array'),
-    -- The daemon process serving the machine, when it started, and the
-    -- commands its journal held then.
-    daemon_session        uuid,
-    daemon_started_at     timestamptz,
-    daemon_known_commands uuid[] NOT NULL DEFAULT '{}',
-    -- A wake attempt is in progress until wake_until (cleared by a heartbeat:
-    -- the machine is up).
-    wake_requested_at     timestamptz,
-    wake_until            timestamptz,
-    CONSTRAINT machines_name_unique UNIQUE (project_id, name),
+    id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
+    project_id uuid NOT NULL,
+    name text NOT NULL,
+    token_hash bytea NOT NULL,
+    token_prefix text NOT NULL,
+    wake_url text,
+    created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    last_heartbeat_at timestamptz,
+    reported_commands jsonb DEFAULT '[]'::jsonb NOT NULL,
+    daemon_session uuid,
+    daemon_started_at timestamptz,
+    daemon_known_commands uuid[] DEFAULT '{}'::uuid[] NOT NULL,
+    wake_requested_at timestamptz,
+    wake_until timestamptz,
+    deleted_at timestamptz,
+    daemon_sandboxed boolean,
+    daemon_single_session boolean DEFAULT false NOT NULL,
+    CONSTRAINT machines_name_check CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$'),
+    CONSTRAINT machines_reported_commands_check CHECK (jsonb_typeof(reported_commands) = 'array'),
     CONSTRAINT machines_session_has_start CHECK ((daemon_session IS NULL) = (daemon_started_at IS NULL)),
-    CONSTRAINT machines_wake_was_requested CHECK (wake_until IS NULL OR wake_requested_at IS NOT NULL)
+    CONSTRAINT machines_wake_was_requested CHECK ((wake_until IS NULL) OR (wake_requested_at IS NOT NULL)),
+    CONSTRAINT machines_pkey PRIMARY KEY (id),
+    CONSTRAINT machines_token_hash_key UNIQUE (token_hash),
+    CONSTRAINT machines_project_id_fkey FOREIGN KEY (project_id) REFERENCES holdfast.projects(id)
 );
+
 CREATE INDEX machines_project_idx ON holdfast.machines (project_id, id);
 
--- One command per run_command tool call. `reason` says why the server
--- decided an outcome without the machine's result (failed, unreachable, or
--- unknown after a daemon restart); it stays when a late result arrives, as
--- the record of what the agent was given. The result columns hold what the
--- machine reported, whenever it arrived.
+CREATE UNIQUE INDEX machines_live_name_unique ON holdfast.machines (project_id, name) WHERE (deleted_at IS NULL);
+
 CREATE TABLE holdfast.commands (
-    id               uuid PRIMARY KEY DEFAULT holdfast.uuid_v7(),
-    tool_call_id     uuid NOT NULL UNIQUE REFERENCES holdfast.tool_calls (id),
-    agent_id         uuid NOT NULL REFERENCES holdfast.agents (id),
-    machine_id       uuid NOT NULL REFERENCES holdfast.machines (id),
-    command          text NOT NULL CHECK (command <> ''),
-    timeout_secs     integer NOT NULL CHECK (timeout_secs BETWEEN 1 AND 86400),
-    state            text NOT NULL DEFAULT 'queued'
-                     CHECK (state IN ('queued', 'accepted', 'finished', 'unknown', 'failed',
-                                      'unreachable', 'cancelled')),
-    reason           text,
-    queued_at        timestamptz NOT NULL DEFAULT holdfast.now(),
-    accepted_at      timestamptz,
-    -- What the agent was told when the machine went offline.
+    id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
+    tool_call_id uuid NOT NULL,
+    agent_id uuid NOT NULL,
+    machine_id uuid NOT NULL,
+    command text NOT NULL,
+    timeout_secs integer NOT NULL,
+    state text DEFAULT 'queued' NOT NULL,
+    reason text,
+    queued_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    accepted_at timestamptz,
     last_known_state jsonb,
-    result_state     text CHECK (result_state IN ('finished', 'unknown')),
-    exit_code        integer,
-    signal           integer,
-    timed_out        boolean,
-    stdout           text,
-    stderr           text,
+    result_state text,
+    exit_code integer,
+    signal integer,
+    timed_out boolean,
+    stdout text,
+    stderr text,
     stdout_truncated boolean,
     stderr_truncated boolean,
-    result_at        timestamptz,
-    -- When the command left queued/accepted.
-    resolved_at      timestamptz,
-    CONSTRAINT commands_accepted_iff_handed_out CHECK (
-        (state IN ('queued', 'failed', 'cancelled')) = (accepted_at IS NULL)),
-    CONSTRAINT commands_resolved_iff_done CHECK (
-        (state IN ('queued', 'accepted')) = (resolved_at IS NULL)),
-    CONSTRAINT commands_result_is_whole CHECK (
-        (result_state IS NULL) = (result_at IS NULL)
-        AND (result_state IS NULL) = (timed_out IS NULL)
-        AND (result_state IS NULL) = (stdout_truncated IS NULL)
-        AND (result_state IS NULL) = (stderr_truncated IS NULL)),
-    CONSTRAINT commands_result_state_matches CHECK (
-        state NOT IN ('finished', 'unknown') OR result_state IS NULL OR result_state = state),
-    CONSTRAINT commands_finished_has_result CHECK (state <> 'finished' OR result_state = 'finished'),
-    CONSTRAINT commands_unreachable_has_last_known CHECK (state <> 'unreachable' OR last_known_state IS NOT NULL)
+    result_at timestamptz,
+    resolved_at timestamptz,
+    trace_parent text,
+    trace_state text,
+    workspace text DEFAULT 'machine' NOT NULL,
+    limit_reached text,
+    CONSTRAINT commands_accepted_iff_handed_out CHECK ((state IN ('queued', 'failed', 'cancelled')) = (accepted_at IS NULL)),
+    CONSTRAINT commands_command_check CHECK (command <> ''),
+    CONSTRAINT commands_finished_has_result CHECK ((state <> 'finished') OR (result_state = 'finished')),
+    CONSTRAINT commands_limit_has_result CHECK ((limit_reached IS NULL) OR (result_state = 'finished')),
+    CONSTRAINT commands_limit_reached_check CHECK (limit_reached IN ('cpu_time', 'memory', 'processes')),
+    CONSTRAINT commands_resolved_iff_done CHECK ((state IN ('queued', 'accepted')) = (resolved_at IS NULL)),
+    CONSTRAINT commands_result_is_whole CHECK (((result_state IS NULL) = (result_at IS NULL)) AND ((result_state IS NULL) = (timed_out IS NULL)) AND ((result_state IS NULL) = (stdout_truncated IS NULL)) AND ((result_state IS NULL) = (stderr_truncated IS NULL))),
+    CONSTRAINT commands_result_state_check CHECK (result_state IN ('finished', 'unknown')),
+    CONSTRAINT commands_result_state_matches CHECK ((state <> ALL (ARRAY['finished', 'unknown'])) OR (result_state IS NULL) OR (result_state = state)),
+    CONSTRAINT commands_state_check CHECK (state IN ('queued', 'accepted', 'finished', 'unknown', 'failed', 'unreachable', 'cancelled')),
+    CONSTRAINT commands_timeout_secs_check CHECK ((timeout_secs >= 1) AND (timeout_secs <= 86400)),
+    CONSTRAINT commands_unreachable_has_last_known CHECK ((state <> 'unreachable') OR (last_known_state IS NOT NULL)),
+    CONSTRAINT commands_workspace_check CHECK (workspace IN ('machine', 'agent')),
+    CONSTRAINT commands_pkey PRIMARY KEY (id),
+    CONSTRAINT commands_tool_call_id_key UNIQUE (tool_call_id),
+    CONSTRAINT commands_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id),
+    CONSTRAINT commands_machine_id_fkey FOREIGN KEY (machine_id) REFERENCES holdfast.machines(id),
+    CONSTRAINT commands_tool_call_id_fkey FOREIGN KEY (tool_call_id) REFERENCES holdfast.tool_calls(id)
 );
--- Claims read a machine's queued commands in order; the accept-timeout
--- sweep reads all queued ones (few at any time).
-CREATE INDEX commands_queued_idx ON holdfast.commands (machine_id, queued_at, id) WHERE state = 'queued';
--- The offline and restart sweeps, and GET /v1/machines, read accepted ones.
-CREATE INDEX commands_accepted_idx ON holdfast.commands (machine_id, accepted_at) WHERE state = 'accepted';
+
+CREATE INDEX commands_accepted_idx ON holdfast.commands (machine_id, accepted_at) WHERE (state = 'accepted');
+
 CREATE INDEX commands_agent_idx ON holdfast.commands (agent_id, id);
 
--- ---------------------------------------------------------------------------
--- Outputs the model sees
--- ---------------------------------------------------------------------------
+CREATE INDEX commands_queued_idx ON holdfast.commands (machine_id, queued_at, id) WHERE (state = 'queued');
+
+CREATE TABLE holdfast.machine_settings (
+    singleton boolean DEFAULT true NOT NULL,
+    accept_timeout interval DEFAULT '00:05:00'::interval NOT NULL,
+    offline_after interval DEFAULT '00:00:30'::interval NOT NULL,
+    updated_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    CONSTRAINT machine_settings_accept_timeout_check CHECK (accept_timeout > '00:00:00'::interval),
+    CONSTRAINT machine_settings_offline_after_check CHECK (offline_after > '00:00:00'::interval),
+    CONSTRAINT machine_settings_singleton_check CHECK (singleton),
+    CONSTRAINT machine_settings_pkey PRIMARY KEY (singleton)
+);
+
+INSERT INTO holdfast.machine_settings DEFAULT VALUES;
+
+-- ==== functions and triggers ====
 
 -- The tool output for a command that ended without running (or without the
 -- machine's result): {"state", "reason", "message", "retryable", ...p_extra}.
-CREATE FUNCTION holdfast.command_outcome_output(
+CREATE OR REPLACE FUNCTION holdfast.command_outcome_output(
     p_state text, p_reason text, p_message text, p_retryable boolean, p_extra jsonb DEFAULT '{}')
 RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
     SELECT jsonb_build_object('state', p_state, 'reason', p_reason, 'message', p_message,
@@ -153,7 +113,7 @@ RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- The tool output for a machine's result, from the command row's result columns.
-CREATE FUNCTION holdfast.command_result_output(p_command holdfast.commands)
+CREATE OR REPLACE FUNCTION holdfast.command_result_output(p_command holdfast.commands)
 RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
     SELECT jsonb_build_object(
         'state', p_command.result_state,
@@ -168,18 +128,26 @@ RETURNS jsonb LANGUAGE sql IMMUTABLE AS $$
                'message', 'The machine lost the command''s process before it could report an '
                           || 'exit status: the command may or may not have run to completion. '
                           || 'It was not run again.')
+           WHEN p_command.limit_reached IS NOT NULL THEN jsonb_build_object(
+               'state', 'failed',
+               'reason', CASE p_command.limit_reached WHEN 'processes' THEN 'process_limit'
+                              ELSE p_command.limit_reached || '_limit' END,
+               'message', format('The command reached the machine''s %s limit for commands (%s) and '
+                                 || 'was ended with everything it started. Its output up to then is '
+                                 || 'kept. It was not run again.',
+                                 CASE p_command.limit_reached WHEN 'cpu_time' THEN 'CPU time'
+                                      WHEN 'memory' THEN 'memory' ELSE 'process' END,
+                                 CASE p_command.limit_reached WHEN 'cpu_time' THEN '--command-cpu-secs'
+                                      WHEN 'memory' THEN '--command-memory-mib'
+                                      ELSE '--command-processes' END))
            ELSE '{}'::jsonb END
 $$;
-
--- ---------------------------------------------------------------------------
--- Internals
--- ---------------------------------------------------------------------------
 
 -- Give a command's tool call its output with p_event, if the call still
 -- waits; returns false (and records nothing) when the turn has moved on
 -- (the call was cancelled). The caller holds the agent's row lock; the
 -- call is locked here.
-CREATE FUNCTION holdfast.answer_command_call(
+CREATE OR REPLACE FUNCTION holdfast.answer_command_call(
     p_command holdfast.commands, p_output jsonb, p_is_error boolean, p_event text, p_event_data jsonb)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
@@ -197,7 +165,7 @@ $$;
 -- What is known of an accepted command: the daemon's last report of it
 -- ({"state", "pid"?, "reported_at"}) when that report came after the
 -- command was accepted, else {"state": "accepted", "at": accepted_at}.
-CREATE FUNCTION holdfast.command_last_known_state(p_command holdfast.commands, p_machine holdfast.machines)
+CREATE OR REPLACE FUNCTION holdfast.command_last_known_state(p_command holdfast.commands, p_machine holdfast.machines)
 RETURNS jsonb LANGUAGE sql STABLE AS $$
     SELECT coalesce(
         (SELECT jsonb_build_object('state', r.value ->> 'state', 'reported_at', p_machine.last_heartbeat_at)
@@ -213,7 +181,7 @@ $$;
 -- Fail a queued command that was never handed out (p_reason: accept_timeout
 -- | machine_offline) and give its waiting call a retryable error with
 -- `command.failed`. The caller holds the agent's row lock and the command's.
-CREATE FUNCTION holdfast.fail_queued_command(p_command holdfast.commands, p_reason text, p_message text)
+CREATE OR REPLACE FUNCTION holdfast.fail_queued_command(p_command holdfast.commands, p_reason text, p_message text)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     v_command holdfast.commands;
@@ -233,7 +201,7 @@ $$;
 -- a machine the project does not have, invalid input) with an error the
 -- model sees, and `command.failed`, so the turn goes on. The caller holds
 -- the agent's row lock.
-CREATE FUNCTION holdfast.refuse_command_call(p_call holdfast.tool_calls, p_reason text, p_message text)
+CREATE OR REPLACE FUNCTION holdfast.refuse_command_call(p_call holdfast.tool_calls, p_reason text, p_message text)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM holdfast.complete_waiting_call(p_call,
@@ -243,14 +211,17 @@ BEGIN
 END
 $$;
 
--- Queue the command a waiting run_command call asks for, on the machine the
--- agent's config names (`tools: [{"type": "run_command", "machine": <id or
--- name>}]`, a machine of the agent's own project), with `command.queued`.
+-- Queue the command a waiting run_command call asks for, on the live
+-- machine the agent's config names (`tools: [{"type": "run_command",
+-- "machine": <id or name>, "workspace"?: "machine"|"agent"}]`, a machine of
+-- the agent's own project), with
+-- `command.queued` (and, by trigger, a NOTIFY for the machine's claims).
 -- Input: {"command": text, "timeout_secs"?: 1..86400 (default 600)}. A
--- config without a machine, an unknown machine or invalid input completes
--- the call at once with an error instead. Idempotent (unique tool_call_id).
--- The caller holds the agent's row lock and the call is `waiting`.
-CREATE FUNCTION holdfast.queue_command(p_call holdfast.tool_calls)
+-- config without a machine, an unknown or deleted machine or invalid input
+-- completes the call at once with an error instead. Idempotent (unique
+-- tool_call_id). The caller holds the agent's row lock and the call is
+-- `waiting`.
+CREATE OR REPLACE FUNCTION holdfast.queue_command(p_call holdfast.tool_calls)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     v_agent holdfast.agents;
@@ -259,13 +230,15 @@ DECLARE
     v_command text;
     v_timeout jsonb;
     v_timeout_secs integer := 600;
+    v_workspace text;
     v_id uuid;
 BEGIN
     IF EXISTS (SELECT 1 FROM holdfast.commands WHERE tool_call_id = p_call.id) THEN
         RETURN;
     END IF;
     SELECT * INTO v_agent FROM holdfast.agents WHERE id = p_call.agent_id;
-    SELECT nullif(btrim(t.value ->> 'machine'), '') INTO v_ref
+    SELECT nullif(btrim(t.value ->> 'machine'), ''), coalesce(t.value ->> 'workspace', 'machine')
+      INTO v_ref, v_workspace
       FROM jsonb_array_elements(CASE WHEN jsonb_typeof(v_agent.config -> 'tools') = 'array'
                                      THEN v_agent.config -> 'tools' ELSE '[]' END) t
      WHERE jsonb_typeof(t.value) = 'object' AND t.value ->> 'type' = 'run_command'
@@ -277,10 +250,10 @@ BEGIN
     END IF;
     IF v_ref ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
         SELECT * INTO v_machine FROM holdfast.machines
-         WHERE id = v_ref::uuid AND project_id = v_agent.project_id;
+         WHERE id = v_ref::uuid AND project_id = v_agent.project_id AND deleted_at IS NULL;
     ELSE
         SELECT * INTO v_machine FROM holdfast.machines
-         WHERE name = v_ref AND project_id = v_agent.project_id;
+         WHERE name = v_ref AND project_id = v_agent.project_id AND deleted_at IS NULL;
     END IF;
     IF v_machine.id IS NULL THEN
         PERFORM holdfast.refuse_command_call(p_call, 'unknown_machine',
@@ -302,8 +275,10 @@ BEGIN
     IF v_timeout IS NOT NULL THEN
         v_timeout_secs := (v_timeout #>> '{}')::integer;
     END IF;
-    INSERT INTO holdfast.commands (tool_call_id, agent_id, machine_id, command, timeout_secs)
-    VALUES (p_call.id, p_call.agent_id, v_machine.id, v_command, v_timeout_secs)
+    INSERT INTO holdfast.commands (tool_call_id, agent_id, machine_id, command, timeout_secs,
+                                   trace_parent, trace_state, workspace)
+    VALUES (p_call.id, p_call.agent_id, v_machine.id, v_command, v_timeout_secs,
+            v_agent.turn_trace_parent, v_agent.turn_trace_state, v_workspace)
     RETURNING id INTO v_id;
     PERFORM holdfast.append_event(p_call.agent_id, 'command.queued', jsonb_build_object(
         'command_id', v_id, 'tool_call_id', p_call.id, 'machine_id', v_machine.id,
@@ -311,43 +286,10 @@ BEGIN
 END
 $$;
 
--- open_tool_wait (0005), with a branch for command calls: a waiting
--- run_command call queues its command (queue_command). The approval and
--- question branches are unchanged. The caller holds the agent's row lock.
-CREATE OR REPLACE FUNCTION holdfast.open_tool_wait(p_call_id uuid)
-RETURNS void LANGUAGE plpgsql AS $$
-DECLARE
-    v_call holdfast.tool_calls;
-    v_id uuid;
-    v_question text;
-BEGIN
-    SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = p_call_id;
-    IF v_call.status = 'awaiting_approval' THEN
-        INSERT INTO holdfast.approvals (agent_id, tool_call_id) VALUES (v_call.agent_id, v_call.id)
-        ON CONFLICT (tool_call_id) DO NOTHING RETURNING id INTO v_id;
-        IF v_id IS NOT NULL THEN
-            PERFORM holdfast.append_event(v_call.agent_id, 'approval.requested', jsonb_build_object(
-                'approval_id', v_id, 'tool_call_id', v_call.id, 'name', v_call.name, 'input', v_call.input));
-        END IF;
-    ELSIF v_call.status = 'waiting' AND v_call.kind = 'question' THEN
-        v_question := coalesce(v_call.input ->> 'question', v_call.input #>> '{}', v_call.input::text);
-        INSERT INTO holdfast.questions (agent_id, tool_call_id, question)
-        VALUES (v_call.agent_id, v_call.id, v_question)
-        ON CONFLICT (tool_call_id) DO NOTHING RETURNING id INTO v_id;
-        IF v_id IS NOT NULL THEN
-            PERFORM holdfast.append_event(v_call.agent_id, 'question.asked', jsonb_build_object(
-                'question_id', v_id, 'tool_call_id', v_call.id, 'question', v_question));
-        END IF;
-    ELSIF v_call.status = 'waiting' AND v_call.kind = 'command' THEN
-        PERFORM holdfast.queue_command(v_call);
-    END IF;
-END
-$$;
-
 -- A queued command whose tool call is cancelled (its turn was cancelled or
 -- failed) is never handed out. An accepted one runs on; its result is
 -- recorded when it comes (late: true).
-CREATE FUNCTION holdfast.tg_tool_calls_cancel_command() RETURNS trigger
+CREATE OR REPLACE FUNCTION holdfast.tg_tool_calls_cancel_command() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE holdfast.commands SET state = 'cancelled', resolved_at = holdfast.now()
@@ -359,19 +301,18 @@ CREATE TRIGGER _300_cancel_command AFTER UPDATE OF status ON holdfast.tool_calls
     FOR EACH ROW WHEN (NEW.status = 'cancelled' AND OLD.status <> 'cancelled' AND NEW.kind = 'command')
     EXECUTE FUNCTION holdfast.tg_tool_calls_cancel_command();
 
--- ---------------------------------------------------------------------------
--- Registration and identity
--- ---------------------------------------------------------------------------
-
--- Register a machine in a project. The token (`hfm_` + 64 hex digits from
--- two gen_random_uuid() values: 244 strong random bits) is returned here
--- once and stored only as its SHA-256 (holdfast.api_key_hash: tokens are
--- long and random, so a plain hash suffices). Raises HF404 (project), HF409
--- (the project has a machine of that name), HF422 (name, wake_url).
-CREATE FUNCTION holdfast.register_machine(p_project uuid, p_name text, p_wake_url text DEFAULT NULL)
+-- Register a machine in a project. The token (new_machine_token) is
+-- returned here once and stored only as its SHA-256 (holdfast.api_key_hash:
+-- tokens are long and random, so a plain hash suffices). The name must be
+-- unique among the project's live machines (a deleted machine's name may be
+-- reused). Raises HF404 (project), HF409 (the project has a machine of that
+-- name), HF422 (name, wake_url).
+CREATE OR REPLACE FUNCTION holdfast.register_machine(p_project uuid, p_name text, p_wake_url text DEFAULT NULL)
 RETURNS TABLE (machine_id uuid, name text, wake_url text, token_prefix text, token text,
                created_at timestamptz)
 LANGUAGE plpgsql AS $$
+-- The conflict target names columns that share names with the output.
+#variable_conflict use_column
 DECLARE
     v_token text;
 BEGIN
@@ -385,11 +326,11 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM holdfast.projects p WHERE p.id = p_project) THEN
         PERFORM holdfast.raise('HF404', format('project %s not found', p_project));
     END IF;
-    v_token := 'hfm_' || encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()), 'hex');
+    v_token := holdfast.new_machine_token();
     RETURN QUERY
     INSERT INTO holdfast.machines AS m (project_id, name, token_hash, token_prefix, wake_url)
     VALUES (p_project, p_name, holdfast.api_key_hash(v_token), left(v_token, 12), p_wake_url)
-    ON CONFLICT ON CONSTRAINT machines_name_unique DO NOTHING
+    ON CONFLICT (project_id, name) WHERE deleted_at IS NULL DO NOTHING
     RETURNING m.id, m.name, m.wake_url, m.token_prefix, v_token, m.created_at;
     IF NOT FOUND THEN
         PERFORM holdfast.raise('HF409', format('this project already has a machine named %s', p_name));
@@ -397,16 +338,13 @@ BEGIN
 END
 $$;
 
--- The machine a token belongs to; no row for an unknown token. Reads only.
-CREATE FUNCTION holdfast.authenticate_machine(p_token text)
+-- The live machine a token belongs to; no row for an unknown token or a
+-- deleted machine's. Reads only.
+CREATE OR REPLACE FUNCTION holdfast.authenticate_machine(p_token text)
 RETURNS TABLE (machine_id uuid, project_id uuid) LANGUAGE sql STABLE AS $$
     SELECT m.id, m.project_id FROM holdfast.machines m
-     WHERE m.token_hash = holdfast.api_key_hash(p_token)
+     WHERE m.token_hash = holdfast.api_key_hash(p_token) AND m.deleted_at IS NULL
 $$;
-
--- ---------------------------------------------------------------------------
--- The daemon's calls
--- ---------------------------------------------------------------------------
 
 -- Record a heartbeat: the machine is online (and a wake attempt, if any,
 -- has succeeded). p_commands is every command the daemon's journal holds:
@@ -420,17 +358,29 @@ $$;
 -- p_started, a session other than the current one is refused (HF409:
 -- another daemon process has taken the machine over).
 --
--- Locks the machine row. Raises HF404, HF409, HF422 (commands). Returns the
--- heartbeat's time.
-CREATE FUNCTION holdfast.machine_heartbeat(
+-- A start that replaces another session still alive (a heartbeat within
+-- machine_settings.offline_after) is a takeover: it is refused (HF409) when
+-- that session asked for p_single_session; otherwise each agent with a
+-- command queued or accepted on the machine gets `machine.session_replaced`
+-- (both sessions, p_peer: the new daemon's address), and the replaced
+-- session is returned. p_sandboxed (sent with p_started) records whether
+-- the daemon sandboxes its commands.
+--
+-- Locks the machine row, then those agents' rows in id order. Raises HF404,
+-- HF409, HF422 (commands). Returns the heartbeat's time and the session it
+-- replaced while alive (or NULL).
+CREATE OR REPLACE FUNCTION holdfast.machine_heartbeat(
     p_machine uuid, p_commands jsonb DEFAULT '[]', p_session uuid DEFAULT NULL,
-    p_started boolean DEFAULT false)
-RETURNS timestamptz LANGUAGE plpgsql AS $$
+    p_started boolean DEFAULT false, p_sandboxed boolean DEFAULT NULL,
+    p_single_session boolean DEFAULT false, p_peer text DEFAULT NULL)
+RETURNS TABLE (heartbeat_at timestamptz, replaced_session uuid) LANGUAGE plpgsql AS $$
 DECLARE
     v_machine holdfast.machines;
     v_now timestamptz;
     v_entry jsonb;
     v_i integer := 0;
+    v_replaced uuid;
+    v_agent uuid;
 BEGIN
     p_commands := coalesce(p_commands, '[]');
     IF jsonb_typeof(p_commands) <> 'array' OR jsonb_array_length(p_commands) > 1000 THEN
@@ -462,6 +412,27 @@ BEGIN
     -- Taken after the lock: a claim that held the machine row before this
     -- restart has accepted its commands strictly earlier.
     v_now := holdfast.now();
+    IF p_started AND v_machine.daemon_session IS DISTINCT FROM p_session
+       AND v_machine.last_heartbeat_at > v_now - (SELECT s.offline_after FROM holdfast.machine_settings s) THEN
+        IF v_machine.daemon_single_session THEN
+            PERFORM holdfast.raise('HF409', format(
+                'machine %s is served by daemon session %s, started with --single-session, whose last '
+                'heartbeat was at %s: another session is refused while it is alive',
+                p_machine, v_machine.daemon_session, v_machine.last_heartbeat_at));
+        END IF;
+        v_replaced := v_machine.daemon_session;
+        FOR v_agent IN
+            SELECT DISTINCT c.agent_id FROM holdfast.commands c
+             WHERE c.machine_id = p_machine AND c.state IN ('queued', 'accepted')
+             ORDER BY c.agent_id
+        LOOP
+            PERFORM holdfast.lock_agent(v_agent);
+            PERFORM holdfast.append_event(v_agent, 'machine.session_replaced', jsonb_build_object(
+                'machine_id', p_machine, 'machine', v_machine.name,
+                'previous_session', v_replaced, 'session', p_session,
+                'previous_heartbeat_at', v_machine.last_heartbeat_at, 'peer', p_peer));
+        END LOOP;
+    END IF;
     UPDATE holdfast.machines
        SET last_heartbeat_at = v_now,
            wake_until = NULL,
@@ -470,10 +441,27 @@ BEGIN
            daemon_started_at = CASE WHEN p_started THEN v_now ELSE daemon_started_at END,
            daemon_known_commands = CASE WHEN p_started
                THEN ARRAY(SELECT (e.value ->> 'id')::uuid FROM jsonb_array_elements(p_commands) e)
-               ELSE daemon_known_commands END
+               ELSE daemon_known_commands END,
+           daemon_sandboxed = CASE WHEN p_started THEN p_sandboxed ELSE daemon_sandboxed END,
+           daemon_single_session = CASE WHEN p_started THEN coalesce(p_single_session, false)
+                                        ELSE daemon_single_session END
      WHERE id = p_machine;
-    RETURN v_now;
+    heartbeat_at := v_now;
+    replaced_session := v_replaced;
+    RETURN NEXT;
 END
+$$;
+
+-- Online machines whose daemon runs its commands unsandboxed
+-- (`--sandbox none`), for `holdfast status`. Reads only.
+CREATE OR REPLACE FUNCTION holdfast.unsandboxed_machines()
+RETURNS TABLE (machine_id uuid, project_id uuid, name text, last_heartbeat_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT m.id, m.project_id, m.name, m.last_heartbeat_at
+      FROM holdfast.machines m CROSS JOIN holdfast.machine_settings s
+     WHERE m.deleted_at IS NULL AND m.daemon_sandboxed IS FALSE
+       AND m.last_heartbeat_at > holdfast.now() - s.offline_after
+     ORDER BY m.project_id, m.name
 $$;
 
 -- Hand up to p_max (1..100) of a machine's queued commands to its daemon,
@@ -489,9 +477,9 @@ $$;
 -- SKIP LOCKED (an agent busy in another transaction is skipped, and its
 -- command is claimed by a later call); then each command. Raises HF404
 -- (machine), HF409 (session), HF422 (max).
-CREATE FUNCTION holdfast.claim_commands(p_machine uuid, p_max integer, p_session uuid DEFAULT NULL)
+CREATE OR REPLACE FUNCTION holdfast.claim_commands(p_machine uuid, p_max integer, p_session uuid DEFAULT NULL)
 RETURNS TABLE (command_id uuid, tool_call_id uuid, agent_id uuid, command text, timeout_secs integer,
-               accepted_at timestamptz)
+               accepted_at timestamptz, trace_parent text, trace_state text, workspace text)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_machine holdfast.machines;
@@ -536,6 +524,9 @@ BEGIN
         command := v_command.command;
         timeout_secs := v_command.timeout_secs;
         accepted_at := v_command.accepted_at;
+        trace_parent := v_command.trace_parent;
+        trace_state := v_command.trace_state;
+        workspace := v_command.workspace;
         RETURN NEXT;
     END LOOP;
 END
@@ -560,10 +551,10 @@ $$;
 -- Locks: the agent, its tool call, the command. Raises HF404 (no such
 -- command on this machine: another machine's command is not found), HF409
 -- (another result was recorded; the command was never accepted), HF422.
-CREATE FUNCTION holdfast.submit_command_result(
+CREATE OR REPLACE FUNCTION holdfast.submit_command_result(
     p_machine uuid, p_command uuid, p_state text, p_exit_code integer, p_stdout text, p_stderr text,
     p_stdout_truncated boolean DEFAULT false, p_stderr_truncated boolean DEFAULT false,
-    p_timed_out boolean DEFAULT false, p_signal integer DEFAULT NULL)
+    p_timed_out boolean DEFAULT false, p_signal integer DEFAULT NULL, p_limit text DEFAULT NULL)
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v_command holdfast.commands;
@@ -576,6 +567,10 @@ BEGIN
     IF p_state IS NULL OR p_state NOT IN ('finished', 'unknown') THEN
         PERFORM holdfast.raise('HF422', 'state must be "finished" or "unknown"', 'state');
     END IF;
+    IF p_limit IS NOT NULL AND (p_limit NOT IN ('cpu_time', 'memory', 'processes') OR p_state <> 'finished') THEN
+        PERFORM holdfast.raise('HF422',
+            'limit is "cpu_time", "memory" or "processes", with state "finished"', 'limit');
+    END IF;
     SELECT * INTO v_command FROM holdfast.commands WHERE id = p_command;
     IF NOT FOUND OR v_command.machine_id IS DISTINCT FROM p_machine THEN
         PERFORM holdfast.raise('HF404', format('command %s not found', p_command));
@@ -586,11 +581,11 @@ BEGIN
     IF v_command.result_state IS NOT NULL THEN
         IF (v_command.result_state, v_command.exit_code, v_command.signal, v_command.timed_out,
             coalesce(v_command.stdout, ''), coalesce(v_command.stderr, ''),
-            v_command.stdout_truncated, v_command.stderr_truncated)
+            v_command.stdout_truncated, v_command.stderr_truncated, v_command.limit_reached)
            IS NOT DISTINCT FROM
            (p_state, p_exit_code, p_signal, coalesce(p_timed_out, false),
             coalesce(p_stdout, ''), coalesce(p_stderr, ''),
-            coalesce(p_stdout_truncated, false), coalesce(p_stderr_truncated, false)) THEN
+            coalesce(p_stdout_truncated, false), coalesce(p_stderr_truncated, false), p_limit) THEN
             RETURN 'duplicate';
         END IF;
         PERFORM holdfast.raise('HF409', format('command %s already has a different result (%s)',
@@ -604,12 +599,13 @@ BEGIN
            timed_out = coalesce(p_timed_out, false), stdout = coalesce(p_stdout, ''),
            stderr = coalesce(p_stderr, ''), stdout_truncated = coalesce(p_stdout_truncated, false),
            stderr_truncated = coalesce(p_stderr_truncated, false), result_at = holdfast.now(),
-           resolved_at = coalesce(resolved_at, holdfast.now())
+           resolved_at = coalesce(resolved_at, holdfast.now()), limit_reached = p_limit
      WHERE id = p_command
     RETURNING * INTO v_command;
-    v_event := CASE p_state WHEN 'finished' THEN 'command.finished' ELSE 'command.unknown' END;
+    v_event := CASE WHEN p_limit IS NOT NULL THEN 'command.failed'
+                    WHEN p_state = 'finished' THEN 'command.finished' ELSE 'command.unknown' END;
     v_output := holdfast.command_result_output(v_command);
-    v_is_error := p_state = 'unknown' OR v_command.timed_out;
+    v_is_error := p_state = 'unknown' OR v_command.timed_out OR p_limit IS NOT NULL;
     v_data := jsonb_build_object('command_id', v_command.id, 'tool_call_id', v_command.tool_call_id,
                                  'machine_id', v_command.machine_id) || v_output;
     IF v_call.status = 'waiting' THEN
@@ -622,16 +618,12 @@ BEGIN
 END
 $$;
 
--- ---------------------------------------------------------------------------
--- Clients: list, wake
--- ---------------------------------------------------------------------------
-
--- The project's machines, oldest first: online (a heartbeat within
+-- The project's live machines, oldest first: online (a heartbeat within
 -- machine_settings.offline_after), a wake attempt in progress, how many
 -- commands wait to be claimed, and the accepted ones with their last known
 -- state ({"state", "pid"?, "reported_at"} from the daemon's last report, or
 -- {"state": "accepted", "at"} before it reported them). Reads only.
-CREATE FUNCTION holdfast.list_machines(p_project uuid)
+CREATE OR REPLACE FUNCTION holdfast.list_machines(p_project uuid)
 RETURNS TABLE (id uuid, name text, wake_url text, created_at timestamptz,
                last_heartbeat_at timestamptz, online boolean, wake_until timestamptz,
                queued_commands bigint, running_commands jsonb)
@@ -647,16 +639,16 @@ LANGUAGE sql STABLE AS $$
                              ORDER BY c.accepted_at, c.id)
                        FROM holdfast.commands c WHERE c.machine_id = m.id AND c.state = 'accepted'), '[]')
       FROM holdfast.machines m CROSS JOIN holdfast.machine_settings s
-     WHERE m.project_id = p_project
+     WHERE m.project_id = p_project AND m.deleted_at IS NULL
      ORDER BY m.id
 $$;
 
--- Start a wake attempt on a machine of p_project: for p_window (1 second to
--- 1 day) its queued commands wait instead of failing as offline. The API
--- then POSTs the machine's wake_url, if it has one. A later start replaces
--- the window. Locks the machine row. Raises HF404 (not in the project),
--- HF422 (window).
-CREATE FUNCTION holdfast.start_machine_wake(p_project uuid, p_machine uuid, p_window interval)
+-- Start a wake attempt on a live machine of p_project: for p_window (1
+-- second to 1 day) its queued commands wait instead of failing as offline.
+-- The API then POSTs the machine's wake_url, if it has one. A later start
+-- replaces the window. Locks the machine row. Raises HF404 (not in the
+-- project, or deleted), HF422 (window).
+CREATE OR REPLACE FUNCTION holdfast.start_machine_wake(p_project uuid, p_machine uuid, p_window interval)
 RETURNS TABLE (machine_id uuid, name text, wake_url text, wake_until timestamptz)
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -666,17 +658,13 @@ BEGIN
     RETURN QUERY
     UPDATE holdfast.machines m
        SET wake_requested_at = holdfast.now(), wake_until = holdfast.now() + p_window
-     WHERE m.id = p_machine AND m.project_id = p_project
+     WHERE m.id = p_machine AND m.project_id = p_project AND m.deleted_at IS NULL
     RETURNING m.id, m.name, m.wake_url, m.wake_until;
     IF NOT FOUND THEN
         PERFORM holdfast.raise('HF404', format('machine %s not found', p_machine));
     END IF;
 END
 $$;
-
--- ---------------------------------------------------------------------------
--- Maintenance
--- ---------------------------------------------------------------------------
 
 -- One machine sweep; safe to run from several maintenance processes (agent
 -- rows are taken with SKIP LOCKED; each command is re-read under its
@@ -698,7 +686,7 @@ $$;
 -- A call that no longer waits (cancelled turn) gets nothing; the command's
 -- state still changes. Returns counts, e.g. {"lost": 0, "accept_timeout":
 -- 1, "machine_offline": 0, "unreachable": 0}. Raises HF422 (intervals).
-CREATE FUNCTION holdfast.machine_tick(p_accept_timeout interval, p_offline_after interval,
+CREATE OR REPLACE FUNCTION holdfast.machine_tick(p_accept_timeout interval, p_offline_after interval,
                                       p_batch integer DEFAULT 1000)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
@@ -836,18 +824,127 @@ BEGIN
 END
 $$;
 
--- Machines and their commands, for DBAs: online state, the daemon serving
--- each, commands waiting and running.
-CREATE VIEW holdfast.machine_overview AS
-SELECT m.id AS machine_id,
-       m.project_id,
-       m.name,
-       m.last_heartbeat_at,
-       coalesce(m.last_heartbeat_at > holdfast.now() - s.offline_after, false) AS online,
-       m.daemon_session,
-       m.daemon_started_at,
-       CASE WHEN m.wake_until > holdfast.now() THEN m.wake_until END AS waking_until,
-       (SELECT count(*) FROM holdfast.commands c WHERE c.machine_id = m.id AND c.state = 'queued') AS queued,
-       (SELECT count(*) FROM holdfast.commands c WHERE c.machine_id = m.id AND c.state = 'accepted') AS accepted,
-       (SELECT min(c.queued_at) FROM holdfast.commands c WHERE c.machine_id = m.id AND c.state = 'queued') AS oldest_queued_at
-  FROM holdfast.machines m CROSS JOIN holdfast.machine_settings s;
+
+-- A new machine token: `hfm_` + 64 hex digits from two gen_random_uuid()
+-- values (244 strong random bits). Stored only as holdfast.api_key_hash.
+CREATE OR REPLACE FUNCTION holdfast.new_machine_token()
+RETURNS text LANGUAGE sql VOLATILE AS $$
+    SELECT 'hfm_' || encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()), 'hex')
+$$;
+
+-- Delete a live machine of p_project. Its token authenticates nothing from
+-- this commit on (authenticate_machine), its daemon session ends, any wake
+-- attempt ends, and every command it has not finished ends now:
+--   queued   → failed (`command.failed`, reason machine_deleted; it never ran);
+--   accepted → unknown (`command.unknown`, reason machine_deleted): it was
+--              handed to the machine and may be running there or have
+--              finished; it will not be run again, and a result it sends
+--              later is refused with the token.
+-- The waiting tool calls get that output and their agents go on. A NOTIFY on
+-- holdfast_commands wakes the machine's claim long-polls, which then find
+-- the token refused.
+--
+-- Locks: the machine row FOR NO KEY UPDATE (waiting for a claim in flight,
+-- which holds it FOR SHARE); then, per open command, its agent row (waited
+-- for, not skipped: every command must end) and the command. Raises HF404
+-- (not in the project, or already deleted). Returns how many commands it
+-- ended.
+CREATE OR REPLACE FUNCTION holdfast.delete_machine(p_project uuid, p_machine uuid)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    v_machine holdfast.machines;
+    v_now timestamptz;
+    v_command holdfast.commands;
+    v_id uuid;
+    v_agent uuid;
+    v_message text;
+    v_ended integer := 0;
+BEGIN
+    SELECT * INTO v_machine FROM holdfast.machines m
+     WHERE m.id = p_machine AND m.project_id = p_project AND m.deleted_at IS NULL
+       FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('machine %s not found', p_machine));
+    END IF;
+    v_now := holdfast.now();
+    UPDATE holdfast.machines
+       SET deleted_at = v_now, daemon_session = NULL, daemon_started_at = NULL, wake_until = NULL
+     WHERE id = p_machine;
+    FOR v_id, v_agent IN
+        SELECT c.id, c.agent_id FROM holdfast.commands c
+         WHERE c.machine_id = p_machine AND c.state IN ('queued', 'accepted')
+         ORDER BY c.agent_id, c.id
+    LOOP
+        PERFORM holdfast.lock_agent(v_agent);
+        SELECT * INTO v_command FROM holdfast.commands WHERE id = v_id FOR UPDATE;
+        IF v_command.state = 'queued' THEN
+            PERFORM holdfast.fail_queued_command(v_command, 'machine_deleted',
+                format('Machine %s was deleted; the command was not run.', v_machine.name));
+        ELSIF v_command.state = 'accepted' THEN
+            UPDATE holdfast.commands SET state = 'unknown', reason = 'machine_deleted', resolved_at = v_now
+             WHERE id = v_id RETURNING * INTO v_command;
+            v_message := format('Machine %s was deleted after it accepted this command: the command '
+                                'may still be running there or may have finished; its result will '
+                                'not be received. It was not run again.', v_machine.name);
+            PERFORM holdfast.answer_command_call(v_command,
+                holdfast.command_outcome_output('unknown', 'machine_deleted', v_message, false,
+                                                jsonb_build_object('exit_code', NULL, 'command_id', v_id)),
+                true, 'command.unknown',
+                jsonb_build_object('command_id', v_id, 'tool_call_id', v_command.tool_call_id,
+                                   'machine_id', p_machine, 'reason', 'machine_deleted',
+                                   'message', v_message, 'late', false));
+        ELSE
+            CONTINUE;
+        END IF;
+        v_ended := v_ended + 1;
+    END LOOP;
+    PERFORM pg_notify('holdfast_commands', p_machine::text);
+    RETURN v_ended;
+END
+$$;
+
+-- Give a live machine of p_project a new token, returned here once (the
+-- same shape as register_machine). The old token is refused from this
+-- commit on, and the daemon session it served ends (a claim naming it gets
+-- HF409): the daemon must start again with the new token. Accepted commands
+-- are untouched: a daemon restarted with the new token and the same state
+-- directory reports them. A NOTIFY on holdfast_commands wakes the machine's
+-- claim long-polls, which then find the old token refused.
+--
+-- Locks the machine row (FOR UPDATE: the token hash is a key). Raises HF404
+-- (not in the project, or deleted).
+CREATE OR REPLACE FUNCTION holdfast.rotate_machine_token(p_project uuid, p_machine uuid)
+RETURNS TABLE (machine_id uuid, name text, wake_url text, token_prefix text, token text,
+               created_at timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_token text := holdfast.new_machine_token();
+BEGIN
+    RETURN QUERY
+    UPDATE holdfast.machines m
+       SET token_hash = holdfast.api_key_hash(v_token), token_prefix = left(v_token, 12),
+           daemon_session = NULL, daemon_started_at = NULL
+     WHERE m.id = p_machine AND m.project_id = p_project AND m.deleted_at IS NULL
+    RETURNING m.id, m.name, m.wake_url, m.token_prefix, v_token, m.created_at;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('machine %s not found', p_machine));
+    END IF;
+    PERFORM pg_notify('holdfast_commands', p_machine::text);
+END
+$$;
+
+-- A command was queued: NOTIFY holdfast_commands with its machine's id, so
+-- the API wakes that machine's claim long-polls. Postgres folds identical
+-- notifications of one transaction into one, so a transaction queueing
+-- several commands for a machine notifies it once. A hint: claims still
+-- poll at a low rate.
+CREATE OR REPLACE FUNCTION holdfast.tg_commands_notify_queued() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('holdfast_commands', NEW.machine_id::text);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER _900_notify_queued AFTER INSERT ON holdfast.commands
+    FOR EACH ROW WHEN (NEW.state = 'queued')
+    EXECUTE FUNCTION holdfast.tg_commands_notify_queued();

@@ -8,6 +8,46 @@
 -- "media_type", "size_bytes"}: that is what inputs, messages, tool calls
 -- and events hold.
 
+CREATE TABLE holdfast.attachments (
+    agent_id uuid NOT NULL,
+    id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
+    media_type text NOT NULL,
+    sha256 bytea NOT NULL,
+    size_bytes integer NOT NULL,
+    data bytea NOT NULL,
+    created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    CONSTRAINT attachments_media_type_check CHECK (media_type IN ('image/jpeg', 'image/png', 'image/gif', 'image/webp', 'application/pdf')),
+    CONSTRAINT attachments_sha256_check CHECK (octet_length(sha256) = 32),
+    CONSTRAINT attachments_size_bytes_check CHECK (size_bytes > 0),
+    CONSTRAINT attachments_size_matches CHECK (size_bytes = octet_length(data)),
+    CONSTRAINT attachments_pkey PRIMARY KEY (agent_id, id),
+    CONSTRAINT attachments_agent_id_sha256_media_type_key UNIQUE (agent_id, sha256, media_type),
+    CONSTRAINT attachments_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id)
+);
+ALTER TABLE holdfast.attachments ALTER COLUMN data SET STORAGE EXTERNAL;
+
+CREATE TABLE holdfast.attachment_quotas (
+    singleton boolean DEFAULT true NOT NULL,
+    max_agent_bytes bigint DEFAULT 268435456 NOT NULL,
+    max_project_bytes bigint DEFAULT '10737418240'::bigint NOT NULL,
+    updated_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    CONSTRAINT attachment_quotas_max_agent_bytes_check CHECK (max_agent_bytes > 0),
+    CONSTRAINT attachment_quotas_max_project_bytes_check CHECK (max_project_bytes > 0),
+    CONSTRAINT attachment_quotas_singleton_check CHECK (singleton),
+    CONSTRAINT attachment_quotas_pkey PRIMARY KEY (singleton)
+);
+
+CREATE TABLE holdfast.project_attachment_bytes (
+    project_id uuid NOT NULL,
+    bytes bigint NOT NULL,
+    CONSTRAINT project_attachment_bytes_pkey PRIMARY KEY (project_id),
+    CONSTRAINT project_attachment_bytes_project_id_fkey FOREIGN KEY (project_id) REFERENCES holdfast.projects(id)
+);
+
+INSERT INTO holdfast.attachment_quotas DEFAULT VALUES;
+
+-- ==== functions and triggers ====
+
 -- The largest file a block may carry, by block type: Anthropic's documented
 -- limits (5 MiB an image, 32 MiB a PDF request). Pure.
 CREATE OR REPLACE FUNCTION holdfast.content_max_bytes(p_block_type text)
@@ -388,11 +428,9 @@ END
 $$;
 -- Statement triggers: a statement storing several files updates each
 -- agent's and project's total once.
-DROP TRIGGER IF EXISTS _100_count_inserted ON holdfast.attachments;
 CREATE TRIGGER _100_count_inserted AFTER INSERT ON holdfast.attachments
     REFERENCING NEW TABLE AS changed FOR EACH STATEMENT
     EXECUTE FUNCTION holdfast.tg_attachments_count('1');
-DROP TRIGGER IF EXISTS _100_count_deleted ON holdfast.attachments;
 CREATE TRIGGER _100_count_deleted AFTER DELETE ON holdfast.attachments
     REFERENCING OLD TABLE AS changed FOR EACH STATEMENT
     EXECUTE FUNCTION holdfast.tg_attachments_count('-1');

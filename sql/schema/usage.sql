@@ -1,9 +1,28 @@
--- sql/functions/usage.sql — model usage: reading a response's tokens, pricing them, summing them; the operator's prices.
+-- sql/schema/usage.sql — model usage: reading a response's tokens, pricing them, summing them; the operator's prices.
 --
--- The current definition of each function in this area, one definition
--- each. `holdfast migrate` re-applies this file (after the numbered
--- migrations) whenever its text changes; the numbered migrations are the
--- applied history of tables, indexes, triggers and views. See docs/sql.md.
+-- This area's current schema: its tables, indexes and views first, then,
+-- after the line below, its functions and triggers.
+-- Each object is defined here once, as it is now. See docs/sql.md for how
+-- a fresh install applies these files and how a change is added.
+
+CREATE TABLE holdfast.model_prices (
+    provider text NOT NULL,
+    model text NOT NULL,
+    input_usd_per_mtok numeric NOT NULL,
+    output_usd_per_mtok numeric NOT NULL,
+    cache_read_usd_per_mtok numeric,
+    cache_write_usd_per_mtok numeric,
+    updated_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    CONSTRAINT model_prices_cache_read_usd_per_mtok_check CHECK (cache_read_usd_per_mtok >= (0)::numeric),
+    CONSTRAINT model_prices_cache_write_usd_per_mtok_check CHECK (cache_write_usd_per_mtok >= (0)::numeric),
+    CONSTRAINT model_prices_input_usd_per_mtok_check CHECK (input_usd_per_mtok >= (0)::numeric),
+    CONSTRAINT model_prices_model_check CHECK ((length(model) >= 1) AND (length(model) <= 200)),
+    CONSTRAINT model_prices_output_usd_per_mtok_check CHECK (output_usd_per_mtok >= (0)::numeric),
+    CONSTRAINT model_prices_provider_check CHECK ((length(provider) >= 1) AND (length(provider) <= 100)),
+    CONSTRAINT model_prices_pkey PRIMARY KEY (provider, model)
+);
+
+-- ==== functions and triggers ====
 
 -- No usage yet: every count 0, no cost.
 CREATE OR REPLACE FUNCTION holdfast.zero_usage() RETURNS holdfast.token_usage
