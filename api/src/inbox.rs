@@ -1,7 +1,7 @@
 //! `GET /v1/inbox`: everything across the project that waits on a person
 //! or a client (approvals, budget approvals, questions, custom tool calls,
 //! commands no machine has accepted), oldest first, from one SQL function
-//! (`holdfast.inbox`, sql/functions/tools.sql).
+//! (`holdfast.inbox`, sql/schema/tools.sql).
 
 use axum::extract::State;
 use axum::Json;

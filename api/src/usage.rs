@@ -1,5 +1,5 @@
 //! `GET /v1/agents/{id}/usage`: an agent's model usage, summed by the step
-//! commits in SQL (sql/functions/usage.sql), so reading it is one row and
+//! commits in SQL (sql/schema/usage.sql), so reading it is one row and
 //! one index range of the agent's steps. `GET /v1/usage`: the project's by
 //! day and model, a report over its steps.
 

@@ -1,7 +1,7 @@
 //! Webhook endpoints: register (the signing secret is shown once), list,
 //! delete, and read an endpoint's deliveries. Delivery itself is the
 //! maintenance process's dispatcher (worker/src/webhooks.rs); this module is
-//! a shell over the SQL in sql/0007_webhooks.sql.
+//! a shell over the SQL in sql/schema/webhooks.sql.
 
 use axum::extract::State;
 use axum::http::StatusCode;

@@ -15,13 +15,22 @@ CREATE TYPE holdfast.new_input AS (
 	mode text
 );
 
+-- A tenant: every API key, agent, machine and webhook belongs to one.
 CREATE TABLE holdfast.projects (
     id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
     name text NOT NULL,
     created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    -- Most agents of the project running at once (NULL: no cap;
+    -- set_project_max_running).
     max_running integer,
+    -- The operator's switch for tenant-set model.base_url.
     allow_custom_model_urls boolean DEFAULT false NOT NULL,
+    -- How long its finished agents' events, deliveries, tool outputs, input
+    -- contents and unreferenced attachments are kept (NULL: forever;
+    -- set_project_retention, retention.sql).
     retention_events interval,
+    -- The operator's switch for provider-run server tools
+    -- (set_project_server_tools).
     allow_server_tools boolean DEFAULT false NOT NULL,
     CONSTRAINT projects_max_running_check CHECK (max_running >= 0),
     CONSTRAINT projects_name_check CHECK (name <> ''),
@@ -30,46 +39,87 @@ CREATE TABLE holdfast.projects (
     CONSTRAINT projects_name_key UNIQUE (name)
 );
 
+-- One row per agent. `state` is derived by settle_agent() from the facts below
+-- and never set by hand elsewhere, except running (claim) and archived:
+--   idle      nothing to do until an input arrives
+--   ready     a worker should claim it once run_after has passed
+--   running   a worker holds the lease (lease_* columns set)
+--   waiting   tool calls wait on someone outside (client, person, machine)
+--   archived  takes no new inputs
 CREATE TABLE holdfast.agents (
     id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
     project_id uuid NOT NULL,
+    -- The agent config (validate_config): model, system prompt, tools,
+    -- limits, budget.
     config jsonb NOT NULL,
     state text DEFAULT 'idle' NOT NULL,
+    -- A turn runs from the input that starts it to turn.completed/failed/cancelled.
     turn_open boolean DEFAULT false NOT NULL,
+    -- Model-call retry budget (durable: a crash does not reset it).
     model_attempts integer DEFAULT 0 NOT NULL,
+    -- A ready agent is not claimed before this (durable backoff and delays).
     run_after timestamptz DEFAULT holdfast.now() NOT NULL,
+    -- Lease. The epoch only grows; every worker write names the epoch it claimed.
     lease_owner text,
     lease_epoch bigint DEFAULT 0 NOT NULL,
     lease_expires_at timestamptz,
     lease_pid integer,
     lease_backend_start timestamptz,
+    -- A cancel asked of the worker holding the turn (request_cancel).
     cancel_requested_at timestamptz,
+    -- Counters for gap-free per-agent sequences, advanced under the row lock.
     last_event_seq bigint DEFAULT 0 NOT NULL,
     last_message_seq bigint DEFAULT 0 NOT NULL,
     last_step_seq bigint DEFAULT 0 NOT NULL,
+    -- When its latest event was appended (the agent list sorts by it).
     last_event_at timestamptz,
+    -- Set by the _100_state_changed trigger; with run_after, when a ready
+    -- agent became claimable.
     state_changed_at timestamptz DEFAULT holdfast.now() NOT NULL,
     created_at timestamptz DEFAULT holdfast.now() NOT NULL,
     updated_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    -- Compaction: the summary that stands for the messages before
+    -- context_start_seq.
     context_summary text,
     context_start_seq bigint DEFAULT 0 NOT NULL,
+    -- A subagent's spawn_subagent call in its parent (unique where set).
     parent_tool_call_id uuid,
+    -- Failed steps in a row (fail_step backs off, then fails the turn); a
+    -- step that commits resets it.
     step_failures integer DEFAULT 0 NOT NULL,
+    -- Model steps in the open turn, for limits.max_model_steps_per_turn.
     turn_model_steps integer DEFAULT 0 NOT NULL,
+    -- 0 for a root agent, the parent's + 1 for a subagent.
     subagent_depth integer DEFAULT 0 NOT NULL,
+    -- A subagent's tree root (NULL on a root).
     root_agent_id uuid,
+    -- The open or last turn's number.
     turn_seq bigint DEFAULT 0 NOT NULL,
+    -- The open or last turn's model usage and the agent's whole life's,
+    -- summed by each model step's commit.
     turn_usage holdfast.token_usage DEFAULT ROW((0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, NULL::numeric) NOT NULL,
     usage holdfast.token_usage DEFAULT ROW((0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, NULL::numeric) NOT NULL,
+    -- The W3C trace context the open turn's spans are children of: its first
+    -- input's, or one made up when it brought none. Set when a turn opens.
     turn_trace_parent text,
     turn_trace_state text,
+    -- The step attempt whose holder died (set by reap_agent, cleared by every
+    -- settle): the next attempt emits the lost attempt's span and links to
+    -- the step's first attempt.
     first_attempt_epoch bigint,
     lost_attempt_epoch bigint,
     lost_attempt_started_at timestamptz,
     lost_attempt_ended_at timestamptz,
+    -- Retention removed its events older than this.
     events_pruned_before timestamptz,
+    -- Extra allowances people granted past a reached budget: {"<budget>":
+    -- {"grants": n, "turn_seq": t}}; a per-turn budget's grants count only in
+    -- the turn they were given.
     budget_grants jsonb DEFAULT '{}'::jsonb NOT NULL,
+    -- The bytes of its stored files, kept by the attachments triggers.
     attachment_bytes bigint DEFAULT 0 NOT NULL,
+    -- The latest turn and how it ended (AgentView.last_turn); outcome and end
+    -- time are NULL while it runs.
     last_turn_started_at timestamptz,
     last_turn_ended_at timestamptz,
     last_turn_outcome text,
@@ -87,35 +137,58 @@ CREATE TABLE holdfast.agents (
     CONSTRAINT agents_root_agent_id_fkey FOREIGN KEY (root_agent_id) REFERENCES holdfast.agents(id)
 );
 
+-- Every agent of a project, newest activity first.
 CREATE INDEX agents_project_activity_idx ON holdfast.agents (project_id, COALESCE(last_event_at, created_at) DESC, id DESC);
 
 CREATE INDEX agents_project_idx ON holdfast.agents (project_id, id);
 
+-- The same within one state (the console's state filter), and the counts by
+-- state (an index-only scan on project_id, state).
 CREATE INDEX agents_project_state_activity_idx ON holdfast.agents (project_id, state, COALESCE(last_event_at, created_at) DESC, id DESC);
 
 CREATE INDEX agents_ready_at_idx ON holdfast.agents (GREATEST(run_after, state_changed_at), id) WHERE (state = 'ready');
 
+-- When a ready agent became claimable: greatest(run_after,
+-- state_changed_at) — the moment it last turned ready, or its durable
+-- delay ended, whichever is later. Per project for the fair pass, and
+-- overall for the contended leftovers and the delayed-agent wake-up.
 CREATE INDEX agents_ready_project_idx ON holdfast.agents (project_id, GREATEST(run_after, state_changed_at), id) WHERE (state = 'ready');
 
+-- max_descendants counts a root's tree.
 CREATE INDEX agents_root_idx ON holdfast.agents (root_agent_id) WHERE (root_agent_id IS NOT NULL);
 
+-- The reaper reads only running agents.
 CREATE INDEX agents_running_idx ON holdfast.agents (lease_expires_at) WHERE (state = 'running');
 
 CREATE UNIQUE INDEX agents_parent_tool_call_idx ON holdfast.agents (parent_tool_call_id) WHERE (parent_tool_call_id IS NOT NULL);
 
+-- A message sent to an agent. A turn's inputs are turn_inputs: admitted,
+-- not consumed, not removed.
 CREATE TABLE holdfast.inputs (
     id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
     project_id uuid NOT NULL,
     agent_id uuid NOT NULL,
+    -- Content blocks (a base64 file is stored in attachments and referenced).
     content jsonb NOT NULL,
+    -- A replay with the same key returns the first input (unique per
+    -- project).
     idempotency_key text,
+    -- Set when a model call that included this input was committed.
     consumed_at timestamptz,
     created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    -- The traceparent/tracestate headers the input was posted with
+    -- (canonical), NULL without.
     trace_parent text,
     trace_state text,
+    -- steer (joins the open turn), queue (waits for its own turn), interrupt
+    -- (stops the running model call); docs/api.md.
     mode text DEFAULT 'steer' NOT NULL,
+    -- When it joined a turn: at once, except a queued input
+    -- (admit_queued_input).
     admitted_at timestamptz DEFAULT holdfast.now(),
+    -- A queued input taken back (remove_input).
     removed_at timestamptz,
+    -- When retention replaced its content with JSON null.
     content_pruned_at timestamptz,
     CONSTRAINT inputs_admitted_unless_queued CHECK ((mode = 'queue') OR (admitted_at IS NOT NULL)),
     CONSTRAINT inputs_idempotency_key_check CHECK ((length(idempotency_key) >= 1) AND (length(idempotency_key) <= 255)),
@@ -131,10 +204,14 @@ CREATE TABLE holdfast.inputs (
 
 CREATE INDEX inputs_pending_idx ON holdfast.inputs (agent_id, created_at, id) WHERE (consumed_at IS NULL);
 
+-- The queued inputs of an agent, oldest first (admit_queued_input, the API's list).
 CREATE INDEX inputs_queued_idx ON holdfast.inputs (agent_id, created_at, id) WHERE ((admitted_at IS NULL) AND (removed_at IS NULL));
 
 CREATE UNIQUE INDEX inputs_idempotency_idx ON holdfast.inputs (project_id, idempotency_key) WHERE (idempotency_key IS NOT NULL);
 
+-- The operator's maxima for agents' config.limits (HOLDFAST_MAX_<NAME>,
+-- written by each worker at start; set_limit_maxima). An agent's
+-- config.limits may set lower values; these are also the defaults. One row.
 CREATE TABLE holdfast.limit_settings (
     singleton boolean DEFAULT true NOT NULL,
     max_model_steps_per_turn integer DEFAULT 100 NOT NULL,
@@ -1074,7 +1151,7 @@ LANGUAGE sql IMMUTABLE AS $$
     END
 $$;
 
--- Keep the agent's last_turn_* columns (sql/0045_last_turn.sql) in step
+-- Keep the agent's last_turn_* columns in step
 -- with its turn events, in the transaction that saves them: a turn.started
 -- opens a new last turn, a turn end records how it went.
 CREATE OR REPLACE FUNCTION holdfast.tg_events_record_last_turn() RETURNS trigger

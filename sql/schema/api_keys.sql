@@ -5,6 +5,7 @@
 -- Each object is defined here once, as it is now. See docs/sql.md for how
 -- a fresh install applies these files and how a change is added.
 
+-- API keys are stored as SHA-256 hashes; the clear key is shown once at creation.
 CREATE TABLE holdfast.api_keys (
     id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
     project_id uuid NOT NULL,

@@ -5,6 +5,10 @@
 -- Each object is defined here once, as it is now. See docs/sql.md for how
 -- a fresh install applies these files and how a change is added.
 
+-- Children whose parent's spawn_subagent call was cancelled while their row
+-- was locked by someone else: maintenance_tick cancels their turns. No
+-- foreign keys on purpose: a key check would take a share lock on the
+-- busy child's row, the very wait this table exists to avoid.
 CREATE TABLE holdfast.subagent_cancels (
     tool_call_id uuid NOT NULL,
     child_agent_id uuid NOT NULL,
@@ -14,9 +18,10 @@ CREATE TABLE holdfast.subagent_cancels (
 
 -- ==== functions and triggers ====
 
--- request_cancel (0002), its body now cancel_locked_turn (shared with the
--- cascade). Locks the agent row. Raises HF404, HF409 (idle or archived: no
--- turn to cancel). Returns 'requested' or 'cancelled' as before.
+-- Cancel an agent's turn from the API: the work is cancel_locked_turn
+-- (shared with the cascade). Locks the agent row. Raises HF404, HF409 (idle
+-- or archived: no turn to cancel). Returns 'requested' (a worker holds the
+-- turn and will stop it) or 'cancelled' (done here).
 CREATE OR REPLACE FUNCTION holdfast.request_cancel(p_agent uuid)
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE

@@ -8,6 +8,11 @@
 -- "media_type", "size_bytes"}: that is what inputs, messages, tool calls
 -- and events hold.
 
+-- A file (image, PDF) an agent was sent, stored once: inputs, messages,
+-- tool calls and events reference it ({"type": "attachment",
+-- "attachment_id", ...} as a block's source) instead of carrying base64.
+-- A file sent again reuses its row (unique per agent by sha256 and media
+-- type); data is stored uncompressed, out of line.
 CREATE TABLE holdfast.attachments (
     agent_id uuid NOT NULL,
     id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
@@ -26,6 +31,9 @@ CREATE TABLE holdfast.attachments (
 );
 ALTER TABLE holdfast.attachments ALTER COLUMN data SET STORAGE EXTERNAL;
 
+-- The operator's limits on stored files, per agent and per project (every
+-- API process writes its HOLDFAST_MAX_ATTACHMENT_BYTES_PER_* here at start,
+-- set_attachment_quotas). One row.
 CREATE TABLE holdfast.attachment_quotas (
     singleton boolean DEFAULT true NOT NULL,
     max_agent_bytes bigint DEFAULT 268435456 NOT NULL,
@@ -37,6 +45,10 @@ CREATE TABLE holdfast.attachment_quotas (
     CONSTRAINT attachment_quotas_pkey PRIMARY KEY (singleton)
 );
 
+-- A project's row exists once it has stored a file. Nothing but the
+-- attachment triggers locks it. No CHECK (bytes >= 0): the trigger's
+-- upsert proposes a row of the change alone, a negative one for a delete,
+-- and Postgres checks the proposed row before it finds the conflict.
 CREATE TABLE holdfast.project_attachment_bytes (
     project_id uuid NOT NULL,
     bytes bigint NOT NULL,

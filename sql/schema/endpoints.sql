@@ -5,11 +5,16 @@
 -- Each object is defined here once, as it is now. See docs/sql.md for how
 -- a fresh install applies these files and how a change is added.
 
+-- Named model endpoints, owned by the operator. `project_id` NULL: every
+-- project may use it; `models` NULL: any model name.
 CREATE TABLE holdfast.model_endpoints (
     id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
     name text NOT NULL,
     kind text NOT NULL,
     base_url text NOT NULL,
+    -- The worker's environment variable holding the credential; NULL sends
+    -- none. HOLDFAST_* are refused: those hold the database URL and the
+    -- secret key, which must never leave the worker.
     credential_env text,
     project_id uuid,
     models text[],
@@ -24,6 +29,11 @@ CREATE TABLE holdfast.model_endpoints (
     CONSTRAINT model_endpoints_project_id_fkey FOREIGN KEY (project_id) REFERENCES holdfast.projects(id)
 );
 
+-- A project's own provider key. `sealed` is version byte 1, a 12-byte nonce,
+-- then the AES-256-GCM ciphertext and tag of the key, with the project id
+-- and provider as associated data (a row copied to another project does not
+-- open). `key_fingerprint` names the HOLDFAST_SECRET_KEY that sealed it, so
+-- a worker with another key says so instead of failing obscurely.
 CREATE TABLE holdfast.project_provider_keys (
     project_id uuid NOT NULL,
     provider text NOT NULL,

@@ -5,6 +5,8 @@
 -- Each object is defined here once, as it is now. See docs/sql.md for how
 -- a fresh install applies these files and how a change is added.
 
+-- The timeline. seq is gap-free per agent: it comes from agents.last_event_seq,
+-- advanced under the agent's row lock in the writing transaction.
 CREATE TABLE holdfast.events (
     agent_id uuid NOT NULL,
     seq bigint NOT NULL,
@@ -18,8 +20,14 @@ CREATE TABLE holdfast.events (
     CONSTRAINT events_agent_id_fkey1 FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id)
 ) PARTITION BY RANGE (created_at);
 
+-- Rows no weekly partition covers (ensure_event_partitions creates the
+-- weeks ahead; retention.sql).
 CREATE TABLE holdfast.events_default PARTITION OF holdfast.events DEFAULT;
 
+-- An agent followed by an API feed: the pid (and start time) of the API's
+-- LISTEN session that hears its hints. holdfast_events is sent only for
+-- agents with a row here; maintenance_tick drops the rows of sessions that
+-- are gone. Unlogged: after a crash every feed reconnects anyway.
 CREATE UNLOGGED TABLE holdfast.stream_watches (
     id uuid NOT NULL,
     agent_id uuid NOT NULL,
@@ -96,7 +104,7 @@ $$;
 -- The watch check sees watches committed before the statement's row locks
 -- were granted only under READ COMMITTED (each query takes a new
 -- snapshot); under a stronger isolation level the transaction's snapshot
--- may predate a watch, so such transactions hint every agent, as before.
+-- may predate a watch, so such transactions hint every agent.
 CREATE OR REPLACE FUNCTION holdfast.tg_events_notify() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN

@@ -90,7 +90,7 @@ $$;
 -- (end_turn_over_budget). Returns 'ready', 'waiting', 'idle', or 'new_turn' (ready, and a
 -- turn opens for waiting inputs, queued ones included: the caller appends
 -- turn.started, sets turn_open, model_attempts = 0, and admits the oldest
--- queued input, admit_queued_input). Same precedence as 0001's settle_agent.
+-- queued input, admit_queued_input).
 -- Reads only; the caller holds the agent's row lock.
 CREATE OR REPLACE FUNCTION holdfast.decide_state(
     p_agent uuid, p_turn_open boolean, p_new_runnable boolean, p_new_waiting boolean, p_consumed uuid[])
@@ -302,10 +302,11 @@ BEGIN
 END
 $$;
 
--- claim_agents (0009), fair: up to p_max due ready agents, round-robin over
+-- Claim up to p_max due ready agents, fairly: round-robin over
 -- projects — each project's oldest-ready agent (by ready time, above)
 -- before any project's second, and so on — within each project's
--- max_running. Same contract and lease writes as before.
+-- max_running. Each claimed agent turns running under a new lease (epoch + 1)
+-- held by p_owner for p_ttl.
 --   1. The projects with due agents, oldest head first: a skip scan of
 --      agents_ready_project_idx, one index probe per project with ready
 --      agents; at most p_max of them can take part in one batch.
@@ -316,7 +317,7 @@ $$;
 --      leaves), ranked; taken in (rank, ready time) order, SKIP LOCKED.
 --   4. When concurrent claimers held some of those, the rest of the batch
 --      comes from the overall oldest-ready uncapped agents (SKIP LOCKED
---      scans past held rows, as the pre-0011 claim did), so claimers never
+--      scans past held rows), so claimers never
 --      starve each other.
 -- Cost: an index probe per project with ready agents plus p_max rows per
 -- chosen project; flat in idle and archived agents.
@@ -549,8 +550,7 @@ BEGIN
 END
 $$;
 
--- maintenance_tick (0001) with a fourth sweep, and the delayed-agent
--- wake-up reading agents_ready_at_idx (agents_ready_idx is gone):
+-- One maintenance pass over agents:
 --   1. release leases past expiry;
 --   2. release leases whose claiming session is gone;
 --   3. wake workers when delayed agents (run_after) have come due;

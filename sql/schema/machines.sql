@@ -5,19 +5,33 @@
 -- Each object is defined here once, as it is now. See docs/sql.md for how
 -- a fresh install applies these files and how a change is added.
 
+-- A machine a project's agents run commands on. Its daemon authenticates
+-- with a token shown once at registration (`hfm_` + 64 hex) and stored as
+-- its SHA-256. The daemon identifies each of its process starts with a
+-- session id: the latest start owns the machine (claims and heartbeats of
+-- an older session are refused), and the commands its journal held at
+-- start say which accepted commands survived the restart.
 CREATE TABLE holdfast.machines (
     id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
     project_id uuid NOT NULL,
     name text NOT NULL,
     token_hash bytea NOT NULL,
+    -- The token's first characters, in clear, to tell tokens apart.
     token_prefix text NOT NULL,
+    -- POSTed by the API when a wake attempt starts (a Wake-on-LAN relay, a
+    -- cloud API behind a small proxy, ...).
     wake_url text,
     created_at timestamptz DEFAULT holdfast.now() NOT NULL,
     last_heartbeat_at timestamptz,
+    -- The daemon's last report: [{"id", "state": accepted|running|finished, "pid"?}].
     reported_commands jsonb DEFAULT '[]'::jsonb NOT NULL,
+    -- The daemon process serving the machine, when it started, and the
+    -- commands its journal held then.
     daemon_session uuid,
     daemon_started_at timestamptz,
     daemon_known_commands uuid[] DEFAULT '{}'::uuid[] NOT NULL,
+    -- A wake attempt is in progress until wake_until (cleared by a heartbeat:
+    -- the machine is up).
     wake_requested_at timestamptz,
     wake_until timestamptz,
     deleted_at timestamptz,
@@ -36,6 +50,11 @@ CREATE INDEX machines_project_idx ON holdfast.machines (project_id, id);
 
 CREATE UNIQUE INDEX machines_live_name_unique ON holdfast.machines (project_id, name) WHERE (deleted_at IS NULL);
 
+-- One command per run_command tool call. `reason` says why the server
+-- decided an outcome without the machine's result (failed, unreachable, or
+-- unknown after a daemon restart); it stays when a late result arrives, as
+-- the record of what the agent was given. The result columns hold what the
+-- machine reported, whenever it arrived.
 CREATE TABLE holdfast.commands (
     id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
     tool_call_id uuid NOT NULL,
@@ -47,6 +66,7 @@ CREATE TABLE holdfast.commands (
     reason text,
     queued_at timestamptz DEFAULT holdfast.now() NOT NULL,
     accepted_at timestamptz,
+    -- What the agent was told when the machine went offline.
     last_known_state jsonb,
     result_state text,
     exit_code integer,
@@ -57,6 +77,7 @@ CREATE TABLE holdfast.commands (
     stdout_truncated boolean,
     stderr_truncated boolean,
     result_at timestamptz,
+    -- When the command left queued/accepted.
     resolved_at timestamptz,
     trace_parent text,
     trace_state text,
@@ -82,15 +103,23 @@ CREATE TABLE holdfast.commands (
     CONSTRAINT commands_tool_call_id_fkey FOREIGN KEY (tool_call_id) REFERENCES holdfast.tool_calls(id)
 );
 
+-- The offline and restart sweeps, and GET /v1/machines, read accepted ones.
 CREATE INDEX commands_accepted_idx ON holdfast.commands (machine_id, accepted_at) WHERE (state = 'accepted');
 
 CREATE INDEX commands_agent_idx ON holdfast.commands (agent_id, id);
 
+-- Claims read a machine's queued commands in order; the accept-timeout
+-- sweep reads all queued ones (few at any time).
 CREATE INDEX commands_queued_idx ON holdfast.commands (machine_id, queued_at, id) WHERE (state = 'queued');
 
+-- The machine and command timeouts the maintenance process enforces
+-- (machine_tick writes its settings here); claim_commands and list_machines
+-- read them, so the API needs no copy of the settings. One row.
 CREATE TABLE holdfast.machine_settings (
     singleton boolean DEFAULT true NOT NULL,
+    -- HOLDFAST_COMMAND_ACCEPT_TIMEOUT: a command not accepted by then fails.
     accept_timeout interval DEFAULT '00:05:00'::interval NOT NULL,
+    -- HOLDFAST_MACHINE_OFFLINE_AFTER: a machine silent this long is offline.
     offline_after interval DEFAULT '00:00:30'::interval NOT NULL,
     updated_at timestamptz DEFAULT holdfast.now() NOT NULL,
     CONSTRAINT machine_settings_accept_timeout_check CHECK (accept_timeout > '00:00:00'::interval),

@@ -4,8 +4,8 @@
 -- Each object is defined here once, as it is now. See docs/sql.md for how
 -- a fresh install applies these files and how a change is added.
 
--- agent_overview (0001) with pending_inputs leaving out removed inputs
--- (queued ones count: they are waiting work).
+-- One row per agent: its state, lease and counts; pending_inputs leaves out
+-- removed inputs (queued ones count: they are waiting work).
 CREATE VIEW holdfast.agent_overview AS
 SELECT a.id AS agent_id,
        a.project_id,
@@ -58,7 +58,8 @@ SELECT a.id AS agent_id, a.state, a.lease_owner, a.lease_expires_at, a.state_cha
     OR (a.state = 'running' AND a.lease_pid IS NOT NULL
         AND NOT EXISTS (SELECT 1 FROM pg_stat_activity s WHERE s.pid = a.lease_pid));
 
--- The audit views of 0021, unchanged.
+-- What happened to each agent and each tool call, counted from the tables
+-- (the demo's verdict reads them).
 CREATE VIEW holdfast.agent_audit AS
 SELECT a.id AS agent_id,
        e.events,
@@ -135,7 +136,7 @@ SELECT a.project_id,
        sum((s.usage).cost_usd) AS cost_usd
   FROM holdfast.steps s
   JOIN holdfast.agents a ON a.id = s.agent_id
- -- Model calls saved since 0022 (earlier ones have no usage). Not
+ -- Model calls with a recorded turn (a step without one has no usage). Not
  -- `s.usage IS NOT NULL`: a row with a NULL field (an unpriced cost) is
  -- not NOT NULL.
  WHERE s.kind IN ('model', 'compaction') AND s.turn_seq IS NOT NULL

@@ -15,13 +15,18 @@ CREATE TYPE holdfast.model_step AS (
 	stop_reason text
 );
 
+-- One row per committed step. A model step is one claim's work, so
+-- (agent_id, epoch) is unique for model steps: a replayed commit conflicts.
 CREATE TABLE holdfast.steps (
     id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
     agent_id uuid NOT NULL,
     step_seq bigint NOT NULL,
     kind text NOT NULL,
+    -- The lease epoch it ran under.
     epoch bigint NOT NULL,
     created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    -- A model or compaction step's turn, provider, model and usage (priced
+    -- when it committed).
     turn_seq bigint,
     provider text,
     model text,
@@ -34,6 +39,7 @@ CREATE TABLE holdfast.steps (
 
 CREATE UNIQUE INDEX steps_model_epoch_idx ON holdfast.steps (agent_id, epoch) WHERE (kind = 'model');
 
+-- The history a model call is built from (provider-neutral content blocks).
 CREATE TABLE holdfast.messages (
     agent_id uuid NOT NULL,
     seq bigint NOT NULL,

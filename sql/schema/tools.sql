@@ -11,16 +11,25 @@ CREATE TYPE holdfast.tool_result AS (
 	is_error boolean
 );
 
+-- Tool calls, with their state machine (docs/state-machines.md):
+--   pending            a worker may run it (external, internal)
+--   awaiting_approval  waits for approve/deny
+--   waiting            waits for a client result, an answer or a machine
+--   running            an external call is in flight under lease epoch running_epoch
+--   completed          has output
+--   cancelled          its turn was cancelled
 CREATE TABLE holdfast.tool_calls (
     id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
     agent_id uuid NOT NULL,
     step_id uuid NOT NULL,
     "position" integer NOT NULL,
+    -- The provider's id of the call (tool_use id / call_id).
     provider_id text NOT NULL,
     name text NOT NULL,
     input jsonb NOT NULL,
     kind text NOT NULL,
     status text NOT NULL,
+    -- The lease epoch whose worker runs its external IO (set while running).
     running_epoch bigint,
     output jsonb,
     is_error boolean,
@@ -28,6 +37,7 @@ CREATE TABLE holdfast.tool_calls (
     created_at timestamptz DEFAULT holdfast.now() NOT NULL,
     completed_at timestamptz,
     child_agent_id uuid,
+    -- When retention replaced the output with JSON null.
     output_pruned_at timestamptz,
     CONSTRAINT tool_calls_completed_has_output CHECK ((status = 'completed') = ((output IS NOT NULL) AND (is_error IS NOT NULL) AND (completed_at IS NOT NULL))),
     CONSTRAINT tool_calls_kind_check CHECK (kind IN ('external', 'internal', 'custom', 'question', 'command')),
@@ -41,12 +51,16 @@ CREATE TABLE holdfast.tool_calls (
     CONSTRAINT tool_calls_step_id_fkey FOREIGN KEY (step_id) REFERENCES holdfast.steps(id)
 );
 
+-- An agent's tool calls in the order the context load reads them.
 CREATE INDEX tool_calls_agent_idx ON holdfast.tool_calls (agent_id, created_at, step_id, "position");
 
 CREATE INDEX tool_calls_open_idx ON holdfast.tool_calls (agent_id, status) WHERE (status <> ALL (ARRAY['completed', 'cancelled']));
 
 ALTER TABLE holdfast.agents ADD CONSTRAINT agents_parent_tool_call_id_fkey FOREIGN KEY (parent_tool_call_id) REFERENCES holdfast.tool_calls(id);
 
+-- A person's decision on one tool call (kind tool_call) or on a turn going
+-- past a reached budget (kind budget, with `budget`: the {"budget",
+-- "limit", "value"} reached; at most one pending per agent).
 CREATE TABLE holdfast.approvals (
     id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
     agent_id uuid NOT NULL,
@@ -74,6 +88,7 @@ CREATE INDEX approvals_pending_idx ON holdfast.approvals (agent_id, created_at) 
 
 CREATE UNIQUE INDEX approvals_one_pending_budget_idx ON holdfast.approvals (agent_id) WHERE ((kind = 'budget') AND (status = 'pending'));
 
+-- An ask_user call waiting for its answer.
 CREATE TABLE holdfast.questions (
     id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
     agent_id uuid NOT NULL,
@@ -430,17 +445,17 @@ BEGIN
 END
 $$;
 
--- spawn_subagent (0005), now within the tree's limits: the child's depth
+-- Spawn a subagent for a spawn_subagent call, within the tree's limits: the child's depth
 -- (parent's + 1) at most the root's max_subagent_depth; the parent's live
 -- children (its spawn calls still waiting on a child) fewer than its
 -- max_live_children; the root's tree smaller than its max_descendants. An
 -- over-limit spawn creates nothing: the call completes with an error result
 -- (commit_tool_result) `{"type": "limit_exceeded", "limit", "value",
--- "message"}` and NULL is returned. Otherwise as before: the child, its
+-- "message"}` and NULL is returned. Otherwise: the child, its
 -- first input and the parent's waiting call in one transaction; returns the
 -- child's id. Locks the parent (fenced, HF001), its call, then the tree's
 -- root (descendants are counted under the root's lock, so concurrent spawns
--- in one tree cannot overshoot). Raises HF404, HF409, HF422 as before.
+-- in one tree cannot overshoot). Raises HF404, HF409, HF422.
 CREATE OR REPLACE FUNCTION holdfast.spawn_subagent(
     p_agent uuid, p_epoch bigint, p_tool_call uuid, p_config jsonb, p_prompt text)
 RETURNS uuid LANGUAGE plpgsql AS $$

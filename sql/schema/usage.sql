@@ -5,6 +5,8 @@
 -- Each object is defined here once, as it is now. See docs/sql.md for how
 -- a fresh install applies these files and how a change is added.
 
+-- The operator's price of a provider's model, USD per million tokens
+-- (cache prices NULL: the input price); set_model_price.
 CREATE TABLE holdfast.model_prices (
     provider text NOT NULL,
     model text NOT NULL,
@@ -140,7 +142,7 @@ $$;
 -- An agent's usage, for GET /v1/agents/{id}/usage: the whole life's sum
 -- (agents.usage) and each turn's sum over its model calls (steps and
 -- compactions), oldest turn
--- first (model steps saved since 0022): {"agent_id", "usage", "turns": [{"turn", "model_steps",
+-- first: {"agent_id", "usage", "turns": [{"turn", "model_steps",
 -- "started_at", "usage"}]}. NULL when the agent is not in p_project. Reads
 -- only.
 CREATE OR REPLACE FUNCTION holdfast.agent_usage(p_project uuid, p_agent uuid) RETURNS jsonb

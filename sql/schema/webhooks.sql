@@ -5,6 +5,11 @@
 -- Each object is defined here once, as it is now. See docs/sql.md for how
 -- a fresh install applies these files and how a change is added.
 
+-- An endpoint receives the events of its project's agents whose type is in
+-- `events` ('*' = all). The secret is `whsec_` + base64 of 32 random bytes
+-- (Standard Webhooks: at least 24); it is needed in clear to sign, and the
+-- API shows it once, at creation. Deleting sets deleted_at (the deliveries
+-- keep their history).
 CREATE TABLE holdfast.webhook_endpoints (
     id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
     project_id uuid NOT NULL,
@@ -20,22 +25,31 @@ CREATE TABLE holdfast.webhook_endpoints (
     CONSTRAINT webhook_endpoints_project_id_fkey FOREIGN KEY (project_id) REFERENCES holdfast.projects(id)
 );
 
+-- The outbox trigger looks endpoints up by project on every event insert.
 CREATE INDEX webhook_endpoints_project_idx ON holdfast.webhook_endpoints (project_id, id) WHERE (deleted_at IS NULL);
 
+-- The outbox: one row per event and endpoint whose filter matches it,
+-- inserted by trigger in the event's transaction.
 CREATE TABLE holdfast.webhook_deliveries (
+    -- The `webhook-id` header: stable across every attempt of this delivery.
     id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
     endpoint_id uuid NOT NULL,
+    -- The event (its JSON is the request body, built from the events row).
     agent_id uuid NOT NULL,
     event_seq bigint NOT NULL,
     event_id uuid NOT NULL,
     event_type text NOT NULL,
     status text DEFAULT 'pending' NOT NULL,
+    -- Attempts started (a claim counts one). Also the fence of an attempt's
+    -- outcome: only the latest attempt reschedules a delivery.
     attempts integer DEFAULT 0 NOT NULL,
     next_attempt_at timestamptz,
+    -- Set while a dispatcher holds the delivery (its HTTP request is in flight).
     claimed_until timestamptz,
     last_attempt_at timestamptz,
     last_status_code integer,
     last_error text,
+    -- The retry window runs from here (the event's transaction).
     created_at timestamptz DEFAULT holdfast.now() NOT NULL,
     delivered_at timestamptz,
     failed_at timestamptz,
@@ -53,14 +67,19 @@ CREATE TABLE holdfast.webhook_deliveries (
     CONSTRAINT webhook_deliveries_event_fkey FOREIGN KEY (agent_id, event_seq, event_created_at) REFERENCES holdfast.events(agent_id, seq, created_at)
 );
 
+-- In-flight counts per endpoint (the per-endpoint concurrency cap).
 CREATE INDEX webhook_deliveries_claimed_idx ON holdfast.webhook_deliveries (endpoint_id) WHERE (claimed_until IS NOT NULL);
 
+-- Claim reads only due pending deliveries: cost stays flat as delivered rows pile up.
 CREATE INDEX webhook_deliveries_due_idx ON holdfast.webhook_deliveries (next_attempt_at, id) WHERE (status = 'pending');
 
+-- Listing an endpoint's deliveries, newest first (ids are UUIDv7).
 CREATE INDEX webhook_deliveries_endpoint_idx ON holdfast.webhook_deliveries (endpoint_id, id);
 
+-- Deleting events checks this key; pruning finds an agent's deliveries by it.
 CREATE INDEX webhook_deliveries_event_idx ON holdfast.webhook_deliveries (agent_id, event_seq);
 
+-- The per-(endpoint, agent) order check reads only pending rows.
 CREATE INDEX webhook_deliveries_queue_idx ON holdfast.webhook_deliveries (endpoint_id, agent_id, event_seq) WHERE (status = 'pending');
 
 -- ==== functions and triggers ====
@@ -224,9 +243,9 @@ $$;
 -- One pending delivery per live endpoint of the agent's project whose filter
 -- matches the event, in the event's own transaction; then one wake-up hint
 -- for dispatchers (identical notifications fold within a transaction).
--- Statement-level (0020), over the statement's new events: one INSERT per
+-- Statement-level, over the statement's new events: one INSERT per
 -- statement that writes events, not one per event row. Each delivery keeps
--- the trace context of the agent's turn (0036), for the dispatcher's span.
+-- the trace context of the agent's turn, for the dispatcher's span.
 -- Reads endpoints
 -- without locking them: an endpoint deleted concurrently may still get this
 -- delivery, and claim_webhook_deliveries fails it instead of sending.
@@ -277,7 +296,7 @@ CREATE TRIGGER _500_webhook_outbox AFTER INSERT ON holdfast.events
 -- for the same endpoint is still pending and either never attempted or in
 -- flight. So when the receiver answers in time, each endpoint sees each
 -- agent's events in order; an earlier delivery that failed and waits for its
--- retry no longer holds the later ones back.
+-- retry does not hold the later ones back.
 --
 -- Fairness: an endpoint with p_max_per_endpoint requests in flight (across
 -- all dispatchers) gets no more, so a slow endpoint cannot take every slot.

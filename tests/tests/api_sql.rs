@@ -1,4 +1,4 @@
-//! The SQL behind the HTTP API (`sql/0002_api.sql`), called directly: keys,
+//! The SQL behind the HTTP API (`sql/schema/api_keys.sql`, `sql/schema/agents.sql`), called directly: keys,
 //! merge patches under the row lock, results and cancels around a lease.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Bounds on stored files (migration 0044, docs/api.md "Content blocks"):
+//! Bounds on stored files (docs/api.md "Content blocks"):
 //! an input whose new files would take its agent or its project past the
 //! operator's attachment quota is a 422 naming the quota and writes
 //! nothing, a file already stored costs nothing again; an input whose files

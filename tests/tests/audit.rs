@@ -1,4 +1,4 @@
-//! The audit views (sql/0021_audit.sql) that the demo's verdict and the
+//! The audit views (sql/schema/operations.sql) that the demo's verdict and the
 //! chaos soak read: what they count for a turn that ran a custom tool call,
 //! and that they show what "nothing lost, nothing run twice" forbids — a
 //! second result for one call, a gap in the timeline.

@@ -686,7 +686,7 @@ async fn check_invariants(
     let markers = machine_dir.markers();
     for (k, agent) in agents {
         // What the database recorded, counted by the audit view the demo's
-        // verdict reads too (sql/0021_audit.sql).
+        // verdict reads too (sql/schema/operations.sql).
         let audit = client
             .query_one(
                 "SELECT turns_completed, turns_failed, turns_cancelled, inputs, inputs_in_history,

@@ -1,5 +1,5 @@
 //! Limits on runaway agents (model steps, tool calls, subagent depth and
-//! fan-out), cancel down a subagent tree, and fair claims (sql/0011).
+//! fan-out), cancel down a subagent tree, and fair claims (sql/schema/leases.sql).
 //! SQL-level tests against real Postgres, and one through a real worker
 //! process and a scripted fake model.
 

@@ -1,4 +1,4 @@
-//! Machines and commands at the SQL level (sql/0008_machines.sql): queueing
+//! Machines and commands at the SQL level (sql/schema/machines.sql): queueing
 //! in the tool call's transaction, claims that hand a command out once,
 //! idempotent results, and the maintenance sweeps — accept timeout, offline
 //! machines and wake attempts, machine_unreachable, daemon restarts. Time

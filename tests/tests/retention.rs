@@ -1,11 +1,11 @@
-//! Retention and time partitions (sql/functions/retention.sql, migration
-//! 0032): the events of finished agents past their project's retention go,
+//! Retention and time partitions (sql/schema/retention.sql):
+//! the events of finished agents past their project's retention go,
 //! with their delivered webhook deliveries and their tool outputs, by whole
 //! partitions where every row may go and row by row elsewhere; an agent with
 //! an open turn, a pending delivery, a compaction's summary, an archived
 //! agent's row and every agent's messages stay. Old inputs' contents go,
 //! and the attachments nothing kept references, never a file the agent's
-//! next model call sends (migration 0044). Set from the CLI.
+//! next model call sends. Set from the CLI.
 //!
 //! History is made old the way the rest of the suite moves time: the
 //! session's `holdfast.clock_offset`, which `holdfast.now()` (every

@@ -1,4 +1,4 @@
-//! Model usage summed per step, turn, agent and project (sql/0022_usage.sql):
+//! Model usage summed per step, turn, agent and project (sql/schema/usage.sql):
 //! through a real worker process, the fake provider's streams and the API.
 //! Every expected number is summed from the usage the fake was told to
 //! report, never written down by hand.

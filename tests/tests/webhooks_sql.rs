@@ -1,4 +1,4 @@
-//! The webhook outbox and delivery state in SQL (sql/0007_webhooks.sql),
+//! The webhook outbox and delivery state in SQL (sql/schema/webhooks.sql),
 //! against real Postgres: validation, the outbox trigger's transaction,
 //! claims (order, leases, fairness), attempt outcomes and the retry window.
 

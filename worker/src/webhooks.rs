@@ -1,4 +1,4 @@
-//! The webhook dispatcher: claims due deliveries (sql/0007_webhooks.sql),
+//! The webhook dispatcher: claims due deliveries (sql/schema/webhooks.sql),
 //! POSTs them concurrently, signed per Standard Webhooks, and records each
 //! outcome.
 //!

@@ -1,6 +1,6 @@
 //! The end of the demo: what happened to the agent, counted by the
 //! database's audit views (`holdfast.agent_audit`, `holdfast.tool_call_audit`,
-//! sql/0021_audit.sql), printed as the summary; and the verdict, which fails
+//! sql/schema/operations.sql), printed as the summary; and the verdict, which fails
 //! the demo if any tool ran other than once.
 
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! Model endpoints (operator), provider keys (project) and where a model
-//! call goes (sql/functions/endpoints.sql).
+//! call goes (sql/schema/endpoints.sql).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

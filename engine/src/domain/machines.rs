@@ -1,4 +1,4 @@
-//! Machines and commands (sql/0008_machines.sql).
+//! Machines and commands (sql/schema/machines.sql).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

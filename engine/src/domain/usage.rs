@@ -1,5 +1,5 @@
 //! Model usage summed per turn and agent, and the operator's prices
-//! (sql/0022_usage.sql, sql/functions/usage.sql).
+//! (sql/schema/usage.sql).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

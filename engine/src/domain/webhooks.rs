@@ -1,4 +1,4 @@
-//! Webhook endpoints and deliveries (sql/0007_webhooks.sql).
+//! Webhook endpoints and deliveries (sql/schema/webhooks.sql).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

@@ -1,5 +1,5 @@
 //! Projects, agents, their configs and inputs, cancellation
-//! (sql/functions/agents.sql, cancel.sql). Reads are scoped by project where
+//! (sql/schema/agents.sql, cancel.sql). Reads are scoped by project where
 //! a client names the object, so another project's object reads as missing.
 
 use postgres_types::ToSql;

@@ -1,4 +1,4 @@
-//! Agents' timelines (sql/functions/events.sql).
+//! Agents' timelines (sql/schema/events.sql).
 
 use tokio_postgres::GenericClient;
 use uuid::Uuid;

@@ -1,4 +1,4 @@
-//! API keys (sql/functions/api_keys.sql): hashes only.
+//! API keys (sql/schema/api_keys.sql): hashes only.
 
 use tokio_postgres::GenericClient;
 use uuid::Uuid;

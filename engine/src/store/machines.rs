@@ -1,4 +1,4 @@
-//! Machines and their commands (sql/functions/machines.sql).
+//! Machines and their commands (sql/schema/machines.sql).
 
 use std::time::Duration;
 

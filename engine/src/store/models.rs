@@ -1,5 +1,5 @@
 //! Model endpoints (operator), provider keys (project) and model routing
-//! (worker) (sql/functions/endpoints.sql).
+//! (worker) (sql/schema/endpoints.sql).
 
 use serde_json::Value;
 use tokio_postgres::{GenericClient, Row};

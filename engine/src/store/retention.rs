@@ -1,4 +1,4 @@
-//! Time partitions of events and per-project retention (sql/functions/retention.sql).
+//! Time partitions of events and per-project retention (sql/schema/retention.sql).
 
 use std::time::Duration;
 

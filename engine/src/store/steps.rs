@@ -1,5 +1,5 @@
 //! The worker's calls: claims, leases, the fenced commits of a step, the
-//! step's context, and maintenance's tick (sql/functions/leases.sql,
+//! step's context, and maintenance's tick (sql/schema/leases.sql,
 //! steps.sql).
 
 use std::collections::HashMap;

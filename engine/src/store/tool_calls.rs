@@ -1,5 +1,5 @@
 //! Tool calls, and the approvals and questions that wait on people, as
-//! clients read and answer them (sql/functions/tools.sql).
+//! clients read and answer them (sql/schema/tools.sql).
 
 use postgres_types::ToSql;
 use serde_json::Value;

@@ -1,4 +1,4 @@
-//! Model usage and the operator's prices (sql/functions/usage.sql).
+//! Model usage and the operator's prices (sql/schema/usage.sql).
 
 use serde_json::Value;
 use strum::{EnumString, IntoStaticStr};

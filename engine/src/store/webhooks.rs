@@ -1,4 +1,4 @@
-//! Webhook endpoints and the delivery outbox (sql/functions/webhooks.sql).
+//! Webhook endpoints and the delivery outbox (sql/schema/webhooks.sql).
 
 use std::time::Duration;
 
