@@ -862,17 +862,16 @@ BEGIN
         RETURN 'requested';
     END IF;
     PERFORM holdfast.cancel_turn(p_agent.id);
-    PERFORM holdfast.settle_agent(p_agent.id);
     RETURN 'cancelled';
 END
 $$;
 
 
 --
--- Name: cancel_turn(uuid); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: cancel_turn(uuid, integer); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.cancel_turn(p_agent uuid) RETURNS bigint
+CREATE FUNCTION holdfast.cancel_turn(p_agent uuid, p_model_attempts integer DEFAULT NULL::integer) RETURNS text
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -902,10 +901,10 @@ BEGIN
     SELECT coalesce(jsonb_agg(c.id ORDER BY c.created_at, c.position), '[]') INTO v_cancelled FROM cancelled c;
     UPDATE holdfast.approvals SET status = 'cancelled'
      WHERE agent_id = p_agent AND kind = 'budget' AND status = 'pending';
-    UPDATE holdfast.agents
-       SET turn_open = false, cancel_requested_at = NULL, updated_at = holdfast.now()
-     WHERE id = p_agent;
-    RETURN holdfast.append_event(p_agent, 'turn.cancelled', jsonb_build_object('cancelled_tool_calls', v_cancelled));
+    UPDATE holdfast.agents SET cancel_requested_at = NULL WHERE id = p_agent AND cancel_requested_at IS NOT NULL;
+    RETURN (holdfast.settle_agent_with(p_agent, ARRAY['turn.cancelled'],
+        ARRAY[jsonb_build_object('cancelled_tool_calls', v_cancelled)], NULL,
+        p_turn_open => false, p_model_attempts => p_model_attempts)).state;
 END
 $$;
 
@@ -1460,21 +1459,19 @@ CREATE FUNCTION holdfast.commit_model_retry(p_agent uuid, p_epoch bigint, p_erro
 DECLARE
     v_attempt integer;
 BEGIN
-    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
-    UPDATE holdfast.agents SET model_attempts = model_attempts + 1 WHERE id = p_agent
-    RETURNING model_attempts INTO v_attempt;
+    v_attempt := (holdfast.lock_leased_agent(p_agent, p_epoch)).model_attempts + 1;
     IF v_attempt > p_max_retries THEN
         PERFORM holdfast.end_turn_with_error(p_agent, 'retries_exhausted',
             format('gave up after %s retries; last error: %s', p_max_retries, p_error ->> 'message'),
             p_input_ids, p_error);
         RETURN 'exhausted';
     END IF;
-    PERFORM holdfast.append_event(p_agent, 'model.retry', jsonb_build_object(
-        'attempt', v_attempt,
-        'delay_ms', floor(extract(epoch FROM p_delay) * 1000)::bigint,
-        'error', p_error));
-    UPDATE holdfast.agents SET run_after = holdfast.now() + p_delay WHERE id = p_agent;
-    PERFORM holdfast.settle_agent(p_agent);
+    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['model.retry'],
+        ARRAY[jsonb_build_object(
+            'attempt', v_attempt,
+            'delay_ms', floor(extract(epoch FROM p_delay) * 1000)::bigint,
+            'error', p_error)],
+        holdfast.now() + p_delay, p_model_attempts => v_attempt);
     RETURN 'retrying';
 END
 $$;
@@ -1622,9 +1619,7 @@ CREATE FUNCTION holdfast.complete_cancel(p_agent uuid, p_epoch bigint) RETURNS t
 BEGIN
     PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
     PERFORM holdfast.interrupt_running_calls(p_agent);
-    PERFORM holdfast.cancel_turn(p_agent);
-    UPDATE holdfast.agents SET model_attempts = 0 WHERE id = p_agent;
-    RETURN holdfast.settle_agent(p_agent);
+    RETURN holdfast.cancel_turn(p_agent, p_model_attempts => 0);
 END
 $$;
 
@@ -2280,20 +2275,21 @@ BEGIN
     LOOP
         PERFORM holdfast.append_input_message(v_input, NULL);
     END LOOP;
-    UPDATE holdfast.agents SET last_message_seq = last_message_seq + 1 WHERE id = p_agent;
+    -- The cause, as the next message of the history: its seq is the
+    -- agent's next (the row lock is held), counted by the settle below.
     INSERT INTO holdfast.messages (agent_id, seq, role, content)
-    SELECT p_agent, a.last_message_seq, 'assistant',
+    SELECT p_agent, a.last_message_seq + 1, 'assistant',
            jsonb_build_array(jsonb_build_object('type', 'text',
                'text', format('[holdfast] The turn failed: %s: %s', p_error_type, p_message)))
       FROM holdfast.agents a WHERE a.id = p_agent;
     UPDATE holdfast.tool_calls SET status = 'cancelled'
      WHERE agent_id = p_agent AND status IN ('pending', 'awaiting_approval', 'waiting');
-    UPDATE holdfast.agents SET turn_open = false, model_attempts = 0 WHERE id = p_agent;
-    PERFORM holdfast.append_event(p_agent, 'turn.failed', jsonb_build_object(
-        'error', jsonb_build_object('type', p_error_type, 'message', p_message)
-                 || coalesce(p_error_fields, '{}')
-                 || CASE WHEN p_detail IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('detail', p_detail) END));
-    PERFORM holdfast.settle_agent(p_agent);
+    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['turn.failed'],
+        ARRAY[jsonb_build_object(
+            'error', jsonb_build_object('type', p_error_type, 'message', p_message)
+                     || coalesce(p_error_fields, '{}')
+                     || CASE WHEN p_detail IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('detail', p_detail) END)],
+        NULL, p_turn_open => false, p_new_messages => 1, p_model_attempts => 0);
 END
 $$;
 
@@ -2431,8 +2427,7 @@ BEGIN
     IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
         PERFORM holdfast.raise('HF422', 'max attempts must be at least 1', 'max_attempts');
     END IF;
-    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
-    SELECT step_failures + 1 INTO v_failures FROM holdfast.agents WHERE id = p_agent;
+    v_failures := (holdfast.lock_leased_agent(p_agent, p_epoch)).step_failures + 1;
     PERFORM holdfast.interrupt_running_calls(p_agent);
     IF v_failures >= p_max_attempts THEN
         PERFORM holdfast.end_turn_with_error(p_agent, 'internal_error',
@@ -2440,8 +2435,8 @@ BEGIN
             ARRAY(SELECT id FROM holdfast.turn_inputs(p_agent)));
         RETURN 'failed';
     END IF;
-    PERFORM holdfast.settle_agent_with(p_agent, '{}', '{}', holdfast.now() + p_delay);
-    UPDATE holdfast.agents SET step_failures = v_failures WHERE id = p_agent;
+    PERFORM holdfast.settle_agent_with(p_agent, '{}', '{}', holdfast.now() + p_delay,
+        p_step_failures => v_failures);
     RETURN 'retrying';
 END
 $$;
@@ -4112,7 +4107,7 @@ CREATE FUNCTION holdfast.release_agent(p_agent uuid, p_epoch bigint, p_run_after
 BEGIN
     PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
     PERFORM holdfast.interrupt_running_calls(p_agent);
-    RETURN holdfast.settle_agent_with(p_agent, '{}', '{}', p_run_after);
+    RETURN (holdfast.settle_agent_with(p_agent, '{}', '{}', p_run_after)).state;
 END
 $$;
 
@@ -4642,75 +4637,100 @@ $$;
 --
 
 CREATE FUNCTION holdfast.settle_agent(p_agent uuid) RETURNS text
-    LANGUAGE plpgsql
+    LANGUAGE sql
     AS $$
-BEGIN
-    RETURN holdfast.settle_agent_with(p_agent, '{}', '{}', NULL);
-END
+    SELECT s.state FROM holdfast.settle_agent_with(p_agent, '{}', '{}', NULL) s
 $$;
 
 
 --
--- Name: settle_agent_with(uuid, text[], jsonb[], timestamp with time zone); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: settle_agent_with(uuid, text[], jsonb[], timestamp with time zone, boolean, boolean, boolean, uuid[], integer, integer, boolean, holdfast.token_usage, integer, integer); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.settle_agent_with(p_agent uuid, p_types text[], p_data jsonb[], p_run_after timestamp with time zone) RETURNS text
+CREATE FUNCTION holdfast.settle_agent_with(p_agent uuid, p_types text[], p_data jsonb[], p_run_after timestamp with time zone, p_turn_open boolean DEFAULT NULL::boolean, p_new_runnable boolean DEFAULT false, p_new_waiting boolean DEFAULT false, p_consumed uuid[] DEFAULT '{}'::uuid[], p_new_steps integer DEFAULT 0, p_new_messages integer DEFAULT 0, p_model_step boolean DEFAULT false, p_usage holdfast.token_usage DEFAULT NULL::holdfast.token_usage, p_model_attempts integer DEFAULT NULL::integer, p_step_failures integer DEFAULT 0, OUT state text, OUT types text[], OUT last_step_seq bigint, OUT last_message_seq bigint, OUT last_event_seq bigint) RETURNS record
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    v_state text;
+    v_agent_state text;
     v_turn_open boolean;
-    v_types text[] := coalesce(p_types, '{}');
-    v_data jsonb[] := coalesce(p_data, '{}');
+    v_data jsonb[] := p_data;
     v_open_turn boolean := false;
     v_trace_parent text;
     v_trace_state text;
-    v_last_seq bigint;
+    v_turn_event text;
+    v_turn_data jsonb;
+    v_now timestamptz := holdfast.now();
 BEGIN
-    SELECT state, turn_open INTO v_state, v_turn_open FROM holdfast.agents WHERE id = p_agent;
-    IF v_state = 'archived' THEN
-        IF cardinality(v_types) > 0 OR p_run_after IS NOT NULL THEN
-            UPDATE holdfast.agents
-               SET run_after = coalesce(p_run_after, run_after),
-                   last_event_seq = last_event_seq + cardinality(v_types),
-                   last_event_at = CASE WHEN cardinality(v_types) > 0 THEN holdfast.now() ELSE last_event_at END
-             WHERE id = p_agent
-            RETURNING last_event_seq INTO v_last_seq;
-            PERFORM holdfast.insert_reserved_events(p_agent, v_last_seq, v_types, v_data);
+    types := coalesce(p_types, '{}');
+    SELECT a.state, coalesce(p_turn_open, a.turn_open) INTO v_agent_state, v_turn_open
+      FROM holdfast.agents a WHERE a.id = p_agent;
+    IF v_agent_state = 'archived' THEN
+        state := 'archived';
+        UPDATE holdfast.agents a
+           SET run_after = coalesce(p_run_after, a.run_after),
+               last_step_seq = a.last_step_seq + p_new_steps,
+               last_message_seq = a.last_message_seq + p_new_messages,
+               last_event_seq = a.last_event_seq + cardinality(types),
+               last_event_at = CASE WHEN cardinality(types) > 0 THEN v_now ELSE a.last_event_at END
+         WHERE a.id = p_agent
+        RETURNING a.last_step_seq, a.last_message_seq, a.last_event_seq
+             INTO last_step_seq, last_message_seq, last_event_seq;
+    ELSE
+        state := holdfast.decide_state(p_agent, v_turn_open, p_new_runnable, p_new_waiting, p_consumed);
+        IF state = 'new_turn' THEN
+            state := 'ready';
+            v_open_turn := true;
+            types := array_append(types, 'turn.started');
+            IF p_data IS NOT NULL THEN
+                v_data := array_append(v_data, '{}'::jsonb);
+            END IF;
+            SELECT t.parent, t.state INTO v_trace_parent, v_trace_state
+              FROM holdfast.next_turn_trace_context(p_agent, p_consumed) t;
+            PERFORM holdfast.admit_queued_input(p_agent);
         END IF;
-        RETURN 'archived';
+        SELECT u.type, u.data INTO v_turn_event, v_turn_data
+          FROM unnest(types, coalesce(v_data, '{}')) WITH ORDINALITY AS u (type, data, ord)
+         WHERE u.type IN ('turn.started', 'turn.completed', 'turn.failed', 'turn.cancelled')
+         ORDER BY u.ord DESC LIMIT 1;
+        UPDATE holdfast.agents a
+           SET state = settle_agent_with.state,
+               lease_owner = NULL, lease_expires_at = NULL, lease_pid = NULL, lease_backend_start = NULL,
+               updated_at = v_now,
+               turn_open = v_turn_open OR v_open_turn,
+               model_attempts = CASE WHEN v_open_turn OR p_model_step THEN 0
+                                     ELSE coalesce(p_model_attempts, a.model_attempts) END,
+               turn_model_steps = CASE WHEN v_open_turn THEN 0
+                                       WHEN p_model_step THEN a.turn_model_steps + 1
+                                       ELSE a.turn_model_steps END,
+               turn_trace_parent = CASE WHEN v_open_turn THEN v_trace_parent ELSE a.turn_trace_parent END,
+               turn_trace_state = CASE WHEN v_open_turn THEN v_trace_state ELSE a.turn_trace_state END,
+               turn_seq = a.turn_seq + CASE WHEN v_open_turn THEN 1 ELSE 0 END,
+               turn_usage = CASE WHEN v_open_turn THEN holdfast.zero_usage()
+                                 WHEN p_usage IS NULL THEN a.turn_usage
+                                 ELSE holdfast.add_usage(a.turn_usage, p_usage) END,
+               usage = CASE WHEN p_usage IS NULL THEN a.usage ELSE holdfast.add_usage(a.usage, p_usage) END,
+               step_failures = p_step_failures,
+               first_attempt_epoch = NULL, lost_attempt_epoch = NULL,
+               lost_attempt_started_at = NULL, lost_attempt_ended_at = NULL,
+               run_after = coalesce(p_run_after, a.run_after),
+               last_step_seq = a.last_step_seq + p_new_steps,
+               last_message_seq = a.last_message_seq + p_new_messages,
+               last_event_seq = a.last_event_seq + cardinality(types),
+               last_event_at = CASE WHEN cardinality(types) > 0 THEN v_now ELSE a.last_event_at END,
+               last_turn_started_at = CASE WHEN v_turn_event = 'turn.started' THEN v_now ELSE a.last_turn_started_at END,
+               last_turn_ended_at = CASE WHEN v_turn_event IS NULL THEN a.last_turn_ended_at
+                                         WHEN v_turn_event = 'turn.started' THEN NULL ELSE v_now END,
+               last_turn_outcome = CASE WHEN v_turn_event IS NULL THEN a.last_turn_outcome
+                                        ELSE holdfast.turn_outcome(v_turn_event, v_turn_data) END,
+               last_turn_error = CASE WHEN v_turn_event IS NULL THEN a.last_turn_error
+                                      ELSE v_turn_data -> 'error' END
+         WHERE a.id = p_agent
+        RETURNING a.last_step_seq, a.last_message_seq, a.last_event_seq
+             INTO last_step_seq, last_message_seq, last_event_seq;
     END IF;
-    v_state := holdfast.decide_state(p_agent, v_turn_open, false, false, '{}');
-    IF v_state = 'new_turn' THEN
-        v_state := 'ready';
-        v_open_turn := true;
-        v_types := array_append(v_types, 'turn.started');
-        v_data := array_append(v_data, '{}'::jsonb);
-        SELECT t.parent, t.state INTO v_trace_parent, v_trace_state
-          FROM holdfast.turn_trace_context(p_agent) t;
-        PERFORM holdfast.admit_queued_input(p_agent);
+    IF p_data IS NOT NULL THEN
+        PERFORM holdfast.insert_reserved_events(p_agent, last_event_seq, types, v_data);
     END IF;
-    UPDATE holdfast.agents
-       SET state = v_state,
-           lease_owner = NULL, lease_expires_at = NULL, lease_pid = NULL, lease_backend_start = NULL,
-           updated_at = holdfast.now(),
-           turn_open = turn_open OR v_open_turn,
-           model_attempts = CASE WHEN v_open_turn THEN 0 ELSE model_attempts END,
-           turn_model_steps = CASE WHEN v_open_turn THEN 0 ELSE turn_model_steps END,
-           turn_trace_parent = CASE WHEN v_open_turn THEN v_trace_parent ELSE turn_trace_parent END,
-           turn_trace_state = CASE WHEN v_open_turn THEN v_trace_state ELSE turn_trace_state END,
-           turn_seq = turn_seq + CASE WHEN v_open_turn THEN 1 ELSE 0 END,
-           turn_usage = CASE WHEN v_open_turn THEN holdfast.zero_usage() ELSE turn_usage END,
-           step_failures = 0,
-           first_attempt_epoch = NULL, lost_attempt_epoch = NULL,
-           lost_attempt_started_at = NULL, lost_attempt_ended_at = NULL,
-           run_after = coalesce(p_run_after, run_after),
-           last_event_seq = last_event_seq + cardinality(v_types),
-           last_event_at = CASE WHEN cardinality(v_types) > 0 THEN holdfast.now() ELSE last_event_at END
-     WHERE id = p_agent
-    RETURNING last_event_seq INTO v_last_seq;
-    PERFORM holdfast.insert_reserved_events(p_agent, v_last_seq, v_types, v_data);
-    RETURN v_state;
 END
 $$;
 
@@ -5268,31 +5288,6 @@ CREATE FUNCTION holdfast.tg_events_open_tool_wait() RETURNS trigger
     AS $$
 BEGIN
     PERFORM holdfast.open_tool_wait((NEW.data ->> 'id')::uuid);
-    RETURN NULL;
-END
-$$;
-
-
---
--- Name: tg_events_record_last_turn(); Type: FUNCTION; Schema: holdfast; Owner: -
---
-
-CREATE FUNCTION holdfast.tg_events_record_last_turn() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    IF NEW.type = 'turn.started' THEN
-        UPDATE holdfast.agents
-           SET last_turn_started_at = NEW.created_at, last_turn_ended_at = NULL,
-               last_turn_outcome = NULL, last_turn_error = NULL
-         WHERE id = NEW.agent_id;
-    ELSE
-        UPDATE holdfast.agents
-           SET last_turn_ended_at = NEW.created_at,
-               last_turn_outcome = holdfast.turn_outcome(NEW.type, NEW.data),
-               last_turn_error = NEW.data -> 'error'
-         WHERE id = NEW.agent_id;
-    END IF;
     RETURN NULL;
 END
 $$;
@@ -6094,7 +6089,6 @@ DECLARE
     v_input_contents jsonb[] := '{}';
     v_n_inputs integer := 0;
     v_turn_open boolean;
-    v_state text;
     v_new_turn boolean := false;
     v_step_id uuid;
     v_step_seq bigint;
@@ -6111,8 +6105,6 @@ DECLARE
     v_model text;
     v_usage holdfast.token_usage;
     v_turn_usage holdfast.token_usage;
-    v_trace_parent text;
-    v_trace_state text;
 BEGIN
     SELECT * INTO STRICT v_agent FROM holdfast.agents WHERE id = p_agent;
 
@@ -6172,6 +6164,10 @@ BEGIN
     v_turn_open := CASE WHEN v_n_calls = 0 AND NOT v_paused THEN false ELSE v_agent.turn_open END;
     v_types := ARRAY['model.response'];
     IF v_opens_waits OR v_limit IS NOT NULL THEN
+        -- Calls that open waits (their events, appended one by one below,
+        -- open them) or that a limit cancels: the step's own counters now,
+        -- and the agent settles once the waits are open (settle_agent) or
+        -- the turn has ended (end_turn_with_error).
         UPDATE holdfast.agents
            SET last_step_seq = last_step_seq + 1,
                last_message_seq = last_message_seq + v_n_inputs + 1,
@@ -6184,50 +6180,26 @@ BEGIN
         RETURNING last_step_seq, last_message_seq, last_event_seq
              INTO v_step_seq, v_message_seq, v_event_seq;
     ELSE
-        v_state := holdfast.decide_state(p_agent, v_turn_open,
-            'pending' = ANY (v_statuses),
-            'waiting' = ANY (v_statuses) OR 'awaiting_approval' = ANY (v_statuses),
-            v_input_ids);
-        IF v_state = 'new_turn' THEN
-            v_state := 'ready';
-            v_new_turn := true;
-            -- The next turn is the trace of the input that opens it (not
-            -- of those this step consumes), as settle_agent_with sets it:
-            -- this UPDATE is that settle inlined.
-            SELECT t.parent, t.state INTO v_trace_parent, v_trace_state
-              FROM holdfast.next_turn_trace_context(p_agent, v_input_ids) t;
-            PERFORM holdfast.admit_queued_input(p_agent);
-        END IF;
+        -- The step ends here: settle_agent_with decides the state (with the
+        -- calls and inputs this step is about to write), releases the agent
+        -- and reserves the step's, messages' and events' seqs (turn.started
+        -- added when the commit opens the next turn, for the inputs that came
+        -- during the call), all in its one agent UPDATE; the events follow
+        -- once the rows they name exist.
         v_types := v_types || array_fill('tool_call.created'::text, ARRAY[v_n_calls]);
         IF v_n_calls = 0 AND NOT v_paused THEN
             v_types := array_append(v_types, 'turn.completed');
         END IF;
-        IF v_new_turn THEN
-            v_types := array_append(v_types, 'turn.started');
-        END IF;
-        UPDATE holdfast.agents
-           SET last_step_seq = last_step_seq + 1,
-               last_message_seq = last_message_seq + v_n_inputs + 1,
-               last_event_seq = last_event_seq + cardinality(v_types), last_event_at = holdfast.now(),
-               model_attempts = 0,
-               turn_model_steps = CASE WHEN v_new_turn THEN 0 ELSE turn_model_steps + 1 END,
-               turn_open = v_turn_open OR v_new_turn,
-               turn_seq = turn_seq + CASE WHEN v_new_turn THEN 1 ELSE 0 END,
-               turn_usage = CASE WHEN v_new_turn THEN holdfast.zero_usage() ELSE v_turn_usage END,
-               turn_trace_parent = CASE WHEN v_new_turn THEN v_trace_parent ELSE turn_trace_parent END,
-               turn_trace_state = CASE WHEN v_new_turn THEN v_trace_state ELSE turn_trace_state END,
-               usage = holdfast.add_usage(usage, v_usage),
-               state = v_state,
-               lease_owner = NULL, lease_expires_at = NULL, lease_pid = NULL, lease_backend_start = NULL,
-               -- settle_agent_with's resets: a step that ends well ends the
-               -- run of failures and any lost attempt.
-               step_failures = 0,
-               first_attempt_epoch = NULL, lost_attempt_epoch = NULL,
-               lost_attempt_started_at = NULL, lost_attempt_ended_at = NULL,
-               updated_at = holdfast.now()
-         WHERE id = p_agent
-        RETURNING last_step_seq, last_message_seq, last_event_seq
-             INTO v_step_seq, v_message_seq, v_event_seq;
+        SELECT s.types, s.last_step_seq, s.last_message_seq, s.last_event_seq
+          INTO v_types, v_step_seq, v_message_seq, v_event_seq
+          FROM holdfast.settle_agent_with(p_agent, v_types, NULL, NULL,
+                   p_turn_open => v_turn_open,
+                   p_new_runnable => 'pending' = ANY (v_statuses),
+                   p_new_waiting => 'waiting' = ANY (v_statuses) OR 'awaiting_approval' = ANY (v_statuses),
+                   p_consumed => v_input_ids,
+                   p_new_steps => 1, p_new_messages => v_n_inputs + 1,
+                   p_model_step => true, p_usage => v_usage) s;
+        v_new_turn := v_types[cardinality(v_types)] = 'turn.started';
     END IF;
 
     INSERT INTO holdfast.steps (agent_id, step_seq, kind, epoch, turn_seq, provider, model, usage)
@@ -7436,13 +7408,6 @@ CREATE TRIGGER _200_cancel_waits AFTER UPDATE OF status ON holdfast.tool_calls F
 --
 
 CREATE TRIGGER _200_open_tool_wait AFTER INSERT ON holdfast.events FOR EACH ROW WHEN (((new.type = 'tool_call.created'::text) AND (((new.data ->> 'status'::text) = 'awaiting_approval'::text) OR (((new.data ->> 'status'::text) = 'waiting'::text) AND ((new.data ->> 'kind'::text) = ANY (ARRAY['question'::text, 'command'::text])))))) EXECUTE FUNCTION holdfast.tg_events_open_tool_wait();
-
-
---
--- Name: events _250_record_last_turn; Type: TRIGGER; Schema: holdfast; Owner: -
---
-
-CREATE TRIGGER _250_record_last_turn AFTER INSERT ON holdfast.events FOR EACH ROW WHEN ((new.type = ANY (ARRAY['turn.started'::text, 'turn.completed'::text, 'turn.failed'::text, 'turn.cancelled'::text]))) EXECUTE FUNCTION holdfast.tg_events_record_last_turn();
 
 
 --

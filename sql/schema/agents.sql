@@ -119,7 +119,8 @@ CREATE TABLE holdfast.agents (
     -- The bytes of its stored files, kept by the attachments triggers.
     attachment_bytes bigint DEFAULT 0 NOT NULL,
     -- The latest turn and how it ended (AgentView.last_turn); outcome and end
-    -- time are NULL while it runs.
+    -- time are NULL while it runs. Written by settle_agent_with with the turn
+    -- events.
     last_turn_started_at timestamptz,
     last_turn_ended_at timestamptz,
     last_turn_outcome text,
@@ -1149,28 +1150,6 @@ LANGUAGE sql IMMUTABLE AS $$
             CASE WHEN p_data #>> '{error,type}' IN ('limit_exceeded', 'budget_exceeded')
                  THEN 'limit' ELSE 'failed' END
     END
-$$;
-
--- Keep the agent's last_turn_* columns in step
--- with its turn events, in the transaction that saves them: a turn.started
--- opens a new last turn, a turn end records how it went.
-CREATE OR REPLACE FUNCTION holdfast.tg_events_record_last_turn() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF NEW.type = 'turn.started' THEN
-        UPDATE holdfast.agents
-           SET last_turn_started_at = NEW.created_at, last_turn_ended_at = NULL,
-               last_turn_outcome = NULL, last_turn_error = NULL
-         WHERE id = NEW.agent_id;
-    ELSE
-        UPDATE holdfast.agents
-           SET last_turn_ended_at = NEW.created_at,
-               last_turn_outcome = holdfast.turn_outcome(NEW.type, NEW.data),
-               last_turn_error = NEW.data -> 'error'
-         WHERE id = NEW.agent_id;
-    END IF;
-    RETURN NULL;
-END
 $$;
 
 -- An agent's latest turn as the API shows it (AgentView.last_turn): its

@@ -42,12 +42,12 @@ $$;
 -- input that arrived before the cancel was requested (before now, for an
 -- immediate cancel) becomes history, so the cancelled turn does not start
 -- again by itself; inputs sent after the request, and queued inputs (not the
--- turn's: turn_inputs), start the next turn. The
--- caller holds the agent's row lock and settles the agent afterwards
--- (request_cancel; the worker's complete_cancel after its step has stopped).
--- Returns the turn.cancelled event's seq.
-CREATE OR REPLACE FUNCTION holdfast.cancel_turn(p_agent uuid)
-RETURNS bigint LANGUAGE plpgsql AS $$
+-- turn's: turn_inputs), start the next turn. The agent is settled with
+-- turn.cancelled (settle_agent_with; p_model_attempts as it takes it). The
+-- caller holds the agent's row lock (request_cancel; the worker's
+-- complete_cancel after its step has stopped). Returns the settled state.
+CREATE OR REPLACE FUNCTION holdfast.cancel_turn(p_agent uuid, p_model_attempts integer DEFAULT NULL)
+RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v_cancelled jsonb;
     v_cutoff timestamptz;
@@ -75,10 +75,10 @@ BEGIN
     SELECT coalesce(jsonb_agg(c.id ORDER BY c.created_at, c.position), '[]') INTO v_cancelled FROM cancelled c;
     UPDATE holdfast.approvals SET status = 'cancelled'
      WHERE agent_id = p_agent AND kind = 'budget' AND status = 'pending';
-    UPDATE holdfast.agents
-       SET turn_open = false, cancel_requested_at = NULL, updated_at = holdfast.now()
-     WHERE id = p_agent;
-    RETURN holdfast.append_event(p_agent, 'turn.cancelled', jsonb_build_object('cancelled_tool_calls', v_cancelled));
+    UPDATE holdfast.agents SET cancel_requested_at = NULL WHERE id = p_agent AND cancel_requested_at IS NOT NULL;
+    RETURN (holdfast.settle_agent_with(p_agent, ARRAY['turn.cancelled'],
+        ARRAY[jsonb_build_object('cancelled_tool_calls', v_cancelled)], NULL,
+        p_turn_open => false, p_model_attempts => p_model_attempts)).state;
 END
 $$;
 
@@ -93,16 +93,14 @@ RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
     PERFORM holdfast.interrupt_running_calls(p_agent);
-    PERFORM holdfast.cancel_turn(p_agent);
-    UPDATE holdfast.agents SET model_attempts = 0 WHERE id = p_agent;
-    RETURN holdfast.settle_agent(p_agent);
+    RETURN holdfast.cancel_turn(p_agent, p_model_attempts => 0);
 END
 $$;
 
 -- End a locked agent's current turn the way a client's cancel does: a
 -- running agent gets a cancel request (its worker stops the step and calls
 -- complete_cancel; holdfast_cancel is notified), a ready or waiting one is
--- cancelled at once (cancel_turn, settle_agent). Returns 'requested',
+-- cancelled at once (cancel_turn). Returns 'requested',
 -- 'cancelled', or NULL for an idle or archived agent (no turn). The caller
 -- holds the agent's row lock.
 CREATE OR REPLACE FUNCTION holdfast.cancel_locked_turn(p_agent holdfast.agents)
@@ -118,7 +116,6 @@ BEGIN
         RETURN 'requested';
     END IF;
     PERFORM holdfast.cancel_turn(p_agent.id);
-    PERFORM holdfast.settle_agent(p_agent.id);
     RETURN 'cancelled';
 END
 $$;

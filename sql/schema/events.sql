@@ -168,9 +168,3 @@ BEGIN
     PERFORM pg_notify('holdfast_stream', v_payload);
 END
 $$;
-
--- The latest turn on its agent row (tg_events_record_last_turn, in
--- agents.sql; created here, where the events table exists).
-CREATE TRIGGER _250_record_last_turn AFTER INSERT ON holdfast.events
-    FOR EACH ROW WHEN (NEW.type IN ('turn.started', 'turn.completed', 'turn.failed', 'turn.cancelled'))
-    EXECUTE FUNCTION holdfast.tg_events_record_last_turn();

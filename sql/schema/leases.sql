@@ -153,86 +153,139 @@ BEGIN
 END
 $$;
 
--- Settle an agent (decide_state) and write everything in one agent-row
--- UPDATE: the given events' seqs, the state, the turn, run_after. Resets
--- model_attempts, turn_model_steps and turn_usage (and counts turn_seq up)
--- when it opens a turn (and sets its trace context, turn_trace_context, and
--- admits the oldest queued input, admit_queued_input),
--- and step_failures and the lost attempt (reap_agent sets it again after
--- its settle) always: every way a step ends well goes through it
--- (commits, releases, retries, turn ends); fail_step sets the count again
--- after its settle. The caller holds the agent's row lock.
+-- The one way a step ends: decide the agent's next state (decide_state)
+-- and write it, the lease's release, the events' seqs, the turn and what
+-- the step itself changed on the agent, in one agent-row UPDATE. Every
+-- ending goes through it: a committed model step (write_model_step), a
+-- compaction, a release after tool results (release_agent), a retry, an
+-- interrupt, a failure (fail_step), a failed or cancelled turn; settle_agent
+-- is it with nothing of the step's own.
+--
+-- p_types / p_data are the events of the ending, appended after the seqs
+-- are reserved; p_data NULL reserves the seqs only (the returned `types`,
+-- ending at `last_event_seq`), for a caller whose events name rows it
+-- writes afterwards (write_model_step, insert_reserved_events). When a turn
+-- opens, turn.started is added to them (and the turn's trace context set,
+-- turn_trace_context, and the oldest queued input admitted,
+-- admit_queued_input). Turn events keep the agent's last_turn_* columns:
+-- the last of them says whether the latest turn runs (turn.started) or how
+-- it ended (turn_outcome; `error` from its data).
+--
+-- What the step wrote, all optional: p_turn_open the turn flag after it
+-- (NULL: unchanged); p_new_runnable / p_new_waiting whether tool calls it
+-- is about to insert are pending / waiting and p_consumed the inputs it is
+-- about to consume (for decide_state); p_new_steps / p_new_messages the
+-- step and message seqs it reserves (returned as last_step_seq,
+-- last_message_seq); p_model_step a model response, counted in
+-- turn_model_steps; p_usage what it cost, added to turn_usage (after it,
+-- for the turn.completed it may carry) and usage; p_model_attempts the
+-- retry count after it (NULL: unchanged; 0 whenever a turn opens or a model
+-- step commits); p_step_failures the run of failed steps after it (0 for
+-- every ending but a failure). The lost attempt (reap_agent) is cleared.
+-- The caller holds the agent's row lock. Returns the state and the seqs.
 CREATE OR REPLACE FUNCTION holdfast.settle_agent_with(
-    p_agent uuid, p_types text[], p_data jsonb[], p_run_after timestamptz)
-RETURNS text LANGUAGE plpgsql AS $$
+    p_agent uuid, p_types text[], p_data jsonb[], p_run_after timestamptz,
+    p_turn_open boolean DEFAULT NULL,
+    p_new_runnable boolean DEFAULT false, p_new_waiting boolean DEFAULT false,
+    p_consumed uuid[] DEFAULT '{}',
+    p_new_steps integer DEFAULT 0, p_new_messages integer DEFAULT 0,
+    p_model_step boolean DEFAULT false, p_usage holdfast.token_usage DEFAULT NULL,
+    p_model_attempts integer DEFAULT NULL, p_step_failures integer DEFAULT 0,
+    OUT state text, OUT types text[], OUT last_step_seq bigint, OUT last_message_seq bigint,
+    OUT last_event_seq bigint)
+LANGUAGE plpgsql AS $$
 DECLARE
-    v_state text;
+    v_agent_state text;
     v_turn_open boolean;
-    v_types text[] := coalesce(p_types, '{}');
-    v_data jsonb[] := coalesce(p_data, '{}');
+    v_data jsonb[] := p_data;
     v_open_turn boolean := false;
     v_trace_parent text;
     v_trace_state text;
-    v_last_seq bigint;
+    v_turn_event text;
+    v_turn_data jsonb;
+    v_now timestamptz := holdfast.now();
 BEGIN
-    SELECT state, turn_open INTO v_state, v_turn_open FROM holdfast.agents WHERE id = p_agent;
-    IF v_state = 'archived' THEN
-        IF cardinality(v_types) > 0 OR p_run_after IS NOT NULL THEN
-            UPDATE holdfast.agents
-               SET run_after = coalesce(p_run_after, run_after),
-                   last_event_seq = last_event_seq + cardinality(v_types),
-                   last_event_at = CASE WHEN cardinality(v_types) > 0 THEN holdfast.now() ELSE last_event_at END
-             WHERE id = p_agent
-            RETURNING last_event_seq INTO v_last_seq;
-            PERFORM holdfast.insert_reserved_events(p_agent, v_last_seq, v_types, v_data);
+    types := coalesce(p_types, '{}');
+    SELECT a.state, coalesce(p_turn_open, a.turn_open) INTO v_agent_state, v_turn_open
+      FROM holdfast.agents a WHERE a.id = p_agent;
+    IF v_agent_state = 'archived' THEN
+        state := 'archived';
+        UPDATE holdfast.agents a
+           SET run_after = coalesce(p_run_after, a.run_after),
+               last_step_seq = a.last_step_seq + p_new_steps,
+               last_message_seq = a.last_message_seq + p_new_messages,
+               last_event_seq = a.last_event_seq + cardinality(types),
+               last_event_at = CASE WHEN cardinality(types) > 0 THEN v_now ELSE a.last_event_at END
+         WHERE a.id = p_agent
+        RETURNING a.last_step_seq, a.last_message_seq, a.last_event_seq
+             INTO last_step_seq, last_message_seq, last_event_seq;
+    ELSE
+        state := holdfast.decide_state(p_agent, v_turn_open, p_new_runnable, p_new_waiting, p_consumed);
+        IF state = 'new_turn' THEN
+            state := 'ready';
+            v_open_turn := true;
+            types := array_append(types, 'turn.started');
+            IF p_data IS NOT NULL THEN
+                v_data := array_append(v_data, '{}'::jsonb);
+            END IF;
+            SELECT t.parent, t.state INTO v_trace_parent, v_trace_state
+              FROM holdfast.next_turn_trace_context(p_agent, p_consumed) t;
+            PERFORM holdfast.admit_queued_input(p_agent);
         END IF;
-        RETURN 'archived';
+        SELECT u.type, u.data INTO v_turn_event, v_turn_data
+          FROM unnest(types, coalesce(v_data, '{}')) WITH ORDINALITY AS u (type, data, ord)
+         WHERE u.type IN ('turn.started', 'turn.completed', 'turn.failed', 'turn.cancelled')
+         ORDER BY u.ord DESC LIMIT 1;
+        UPDATE holdfast.agents a
+           SET state = settle_agent_with.state,
+               lease_owner = NULL, lease_expires_at = NULL, lease_pid = NULL, lease_backend_start = NULL,
+               updated_at = v_now,
+               turn_open = v_turn_open OR v_open_turn,
+               model_attempts = CASE WHEN v_open_turn OR p_model_step THEN 0
+                                     ELSE coalesce(p_model_attempts, a.model_attempts) END,
+               turn_model_steps = CASE WHEN v_open_turn THEN 0
+                                       WHEN p_model_step THEN a.turn_model_steps + 1
+                                       ELSE a.turn_model_steps END,
+               turn_trace_parent = CASE WHEN v_open_turn THEN v_trace_parent ELSE a.turn_trace_parent END,
+               turn_trace_state = CASE WHEN v_open_turn THEN v_trace_state ELSE a.turn_trace_state END,
+               turn_seq = a.turn_seq + CASE WHEN v_open_turn THEN 1 ELSE 0 END,
+               turn_usage = CASE WHEN v_open_turn THEN holdfast.zero_usage()
+                                 WHEN p_usage IS NULL THEN a.turn_usage
+                                 ELSE holdfast.add_usage(a.turn_usage, p_usage) END,
+               usage = CASE WHEN p_usage IS NULL THEN a.usage ELSE holdfast.add_usage(a.usage, p_usage) END,
+               step_failures = p_step_failures,
+               first_attempt_epoch = NULL, lost_attempt_epoch = NULL,
+               lost_attempt_started_at = NULL, lost_attempt_ended_at = NULL,
+               run_after = coalesce(p_run_after, a.run_after),
+               last_step_seq = a.last_step_seq + p_new_steps,
+               last_message_seq = a.last_message_seq + p_new_messages,
+               last_event_seq = a.last_event_seq + cardinality(types),
+               last_event_at = CASE WHEN cardinality(types) > 0 THEN v_now ELSE a.last_event_at END,
+               last_turn_started_at = CASE WHEN v_turn_event = 'turn.started' THEN v_now ELSE a.last_turn_started_at END,
+               last_turn_ended_at = CASE WHEN v_turn_event IS NULL THEN a.last_turn_ended_at
+                                         WHEN v_turn_event = 'turn.started' THEN NULL ELSE v_now END,
+               last_turn_outcome = CASE WHEN v_turn_event IS NULL THEN a.last_turn_outcome
+                                        ELSE holdfast.turn_outcome(v_turn_event, v_turn_data) END,
+               last_turn_error = CASE WHEN v_turn_event IS NULL THEN a.last_turn_error
+                                      ELSE v_turn_data -> 'error' END
+         WHERE a.id = p_agent
+        RETURNING a.last_step_seq, a.last_message_seq, a.last_event_seq
+             INTO last_step_seq, last_message_seq, last_event_seq;
     END IF;
-    v_state := holdfast.decide_state(p_agent, v_turn_open, false, false, '{}');
-    IF v_state = 'new_turn' THEN
-        v_state := 'ready';
-        v_open_turn := true;
-        v_types := array_append(v_types, 'turn.started');
-        v_data := array_append(v_data, '{}'::jsonb);
-        SELECT t.parent, t.state INTO v_trace_parent, v_trace_state
-          FROM holdfast.turn_trace_context(p_agent) t;
-        PERFORM holdfast.admit_queued_input(p_agent);
+    IF p_data IS NOT NULL THEN
+        PERFORM holdfast.insert_reserved_events(p_agent, last_event_seq, types, v_data);
     END IF;
-    UPDATE holdfast.agents
-       SET state = v_state,
-           lease_owner = NULL, lease_expires_at = NULL, lease_pid = NULL, lease_backend_start = NULL,
-           updated_at = holdfast.now(),
-           turn_open = turn_open OR v_open_turn,
-           model_attempts = CASE WHEN v_open_turn THEN 0 ELSE model_attempts END,
-           turn_model_steps = CASE WHEN v_open_turn THEN 0 ELSE turn_model_steps END,
-           turn_trace_parent = CASE WHEN v_open_turn THEN v_trace_parent ELSE turn_trace_parent END,
-           turn_trace_state = CASE WHEN v_open_turn THEN v_trace_state ELSE turn_trace_state END,
-           turn_seq = turn_seq + CASE WHEN v_open_turn THEN 1 ELSE 0 END,
-           turn_usage = CASE WHEN v_open_turn THEN holdfast.zero_usage() ELSE turn_usage END,
-           step_failures = 0,
-           first_attempt_epoch = NULL, lost_attempt_epoch = NULL,
-           lost_attempt_started_at = NULL, lost_attempt_ended_at = NULL,
-           run_after = coalesce(p_run_after, run_after),
-           last_event_seq = last_event_seq + cardinality(v_types),
-           last_event_at = CASE WHEN cardinality(v_types) > 0 THEN holdfast.now() ELSE last_event_at END
-     WHERE id = p_agent
-    RETURNING last_event_seq INTO v_last_seq;
-    PERFORM holdfast.insert_reserved_events(p_agent, v_last_seq, v_types, v_data);
-    RETURN v_state;
 END
 $$;
 
--- Decide an unleased agent's state from its saved facts (decide_state), open
--- a new turn when inputs are waiting, and write the state, in one agent-row
--- UPDATE (settle_agent_with). The caller holds the row lock. Precedence:
--- archived; runnable tool calls (ready); tool calls waiting on the outside
--- (waiting); an open turn (ready: the model must answer); unconsumed inputs
--- (a new turn, ready); otherwise idle.
+-- Decide an unleased agent's state from its saved facts and release it
+-- (settle_agent_with, with nothing of a step's own). The caller holds the
+-- row lock. Precedence: archived; runnable tool calls (ready); tool calls
+-- waiting on the outside (waiting); an open turn (ready: the model must
+-- answer); unconsumed inputs (a new turn, ready); otherwise idle.
 CREATE OR REPLACE FUNCTION holdfast.settle_agent(p_agent uuid)
-RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    RETURN holdfast.settle_agent_with(p_agent, '{}', '{}', NULL);
-END
+RETURNS text LANGUAGE sql AS $$
+    SELECT s.state FROM holdfast.settle_agent_with(p_agent, '{}', '{}', NULL) s
 $$;
 
 -- Keep state_changed_at true for the DBA views (stuck_agents).
@@ -516,7 +569,7 @@ RETURNS text LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
     PERFORM holdfast.interrupt_running_calls(p_agent);
-    RETURN holdfast.settle_agent_with(p_agent, '{}', '{}', p_run_after);
+    RETURN (holdfast.settle_agent_with(p_agent, '{}', '{}', p_run_after)).state;
 END
 $$;
 

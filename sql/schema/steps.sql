@@ -189,7 +189,6 @@ DECLARE
     v_input_contents jsonb[] := '{}';
     v_n_inputs integer := 0;
     v_turn_open boolean;
-    v_state text;
     v_new_turn boolean := false;
     v_step_id uuid;
     v_step_seq bigint;
@@ -206,8 +205,6 @@ DECLARE
     v_model text;
     v_usage holdfast.token_usage;
     v_turn_usage holdfast.token_usage;
-    v_trace_parent text;
-    v_trace_state text;
 BEGIN
     SELECT * INTO STRICT v_agent FROM holdfast.agents WHERE id = p_agent;
 
@@ -267,6 +264,10 @@ BEGIN
     v_turn_open := CASE WHEN v_n_calls = 0 AND NOT v_paused THEN false ELSE v_agent.turn_open END;
     v_types := ARRAY['model.response'];
     IF v_opens_waits OR v_limit IS NOT NULL THEN
+        -- Calls that open waits (their events, appended one by one below,
+        -- open them) or that a limit cancels: the step's own counters now,
+        -- and the agent settles once the waits are open (settle_agent) or
+        -- the turn has ended (end_turn_with_error).
         UPDATE holdfast.agents
            SET last_step_seq = last_step_seq + 1,
                last_message_seq = last_message_seq + v_n_inputs + 1,
@@ -279,50 +280,26 @@ BEGIN
         RETURNING last_step_seq, last_message_seq, last_event_seq
              INTO v_step_seq, v_message_seq, v_event_seq;
     ELSE
-        v_state := holdfast.decide_state(p_agent, v_turn_open,
-            'pending' = ANY (v_statuses),
-            'waiting' = ANY (v_statuses) OR 'awaiting_approval' = ANY (v_statuses),
-            v_input_ids);
-        IF v_state = 'new_turn' THEN
-            v_state := 'ready';
-            v_new_turn := true;
-            -- The next turn is the trace of the input that opens it (not
-            -- of those this step consumes), as settle_agent_with sets it:
-            -- this UPDATE is that settle inlined.
-            SELECT t.parent, t.state INTO v_trace_parent, v_trace_state
-              FROM holdfast.next_turn_trace_context(p_agent, v_input_ids) t;
-            PERFORM holdfast.admit_queued_input(p_agent);
-        END IF;
+        -- The step ends here: settle_agent_with decides the state (with the
+        -- calls and inputs this step is about to write), releases the agent
+        -- and reserves the step's, messages' and events' seqs (turn.started
+        -- added when the commit opens the next turn, for the inputs that came
+        -- during the call), all in its one agent UPDATE; the events follow
+        -- once the rows they name exist.
         v_types := v_types || array_fill('tool_call.created'::text, ARRAY[v_n_calls]);
         IF v_n_calls = 0 AND NOT v_paused THEN
             v_types := array_append(v_types, 'turn.completed');
         END IF;
-        IF v_new_turn THEN
-            v_types := array_append(v_types, 'turn.started');
-        END IF;
-        UPDATE holdfast.agents
-           SET last_step_seq = last_step_seq + 1,
-               last_message_seq = last_message_seq + v_n_inputs + 1,
-               last_event_seq = last_event_seq + cardinality(v_types), last_event_at = holdfast.now(),
-               model_attempts = 0,
-               turn_model_steps = CASE WHEN v_new_turn THEN 0 ELSE turn_model_steps + 1 END,
-               turn_open = v_turn_open OR v_new_turn,
-               turn_seq = turn_seq + CASE WHEN v_new_turn THEN 1 ELSE 0 END,
-               turn_usage = CASE WHEN v_new_turn THEN holdfast.zero_usage() ELSE v_turn_usage END,
-               turn_trace_parent = CASE WHEN v_new_turn THEN v_trace_parent ELSE turn_trace_parent END,
-               turn_trace_state = CASE WHEN v_new_turn THEN v_trace_state ELSE turn_trace_state END,
-               usage = holdfast.add_usage(usage, v_usage),
-               state = v_state,
-               lease_owner = NULL, lease_expires_at = NULL, lease_pid = NULL, lease_backend_start = NULL,
-               -- settle_agent_with's resets: a step that ends well ends the
-               -- run of failures and any lost attempt.
-               step_failures = 0,
-               first_attempt_epoch = NULL, lost_attempt_epoch = NULL,
-               lost_attempt_started_at = NULL, lost_attempt_ended_at = NULL,
-               updated_at = holdfast.now()
-         WHERE id = p_agent
-        RETURNING last_step_seq, last_message_seq, last_event_seq
-             INTO v_step_seq, v_message_seq, v_event_seq;
+        SELECT s.types, s.last_step_seq, s.last_message_seq, s.last_event_seq
+          INTO v_types, v_step_seq, v_message_seq, v_event_seq
+          FROM holdfast.settle_agent_with(p_agent, v_types, NULL, NULL,
+                   p_turn_open => v_turn_open,
+                   p_new_runnable => 'pending' = ANY (v_statuses),
+                   p_new_waiting => 'waiting' = ANY (v_statuses) OR 'awaiting_approval' = ANY (v_statuses),
+                   p_consumed => v_input_ids,
+                   p_new_steps => 1, p_new_messages => v_n_inputs + 1,
+                   p_model_step => true, p_usage => v_usage) s;
+        v_new_turn := v_types[cardinality(v_types)] = 'turn.started';
     END IF;
 
     INSERT INTO holdfast.steps (agent_id, step_seq, kind, epoch, turn_seq, provider, model, usage)
@@ -515,21 +492,19 @@ RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v_attempt integer;
 BEGIN
-    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
-    UPDATE holdfast.agents SET model_attempts = model_attempts + 1 WHERE id = p_agent
-    RETURNING model_attempts INTO v_attempt;
+    v_attempt := (holdfast.lock_leased_agent(p_agent, p_epoch)).model_attempts + 1;
     IF v_attempt > p_max_retries THEN
         PERFORM holdfast.end_turn_with_error(p_agent, 'retries_exhausted',
             format('gave up after %s retries; last error: %s', p_max_retries, p_error ->> 'message'),
             p_input_ids, p_error);
         RETURN 'exhausted';
     END IF;
-    PERFORM holdfast.append_event(p_agent, 'model.retry', jsonb_build_object(
-        'attempt', v_attempt,
-        'delay_ms', floor(extract(epoch FROM p_delay) * 1000)::bigint,
-        'error', p_error));
-    UPDATE holdfast.agents SET run_after = holdfast.now() + p_delay WHERE id = p_agent;
-    PERFORM holdfast.settle_agent(p_agent);
+    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['model.retry'],
+        ARRAY[jsonb_build_object(
+            'attempt', v_attempt,
+            'delay_ms', floor(extract(epoch FROM p_delay) * 1000)::bigint,
+            'error', p_error)],
+        holdfast.now() + p_delay, p_model_attempts => v_attempt);
     RETURN 'retrying';
 END
 $$;
@@ -676,20 +651,21 @@ BEGIN
     LOOP
         PERFORM holdfast.append_input_message(v_input, NULL);
     END LOOP;
-    UPDATE holdfast.agents SET last_message_seq = last_message_seq + 1 WHERE id = p_agent;
+    -- The cause, as the next message of the history: its seq is the
+    -- agent's next (the row lock is held), counted by the settle below.
     INSERT INTO holdfast.messages (agent_id, seq, role, content)
-    SELECT p_agent, a.last_message_seq, 'assistant',
+    SELECT p_agent, a.last_message_seq + 1, 'assistant',
            jsonb_build_array(jsonb_build_object('type', 'text',
                'text', format('[holdfast] The turn failed: %s: %s', p_error_type, p_message)))
       FROM holdfast.agents a WHERE a.id = p_agent;
     UPDATE holdfast.tool_calls SET status = 'cancelled'
      WHERE agent_id = p_agent AND status IN ('pending', 'awaiting_approval', 'waiting');
-    UPDATE holdfast.agents SET turn_open = false, model_attempts = 0 WHERE id = p_agent;
-    PERFORM holdfast.append_event(p_agent, 'turn.failed', jsonb_build_object(
-        'error', jsonb_build_object('type', p_error_type, 'message', p_message)
-                 || coalesce(p_error_fields, '{}')
-                 || CASE WHEN p_detail IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('detail', p_detail) END));
-    PERFORM holdfast.settle_agent(p_agent);
+    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['turn.failed'],
+        ARRAY[jsonb_build_object(
+            'error', jsonb_build_object('type', p_error_type, 'message', p_message)
+                     || coalesce(p_error_fields, '{}')
+                     || CASE WHEN p_detail IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('detail', p_detail) END)],
+        NULL, p_turn_open => false, p_new_messages => 1, p_model_attempts => 0);
 END
 $$;
 
@@ -728,8 +704,7 @@ BEGIN
     IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
         PERFORM holdfast.raise('HF422', 'max attempts must be at least 1', 'max_attempts');
     END IF;
-    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
-    SELECT step_failures + 1 INTO v_failures FROM holdfast.agents WHERE id = p_agent;
+    v_failures := (holdfast.lock_leased_agent(p_agent, p_epoch)).step_failures + 1;
     PERFORM holdfast.interrupt_running_calls(p_agent);
     IF v_failures >= p_max_attempts THEN
         PERFORM holdfast.end_turn_with_error(p_agent, 'internal_error',
@@ -737,8 +712,8 @@ BEGIN
             ARRAY(SELECT id FROM holdfast.turn_inputs(p_agent)));
         RETURN 'failed';
     END IF;
-    PERFORM holdfast.settle_agent_with(p_agent, '{}', '{}', holdfast.now() + p_delay);
-    UPDATE holdfast.agents SET step_failures = v_failures WHERE id = p_agent;
+    PERFORM holdfast.settle_agent_with(p_agent, '{}', '{}', holdfast.now() + p_delay,
+        p_step_failures => v_failures);
     RETURN 'retrying';
 END
 $$;

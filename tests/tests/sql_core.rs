@@ -698,18 +698,21 @@ async fn step_failures(client: &Client, agent: Uuid) -> i32 {
         .get(0)
 }
 
+/// A step that ends well (not by fail_step) ends the run of failed steps,
+/// whichever way it ends: every model step commit (an answer, a runnable
+/// call, a call waiting on a client, a question that opens a wait; single
+/// and grouped), tool results and the release after them, a model retry,
+/// an interrupt, a compaction, a failed turn and a cancelled one.
 #[tokio::test]
-async fn each_model_step_that_commits_resets_the_failure_count() {
+async fn every_way_a_step_ends_resets_the_failure_count() {
     let db = TestDb::new().await;
     let client = db.connect().await;
     let (project, _) = project_and_agent(&client).await;
-    // An answer that ends the turn, a response with a runnable call, one
-    // with a call that waits on the outside, each by the single commit and
-    // by the group commit.
-    let steps: [fn(Vec<Uuid>) -> ModelStep; 3] = [
+    let steps: [fn(Vec<Uuid>) -> ModelStep; 4] = [
         text_step,
         |inputs| tool_step(inputs, &[ToolKind::External]),
         |inputs| tool_step(inputs, &[ToolKind::Custom]),
+        |inputs| tool_step(inputs, &[ToolKind::Question]),
     ];
     for (n, step) in steps.iter().enumerate() {
         for grouped in [false, true] {
@@ -730,10 +733,131 @@ async fn each_model_step_that_commits_resets_the_failure_count() {
             assert_eq!(
                 step_failures(&client, agent).await,
                 0,
-                "step {n}, grouped: {grouped}"
+                "model step {n}, grouped: {grouped}"
             );
         }
     }
+
+    // Tool results, then the release that ends the tool step.
+    let agent = new_agent(&client, project).await;
+    ready(&client, agent).await;
+    let claim = claim_of(&client, agent).await;
+    let inputs = pending_inputs(&client, agent).await;
+    store::commit_model_step(&client, claim, &tool_step(inputs, &[ToolKind::External]))
+        .await
+        .unwrap();
+    let claim = claim_after_a_failure(&client, agent).await;
+    let call: Uuid = client
+        .query_one(
+            "SELECT id FROM holdfast.tool_calls WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    store::start_tool_call(&client, claim, call).await.unwrap();
+    store::commit_tool_result(&client, claim, call, &json!("42"), false)
+        .await
+        .unwrap();
+    store::release_agent(&client, claim, None).await.unwrap();
+    assert_eq!(step_failures(&client, agent).await, 0, "tool results");
+
+    let agent = new_agent(&client, project).await;
+    ready(&client, agent).await;
+    let claim = claim_after_a_failure(&client, agent).await;
+    let inputs = pending_inputs(&client, agent).await;
+    let retrying = store::commit_model_retry(
+        &client,
+        claim,
+        &json!({"type": "overloaded_error", "message": "busy"}),
+        Duration::ZERO,
+        5,
+        &inputs,
+    )
+    .await
+    .unwrap();
+    assert!(retrying);
+    assert_eq!(step_failures(&client, agent).await, 0, "model retry");
+
+    let agent = new_agent(&client, project).await;
+    ready(&client, agent).await;
+    let claim = claim_after_a_failure(&client, agent).await;
+    store::commit_model_interrupt(&client, claim, &[])
+        .await
+        .unwrap();
+    assert_eq!(step_failures(&client, agent).await, 0, "interrupt");
+
+    let agent = new_agent(&client, project).await;
+    ready(&client, agent).await;
+    let claim = claim_after_a_failure(&client, agent).await;
+    store::commit_compaction(&client, claim, "the story so far", 1, &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(step_failures(&client, agent).await, 0, "compaction");
+
+    let agent = new_agent(&client, project).await;
+    ready(&client, agent).await;
+    let claim = claim_after_a_failure(&client, agent).await;
+    let inputs = pending_inputs(&client, agent).await;
+    store::fail_turn(&client, claim, "authentication_error", "bad key", &inputs)
+        .await
+        .unwrap();
+    assert_eq!(step_failures(&client, agent).await, 0, "failed turn");
+
+    let agent = new_agent(&client, project).await;
+    ready(&client, agent).await;
+    let claim = claim_after_a_failure(&client, agent).await;
+    store::request_cancel(&client, agent).await.unwrap();
+    store::complete_cancel(&client, claim).await.unwrap();
+    assert_eq!(step_failures(&client, agent).await, 0, "cancelled turn");
+}
+
+/// The agent row of a committed model step is written once: the step's
+/// counters, its usage, the state, the release and the last turn all in
+/// the settle's one UPDATE (no trigger writes the row again per turn
+/// event). Counted as row versions the step leaves: one per commit that
+/// ends a turn and opens the next, and its last_turn is the new turn's.
+#[tokio::test]
+async fn a_model_step_that_ends_a_turn_and_opens_the_next_updates_the_agent_row_once() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, agent) = project_and_agent(&client).await;
+    ready(&client, agent).await;
+    let claim = claim_of(&client, agent).await;
+    let inputs = pending_inputs(&client, agent).await;
+    // An input that arrives during the call opens the next turn at the commit.
+    store::create_input(&client, agent, &json!("and then?"), None)
+        .await
+        .unwrap();
+    let updates = "SELECT n_tup_upd FROM pg_stat_xact_user_tables
+                    WHERE schemaname = 'holdfast' AND relname = 'agents'";
+    client.batch_execute("BEGIN").await.unwrap();
+    let before: i64 = client.query_one(updates, &[]).await.unwrap().get(0);
+    store::commit_model_step(&client, claim, &text_step(inputs))
+        .await
+        .unwrap();
+    let after: i64 = client.query_one(updates, &[]).await.unwrap().get(0);
+    client.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(after - before, 1, "agent row updates by one model step");
+    let events = event_types(&client, agent).await;
+    assert!(
+        events.ends_with(&["model.response", "turn.completed", "turn.started"].map(String::from)),
+        "{events:?}"
+    );
+    let row = client
+        .query_one(
+            "SELECT turn_seq, last_turn_started_at IS NOT NULL, last_turn_ended_at IS NULL,
+                    last_turn_outcome IS NULL
+               FROM holdfast.agents WHERE id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, i64>(0), row.get(1), row.get(2), row.get(3)),
+        (2, true, true, true),
+        "the last turn is the new one, running"
+    );
 }
 
 #[tokio::test]
@@ -1189,6 +1313,81 @@ async fn a_reaped_external_call_is_interrupted_never_rerun() {
     assert_eq!(
         count(&client, "SELECT count(*) FROM holdfast.tool_calls WHERE agent_id = $1 AND status IN ('pending', 'running')", agent).await,
         0
+    );
+}
+
+/// The tables a step reads and writes by agent or by key: a sequential
+/// scan of any of them costs a step the whole table.
+const STEP_TABLES: [&str; 8] = [
+    "agents",
+    "inputs",
+    "steps",
+    "messages",
+    "tool_calls",
+    "events",
+    "approvals",
+    "questions",
+];
+
+/// Every statement of a step's cycle (an input, the claim, the context
+/// load, the group commit of a model step and the settle in it, a client's
+/// tool result and its settle, the release) is an index probe under the
+/// plan a session keeps from its first call on a new install: a forced
+/// generic plan made on empty, never analyzed tables. The plans are
+/// auto_explain's, nested statements included.
+#[tokio::test]
+async fn every_statement_of_a_steps_cycle_is_an_index_probe_under_a_generic_plan_on_empty_tables() {
+    let db = TestDb::new().await;
+    let (plan_client, mut connection) = db.config.connect().await.unwrap();
+    let (tx, mut notices) = tokio::sync::mpsc::unbounded_channel();
+    let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+    tokio::spawn(async move {
+        use futures::StreamExt;
+        while let Some(Ok(message)) = messages.next().await {
+            if let AsyncMessage::Notice(n) = message {
+                let _ = tx.send(n.message().to_owned());
+            }
+        }
+    });
+    let (project, agent) = project_and_agent(&plan_client).await;
+    plan_client
+        .batch_execute(
+            "SET plan_cache_mode = force_generic_plan;
+             LOAD 'auto_explain';
+             SET auto_explain.log_min_duration = 0;
+             SET auto_explain.log_nested_statements = on;
+             SET client_min_messages = log;",
+        )
+        .await
+        .unwrap();
+    hot_path_cycle(&plan_client, project, agent).await;
+    drop(plan_client);
+    let mut plans = Vec::new();
+    while let Some(n) = notices.recv().await {
+        plans.push(n);
+    }
+    assert!(
+        plans.iter().any(|p| p.contains("UPDATE holdfast.agents")),
+        "no plan of the settle's UPDATE among {} plans",
+        plans.len()
+    );
+    let scanning: Vec<&String> = plans
+        .iter()
+        .filter(|plan| {
+            STEP_TABLES.iter().any(|table| {
+                plan.contains(&format!("Seq Scan on {table} "))
+                    || plan.contains(&format!("Seq Scan on {table}_"))
+            })
+        })
+        .collect();
+    assert!(
+        scanning.is_empty(),
+        "statements of a step's cycle that scan a table:\n{}",
+        scanning
+            .iter()
+            .map(|p| p.as_str())
+            .collect::<Vec<_>>()
+            .join("\n---\n")
     );
 }
 
