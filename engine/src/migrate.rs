@@ -196,18 +196,8 @@ async fn apply_pending(client: &mut Client) -> Result<Vec<&'static str>> {
     }
     check_baseline(&recorded)?;
     let mut applied = Vec::new();
-    for migration in MIGRATIONS {
+    for migration in unapplied(MIGRATIONS, &recorded)? {
         let checksum = migration.checksum();
-        if let Some((_, _, was)) = recorded.iter().find(|(v, _, _)| *v == migration.version) {
-            if *was != checksum {
-                return Err(Error::Migration(format!(
-                    "{} was changed after it was applied (recorded checksum {}, file {}); \
-                     migrations are forward-only: add a new migration instead",
-                    migration.name, was, checksum
-                )));
-            }
-            continue;
-        }
         let tx = client.transaction().await?;
         tx.batch_execute(migration.sql)
             .await
@@ -219,6 +209,30 @@ async fn apply_pending(client: &mut Client) -> Result<Vec<&'static str>> {
     }
     applied.extend(apply_code(client).await?);
     Ok(applied)
+}
+
+/// The migrations not yet recorded, in order; an error when a recorded one's
+/// text changed since (migrations are forward-only).
+fn unapplied<'a>(
+    migrations: &'a [Migration],
+    recorded: &[(i32, String, String)],
+) -> Result<Vec<&'a Migration>> {
+    let mut pending = Vec::new();
+    for migration in migrations {
+        let checksum = migration.checksum();
+        match recorded.iter().find(|(v, _, _)| *v == migration.version) {
+            Some((_, _, was)) if *was != checksum => {
+                return Err(Error::Migration(format!(
+                    "{} was changed after it was applied (recorded checksum {}, file {}); \
+                     migrations are forward-only: add a new migration instead",
+                    migration.name, was, checksum
+                )));
+            }
+            Some(_) => {}
+            None => pending.push(migration),
+        }
+    }
+    Ok(pending)
 }
 
 /// A database that recorded migrations must have reached the baseline:
@@ -443,6 +457,36 @@ mod tests {
             );
             last = m.version;
         }
+    }
+
+    #[test]
+    fn a_recorded_migration_whose_text_changed_is_refused_and_the_rest_are_pending() {
+        let migrations = [
+            Migration {
+                version: 46,
+                name: "0046_a.sql",
+                sql: "SELECT 1",
+            },
+            Migration {
+                version: 47,
+                name: "0047_b.sql",
+                sql: "SELECT 2",
+            },
+        ];
+        let recorded = |checksum: String| vec![(46, "0046_a.sql".to_owned(), checksum)];
+        let pending = unapplied(&migrations, &recorded(migrations[0].checksum())).unwrap();
+        assert_eq!(
+            pending.iter().map(|m| m.name).collect::<Vec<_>>(),
+            ["0047_b.sql"]
+        );
+        let refused = unapplied(&migrations, &recorded("tampered".to_owned()))
+            .err()
+            .expect("a changed migration is refused")
+            .to_string();
+        assert!(
+            refused.contains("0046_a.sql was changed after it was applied"),
+            "{refused}"
+        );
     }
 
     #[test]
