@@ -213,6 +213,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0045_last_turn.sql",
         sql: include_str!("../../sql/0045_last_turn.sql"),
     },
+    Migration {
+        version: 46,
+        name: "0046_server_tool_usage.sql",
+        sql: include_str!("../../sql/0046_server_tool_usage.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

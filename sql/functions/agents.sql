@@ -714,7 +714,12 @@ $$;
 -- inputs are handled in agent order, and a later input sees an earlier one
 -- of the batch as a later request sees a committed one (its idempotency
 -- key, its agent's state). The agents are locked first, in id order, as the
--- worker's batches lock them, so two batches never deadlock on each other.
+-- worker's batches lock them, then the attachment counters of the
+-- projects whose inputs carry files, in project order
+-- (lock_attachment_counters: an input's files lock its project's counter
+-- until commit, and inputs go in agent order, so two batches storing files
+-- for two projects would otherwise each hold one counter and wait for the
+-- other's); so two batches never deadlock on each other.
 -- Raises nothing of its own; any other error aborts the whole batch, and
 -- the API then creates its inputs one by one.
 CREATE OR REPLACE FUNCTION holdfast.create_inputs(p_inputs holdfast.new_input[])
@@ -727,6 +732,9 @@ DECLARE
     v_input_id uuid;
 BEGIN
     PERFORM 1 FROM holdfast.lock_agents(ARRAY(SELECT n.agent_id FROM unnest(p_inputs) n));
+    PERFORM holdfast.lock_attachment_counters(ARRAY(
+        SELECT a.project_id FROM unnest(p_inputs) n JOIN holdfast.agents a ON a.id = n.agent_id
+         WHERE n.content @? '$[*].source ? (@.type == "base64")'));
     FOR v_row IN
         SELECT n.ordinality::integer AS ord, n.project_id, n.agent_id, n.content, n.idempotency_key,
                n.trace_parent, n.trace_state, n.mode

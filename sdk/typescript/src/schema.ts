@@ -1692,6 +1692,18 @@ export interface components {
              * @description Of `output_tokens`, a reasoning model's reasoning.
              */
             reasoning_tokens: number;
+            /**
+             * Format: int64
+             * @description Requests the provider's own server tools made inside the model calls
+             *     (Anthropic's web search and web fetch: `usage.server_tool_use`).
+             */
+            server_tool_requests?: number;
+            /**
+             * Format: int64
+             * @description Of `server_tool_requests`, web searches: billed per search, so
+             *     `cost_usd` includes their price.
+             */
+            web_search_requests?: number;
         };
         ToolCallList: {
             tool_calls: components["schemas"]["ToolCallView"][];
@@ -2165,7 +2177,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address; `field` names it */
+            /** @description `model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address or one of its headers; `field` names it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2339,7 +2351,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address; `field` names it */
+            /** @description `model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address or one of its headers; `field` names it */
             422: {
                 headers: {
                     [name: string]: unknown;

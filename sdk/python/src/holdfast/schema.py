@@ -297,6 +297,8 @@ class TokenUsage(TypedDict):
     input_tokens: int
     output_tokens: int
     reasoning_tokens: int
+    server_tool_requests: NotRequired[int]
+    web_search_requests: NotRequired[int]
 
 
 class ToolCallView(TypedDict):
