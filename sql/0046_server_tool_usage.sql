@@ -21,7 +21,10 @@
 -- add_server_tool_cost, record_tools_unavailable (a tool name per
 -- unavailable entry), content_file_sizes (and media types) and
 -- context_file_cost (now context_files, rows with media types, for the
--- PDF limit of a request).
+-- PDF limit of a request), and retention_tick, whose one transaction held
+-- a new or dropped partition's lock on events while it pruned rows (the
+-- maintenance process now commits maintain_event_partitions, then runs
+-- prune_retention_rows).
 
 ALTER TYPE holdfast.token_usage
     ADD ATTRIBUTE server_tool_requests bigint,
@@ -63,3 +66,4 @@ DROP FUNCTION IF EXISTS holdfast.add_server_tool_cost(holdfast.token_usage, json
 DROP FUNCTION IF EXISTS holdfast.record_tools_unavailable(uuid, bigint, text[], text[]);
 DROP FUNCTION IF EXISTS holdfast.content_file_sizes(jsonb);
 DROP FUNCTION IF EXISTS holdfast.context_file_cost(holdfast.agents);
+DROP FUNCTION IF EXISTS holdfast.retention_tick(integer);

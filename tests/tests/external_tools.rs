@@ -194,11 +194,22 @@ async fn web_fetch_refuses_private_addresses_by_default() {
     let server = CountingServer::start().await;
     let port = server.addr.port();
     let limits = WebFetchLimits::default();
+    // Loopback in every spelling a URL parser or resolver accepts.
     for url in [
         server.url("/html"),
         format!("http://2130706433:{port}/html"),
+        format!("http://127.1:{port}/html"),
+        format!("http://0x7f.0.0.1:{port}/html"),
+        format!("http://0177.0.0.1:{port}/html"),
+        format!("http://017700000001:{port}/html"),
+        format!("http://0.0.0.0:{port}/html"),
         format!("http://[::1]:{port}/html"),
+        format!("http://[0:0:0:0:0:0:0:1]:{port}/html"),
+        format!("http://[::]:{port}/html"),
         format!("http://[::ffff:127.0.0.1]:{port}/html"),
+        format!("http://[::ffff:7f00:1]:{port}/html"),
+        format!("http://localhost.:{port}/html"),
+        format!("http://LOCALHOST:{port}/html"),
         "http://169.254.169.254/latest/meta-data/".to_string(),
         "http://10.0.0.1/".to_string(),
     ] {
