@@ -223,6 +223,12 @@ impl LocalCluster {
         self.base_dir.join("data")
     }
 
+    /// The OS user the server runs as when we are root (else ourselves):
+    /// a program that must reach its private socket runs as this user too.
+    pub fn os_user(&self) -> Option<&str> {
+        self.run_as.as_ref().map(|user| user.name.as_str())
+    }
+
     pub fn socket_dir(&self) -> &Path {
         &self.socket_dir
     }

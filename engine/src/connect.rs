@@ -795,6 +795,99 @@ impl Session {
     }
 }
 
+/// Refuse a server behind which Holdfast's connections would share Postgres
+/// sessions: a pooler in transaction or statement mode (PgBouncer's
+/// `pool_mode = transaction`). Holdfast keeps statements prepared on its
+/// connections, LISTENs for wake-ups, and knows a worker's leases by its
+/// session; behind such a pooler the statements vanish between
+/// transactions (`prepared statement "s3" does not exist`), notifications
+/// go to whichever client holds the backend, and the lease's session is
+/// not the worker's. `setting` names the URL in the error.
+///
+/// The probe: connection A asks for its backend, then B opens a
+/// transaction (pinning a backend) and asks for its own, then A asks again.
+/// On separate sessions (Postgres itself, a session-mode pooler) A keeps
+/// its backend and B has another. Behind a transaction pooler, B is handed
+/// the backend A just released (PgBouncer reuses the most recent one), or
+/// A comes back on another (see [`PROBE_ROUNDS`]). Simple-protocol
+/// queries only: a prepared
+/// statement could itself fail across the pooler's switch.
+pub async fn require_session_per_connection(config: &ConnectConfig, setting: &str) -> Result<()> {
+    let (first, first_connection) = config.connect().await?;
+    let first_task = tokio::spawn(first_connection);
+    let (second, second_connection) = config.connect().await?;
+    let second_task = tokio::spawn(second_connection);
+    let probe = async {
+        let mut seen = (0, 0, 0);
+        for _ in 0..PROBE_ROUNDS {
+            let before = backend_pid(&first).await?;
+            second.simple_query("BEGIN").await?;
+            let pinned = backend_pid(&second).await?;
+            let after = backend_pid(&first).await?;
+            second.simple_query("ROLLBACK").await?;
+            seen = (before, pinned, after);
+            if pinned == before || after != before {
+                break;
+            }
+        }
+        Ok::<_, Error>(seen)
+    };
+    let outcome = probe.await;
+    drop((first, second));
+    let _ = (first_task.await, second_task.await);
+    let (before, pinned, after) = outcome.map_err(|e| Error::Invalid {
+        field: Some(setting.into()),
+        message: format!(
+            "cannot check that each connection is a Postgres session of its own: {e}; \
+             a pooler in statement mode refuses transactions: {}",
+            SESSION_POOLING_FIX
+        ),
+    })?;
+    if pinned == before || after != before {
+        let seen = if pinned == before {
+            format!("two connections ran on the same backend (pid {before})")
+        } else {
+            format!("one connection moved from backend pid {before} to pid {after}")
+        };
+        return Err(Error::Invalid {
+            field: Some(setting.into()),
+            message: format!(
+                "it reaches a pooler that shares Postgres sessions between its clients \
+                 (transaction or statement pooling: {seen}). Holdfast keeps statements \
+                 prepared on its connections, LISTENs for wake-ups and knows a worker's \
+                 leases by its session, none of which survives a change of backend. {}",
+                SESSION_POOLING_FIX
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Rounds of the pooler probe. Separate sessions pass every round; behind
+/// a transaction pooler a round can pass only when other clients took and
+/// returned backends at the same moment, so several rounds make that
+/// unlikely.
+const PROBE_ROUNDS: usize = 5;
+
+/// What to do about a pooler that shares sessions, for the error.
+const SESSION_POOLING_FIX: &str = "Point it at Postgres itself or at a pooler in session mode \
+     (PgBouncer: pool_mode = session); see docs/guides/managed-postgres.md";
+
+/// The backend serving `client`'s next statement, by the simple protocol.
+async fn backend_pid(client: &Client) -> Result<i32> {
+    let messages = client.simple_query("SELECT pg_backend_pid()").await?;
+    messages
+        .iter()
+        .find_map(|message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0)?.parse().ok(),
+            _ => None,
+        })
+        .ok_or_else(|| Error::Invalid {
+            field: None,
+            message: "SELECT pg_backend_pid() returned no row".into(),
+        })
+}
+
 /// Open a dedicated session and LISTEN on `channels`.
 pub async fn listen(config: &ConnectConfig, channels: &[&str]) -> Result<Session> {
     let (client, mut connection) = config.connect().await?;

@@ -213,6 +213,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0045_last_turn.sql",
         sql: include_str!("../../sql/0045_last_turn.sql"),
     },
+    Migration {
+        version: 49,
+        name: "0049_lease_session_lock.sql",
+        sql: include_str!("../../sql/0049_lease_session_lock.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

@@ -30,6 +30,7 @@ use holdfast_engine::migrate;
 use tokio_postgres::Client;
 use uuid::Uuid;
 
+pub mod pgbouncer;
 pub mod process;
 pub mod scenario;
 pub mod search_backend;
