@@ -27,7 +27,7 @@ use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
 use tokio::sync::mpsc;
-use tokio_postgres::config::{Host, SslMode as WireSslMode};
+use tokio_postgres::config::{Host, SslMode as WireSslMode, TargetSessionAttrs};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{AsyncMessage, Client, Config, Notification, Socket, Statement};
@@ -216,6 +216,17 @@ impl ConnectConfig {
             c.get_application_name()
                 .map(|name| ("application_name", name.to_owned())),
         );
+        // Several hosts (a primary and its standbys): the child must pick
+        // the writable one as this process does.
+        match c.get_target_session_attrs() {
+            TargetSessionAttrs::ReadWrite => {
+                pairs.push(("target_session_attrs", "read-write".to_owned()))
+            }
+            TargetSessionAttrs::ReadOnly => {
+                pairs.push(("target_session_attrs", "read-only".to_owned()))
+            }
+            _ => {}
+        }
         pairs.push(("sslmode", self.tls.mode.as_str().to_owned()));
         pairs.extend(
             self.tls
@@ -640,14 +651,23 @@ fn tls_attempt_refused(error: &tokio_postgres::Error) -> bool {
         || error.code() == Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION)
 }
 
-/// `host:port` (or the socket directory) of the first server, for messages.
+/// `host:port` (or the socket directory) of each server, for messages.
 fn describe_target(config: &Config) -> String {
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    match config.get_hosts().first() {
-        Some(Host::Tcp(host)) => format!("{host}:{port}"),
-        Some(Host::Unix(dir)) => format!("{} (Unix socket, port {port})", dir.display()),
-        None => format!("port {port}"),
+    let ports = config.get_ports();
+    let port_of = |i: usize| ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| match host {
+            Host::Tcp(host) => format!("{host}:{}", port_of(i)),
+            Host::Unix(dir) => format!("{} (Unix socket, port {})", dir.display(), port_of(i)),
+        })
+        .collect();
+    if hosts.is_empty() {
+        return format!("port {}", port_of(0));
     }
+    hosts.join(", ")
 }
 
 /// Why a connection failed, in one line a person can act on.
@@ -711,6 +731,11 @@ fn connect_failure_cause(
             "the server does not accept TLS connections, and sslmode={} requires TLS",
             tls.mode.as_str()
         );
+    }
+    if text.contains("database does not allow writes") {
+        return "no server accepts writes (target_session_attrs=read-write): each one \
+                reached is read-only, e.g. a standby, or a primary still being promoted"
+            .to_owned();
     }
     if let Some(io) = io_error(error) {
         return format!("the host is unreachable: {}", one_line(&io.to_string()));
@@ -1101,6 +1126,55 @@ mod tests {
                 ConnectConfig::parse_with_env(&format!("host=db sslmode={mode}"), no_env).unwrap();
             assert_eq!(config.postgres.get_ssl_mode(), wire);
         }
+    }
+
+    #[test]
+    fn a_multi_host_url_keeps_every_host_the_writable_choice_and_tls() {
+        let config = ConnectConfig::parse_with_env(
+            "postgres://u:p@db-a.example.com:5432,db-b.example.com:5433/holdfast?target_session_attrs=read-write&sslmode=verify-full&sslrootcert=%2Fca.pem",
+            no_env,
+        );
+        // The root file does not exist here: the settings were still read.
+        let error = config.unwrap_err();
+        assert_eq!(error.field(), Some("sslrootcert"));
+        let (rest, tls) = settings(
+            "postgres://u:p@db-a.example.com:5432,db-b.example.com:5433/holdfast?target_session_attrs=read-write&sslmode=verify-full&sslrootcert=%2Fca.pem",
+            no_env,
+        );
+        assert_eq!(tls.mode, SslMode::VerifyFull);
+        let postgres = Config::from_str(&rest).unwrap();
+        assert_eq!(
+            postgres.get_hosts(),
+            [
+                Host::Tcp("db-a.example.com".into()),
+                Host::Tcp("db-b.example.com".into())
+            ]
+        );
+        assert_eq!(postgres.get_ports(), [5432, 5433]);
+        assert_eq!(
+            postgres.get_target_session_attrs(),
+            TargetSessionAttrs::ReadWrite
+        );
+        assert_eq!(
+            describe_target(&postgres),
+            "db-a.example.com:5432, db-b.example.com:5433"
+        );
+    }
+
+    #[test]
+    fn the_connection_string_keeps_several_hosts_and_the_writable_choice() {
+        let config = ConnectConfig::parse_with_env(
+            "host=/tmp/a,/tmp/b port=5432,5433 user=holdfast dbname=x target_session_attrs=read-write",
+            no_env,
+        )
+        .unwrap();
+        let again = ConnectConfig::parse_with_env(&config.to_connection_string(), no_env).unwrap();
+        assert_eq!(again.postgres.get_hosts(), config.postgres.get_hosts());
+        assert_eq!(again.postgres.get_ports(), [5432, 5433]);
+        assert_eq!(
+            again.postgres.get_target_session_attrs(),
+            TargetSessionAttrs::ReadWrite
+        );
     }
 
     #[test]

@@ -24,6 +24,7 @@ use holdfast_engine::connect::ConnectConfig;
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::counting_http::CountingServer;
+use holdfast_tests::failover::FailoverPair;
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{spawn_api, spawn_worker};
 use holdfast_tests::{PrivateCluster, ScratchDir};
@@ -46,6 +47,11 @@ struct Plan {
     /// outlasts the chaos.
     trickle: Duration,
     postgres_restarts: usize,
+    /// Failovers instead of restarts: Postgres runs as a primary and a
+    /// synchronous standby, and at each of these points the primary is
+    /// SIGKILLed and the standby promoted (a new standby is then built
+    /// where the primary was, for the next one).
+    failovers: usize,
     deadline: Duration,
     /// Seed old weeks of another project's history during the run, for the
     /// maintenance process's retention pass to drop.
@@ -62,6 +68,7 @@ async fn chaos_short() {
         workers: 2,
         min_kills: 2,
         postgres_restarts: 1,
+        failovers: 0,
         trickle: Duration::from_millis(120),
         deadline: Duration::from_secs(240),
         retention: false,
@@ -77,9 +84,56 @@ async fn chaos_retention() {
         workers: 2,
         min_kills: 2,
         postgres_restarts: 1,
+        failovers: 0,
         trickle: Duration::from_millis(120),
         deadline: Duration::from_secs(240),
         retention: true,
+    })
+    .await;
+}
+
+/// The short soak on a primary and a synchronous standby: the primary is
+/// SIGKILLed mid-run and the standby promoted; every process reconnects to
+/// it by the multi-host URL alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chaos_failover() {
+    run(Plan {
+        agents: 4,
+        turns: 1,
+        workers: 2,
+        min_kills: 2,
+        postgres_restarts: 0,
+        failovers: 1,
+        trickle: Duration::from_millis(120),
+        deadline: Duration::from_secs(240),
+        retention: false,
+    })
+    .await;
+}
+
+/// The failover soak: `HOLDFAST_SOAK_FAILOVERS` failovers (10 by default)
+/// under `HOLDFAST_SOAK_AGENTS` agents (50), with the time from each kill
+/// to the first step committed on the new primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "the failover soak: cargo test --release -p holdfast-tests --test chaos -- --ignored failover_soak"]
+async fn failover_soak() {
+    let env = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(default)
+    };
+    let failovers = env("HOLDFAST_SOAK_FAILOVERS", 10);
+    run(Plan {
+        agents: env("HOLDFAST_SOAK_AGENTS", 50),
+        turns: 5,
+        workers: 3,
+        min_kills: 3 * failovers,
+        postgres_restarts: 0,
+        failovers,
+        trickle: Duration::from_millis(250),
+        deadline: Duration::from_secs(1800),
+        retention: false,
     })
     .await;
 }
@@ -97,6 +151,7 @@ async fn soak() {
         workers: 3,
         min_kills: 30,
         postgres_restarts: 2,
+        failovers: 0,
         trickle: Duration::from_millis(250),
         deadline: Duration::from_secs(1800),
         retention: false,
@@ -181,18 +236,58 @@ impl Db {
     }
 }
 
+/// Where the soak's Postgres runs: one cluster (crash-restarted), or a
+/// primary with a synchronous standby (failed over).
+enum Postgres {
+    Single(PrivateCluster),
+    Pair(tokio::sync::Mutex<FailoverPair>),
+}
+
+impl Postgres {
+    async fn config(&self) -> ConnectConfig {
+        match self {
+            Postgres::Single(cluster) => cluster.config(),
+            Postgres::Pair(pair) => pair.lock().await.config(),
+        }
+    }
+}
+
+/// SIGKILL the primary and promote the standby; returns the time from the
+/// kill to the first step committed on the new primary. Then a new
+/// synchronous standby is built for the next failover.
+async fn fail_over(pair: &mut FailoverPair) -> Duration {
+    pair.kill_primary();
+    let killed_at = Instant::now();
+    // Synchronous replication: every step the primary acknowledged is in
+    // the standby's WAL; once replayed, its count is the baseline.
+    let baseline = pair.replayed_count("holdfast.steps").await;
+    pair.promote_standby().await;
+    pair.wait_for_more_rows("holdfast.steps", baseline, Duration::from_secs(120))
+        .await;
+    let took = killed_at.elapsed();
+    pair.build_standby().await;
+    took
+}
+
 #[derive(Default)]
 struct Chaos {
     kills: AtomicUsize,
     restarts: AtomicUsize,
+    /// Per failover: from the primary's SIGKILL to the first step committed
+    /// on the new primary.
+    failovers: Mutex<Vec<Duration>>,
     daemon_kills: AtomicUsize,
     recoveries: Mutex<Vec<Duration>>,
 }
 
 async fn run(plan: Plan) {
     let started = Instant::now();
-    let cluster = Arc::new(PrivateCluster::start().await);
-    let config = cluster.config();
+    let postgres = Arc::new(if plan.failovers > 0 {
+        Postgres::Pair(tokio::sync::Mutex::new(FailoverPair::start().await))
+    } else {
+        Postgres::Single(PrivateCluster::start().await)
+    });
+    let config = postgres.config().await;
     let url = config.to_connection_string();
     let fake = FakeProvider::start().await;
     let site = CountingServer::start().await;
@@ -298,16 +393,17 @@ async fn run(plan: Plan) {
     // replacement), crash-restart Postgres at spread-out kills, and SIGKILL
     // the machine daemon once (restarted on its journal).
     let chaos_task = {
-        let (workers, chaos, done, cluster, db, daemon) = (
+        let (workers, chaos, done, postgres, db, daemon) = (
             workers.clone(),
             chaos.clone(),
             done.clone(),
-            cluster.clone(),
+            postgres.clone(),
             db.clone(),
             daemon.clone(),
         );
-        let restart_at: Vec<usize> = (1..=plan.postgres_restarts)
-            .map(|i| i * plan.min_kills / (plan.postgres_restarts + 1))
+        let outages = plan.postgres_restarts + plan.failovers;
+        let restart_at: Vec<usize> = (1..=outages)
+            .map(|i| i * plan.min_kills / (outages + 1))
             .collect();
         let daemon_kill_at = (plan.min_kills * 3 / 4).max(1);
         let spawn_daemon = &spawn_daemon;
@@ -384,14 +480,20 @@ async fn run(plan: Plan) {
                     chaos.daemon_kills.fetch_add(1, Ordering::SeqCst);
                 }
                 if restart_at.contains(&(kills + 1)) {
-                    let cluster = cluster.clone();
-                    tokio::task::spawn_blocking(move || {
-                        cluster.cluster.crash().expect("crash postgres");
-                        cluster.cluster.restart().expect("restart postgres");
-                    })
-                    .await
-                    .unwrap();
-                    chaos.restarts.fetch_add(1, Ordering::SeqCst);
+                    match &*postgres {
+                        Postgres::Single(cluster) => {
+                            tokio::task::block_in_place(|| {
+                                cluster.cluster.crash().expect("crash postgres");
+                                cluster.cluster.restart().expect("restart postgres");
+                            });
+                            chaos.restarts.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Postgres::Pair(pair) => {
+                            let mut pair = pair.lock().await;
+                            let took = fail_over(&mut pair).await;
+                            chaos.failovers.lock().unwrap().push(took);
+                        }
+                    }
                 }
             }
         }
@@ -539,6 +641,19 @@ async fn run(plan: Plan) {
     println!("  recoveries measured {}", recoveries.len());
     println!("  max recovery        {max_recovery:?}");
     println!("  webhook deliveries  {}", receiver.count());
+    let failovers = chaos.failovers.lock().unwrap().clone();
+    if !failovers.is_empty() {
+        let mut sorted = failovers.clone();
+        sorted.sort();
+        let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
+        println!("  failovers           {}", failovers.len());
+        println!(
+            "  kill to first step  p50 {:?}, p99 {:?}, max {:?}",
+            at(0.5),
+            at(0.99),
+            sorted[sorted.len() - 1]
+        );
+    }
     println!("  wall time           {elapsed:?}");
     println!("  violations          {}", violations.len());
     for v in &violations {
@@ -558,6 +673,7 @@ async fn run(plan: Plan) {
         chaos.restarts.load(Ordering::SeqCst),
         plan.postgres_restarts
     );
+    assert_eq!(failovers.len(), plan.failovers);
     assert_eq!(chaos.daemon_kills.load(Ordering::SeqCst), 1);
 }
 
