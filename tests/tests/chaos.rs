@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use holdfast_engine::connect::ConnectConfig;
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
+use holdfast_tests::api_sse::SseReader;
 use holdfast_tests::counting_http::CountingServer;
 use holdfast_tests::failover::FailoverPair;
 use holdfast_tests::process::HoldfastProcess;
@@ -355,6 +356,19 @@ async fn run(plan: Plan) {
         )
     };
     let daemon = Arc::new(Mutex::new(spawn_daemon(0)));
+    let done = Arc::new(AtomicBool::new(false));
+    // Across failovers, one agent's stream is followed over the API,
+    // resumed with Last-Event-ID after every break.
+    let follower = if plan.failovers > 0 {
+        let key = store::create_api_key(&setup, "chaos").await.unwrap().key;
+        let followed = agents[0].1;
+        Some((
+            followed,
+            tokio::spawn(follow_stream(api_url.clone(), key, followed, done.clone())),
+        ))
+    } else {
+        None
+    };
     let worker_env = [
         ("HOLDFAST_EGRESS_ALLOW", "web_fetch=127.0.0.1"),
         ("HOLDFAST_WORKER_CONCURRENCY", "32"),
@@ -386,7 +400,6 @@ async fn run(plan: Plan) {
         config: config.clone(),
         client: tokio::sync::Mutex::new(None),
     });
-    let done = Arc::new(AtomicBool::new(false));
     let chaos = Arc::new(Chaos::default());
 
     // The chaos loop: SIGKILL a random worker every 1–3 s (and start a
@@ -602,7 +615,28 @@ async fn run(plan: Plan) {
     )
     .await;
 
-    let violations = check_invariants(&client, &site, &machine_dir, &agents, plan.turns).await;
+    let mut violations = check_invariants(&client, &site, &machine_dir, &agents, plan.turns).await;
+    if let Some((followed, follower)) = follower {
+        let (streamed, reconnects) = follower.await.unwrap();
+        let saved: Vec<i64> = client
+            .query(
+                "SELECT seq FROM holdfast.events WHERE agent_id = $1 ORDER BY seq",
+                &[&followed],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        println!("  stream reconnects   {reconnects}");
+        if streamed != saved {
+            violations.push(format!(
+                "the stream of {followed} over {reconnects} reconnects gave {} events, not the {} saved, once each in order",
+                streamed.len(),
+                saved.len()
+            ));
+        }
+    }
     if plan.retention {
         println!("  old weeks seeded    {weeks_seeded}");
         println!("  dropped during run  {weeks_dropped}");
@@ -675,6 +709,51 @@ async fn run(plan: Plan) {
     );
     assert_eq!(failovers.len(), plan.failovers);
     assert_eq!(chaos.daemon_kills.load(Ordering::SeqCst), 1);
+}
+
+/// Follow `agent`'s event stream through the API until `done` and the
+/// stream is quiet, reconnecting with `Last-Event-ID` after every end or
+/// refusal (the API's database fails over under it). Returns the seqs of
+/// the saved events received, in order, and the number of reconnects.
+async fn follow_stream(
+    api_url: String,
+    key: String,
+    agent: Uuid,
+    done: Arc<AtomicBool>,
+) -> (Vec<i64>, usize) {
+    let http = reqwest::Client::new();
+    let mut seqs: Vec<i64> = Vec::new();
+    let mut reconnects = 0;
+    loop {
+        let finished = done.load(Ordering::SeqCst);
+        let mut request = http
+            .get(format!("{api_url}/v1/agents/{agent}/stream"))
+            .bearer_auth(&key);
+        if let Some(last) = seqs.last() {
+            request = request.header("Last-Event-ID", last.to_string());
+        }
+        match request.send().await {
+            Ok(response) if response.status() == 200 => {
+                let mut reader = SseReader::new(response);
+                // Once the work is done, a quiet second ends the catch-up.
+                let quiet = if finished {
+                    Duration::from_secs(1)
+                } else {
+                    Duration::from_secs(3)
+                };
+                while let Ok(Some(event)) =
+                    tokio::time::timeout(quiet, reader.next_event(Duration::from_secs(3600))).await
+                {
+                    seqs.extend(event.seq());
+                }
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+        if finished {
+            return (seqs, reconnects);
+        }
+        reconnects += 1;
+    }
 }
 
 /// SQL that writes one week of a finished agent's history, `weeks_back`
