@@ -218,6 +218,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0046_server_tool_usage.sql",
         sql: include_str!("../../sql/0046_server_tool_usage.sql"),
     },
+    Migration {
+        version: 49,
+        name: "0049_lease_session_lock.sql",
+        sql: include_str!("../../sql/0049_lease_session_lock.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.

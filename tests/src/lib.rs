@@ -16,6 +16,7 @@
 
 pub mod browser;
 pub mod counting_http;
+pub mod failover;
 pub mod mcp_server;
 pub mod otlp_receiver;
 
@@ -30,6 +31,7 @@ use holdfast_engine::migrate;
 use tokio_postgres::Client;
 use uuid::Uuid;
 
+pub mod pgbouncer;
 pub mod process;
 pub mod scenario;
 pub mod search_backend;
