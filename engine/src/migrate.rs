@@ -213,6 +213,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0045_last_turn.sql",
         sql: include_str!("../../sql/0045_last_turn.sql"),
     },
+    Migration {
+        version: 48,
+        name: "0048_console_live.sql",
+        sql: include_str!("../../sql/0048_console_live.sql"),
+    },
 ];
 
 /// A file of current function definitions, embedded at build time.
