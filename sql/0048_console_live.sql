@@ -13,6 +13,9 @@
 --     content, and every "text" member of its blocks. Content over 256 KiB
 --     (its JSON text) is not indexed; the agent list's search
 --     (agents_by_activity) says the same, so it can use these indexes.
+--     Without fastupdate: each insert updates the index itself, so a search
+--     never walks a pending list of recent rows (which also makes the
+--     planner price the index above a sequential scan).
 
 ALTER TABLE holdfast.commands
     ADD COLUMN live_output_bytes integer NOT NULL DEFAULT 0 CHECK (live_output_bytes >= 0),
@@ -22,8 +25,10 @@ CREATE INDEX inputs_search_idx ON holdfast.inputs USING gin (
     to_tsvector('simple'::regconfig,
                 jsonb_path_query_array(content, 'strict $.**.text')
                 || jsonb_path_query_array(content, 'strict $ ? (@.type() == "string")')))
+    WITH (fastupdate = off)
     WHERE octet_length(content::text) <= 262144;
 
 CREATE INDEX messages_search_idx ON holdfast.messages USING gin (
     to_tsvector('simple'::regconfig, jsonb_path_query_array(content, 'strict $.**.text')))
+    WITH (fastupdate = off)
     WHERE octet_length(content::text) <= 262144;

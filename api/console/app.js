@@ -208,7 +208,7 @@ async function agentsNodes(params) {
   const outcomeSelect = el("select", { id: "outcome-filter", "aria-label": "Last turn" },
     [["", "any last turn"], ["failed", "failed"], ["limit", "stopped at a limit"], ["cancelled", "cancelled"], ["completed", "completed"]].map(([value, label]) =>
       el("option", { value, selected: value === outcome }, label)));
-  const search = el("input", { id: "search", type: "search", value: q, placeholder: "id, key=value or text", "aria-label": "Search" });
+  const search = el("input", { id: "search", type: "search", value: q, placeholder: "id, key=value, or words said", "aria-label": "Search" });
   const filter = el("form", { class: "toolbar", onsubmit: (event) => {
     event.preventDefault();
     const next = new URLSearchParams();
