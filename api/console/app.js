@@ -1,6 +1,6 @@
 // The Holdfast console: a hash-routed page over the /v1 API. The API key
 // lives in sessionStorage only and goes out only as an Authorization header.
-import { ago, duration, el, folded, markdown, maskSecrets, usageText } from "./render.js";
+import { ago, duration, el, folded, markdown, maskSecrets, terminalText, usageText } from "./render.js";
 import { streamEvents } from "./sse.js";
 
 const KEY = "holdfast.api_key";
@@ -458,8 +458,10 @@ function contentView(agentId, content) {
 }
 
 // A run_command call as one card: the command as code, where it stands,
-// live while it runs, then its exit code, duration and output as terminal
-// text (textContent: output is never markup).
+// and its output as terminal text (textContent, escape sequences removed:
+// output is never markup and moves nothing): while it runs, the pieces the
+// machine relays (`command_output` on the stream, never saved), then its
+// exit code, duration and the output its result saved, which replaces them.
 function commandCard(call) {
   const status = el("span", { class: "command-status" }, "asked");
   const elapsed = el("span", { class: "command-elapsed" });
@@ -472,9 +474,26 @@ function commandCard(call) {
   let startedAt = null;
   const stopClock = () => { clearInterval(timer); timer = null; };
   const output = (pre, text, truncated) => {
-    if (!text) return;
-    pre.textContent = truncated ? `${text}\n[truncated]` : text;
+    pre.textContent = "";
+    if (!text) { pre.hidden = true; return; }
+    pre.textContent = terminalText(truncated ? `${text}\n[truncated]` : text);
     pre.hidden = false;
+  };
+  let ended = false;
+  const liveNote = el("p", { class: "meta live-note", hidden: true });
+  node.append(liveNote);
+  // A piece of what the command printed while it runs, appended as text.
+  node.onOutput = (piece) => {
+    if (ended) return;
+    if (piece.limit_reached) {
+      liveNote.textContent = "The live output stops here (its bound); the whole output shows when the command ends.";
+      liveNote.hidden = false;
+      return;
+    }
+    const pre = piece.stream === "stderr" ? stderr : stdout;
+    pre.append(terminalText(piece.text ?? ""));
+    pre.hidden = pre.textContent === "";
+    node.classList.add("streaming");
   };
   node.onEvent = (event) => {
     const d = event.data ?? {};
@@ -490,7 +509,9 @@ function commandCard(call) {
         break;
       case "command.finished": case "command.unknown": {
         stopClock();
-        node.classList.remove("running");
+        ended = true;
+        liveNote.hidden = true;
+        node.classList.remove("running", "streaming");
         const took = startedAt ? ` · ${duration(new Date(event.created_at) - startedAt)}` : "";
         const code = d.timed_out ? "timed out" : d.signal ? `signal ${d.signal}` : `exit ${d.exit_code}`;
         status.textContent = event.type === "command.unknown" ? `outcome unknown: ${d.message ?? ""}` : `${code}${took}`;
@@ -502,7 +523,8 @@ function commandCard(call) {
       }
       case "command.failed": case "machine.unreachable":
         stopClock();
-        node.classList.remove("running");
+        ended = true;
+        node.classList.remove("running", "streaming");
         node.classList.add("failed");
         status.textContent = event.type === "machine.unreachable" ? `machine ${d.machine} unreachable` : `never ran: ${d.message ?? d.reason}`;
         elapsed.textContent = "";
@@ -698,6 +720,8 @@ function turnTimeline(agentId) {
         if (node) node.querySelector(".turn-usage").textContent = usageText(turn.usage);
       }
     },
+    // A piece of a running command's output, to its card.
+    output(piece) { commands.get(piece.tool_call_id)?.onOutput(piece); },
     stop() { for (const command of commands.values()) command.stop(); },
   };
 }
@@ -789,6 +813,7 @@ async function agentPage(id, render) {
   const stream = streamEvents({
     url: `/v1/agents/${id}/stream`, key: sessionStorage.getItem(KEY), afterSeq: 0,
     onStatus: (s) => { streamStatus.textContent = `stream: ${s}`; },
+    onOutput: (piece) => timeline.output(piece),
     onDelta: (delta) => {
       if (!turnOpen || delta.epoch <= savedEpoch) return;
       if (delta.epoch !== liveEpoch) {

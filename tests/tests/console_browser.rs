@@ -16,6 +16,7 @@
 //! except under `CI=true`, where they fail (see `holdfast_tests::browser`).
 
 use std::collections::HashSet;
+use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -1878,6 +1879,28 @@ async fn a_turn_shows_its_duration_tokens_and_cost_and_the_agent_its_usage() {
     console.browser.close().await;
 }
 
+/// `holdfast machine run` for `token`: its journal in `dir/state`, its
+/// commands run in `dir/work` (in its sandbox), heartbeating every 200 ms.
+fn machine_daemon(console: &Console, token: &str, dir: &Path) -> HoldfastProcess {
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    HoldfastProcess::spawn(
+        "console-machine",
+        &["machine", "run"],
+        &[
+            ("HOLDFAST_URL", console.api.url("")),
+            ("HOLDFAST_MACHINE_TOKEN", token.to_owned()),
+            (
+                "HOLDFAST_MACHINE_STATE_DIR",
+                dir.join("state").display().to_string(),
+            ),
+            ("HOLDFAST_MACHINE_WORK_DIR", work.display().to_string()),
+            ("HOLDFAST_MACHINE_HEARTBEAT_INTERVAL", "200ms".into()),
+            ("HOLDFAST_MACHINE_CLAIM_WAIT", "2s".into()),
+        ],
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commands_output_appears_as_terminal_text_on_the_open_page_while_it_runs_and_ends() {
     let Some(console) = Console::start().await else {
@@ -1886,7 +1909,10 @@ async fn a_commands_output_appears_as_terminal_text_on_the_open_page_while_it_ru
     let browser = &console.browser;
     let (machine, token) = register_machine(&console, "build-box").await;
     let agent = console.new_agent(&waits_config(machine, "Builder")).await;
-    let command = "printf '<b>not bold</b>\\nline 2'";
+    // It prints a line, colours and markup, a bell and a title change, then
+    // waits (at most a minute) for the test's `release` file.
+    let command = "printf 'first line\\n'; printf '\\033[31mred\\033[0m <b>not bold</b>\\007\\033]0;title\\007\\n' >&2; \
+                   i=0; while [ ! -e release ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; echo done";
     waiting_tool_call(
         &console.client,
         agent,
@@ -1898,56 +1924,102 @@ async fn a_commands_output_appears_as_terminal_text_on_the_open_page_while_it_ru
     console.sign_in().await;
     console.open_agent(agent).await;
     browser
-        .wait_for_text(".command .command-line", &format!("$ {command}"))
-        .await;
-    browser
         .wait_for_text(".command .command-status", "queued on build-box")
         .await;
 
-    let claimed = daemon_claims(&console, &token).await;
+    let dir = holdfast_tests::ScratchDir::new("console-machine");
+    let _daemon = machine_daemon(&console, &token, &dir);
     browser
         .wait_for_text(".command .command-status", "running")
         .await;
-    let id = claimed[0]["id"].as_str().unwrap();
-    let stdout = "<b>not bold</b>\nline 2";
-    let response = console
-        .api
-        .request(
-            reqwest::Method::POST,
-            &format!("/v1/machine/commands/{id}/result"),
-            &token,
+    browser
+        .wait_for_text(".command pre.stdout", "first line")
+        .await;
+    browser
+        .wait_for_text(".command pre.stderr", "red <b>not bold</b>")
+        .await;
+    // Still running: the output came live, not with the result.
+    let state: String = console
+        .client
+        .query_one(
+            "SELECT state FROM holdfast.commands WHERE agent_id = $1",
+            &[&agent],
         )
-        .json(
-            &json!({"state": "finished", "exit_code": 0, "stdout": stdout, "stderr": "a warning\n"}),
-        )
-        .send()
         .await
-        .unwrap();
-    assert_eq!(response.status(), reqwest::StatusCode::OK);
-    browser.wait_for_text(".command pre.stdout", "line 2").await;
+        .unwrap()
+        .get(0);
+    assert_eq!(state, "accepted");
     let terminal = browser
         .eval(
-            "const out = document.querySelector('.command pre.stdout'); \
-             return { text: out.textContent, elements: out.children.length, \
-                      stderr: document.querySelector('.command pre.stderr').textContent, \
-                      status: document.querySelector('.command .command-status').textContent };",
+            "const card = document.querySelector('.command'); \
+             return { stdout: card.querySelector('pre.stdout').textContent, \
+                      stderr: card.querySelector('pre.stderr').textContent, \
+                      elements: card.querySelectorAll('pre.stdout *, pre.stderr *').length, \
+                      bold: card.querySelectorAll('b').length, \
+                      title: document.title, \
+                      status: card.querySelector('.command-status').textContent };",
             vec![],
         )
         .await;
-    assert_eq!(terminal["text"], json!(stdout), "{terminal}");
+    assert_eq!(terminal["stdout"], json!("first line\n"), "{terminal}");
+    // Escape sequences removed, the bell shown as U+FFFD, markup as text.
+    assert_eq!(
+        terminal["stderr"],
+        json!("red <b>not bold</b>\u{FFFD}\n"),
+        "{terminal}"
+    );
     assert_eq!(
         terminal["elements"],
         json!(0),
         "output is text, never markup"
     );
-    assert_eq!(terminal["stderr"], json!("a warning\n"));
-    assert!(
-        terminal["status"]
-            .as_str()
-            .unwrap()
-            .starts_with("exit 0 · "),
+    assert_eq!(terminal["bold"], json!(0), "{terminal}");
+    assert_eq!(terminal["title"], json!("Holdfast console"), "{terminal}");
+    assert_eq!(terminal["status"], json!("running"), "{terminal}");
+    browser
+        .eval(
+            "document.querySelector(arguments[0]).scrollIntoView({block: 'center'});",
+            vec![json!(".command")],
+        )
+        .await;
+    browser.screenshot_for_docs("agent-command-live").await;
+    browser.resize(390, 844).await;
+    browser
+        .eval(
+            "document.querySelector(arguments[0]).scrollIntoView({block: 'center'});",
+            vec![json!(".command")],
+        )
+        .await;
+    browser
+        .screenshot_for_docs("agent-command-live-phone")
+        .await;
+    browser.resize(1280, 900).await;
+
+    // Released, it ends: the saved output replaces the live one.
+    std::fs::write(dir.join("work").join("release"), b"").unwrap();
+    browser
+        .wait_for_text(".command .command-status", "exit 0 · ")
+        .await;
+    let terminal = browser
+        .eval(
+            "const card = document.querySelector('.command'); \
+             return { stdout: card.querySelector('pre.stdout').textContent, \
+                      stderr: card.querySelector('pre.stderr').textContent, \
+                      elements: card.querySelectorAll('pre.stdout *, pre.stderr *').length };",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        terminal["stdout"],
+        json!("first line\ndone\n"),
         "{terminal}"
     );
+    assert_eq!(
+        terminal["stderr"],
+        json!("red <b>not bold</b>\u{FFFD}\n"),
+        "{terminal}"
+    );
+    assert_eq!(terminal["elements"], json!(0), "{terminal}");
     browser
         .eval(
             "document.querySelector(arguments[0]).scrollIntoView({block: 'center'});",
