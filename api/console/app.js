@@ -651,9 +651,121 @@ function pendingForms(agentId, refresh) {
   return { box, load };
 }
 
+// ---- a turn's waterfall ----------------------------------------------------
+
+// A turn's steps from its events: model calls (their attempts grouped),
+// tool calls, approvals, questions and commands, each {kind, label, start,
+// end, note} in ms since the epoch. A step's events say when it was asked
+// for and when it ended; a model call has no event of its own start, so it
+// starts when the turn was ready for it: at the event before it, or after a
+// retry, once the retry's delay had passed. What has not ended by `now` runs.
+function turnSteps(events, now) {
+  const steps = [];
+  const waits = new Map();
+  let call = null;
+  let previous = null;
+  const begin = (key, kind, label, at) => {
+    const step = { kind, label, start: at, end: null, note: "" };
+    waits.set(key, step);
+    steps.push(step);
+    return step;
+  };
+  const end = (key, at, note) => {
+    const step = waits.get(key);
+    if (!step) return;
+    step.end = at;
+    if (note) step.note = note;
+    waits.delete(key);
+  };
+  const attempt = (at, error) => {
+    if (!call) { call = { kind: "model", label: "Model call", start: previous ?? at, end: null, note: "", attempts: [], next: previous ?? at }; steps.push(call); }
+    call.attempts.push({ start: Math.min(call.next, at), end: at, error });
+    call.end = at;
+  };
+  for (const event of events) {
+    const d = event.data ?? {};
+    const at = new Date(event.created_at).getTime();
+    switch (event.type) {
+      case "model.retry":
+        attempt(at, `${d.error?.type ?? "error"}: ${d.error?.message ?? ""}`);
+        call.next = at + (d.delay_ms ?? 0);
+        break;
+      case "model.response": case "model.interrupted":
+        attempt(at, event.type === "model.interrupted" ? "interrupted" : null);
+        call = null;
+        break;
+      case "turn.failed": case "turn.cancelled":
+        // A call being retried ends with the turn.
+        if (call) { attempt(at, `${d.error?.type ?? "cancelled"}: ${d.error?.message ?? "the turn was cancelled"}`); call = null; }
+        break;
+      case "tool_call.created":
+        if (d.kind !== "command" && d.kind !== "question") begin(`tool:${d.id}`, "tool", `Tool ${d.name}`, at);
+        break;
+      case "tool_call.completed": end(`tool:${d.tool_call_id}`, at, d.is_error ? "error" : ""); break;
+      case "approval.requested":
+        begin(`approval:${d.approval_id}`, "approval", d.kind === "budget" ? `Approval to pass ${d.budget?.budget}` : `Approval of ${d.name}`, at);
+        break;
+      case "approval.answered": end(`approval:${d.approval_id}`, at, `${DECIDED[d.decision] ?? d.decision} by ${d.by}`); break;
+      case "question.asked": begin(`question:${d.question_id}`, "question", `Question: ${String(d.question ?? "").slice(0, 60)}`, at); break;
+      case "question.answered": end(`question:${d.question_id}`, at, `answered by ${d.by}`); break;
+      case "command.queued": begin(`command:${d.command_id}`, "command", `Command: ${String(d.command ?? "").slice(0, 60)}`, at); break;
+      case "command.accepted": {
+        const step = waits.get(`command:${d.command_id}`);
+        if (step) step.acceptedAt = at;
+        break;
+      }
+      case "command.finished": end(`command:${d.command_id}`, at, d.timed_out ? "timed out" : `exit ${d.exit_code}`); break;
+      case "command.failed": case "command.unknown": case "machine.unreachable":
+        end(`command:${d.command_id}`, at, event.type.replace(/^\w+\./, "").replace("_", " "));
+        break;
+      default:
+    }
+    previous = at;
+  }
+  if (call) call.attempts.push({ start: Math.min(call.next, now), end: now, error: null, running: true });
+  for (const step of steps) {
+    if (step.end === null || step.attempts?.at(-1)?.running) { step.end = now; step.running = true; }
+  }
+  return steps;
+}
+
+// The steps as bars on one time axis from the turn's start to its end (or
+// now): each bar starts at its step's start and is as wide as it lasted;
+// a model call's attempts are rows under it, each with its error.
+function waterfall(steps, from, to) {
+  const span = Math.max(to - from, 1);
+  const row = (cls, label, start, end, note, running) => {
+    const bar = el("div", { class: `bar ${cls}${running ? " running" : ""}` });
+    bar.style.left = `${((start - from) / span) * 100}%`;
+    bar.style.width = `${Math.max(((end - start) / span) * 100, 0)}%`;
+    return el("li", { class: `step ${cls}`, "data-start-ms": start - from, "data-duration-ms": end - start },
+      el("span", { class: "step-label", title: label }, label),
+      el("span", { class: "track", "aria-hidden": "true" }, bar),
+      el("span", { class: "step-duration" }, `${running ? "running, " : ""}${duration(end - start)}${note ? ` · ${note}` : ""}`));
+  };
+  const rows = [];
+  for (const step of steps) {
+    if (step.kind === "model") {
+      const n = step.attempts.length;
+      rows.push(row("model", n > 1 ? `Model call, ${n} attempts` : "Model call", step.start, step.end, "", step.running));
+      if (n > 1) {
+        step.attempts.forEach((a, i) => rows.push(row(a.error ? "attempt failed" : "attempt", `attempt ${i + 1}${a.error ? `: ${a.error}` : a.running ? "" : ": answered"}`,
+          a.start, a.end, "", a.running)));
+      }
+    } else {
+      const queued = step.acceptedAt ? `queued ${duration(step.acceptedAt - step.start)} · ` : "";
+      rows.push(row(step.kind, step.label, step.start, step.end, `${queued}${step.note}`, step.running));
+    }
+  }
+  return el("section", { class: "waterfall", "aria-label": "Steps on a time axis" },
+    el("div", { class: "axis meta" }, el("span", {}, "0"), el("span", {}, duration(span))),
+    el("ol", { class: "steps" }, rows));
+}
+
 // The timeline, grouped by turn: each turn a disclosure whose summary says
 // what it was asked, how it ended, how long it took and what it cost;
-// earlier turns fold away as a new one starts.
+// earlier turns fold away as a new one starts. An expanded turn shows its
+// waterfall first.
 function turnTimeline(agentId) {
   const root = el("section", { id: "timeline", "aria-label": "Timeline" });
   const commands = new Map();
@@ -668,10 +780,26 @@ function turnTimeline(agentId) {
     const summary = el("summary", {}, el("span", { class: "turn-title" }, `Turn ${count}`), " ",
       el("span", { class: "turn-input" }), " ", el("span", { class: "turn-outcome" }, "running"), " ",
       el("span", { class: "turn-duration" }), " ", el("span", { class: "turn-usage" }));
+    const steps = el("div", { class: "turn-steps" });
     const body = el("div", { class: "turn-body" });
-    const node = el("details", { class: "turn open-turn", open: true, "data-turn": count }, summary, body);
+    const node = el("details", { class: "turn open-turn", open: true, "data-turn": count }, summary, steps, body);
     node.startedAt = new Date(event.created_at);
-    node.body = node.querySelector(".turn-body");
+    node.body = body;
+    node.events = [];
+    // Drawn while the turn is expanded, at most once a frame: after its
+    // events (a replayed history draws once), and on opening.
+    let drawing = false;
+    node.drawSteps = () => {
+      if (!node.open || drawing) return;
+      drawing = true;
+      requestAnimationFrame(() => {
+        drawing = false;
+        const to = node.endedAt ? node.endedAt.getTime() : Math.max(Date.now(), ...node.events.map((e) => new Date(e.created_at).getTime()));
+        const found = turnSteps(node.events, to);
+        steps.replaceChildren(...(found.length ? [waterfall(found, node.startedAt.getTime(), to)] : []));
+      });
+    };
+    node.addEventListener("toggle", node.drawSteps);
     if (current) current.open = false;
     for (const card of loose) {
       body.append(card);
@@ -708,9 +836,11 @@ function turnTimeline(agentId) {
     add(event) {
       if (event.type === "turn.started") openTurn(event);
       const card = eventCard(agentId, event, commands, current?.startedAt);
-      if (current) current.body.append(card);
+      const turn = current;
+      if (turn) { turn.body.append(card); turn.events.push(event); }
       else { root.append(card); loose.push(card); }
       if (/^turn\.(completed|failed|cancelled)$/.test(event.type)) endTurn(event);
+      turn?.drawSteps();
     },
     // Each turn's tokens and cost from GET /v1/agents/{id}/usage (turn
     // numbers count turns as they open, as the timeline does).

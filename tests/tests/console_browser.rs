@@ -2030,6 +2030,184 @@ async fn a_commands_output_appears_as_terminal_text_on_the_open_page_while_it_ru
     console.browser.close().await;
 }
 
+/// Claim `agent` as a worker would (it is ready).
+async fn claim(client: &Client, agent: Uuid) -> Claim {
+    store::claim_agents(client, "test-worker", 10, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|c| c.agent_id == agent)
+        .expect("the agent is claimable")
+}
+
+/// From now on this session's `holdfast.now()`, and so the time of the
+/// events it writes, is `seconds` ahead of the clock.
+async fn clock_ahead(client: &Client, seconds: u32) {
+    client
+        .batch_execute(&format!("SET holdfast.clock_offset = '{seconds} seconds'"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expanded_turn_shows_its_steps_as_a_waterfall_with_a_retried_model_call_as_attempts() {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    let browser = &console.browser;
+    let client = &console.client;
+    let agent = console.new_agent(&tools_config()).await;
+    // 0 s: the turn starts. 1 s: the first model call fails (overloaded)
+    // and is retried at once. 4 s: the second attempt answers with a
+    // `lookup` call. 6 s: the lookup's result. 7 s: the final answer.
+    let (first, inputs) = claimed_turn(client, agent, "find invoice 9").await;
+    clock_ahead(client, 1).await;
+    let retrying = store::commit_model_retry(
+        client,
+        first,
+        &json!({"type": "overloaded_error", "message": "the model is busy"}),
+        Duration::ZERO,
+        5,
+        &inputs,
+    )
+    .await
+    .unwrap();
+    assert!(retrying);
+    let second = claim(client, agent).await;
+    clock_ahead(client, 4).await;
+    store::commit_model_step(
+        client,
+        second,
+        &ModelStep {
+            input_ids: inputs,
+            message: vec![
+                json!({"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "invoice 9"}}),
+            ],
+            tool_calls: vec![holdfast_engine::domain::NewToolCall {
+                provider_id: "toolu_1".into(),
+                name: "lookup".into(),
+                input: json!({"q": "invoice 9"}),
+                kind: ToolKind::Custom,
+            }],
+            usage: json!({"input_tokens": 10, "output_tokens": 5}),
+            stop_reason: Some("tool_use".into()),
+        },
+    )
+    .await
+    .unwrap();
+    clock_ahead(client, 6).await;
+    let lookup = tool_call_id(client, agent, "lookup").await;
+    store::submit_tool_result(client, lookup, &json!({"found": true}), false)
+        .await
+        .unwrap();
+    let third = claim(client, agent).await;
+    clock_ahead(client, 7).await;
+    store::commit_model_step(
+        client,
+        third,
+        &ModelStep {
+            input_ids: vec![],
+            message: vec![json!({"type": "text", "text": "Invoice 9 is paid."})],
+            tool_calls: vec![],
+            usage: json!({"input_tokens": 20, "output_tokens": 5}),
+            stop_reason: Some("end_turn".into()),
+        },
+    )
+    .await
+    .unwrap();
+
+    console.sign_in().await;
+    console.open_agent(agent).await;
+    let steps = "details.turn[data-turn='1'] .waterfall .step";
+    browser
+        .wait_for(
+            "the turn's waterfall",
+            "return document.querySelectorAll(arguments[0]).length === 5;",
+            vec![json!(steps)],
+        )
+        .await;
+    let rows = browser
+        .eval(
+            "return [...document.querySelectorAll(arguments[0])].map((row) => ({ \
+                 label: row.querySelector('.step-label').textContent, \
+                 kind: row.className, \
+                 start: Number(row.dataset.startMs), \
+                 duration: Number(row.dataset.durationMs), \
+                 shown: row.querySelector('.step-duration').textContent, \
+                 left: row.querySelector('.bar').getBoundingClientRect().left \
+                     - row.querySelector('.track').getBoundingClientRect().left, \
+                 width: row.querySelector('.bar').getBoundingClientRect().width, \
+                 track: row.querySelector('.track').getBoundingClientRect().width }));",
+            vec![json!(steps)],
+        )
+        .await;
+    let rows = rows.as_array().unwrap();
+    let labels: Vec<&str> = rows.iter().map(|r| r["label"].as_str().unwrap()).collect();
+    assert_eq!(
+        labels,
+        [
+            "Model call, 2 attempts",
+            "attempt 1: overloaded_error: the model is busy",
+            "attempt 2: answered",
+            "Tool lookup",
+            "Model call",
+        ],
+        "{rows:?}"
+    );
+    // Starts and durations in seconds (the page reads the saved times).
+    let seconds = |row: &Value, key: &str| (row[key].as_f64().unwrap() / 1000.0).round();
+    let timing: Vec<(f64, f64)> = rows
+        .iter()
+        .map(|r| (seconds(r, "start"), seconds(r, "duration")))
+        .collect();
+    assert_eq!(
+        timing,
+        [(0.0, 4.0), (0.0, 1.0), (1.0, 3.0), (4.0, 2.0), (6.0, 1.0)],
+        "{rows:?}"
+    );
+    // Each bar is as wide as its step lasted, and starts where it started,
+    // on the one axis of the turn (which ends with the last answer).
+    let span = rows
+        .iter()
+        .map(|r| r["start"].as_f64().unwrap() + r["duration"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    for row in rows {
+        let track = row["track"].as_f64().unwrap();
+        let width = row["width"].as_f64().unwrap() / track;
+        let left = row["left"].as_f64().unwrap() / track;
+        let expected_width = row["duration"].as_f64().unwrap() / span;
+        let expected_left = row["start"].as_f64().unwrap() / span;
+        assert!(
+            (width - expected_width).abs() < 0.005 && (left - expected_left).abs() < 0.005,
+            "{row}: bar at {left:.3}+{width:.3} of the track, expected {expected_left:.3}+{expected_width:.3}"
+        );
+    }
+    assert!(
+        rows[1]["kind"].as_str().unwrap().contains("failed"),
+        "the failed attempt is marked: {rows:?}"
+    );
+    assert!(
+        rows[3]["shown"].as_str().unwrap().starts_with("2.0 s"),
+        "{rows:?}"
+    );
+    browser
+        .eval(
+            "document.querySelector(arguments[0]).scrollIntoView({block: 'start'});",
+            vec![json!("details.turn[data-turn='1']")],
+        )
+        .await;
+    browser.screenshot_for_docs("agent-waterfall").await;
+    browser.resize(390, 844).await;
+    browser
+        .eval(
+            "document.querySelector(arguments[0]).scrollIntoView({block: 'start'});",
+            vec![json!("details.turn[data-turn='1']")],
+        )
+        .await;
+    browser.screenshot_for_docs("agent-waterfall-phone").await;
+    console.browser.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dark_mode_follows_the_system_setting() {
     let Some(console) = Console::start().await else {
