@@ -447,6 +447,29 @@ function attachmentThumb(agentId, block) {
   return el("figure", { class: "attachment" }, img, el("figcaption", { class: "meta" }, label));
 }
 
+// An input's content as it can be sent again. The API takes files as
+// base64 (or URLs), not as references to the files it stored: each stored
+// file is read back (with the key, in a header) and sent as base64, and the
+// API, which stores a file once per agent, keeps the one it has.
+async function resendable(agentId, content) {
+  if (!Array.isArray(content)) return content;
+  const key = sessionStorage.getItem(KEY);
+  return Promise.all(content.map(async (block) => {
+    if (block.source?.type !== "attachment") return block;
+    const response = await fetch(`/v1/agents/${agentId}/attachments/${block.source.attachment_id}`,
+      { headers: { Authorization: `Bearer ${key}` }, cache: "no-store" });
+    if (!response.ok) throw new Error(`reading the ${block.type} ${block.source.attachment_id}: HTTP ${response.status}`);
+    const blob = await response.blob();
+    const dataUrl = await new Promise((resolve, reject) => {
+      const reader = new FileReader();
+      reader.onload = () => resolve(reader.result);
+      reader.onerror = () => reject(reader.error);
+      reader.readAsDataURL(blob);
+    });
+    return { ...block, source: { type: "base64", media_type: block.source.media_type, data: String(dataUrl).slice(String(dataUrl).indexOf(",") + 1) } };
+  }));
+}
+
 function contentView(agentId, content) {
   if (typeof content === "string") return el("div", { class: "input-text" }, markdown(content));
   if (!Array.isArray(content)) return folded("content", content);
@@ -869,7 +892,7 @@ async function agentPage(id, render) {
     if (lastInput === null) return;
     retryStatus.replaceChildren();
     try {
-      await api("POST", `/v1/agents/${id}/inputs`, { content: lastInput }, { "Idempotency-Key": crypto.randomUUID() });
+      await api("POST", `/v1/agents/${id}/inputs`, { content: await resendable(id, lastInput) }, { "Idempotency-Key": crypto.randomUUID() });
       retryStatus.replaceChildren(el("span", { class: "notice" }, "sent again"));
     } catch (error) { retryStatus.replaceChildren(errorLine(error)); }
   } }, "Retry the last input");

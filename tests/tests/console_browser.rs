@@ -2209,6 +2209,244 @@ async fn an_expanded_turn_shows_its_steps_as_a_waterfall_with_a_retried_model_ca
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_approval_waits_in_the_inbox_and_approving_it_in_place_removes_it() {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    let browser = &console.browser;
+    let client = &console.client;
+    // A turn past its token budget, asking: its first call used 20 tokens
+    // of 10, and before the next the worker asks for the budget.
+    let agent = console
+        .new_agent(&json!({
+            "model": {"provider": "anthropic", "name": "claude-test"},
+            "tools": [{"type": "custom", "name": "lookup", "input_schema": {"type": "object"}}],
+            "budget": {"max_tokens_per_turn": 10, "on_exceeded": "ask"},
+            "metadata": {"name": "Spender"}
+        }))
+        .await;
+    let (first, inputs) = claimed_turn(client, agent, "look it up").await;
+    store::commit_model_step(
+        client,
+        first,
+        &ModelStep {
+            input_ids: inputs,
+            message: vec![
+                json!({"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}}),
+            ],
+            tool_calls: vec![holdfast_engine::domain::NewToolCall {
+                provider_id: "toolu_1".into(),
+                name: "lookup".into(),
+                input: json!({}),
+                kind: ToolKind::Custom,
+            }],
+            usage: json!({"input_tokens": 15, "output_tokens": 5}),
+            stop_reason: Some("tool_use".into()),
+        },
+    )
+    .await
+    .unwrap();
+    let lookup = tool_call_id(client, agent, "lookup").await;
+    store::submit_tool_result(client, lookup, &json!({"found": true}), false)
+        .await
+        .unwrap();
+    let second = claim(client, agent).await;
+    store::end_turn_over_budget(client, second, &[])
+        .await
+        .unwrap();
+
+    console.sign_in().await;
+    browser.goto(&console.api.url("/#/inbox")).await;
+    let card = "#inbox-items .inbox-item[data-kind='budget_approval']";
+    browser
+        .wait_for_text(card, "Continue past max_tokens_per_turn")
+        .await;
+    browser.wait_for_text(card, "Spender").await;
+    assert_eq!(inbox_kinds(browser).await, ["budget_approval"]);
+    browser.wait_for_text("#inbox-count", "1").await;
+    browser
+        .type_into(&format!("{card} input"), "worth it")
+        .await;
+    browser.click(&format!("{card} button.approve")).await;
+    browser.wait_for_text("#inbox-notice", "sent").await;
+    browser
+        .wait_for(
+            "the budget approval gone from the inbox",
+            "return !document.querySelector(arguments[0]);",
+            vec![json!(card)],
+        )
+        .await;
+    browser
+        .wait_for_text("#inbox-total", "Nothing waits on you.")
+        .await;
+    let row = client
+        .query_one(
+            "SELECT status, decided_by, reason FROM holdfast.approvals WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap();
+    let decided: (String, Option<String>, Option<String>) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(
+        decided,
+        (
+            "approved".to_owned(),
+            Some("console".to_owned()),
+            Some("worth it".to_owned())
+        )
+    );
+    console.browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrying_a_failed_input_that_carried_an_image_sends_it_again_with_its_attachment() {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    let browser = &console.browser;
+    let agent = console.new_agent(&default_config()).await;
+    let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+    console
+        .api
+        .request(
+            reqwest::Method::POST,
+            &format!("/v1/agents/{agent}/inputs"),
+            &console.key,
+        )
+        .json(&json!({"content": [
+            {"type": "text", "text": "describe this"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
+        ]}))
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap();
+    let claim = claim(&console.client, agent).await;
+    let inputs: Vec<Uuid> = console
+        .client
+        .query(
+            "SELECT id FROM holdfast.inputs WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    store::fail_turn(
+        &console.client,
+        claim,
+        "invalid_request_error",
+        "the provider refused the image",
+        &inputs,
+    )
+    .await
+    .unwrap();
+
+    console.sign_in().await;
+    console.open_agent(agent).await;
+    browser.wait_for_text("#last-turn", "failed").await;
+    browser
+        .wait_for(
+            "the thumbnail loaded",
+            "const img = document.querySelector('#timeline img.thumb'); \
+             return !!img && img.complete && img.naturalWidth === 1;",
+            vec![],
+        )
+        .await;
+    browser.click("#retry").await;
+    browser.wait_for_text("#retry-status", "sent again").await;
+    holdfast_tests::wait_until(TURN_TIMEOUT, "the input sent again", || async {
+        count_events(&console.client, agent, "input.received").await == 2
+    })
+    .await;
+    let rows = console
+        .client
+        .query(
+            "SELECT content FROM holdfast.inputs WHERE agent_id = $1 ORDER BY created_at",
+            &[&agent],
+        )
+        .await
+        .unwrap();
+    let contents: Vec<Value> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(contents.len(), 2);
+    assert_eq!(
+        contents[1], contents[0],
+        "the same text and the same attachment"
+    );
+    assert_eq!(
+        contents[1][1]["source"]["type"], "attachment",
+        "{contents:?}"
+    );
+    let attachments: i64 = console
+        .client
+        .query_one(
+            "SELECT count(*) FROM holdfast.attachments WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(attachments, 1, "the file is stored once");
+    // The new input shows its thumbnail too.
+    browser
+        .wait_for(
+            "two thumbnails",
+            "return document.querySelectorAll('#timeline img.thumb').length === 2;",
+            vec![],
+        )
+        .await;
+    console.browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_search_box_finds_an_agent_by_a_word_only_in_its_answer() {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    let browser = &console.browser;
+    let client = &console.client;
+    let mut config = default_config();
+    config["metadata"] = json!({"name": "Ledger bot"});
+    let answers = console.new_agent(&config).await;
+    let (turn, inputs) = claimed_turn(client, answers, "how do the books look?").await;
+    store::commit_model_step(
+        client,
+        turn,
+        &ModelStep {
+            input_ids: inputs,
+            message: vec![json!({"type": "text", "text": "The **reconciliation** is done."})],
+            tool_calls: vec![],
+            usage: json!({"input_tokens": 1, "output_tokens": 1}),
+            stop_reason: Some("end_turn".into()),
+        },
+    )
+    .await
+    .unwrap();
+    let other = console.new_agent(&default_config()).await;
+    console.input(other, "hello").await;
+
+    console.sign_in().await;
+    browser.goto(&console.api.url("/#/agents")).await;
+    browser.wait_for_text("#agents", &other.to_string()).await;
+    browser.type_into("#search", "reconciliation").await;
+    browser.click("#apply-filter").await;
+    browser
+        .wait_for(
+            "the one agent that said it",
+            "return document.querySelectorAll('#agents tbody tr').length === 1 \
+                 && document.querySelector('#agents tbody').textContent.includes(arguments[0]);",
+            vec![json!(answers.to_string())],
+        )
+        .await;
+    let listed = listed_ids(browser).await;
+    assert_eq!(listed, [format!("Ledger bot {answers}")]);
+    browser.screenshot_for_docs("agents-search").await;
+    console.browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dark_mode_follows_the_system_setting() {
     let Some(console) = Console::start().await else {
         return;
