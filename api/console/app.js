@@ -757,7 +757,9 @@ function turnSteps(events, now) {
 // a model call's attempts are rows under it, each with its error.
 function waterfall(steps, from, to) {
   const span = Math.max(to - from, 1);
-  const row = (cls, label, start, end, note, running) => {
+  // Classes of their own (`kind-…`): the timeline's cards use `command`.
+  const row = (kinds, label, start, end, note, running) => {
+    const cls = kinds.split(" ").map((k) => `kind-${k}`).join(" ");
     const bar = el("div", { class: `bar ${cls}${running ? " running" : ""}` });
     bar.style.left = `${((start - from) / span) * 100}%`;
     bar.style.width = `${Math.max(((end - start) / span) * 100, 0)}%`;

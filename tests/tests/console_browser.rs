@@ -2154,40 +2154,88 @@ async fn an_expanded_turn_shows_its_steps_as_a_waterfall_with_a_retried_model_ca
         ],
         "{rows:?}"
     );
-    // Starts and durations in seconds (the page reads the saved times).
-    let seconds = |row: &Value, key: &str| (row[key].as_f64().unwrap() / 1000.0).round();
-    let timing: Vec<(f64, f64)> = rows
+    // Starts and durations from the saved events' times, in ms since the
+    // turn started: the first attempt from the turn's start to its retry,
+    // the second from the retry (no delay) to the answer, the tool call
+    // from its creation to its result, the last call from the result to
+    // the final answer.
+    let at: Vec<(String, f64)> = client
+        .query(
+            "SELECT e.type, extract(epoch FROM e.created_at - s.created_at)::float8 * 1000 \
+               FROM holdfast.events e, holdfast.events s \
+              WHERE e.agent_id = $1 AND s.agent_id = $1 AND s.type = 'turn.started' \
+              ORDER BY e.seq",
+            &[&agent],
+        )
+        .await
+        .unwrap()
         .iter()
-        .map(|r| (seconds(r, "start"), seconds(r, "duration")))
+        .map(|r| (r.get(0), r.get(1)))
         .collect();
-    assert_eq!(
-        timing,
-        [(0.0, 4.0), (0.0, 1.0), (1.0, 3.0), (4.0, 2.0), (6.0, 1.0)],
-        "{rows:?}"
+    let time = |kind: &str, nth: usize| {
+        at.iter()
+            .filter(|(k, _)| k == kind)
+            .nth(nth)
+            .unwrap_or_else(|| panic!("no {kind} #{nth} in {at:?}"))
+            .1
+    };
+    let (retry, answer) = (time("model.retry", 0), time("model.response", 0));
+    let (result, last) = (time("tool_call.completed", 0), time("model.response", 1));
+    let expected = [
+        (0.0, answer),
+        (0.0, retry),
+        (retry, answer - retry),
+        (
+            time("tool_call.created", 0),
+            result - time("tool_call.created", 0),
+        ),
+        (result, last - result),
+    ];
+    let shown: Vec<(f64, f64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["start"].as_f64().unwrap(),
+                r["duration"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    // The page reads times to the millisecond, the database to the microsecond.
+    for (row, ((start, took), (want_start, want_took))) in shown.iter().zip(expected).enumerate() {
+        assert!(
+            (start - want_start).abs() <= 1.5 && (took - want_took).abs() <= 1.5,
+            "row {row}: {start}+{took} ms, saved {want_start}+{want_took} ms: {rows:?}"
+        );
+    }
+    // The clock was set 1, 4, 6 and 7 s ahead: the durations are about 1, 3,
+    // 2 and 1 s whatever the test's own pace.
+    assert!(
+        (retry - 1000.0).abs() < 500.0 && (answer - retry - 3000.0).abs() < 500.0,
+        "{at:?}"
     );
     // Each bar is as wide as its step lasted, and starts where it started,
     // on the one axis of the turn (which ends with the last answer).
-    let span = rows
-        .iter()
-        .map(|r| r["start"].as_f64().unwrap() + r["duration"].as_f64().unwrap())
-        .fold(0.0, f64::max);
     for row in rows {
         let track = row["track"].as_f64().unwrap();
         let width = row["width"].as_f64().unwrap() / track;
         let left = row["left"].as_f64().unwrap() / track;
-        let expected_width = row["duration"].as_f64().unwrap() / span;
-        let expected_left = row["start"].as_f64().unwrap() / span;
+        let expected_width = row["duration"].as_f64().unwrap() / last;
+        let expected_left = row["start"].as_f64().unwrap() / last;
         assert!(
             (width - expected_width).abs() < 0.005 && (left - expected_left).abs() < 0.005,
             "{row}: bar at {left:.3}+{width:.3} of the track, expected {expected_left:.3}+{expected_width:.3}"
         );
     }
     assert!(
-        rows[1]["kind"].as_str().unwrap().contains("failed"),
+        rows[1]["kind"].as_str().unwrap().contains("kind-failed"),
         "the failed attempt is marked: {rows:?}"
     );
+    let second = rows[2]["duration"].as_f64().unwrap() / 1000.0;
     assert!(
-        rows[3]["shown"].as_str().unwrap().starts_with("2.0 s"),
+        rows[2]["shown"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{second:.1} s")),
         "{rows:?}"
     );
     browser
