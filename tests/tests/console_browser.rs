@@ -2491,6 +2491,16 @@ async fn the_search_box_finds_an_agent_by_a_word_only_in_its_answer() {
     let listed = listed_ids(browser).await;
     assert_eq!(listed, [format!("Ledger bot {answers}")]);
     browser.screenshot_for_docs("agents-search").await;
+    browser.resize(390, 844).await;
+    // On a phone the page scrolls only down.
+    let wider = browser
+        .eval(
+            "return document.documentElement.scrollWidth > window.innerWidth;",
+            vec![],
+        )
+        .await;
+    assert_eq!(wider, json!(false));
+    browser.screenshot_for_docs("agents-search-phone").await;
     console.browser.close().await;
 }
 
