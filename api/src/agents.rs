@@ -58,7 +58,10 @@ pub struct ListQuery {
     /// finds agents whose `metadata.key` is that value (a JSON scalar such as
     /// `3` or `true`, else the text); anything else finds agents whose
     /// metadata or id contains the text, case-insensitively (a part of an
-    /// id finds its agent).
+    /// id finds its agent), or one of whose inputs or saved messages holds
+    /// its words: whole words, any case, all of them in one input or
+    /// message; `"a phrase"`, `or` and `-word` as in a web search
+    /// (content over 256 KiB is not searched).
     q: Option<String>,
 }
 

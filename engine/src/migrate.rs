@@ -219,6 +219,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../sql/0046_server_tool_usage.sql"),
     },
     Migration {
+        version: 48,
+        name: "0048_console_live.sql",
+        sql: include_str!("../../sql/0048_console_live.sql"),
+    },
+    Migration {
         version: 49,
         name: "0049_lease_session_lock.sql",
         sql: include_str!("../../sql/0049_lease_session_lock.sql"),

@@ -86,6 +86,13 @@ def test_agents_create_get_list_every_page_update_cancel_archive(client):
     assert client.agents.archive(created[2]["id"])["state"] == "archived"
 
 
+def test_agents_search_finds_an_agent_by_a_word_of_its_answer(client):
+    agent = client.agents.create({"model": MODEL})
+    client.run(agent["id"], directive(say="The pelican ledger balances."))
+    assert [a["id"] for a in client.agents.search("pelican")] == [agent["id"]]
+    assert list(client.agents.search("pelican", state="archived")) == []
+
+
 def test_errors_are_typed_by_their_type_with_the_field(client):
     with pytest.raises(NotFoundError):
         client.agents.get("00000000-0000-0000-0000-000000000000")

@@ -667,6 +667,28 @@ export class Agents {
     }
   }
 
+  /**
+   * The agents `q` finds (an agent id; `key=value` on metadata; text in the
+   * metadata or id; or words of their inputs and saved messages), newest
+   * activity first, fetching pages as it goes.
+   */
+  async *search(
+    q: string,
+    options: { state?: AgentState; outcome?: TurnOutcome; pageSize?: number } = {},
+  ): AsyncGenerator<Agent> {
+    let cursor: string | undefined;
+    for (;;) {
+      const page = await this.client.json<{ agents: Agent[]; has_more: boolean; next_cursor?: string | null }>(
+        "GET",
+        "/v1/agents",
+        { query: { order: "activity", q, state: options.state, outcome: options.outcome, limit: options.pageSize, cursor } },
+      );
+      yield* page.agents;
+      if (!page.has_more || !page.next_cursor) return;
+      cursor = page.next_cursor;
+    }
+  }
+
   /** Change the config with a JSON merge patch (`null` removes a field). */
   update(agentId: string, patch: Record<string, unknown>): Promise<Agent> {
     return this.client.json("PATCH", `/v1/agents/${enc(agentId)}`, { body: patch });

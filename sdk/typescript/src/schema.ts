@@ -377,6 +377,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/machine/commands/{id}/output": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Relay what a running command printed since the last call to its agent's
+         *     stream (`event: command_output`, never saved: the result carries the
+         *     output). Bounded per command: 16 KiB per call, a call per 200 ms,
+         *     256 KiB in all; `outcome` says what became of this one.
+         */
+        post: operations["relay_output"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/machine/commands/{id}/result": {
         parameters: {
             query?: never;
@@ -1444,6 +1466,28 @@ export interface components {
             webhooks: components["schemas"]["WebhookBacklogView"][];
             workers: components["schemas"]["WorkerView"][];
         };
+        /**
+         * @description What a running command printed since the daemon's last call, relayed
+         *     live to its agent's stream (`event: command_output`) and never saved:
+         *     the result carries the output. At most 16 KiB of text per call, a call
+         *     per 200 ms and 256 KiB per command.
+         */
+        OutputRequest: {
+            stderr?: string;
+            stdout?: string;
+        };
+        /** @description What became of a call relaying live output. */
+        OutputView: {
+            /** Format: uuid */
+            command_id: string;
+            /**
+             * @description `relayed`; `not_running` (finished, or never accepted: send no
+             *     more); `too_soon` (within 200 ms of the previous call: send it with
+             *     the next); `limit` (the command's 256 KiB were relayed: send no more).
+             * @example relayed
+             */
+            outcome: string;
+        };
         /** @description A project's usage by day and model since a day, and its sum. */
         ProjectUsage: {
             /** @description Newest day first, then by provider and model. */
@@ -2064,7 +2108,10 @@ export interface operations {
                  *     finds agents whose `metadata.key` is that value (a JSON scalar such as
                  *     `3` or `true`, else the text); anything else finds agents whose
                  *     metadata or id contains the text, case-insensitively (a part of an
-                 *     id finds its agent).
+                 *     id finds its agent), or one of whose inputs or saved messages holds
+                 *     its words: whole words, any case, all of them in one input or
+                 *     message; `"a phrase"`, `or` and `-word` as in a web search
+                 *     (content over 256 KiB is not searched).
                  */
                 q?: string;
             };
@@ -3043,7 +3090,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description an SSE stream: saved events (`id: SEQ`, `event: TYPE`, `data: JSON`), live deltas (`event: delta` for answer text, `event: thinking_delta` for extended thinking; data `{"text", "epoch"}`), heartbeat comments */
+            /** @description an SSE stream: saved events (`id: SEQ`, `event: TYPE`, `data: JSON`), live deltas (`event: delta` for answer text, `event: thinking_delta` for extended thinking; data `{"text", "epoch"}`), a running command's output (`event: command_output`; data `{"command_id", "tool_call_id", "stream", "text", "limit_reached"}`), heartbeat comments */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -3526,6 +3573,97 @@ export interface operations {
             };
             /** @description the session does not serve this machine (send a `started` heartbeat first, or another daemon took over) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    relay_output: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description command id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OutputRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OutputView"];
+                };
+            };
+            /** @description `stdout` and `stderr` over 16 KiB together */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not a machine token (API keys are refused) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description no such command on this machine */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is over the route's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is not `application/json` */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -74,6 +74,14 @@ describe("agents", () => {
     expect((await client.agents.archive(created[2]!.id)).state).toBe("archived");
   });
 
+  test("search finds an agent by a word of its answer", async () => {
+    const agent = await client.agents.create({ model });
+    await client.run(agent.id, directive({ say: "The cormorant ledger balances." }));
+    const found: string[] = [];
+    for await (const a of client.agents.search("cormorant")) found.push(a.id);
+    expect(found).toEqual([agent.id]);
+  });
+
   test("errors are typed by their type, with the field", async () => {
     await expect(client.agents.get("00000000-0000-0000-0000-000000000000")).rejects.toBeInstanceOf(NotFoundError);
     const invalid = await client.agents.create({ model: { ...model, max_tokens: 0 } }).catch((e) => e);

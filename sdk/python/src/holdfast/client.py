@@ -455,7 +455,7 @@ class Holdfast:
 
 
 class Agents:
-    """``/v1/agents``: create, get, list (every page), update, cancel, archive."""
+    """``/v1/agents``: create, get, list (every page), search, update, cancel, archive."""
 
     def __init__(self, client: Holdfast) -> None:
         self._client = client
@@ -485,6 +485,29 @@ class Agents:
             if not page["has_more"] or not page["agents"]:
                 return
             after = page["agents"][-1]["id"]
+
+    def search(
+        self,
+        q: str,
+        *,
+        state: Optional[str] = None,
+        outcome: Optional[TurnOutcome] = None,
+        page_size: Optional[int] = None,
+    ) -> Iterator[AgentView]:
+        """The agents ``q`` finds (an agent id; ``key=value`` on metadata; text
+        in the metadata or id; or words of their inputs and saved messages),
+        newest activity first, fetching pages as it goes."""
+        cursor: Optional[str] = None
+        while True:
+            page = self._client.json(
+                "GET",
+                "/v1/agents",
+                params=_query(order="activity", q=q, state=state, outcome=outcome, limit=page_size, cursor=cursor),
+            )
+            yield from page["agents"]
+            if not page["has_more"] or not page.get("next_cursor"):
+                return
+            cursor = page["next_cursor"]
 
     def update(self, agent_id: str, patch: Mapping[str, Any]) -> AgentView:
         """Change the config with a JSON merge patch (``None`` removes a field)."""
@@ -798,6 +821,27 @@ class AsyncAgents:
             if not page["has_more"] or not page["agents"]:
                 return
             after = page["agents"][-1]["id"]
+
+    async def search(
+        self,
+        q: str,
+        *,
+        state: Optional[str] = None,
+        outcome: Optional[TurnOutcome] = None,
+        page_size: Optional[int] = None,
+    ) -> AsyncIterator[AgentView]:
+        cursor: Optional[str] = None
+        while True:
+            page = await self._client.json(
+                "GET",
+                "/v1/agents",
+                params=_query(order="activity", q=q, state=state, outcome=outcome, limit=page_size, cursor=cursor),
+            )
+            for agent in page["agents"]:
+                yield agent
+            if not page["has_more"] or not page.get("next_cursor"):
+                return
+            cursor = page["next_cursor"]
 
     async def update(self, agent_id: str, patch: Mapping[str, Any]) -> AgentView:
         return await self._client.json("PATCH", f"/v1/agents/{agent_id}", body=patch)

@@ -186,6 +186,16 @@ class MachineView(TypedDict):
     wake_url: NotRequired[Optional[str]]
 
 
+class OutputRequest(TypedDict):
+    stderr: NotRequired[str]
+    stdout: NotRequired[str]
+
+
+class OutputView(TypedDict):
+    command_id: str
+    outcome: str
+
+
 class ProjectView(TypedDict):
     agents_by_last_turn_outcome: dict[str, int]
     agents_by_state: dict[str, int]
