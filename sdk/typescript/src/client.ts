@@ -25,7 +25,14 @@ export type AgentState = Schemas["StateName"];
 export type CancelOutcome = Schemas["CancelView"];
 export type Input = Schemas["InputView"];
 export type InputMode = Schemas["InputMode"];
+/** One event: a union discriminated by `type`; testing `event.type` narrows `event.data`. */
 export type Event = Schemas["EventView"];
+/** Every event type the server writes. */
+export type EventType = Event["type"];
+/** The event of one type, e.g. `EventOf<"turn.completed">`. */
+export type EventOf<T extends EventType> = Extract<Event, { type: T }>;
+/** The `data` of one event type, e.g. `EventData<"model.response">`. */
+export type EventData<T extends EventType> = EventOf<T>["data"];
 export type ToolCall = Schemas["ToolCallView"];
 export type Approval = Schemas["ApprovalView"];
 export type Question = Schemas["QuestionView"];
@@ -154,7 +161,7 @@ export interface TextChunk {
 export interface RunResult {
   text: string;
   message: Array<Record<string, unknown>>;
-  event: Event;
+  event: EventOf<"turn.completed">;
   input: Input;
   /** The send was a replay of an earlier one with the same Idempotency-Key. */
   replayed: boolean;
@@ -176,9 +183,6 @@ export class RunStream implements AsyncIterable<TextChunk> {
     }
   }
 }
-
-/** The events that end a turn. */
-const TURN_ENDS = new Set(["turn.completed", "turn.failed", "turn.cancelled"]);
 
 /** `HOLDFAST_*` from the environment, where there is one (Node; not browsers). */
 function fromEnv(name: string): string | undefined {
@@ -301,25 +305,27 @@ export class Holdfast {
           continue;
         }
         if (item.type !== "event") continue;
+        // Each branch tests event.type, which narrows the event to that
+        // type's variant (and its data).
         const event = item.event;
-        const data = event.data as Record<string, unknown>;
-        const id = data.input_id as string | undefined;
-        if (event.type === "input.received" && data.mode === "queue" && id && !queue.includes(id)) {
-          queue.push(id);
-        } else if (event.type === "input.removed" && id && queue.includes(id)) {
+        if (event.type === "input.received") {
+          const id = event.data.input_id;
+          if (event.data.mode === "queue" && !queue.includes(id)) queue.push(id);
+        } else if (event.type === "input.removed") {
+          const id = event.data.input_id;
           queue = queue.filter((queued) => queued !== id);
         } else if (event.type === "turn.started" && queue.length > 0) {
           // A turn that opens admits the oldest queued input.
           inTurn = queue.shift() === inputId;
         } else if (event.type === "model.response" && inTurn) {
-          message = (data.message as Array<Record<string, unknown>> | undefined) ?? [];
+          message = event.data.message;
           streaming = undefined;
-        } else if (TURN_ENDS.has(event.type) && inTurn) {
-          if (event.type !== "turn.completed") {
-            const error = data.error as { type?: string; message?: string } | undefined;
-            const why = error ? `${error.type}: ${error.message}` : "cancelled";
-            throw new TurnFailedError(`the turn of input ${inputId} ended with ${event.type} (${why})`, event);
-          }
+        } else if (event.type === "turn.failed" && inTurn) {
+          const why = `${event.data.error.type}: ${event.data.error.message}`;
+          throw new TurnFailedError(`the turn of input ${inputId} ended with ${event.type} (${why})`, event);
+        } else if (event.type === "turn.cancelled" && inTurn) {
+          throw new TurnFailedError(`the turn of input ${inputId} ended with ${event.type} (cancelled)`, event);
+        } else if (event.type === "turn.completed" && inTurn) {
           const text = message
             .filter((block) => block.type === "text")
             .map((block) => String(block.text ?? ""))
