@@ -1568,7 +1568,7 @@ export interface components {
              *     "image/png", "data": "..."}}` or `{"type": "document", "source":
              *     {"type": "url", "url": "https://..."}}`).
              */
-            content: Record<string, unknown>;
+            content: unknown;
             mode?: components["schemas"]["InputMode"];
         };
         /**
@@ -1585,7 +1585,7 @@ export interface components {
              *     stored attachment: `{"type": "attachment", "attachment_id",
              *     "media_type", "size_bytes"}`.
              */
-            content: Record<string, unknown>;
+            content: unknown;
             /** Format: date-time */
             created_at: string;
             /** Format: uuid */

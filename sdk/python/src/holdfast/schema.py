@@ -225,7 +225,7 @@ class InputRemovedEvent(TypedDict):
 
 
 class InputRequest(TypedDict):
-    content: dict[str, Any]
+    content: Any
     mode: NotRequired[InputMode]
 
 
@@ -234,7 +234,7 @@ InputStatus = Literal['queued', 'pending', 'consumed', 'removed']
 
 class InputView(TypedDict):
     agent_id: str
-    content: dict[str, Any]
+    content: Any
     created_at: str
     id: str
     mode: InputMode
