@@ -14,6 +14,7 @@ use holdfast_api::ApiConfig;
 use holdfast_engine::egress::EgressPolicy;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{project_key, ApiServer};
+use holdfast_tests::event_schemas::{assert_events_match, event_validator, resolve, schema_at};
 use holdfast_tests::scenario::{last_event_data, spawn_worker, wait_for_event, wait_for_events};
 use holdfast_tests::{wait_until, TestDb};
 use reqwest::Method;
@@ -40,22 +41,6 @@ async fn document(server: &ApiServer) -> Value {
         .json()
         .await
         .unwrap()
-}
-
-/// The document's schema that `reference` (`#/components/schemas/NAME`) names.
-fn schema_at<'a>(document: &'a Value, reference: &str) -> &'a Value {
-    let name = reference
-        .strip_prefix("#/components/schemas/")
-        .unwrap_or_else(|| panic!("a reference into the components: {reference}"));
-    &document["components"]["schemas"][name]
-}
-
-/// `schema`, or the schema it names if it is a `$ref`.
-fn resolve<'a>(document: &'a Value, schema: &'a Value) -> &'a Value {
-    match schema["$ref"].as_str() {
-        Some(reference) => schema_at(document, reference),
-        None => schema,
-    }
 }
 
 #[tokio::test]
@@ -134,38 +119,6 @@ async fn events(server: &ApiServer, key: &str, agent: Uuid) -> Vec<Value> {
             return events;
         }
     }
-}
-
-/// Each event validates against the document's `EventView` (so against its
-/// type's variant), and its `data` has no field the variant's data schema
-/// does not declare. Returns the types seen.
-fn assert_events_match(document: &Value, events: &[Value]) -> BTreeSet<String> {
-    let mut schema = json!({"$ref": "#/components/schemas/EventView"});
-    schema["components"] = document["components"].clone();
-    let validator = jsonschema::validator_for(&schema).expect("the document's schemas compile");
-    let mapping = &document["components"]["schemas"]["EventView"]["discriminator"]["mapping"];
-    let mut seen = BTreeSet::new();
-    for event in events {
-        let errors: Vec<String> = validator
-            .iter_errors(event)
-            .map(|e| format!("{} at {}", e, e.instance_path()))
-            .collect();
-        assert!(
-            errors.is_empty(),
-            "{event} does not match its schema: {errors:#?}"
-        );
-        let event_type = event["type"].as_str().unwrap();
-        let variant = schema_at(document, mapping[event_type].as_str().unwrap());
-        let data = resolve(document, &variant["properties"]["data"]);
-        for field in event["data"].as_object().unwrap().keys() {
-            assert!(
-                data["properties"].get(field).is_some(),
-                "{event_type}'s data has `{field}`, which its schema does not declare"
-            );
-        }
-        seen.insert(event_type.to_owned());
-    }
-    seen
 }
 
 /// The scripted model: the first request fails once (overloaded, so the
@@ -398,9 +351,7 @@ async fn an_event_whose_data_is_not_its_types_shape_fails_validation() {
         json!({"seq": 1, "id": Uuid::now_v7(), "agent_id": Uuid::now_v7(), "type": event_type,
                "data": data, "created_at": "2026-01-01T00:00:00Z"})
     };
-    let mut schema = json!({"$ref": "#/components/schemas/EventView"});
-    schema["components"] = document["components"].clone();
-    let validator = jsonschema::validator_for(&schema).unwrap();
+    let validator = event_validator(&document);
     let completed =
         json!({"tool_call_id": Uuid::now_v7(), "name": "lookup", "output": {}, "is_error": false});
     assert!(validator.is_valid(&event("tool_call.completed", completed.clone())));

@@ -266,8 +266,10 @@ pub struct ModelRequest {
 }
 
 /// What one model call used, as the provider reported it: `model.response`'s
-/// and `context.compacted`'s `usage`.
+/// and `context.compacted`'s `usage` (`{}` from a SQL client that committed
+/// a step without one).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default)]
 #[schema(as = ModelUsage)]
 pub struct Usage {
     /// The whole prompt, its cached parts included.

@@ -1991,27 +1991,34 @@ export interface components {
         };
         /**
          * @description What one model call used, as the provider reported it: `model.response`'s
-         *     and `context.compacted`'s `usage`.
+         *     and `context.compacted`'s `usage` (`{}` from a SQL client that committed
+         *     a step without one).
          */
         ModelUsage: {
             /**
              * Format: int64
              * @description Of `input_tokens`, read from the provider's prompt cache (Anthropic
              *     `cache_read_input_tokens`); absent when none.
+             * @default 0
              */
-            cache_read_tokens?: number;
+            cache_read_tokens: number;
             /**
              * Format: int64
              * @description Of `input_tokens`, written to the prompt cache (Anthropic
              *     `cache_creation_input_tokens`); absent when none.
+             * @default 0
              */
-            cache_write_tokens?: number;
+            cache_write_tokens: number;
             /**
              * Format: int64
              * @description The whole prompt, its cached parts included.
+             * @default 0
              */
             input_tokens: number;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @default 0
+             */
             output_tokens: number;
             /**
              * Format: int64
@@ -2019,22 +2026,25 @@ export interface components {
              *     answering (OpenAI `completion_tokens_details.reasoning_tokens`;
              *     Anthropic counts thinking in `output_tokens` without a split);
              *     absent when none.
+             * @default 0
              */
-            reasoning_tokens?: number;
+            reasoning_tokens: number;
             /**
              * Format: int64
              * @description Requests the provider's own server tools made (Anthropic's
              *     `usage.server_tool_use`: web searches and fetches); absent when none.
+             * @default 0
              */
-            server_tool_requests?: number;
+            server_tool_requests: number;
             /**
              * Format: int64
              * @description Of `server_tool_requests`, Anthropic's web searches
              *     (`usage.server_tool_use.web_search_requests`): billed per search on
              *     top of tokens, so the step's cost counts them
              *     (`holdfast.add_server_tool_cost`); absent when none.
+             * @default 0
              */
-            web_search_requests?: number;
+            web_search_requests: number;
         };
         OperationsView: {
             /** @description The queue depth: agents per state. */

@@ -348,8 +348,8 @@ class ModelRetryEvent(TypedDict):
 class ModelUsage(TypedDict):
     cache_read_tokens: NotRequired[int]
     cache_write_tokens: NotRequired[int]
-    input_tokens: int
-    output_tokens: int
+    input_tokens: NotRequired[int]
+    output_tokens: NotRequired[int]
     reasoning_tokens: NotRequired[int]
     server_tool_requests: NotRequired[int]
     web_search_requests: NotRequired[int]
