@@ -749,4 +749,6 @@ async fn a_deleted_machines_commands_end_cleanly_its_token_is_refused_and_its_na
     assert_eq!(response.status(), StatusCode::NOT_FOUND, "deleted once");
     let (again, _) = register(&server, &key, json!({"name": "m"})).await;
     assert_ne!(again, machine);
+    // What these turns wrote matches the OpenAPI document's event schemas.
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
 }

@@ -176,6 +176,8 @@ async fn a_step_failing_every_time_backs_off_on_the_timeline_then_fails_the_turn
         (row.get(0), row.get(1))
     };
     assert_eq!((state.as_str(), failures), ("idle", 0));
+    // What these turns wrote matches the OpenAPI document's event schemas.
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
 }
 
 /// A page with non-ASCII text after an entity once panicked the HTML

@@ -28,7 +28,8 @@ from ._policy import (
     parse_retry_after,
     pending_items,
     retryable_status,
-    tool_result_accepted,
+    stored_files,
+    tool_result_settled,
     transient_stream_status,
 )
 from ._run import RunResult, TextChunk, TurnWatch, queued_ids
@@ -424,9 +425,28 @@ class Holdfast:
         try:
             return self.json("POST", f"/v1/tool-calls/{tool_call_id}/result", body={"output": output, "is_error": is_error})
         except ConflictError as e:
-            if tool_result_accepted(e.current, output, is_error):
-                return e.current  # type: ignore[return-value]
+            current = e.current
+            if (
+                current is not None
+                and tool_result_settled(current, is_error)
+                and self.same_content(current["agent_id"], current.get("output"), output)
+            ):
+                return current  # type: ignore[return-value]
             raise
+
+    def attachment(self, agent_id: str, attachment_id: str) -> bytes:
+        """The bytes of an image or document the agent was sent, by the
+        ``attachment_id`` of its reference (``{"type": "attachment", ...}``)."""
+        return self.request("GET", f"/v1/agents/{agent_id}/attachments/{attachment_id}").content
+
+    def same_content(self, agent_id: str, stored: Any, sent: Any) -> bool:
+        """Whether ``stored`` (an input's content, a tool call's output or an
+        event's, as read back from the server) is ``sent`` (what a client
+        posted): the server keeps each base64 image or document as an
+        attachment reference, which is equal to the source it replaced when
+        the attachment's bytes are the bytes sent (fetched to compare)."""
+        files = stored_files(stored, sent)
+        return files is not None and all(self.attachment(agent_id, id) == data for id, data in files)
 
     def approve(self, approval_id: str, *, by: str, reason: Optional[str] = None) -> ApprovalView:
         """Approve a tool call (a 409 whose approval is already approved is success)."""
@@ -763,9 +783,28 @@ class AsyncHoldfast:
                 "POST", f"/v1/tool-calls/{tool_call_id}/result", body={"output": output, "is_error": is_error}
             )
         except ConflictError as e:
-            if tool_result_accepted(e.current, output, is_error):
-                return e.current  # type: ignore[return-value]
+            current = e.current
+            if (
+                current is not None
+                and tool_result_settled(current, is_error)
+                and await self.same_content(current["agent_id"], current.get("output"), output)
+            ):
+                return current  # type: ignore[return-value]
             raise
+
+    async def attachment(self, agent_id: str, attachment_id: str) -> bytes:
+        """See :meth:`Holdfast.attachment`."""
+        return (await self.request("GET", f"/v1/agents/{agent_id}/attachments/{attachment_id}")).content
+
+    async def same_content(self, agent_id: str, stored: Any, sent: Any) -> bool:
+        """See :meth:`Holdfast.same_content`."""
+        files = stored_files(stored, sent)
+        if files is None:
+            return False
+        for id, data in files:
+            if await self.attachment(agent_id, id) != data:
+                return False
+        return True
 
     async def approve(self, approval_id: str, *, by: str, reason: Optional[str] = None) -> ApprovalView:
         return await self._decide(approval_id, "approve", by, reason)
