@@ -62,7 +62,9 @@ CREATE TYPE holdfast.token_usage AS (
 	cache_read_tokens bigint,
 	cache_write_tokens bigint,
 	reasoning_tokens bigint,
-	cost_usd numeric
+	cost_usd numeric,
+	server_tool_requests bigint,
+	web_search_requests bigint
 );
 
 
@@ -176,14 +178,14 @@ $_$;
 
 
 --
--- Name: add_server_tool_cost(holdfast.token_usage, jsonb, text); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: add_server_tool_cost(holdfast.token_usage, text); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.add_server_tool_cost(p_usage holdfast.token_usage, p_reported jsonb, p_provider text) RETURNS holdfast.token_usage
+CREATE FUNCTION holdfast.add_server_tool_cost(p_usage holdfast.token_usage, p_provider text) RETURNS holdfast.token_usage
     LANGUAGE plpgsql IMMUTABLE
     AS $$
 DECLARE
-    v_searches bigint := holdfast.token_count(p_reported -> 'web_search_requests');
+    v_searches bigint := coalesce((p_usage).web_search_requests, 0);
 BEGIN
     IF v_searches = 0 OR p_provider IS DISTINCT FROM 'anthropic' THEN
         RETURN p_usage;
@@ -208,7 +210,10 @@ CREATE FUNCTION holdfast.add_usage(p_a holdfast.token_usage, p_b holdfast.token_
                (p_a).reasoning_tokens + (p_b).reasoning_tokens,
                CASE WHEN (p_a).cost_usd IS NULL THEN (p_b).cost_usd
                     WHEN (p_b).cost_usd IS NULL THEN (p_a).cost_usd
-                    ELSE (p_a).cost_usd + (p_b).cost_usd END)::holdfast.token_usage
+                    ELSE (p_a).cost_usd + (p_b).cost_usd END,
+               coalesce((p_a).server_tool_requests, 0) + coalesce((p_b).server_tool_requests, 0),
+               coalesce((p_a).web_search_requests, 0) + coalesce((p_b).web_search_requests, 0)
+              )::holdfast.token_usage
 $$;
 
 
@@ -260,8 +265,8 @@ CREATE TABLE holdfast.agents (
     subagent_depth integer DEFAULT 0 NOT NULL,
     root_agent_id uuid,
     turn_seq bigint DEFAULT 0 NOT NULL,
-    turn_usage holdfast.token_usage DEFAULT ROW((0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, NULL::numeric) NOT NULL,
-    usage holdfast.token_usage DEFAULT ROW((0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, NULL::numeric) NOT NULL,
+    turn_usage holdfast.token_usage DEFAULT ROW((0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, NULL::numeric, (0)::bigint, (0)::bigint) NOT NULL,
+    usage holdfast.token_usage DEFAULT ROW((0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, NULL::numeric, (0)::bigint, (0)::bigint) NOT NULL,
     turn_trace_parent text,
     turn_trace_state text,
     first_attempt_epoch bigint,
@@ -275,6 +280,7 @@ CREATE TABLE holdfast.agents (
     last_turn_ended_at timestamp with time zone,
     last_turn_outcome text,
     last_turn_error jsonb,
+    lease_session_locked boolean DEFAULT false NOT NULL,
     CONSTRAINT agents_attachment_bytes_check CHECK ((attachment_bytes >= 0)),
     CONSTRAINT agents_last_turn_outcome_check CHECK ((last_turn_outcome = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text, 'limit'::text]))),
     CONSTRAINT agents_last_turn_outcome_iff_ended CHECK (((last_turn_outcome IS NULL) = (last_turn_ended_at IS NULL))),
@@ -337,7 +343,8 @@ CREATE FUNCTION holdfast.agent_usage(p_project uuid, p_agent uuid) RETURNS jsonb
               FROM (SELECT s.turn_seq, count(*) AS model_steps, min(s.created_at) AS started_at,
                            ROW(sum((s.usage).input_tokens), sum((s.usage).output_tokens),
                                sum((s.usage).cache_read_tokens), sum((s.usage).cache_write_tokens),
-                               sum((s.usage).reasoning_tokens), sum((s.usage).cost_usd)
+                               sum((s.usage).reasoning_tokens), sum((s.usage).cost_usd),
+                               sum((s.usage).server_tool_requests), sum((s.usage).web_search_requests)
                               )::holdfast.token_usage AS usage
                       FROM holdfast.steps s
                      WHERE s.agent_id = a.id AND s.kind IN ('model', 'compaction') AND s.turn_seq IS NOT NULL
@@ -491,11 +498,14 @@ CREATE TABLE holdfast.commands (
     trace_state text,
     workspace text DEFAULT 'machine'::text NOT NULL,
     limit_reached text,
+    live_output_bytes integer DEFAULT 0 NOT NULL,
+    live_output_at timestamp with time zone,
     CONSTRAINT commands_accepted_iff_handed_out CHECK (((state = ANY (ARRAY['queued'::text, 'failed'::text, 'cancelled'::text])) = (accepted_at IS NULL))),
     CONSTRAINT commands_command_check CHECK ((command <> ''::text)),
     CONSTRAINT commands_finished_has_result CHECK (((state <> 'finished'::text) OR (result_state = 'finished'::text))),
     CONSTRAINT commands_limit_has_result CHECK (((limit_reached IS NULL) OR (result_state = 'finished'::text))),
     CONSTRAINT commands_limit_reached_check CHECK ((limit_reached = ANY (ARRAY['cpu_time'::text, 'memory'::text, 'processes'::text]))),
+    CONSTRAINT commands_live_output_bytes_check CHECK ((live_output_bytes >= 0)),
     CONSTRAINT commands_resolved_iff_done CHECK (((state = ANY (ARRAY['queued'::text, 'accepted'::text])) = (resolved_at IS NULL))),
     CONSTRAINT commands_result_is_whole CHECK ((((result_state IS NULL) = (result_at IS NULL)) AND ((result_state IS NULL) = (timed_out IS NULL)) AND ((result_state IS NULL) = (stdout_truncated IS NULL)) AND ((result_state IS NULL) = (stderr_truncated IS NULL)))),
     CONSTRAINT commands_result_state_check CHECK ((result_state = ANY (ARRAY['finished'::text, 'unknown'::text]))),
@@ -1130,6 +1140,7 @@ BEGIN
     -- copies every backend's status, and most claims of a busy worker
     -- that find nothing are the ones woken with another worker.
     SELECT s.backend_start INTO v_backend_start FROM pg_stat_get_activity(pg_backend_pid()) s;
+    PERFORM holdfast.hold_lease_session_lock();
 
     -- One keyed UPDATE per agent, not one by `id = ANY (v_ids)`: the
     -- generic plan of that was a sequential scan when the session's first
@@ -1142,6 +1153,7 @@ BEGIN
                lease_expires_at = v_now + p_ttl,
                lease_pid = pg_backend_pid(),
                lease_backend_start = v_backend_start,
+               lease_session_locked = true,
                updated_at = v_now
          WHERE a.id = v_id
         RETURNING a.id, a.lease_epoch INTO agent_id, epoch;
@@ -1353,6 +1365,63 @@ $$;
 
 
 --
+-- Name: command_output(uuid, uuid, text, text, integer, interval); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.command_output(p_machine uuid, p_command uuid, p_stdout text, p_stderr text, p_max_bytes integer, p_min_interval interval) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_command holdfast.commands;
+    v_bytes integer := octet_length(coalesce(p_stdout, '')) + octet_length(coalesce(p_stderr, ''));
+    v_base jsonb;
+    v_stream text;
+    v_text text;
+    v_at integer;
+BEGIN
+    SELECT * INTO v_command FROM holdfast.commands WHERE id = p_command FOR UPDATE;
+    IF NOT FOUND OR v_command.machine_id IS DISTINCT FROM p_machine THEN
+        PERFORM holdfast.raise('HF404', format('command %s not found', p_command));
+    END IF;
+    IF v_command.state <> 'accepted' THEN
+        RETURN 'not_running';
+    END IF;
+    IF v_command.live_output_bytes >= p_max_bytes THEN
+        RETURN 'limit';
+    END IF;
+    IF v_command.live_output_at > holdfast.now() - p_min_interval THEN
+        RETURN 'too_soon';
+    END IF;
+    v_base := jsonb_build_object('agent_id', v_command.agent_id, 'kind', 'command_output',
+                                 'command_id', v_command.id, 'tool_call_id', v_command.tool_call_id);
+    IF v_command.live_output_bytes + v_bytes > p_max_bytes THEN
+        UPDATE holdfast.commands SET live_output_bytes = p_max_bytes, live_output_at = holdfast.now()
+         WHERE id = p_command;
+        PERFORM pg_notify('holdfast_stream', (v_base || jsonb_build_object(
+            'stream', 'stdout', 'text', '', 'limit_reached', true))::text);
+        RETURN 'limit';
+    END IF;
+    UPDATE holdfast.commands
+       SET live_output_bytes = live_output_bytes + v_bytes, live_output_at = holdfast.now()
+     WHERE id = p_command;
+    FOREACH v_stream IN ARRAY ARRAY['stdout', 'stderr'] LOOP
+        v_text := coalesce(CASE v_stream WHEN 'stdout' THEN p_stdout ELSE p_stderr END, '');
+        v_at := 1;
+        -- Pieces of 1,000 characters: a NOTIFY payload stays under 8,000
+        -- bytes (a character is at most 4 bytes, or 6 once JSON escapes a
+        -- control character).
+        WHILE v_at <= length(v_text) LOOP
+            PERFORM pg_notify('holdfast_stream', (v_base || jsonb_build_object(
+                'stream', v_stream, 'text', substr(v_text, v_at, 1000)))::text);
+            v_at := v_at + 1000;
+        END LOOP;
+    END LOOP;
+    RETURN 'relayed';
+END
+$$;
+
+
+--
 -- Name: command_result_output(holdfast.commands); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
@@ -1416,7 +1485,7 @@ BEGIN
     v_provider := v_agent.config #>> '{model,provider}';
     v_model := v_agent.config #>> '{model,name}';
     v_usage := holdfast.add_server_tool_cost(
-        holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model), p_usage, v_provider);
+        holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model), v_provider);
     UPDATE holdfast.agents
        SET context_summary = p_summary, context_start_seq = p_keep_from_seq, model_attempts = 0,
            last_step_seq = last_step_seq + 1,
@@ -1760,10 +1829,11 @@ $_$;
 -- Name: content_file_sizes(jsonb); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.content_file_sizes(p_blocks jsonb) RETURNS TABLE(ordinality bigint, size_bytes bigint)
+CREATE FUNCTION holdfast.content_file_sizes(p_blocks jsonb) RETURNS TABLE(ordinality bigint, size_bytes bigint, media_type text)
     LANGUAGE sql IMMUTABLE
     AS $$
-    SELECT b.ordinality, holdfast.base64_decoded_length(b.value #>> '{source,data}')
+    SELECT b.ordinality, holdfast.base64_decoded_length(b.value #>> '{source,data}'),
+           b.value #>> '{source,media_type}'
       FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_blocks) = 'array' THEN p_blocks END)
            WITH ORDINALITY b
      WHERE b.value ->> 'type' IN ('image', 'document') AND b.value #>> '{source,type}' = 'base64'
@@ -1822,14 +1892,13 @@ $$;
 
 
 --
--- Name: context_file_cost(holdfast.agents); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: context_files(holdfast.agents); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.context_file_cost(p_agent holdfast.agents) RETURNS bigint
+CREATE FUNCTION holdfast.context_files(p_agent holdfast.agents) RETURNS TABLE(size_bytes bigint, media_type text)
     LANGUAGE sql STABLE
     AS $_$
-    SELECT coalesce(sum(holdfast.request_file_cost(p_agent.config #>> '{model,provider}',
-                                                   (r.ref ->> 'size_bytes')::bigint)), 0)
+    SELECT (r.ref ->> 'size_bytes')::bigint, r.ref ->> 'media_type'
       FROM (SELECT m.content AS content FROM holdfast.messages m
              WHERE m.agent_id = p_agent.id AND m.seq >= p_agent.context_start_seq
             UNION ALL
@@ -1936,7 +2005,7 @@ $$;
 CREATE FUNCTION holdfast.create_inputs(p_inputs holdfast.new_input[]) RETURNS TABLE(ord integer, outcome text, message text, field text, input holdfast.inputs)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
-    AS $$
+    AS $_$
 DECLARE
     v_row record;
     v_agent holdfast.agents;
@@ -1944,6 +2013,9 @@ DECLARE
     v_input_id uuid;
 BEGIN
     PERFORM 1 FROM holdfast.lock_agents(ARRAY(SELECT n.agent_id FROM unnest(p_inputs) n));
+    PERFORM holdfast.lock_attachment_counters(ARRAY(
+        SELECT a.project_id FROM unnest(p_inputs) n JOIN holdfast.agents a ON a.id = n.agent_id
+         WHERE n.content @? '$[*].source ? (@.type == "base64")'));
     FOR v_row IN
         SELECT n.ordinality::integer AS ord, n.project_id, n.agent_id, n.content, n.idempotency_key,
                n.trace_parent, n.trace_state, n.mode
@@ -1984,7 +2056,7 @@ BEGIN
         RETURN NEXT;
     END LOOP;
 END
-$$;
+$_$;
 
 
 --
@@ -2163,16 +2235,17 @@ DECLARE
     v_part record;
     v_agents uuid[];
     v_blocked boolean;
+    v_droppable text[] := '{}';
     v_dropped integer := 0;
     v_old_timeout text := current_setting('lock_timeout');
 BEGIN
+    PERFORM set_config('lock_timeout', (extract(epoch FROM p_lock_timeout) * 1000)::bigint::text, true);
     FOR v_part IN
         SELECT p.name, p.starts_at, p.ends_at FROM holdfast.event_partitions() p
          WHERE p.ends_at <= v_now - (SELECT min(retention_events) FROM holdfast.projects)
          ORDER BY p.starts_at
     LOOP
         BEGIN
-            PERFORM set_config('lock_timeout', (extract(epoch FROM p_lock_timeout) * 1000)::bigint::text, true);
             EXECUTE format('SELECT coalesce(array_agg(DISTINCT agent_id), ''{}'') FROM holdfast.%I', v_part.name)
                INTO v_agents;
             PERFORM 1 FROM holdfast.agents a WHERE a.id = ANY (v_agents) ORDER BY a.id FOR SHARE;
@@ -2192,18 +2265,24 @@ BEGIN
                 DELETE FROM holdfast.webhook_deliveries d
                  WHERE d.agent_id = ANY (v_agents)
                    AND d.event_created_at >= v_part.starts_at AND d.event_created_at < v_part.ends_at;
-                -- Detached first: the outbox's foreign key references the
-                -- partition, and DETACH checks that nothing still does.
-                EXECUTE format('ALTER TABLE holdfast.events DETACH PARTITION holdfast.%I', v_part.name);
-                EXECUTE format('DROP TABLE holdfast.%I', v_part.name);
-                v_dropped := v_dropped + 1;
+                v_droppable := v_droppable || v_part.name;
             END IF;
-            PERFORM set_config('lock_timeout', v_old_timeout, true);
         EXCEPTION WHEN lock_not_available THEN
-            PERFORM set_config('lock_timeout', v_old_timeout, true);
             RAISE NOTICE 'partition % is busy; dropping it next time', v_part.name;
         END;
     END LOOP;
+    FOR i IN 1 .. cardinality(v_droppable) LOOP
+        BEGIN
+            -- Detached first: the outbox's foreign key references the
+            -- partition, and DETACH checks that nothing still does.
+            EXECUTE format('ALTER TABLE holdfast.events DETACH PARTITION holdfast.%I', v_droppable[i]);
+            EXECUTE format('DROP TABLE holdfast.%I', v_droppable[i]);
+            v_dropped := v_dropped + 1;
+        EXCEPTION WHEN lock_not_available THEN
+            RAISE NOTICE 'partition % is busy; dropping it next time', v_droppable[i];
+        END;
+    END LOOP;
+    PERFORM set_config('lock_timeout', v_old_timeout, true);
     RETURN v_dropped;
 END
 $$;
@@ -2320,6 +2399,10 @@ BEGIN
                 -- the catalog's unique index when both were in flight).
                 WHEN duplicate_table OR unique_violation THEN
                     NULL;
+                -- Under a caller's lock_timeout (maintain_event_partitions):
+                -- a busy events table; the next pass creates it.
+                WHEN lock_not_available THEN
+                    RAISE NOTICE 'events is busy; the week of % is created next time', v_week::date;
             END;
         END IF;
         v_week := v_week + interval '7 days';
@@ -2379,7 +2462,7 @@ CREATE FUNCTION holdfast.event_types() RETURNS text[]
     AS $$
     SELECT ARRAY[
         'input.received', 'input.removed', 'turn.started', 'model.response', 'model.retry',
-        'model.interrupted',
+        'model.interrupted', 'step.retry',
         'tool_call.created', 'tool_call.completed', 'tool_call.interrupted', 'tool.unavailable',
         'approval.requested', 'approval.answered', 'question.asked', 'question.answered',
         'command.queued', 'command.accepted', 'command.finished', 'command.failed',
@@ -2420,6 +2503,7 @@ CREATE FUNCTION holdfast.fail_step(p_agent uuid, p_epoch bigint, p_message text,
     AS $$
 DECLARE
     v_failures integer;
+    v_retry_at timestamptz;
 BEGIN
     IF p_delay IS NULL OR p_delay < '0'::interval THEN
         PERFORM holdfast.raise('HF422', 'delay must not be negative', 'delay');
@@ -2435,7 +2519,11 @@ BEGIN
             ARRAY(SELECT id FROM holdfast.turn_inputs(p_agent)));
         RETURN 'failed';
     END IF;
-    PERFORM holdfast.settle_agent_with(p_agent, '{}', '{}', holdfast.now() + p_delay,
+    v_retry_at := holdfast.now() + p_delay;
+    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['step.retry'], ARRAY[jsonb_build_object(
+        'attempt', v_failures, 'max_attempts', p_max_attempts,
+        'delay_ms', floor(extract(epoch FROM p_delay) * 1000)::bigint, 'retry_at', v_retry_at,
+        'error', jsonb_build_object('type', 'internal_error', 'message', p_message))], v_retry_at,
         p_step_failures => v_failures);
     RETURN 'retrying';
 END
@@ -2474,13 +2562,34 @@ $$;
 
 
 --
+-- Name: hold_lease_session_lock(); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.hold_lease_session_lock() RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF current_setting('holdfast.lease_session_lock', true) IS DISTINCT FROM 'held' THEN
+        PERFORM pg_try_advisory_lock(holdfast.lease_lock_class(), pg_backend_pid());
+        PERFORM set_config('holdfast.lease_session_lock', 'held', false);
+    END IF;
+END
+$$;
+
+
+--
 -- Name: inbox(uuid, text, jsonb, timestamp with time zone, uuid, integer); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
 CREATE FUNCTION holdfast.inbox(p_project uuid, p_kind text, p_metadata jsonb, p_after_at timestamp with time zone, p_after_id uuid, p_limit integer) RETURNS jsonb
     LANGUAGE sql STABLE
     AS $$
-    WITH waiting AS (
+    WITH project_agents AS MATERIALIZED (
+        SELECT a.id, a.config -> 'metadata' AS metadata
+          FROM holdfast.agents a
+         WHERE a.project_id = p_project
+           AND (p_metadata IS NULL OR a.config -> 'metadata' @> p_metadata)),
+    waiting AS (
         SELECT CASE ap.kind WHEN 'budget' THEN 'budget_approval' ELSE 'approval' END AS kind,
                ap.id, ap.agent_id,
                CASE ap.kind
@@ -2492,36 +2601,41 @@ CREATE FUNCTION holdfast.inbox(p_project uuid, p_kind text, p_metadata jsonb, p_
                    ELSE jsonb_build_object('tool_call_id', tc.id, 'name', tc.name, 'input', tc.input) END
                    AS detail,
                ap.created_at
-          FROM holdfast.approvals ap
+          FROM project_agents a
+          JOIN holdfast.approvals ap ON ap.agent_id = a.id AND ap.status = 'pending'
           LEFT JOIN holdfast.tool_calls tc ON tc.id = ap.tool_call_id
-         WHERE ap.status = 'pending'
+         WHERE p_kind IS NULL OR p_kind IN ('approval', 'budget_approval')
         UNION ALL
         SELECT 'question', q.id, q.agent_id, q.question,
                jsonb_build_object('tool_call_id', q.tool_call_id, 'question', q.question), q.created_at
-          FROM holdfast.questions q
-         WHERE q.status = 'pending'
+          FROM project_agents a
+          JOIN holdfast.questions q ON q.agent_id = a.id AND q.status = 'pending'
+         WHERE p_kind IS NULL OR p_kind = 'question'
         UNION ALL
         SELECT 'tool_call', tc.id, tc.agent_id, format('Result for %s %s', tc.name, tc.input::text),
                jsonb_build_object('name', tc.name, 'input', tc.input), tc.created_at
-          FROM holdfast.tool_calls tc
+          FROM project_agents a
+          JOIN holdfast.tool_calls tc
+            ON tc.agent_id = a.id AND tc.status NOT IN ('completed', 'cancelled')
          WHERE tc.status = 'waiting' AND tc.kind = 'custom'
+           AND (p_kind IS NULL OR p_kind = 'tool_call')
         UNION ALL
         SELECT 'command', c.id, c.agent_id, format('Run %s on %s', c.command, m.name),
                jsonb_build_object('tool_call_id', c.tool_call_id, 'command', c.command,
                                   'machine', m.name, 'machine_online',
                                   coalesce(m.last_heartbeat_at > holdfast.now() - s.offline_after, false)),
                c.queued_at
-          FROM holdfast.commands c
-          JOIN holdfast.machines m ON m.id = c.machine_id
+          FROM holdfast.machines m
+          JOIN holdfast.commands c ON c.machine_id = m.id AND c.state = 'queued'
+          JOIN project_agents a ON a.id = c.agent_id
           CROSS JOIN holdfast.machine_settings s
-         WHERE c.state = 'queued'),
+         WHERE m.project_id = p_project
+           AND (p_kind IS NULL OR p_kind = 'command')),
     matching AS (
-        SELECT w.*, a.config -> 'metadata' AS agent_metadata
+        SELECT w.*, a.metadata AS agent_metadata
           FROM waiting w
-          JOIN holdfast.agents a ON a.id = w.agent_id
-         WHERE a.project_id = p_project
-           AND (p_kind IS NULL OR w.kind = p_kind)
-           AND (p_metadata IS NULL OR a.config -> 'metadata' @> p_metadata)),
+          JOIN project_agents a ON a.id = w.agent_id
+         WHERE p_kind IS NULL OR w.kind = p_kind),
     page AS (
         SELECT * FROM matching m
          WHERE p_after_at IS NULL OR (m.created_at, m.id) > (p_after_at, p_after_id)
@@ -2931,6 +3045,15 @@ $$;
 
 
 --
+-- Name: lease_lock_class(); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.lease_lock_class() RETURNS integer
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT 1215261796 $$;
+
+
+--
 -- Name: limit_maximum(text); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
@@ -3124,6 +3247,19 @@ BEGIN
       FROM (SELECT DISTINCT u.id FROM unnest(p_ids) AS u (id) WHERE u.id IS NOT NULL ORDER BY u.id) ids
      CROSS JOIN LATERAL (SELECT * FROM holdfast.agents x WHERE x.id = ids.id FOR UPDATE) a;
 END
+$$;
+
+
+--
+-- Name: lock_attachment_counters(uuid[]); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.lock_attachment_counters(p_projects uuid[]) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO holdfast.project_attachment_bytes AS t (project_id, bytes)
+    SELECT DISTINCT u.id, 0 FROM unnest(p_projects) AS u (id) WHERE u.id IS NOT NULL ORDER BY u.id
+    ON CONFLICT (project_id) DO UPDATE SET bytes = t.bytes
 $$;
 
 
@@ -3377,6 +3513,24 @@ $$;
 
 
 --
+-- Name: maintain_event_partitions(interval); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.maintain_event_partitions(p_lock_timeout interval DEFAULT '00:00:00.5'::interval, OUT partitions_created integer, OUT partitions_dropped integer) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_old_timeout text := current_setting('lock_timeout');
+BEGIN
+    PERFORM set_config('lock_timeout', (extract(epoch FROM p_lock_timeout) * 1000)::bigint::text, true);
+    partitions_created := holdfast.ensure_event_partitions(holdfast.now(), holdfast.now() + interval '14 days');
+    partitions_dropped := holdfast.drop_expired_event_partitions(p_lock_timeout);
+    PERFORM set_config('lock_timeout', v_old_timeout, true);
+END
+$$;
+
+
+--
 -- Name: maintenance_tick(integer); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
@@ -3406,15 +3560,22 @@ BEGIN
     -- A session is gone when its pid is not in pg_stat_activity, or the pid was
     -- reused by a newer backend. backend_start is only compared when visible
     -- (another role's sessions hide it), so a permission gap never reaps a live
-    -- worker; such agents fall back to lease expiry.
+    -- worker; such agents fall back to lease expiry. It is gone too when the
+    -- backend lives on without the lease's session lock: a session-mode
+    -- pooler reset it for another client (hold_lease_session_lock).
     FOR v_id IN
         SELECT a.id FROM holdfast.agents a
          WHERE a.state = 'running' AND a.lease_pid IS NOT NULL
-           AND NOT EXISTS (
-               SELECT 1 FROM pg_stat_activity s
-                WHERE s.pid = a.lease_pid
-                  AND (s.backend_start IS NULL OR a.lease_backend_start IS NULL
-                       OR s.backend_start = a.lease_backend_start))
+           AND (NOT EXISTS (
+                    SELECT 1 FROM pg_stat_activity s
+                     WHERE s.pid = a.lease_pid
+                       AND (s.backend_start IS NULL OR a.lease_backend_start IS NULL
+                            OR s.backend_start = a.lease_backend_start))
+                OR (a.lease_session_locked AND NOT EXISTS (
+                    SELECT 1 FROM pg_locks l
+                     WHERE l.locktype = 'advisory' AND l.granted AND l.pid = a.lease_pid
+                       AND l.classid = holdfast.lease_lock_class()::oid
+                       AND l.objid = a.lease_pid::oid AND l.objsubid = 2)))
          ORDER BY a.id LIMIT p_batch
            FOR UPDATE SKIP LOCKED
     LOOP
@@ -3612,8 +3773,8 @@ BEGIN
       INTO v_cost
       FROM holdfast.model_prices p
      WHERE p.provider = p_provider AND p.model = p_model;
-    RETURN ROW((p_usage).input_tokens, (p_usage).output_tokens, (p_usage).cache_read_tokens,
-               (p_usage).cache_write_tokens, (p_usage).reasoning_tokens, v_cost)::holdfast.token_usage;
+    p_usage.cost_usd := v_cost;
+    RETURN p_usage;
 END
 $$;
 
@@ -3649,9 +3810,11 @@ CREATE FUNCTION holdfast.project_usage(p_project uuid, p_since date) RETURNS jso
                jsonb_build_object(
                    'input_tokens', u.input_tokens, 'output_tokens', u.output_tokens,
                    'cache_read_tokens', u.cache_read_tokens, 'cache_write_tokens', u.cache_write_tokens,
-                   'reasoning_tokens', u.reasoning_tokens, 'cost_usd', u.cost_usd) AS usage,
+                   'reasoning_tokens', u.reasoning_tokens, 'cost_usd', u.cost_usd,
+                   'server_tool_requests', u.server_tool_requests,
+                   'web_search_requests', u.web_search_requests) AS usage,
                u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens,
-               u.reasoning_tokens, u.cost_usd
+               u.reasoning_tokens, u.cost_usd, u.server_tool_requests, u.web_search_requests
           FROM holdfast.usage_by_project u
          WHERE u.project_id = p_project AND u.day >= p_since)
     SELECT jsonb_build_object(
@@ -3665,7 +3828,9 @@ CREATE FUNCTION holdfast.project_usage(p_project uuid, p_since date) RETURNS jso
             'input_tokens', coalesce(sum(input_tokens), 0), 'output_tokens', coalesce(sum(output_tokens), 0),
             'cache_read_tokens', coalesce(sum(cache_read_tokens), 0),
             'cache_write_tokens', coalesce(sum(cache_write_tokens), 0),
-            'reasoning_tokens', coalesce(sum(reasoning_tokens), 0), 'cost_usd', sum(cost_usd)))
+            'reasoning_tokens', coalesce(sum(reasoning_tokens), 0), 'cost_usd', sum(cost_usd),
+            'server_tool_requests', coalesce(sum(server_tool_requests), 0),
+            'web_search_requests', coalesce(sum(web_search_requests), 0)))
       FROM rows
 $$;
 
@@ -3934,16 +4099,17 @@ $$;
 
 
 --
--- Name: record_tools_unavailable(uuid, bigint, text[], text[]); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: record_tools_unavailable(uuid, bigint, text[], text[], text[]); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.record_tools_unavailable(p_agent uuid, p_epoch bigint, p_servers text[], p_reasons text[]) RETURNS void
+CREATE FUNCTION holdfast.record_tools_unavailable(p_agent uuid, p_epoch bigint, p_servers text[], p_tools text[], p_reasons text[]) RETURNS void
     LANGUAGE plpgsql
     AS $$
 BEGIN
     PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
-    PERFORM holdfast.append_event(p_agent, 'tool.unavailable', jsonb_build_object('server', u.server, 'reason', u.reason))
-       FROM unnest(p_servers, p_reasons) WITH ORDINALITY AS u (server, reason, ord)
+    PERFORM holdfast.append_event(p_agent, 'tool.unavailable', jsonb_strip_nulls(
+               jsonb_build_object('server', u.server, 'tool', u.tool, 'reason', u.reason)))
+       FROM unnest(p_servers, p_tools, p_reasons) WITH ORDINALITY AS u (server, tool, reason, ord)
       ORDER BY u.ord;
 END
 $$;
@@ -4222,6 +4388,7 @@ BEGIN
         PERFORM holdfast.raise('HF422', 'agents and epochs must have the same length', 'epochs');
     END IF;
     SELECT s.backend_start INTO v_backend_start FROM pg_stat_get_activity(pg_backend_pid()) s;
+    PERFORM holdfast.hold_lease_session_lock();
     RETURN QUERY
     WITH wanted AS (
         SELECT w.agent_id, w.epoch FROM unnest(p_agents, p_epochs) AS w (agent_id, epoch)
@@ -4235,7 +4402,8 @@ BEGIN
         UPDATE holdfast.agents a
            SET lease_expires_at = v_now + p_ttl,
                lease_pid = pg_backend_pid(),
-               lease_backend_start = v_backend_start
+               lease_backend_start = v_backend_start,
+               lease_session_locked = true
           FROM locked l
          WHERE a.id = l.id
            -- Re-checked after the lock: a reaper may have won the race.
@@ -4292,6 +4460,17 @@ $$;
 
 
 --
+-- Name: request_pdf_limit(text); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.request_pdf_limit(p_provider text) RETURNS bigint
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE p_provider WHEN 'anthropic' THEN NULL ELSE 32000000 END::bigint
+$$;
+
+
+--
 -- Name: request_size_problem(holdfast.agents, jsonb, text); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
@@ -4301,18 +4480,30 @@ CREATE FUNCTION holdfast.request_size_problem(p_agent holdfast.agents, p_blocks 
 DECLARE
     v_provider text := p_agent.config #>> '{model,provider}';
     v_new bigint;
+    v_new_pdf bigint;
     v_total bigint;
+    v_pdf bigint;
 BEGIN
-    SELECT sum(holdfast.request_file_cost(v_provider, f.size_bytes)) INTO v_new
+    SELECT sum(holdfast.request_file_cost(v_provider, f.size_bytes)),
+           coalesce(sum(f.size_bytes) FILTER (WHERE f.media_type = 'application/pdf'), 0)
+      INTO v_new, v_new_pdf
       FROM holdfast.content_file_sizes(p_blocks) f;
     IF v_new IS NULL THEN
         RETURN;
     END IF;
-    v_total := v_new + holdfast.context_file_cost(p_agent);
+    SELECT v_new + coalesce(sum(holdfast.request_file_cost(v_provider, c.size_bytes)), 0),
+           v_new_pdf + coalesce(sum(c.size_bytes) FILTER (WHERE c.media_type = 'application/pdf'), 0)
+      INTO v_total, v_pdf
+      FROM holdfast.context_files(p_agent) c;
     IF v_total > holdfast.request_file_limit(v_provider) THEN
         message := format('request_too_large: the files of the agent''s next %s request would take %s bytes '
                           '(%s of them new); the provider takes at most %s per request',
                           v_provider, v_total, v_new, holdfast.request_file_limit(v_provider));
+        field := p_field;
+    ELSIF v_new_pdf > 0 AND v_pdf > holdfast.request_pdf_limit(v_provider) THEN
+        message := format('request_too_large: the PDFs of the agent''s next %s request would take %s bytes '
+                          '(%s of them new); the provider takes at most %s of PDFs per request',
+                          v_provider, v_pdf, v_new_pdf, holdfast.request_pdf_limit(v_provider));
         field := p_field;
     END IF;
 END
@@ -4354,24 +4545,6 @@ BEGIN
     RETURN QUERY SELECT NULL::text, NULL::text, coalesce(p_model ->> 'endpoint', 'default'),
                         p_model ->> 'base_url', v_endpoint.base_url, v_endpoint.credential_env,
                         v_key.sealed, v_key.key_fingerprint, v_project;
-END
-$$;
-
-
---
--- Name: retention_tick(integer); Type: FUNCTION; Schema: holdfast; Owner: -
---
-
-CREATE FUNCTION holdfast.retention_tick(p_batch integer DEFAULT 10000) RETURNS TABLE(partitions_created integer, partitions_dropped integer, events_deleted bigint, deliveries_deleted bigint, tool_outputs_pruned bigint, inputs_pruned bigint, attachments_deleted bigint)
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    partitions_created := holdfast.ensure_event_partitions(holdfast.now(), holdfast.now() + interval '14 days');
-    partitions_dropped := holdfast.drop_expired_event_partitions();
-    SELECT r.events_deleted, r.deliveries_deleted, r.tool_outputs_pruned, r.inputs_pruned, r.attachments_deleted
-      INTO events_deleted, deliveries_deleted, tool_outputs_pruned, inputs_pruned, attachments_deleted
-      FROM holdfast.prune_retention_rows(p_batch) r;
-    RETURN NEXT;
 END
 $$;
 
@@ -5539,7 +5712,9 @@ CREATE FUNCTION holdfast.usage_from_json(p_usage jsonb) RETURNS holdfast.token_u
                holdfast.token_count(p_usage -> 'cache_read_tokens'),
                holdfast.token_count(p_usage -> 'cache_write_tokens'),
                holdfast.token_count(p_usage -> 'reasoning_tokens'),
-               NULL)::holdfast.token_usage
+               NULL,
+               holdfast.token_count(p_usage -> 'server_tool_requests'),
+               holdfast.token_count(p_usage -> 'web_search_requests'))::holdfast.token_usage
 $$;
 
 
@@ -5556,7 +5731,9 @@ CREATE FUNCTION holdfast.usage_json(p_usage holdfast.token_usage) RETURNS jsonb
         'cache_read_tokens', (p_usage).cache_read_tokens,
         'cache_write_tokens', (p_usage).cache_write_tokens,
         'reasoning_tokens', (p_usage).reasoning_tokens,
-        'cost_usd', (p_usage).cost_usd)
+        'cost_usd', (p_usage).cost_usd,
+        'server_tool_requests', coalesce((p_usage).server_tool_requests, 0),
+        'web_search_requests', coalesce((p_usage).web_search_requests, 0))
 $$;
 
 
@@ -6112,7 +6289,7 @@ BEGIN
     v_provider := v_agent.config #>> '{model,provider}';
     v_model := v_agent.config #>> '{model,name}';
     v_usage := holdfast.add_server_tool_cost(
-        holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model), p_usage, v_provider);
+        holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model), v_provider);
     v_turn_usage := holdfast.add_usage(v_agent.turn_usage, v_usage);
 
     -- Decide the calls' statuses before writing anything.
@@ -6292,7 +6469,7 @@ $$;
 CREATE FUNCTION holdfast.zero_usage() RETURNS holdfast.token_usage
     LANGUAGE sql IMMUTABLE
     AS $$
-    SELECT ROW(0, 0, 0, 0, 0, NULL)::holdfast.token_usage
+    SELECT ROW(0, 0, 0, 0, 0, NULL, 0, 0)::holdfast.token_usage
 $$;
 
 
@@ -6718,7 +6895,9 @@ CREATE VIEW holdfast.usage_by_project AS
     (sum((s.usage).cache_read_tokens))::bigint AS cache_read_tokens,
     (sum((s.usage).cache_write_tokens))::bigint AS cache_write_tokens,
     (sum((s.usage).reasoning_tokens))::bigint AS reasoning_tokens,
-    sum((s.usage).cost_usd) AS cost_usd
+    sum((s.usage).cost_usd) AS cost_usd,
+    (COALESCE(sum((s.usage).server_tool_requests), (0)::numeric))::bigint AS server_tool_requests,
+    (COALESCE(sum((s.usage).web_search_requests), (0)::numeric))::bigint AS web_search_requests
    FROM (holdfast.steps s
      JOIN holdfast.agents a ON ((a.id = s.agent_id)))
   WHERE ((s.kind = ANY (ARRAY['model'::text, 'compaction'::text])) AND (s.turn_seq IS NOT NULL))
@@ -7257,6 +7436,13 @@ CREATE INDEX inputs_queued_idx ON holdfast.inputs USING btree (agent_id, created
 
 
 --
+-- Name: inputs_search_idx; Type: INDEX; Schema: holdfast; Owner: -
+--
+
+CREATE INDEX inputs_search_idx ON holdfast.inputs USING gin (to_tsvector('simple'::regconfig, (jsonb_path_query_array(content, 'strict $.**."text"'::jsonpath) || jsonb_path_query_array(content, 'strict $?(@.type() == "string")'::jsonpath)))) WITH (fastupdate=off) WHERE (octet_length((content)::text) <= 262144);
+
+
+--
 -- Name: machines_live_name_unique; Type: INDEX; Schema: holdfast; Owner: -
 --
 
@@ -7275,6 +7461,13 @@ CREATE INDEX machines_project_idx ON holdfast.machines USING btree (project_id, 
 --
 
 CREATE UNIQUE INDEX messages_input_idx ON holdfast.messages USING btree (input_id) WHERE (input_id IS NOT NULL);
+
+
+--
+-- Name: messages_search_idx; Type: INDEX; Schema: holdfast; Owner: -
+--
+
+CREATE INDEX messages_search_idx ON holdfast.messages USING gin (to_tsvector('simple'::regconfig, jsonb_path_query_array(content, 'strict $.**."text"'::jsonpath))) WITH (fastupdate=off) WHERE (octet_length((content)::text) <= 262144);
 
 
 --

@@ -1,6 +1,6 @@
 // The Holdfast console: a hash-routed page over the /v1 API. The API key
 // lives in sessionStorage only and goes out only as an Authorization header.
-import { ago, duration, el, folded, markdown, maskSecrets, usageText } from "./render.js";
+import { ago, duration, el, folded, markdown, maskSecrets, terminalText, usageText } from "./render.js";
 import { streamEvents } from "./sse.js";
 
 const KEY = "holdfast.api_key";
@@ -208,7 +208,7 @@ async function agentsNodes(params) {
   const outcomeSelect = el("select", { id: "outcome-filter", "aria-label": "Last turn" },
     [["", "any last turn"], ["failed", "failed"], ["limit", "stopped at a limit"], ["cancelled", "cancelled"], ["completed", "completed"]].map(([value, label]) =>
       el("option", { value, selected: value === outcome }, label)));
-  const search = el("input", { id: "search", type: "search", value: q, placeholder: "id, key=value or text", "aria-label": "Search" });
+  const search = el("input", { id: "search", type: "search", value: q, placeholder: "id, key=value, or words said", "aria-label": "Search" });
   const filter = el("form", { class: "toolbar", onsubmit: (event) => {
     event.preventDefault();
     const next = new URLSearchParams();
@@ -447,6 +447,29 @@ function attachmentThumb(agentId, block) {
   return el("figure", { class: "attachment" }, img, el("figcaption", { class: "meta" }, label));
 }
 
+// An input's content as it can be sent again. The API takes files as
+// base64 (or URLs), not as references to the files it stored: each stored
+// file is read back (with the key, in a header) and sent as base64, and the
+// API, which stores a file once per agent, keeps the one it has.
+async function resendable(agentId, content) {
+  if (!Array.isArray(content)) return content;
+  const key = sessionStorage.getItem(KEY);
+  return Promise.all(content.map(async (block) => {
+    if (block.source?.type !== "attachment") return block;
+    const response = await fetch(`/v1/agents/${agentId}/attachments/${block.source.attachment_id}`,
+      { headers: { Authorization: `Bearer ${key}` }, cache: "no-store" });
+    if (!response.ok) throw new Error(`reading the ${block.type} ${block.source.attachment_id}: HTTP ${response.status}`);
+    const blob = await response.blob();
+    const dataUrl = await new Promise((resolve, reject) => {
+      const reader = new FileReader();
+      reader.onload = () => resolve(reader.result);
+      reader.onerror = () => reject(reader.error);
+      reader.readAsDataURL(blob);
+    });
+    return { ...block, source: { type: "base64", media_type: block.source.media_type, data: String(dataUrl).slice(String(dataUrl).indexOf(",") + 1) } };
+  }));
+}
+
 function contentView(agentId, content) {
   if (typeof content === "string") return el("div", { class: "input-text" }, markdown(content));
   if (!Array.isArray(content)) return folded("content", content);
@@ -458,8 +481,10 @@ function contentView(agentId, content) {
 }
 
 // A run_command call as one card: the command as code, where it stands,
-// live while it runs, then its exit code, duration and output as terminal
-// text (textContent: output is never markup).
+// and its output as terminal text (textContent, escape sequences removed:
+// output is never markup and moves nothing): while it runs, the pieces the
+// machine relays (`command_output` on the stream, never saved), then its
+// exit code, duration and the output its result saved, which replaces them.
 function commandCard(call) {
   const status = el("span", { class: "command-status" }, "asked");
   const elapsed = el("span", { class: "command-elapsed" });
@@ -472,9 +497,26 @@ function commandCard(call) {
   let startedAt = null;
   const stopClock = () => { clearInterval(timer); timer = null; };
   const output = (pre, text, truncated) => {
-    if (!text) return;
-    pre.textContent = truncated ? `${text}\n[truncated]` : text;
+    pre.textContent = "";
+    if (!text) { pre.hidden = true; return; }
+    pre.textContent = terminalText(truncated ? `${text}\n[truncated]` : text);
     pre.hidden = false;
+  };
+  let ended = false;
+  const liveNote = el("p", { class: "meta live-note", hidden: true });
+  node.append(liveNote);
+  // A piece of what the command printed while it runs, appended as text.
+  node.onOutput = (piece) => {
+    if (ended) return;
+    if (piece.limit_reached) {
+      liveNote.textContent = "The live output stops here (its bound); the whole output shows when the command ends.";
+      liveNote.hidden = false;
+      return;
+    }
+    const pre = piece.stream === "stderr" ? stderr : stdout;
+    pre.append(terminalText(piece.text ?? ""));
+    pre.hidden = pre.textContent === "";
+    node.classList.add("streaming");
   };
   node.onEvent = (event) => {
     const d = event.data ?? {};
@@ -490,7 +532,9 @@ function commandCard(call) {
         break;
       case "command.finished": case "command.unknown": {
         stopClock();
-        node.classList.remove("running");
+        ended = true;
+        liveNote.hidden = true;
+        node.classList.remove("running", "streaming");
         const took = startedAt ? ` · ${duration(new Date(event.created_at) - startedAt)}` : "";
         const code = d.timed_out ? "timed out" : d.signal ? `signal ${d.signal}` : `exit ${d.exit_code}`;
         status.textContent = event.type === "command.unknown" ? `outcome unknown: ${d.message ?? ""}` : `${code}${took}`;
@@ -502,7 +546,8 @@ function commandCard(call) {
       }
       case "command.failed": case "machine.unreachable":
         stopClock();
-        node.classList.remove("running");
+        ended = true;
+        node.classList.remove("running", "streaming");
         node.classList.add("failed");
         status.textContent = event.type === "machine.unreachable" ? `machine ${d.machine} unreachable` : `never ran: ${d.message ?? d.reason}`;
         elapsed.textContent = "";
@@ -629,9 +674,123 @@ function pendingForms(agentId, refresh) {
   return { box, load };
 }
 
+// ---- a turn's waterfall ----------------------------------------------------
+
+// A turn's steps from its events: model calls (their attempts grouped),
+// tool calls, approvals, questions and commands, each {kind, label, start,
+// end, note} in ms since the epoch. A step's events say when it was asked
+// for and when it ended; a model call has no event of its own start, so it
+// starts when the turn was ready for it: at the event before it, or after a
+// retry, once the retry's delay had passed. What has not ended by `now` runs.
+function turnSteps(events, now) {
+  const steps = [];
+  const waits = new Map();
+  let call = null;
+  let previous = null;
+  const begin = (key, kind, label, at) => {
+    const step = { kind, label, start: at, end: null, note: "" };
+    waits.set(key, step);
+    steps.push(step);
+    return step;
+  };
+  const end = (key, at, note) => {
+    const step = waits.get(key);
+    if (!step) return;
+    step.end = at;
+    if (note) step.note = note;
+    waits.delete(key);
+  };
+  const attempt = (at, error) => {
+    if (!call) { call = { kind: "model", label: "Model call", start: previous ?? at, end: null, note: "", attempts: [], next: previous ?? at }; steps.push(call); }
+    call.attempts.push({ start: Math.min(call.next, at), end: at, error });
+    call.end = at;
+  };
+  for (const event of events) {
+    const d = event.data ?? {};
+    const at = new Date(event.created_at).getTime();
+    switch (event.type) {
+      case "model.retry":
+        attempt(at, `${d.error?.type ?? "error"}: ${d.error?.message ?? ""}`);
+        call.next = at + (d.delay_ms ?? 0);
+        break;
+      case "model.response": case "model.interrupted":
+        attempt(at, event.type === "model.interrupted" ? "interrupted" : null);
+        call = null;
+        break;
+      case "turn.failed": case "turn.cancelled":
+        // A call being retried ends with the turn.
+        if (call) { attempt(at, `${d.error?.type ?? "cancelled"}: ${d.error?.message ?? "the turn was cancelled"}`); call = null; }
+        break;
+      case "tool_call.created":
+        if (d.kind !== "command" && d.kind !== "question") begin(`tool:${d.id}`, "tool", `Tool ${d.name}`, at);
+        break;
+      case "tool_call.completed": end(`tool:${d.tool_call_id}`, at, d.is_error ? "error" : ""); break;
+      case "approval.requested":
+        begin(`approval:${d.approval_id}`, "approval", d.kind === "budget" ? `Approval to pass ${d.budget?.budget}` : `Approval of ${d.name}`, at);
+        break;
+      case "approval.answered": end(`approval:${d.approval_id}`, at, `${DECIDED[d.decision] ?? d.decision} by ${d.by}`); break;
+      case "question.asked": begin(`question:${d.question_id}`, "question", `Question: ${String(d.question ?? "").slice(0, 60)}`, at); break;
+      case "question.answered": end(`question:${d.question_id}`, at, `answered by ${d.by}`); break;
+      case "command.queued": begin(`command:${d.command_id}`, "command", `Command: ${String(d.command ?? "").slice(0, 60)}`, at); break;
+      case "command.accepted": {
+        const step = waits.get(`command:${d.command_id}`);
+        if (step) step.acceptedAt = at;
+        break;
+      }
+      case "command.finished": end(`command:${d.command_id}`, at, d.timed_out ? "timed out" : `exit ${d.exit_code}`); break;
+      case "command.failed": case "command.unknown": case "machine.unreachable":
+        end(`command:${d.command_id}`, at, event.type.replace(/^\w+\./, "").replace("_", " "));
+        break;
+      default:
+    }
+    previous = at;
+  }
+  if (call) call.attempts.push({ start: Math.min(call.next, now), end: now, error: null, running: true });
+  for (const step of steps) {
+    if (step.end === null || step.attempts?.at(-1)?.running) { step.end = now; step.running = true; }
+  }
+  return steps;
+}
+
+// The steps as bars on one time axis from the turn's start to its end (or
+// now): each bar starts at its step's start and is as wide as it lasted;
+// a model call's attempts are rows under it, each with its error.
+function waterfall(steps, from, to) {
+  const span = Math.max(to - from, 1);
+  // Classes of their own (`kind-…`): the timeline's cards use `command`.
+  const row = (kinds, label, start, end, note, running) => {
+    const cls = kinds.split(" ").map((k) => `kind-${k}`).join(" ");
+    const bar = el("div", { class: `bar ${cls}${running ? " running" : ""}` });
+    bar.style.left = `${((start - from) / span) * 100}%`;
+    bar.style.width = `${Math.max(((end - start) / span) * 100, 0)}%`;
+    return el("li", { class: `step ${cls}`, "data-start-ms": start - from, "data-duration-ms": end - start },
+      el("span", { class: "step-label", title: label }, label),
+      el("span", { class: "track", "aria-hidden": "true" }, bar),
+      el("span", { class: "step-duration" }, `${running ? "running, " : ""}${duration(end - start)}${note ? ` · ${note}` : ""}`));
+  };
+  const rows = [];
+  for (const step of steps) {
+    if (step.kind === "model") {
+      const n = step.attempts.length;
+      rows.push(row("model", n > 1 ? `Model call, ${n} attempts` : "Model call", step.start, step.end, "", step.running));
+      if (n > 1) {
+        step.attempts.forEach((a, i) => rows.push(row(a.error ? "attempt failed" : "attempt", `attempt ${i + 1}${a.error ? `: ${a.error}` : a.running ? "" : ": answered"}`,
+          a.start, a.end, "", a.running)));
+      }
+    } else {
+      const queued = step.acceptedAt ? `queued ${duration(step.acceptedAt - step.start)} · ` : "";
+      rows.push(row(step.kind, step.label, step.start, step.end, `${queued}${step.note}`, step.running));
+    }
+  }
+  return el("section", { class: "waterfall", "aria-label": "Steps on a time axis" },
+    el("div", { class: "axis meta" }, el("span", {}, "0"), el("span", {}, duration(span))),
+    el("ol", { class: "steps" }, rows));
+}
+
 // The timeline, grouped by turn: each turn a disclosure whose summary says
 // what it was asked, how it ended, how long it took and what it cost;
-// earlier turns fold away as a new one starts.
+// earlier turns fold away as a new one starts. An expanded turn shows its
+// waterfall first.
 function turnTimeline(agentId) {
   const root = el("section", { id: "timeline", "aria-label": "Timeline" });
   const commands = new Map();
@@ -646,10 +805,26 @@ function turnTimeline(agentId) {
     const summary = el("summary", {}, el("span", { class: "turn-title" }, `Turn ${count}`), " ",
       el("span", { class: "turn-input" }), " ", el("span", { class: "turn-outcome" }, "running"), " ",
       el("span", { class: "turn-duration" }), " ", el("span", { class: "turn-usage" }));
+    const steps = el("div", { class: "turn-steps" });
     const body = el("div", { class: "turn-body" });
-    const node = el("details", { class: "turn open-turn", open: true, "data-turn": count }, summary, body);
+    const node = el("details", { class: "turn open-turn", open: true, "data-turn": count }, summary, steps, body);
     node.startedAt = new Date(event.created_at);
-    node.body = node.querySelector(".turn-body");
+    node.body = body;
+    node.events = [];
+    // Drawn while the turn is expanded, at most once a frame: after its
+    // events (a replayed history draws once), and on opening.
+    let drawing = false;
+    node.drawSteps = () => {
+      if (!node.open || drawing) return;
+      drawing = true;
+      requestAnimationFrame(() => {
+        drawing = false;
+        const to = node.endedAt ? node.endedAt.getTime() : Math.max(Date.now(), ...node.events.map((e) => new Date(e.created_at).getTime()));
+        const found = turnSteps(node.events, to);
+        steps.replaceChildren(...(found.length ? [waterfall(found, node.startedAt.getTime(), to)] : []));
+      });
+    };
+    node.addEventListener("toggle", node.drawSteps);
     if (current) current.open = false;
     for (const card of loose) {
       body.append(card);
@@ -686,9 +861,11 @@ function turnTimeline(agentId) {
     add(event) {
       if (event.type === "turn.started") openTurn(event);
       const card = eventCard(agentId, event, commands, current?.startedAt);
-      if (current) current.body.append(card);
+      const turn = current;
+      if (turn) { turn.body.append(card); turn.events.push(event); }
       else { root.append(card); loose.push(card); }
       if (/^turn\.(completed|failed|cancelled)$/.test(event.type)) endTurn(event);
+      turn?.drawSteps();
     },
     // Each turn's tokens and cost from GET /v1/agents/{id}/usage (turn
     // numbers count turns as they open, as the timeline does).
@@ -698,6 +875,8 @@ function turnTimeline(agentId) {
         if (node) node.querySelector(".turn-usage").textContent = usageText(turn.usage);
       }
     },
+    // A piece of a running command's output, to its card.
+    output(piece) { commands.get(piece.tool_call_id)?.onOutput(piece); },
     stop() { for (const command of commands.values()) command.stop(); },
   };
 }
@@ -715,7 +894,7 @@ async function agentPage(id, render) {
     if (lastInput === null) return;
     retryStatus.replaceChildren();
     try {
-      await api("POST", `/v1/agents/${id}/inputs`, { content: lastInput }, { "Idempotency-Key": crypto.randomUUID() });
+      await api("POST", `/v1/agents/${id}/inputs`, { content: await resendable(id, lastInput) }, { "Idempotency-Key": crypto.randomUUID() });
       retryStatus.replaceChildren(el("span", { class: "notice" }, "sent again"));
     } catch (error) { retryStatus.replaceChildren(errorLine(error)); }
   } }, "Retry the last input");
@@ -789,6 +968,7 @@ async function agentPage(id, render) {
   const stream = streamEvents({
     url: `/v1/agents/${id}/stream`, key: sessionStorage.getItem(KEY), afterSeq: 0,
     onStatus: (s) => { streamStatus.textContent = `stream: ${s}`; },
+    onOutput: (piece) => timeline.output(piece),
     onDelta: (delta) => {
       if (!turnOpen || delta.epoch <= savedEpoch) return;
       if (delta.epoch !== liveEpoch) {

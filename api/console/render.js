@@ -47,6 +47,16 @@ export function folded(summary, value) {
   return el("details", { class: "json" }, el("summary", {}, summary), el("div", { class: "json-tools" }, copy, " ", copied), el("pre", {}, text));
 }
 
+// A program's output as plain text for a terminal-like <pre>: escape
+// sequences (colours, cursor moves, titles) are removed, a carriage return
+// ends a line, and any other control character shows as U+FFFD. The result
+// still goes in as textContent: output is never markup.
+const ESCAPE_SEQUENCE = /\u001b(?:\[[0-?]*[ -\/]*[@-~]|\][^\u0007\u001b]*(?:\u0007|\u001b\\)?|[@-Z\\-_])/g;
+const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g;
+export function terminalText(text) {
+  return String(text).replace(ESCAPE_SEQUENCE, "").replace(/\r\n?/g, "\n").replace(CONTROL, "\ufffd");
+}
+
 // "3 min ago" for a time in the past (the exact time is the caller's title).
 export function ago(time, now = Date.now()) {
   const seconds = Math.max(0, Math.round((now - new Date(time).getTime()) / 1000));

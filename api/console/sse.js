@@ -1,9 +1,11 @@
 // A reader of text/event-stream over fetch(): EventSource cannot send an
 // Authorization header, and the API key must never go in a URL.
 // It resumes after a dropped connection from the last seq it saw
-// (Last-Event-ID) and hands each saved event on once.
+// (Last-Event-ID) and hands each saved event on once; live messages (answer
+// deltas, a running command's output) have no seq and are handed on as
+// they come.
 
-export function streamEvents({ url, key, afterSeq, onEvent, onDelta, onStatus }) {
+export function streamEvents({ url, key, afterSeq, onEvent, onDelta, onOutput, onStatus }) {
   let lastSeq = afterSeq;
   let stopped = false;
   let controller = null;
@@ -48,6 +50,7 @@ export function streamEvents({ url, key, afterSeq, onEvent, onDelta, onStatus })
     let payload;
     try { payload = JSON.parse(data.join("\n")); } catch { return; }
     if (type === "delta") { onDelta(payload); return; }
+    if (type === "command_output") { onOutput?.(payload); return; }
     const seq = id === null ? NaN : Number(id);
     if (!Number.isFinite(seq) || seq <= lastSeq) return; // a duplicate after a resume
     lastSeq = seq;

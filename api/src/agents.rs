@@ -58,14 +58,17 @@ pub struct ListQuery {
     /// finds agents whose `metadata.key` is that value (a JSON scalar such as
     /// `3` or `true`, else the text); anything else finds agents whose
     /// metadata or id contains the text, case-insensitively (a part of an
-    /// id finds its agent).
+    /// id finds its agent), or one of whose inputs or saved messages holds
+    /// its words: whole words, any case, all of them in one input or
+    /// message; `"a phrase"`, `or` and `-word` as in a web search
+    /// (content over 256 KiB is not searched).
     q: Option<String>,
 }
 
 /// `value` as an agent config, or the 400 naming the field that does not
 /// fit. Its MCP tool entries, and those of its subagents' configs at any
 /// depth ([`mcp_entries`]), are checked here too: their headers must be in
-/// the egress policy's safe set ([`check_mcp_header`], 400), and their
+/// the egress policy's safe set ([`check_mcp_header`], 422), and their
 /// servers allowed by it ([`EgressPolicy::check_configured_url`], 422): an
 /// agent is never created with a tool server it may not reach.
 async fn parse_config(value: &Value, egress: &EgressPolicy) -> Result<AgentConfig, ApiError> {
@@ -73,8 +76,10 @@ async fn parse_config(value: &Value, egress: &EgressPolicy) -> Result<AgentConfi
     for (at, entry) in mcp_entries(value, String::new()) {
         if let Some(headers) = entry.get("headers").and_then(Value::as_object) {
             for name in headers.keys() {
-                check_mcp_header(name)
-                    .map_err(|reason| ApiError::invalid(format!("{at}.headers.{name}"), reason))?;
+                check_mcp_header(name).map_err(|reason| {
+                    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "egress_refused", reason)
+                        .with_field(format!("{at}.headers.{name}"))
+                })?;
             }
         }
         // A URL that does not parse, or is not http(s), is the config
@@ -132,7 +137,7 @@ async fn load(db: &tokio_postgres::Client, caller: &Caller, id: Uuid) -> Result<
         (status = 400, description = "invalid config; `field` names the field", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 413, body = ErrorBody),
-        (status = 422, description = "`model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address; `field` names it", body = ErrorBody),
+        (status = 422, description = "`model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address or one of its headers; `field` names it", body = ErrorBody),
     )
 )]
 pub async fn create_agent(
@@ -350,7 +355,7 @@ pub async fn get_agent(
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, description = "the agent is archived", body = ErrorBody),
-        (status = 422, description = "`model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address; `field` names it", body = ErrorBody),
+        (status = 422, description = "`model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address or one of its headers; `field` names it", body = ErrorBody),
     )
 )]
 pub async fn patch_agent(

@@ -3,8 +3,11 @@
 //!
 //! Three channels: `holdfast_events` (payload: an agent id; one per agent per
 //! committing transaction) says "this agent has new saved events",
-//! `holdfast_stream` (payload: `{"agent_id", "epoch", "text"}`, sent by
-//! workers, never saved) carries live text deltas, and `holdfast_commands`
+//! `holdfast_stream` (never saved) carries live text deltas (payload:
+//! `{"agent_id", "epoch", "kind", "text"}`, sent by workers) and pieces of
+//! running commands' output (`{"agent_id", "kind": "command_output",
+//! "command_id", "tool_call_id", "stream", "text"}`, sent by the API for a
+//! machine's daemon, `holdfast.command_output`), and `holdfast_commands`
 //! (payload: a machine id; one per machine per committing transaction) says
 //! "a command was queued for this machine, or its token or existence
 //! changed": it wakes that machine's claim long-polls ([`CommandHints`]),
@@ -12,8 +15,9 @@
 //!
 //! Each agent with at least one open stream has a *feed*: a task that, on an
 //! events hint, reads the agent's new events from the table once and
-//! broadcasts them to all its streams, and passes deltas through in arrival
-//! order (so a delta never overtakes the events committed before it). A
+//! broadcasts them to all its streams, and passes live messages (deltas,
+//! command output) through in arrival order (so one never overtakes the
+//! events committed before it). A
 //! thousand streams on one agent cost one read per commit, not a thousand.
 //! Notifications are hints: the feed reads the table from its own position,
 //! so an event is never skipped or doubled, and after a lost LISTEN
@@ -47,8 +51,9 @@ use uuid::Uuid;
 
 /// Saved events: the agent id in the payload.
 pub const EVENTS_CHANNEL: &str = "holdfast_events";
-/// Live deltas: `{"agent_id", "epoch", "kind", "text"}` (`kind` `text` or
-/// `thinking`; absent means `text`).
+/// Live messages: deltas `{"agent_id", "epoch", "kind", "text"}` (`kind`
+/// `text` or `thinking`; absent means `text`) and command output
+/// (`kind` `command_output`).
 pub const STREAM_CHANNEL: &str = "holdfast_stream";
 /// A machine's commands or credentials changed: the machine id.
 pub const COMMANDS_CHANNEL: &str = "holdfast_commands";
@@ -86,15 +91,16 @@ pub struct WireEvent {
 pub enum Signal {
     /// New saved events, contiguous, oldest first.
     Events(Arc<[WireEvent]>),
-    /// A live delta: `{"text", "epoch"}` JSON, of answer text or thinking.
-    Delta(DeltaKind, Arc<str>),
+    /// A live message, never saved: its SSE event name and its JSON (a
+    /// delta's `{"text", "epoch"}`, a command's output piece).
+    Live(&'static str, Arc<str>),
     /// The feed could not read the table: the stream reads it itself.
     Resync,
 }
 
 enum Inbound {
     Saved,
-    Delta(DeltaKind, Arc<str>),
+    Live(&'static str, Arc<str>),
 }
 
 /// The SSE event name a live delta of `kind` is sent as.
@@ -104,6 +110,9 @@ pub fn sse_event(kind: DeltaKind) -> &'static str {
         DeltaKind::Thinking => "thinking_delta",
     }
 }
+
+/// The SSE event name of a piece of a running command's output.
+pub const COMMAND_OUTPUT_EVENT: &str = "command_output";
 
 /// The fan-out: cheap to clone.
 #[derive(Clone)]
@@ -133,13 +142,40 @@ struct Feed {
     watch: Uuid,
 }
 
+/// A `holdfast_stream` payload: a delta, or a piece of command output.
 #[derive(Deserialize)]
-struct StreamPayload {
+#[serde(untagged)]
+enum StreamPayload {
+    Output(OutputPayload),
+    Delta(DeltaPayload),
+}
+
+#[derive(Deserialize)]
+struct DeltaPayload {
     agent_id: Uuid,
     epoch: i64,
     #[serde(default)]
     kind: DeltaKind,
     text: String,
+}
+
+#[derive(Deserialize)]
+struct OutputPayload {
+    agent_id: Uuid,
+    kind: OutputKind,
+    command_id: Uuid,
+    tool_call_id: Uuid,
+    stream: String,
+    text: String,
+    #[serde(default)]
+    limit_reached: bool,
+}
+
+/// The `kind` of a command output payload (only that one).
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum OutputKind {
+    CommandOutput,
 }
 
 impl Fanout {
@@ -257,17 +293,38 @@ impl Inner {
                 ),
             },
             STREAM_CHANNEL => match serde_json::from_str::<StreamPayload>(notification.payload()) {
-                Ok(delta) => {
-                    let json =
-                        serde_json::json!({"text": delta.text, "epoch": delta.epoch}).to_string();
+                Ok(payload) => {
+                    let (agent, event, json) = match payload {
+                        StreamPayload::Delta(delta) => (
+                            delta.agent_id,
+                            sse_event(delta.kind),
+                            serde_json::json!({"text": delta.text, "epoch": delta.epoch}),
+                        ),
+                        StreamPayload::Output(output) => {
+                            let OutputKind::CommandOutput = output.kind;
+                            (
+                                output.agent_id,
+                                COMMAND_OUTPUT_EVENT,
+                                serde_json::json!({
+                                    "command_id": output.command_id,
+                                    "tool_call_id": output.tool_call_id,
+                                    "stream": output.stream,
+                                    "text": output.text,
+                                    "limit_reached": output.limit_reached,
+                                }),
+                            )
+                        }
+                    };
                     let feeds = lock(&self.feeds);
-                    if let Some(feed) = feeds.get(&delta.agent_id) {
+                    if let Some(feed) = feeds.get(&agent) {
                         // A full inbox means the reader is stuck on the
-                        // database; a delta is worth nothing late.
-                        let _ = feed.inbox.try_send(Inbound::Delta(delta.kind, json.into()));
+                        // database; a live message is worth nothing late.
+                        let _ = feed
+                            .inbox
+                            .try_send(Inbound::Live(event, json.to_string().into()));
                     }
                 }
-                Err(e) => tracing::debug!(error = %e, "malformed stream delta"),
+                Err(e) => tracing::debug!(error = %e, "malformed stream message"),
             },
             COMMANDS_CHANNEL => match notification.payload().parse::<Uuid>() {
                 Ok(machine) => {
@@ -441,8 +498,8 @@ async fn read_feed(
     while let Some(message) = inbox.recv().await {
         match message {
             Inbound::Saved => read_new_events(&pool, agent, &mut position, &signals).await,
-            Inbound::Delta(kind, json) => {
-                let _ = signals.send(Signal::Delta(kind, json));
+            Inbound::Live(event, json) => {
+                let _ = signals.send(Signal::Live(event, json));
             }
         }
         if behind.swap(false, Ordering::AcqRel) {

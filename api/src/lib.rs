@@ -135,6 +135,7 @@ fn small_body_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(machines::daemon::heartbeat))
         .routes(routes!(machines::daemon::claim_commands))
         .routes(routes!(machines::daemon::submit_result))
+        .routes(routes!(machines::daemon::relay_output))
         .routes(routes!(inbox::get_inbox))
         .routes(routes!(approvals::list_approvals))
         .routes(routes!(approvals::decide_approval))

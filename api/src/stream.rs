@@ -1,8 +1,9 @@
 //! `GET /v1/agents/{id}/stream`: Server-Sent Events. First the saved events
 //! after `Last-Event-ID` (or `?after=`), read from the table; then live: new
 //! events as they commit (`id: SEQ`, `event: TYPE`, `data: JSON`) and live
-//! deltas (`event: delta` for text, `event: thinking_delta` for extended
-//! thinking; no id, never saved).
+//! messages (no id, never saved): deltas (`event: delta` for text,
+//! `event: thinking_delta` for extended thinking) and running commands'
+//! output (`event: command_output`).
 //!
 //! Each stream is a task writing into a small bounded channel that the
 //! response body drains. A client that does not take the next message within
@@ -38,7 +39,7 @@ use uuid::Uuid;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery};
-use crate::fanout::{sse_event, wire_event, Signal, Subscription, WireEvent};
+use crate::fanout::{wire_event, Signal, Subscription, WireEvent};
 use crate::observe::record_agent;
 use crate::state::AppState;
 
@@ -67,7 +68,7 @@ pub struct StreamQuery {
         StreamQuery,
     ),
     responses(
-        (status = 200, description = "an SSE stream: saved events (`id: SEQ`, `event: TYPE`, `data: JSON`), live deltas (`event: delta` for answer text, `event: thinking_delta` for extended thinking; data `{\"text\", \"epoch\"}`), heartbeat comments", content_type = "text/event-stream", body = holdfast_engine::sse::SseEvent),
+        (status = 200, description = "an SSE stream: saved events (`id: SEQ`, `event: TYPE`, `data: JSON`), live deltas (`event: delta` for answer text, `event: thinking_delta` for extended thinking; data `{\"text\", \"epoch\"}`), a running command's output (`event: command_output`; data `{\"command_id\", \"tool_call_id\", \"stream\", \"text\", \"limit_reached\"}`), heartbeat comments", content_type = "text/event-stream", body = holdfast_engine::sse::SseEvent),
         (status = 400, description = "bad Last-Event-ID or after", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
@@ -185,8 +186,8 @@ async fn pump(
             };
             match signal {
                 Ok(Signal::Events(batch)) => pump.follow(&batch).await?,
-                Ok(Signal::Delta(kind, json)) => {
-                    pump.send(Event::default().event(sse_event(kind)).data(&*json))
+                Ok(Signal::Live(event, json)) => {
+                    pump.send(Event::default().event(event).data(&*json))
                         .await?
                 }
                 Ok(Signal::Resync) => pump.catch_up().await?,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use clap::Args;
 use holdfast_engine::cluster::{ClusterOptions, LocalCluster};
-use holdfast_engine::connect::ConnectConfig;
+use holdfast_engine::connect::{self, ConnectConfig};
 use holdfast_engine::{migrate, store};
 use tokio_postgres::config::Host;
 
@@ -180,7 +180,11 @@ impl Database {
         Ok(outcome)
     }
 
+    /// Apply pending migrations. Every server role, `up` and `migrate`
+    /// start here, so this first refuses a pooler that shares sessions
+    /// between connections, before anything relies on one.
     pub async fn migrate(&self) -> Result<Vec<&'static str>> {
+        connect::require_session_per_connection(&self.config, "HOLDFAST_DATABASE_URL").await?;
         // The error says why, in one line (TLS, certificate, password, ...).
         let (mut client, connection) = self.config.connect().await?;
         tokio::spawn(connection);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use holdfast_api::rate_limit::{parse_rate_limit, RateLimit, DEFAULT_RATE_LIMIT};
 use holdfast_api::ApiConfig;
-use holdfast_engine::connect::ConnectConfig;
+use holdfast_engine::connect::{self, ConnectConfig};
 use holdfast_engine::domain::AttachmentQuotas;
 use holdfast_engine::egress::EgressPolicy;
 use holdfast_engine::secrets::SecretKey;
@@ -136,6 +136,9 @@ pub async fn run(db: &Database, args: ApiArgs, egress: Arc<EgressPolicy>) -> Res
         .map(ConnectConfig::parse)
         .transpose()
         .context("HOLDFAST_READ_DATABASE_URL")?;
+    if let Some(replica) = &read_database {
+        connect::require_session_per_connection(replica, "HOLDFAST_READ_DATABASE_URL").await?;
+    }
     let config = ApiConfig {
         read_database,
         egress,

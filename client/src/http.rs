@@ -20,8 +20,8 @@ use crate::wire::approvals::{
 use crate::wire::events::EventList;
 use crate::wire::inputs::{InputList, InputRequest, InputView};
 use crate::wire::machines::{
-    ClaimedList, HeartbeatRequest, HeartbeatView, MachineCreated, MachineList,
-    RegisterMachineRequest, ResultRequest, ResultView, WakeRequest, WakeView,
+    ClaimedList, HeartbeatRequest, HeartbeatView, MachineCreated, MachineList, OutputRequest,
+    OutputView, RegisterMachineRequest, ResultRequest, ResultView, WakeRequest, WakeView,
 };
 use crate::wire::tool_calls::{
     KindName, StatusFilter, ToolCallList, ToolCallView, ToolResultRequest,
@@ -531,6 +531,22 @@ impl Client {
         self.post(
             &format!("/v1/machine/commands/{command}/result"),
             result,
+            Retry::Once,
+            None,
+        )
+        .await
+        .map(|answer| answer.body)
+    }
+
+    /// Relay a piece of a running command's output (machine token).
+    pub async fn command_output(
+        &self,
+        command: Uuid,
+        output: &OutputRequest,
+    ) -> Result<OutputView, CallError> {
+        self.post(
+            &format!("/v1/machine/commands/{command}/output"),
+            output,
             Retry::Once,
             None,
         )

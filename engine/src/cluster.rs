@@ -223,6 +223,12 @@ impl LocalCluster {
         self.base_dir.join("data")
     }
 
+    /// The OS user the server runs as when we are root (else ourselves):
+    /// a program that must reach its private socket runs as this user too.
+    pub fn os_user(&self) -> Option<&str> {
+        self.run_as.as_ref().map(|user| user.name.as_str())
+    }
+
     pub fn socket_dir(&self) -> &Path {
         &self.socket_dir
     }
@@ -266,6 +272,40 @@ impl LocalCluster {
     /// from WAL on the next start) — for fault tests.
     pub fn crash(&self) -> Result<()> {
         self.stop_mode("immediate")
+    }
+
+    /// SIGKILL the server: the postmaster and every process it started, as
+    /// when its machine dies (no shutdown, no checkpoint, nothing flushed
+    /// after the kill) — for failover tests.
+    pub fn kill(&self) -> Result<()> {
+        let pid_file = self.data_dir().join("postmaster.pid");
+        let text = fs::read_to_string(&pid_file).map_err(io_err("read", &pid_file))?;
+        let postmaster: i32 = text
+            .lines()
+            .next()
+            .and_then(|line| line.trim().parse().ok())
+            .ok_or_else(|| Error::EmbeddedPostgres(format!("no pid in {}", pid_file.display())))?;
+        let children = children_of(postmaster);
+        for pid in std::iter::once(postmaster).chain(children) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        Ok(())
+    }
+
+    /// Promote a standby to primary (`pg_ctl promote`), waiting until it
+    /// accepts writes.
+    pub fn promote(&self) -> Result<()> {
+        let out = self.pg_ctl(&["promote", "-D", &self.data_dir().to_string_lossy(), "-w"])?;
+        if !out.status.success() {
+            return Err(Error::EmbeddedPostgres(format!(
+                "pg_ctl promote failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(())
     }
 
     /// Start the server again after [`stop`](Self::stop) or [`crash`](Self::crash).
@@ -593,6 +633,27 @@ pub fn find_bin_dir() -> Result<PathBuf> {
 fn socket_dir_for(base_dir: &Path) -> PathBuf {
     let hash = Sha256::digest(base_dir.to_string_lossy().as_bytes());
     PathBuf::from(format!("/tmp/holdfast-{}", &hex::encode(hash)[..12]))
+}
+
+/// The processes whose parent is `parent` (from /proc).
+fn children_of(parent: i32) -> Vec<i32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    // After the parenthesised command name: state, then ppid.
+                    let (_, rest) = stat.rsplit_once(") ")?;
+                    rest.split_whitespace().nth(1)?.parse::<i32>().ok()
+                })
+                == Some(parent)
+        })
+        .collect()
 }
 
 fn running_as_root() -> bool {

@@ -27,7 +27,7 @@ use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
 use tokio::sync::mpsc;
-use tokio_postgres::config::{Host, SslMode as WireSslMode};
+use tokio_postgres::config::{Host, SslMode as WireSslMode, TargetSessionAttrs};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{AsyncMessage, Client, Config, Notification, Socket, Statement};
@@ -216,6 +216,17 @@ impl ConnectConfig {
             c.get_application_name()
                 .map(|name| ("application_name", name.to_owned())),
         );
+        // Several hosts (a primary and its standbys): the child must pick
+        // the writable one as this process does.
+        match c.get_target_session_attrs() {
+            TargetSessionAttrs::ReadWrite => {
+                pairs.push(("target_session_attrs", "read-write".to_owned()))
+            }
+            TargetSessionAttrs::ReadOnly => {
+                pairs.push(("target_session_attrs", "read-only".to_owned()))
+            }
+            _ => {}
+        }
         pairs.push(("sslmode", self.tls.mode.as_str().to_owned()));
         pairs.extend(
             self.tls
@@ -640,14 +651,23 @@ fn tls_attempt_refused(error: &tokio_postgres::Error) -> bool {
         || error.code() == Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION)
 }
 
-/// `host:port` (or the socket directory) of the first server, for messages.
+/// `host:port` (or the socket directory) of each server, for messages.
 fn describe_target(config: &Config) -> String {
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    match config.get_hosts().first() {
-        Some(Host::Tcp(host)) => format!("{host}:{port}"),
-        Some(Host::Unix(dir)) => format!("{} (Unix socket, port {port})", dir.display()),
-        None => format!("port {port}"),
+    let ports = config.get_ports();
+    let port_of = |i: usize| ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| match host {
+            Host::Tcp(host) => format!("{host}:{}", port_of(i)),
+            Host::Unix(dir) => format!("{} (Unix socket, port {})", dir.display(), port_of(i)),
+        })
+        .collect();
+    if hosts.is_empty() {
+        return format!("port {}", port_of(0));
     }
+    hosts.join(", ")
 }
 
 /// Why a connection failed, in one line a person can act on.
@@ -711,6 +731,11 @@ fn connect_failure_cause(
             "the server does not accept TLS connections, and sslmode={} requires TLS",
             tls.mode.as_str()
         );
+    }
+    if text.contains("database does not allow writes") {
+        return "no server accepts writes (target_session_attrs=read-write): each one \
+                reached is read-only, e.g. a standby, or a primary still being promoted"
+            .to_owned();
     }
     if let Some(io) = io_error(error) {
         return format!("the host is unreachable: {}", one_line(&io.to_string()));
@@ -793,6 +818,99 @@ impl Session {
             .get(sql)
             .cloned()
     }
+}
+
+/// Refuse a server behind which Holdfast's connections would share Postgres
+/// sessions: a pooler in transaction or statement mode (PgBouncer's
+/// `pool_mode = transaction`). Holdfast keeps statements prepared on its
+/// connections, LISTENs for wake-ups, and knows a worker's leases by its
+/// session; behind such a pooler the statements vanish between
+/// transactions (`prepared statement "s3" does not exist`), notifications
+/// go to whichever client holds the backend, and the lease's session is
+/// not the worker's. `setting` names the URL in the error.
+///
+/// The probe: connection A asks for its backend, then B opens a
+/// transaction (pinning a backend) and asks for its own, then A asks again.
+/// On separate sessions (Postgres itself, a session-mode pooler) A keeps
+/// its backend and B has another. Behind a transaction pooler, B is handed
+/// the backend A just released (PgBouncer reuses the most recent one), or
+/// A comes back on another (see [`PROBE_ROUNDS`]). Simple-protocol
+/// queries only: a prepared
+/// statement could itself fail across the pooler's switch.
+pub async fn require_session_per_connection(config: &ConnectConfig, setting: &str) -> Result<()> {
+    let (first, first_connection) = config.connect().await?;
+    let first_task = tokio::spawn(first_connection);
+    let (second, second_connection) = config.connect().await?;
+    let second_task = tokio::spawn(second_connection);
+    let probe = async {
+        let mut seen = (0, 0, 0);
+        for _ in 0..PROBE_ROUNDS {
+            let before = backend_pid(&first).await?;
+            second.simple_query("BEGIN").await?;
+            let pinned = backend_pid(&second).await?;
+            let after = backend_pid(&first).await?;
+            second.simple_query("ROLLBACK").await?;
+            seen = (before, pinned, after);
+            if pinned == before || after != before {
+                break;
+            }
+        }
+        Ok::<_, Error>(seen)
+    };
+    let outcome = probe.await;
+    drop((first, second));
+    let _ = (first_task.await, second_task.await);
+    let (before, pinned, after) = outcome.map_err(|e| Error::Invalid {
+        field: Some(setting.into()),
+        message: format!(
+            "cannot check that each connection is a Postgres session of its own: {e}; \
+             a pooler in statement mode refuses transactions: {}",
+            SESSION_POOLING_FIX
+        ),
+    })?;
+    if pinned == before || after != before {
+        let seen = if pinned == before {
+            format!("two connections ran on the same backend (pid {before})")
+        } else {
+            format!("one connection moved from backend pid {before} to pid {after}")
+        };
+        return Err(Error::Invalid {
+            field: Some(setting.into()),
+            message: format!(
+                "it reaches a pooler that shares Postgres sessions between its clients \
+                 (transaction or statement pooling: {seen}). Holdfast keeps statements \
+                 prepared on its connections, LISTENs for wake-ups and knows a worker's \
+                 leases by its session, none of which survives a change of backend. {}",
+                SESSION_POOLING_FIX
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Rounds of the pooler probe. Separate sessions pass every round; behind
+/// a transaction pooler a round can pass only when other clients took and
+/// returned backends at the same moment, so several rounds make that
+/// unlikely.
+const PROBE_ROUNDS: usize = 5;
+
+/// What to do about a pooler that shares sessions, for the error.
+const SESSION_POOLING_FIX: &str = "Point it at Postgres itself or at a pooler in session mode \
+     (PgBouncer: pool_mode = session); see docs/guides/managed-postgres.md";
+
+/// The backend serving `client`'s next statement, by the simple protocol.
+async fn backend_pid(client: &Client) -> Result<i32> {
+    let messages = client.simple_query("SELECT pg_backend_pid()").await?;
+    messages
+        .iter()
+        .find_map(|message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0)?.parse().ok(),
+            _ => None,
+        })
+        .ok_or_else(|| Error::Invalid {
+            field: None,
+            message: "SELECT pg_backend_pid() returned no row".into(),
+        })
 }
 
 /// Open a dedicated session and LISTEN on `channels`.
@@ -1008,6 +1126,55 @@ mod tests {
                 ConnectConfig::parse_with_env(&format!("host=db sslmode={mode}"), no_env).unwrap();
             assert_eq!(config.postgres.get_ssl_mode(), wire);
         }
+    }
+
+    #[test]
+    fn a_multi_host_url_keeps_every_host_the_writable_choice_and_tls() {
+        let config = ConnectConfig::parse_with_env(
+            "postgres://u:p@db-a.example.com:5432,db-b.example.com:5433/holdfast?target_session_attrs=read-write&sslmode=verify-full&sslrootcert=%2Fca.pem",
+            no_env,
+        );
+        // The root file does not exist here: the settings were still read.
+        let error = config.unwrap_err();
+        assert_eq!(error.field(), Some("sslrootcert"));
+        let (rest, tls) = settings(
+            "postgres://u:p@db-a.example.com:5432,db-b.example.com:5433/holdfast?target_session_attrs=read-write&sslmode=verify-full&sslrootcert=%2Fca.pem",
+            no_env,
+        );
+        assert_eq!(tls.mode, SslMode::VerifyFull);
+        let postgres = Config::from_str(&rest).unwrap();
+        assert_eq!(
+            postgres.get_hosts(),
+            [
+                Host::Tcp("db-a.example.com".into()),
+                Host::Tcp("db-b.example.com".into())
+            ]
+        );
+        assert_eq!(postgres.get_ports(), [5432, 5433]);
+        assert_eq!(
+            postgres.get_target_session_attrs(),
+            TargetSessionAttrs::ReadWrite
+        );
+        assert_eq!(
+            describe_target(&postgres),
+            "db-a.example.com:5432, db-b.example.com:5433"
+        );
+    }
+
+    #[test]
+    fn the_connection_string_keeps_several_hosts_and_the_writable_choice() {
+        let config = ConnectConfig::parse_with_env(
+            "host=/tmp/a,/tmp/b port=5432,5433 user=holdfast dbname=x target_session_attrs=read-write",
+            no_env,
+        )
+        .unwrap();
+        let again = ConnectConfig::parse_with_env(&config.to_connection_string(), no_env).unwrap();
+        assert_eq!(again.postgres.get_hosts(), config.postgres.get_hosts());
+        assert_eq!(again.postgres.get_ports(), [5432, 5433]);
+        assert_eq!(
+            again.postgres.get_target_session_attrs(),
+            TargetSessionAttrs::ReadWrite
+        );
     }
 
     #[test]

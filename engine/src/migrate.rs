@@ -56,7 +56,23 @@ pub const BASELINE_NAME: &str = "baseline";
 
 /// The migrations written since the baseline, in order. Add new files here
 /// (and only append); each is also an edit of its area file.
-pub const MIGRATIONS: &[Migration] = &[];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 46,
+        name: "0046_server_tool_usage.sql",
+        sql: include_str!("../../sql/0046_server_tool_usage.sql"),
+    },
+    Migration {
+        version: 48,
+        name: "0048_console_live.sql",
+        sql: include_str!("../../sql/0048_console_live.sql"),
+    },
+    Migration {
+        version: 49,
+        name: "0049_lease_session_lock.sql",
+        sql: include_str!("../../sql/0049_lease_session_lock.sql"),
+    },
+];
 
 /// The line of an area file after which its functions and triggers begin.
 pub const CODE_MARKER: &str = "-- ==== functions and triggers ====";

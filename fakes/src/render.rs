@@ -195,17 +195,22 @@ pub(crate) fn block_frames(
             "end_turn"
         },
     );
-    let searches = blocks
-        .iter()
-        .filter(|b| b.get("type").and_then(Value::as_str) == Some("server_tool_use"))
-        .count();
+    // Anthropic's counts of the server tools' requests, by tool name.
+    let server_tool_requests = |tool: &str| {
+        blocks
+            .iter()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("server_tool_use"))
+            .filter(|b| b.get("name").and_then(Value::as_str) == Some(tool))
+            .count()
+    };
     push(
         anthropic_event(
             "message_delta",
             json!({"type": "message_delta",
                    "delta": {"stop_reason": stop_reason, "stop_sequence": null},
                    "usage": {"output_tokens": output_tokens,
-                             "server_tool_use": {"web_search_requests": searches}}}),
+                             "server_tool_use": {"web_search_requests": server_tool_requests("web_search"),
+                                                 "web_fetch_requests": server_tool_requests("web_fetch")}}}),
         ),
         false,
     );

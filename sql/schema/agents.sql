@@ -97,8 +97,8 @@ CREATE TABLE holdfast.agents (
     turn_seq bigint DEFAULT 0 NOT NULL,
     -- The open or last turn's model usage and the agent's whole life's,
     -- summed by each model step's commit.
-    turn_usage holdfast.token_usage DEFAULT ROW((0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, NULL::numeric) NOT NULL,
-    usage holdfast.token_usage DEFAULT ROW((0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, (0)::bigint, NULL::numeric) NOT NULL,
+    turn_usage holdfast.token_usage DEFAULT ROW(0, 0, 0, 0, 0, NULL, 0, 0) NOT NULL,
+    usage holdfast.token_usage DEFAULT ROW(0, 0, 0, 0, 0, NULL, 0, 0) NOT NULL,
     -- The W3C trace context the open turn's spans are children of: its first
     -- input's, or one made up when it brought none. Set when a turn opens.
     turn_trace_parent text,
@@ -125,6 +125,9 @@ CREATE TABLE holdfast.agents (
     last_turn_ended_at timestamptz,
     last_turn_outcome text,
     last_turn_error jsonb,
+    -- The claim or last renewal took the lease session lock
+    -- (hold_lease_session_lock): without it, the lease's session is gone.
+    lease_session_locked boolean DEFAULT false NOT NULL,
     CONSTRAINT agents_attachment_bytes_check CHECK (attachment_bytes >= 0),
     CONSTRAINT agents_last_turn_outcome_check CHECK (last_turn_outcome IN ('completed', 'failed', 'cancelled', 'limit')),
     CONSTRAINT agents_last_turn_outcome_iff_ended CHECK ((last_turn_outcome IS NULL) = (last_turn_ended_at IS NULL)),
@@ -209,6 +212,19 @@ CREATE INDEX inputs_pending_idx ON holdfast.inputs (agent_id, created_at, id) WH
 CREATE INDEX inputs_queued_idx ON holdfast.inputs (agent_id, created_at, id) WHERE ((admitted_at IS NULL) AND (removed_at IS NULL));
 
 CREATE UNIQUE INDEX inputs_idempotency_idx ON holdfast.inputs (project_id, idempotency_key) WHERE (idempotency_key IS NOT NULL);
+
+-- Full-text search of what was said (the agent list's search,
+-- agents_by_activity): the built-in `simple` configuration (words as
+-- written, no stemming, no extension) over a string content and every
+-- "text" member of its blocks, for content up to 256 KiB of JSON text.
+-- Without fastupdate: each insert updates the index itself, so a search
+-- never walks a pending list of recent rows.
+CREATE INDEX inputs_search_idx ON holdfast.inputs USING gin (
+    to_tsvector('simple'::regconfig,
+                jsonb_path_query_array(content, 'strict $.**.text')
+                || jsonb_path_query_array(content, 'strict $ ? (@.type() == "string")')))
+    WITH (fastupdate = off)
+    WHERE octet_length(content::text) <= 262144;
 
 -- The operator's maxima for agents' config.limits (HOLDFAST_MAX_<NAME>,
 -- written by each worker at start; set_limit_maxima). An agent's
@@ -943,7 +959,12 @@ $$;
 -- inputs are handled in agent order, and a later input sees an earlier one
 -- of the batch as a later request sees a committed one (its idempotency
 -- key, its agent's state). The agents are locked first, in id order, as the
--- worker's batches lock them, so two batches never deadlock on each other.
+-- worker's batches lock them, then the attachment counters of the
+-- projects whose inputs carry files, in project order
+-- (lock_attachment_counters: an input's files lock its project's counter
+-- until commit, and inputs go in agent order, so two batches storing files
+-- for two projects would otherwise each hold one counter and wait for the
+-- other's); so two batches never deadlock on each other.
 -- Raises nothing of its own; any other error aborts the whole batch, and
 -- the API then creates its inputs one by one.
 CREATE OR REPLACE FUNCTION holdfast.create_inputs(p_inputs holdfast.new_input[])
@@ -956,6 +977,9 @@ DECLARE
     v_input_id uuid;
 BEGIN
     PERFORM 1 FROM holdfast.lock_agents(ARRAY(SELECT n.agent_id FROM unnest(p_inputs) n));
+    PERFORM holdfast.lock_attachment_counters(ARRAY(
+        SELECT a.project_id FROM unnest(p_inputs) n JOIN holdfast.agents a ON a.id = n.agent_id
+         WHERE n.content @? '$[*].source ? (@.type == "base64")'));
     FOR v_row IN
         SELECT n.ordinality::integer AS ord, n.project_id, n.agent_id, n.content, n.idempotency_key,
                n.trace_parent, n.trace_state, n.mode

@@ -5,13 +5,18 @@
 -- Each object is defined here once, as it is now. See docs/sql.md for how
 -- a fresh install applies these files and how a change is added.
 
+-- Model usage: tokens, cost (NULL when unpriced) and the provider's server
+-- tool requests (of them, web searches), as one step, turn or agent summed
+-- them; a NULL count reads as 0 (usage.sql).
 CREATE TYPE holdfast.token_usage AS (
 	input_tokens bigint,
 	output_tokens bigint,
 	cache_read_tokens bigint,
 	cache_write_tokens bigint,
 	reasoning_tokens bigint,
-	cost_usd numeric
+	cost_usd numeric,
+	server_tool_requests bigint,
+	web_search_requests bigint
 );
 
 -- ==== functions and triggers ====

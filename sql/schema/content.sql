@@ -313,11 +313,12 @@ END
 $$;
 
 -- The base64 files of p_blocks' image and document blocks, one row per
--- block, with their sizes from the base64 length (nothing decoded).
--- Anything but an array has none. Pure.
+-- block, with their sizes from the base64 length (nothing decoded) and
+-- their declared media types. Anything but an array has none. Pure.
 CREATE OR REPLACE FUNCTION holdfast.content_file_sizes(p_blocks jsonb)
-RETURNS TABLE (ordinality bigint, size_bytes bigint) LANGUAGE sql IMMUTABLE AS $$
-    SELECT b.ordinality, holdfast.base64_decoded_length(b.value #>> '{source,data}')
+RETURNS TABLE (ordinality bigint, size_bytes bigint, media_type text) LANGUAGE sql IMMUTABLE AS $$
+    SELECT b.ordinality, holdfast.base64_decoded_length(b.value #>> '{source,data}'),
+           b.value #>> '{source,media_type}'
       FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_blocks) = 'array' THEN p_blocks END)
            WITH ORDINALITY b
      WHERE b.value ->> 'type' IN ('image', 'document') AND b.value #>> '{source,type}' = 'base64'
@@ -394,6 +395,19 @@ BEGIN
 END
 $$;
 
+-- Lock the attachment counters (project_attachment_bytes) of p_projects in
+-- project id order, creating missing ones at 0: a transaction that stores
+-- files for several projects takes their counters in this one order before
+-- its first file (tg_attachments_count locks a file's project counter until
+-- commit). The caller holds the agents' row locks: agents before counters,
+-- as everywhere.
+CREATE OR REPLACE FUNCTION holdfast.lock_attachment_counters(p_projects uuid[])
+RETURNS void LANGUAGE sql AS $$
+    INSERT INTO holdfast.project_attachment_bytes AS t (project_id, bytes)
+    SELECT DISTINCT u.id, 0 FROM unnest(p_projects) AS u (id) WHERE u.id IS NOT NULL ORDER BY u.id
+    ON CONFLICT (project_id) DO UPDATE SET bytes = t.bytes
+$$;
+
 -- Keep agents.attachment_bytes and project_attachment_bytes equal to the
 -- bytes stored, on every insert (TG_ARGV[0] = 1) and delete (-1) of
 -- attachments, and refuse an insert that takes either past its quota (HF422,
@@ -457,20 +471,31 @@ RETURNS bigint LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE p_provider WHEN 'anthropic' THEN 32000000 ELSE 50000000 END::bigint
 $$;
 
+-- The most a model request of p_provider may carry of PDFs, within
+-- request_file_limit, or NULL when PDFs have no limit of their own there.
+-- OpenAI: "up to 100 pages and 32MB of total content in a single request
+-- to the API, across multiple file inputs" (OpenAI's PDF file inputs
+-- guide, platform.openai.com/docs/guides/pdf-files, "File size
+-- limitations"); counted decoded, as its files are. Anthropic's PDFs count
+-- towards its 32 MB request like any file. Pure.
+CREATE OR REPLACE FUNCTION holdfast.request_pdf_limit(p_provider text)
+RETURNS bigint LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE p_provider WHEN 'anthropic' THEN NULL ELSE 32000000 END::bigint
+$$;
+
 CREATE OR REPLACE FUNCTION holdfast.request_file_cost(p_provider text, p_size_bytes bigint)
 RETURNS bigint LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE p_provider WHEN 'anthropic' THEN (p_size_bytes + 2) / 3 * 4 ELSE p_size_bytes END
 $$;
 
--- What the files already in p_agent's next model request count towards
--- its provider's limit (request_file_cost): every attachment reference of
--- the messages from context_start_seq on, of the tool results answering
--- them, and of the inputs still waiting — each reference once, as each is
--- sent. Reads messages, tool calls and inputs.
-CREATE OR REPLACE FUNCTION holdfast.context_file_cost(p_agent holdfast.agents)
-RETURNS bigint LANGUAGE sql STABLE AS $$
-    SELECT coalesce(sum(holdfast.request_file_cost(p_agent.config #>> '{model,provider}',
-                                                   (r.ref ->> 'size_bytes')::bigint)), 0)
+-- The files already in p_agent's next model request, one row per
+-- reference (each is sent once per reference), with its size and media
+-- type: every attachment reference of the messages from context_start_seq
+-- on, of the tool results answering them, and of the inputs still waiting.
+-- Reads messages, tool calls and inputs.
+CREATE OR REPLACE FUNCTION holdfast.context_files(p_agent holdfast.agents)
+RETURNS TABLE (size_bytes bigint, media_type text) LANGUAGE sql STABLE AS $$
+    SELECT (r.ref ->> 'size_bytes')::bigint, r.ref ->> 'media_type'
       FROM (SELECT m.content AS content FROM holdfast.messages m
              WHERE m.agent_id = p_agent.id AND m.seq >= p_agent.context_start_seq
             UNION ALL
@@ -486,8 +511,9 @@ RETURNS bigint LANGUAGE sql STABLE AS $$
      WHERE jsonb_typeof(s.content) = 'array'
 $$;
 
--- Whether p_blocks' files, added to p_agent's next model request, would
--- take it past its provider's limit (request_file_limit): message (starting
+-- Whether p_blocks' files, added to p_agent's next model request
+-- (context_files), would take it past its provider's limit on files
+-- (request_file_limit) or on PDFs (request_pdf_limit): message (starting
 -- request_too_large) and field (p_field), NULLs when they fit or p_blocks
 -- has no base64 file. Reads only.
 CREATE OR REPLACE FUNCTION holdfast.request_size_problem(
@@ -496,18 +522,30 @@ LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v_provider text := p_agent.config #>> '{model,provider}';
     v_new bigint;
+    v_new_pdf bigint;
     v_total bigint;
+    v_pdf bigint;
 BEGIN
-    SELECT sum(holdfast.request_file_cost(v_provider, f.size_bytes)) INTO v_new
+    SELECT sum(holdfast.request_file_cost(v_provider, f.size_bytes)),
+           coalesce(sum(f.size_bytes) FILTER (WHERE f.media_type = 'application/pdf'), 0)
+      INTO v_new, v_new_pdf
       FROM holdfast.content_file_sizes(p_blocks) f;
     IF v_new IS NULL THEN
         RETURN;
     END IF;
-    v_total := v_new + holdfast.context_file_cost(p_agent);
+    SELECT v_new + coalesce(sum(holdfast.request_file_cost(v_provider, c.size_bytes)), 0),
+           v_new_pdf + coalesce(sum(c.size_bytes) FILTER (WHERE c.media_type = 'application/pdf'), 0)
+      INTO v_total, v_pdf
+      FROM holdfast.context_files(p_agent) c;
     IF v_total > holdfast.request_file_limit(v_provider) THEN
         message := format('request_too_large: the files of the agent''s next %s request would take %s bytes '
                           '(%s of them new); the provider takes at most %s per request',
                           v_provider, v_total, v_new, holdfast.request_file_limit(v_provider));
+        field := p_field;
+    ELSIF v_new_pdf > 0 AND v_pdf > holdfast.request_pdf_limit(v_provider) THEN
+        message := format('request_too_large: the PDFs of the agent''s next %s request would take %s bytes '
+                          '(%s of them new); the provider takes at most %s of PDFs per request',
+                          v_provider, v_pdf, v_new_pdf, holdfast.request_pdf_limit(v_provider));
         field := p_field;
     END IF;
 END

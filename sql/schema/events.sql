@@ -86,7 +86,7 @@ CREATE OR REPLACE FUNCTION holdfast.event_types() RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
     SELECT ARRAY[
         'input.received', 'input.removed', 'turn.started', 'model.response', 'model.retry',
-        'model.interrupted',
+        'model.interrupted', 'step.retry',
         'tool_call.created', 'tool_call.completed', 'tool_call.interrupted', 'tool.unavailable',
         'approval.requested', 'approval.answered', 'question.asked', 'question.answered',
         'command.queued', 'command.accepted', 'command.finished', 'command.failed',

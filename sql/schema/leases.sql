@@ -355,6 +355,29 @@ BEGIN
 END
 $$;
 
+-- The first key of the lease session lock (the second is the holder's
+-- backend pid): 'Hold' in ASCII, apart from the single-key advisory locks
+-- (migrations') by its two-key form.
+CREATE OR REPLACE FUNCTION holdfast.lease_lock_class()
+RETURNS integer LANGUAGE sql IMMUTABLE AS $$ SELECT 1215261796 $$;
+
+-- Take this session's lease lock, once per session: a session-level
+-- advisory lock (lease_lock_class(), pg_backend_pid()). It ends with the
+-- session, and also when a session-mode pooler hands the backend to
+-- another client (its reset, DISCARD ALL, releases advisory locks), which
+-- the pid alone would not show; maintenance_tick then releases the
+-- session's leases. A session setting remembers the lock is held (DISCARD
+-- ALL resets it too). Never waits: the key is this backend's own pid.
+CREATE OR REPLACE FUNCTION holdfast.hold_lease_session_lock()
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('holdfast.lease_session_lock', true) IS DISTINCT FROM 'held' THEN
+        PERFORM pg_try_advisory_lock(holdfast.lease_lock_class(), pg_backend_pid());
+        PERFORM set_config('holdfast.lease_session_lock', 'held', false);
+    END IF;
+END
+$$;
+
 -- Claim up to p_max due ready agents, fairly: round-robin over
 -- projects — each project's oldest-ready agent (by ready time, above)
 -- before any project's second, and so on — within each project's
@@ -491,6 +514,7 @@ BEGIN
     -- copies every backend's status, and most claims of a busy worker
     -- that find nothing are the ones woken with another worker.
     SELECT s.backend_start INTO v_backend_start FROM pg_stat_get_activity(pg_backend_pid()) s;
+    PERFORM holdfast.hold_lease_session_lock();
 
     -- One keyed UPDATE per agent, not one by `id = ANY (v_ids)`: the
     -- generic plan of that was a sequential scan when the session's first
@@ -503,6 +527,7 @@ BEGIN
                lease_expires_at = v_now + p_ttl,
                lease_pid = pg_backend_pid(),
                lease_backend_start = v_backend_start,
+               lease_session_locked = true,
                updated_at = v_now
          WHERE a.id = v_id
         RETURNING a.id, a.lease_epoch INTO agent_id, epoch;
@@ -531,6 +556,7 @@ BEGIN
         PERFORM holdfast.raise('HF422', 'agents and epochs must have the same length', 'epochs');
     END IF;
     SELECT s.backend_start INTO v_backend_start FROM pg_stat_get_activity(pg_backend_pid()) s;
+    PERFORM holdfast.hold_lease_session_lock();
     RETURN QUERY
     WITH wanted AS (
         SELECT w.agent_id, w.epoch FROM unnest(p_agents, p_epochs) AS w (agent_id, epoch)
@@ -544,7 +570,8 @@ BEGIN
         UPDATE holdfast.agents a
            SET lease_expires_at = v_now + p_ttl,
                lease_pid = pg_backend_pid(),
-               lease_backend_start = v_backend_start
+               lease_backend_start = v_backend_start,
+               lease_session_locked = true
           FROM locked l
          WHERE a.id = l.id
            -- Re-checked after the lock: a reaper may have won the race.
@@ -638,15 +665,22 @@ BEGIN
     -- A session is gone when its pid is not in pg_stat_activity, or the pid was
     -- reused by a newer backend. backend_start is only compared when visible
     -- (another role's sessions hide it), so a permission gap never reaps a live
-    -- worker; such agents fall back to lease expiry.
+    -- worker; such agents fall back to lease expiry. It is gone too when the
+    -- backend lives on without the lease's session lock: a session-mode
+    -- pooler reset it for another client (hold_lease_session_lock).
     FOR v_id IN
         SELECT a.id FROM holdfast.agents a
          WHERE a.state = 'running' AND a.lease_pid IS NOT NULL
-           AND NOT EXISTS (
-               SELECT 1 FROM pg_stat_activity s
-                WHERE s.pid = a.lease_pid
-                  AND (s.backend_start IS NULL OR a.lease_backend_start IS NULL
-                       OR s.backend_start = a.lease_backend_start))
+           AND (NOT EXISTS (
+                    SELECT 1 FROM pg_stat_activity s
+                     WHERE s.pid = a.lease_pid
+                       AND (s.backend_start IS NULL OR a.lease_backend_start IS NULL
+                            OR s.backend_start = a.lease_backend_start))
+                OR (a.lease_session_locked AND NOT EXISTS (
+                    SELECT 1 FROM pg_locks l
+                     WHERE l.locktype = 'advisory' AND l.granted AND l.pid = a.lease_pid
+                       AND l.classid = holdfast.lease_lock_class()::oid
+                       AND l.objid = a.lease_pid::oid AND l.objsubid = 2)))
          ORDER BY a.id LIMIT p_batch
            FOR UPDATE SKIP LOCKED
     LOOP

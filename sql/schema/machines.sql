@@ -83,6 +83,12 @@ CREATE TABLE holdfast.commands (
     trace_state text,
     workspace text DEFAULT 'machine' NOT NULL,
     limit_reached text,
+    -- The output bytes the daemon relayed while the command runs
+    -- (command_output, never saved: the result stays the record) and when it
+    -- last did, so live output is bounded in bytes and in rate.
+    live_output_bytes integer DEFAULT 0 NOT NULL,
+    live_output_at timestamptz,
+    CONSTRAINT commands_live_output_bytes_check CHECK (live_output_bytes >= 0),
     CONSTRAINT commands_accepted_iff_handed_out CHECK ((state IN ('queued', 'failed', 'cancelled')) = (accepted_at IS NULL)),
     CONSTRAINT commands_command_check CHECK (command <> ''),
     CONSTRAINT commands_finished_has_result CHECK ((state <> 'finished') OR (result_state = 'finished')),
@@ -977,3 +983,67 @@ $$;
 CREATE TRIGGER _900_notify_queued AFTER INSERT ON holdfast.commands
     FOR EACH ROW WHEN (NEW.state = 'queued')
     EXECUTE FUNCTION holdfast.tg_commands_notify_queued();
+
+-- Relay what a running command printed since the last call (p_stdout,
+-- p_stderr; either may be empty) to the agent's stream listeners: NOTIFY
+-- holdfast_stream with {"agent_id", "kind": "command_output",
+-- "command_id", "tool_call_id", "stream", "text"} per stream, never saved
+-- (the command's result is the record). Bounded per command: p_max_bytes
+-- in all (commands.live_output_bytes) and one call per p_min_interval
+-- (live_output_at). Returns 'relayed'; 'not_running' (not accepted:
+-- finished, or never handed out); 'too_soon'; or 'limit' (past
+-- p_max_bytes: the first refusal tells the listeners, with
+-- "limit_reached": true, and nothing more is relayed). A command not on
+-- p_machine is HF404.
+CREATE OR REPLACE FUNCTION holdfast.command_output(
+    p_machine uuid, p_command uuid, p_stdout text, p_stderr text, p_max_bytes integer,
+    p_min_interval interval)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_command holdfast.commands;
+    v_bytes integer := octet_length(coalesce(p_stdout, '')) + octet_length(coalesce(p_stderr, ''));
+    v_base jsonb;
+    v_stream text;
+    v_text text;
+    v_at integer;
+BEGIN
+    SELECT * INTO v_command FROM holdfast.commands WHERE id = p_command FOR UPDATE;
+    IF NOT FOUND OR v_command.machine_id IS DISTINCT FROM p_machine THEN
+        PERFORM holdfast.raise('HF404', format('command %s not found', p_command));
+    END IF;
+    IF v_command.state <> 'accepted' THEN
+        RETURN 'not_running';
+    END IF;
+    IF v_command.live_output_bytes >= p_max_bytes THEN
+        RETURN 'limit';
+    END IF;
+    IF v_command.live_output_at > holdfast.now() - p_min_interval THEN
+        RETURN 'too_soon';
+    END IF;
+    v_base := jsonb_build_object('agent_id', v_command.agent_id, 'kind', 'command_output',
+                                 'command_id', v_command.id, 'tool_call_id', v_command.tool_call_id);
+    IF v_command.live_output_bytes + v_bytes > p_max_bytes THEN
+        UPDATE holdfast.commands SET live_output_bytes = p_max_bytes, live_output_at = holdfast.now()
+         WHERE id = p_command;
+        PERFORM pg_notify('holdfast_stream', (v_base || jsonb_build_object(
+            'stream', 'stdout', 'text', '', 'limit_reached', true))::text);
+        RETURN 'limit';
+    END IF;
+    UPDATE holdfast.commands
+       SET live_output_bytes = live_output_bytes + v_bytes, live_output_at = holdfast.now()
+     WHERE id = p_command;
+    FOREACH v_stream IN ARRAY ARRAY['stdout', 'stderr'] LOOP
+        v_text := coalesce(CASE v_stream WHEN 'stdout' THEN p_stdout ELSE p_stderr END, '');
+        v_at := 1;
+        -- Pieces of 1,000 characters: a NOTIFY payload stays under 8,000
+        -- bytes (a character is at most 4 bytes, or 6 once JSON escapes a
+        -- control character).
+        WHILE v_at <= length(v_text) LOOP
+            PERFORM pg_notify('holdfast_stream', (v_base || jsonb_build_object(
+                'stream', v_stream, 'text', substr(v_text, v_at, 1000)))::text);
+            v_at := v_at + 1000;
+        END LOOP;
+    END LOOP;
+    RETURN 'relayed';
+END
+$$;

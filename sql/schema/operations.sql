@@ -118,10 +118,10 @@ SELECT t.id AS tool_call_id,
           AND ev.data ->> 'tool_call_id' = t.id::text) e
   LEFT JOIN holdfast.commands c ON c.tool_call_id = t.id;
 
--- Per project, UTC day, provider and model: the model calls' tokens and
--- cost (NULL when none of the group's calls was priced). model_steps
--- counts every model call: steps and compactions. A scan of the steps
--- table: for reports, not for a hot path.
+-- Per project, UTC day, provider and model: the model calls' tokens, cost
+-- (NULL when none of the group's calls was priced) and server tool
+-- requests. model_steps counts every model call: steps and compactions. A
+-- scan of the steps table: for reports, not for a hot path.
 CREATE VIEW holdfast.usage_by_project AS
 SELECT a.project_id,
        (s.created_at AT TIME ZONE 'UTC')::date AS day,
@@ -133,7 +133,9 @@ SELECT a.project_id,
        sum((s.usage).cache_read_tokens)::bigint AS cache_read_tokens,
        sum((s.usage).cache_write_tokens)::bigint AS cache_write_tokens,
        sum((s.usage).reasoning_tokens)::bigint AS reasoning_tokens,
-       sum((s.usage).cost_usd) AS cost_usd
+       sum((s.usage).cost_usd) AS cost_usd,
+       coalesce(sum((s.usage).server_tool_requests), 0)::bigint AS server_tool_requests,
+       coalesce(sum((s.usage).web_search_requests), 0)::bigint AS web_search_requests
   FROM holdfast.steps s
   JOIN holdfast.agents a ON a.id = s.agent_id
  -- Model calls with a recorded turn (a step without one has no usage). Not

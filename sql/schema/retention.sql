@@ -25,7 +25,8 @@
 -- (`events_wYYYYMMDD`, named after the week's Monday, UTC). A week whose
 -- rows already sit in the default partition is left there (Postgres
 -- refuses the new partition; the week is skipped, not an error), as is one
--- another session created at the same time. Returns how many partitions it
+-- another session created at the same time, and, under a lock_timeout, one
+-- whose locks were not granted in time. Returns how many partitions it
 -- created.
 CREATE OR REPLACE FUNCTION holdfast.ensure_event_partitions(p_from timestamptz, p_until timestamptz)
 RETURNS integer LANGUAGE plpgsql AS $$
@@ -48,6 +49,10 @@ BEGIN
                 -- the catalog's unique index when both were in flight).
                 WHEN duplicate_table OR unique_violation THEN
                     NULL;
+                -- Under a caller's lock_timeout (maintain_event_partitions):
+                -- a busy events table; the next pass creates it.
+                WHEN lock_not_available THEN
+                    RAISE NOTICE 'events is busy; the week of % is created next time', v_week::date;
             END;
         END IF;
         v_week := v_week + interval '7 days';
@@ -91,10 +96,13 @@ $$;
 -- is finished and in a project whose retention ends after the partition
 -- does, and none of its events has a pending delivery. The agents are
 -- locked (FOR SHARE) before the last check, so none opens a turn until the
--- drop commits; their delivered and failed deliveries go first. A drop
--- that cannot get its locks within p_lock_timeout is skipped (retried next
--- pass) rather than making every writer of events queue behind it.
--- Returns how many partitions it dropped.
+-- drop commits; their delivered and failed deliveries go first. Every
+-- partition is checked before any is detached: once a detach holds the
+-- ACCESS EXCLUSIVE lock of events, nothing but the other detaches and
+-- drops waits on a lock. A check or drop that cannot get its locks within
+-- p_lock_timeout skips that partition (retried next pass) rather than
+-- making every writer of events queue behind it. Returns how many
+-- partitions it dropped.
 CREATE OR REPLACE FUNCTION holdfast.drop_expired_event_partitions(p_lock_timeout interval DEFAULT '500 milliseconds')
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
@@ -102,16 +110,17 @@ DECLARE
     v_part record;
     v_agents uuid[];
     v_blocked boolean;
+    v_droppable text[] := '{}';
     v_dropped integer := 0;
     v_old_timeout text := current_setting('lock_timeout');
 BEGIN
+    PERFORM set_config('lock_timeout', (extract(epoch FROM p_lock_timeout) * 1000)::bigint::text, true);
     FOR v_part IN
         SELECT p.name, p.starts_at, p.ends_at FROM holdfast.event_partitions() p
          WHERE p.ends_at <= v_now - (SELECT min(retention_events) FROM holdfast.projects)
          ORDER BY p.starts_at
     LOOP
         BEGIN
-            PERFORM set_config('lock_timeout', (extract(epoch FROM p_lock_timeout) * 1000)::bigint::text, true);
             EXECUTE format('SELECT coalesce(array_agg(DISTINCT agent_id), ''{}'') FROM holdfast.%I', v_part.name)
                INTO v_agents;
             PERFORM 1 FROM holdfast.agents a WHERE a.id = ANY (v_agents) ORDER BY a.id FOR SHARE;
@@ -131,19 +140,48 @@ BEGIN
                 DELETE FROM holdfast.webhook_deliveries d
                  WHERE d.agent_id = ANY (v_agents)
                    AND d.event_created_at >= v_part.starts_at AND d.event_created_at < v_part.ends_at;
-                -- Detached first: the outbox's foreign key references the
-                -- partition, and DETACH checks that nothing still does.
-                EXECUTE format('ALTER TABLE holdfast.events DETACH PARTITION holdfast.%I', v_part.name);
-                EXECUTE format('DROP TABLE holdfast.%I', v_part.name);
-                v_dropped := v_dropped + 1;
+                v_droppable := v_droppable || v_part.name;
             END IF;
-            PERFORM set_config('lock_timeout', v_old_timeout, true);
         EXCEPTION WHEN lock_not_available THEN
-            PERFORM set_config('lock_timeout', v_old_timeout, true);
             RAISE NOTICE 'partition % is busy; dropping it next time', v_part.name;
         END;
     END LOOP;
+    FOR i IN 1 .. cardinality(v_droppable) LOOP
+        BEGIN
+            -- Detached first: the outbox's foreign key references the
+            -- partition, and DETACH checks that nothing still does.
+            EXECUTE format('ALTER TABLE holdfast.events DETACH PARTITION holdfast.%I', v_droppable[i]);
+            EXECUTE format('DROP TABLE holdfast.%I', v_droppable[i]);
+            v_dropped := v_dropped + 1;
+        EXCEPTION WHEN lock_not_available THEN
+            RAISE NOTICE 'partition % is busy; dropping it next time', v_droppable[i];
+        END;
+    END LOOP;
+    PERFORM set_config('lock_timeout', v_old_timeout, true);
     RETURN v_dropped;
+END
+$$;
+
+-- The partition half of a retention pass: create the partitions of the
+-- next two weeks (ensure_event_partitions) and drop the expired ones
+-- (drop_expired_event_partitions), every lock wait at most p_lock_timeout
+-- (a week that cannot get its locks in time is left for the next pass).
+-- Commit it before pruning rows (prune_retention_rows): a transaction
+-- holding the ACCESS EXCLUSIVE lock of events that a new or dropped
+-- partition takes must wait on nothing else, or a writer holding a row it
+-- needs (an attachment counter, an agent) that then appends an event waits
+-- on it in turn: a deadlock.
+CREATE OR REPLACE FUNCTION holdfast.maintain_event_partitions(
+    p_lock_timeout interval DEFAULT '500 milliseconds',
+    OUT partitions_created integer, OUT partitions_dropped integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_old_timeout text := current_setting('lock_timeout');
+BEGIN
+    PERFORM set_config('lock_timeout', (extract(epoch FROM p_lock_timeout) * 1000)::bigint::text, true);
+    partitions_created := holdfast.ensure_event_partitions(holdfast.now(), holdfast.now() + interval '14 days');
+    partitions_dropped := holdfast.drop_expired_event_partitions(p_lock_timeout);
+    PERFORM set_config('lock_timeout', v_old_timeout, true);
 END
 $$;
 
@@ -293,20 +331,3 @@ RETURNS TABLE (id uuid) LANGUAGE sql STABLE AS $$
        AND a.id NOT IN (SELECT r.id FROM referenced r WHERE r.id IS NOT NULL)
 $$;
 
--- One retention pass (the maintenance process runs it every
--- HOLDFAST_RETENTION_INTERVAL): create the partitions of the next two
--- weeks, drop the expired ones, then prune up to p_batch rows of each kind.
-CREATE OR REPLACE FUNCTION holdfast.retention_tick(p_batch integer DEFAULT 10000)
-RETURNS TABLE (partitions_created integer, partitions_dropped integer,
-               events_deleted bigint, deliveries_deleted bigint, tool_outputs_pruned bigint,
-               inputs_pruned bigint, attachments_deleted bigint)
-LANGUAGE plpgsql AS $$
-BEGIN
-    partitions_created := holdfast.ensure_event_partitions(holdfast.now(), holdfast.now() + interval '14 days');
-    partitions_dropped := holdfast.drop_expired_event_partitions();
-    SELECT r.events_deleted, r.deliveries_deleted, r.tool_outputs_pruned, r.inputs_pruned, r.attachments_deleted
-      INTO events_deleted, deliveries_deleted, tool_outputs_pruned, inputs_pruned, attachments_deleted
-      FROM holdfast.prune_retention_rows(p_batch) r;
-    RETURN NEXT;
-END
-$$;

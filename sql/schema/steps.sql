@@ -60,6 +60,12 @@ CREATE TABLE holdfast.messages (
 
 CREATE UNIQUE INDEX messages_input_idx ON holdfast.messages (input_id) WHERE (input_id IS NOT NULL);
 
+-- Full-text search of saved messages, as inputs_search_idx (agents.sql).
+CREATE INDEX messages_search_idx ON holdfast.messages USING gin (
+    to_tsvector('simple'::regconfig, jsonb_path_query_array(content, 'strict $.**.text')))
+    WITH (fastupdate = off)
+    WHERE octet_length(content::text) <= 262144;
+
 -- ==== functions and triggers ====
 
 -- The message an interrupted external call returns to the model.
@@ -212,7 +218,7 @@ BEGIN
     v_provider := v_agent.config #>> '{model,provider}';
     v_model := v_agent.config #>> '{model,name}';
     v_usage := holdfast.add_server_tool_cost(
-        holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model), p_usage, v_provider);
+        holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model), v_provider);
     v_turn_usage := holdfast.add_usage(v_agent.turn_usage, v_usage);
 
     -- Decide the calls' statuses before writing anything.
@@ -510,18 +516,21 @@ END
 $$;
 
 -- The model call the worker is about to make goes without the tools of
--- these servers (p_servers[i] an MCP tool entry's name, p_reasons[i] why:
--- refused by the egress policy, unreachable, listing failed or timed
--- out): one `tool.unavailable {"server", "reason"}` each, so the timeline
--- says why the model had no such tools. The agent stays leased. Fenced
--- (HF001).
+-- these servers, or one tool of them (p_servers[i] an MCP tool entry's
+-- name; p_tools[i] the server's name of the one tool left out, NULL for
+-- all its tools; p_reasons[i] why: refused by the egress policy,
+-- unreachable, listing failed or timed out, a name no model provider
+-- takes): one `tool.unavailable {"server", "tool"?, "reason"}` each, so the
+-- timeline says why the model had no such tools. The agent stays leased.
+-- Fenced (HF001).
 CREATE OR REPLACE FUNCTION holdfast.record_tools_unavailable(
-    p_agent uuid, p_epoch bigint, p_servers text[], p_reasons text[])
+    p_agent uuid, p_epoch bigint, p_servers text[], p_tools text[], p_reasons text[])
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
-    PERFORM holdfast.append_event(p_agent, 'tool.unavailable', jsonb_build_object('server', u.server, 'reason', u.reason))
-       FROM unnest(p_servers, p_reasons) WITH ORDINALITY AS u (server, reason, ord)
+    PERFORM holdfast.append_event(p_agent, 'tool.unavailable', jsonb_strip_nulls(
+               jsonb_build_object('server', u.server, 'tool', u.tool, 'reason', u.reason)))
+       FROM unnest(p_servers, p_tools, p_reasons) WITH ORDINALITY AS u (server, tool, reason, ord)
       ORDER BY u.ord;
 END
 $$;
@@ -572,7 +581,7 @@ BEGIN
     v_provider := v_agent.config #>> '{model,provider}';
     v_model := v_agent.config #>> '{model,name}';
     v_usage := holdfast.add_server_tool_cost(
-        holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model), p_usage, v_provider);
+        holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model), v_provider);
     UPDATE holdfast.agents
        SET context_summary = p_summary, context_start_seq = p_keep_from_seq, model_attempts = 0,
            last_step_seq = last_step_seq + 1,
@@ -685,7 +694,9 @@ $$;
 -- A step failed with something other than a lost lease (p_message says
 -- what). Counts the failure; below p_max_attempts the agent is released
 -- (running external calls interrupted, as in release_agent) until
--- now() + p_delay and 'retrying' is returned; at p_max_attempts the turn
+-- now() + p_delay with `step.retry` {"attempt", "max_attempts",
+-- "delay_ms", "retry_at", "error": {"type": "internal_error", "message"}}
+-- on its timeline, and 'retrying' is returned; at p_max_attempts the turn
 -- ends with `turn.failed` {"type": "internal_error", "message": ...}, the
 -- cause in history, and 'failed' is returned; the turn's inputs still pending
 -- (turn_inputs: not the queued ones, which open the next turn) become
@@ -697,6 +708,7 @@ CREATE OR REPLACE FUNCTION holdfast.fail_step(
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v_failures integer;
+    v_retry_at timestamptz;
 BEGIN
     IF p_delay IS NULL OR p_delay < '0'::interval THEN
         PERFORM holdfast.raise('HF422', 'delay must not be negative', 'delay');
@@ -712,7 +724,11 @@ BEGIN
             ARRAY(SELECT id FROM holdfast.turn_inputs(p_agent)));
         RETURN 'failed';
     END IF;
-    PERFORM holdfast.settle_agent_with(p_agent, '{}', '{}', holdfast.now() + p_delay,
+    v_retry_at := holdfast.now() + p_delay;
+    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['step.retry'], ARRAY[jsonb_build_object(
+        'attempt', v_failures, 'max_attempts', p_max_attempts,
+        'delay_ms', floor(extract(epoch FROM p_delay) * 1000)::bigint, 'retry_at', v_retry_at,
+        'error', jsonb_build_object('type', 'internal_error', 'message', p_message))], v_retry_at,
         p_step_failures => v_failures);
     RETURN 'retrying';
 END

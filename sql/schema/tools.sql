@@ -575,13 +575,21 @@ CREATE TRIGGER _300_finish_subagent AFTER INSERT ON holdfast.events
 -- p_after_id) of a previous page, at most p_limit:
 -- {"items": [{"kind", "id", "agent_id", "agent_metadata", "summary",
 -- "detail", "created_at", "age_seconds"}], "total": n}, where total counts
--- every item the kind and metadata match, on any page. Reads only; each
--- kind is read through its partial index of open rows.
+-- every item the kind and metadata match, on any page. Reads only, and only
+-- p_project's rows: each kind is read from the project's agents
+-- (agents_project_idx) through its partial index of open rows by agent,
+-- commands from the project's machines (commands_queued_idx), so other
+-- projects' waiting items are never read.
 CREATE OR REPLACE FUNCTION holdfast.inbox(
     p_project uuid, p_kind text, p_metadata jsonb, p_after_at timestamptz, p_after_id uuid,
     p_limit integer)
 RETURNS jsonb LANGUAGE sql STABLE AS $$
-    WITH waiting AS (
+    WITH project_agents AS MATERIALIZED (
+        SELECT a.id, a.config -> 'metadata' AS metadata
+          FROM holdfast.agents a
+         WHERE a.project_id = p_project
+           AND (p_metadata IS NULL OR a.config -> 'metadata' @> p_metadata)),
+    waiting AS (
         SELECT CASE ap.kind WHEN 'budget' THEN 'budget_approval' ELSE 'approval' END AS kind,
                ap.id, ap.agent_id,
                CASE ap.kind
@@ -593,36 +601,41 @@ RETURNS jsonb LANGUAGE sql STABLE AS $$
                    ELSE jsonb_build_object('tool_call_id', tc.id, 'name', tc.name, 'input', tc.input) END
                    AS detail,
                ap.created_at
-          FROM holdfast.approvals ap
+          FROM project_agents a
+          JOIN holdfast.approvals ap ON ap.agent_id = a.id AND ap.status = 'pending'
           LEFT JOIN holdfast.tool_calls tc ON tc.id = ap.tool_call_id
-         WHERE ap.status = 'pending'
+         WHERE p_kind IS NULL OR p_kind IN ('approval', 'budget_approval')
         UNION ALL
         SELECT 'question', q.id, q.agent_id, q.question,
                jsonb_build_object('tool_call_id', q.tool_call_id, 'question', q.question), q.created_at
-          FROM holdfast.questions q
-         WHERE q.status = 'pending'
+          FROM project_agents a
+          JOIN holdfast.questions q ON q.agent_id = a.id AND q.status = 'pending'
+         WHERE p_kind IS NULL OR p_kind = 'question'
         UNION ALL
         SELECT 'tool_call', tc.id, tc.agent_id, format('Result for %s %s', tc.name, tc.input::text),
                jsonb_build_object('name', tc.name, 'input', tc.input), tc.created_at
-          FROM holdfast.tool_calls tc
+          FROM project_agents a
+          JOIN holdfast.tool_calls tc
+            ON tc.agent_id = a.id AND tc.status NOT IN ('completed', 'cancelled')
          WHERE tc.status = 'waiting' AND tc.kind = 'custom'
+           AND (p_kind IS NULL OR p_kind = 'tool_call')
         UNION ALL
         SELECT 'command', c.id, c.agent_id, format('Run %s on %s', c.command, m.name),
                jsonb_build_object('tool_call_id', c.tool_call_id, 'command', c.command,
                                   'machine', m.name, 'machine_online',
                                   coalesce(m.last_heartbeat_at > holdfast.now() - s.offline_after, false)),
                c.queued_at
-          FROM holdfast.commands c
-          JOIN holdfast.machines m ON m.id = c.machine_id
+          FROM holdfast.machines m
+          JOIN holdfast.commands c ON c.machine_id = m.id AND c.state = 'queued'
+          JOIN project_agents a ON a.id = c.agent_id
           CROSS JOIN holdfast.machine_settings s
-         WHERE c.state = 'queued'),
+         WHERE m.project_id = p_project
+           AND (p_kind IS NULL OR p_kind = 'command')),
     matching AS (
-        SELECT w.*, a.config -> 'metadata' AS agent_metadata
+        SELECT w.*, a.metadata AS agent_metadata
           FROM waiting w
-          JOIN holdfast.agents a ON a.id = w.agent_id
-         WHERE a.project_id = p_project
-           AND (p_kind IS NULL OR w.kind = p_kind)
-           AND (p_metadata IS NULL OR a.config -> 'metadata' @> p_metadata)),
+          JOIN project_agents a ON a.id = w.agent_id
+         WHERE p_kind IS NULL OR w.kind = p_kind),
     page AS (
         SELECT * FROM matching m
          WHERE p_after_at IS NULL OR (m.created_at, m.id) > (p_after_at, p_after_id)

@@ -29,7 +29,7 @@ CREATE TABLE holdfast.model_prices (
 -- No usage yet: every count 0, no cost.
 CREATE OR REPLACE FUNCTION holdfast.zero_usage() RETURNS holdfast.token_usage
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT ROW(0, 0, 0, 0, 0, NULL)::holdfast.token_usage
+    SELECT ROW(0, 0, 0, 0, 0, NULL, 0, 0)::holdfast.token_usage
 $$;
 
 -- One token count of a provider's report: the counts come from the
@@ -45,8 +45,9 @@ $$;
 
 -- The tokens of one model response as the worker saves them (the
 -- model.response event's `usage`: input_tokens, output_tokens,
--- cache_read_tokens, cache_write_tokens, reasoning_tokens; an absent kind
--- is 0), unpriced. Pure.
+-- cache_read_tokens, cache_write_tokens, reasoning_tokens, and the
+-- provider's server tool requests, server_tool_requests and of them
+-- web_search_requests; an absent kind is 0), unpriced. Pure.
 CREATE OR REPLACE FUNCTION holdfast.usage_from_json(p_usage jsonb) RETURNS holdfast.token_usage
 LANGUAGE sql IMMUTABLE AS $$
     SELECT ROW(holdfast.token_count(p_usage -> 'input_tokens'),
@@ -54,7 +55,9 @@ LANGUAGE sql IMMUTABLE AS $$
                holdfast.token_count(p_usage -> 'cache_read_tokens'),
                holdfast.token_count(p_usage -> 'cache_write_tokens'),
                holdfast.token_count(p_usage -> 'reasoning_tokens'),
-               NULL)::holdfast.token_usage
+               NULL,
+               holdfast.token_count(p_usage -> 'server_tool_requests'),
+               holdfast.token_count(p_usage -> 'web_search_requests'))::holdfast.token_usage
 $$;
 
 -- p_usage priced at the operator's current price for p_provider's p_model
@@ -80,8 +83,8 @@ BEGIN
       INTO v_cost
       FROM holdfast.model_prices p
      WHERE p.provider = p_provider AND p.model = p_model;
-    RETURN ROW((p_usage).input_tokens, (p_usage).output_tokens, (p_usage).cache_read_tokens,
-               (p_usage).cache_write_tokens, (p_usage).reasoning_tokens, v_cost)::holdfast.token_usage;
+    p_usage.cost_usd := v_cost;
+    RETURN p_usage;
 END
 $$;
 
@@ -93,16 +96,14 @@ RETURNS numeric LANGUAGE sql IMMUTABLE AS $$
     SELECT 0.01::numeric
 $$;
 
--- p_usage (priced by price_usage) with the web searches the provider
--- reported for the call (p_reported, the saved usage JSON's
--- `web_search_requests`, Anthropic providers only) added to its cost: a
--- call whose tokens are unpriced costs its searches. Budgets sum this cost.
--- Pure.
-CREATE OR REPLACE FUNCTION holdfast.add_server_tool_cost(
-    p_usage holdfast.token_usage, p_reported jsonb, p_provider text)
+-- p_usage (priced by price_usage) with its web searches
+-- (`web_search_requests`, as the provider reported them; Anthropic
+-- providers only) added to its cost: a call whose tokens are unpriced
+-- costs its searches. Budgets sum this cost. Pure.
+CREATE OR REPLACE FUNCTION holdfast.add_server_tool_cost(p_usage holdfast.token_usage, p_provider text)
 RETURNS holdfast.token_usage LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
-    v_searches bigint := holdfast.token_count(p_reported -> 'web_search_requests');
+    v_searches bigint := coalesce((p_usage).web_search_requests, 0);
 BEGIN
     IF v_searches = 0 OR p_provider IS DISTINCT FROM 'anthropic' THEN
         RETURN p_usage;
@@ -113,7 +114,8 @@ END
 $$;
 
 -- The sum of two usages, kind by kind; the cost sums the priced parts and
--- stays NULL only while neither part was priced. Pure.
+-- stays NULL only while neither part was priced. A server tool count
+-- saved before those counts were kept (NULL) counts 0. Pure.
 CREATE OR REPLACE FUNCTION holdfast.add_usage(p_a holdfast.token_usage, p_b holdfast.token_usage)
 RETURNS holdfast.token_usage LANGUAGE sql IMMUTABLE AS $$
     SELECT ROW((p_a).input_tokens + (p_b).input_tokens,
@@ -123,11 +125,15 @@ RETURNS holdfast.token_usage LANGUAGE sql IMMUTABLE AS $$
                (p_a).reasoning_tokens + (p_b).reasoning_tokens,
                CASE WHEN (p_a).cost_usd IS NULL THEN (p_b).cost_usd
                     WHEN (p_b).cost_usd IS NULL THEN (p_a).cost_usd
-                    ELSE (p_a).cost_usd + (p_b).cost_usd END)::holdfast.token_usage
+                    ELSE (p_a).cost_usd + (p_b).cost_usd END,
+               coalesce((p_a).server_tool_requests, 0) + coalesce((p_b).server_tool_requests, 0),
+               coalesce((p_a).web_search_requests, 0) + coalesce((p_b).web_search_requests, 0)
+              )::holdfast.token_usage
 $$;
 
--- A usage as the API and events show it: every kind, and cost_usd (JSON
--- null when unpriced). Pure.
+-- A usage as the API and events show it: every kind, cost_usd (JSON null
+-- when unpriced) and the server tool requests (0 when none, or saved
+-- before they were counted). Pure.
 CREATE OR REPLACE FUNCTION holdfast.usage_json(p_usage holdfast.token_usage) RETURNS jsonb
 LANGUAGE sql STABLE AS $$
     SELECT jsonb_build_object(
@@ -136,7 +142,9 @@ LANGUAGE sql STABLE AS $$
         'cache_read_tokens', (p_usage).cache_read_tokens,
         'cache_write_tokens', (p_usage).cache_write_tokens,
         'reasoning_tokens', (p_usage).reasoning_tokens,
-        'cost_usd', (p_usage).cost_usd)
+        'cost_usd', (p_usage).cost_usd,
+        'server_tool_requests', coalesce((p_usage).server_tool_requests, 0),
+        'web_search_requests', coalesce((p_usage).web_search_requests, 0))
 $$;
 
 -- An agent's usage, for GET /v1/agents/{id}/usage: the whole life's sum
@@ -158,7 +166,8 @@ LANGUAGE sql STABLE AS $$
               FROM (SELECT s.turn_seq, count(*) AS model_steps, min(s.created_at) AS started_at,
                            ROW(sum((s.usage).input_tokens), sum((s.usage).output_tokens),
                                sum((s.usage).cache_read_tokens), sum((s.usage).cache_write_tokens),
-                               sum((s.usage).reasoning_tokens), sum((s.usage).cost_usd)
+                               sum((s.usage).reasoning_tokens), sum((s.usage).cost_usd),
+                               sum((s.usage).server_tool_requests), sum((s.usage).web_search_requests)
                               )::holdfast.token_usage AS usage
                       FROM holdfast.steps s
                      WHERE s.agent_id = a.id AND s.kind IN ('model', 'compaction') AND s.turn_seq IS NOT NULL
@@ -368,9 +377,11 @@ LANGUAGE sql STABLE AS $$
                jsonb_build_object(
                    'input_tokens', u.input_tokens, 'output_tokens', u.output_tokens,
                    'cache_read_tokens', u.cache_read_tokens, 'cache_write_tokens', u.cache_write_tokens,
-                   'reasoning_tokens', u.reasoning_tokens, 'cost_usd', u.cost_usd) AS usage,
+                   'reasoning_tokens', u.reasoning_tokens, 'cost_usd', u.cost_usd,
+                   'server_tool_requests', u.server_tool_requests,
+                   'web_search_requests', u.web_search_requests) AS usage,
                u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens,
-               u.reasoning_tokens, u.cost_usd
+               u.reasoning_tokens, u.cost_usd, u.server_tool_requests, u.web_search_requests
           FROM holdfast.usage_by_project u
          WHERE u.project_id = p_project AND u.day >= p_since)
     SELECT jsonb_build_object(
@@ -384,6 +395,8 @@ LANGUAGE sql STABLE AS $$
             'input_tokens', coalesce(sum(input_tokens), 0), 'output_tokens', coalesce(sum(output_tokens), 0),
             'cache_read_tokens', coalesce(sum(cache_read_tokens), 0),
             'cache_write_tokens', coalesce(sum(cache_write_tokens), 0),
-            'reasoning_tokens', coalesce(sum(reasoning_tokens), 0), 'cost_usd', sum(cost_usd)))
+            'reasoning_tokens', coalesce(sum(reasoning_tokens), 0), 'cost_usd', sum(cost_usd),
+            'server_tool_requests', coalesce(sum(server_tool_requests), 0),
+            'web_search_requests', coalesce(sum(web_search_requests), 0)))
       FROM rows
 $$;

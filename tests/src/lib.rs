@@ -16,6 +16,8 @@
 
 pub mod browser;
 pub mod counting_http;
+pub mod event_schemas;
+pub mod failover;
 pub mod mcp_server;
 pub mod otlp_receiver;
 
@@ -30,6 +32,7 @@ use holdfast_engine::migrate;
 use tokio_postgres::Client;
 use uuid::Uuid;
 
+pub mod pgbouncer;
 pub mod process;
 pub mod scenario;
 pub mod search_backend;

@@ -9,6 +9,9 @@
 //! - `echo`: answers its arguments as text and as `structuredContent`.
 //! - `binary`: answers text holding U+0000, as a tool that reads a binary
 //!   file would (Postgres text can't store it).
+//! - `chart`: answers text, a PNG and an SVG image.
+//! - whatever names [`McpTestServer::offer_tool`] added, any string as MCP
+//!   allows (a model provider may not); calling one is an error.
 //!
 //! The test sees how often the counter moved, how many `tools/list` requests
 //! arrived, and the values of request headers the server received.
@@ -48,6 +51,8 @@ struct Shared {
     increment_events: watch::Sender<u64>,
     /// `true` while `increment` calls wait to be released.
     holding: watch::Sender<bool>,
+    /// Names listed after the built-in tools.
+    offered: Mutex<Vec<String>>,
 }
 
 #[derive(Clone)]
@@ -76,7 +81,15 @@ impl ServerHandler for TestTools {
             .observed
             .tools_list_requests
             .fetch_add(1, Ordering::SeqCst);
-        Ok(ListToolsResult::with_all_items(vec![
+        let offered = self
+            .shared
+            .offered
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|name| Tool::new(name.clone(), "An offered tool.", object_schema(json!({}))))
+            .collect::<Vec<_>>();
+        let mut tools = vec![
             Tool::new(
                 "increment",
                 "Add to the shared counter.",
@@ -98,7 +111,9 @@ impl ServerHandler for TestTools {
                 "Answer text, a PNG and an SVG image.",
                 object_schema(json!({})),
             ),
-        ]))
+        ];
+        tools.extend(offered);
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(
@@ -166,6 +181,7 @@ impl McpTestServer {
             observed: Observed::default(),
             increment_events: watch::channel(0).0,
             holding: watch::channel(false).0,
+            offered: Mutex::default(),
         });
         let shutdown = CancellationToken::new();
         let tools = TestTools {
@@ -200,6 +216,11 @@ impl McpTestServer {
     }
 
     /// The shared counter's value.
+    /// Lists a tool named `name` from the next `tools/list` on.
+    pub fn offer_tool(&self, name: &str) {
+        self.shared.offered.lock().unwrap().push(name.to_owned());
+    }
+
     pub fn counter(&self) -> u64 {
         self.shared.observed.counter.load(Ordering::SeqCst)
     }

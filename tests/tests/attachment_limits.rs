@@ -353,3 +353,227 @@ async fn an_api_process_writes_its_quota_settings_at_start() {
     );
     assert_eq!(quotas().await, (12345, 67890), "nothing changed");
 }
+
+/// A PDF of `n` bytes (its signature, then filler), as base64.
+fn pdf_base64(n: usize, fill: u8) -> String {
+    let mut bytes = b"%PDF-1.7\n".to_vec();
+    bytes.resize(n, fill);
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pdfs_past_openais_pdf_limit_are_422_within_its_file_limit() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let server = ApiServer::start(&db).await;
+    let (project, key) = project_key(&client).await;
+    let openai = store::create_agent(&client, project, &config("openai"))
+        .await
+        .unwrap();
+    let document = |fill| {
+        json!({"type": "document",
+               "source": {"type": "base64", "media_type": "application/pdf",
+                          "data": pdf_base64(10_000_000, fill)}})
+    };
+    // 30 MB of PDFs fit OpenAI's 32 MB of PDFs a request.
+    for fill in 1..=3 {
+        let response = post_input(&server, &key, openai, json!([document(fill)])).await;
+        assert!(response.status().is_success(), "{}", response.status());
+    }
+    let before = written(&client, openai).await;
+    let response = post_input(&server, &key, openai, json!([document(4)])).await;
+    let (status, kind, message, field) = error_of(response).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{message}");
+    assert_eq!(kind, "request_too_large");
+    assert_eq!(field.as_deref(), Some("content"));
+    assert!(
+        message.contains("PDFs") && message.contains("40000000") && message.contains("32000000"),
+        "{message}"
+    );
+    assert_eq!(written(&client, openai).await, before, "nothing written");
+    // Images count only towards the 50 MB of files: 35 MB in all is taken.
+    let photo = png_base64(5_000_000, 9);
+    let response = post_input(&server, &key, openai, json!([image(&photo)])).await;
+    assert!(response.status().is_success(), "{}", response.status());
+    server.stop().await.unwrap();
+}
+
+/// One input ($1 the agent, $2 its content) in the caller's transaction,
+/// which a test may hold open.
+const CREATE_INPUT: &str = "SELECT holdfast.create_input($1, $2)";
+
+#[tokio::test]
+async fn a_concurrent_writer_past_the_project_quota_is_refused_by_the_trigger() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (first_writer, second_writer) = (db.connect().await, db.connect().await);
+    let (project, first) = holdfast_tests::project_and_agent(&client).await;
+    let second = holdfast_tests::new_agent(&client, project).await;
+    store::set_attachment_quotas(
+        &client,
+        &AttachmentQuotas {
+            bytes_per_agent: 10_000,
+            bytes_per_project: 1000,
+        },
+    )
+    .await
+    .unwrap();
+    let before = written(&client, second).await;
+
+    // The first writer stores 600 bytes and holds its transaction open.
+    first_writer.batch_execute("BEGIN").await.unwrap();
+    first_writer
+        .execute(
+            CREATE_INPUT,
+            &[&first, &json!([image(&png_base64(600, 1))])],
+        )
+        .await
+        .unwrap();
+    // The second passes the check (nothing of the first is committed) and
+    // waits on the project's counter in the trigger.
+    let second_input = json!([image(&png_base64(600, 2))]);
+    let writing = tokio::spawn(async move {
+        let result = second_writer
+            .execute(CREATE_INPUT, &[&second, &second_input])
+            .await;
+        (second_writer, result)
+    });
+    holdfast_tests::wait_for_lock_wait_in(&client, &db.name, "%create_input%").await;
+    first_writer.batch_execute("COMMIT").await.unwrap();
+    let (_second_writer, result) = writing.await.unwrap();
+    let error = holdfast_engine::Error::from(result.unwrap_err()).to_string();
+    assert!(
+        error.contains("attachment_quota_exceeded")
+            && error.contains("max_attachment_bytes_per_project is 1000"),
+        "{error}"
+    );
+    assert_eq!(written(&client, second).await.0, before.0, "no input");
+    assert_eq!(written(&client, second).await.2, 0, "no file");
+    assert_eq!(
+        written(&client, first).await.4,
+        Some(600),
+        "the project counts the first writer's file only"
+    );
+}
+
+#[tokio::test]
+async fn input_batches_storing_files_for_two_projects_never_deadlock() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (first_batch, second_batch) = (db.connect().await, db.connect().await);
+    let blocker = db.connect().await;
+    let (p, _) = holdfast_tests::project_and_agent(&client).await;
+    let (q, _) = holdfast_tests::project_and_agent(&client).await;
+    let mut in_p = Vec::new();
+    let mut in_q = Vec::new();
+    for _ in 0..4 {
+        in_p.push(holdfast_tests::new_agent(&client, p).await);
+        in_q.push(holdfast_tests::new_agent(&client, q).await);
+    }
+    // Batches handle inputs in agent order: the first batch stores P's file
+    // then Q's (a1 < b1), the second Q's then P's (a2 < b2).
+    let pair = |lower: &[Uuid], higher: &[Uuid], not: &[Uuid]| {
+        lower
+            .iter()
+            .filter(|a| !not.contains(a))
+            .find_map(|a| {
+                higher
+                    .iter()
+                    .filter(|b| !not.contains(b))
+                    .find(|b| *a < **b)
+                    .map(|b| (*a, *b))
+            })
+            .expect("agents in both orders")
+    };
+    let (a1, b1) = pair(&in_p, &in_q, &[]);
+    let (a2, b2) = pair(&in_q, &in_p, &[a1, b1]);
+    let batch = "SELECT outcome FROM holdfast.create_inputs(ARRAY[
+                     ROW($1, $2, $3, NULL, NULL, NULL, 'steer')::holdfast.new_input,
+                     ROW($4, $5, $6, NULL, NULL, NULL, 'steer')::holdfast.new_input])";
+    let b1_file = png_base64(64, 7);
+
+    // A third session holds b1's file (stored without its triggers, so it
+    // locks no counter): the first batch stores a1's file, locking P's
+    // counter as it did, then waits for b1's file.
+    blocker
+        .batch_execute("BEGIN; SET LOCAL session_replication_role = replica")
+        .await
+        .unwrap();
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(&b1_file)
+        .unwrap();
+    blocker
+        .execute(
+            "INSERT INTO holdfast.attachments (agent_id, media_type, sha256, size_bytes, data)
+             VALUES ($1, 'image/png', sha256($2), octet_length($2), $2)",
+            &[&b1, &data],
+        )
+        .await
+        .unwrap();
+    let first_inputs = (
+        p,
+        a1,
+        json!([image(&png_base64(64, 1))]),
+        q,
+        b1,
+        json!([image(&b1_file)]),
+    );
+    let first = tokio::spawn(async move {
+        let (p, a1, c1, q, b1, c2) = &first_inputs;
+        let result = first_batch
+            .query(batch, &[p, a1, c1, q, b1, c2])
+            .await
+            .map(|rows| rows.len());
+        (first_batch, result)
+    });
+    holdfast_tests::wait_for_lock_wait_in(&client, &db.name, "%create_inputs%").await;
+    // The second batch stores a2's file (Q's counter), then b2's (P's).
+    let second_inputs = (
+        q,
+        a2,
+        json!([image(&png_base64(64, 2))]),
+        p,
+        b2,
+        json!([image(&png_base64(64, 3))]),
+    );
+    let second = tokio::spawn(async move {
+        let (q, a2, c1, p, b2, c2) = &second_inputs;
+        let result = second_batch
+            .query(batch, &[q, a2, c1, p, b2, c2])
+            .await
+            .map(|rows| rows.len());
+        (second_batch, result)
+    });
+    wait_until(
+        Duration::from_secs(10),
+        "both batches waiting on a lock",
+        || async {
+            client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                      WHERE datname = $1 AND wait_event_type = 'Lock' AND query LIKE '%create_inputs%'",
+                    &[&db.name],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+                == 2
+        },
+    )
+    .await;
+    // b1's file is free again: each batch goes on with the counters it needs.
+    blocker.batch_execute("ROLLBACK").await.unwrap();
+    let (_first_batch, first) = first.await.unwrap();
+    let (_second_batch, second) = second.await.unwrap();
+    let describe = |r: Result<usize, tokio_postgres::Error>| {
+        r.map_err(|e| holdfast_engine::Error::from(e).to_string())
+    };
+    assert_eq!(describe(first), Ok(2), "the first batch");
+    assert_eq!(describe(second), Ok(2), "the second batch");
+    let stored: i64 = client
+        .query_one("SELECT count(*) FROM holdfast.attachments", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stored, 4, "every file of both batches");
+}

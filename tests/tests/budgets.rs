@@ -243,6 +243,8 @@ async fn a_turn_at_its_budget_that_asks_waits_for_an_approval_and_approving_lets
         .unwrap();
     wait_for_events(&client, agent, "turn.completed", 2, T).await;
     assert_eq!(fake.requests().len(), 3);
+    // What these turns wrote matches the OpenAPI document's event schemas.
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -270,6 +272,8 @@ async fn denying_a_budget_approval_ends_the_turn_budget_exceeded_without_another
     assert_eq!(error["limit"], json!(max));
     assert_eq!(agent_state(&client, agent).await, "idle");
     assert_eq!(fake.requests().len(), 1, "denied: no call past the budget");
+    // What these turns wrote matches the OpenAPI document's event schemas.
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

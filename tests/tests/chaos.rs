@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 use holdfast_engine::connect::ConnectConfig;
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
+use holdfast_tests::api_sse::SseReader;
 use holdfast_tests::counting_http::CountingServer;
+use holdfast_tests::failover::FailoverPair;
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{spawn_api, spawn_worker};
 use holdfast_tests::{PrivateCluster, ScratchDir};
@@ -46,6 +48,11 @@ struct Plan {
     /// outlasts the chaos.
     trickle: Duration,
     postgres_restarts: usize,
+    /// Failovers instead of restarts: Postgres runs as a primary and a
+    /// synchronous standby, and at each of these points the primary is
+    /// SIGKILLed and the standby promoted (a new standby is then built
+    /// where the primary was, for the next one).
+    failovers: usize,
     deadline: Duration,
     /// Seed old weeks of another project's history during the run, for the
     /// maintenance process's retention pass to drop.
@@ -62,6 +69,7 @@ async fn chaos_short() {
         workers: 2,
         min_kills: 2,
         postgres_restarts: 1,
+        failovers: 0,
         trickle: Duration::from_millis(120),
         deadline: Duration::from_secs(240),
         retention: false,
@@ -77,9 +85,56 @@ async fn chaos_retention() {
         workers: 2,
         min_kills: 2,
         postgres_restarts: 1,
+        failovers: 0,
         trickle: Duration::from_millis(120),
         deadline: Duration::from_secs(240),
         retention: true,
+    })
+    .await;
+}
+
+/// The short soak on a primary and a synchronous standby: the primary is
+/// SIGKILLed mid-run and the standby promoted; every process reconnects to
+/// it by the multi-host URL alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chaos_failover() {
+    run(Plan {
+        agents: 4,
+        turns: 1,
+        workers: 2,
+        min_kills: 2,
+        postgres_restarts: 0,
+        failovers: 1,
+        trickle: Duration::from_millis(120),
+        deadline: Duration::from_secs(240),
+        retention: false,
+    })
+    .await;
+}
+
+/// The failover soak: `HOLDFAST_SOAK_FAILOVERS` failovers (10 by default)
+/// under `HOLDFAST_SOAK_AGENTS` agents (50), with the time from each kill
+/// to the first step committed on the new primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "the failover soak: cargo test --release -p holdfast-tests --test chaos -- --ignored failover_soak"]
+async fn failover_soak() {
+    let env = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(default)
+    };
+    let failovers = env("HOLDFAST_SOAK_FAILOVERS", 10);
+    run(Plan {
+        agents: env("HOLDFAST_SOAK_AGENTS", 50),
+        turns: 5,
+        workers: 3,
+        min_kills: 3 * failovers,
+        postgres_restarts: 0,
+        failovers,
+        trickle: Duration::from_millis(250),
+        deadline: Duration::from_secs(1800),
+        retention: false,
     })
     .await;
 }
@@ -97,6 +152,7 @@ async fn soak() {
         workers: 3,
         min_kills: 30,
         postgres_restarts: 2,
+        failovers: 0,
         trickle: Duration::from_millis(250),
         deadline: Duration::from_secs(1800),
         retention: false,
@@ -181,18 +237,58 @@ impl Db {
     }
 }
 
+/// Where the soak's Postgres runs: one cluster (crash-restarted), or a
+/// primary with a synchronous standby (failed over).
+enum Postgres {
+    Single(PrivateCluster),
+    Pair(tokio::sync::Mutex<FailoverPair>),
+}
+
+impl Postgres {
+    async fn config(&self) -> ConnectConfig {
+        match self {
+            Postgres::Single(cluster) => cluster.config(),
+            Postgres::Pair(pair) => pair.lock().await.config(),
+        }
+    }
+}
+
+/// SIGKILL the primary and promote the standby; returns the time from the
+/// kill to the first step committed on the new primary. Then a new
+/// synchronous standby is built for the next failover.
+async fn fail_over(pair: &mut FailoverPair) -> Duration {
+    pair.kill_primary();
+    let killed_at = Instant::now();
+    // Synchronous replication: every step the primary acknowledged is in
+    // the standby's WAL; once replayed, its count is the baseline.
+    let baseline = pair.replayed_count("holdfast.steps").await;
+    pair.promote_standby().await;
+    pair.wait_for_more_rows("holdfast.steps", baseline, Duration::from_secs(120))
+        .await;
+    let took = killed_at.elapsed();
+    pair.build_standby().await;
+    took
+}
+
 #[derive(Default)]
 struct Chaos {
     kills: AtomicUsize,
     restarts: AtomicUsize,
+    /// Per failover: from the primary's SIGKILL to the first step committed
+    /// on the new primary.
+    failovers: Mutex<Vec<Duration>>,
     daemon_kills: AtomicUsize,
     recoveries: Mutex<Vec<Duration>>,
 }
 
 async fn run(plan: Plan) {
     let started = Instant::now();
-    let cluster = Arc::new(PrivateCluster::start().await);
-    let config = cluster.config();
+    let postgres = Arc::new(if plan.failovers > 0 {
+        Postgres::Pair(tokio::sync::Mutex::new(FailoverPair::start().await))
+    } else {
+        Postgres::Single(PrivateCluster::start().await)
+    });
+    let config = postgres.config().await;
     let url = config.to_connection_string();
     let fake = FakeProvider::start().await;
     let site = CountingServer::start().await;
@@ -260,6 +356,19 @@ async fn run(plan: Plan) {
         )
     };
     let daemon = Arc::new(Mutex::new(spawn_daemon(0)));
+    let done = Arc::new(AtomicBool::new(false));
+    // Across failovers, one agent's stream is followed over the API,
+    // resumed with Last-Event-ID after every break.
+    let follower = if plan.failovers > 0 {
+        let key = store::create_api_key(&setup, "chaos").await.unwrap().key;
+        let followed = agents[0].1;
+        Some((
+            followed,
+            tokio::spawn(follow_stream(api_url.clone(), key, followed, done.clone())),
+        ))
+    } else {
+        None
+    };
     let worker_env = [
         ("HOLDFAST_EGRESS_ALLOW", "web_fetch=127.0.0.1"),
         ("HOLDFAST_WORKER_CONCURRENCY", "32"),
@@ -291,23 +400,23 @@ async fn run(plan: Plan) {
         config: config.clone(),
         client: tokio::sync::Mutex::new(None),
     });
-    let done = Arc::new(AtomicBool::new(false));
     let chaos = Arc::new(Chaos::default());
 
     // The chaos loop: SIGKILL a random worker every 1–3 s (and start a
     // replacement), crash-restart Postgres at spread-out kills, and SIGKILL
     // the machine daemon once (restarted on its journal).
     let chaos_task = {
-        let (workers, chaos, done, cluster, db, daemon) = (
+        let (workers, chaos, done, postgres, db, daemon) = (
             workers.clone(),
             chaos.clone(),
             done.clone(),
-            cluster.clone(),
+            postgres.clone(),
             db.clone(),
             daemon.clone(),
         );
-        let restart_at: Vec<usize> = (1..=plan.postgres_restarts)
-            .map(|i| i * plan.min_kills / (plan.postgres_restarts + 1))
+        let outages = plan.postgres_restarts + plan.failovers;
+        let restart_at: Vec<usize> = (1..=outages)
+            .map(|i| i * plan.min_kills / (outages + 1))
             .collect();
         let daemon_kill_at = (plan.min_kills * 3 / 4).max(1);
         let spawn_daemon = &spawn_daemon;
@@ -384,14 +493,20 @@ async fn run(plan: Plan) {
                     chaos.daemon_kills.fetch_add(1, Ordering::SeqCst);
                 }
                 if restart_at.contains(&(kills + 1)) {
-                    let cluster = cluster.clone();
-                    tokio::task::spawn_blocking(move || {
-                        cluster.cluster.crash().expect("crash postgres");
-                        cluster.cluster.restart().expect("restart postgres");
-                    })
-                    .await
-                    .unwrap();
-                    chaos.restarts.fetch_add(1, Ordering::SeqCst);
+                    match &*postgres {
+                        Postgres::Single(cluster) => {
+                            tokio::task::block_in_place(|| {
+                                cluster.cluster.crash().expect("crash postgres");
+                                cluster.cluster.restart().expect("restart postgres");
+                            });
+                            chaos.restarts.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Postgres::Pair(pair) => {
+                            let mut pair = pair.lock().await;
+                            let took = fail_over(&mut pair).await;
+                            chaos.failovers.lock().unwrap().push(took);
+                        }
+                    }
                 }
             }
         }
@@ -500,7 +615,28 @@ async fn run(plan: Plan) {
     )
     .await;
 
-    let violations = check_invariants(&client, &site, &machine_dir, &agents, plan.turns).await;
+    let mut violations = check_invariants(&client, &site, &machine_dir, &agents, plan.turns).await;
+    if let Some((followed, follower)) = follower {
+        let (streamed, reconnects) = follower.await.unwrap();
+        let saved: Vec<i64> = client
+            .query(
+                "SELECT seq FROM holdfast.events WHERE agent_id = $1 ORDER BY seq",
+                &[&followed],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        println!("  stream reconnects   {reconnects}");
+        if streamed != saved {
+            violations.push(format!(
+                "the stream of {followed} over {reconnects} reconnects gave {} events, not the {} saved, once each in order",
+                streamed.len(),
+                saved.len()
+            ));
+        }
+    }
     if plan.retention {
         println!("  old weeks seeded    {weeks_seeded}");
         println!("  dropped during run  {weeks_dropped}");
@@ -539,6 +675,19 @@ async fn run(plan: Plan) {
     println!("  recoveries measured {}", recoveries.len());
     println!("  max recovery        {max_recovery:?}");
     println!("  webhook deliveries  {}", receiver.count());
+    let failovers = chaos.failovers.lock().unwrap().clone();
+    if !failovers.is_empty() {
+        let mut sorted = failovers.clone();
+        sorted.sort();
+        let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
+        println!("  failovers           {}", failovers.len());
+        println!(
+            "  kill to first step  p50 {:?}, p99 {:?}, max {:?}",
+            at(0.5),
+            at(0.99),
+            sorted[sorted.len() - 1]
+        );
+    }
     println!("  wall time           {elapsed:?}");
     println!("  violations          {}", violations.len());
     for v in &violations {
@@ -558,7 +707,53 @@ async fn run(plan: Plan) {
         chaos.restarts.load(Ordering::SeqCst),
         plan.postgres_restarts
     );
+    assert_eq!(failovers.len(), plan.failovers);
     assert_eq!(chaos.daemon_kills.load(Ordering::SeqCst), 1);
+}
+
+/// Follow `agent`'s event stream through the API until `done` and the
+/// stream is quiet, reconnecting with `Last-Event-ID` after every end or
+/// refusal (the API's database fails over under it). Returns the seqs of
+/// the saved events received, in order, and the number of reconnects.
+async fn follow_stream(
+    api_url: String,
+    key: String,
+    agent: Uuid,
+    done: Arc<AtomicBool>,
+) -> (Vec<i64>, usize) {
+    let http = reqwest::Client::new();
+    let mut seqs: Vec<i64> = Vec::new();
+    let mut reconnects = 0;
+    loop {
+        let finished = done.load(Ordering::SeqCst);
+        let mut request = http
+            .get(format!("{api_url}/v1/agents/{agent}/stream"))
+            .bearer_auth(&key);
+        if let Some(last) = seqs.last() {
+            request = request.header("Last-Event-ID", last.to_string());
+        }
+        match request.send().await {
+            Ok(response) if response.status() == 200 => {
+                let mut reader = SseReader::new(response);
+                // Once the work is done, a quiet second ends the catch-up.
+                let quiet = if finished {
+                    Duration::from_secs(1)
+                } else {
+                    Duration::from_secs(3)
+                };
+                while let Ok(Some(event)) =
+                    tokio::time::timeout(quiet, reader.next_event(Duration::from_secs(3600))).await
+                {
+                    seqs.extend(event.seq());
+                }
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+        if finished {
+            return (seqs, reconnects);
+        }
+        reconnects += 1;
+    }
 }
 
 /// SQL that writes one week of a finished agent's history, `weeks_back`

@@ -370,3 +370,165 @@ async fn the_activity_list_masks_secrets_in_config() {
     );
     assert!(!list.to_string().contains("mcp-secret-42"));
 }
+
+/// `agent`'s turn: `input`, then a saved answer `answer`.
+async fn answered(client: &tokio_postgres::Client, agent: Uuid, input: &str, answer: &str) {
+    let created = store::create_input(client, agent, &json!(input), None)
+        .await
+        .unwrap();
+    let claim = store::claim_agents(
+        client,
+        "test-worker",
+        10,
+        std::time::Duration::from_secs(60),
+    )
+    .await
+    .unwrap()
+    .into_iter()
+    .find(|c| c.agent_id == agent)
+    .expect("the agent is claimable");
+    store::commit_model_step(
+        client,
+        claim,
+        &holdfast_engine::domain::ModelStep {
+            input_ids: vec![created.input_id],
+            message: vec![json!({"type": "text", "text": answer})],
+            tool_calls: vec![],
+            usage: json!({"input_tokens": 1, "output_tokens": 1}),
+            stop_reason: Some("end_turn".into()),
+        },
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_finds_agents_by_the_words_of_their_inputs_and_answers_in_the_callers_project_only()
+{
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let api = ApiServer::start(&db).await;
+    let (project, key) = project_key(&client).await;
+    let (other, _) = project_key(&client).await;
+    let mut config = default_config();
+    config["metadata"] = json!({"team": "billing"});
+    let answers = store::create_agent(&client, project, &config)
+        .await
+        .unwrap();
+    answered(
+        &client,
+        answers,
+        "what is the balance?",
+        "The **reconciliation** of the ledger is done.",
+    )
+    .await;
+    let asks = store::create_agent(&client, project, &config)
+        .await
+        .unwrap();
+    // An input no model call has taken yet is found too.
+    store::create_input(
+        &client,
+        asks,
+        &json!([{"type": "text", "text": "Please check the Quarterly numbers"}]),
+        None,
+    )
+    .await
+    .unwrap();
+    let quiet = store::create_agent(&client, project, &config)
+        .await
+        .unwrap();
+    answered(&client, quiet, "hello", "hi there").await;
+    // Another project's agent says the same word: not the caller's.
+    let theirs = store::create_agent(&client, other, &config).await.unwrap();
+    answered(&client, theirs, "go", "reconciliation elsewhere").await;
+
+    // A word only in an answer (case and markdown aside) finds its agent.
+    let found = page(&api, &key, "q=Reconciliation").await;
+    assert_eq!(ids(&found), [answers.to_string()], "{found}");
+    // A word of a pending input's text block.
+    let found = page(&api, &key, "q=quarterly").await;
+    assert_eq!(ids(&found), [asks.to_string()], "{found}");
+    // Words combine (all must be in one input or message); a quoted phrase.
+    let found = page(&api, &key, "q=ledger%20reconciliation").await;
+    assert_eq!(ids(&found), [answers.to_string()], "{found}");
+    let found = page(&api, &key, "q=%22ledger%20reconciliation%22").await;
+    assert_eq!(ids(&found), Vec::<String>::new(), "{found}");
+    let found = page(&api, &key, "q=nowhere").await;
+    assert_eq!(ids(&found), Vec::<String>::new(), "{found}");
+    // The other filters still narrow a conversation search.
+    let found = page(&api, &key, "q=reconciliation&state=archived").await;
+    assert_eq!(ids(&found), Vec::<String>::new(), "{found}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_search_over_4000_agents_reads_the_text_indexes() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, _) = project_key(&client).await;
+    let (other, _) = project_key(&client).await;
+    // 2,000 agents in each of two projects, each with an input and an
+    // answer of a few sentences; one answer in the caller's project names
+    // a rare word.
+    client
+        .batch_execute(&format!(
+            "INSERT INTO holdfast.agents (project_id, config)
+             SELECT p, '{{\"model\": {{\"provider\": \"anthropic\", \"name\": \"m\"}}}}'
+               FROM unnest(ARRAY['{project}'::uuid, '{other}'::uuid]) p, generate_series(1, 2000);
+             INSERT INTO holdfast.inputs (project_id, agent_id, content)
+             SELECT project_id, id, to_jsonb('Please look at invoice ' || id || ' and the ledger for the quarter')
+               FROM holdfast.agents;
+             INSERT INTO holdfast.messages (agent_id, seq, role, content)
+             SELECT id, 1, 'assistant',
+                    jsonb_build_array(jsonb_build_object('type', 'text', 'text',
+                        'The invoice ' || id || ' matches the ledger. Totals were checked twice '
+                        || 'against the bank statement and the quarterly report.'))
+               FROM holdfast.agents;
+             UPDATE holdfast.messages SET content = '[{{\"type\": \"text\", \"text\": \"a zanzibar answer\"}}]'
+              WHERE agent_id = (SELECT id FROM holdfast.agents WHERE project_id = '{project}' LIMIT 1);
+             ANALYZE holdfast.agents, holdfast.inputs, holdfast.messages;"
+        ))
+        .await
+        .unwrap();
+    let plan: Vec<String> = client
+        .query(
+            &format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT) {AGENTS_BY_ACTIVITY_SQL}"),
+            &[
+                &project,
+                &None::<String>,
+                &None::<DateTime<Utc>>,
+                &None::<Uuid>,
+                &None::<Uuid>,
+                &None::<Value>,
+                &Some("zanzibar"),
+                &51i64,
+                &None::<String>,
+            ],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(plan.contains("messages_search_idx"), "{plan}");
+    assert!(plan.contains("inputs_search_idx"), "{plan}");
+    let found = store::console::agents_by_activity(
+        &client,
+        project,
+        &store::console::AgentFilter {
+            text: Some("zanzibar".into()),
+            ..Default::default()
+        },
+        None,
+        51,
+    )
+    .await
+    .unwrap();
+    assert_eq!(found.len(), 1);
+    // The figure in docs/internals/benchmarks.md.
+    let took = plan
+        .lines()
+        .find(|l| l.starts_with("Execution Time"))
+        .unwrap_or_default();
+    eprintln!("conversation search over 4,000 agents: {took}");
+}

@@ -16,6 +16,7 @@
 //! except under `CI=true`, where they fail (see `holdfast_tests::browser`).
 
 use std::collections::HashSet;
+use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -1878,6 +1879,28 @@ async fn a_turn_shows_its_duration_tokens_and_cost_and_the_agent_its_usage() {
     console.browser.close().await;
 }
 
+/// `holdfast machine run` for `token`: its journal in `dir/state`, its
+/// commands run in `dir/work` (in its sandbox), heartbeating every 200 ms.
+fn machine_daemon(console: &Console, token: &str, dir: &Path) -> HoldfastProcess {
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    HoldfastProcess::spawn(
+        "console-machine",
+        &["machine", "run"],
+        &[
+            ("HOLDFAST_URL", console.api.url("")),
+            ("HOLDFAST_MACHINE_TOKEN", token.to_owned()),
+            (
+                "HOLDFAST_MACHINE_STATE_DIR",
+                dir.join("state").display().to_string(),
+            ),
+            ("HOLDFAST_MACHINE_WORK_DIR", work.display().to_string()),
+            ("HOLDFAST_MACHINE_HEARTBEAT_INTERVAL", "200ms".into()),
+            ("HOLDFAST_MACHINE_CLAIM_WAIT", "2s".into()),
+        ],
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commands_output_appears_as_terminal_text_on_the_open_page_while_it_runs_and_ends() {
     let Some(console) = Console::start().await else {
@@ -1886,7 +1909,10 @@ async fn a_commands_output_appears_as_terminal_text_on_the_open_page_while_it_ru
     let browser = &console.browser;
     let (machine, token) = register_machine(&console, "build-box").await;
     let agent = console.new_agent(&waits_config(machine, "Builder")).await;
-    let command = "printf '<b>not bold</b>\\nline 2'";
+    // It prints a line, colours and markup, a bell and a title change, then
+    // waits (at most a minute) for the test's `release` file.
+    let command = "printf 'first line\\n'; printf '\\033[31mred\\033[0m <b>not bold</b>\\007\\033]0;title\\007\\n' >&2; \
+                   i=0; while [ ! -e release ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; echo done";
     waiting_tool_call(
         &console.client,
         agent,
@@ -1898,56 +1924,102 @@ async fn a_commands_output_appears_as_terminal_text_on_the_open_page_while_it_ru
     console.sign_in().await;
     console.open_agent(agent).await;
     browser
-        .wait_for_text(".command .command-line", &format!("$ {command}"))
-        .await;
-    browser
         .wait_for_text(".command .command-status", "queued on build-box")
         .await;
 
-    let claimed = daemon_claims(&console, &token).await;
+    let dir = holdfast_tests::ScratchDir::new("console-machine");
+    let _daemon = machine_daemon(&console, &token, &dir);
     browser
         .wait_for_text(".command .command-status", "running")
         .await;
-    let id = claimed[0]["id"].as_str().unwrap();
-    let stdout = "<b>not bold</b>\nline 2";
-    let response = console
-        .api
-        .request(
-            reqwest::Method::POST,
-            &format!("/v1/machine/commands/{id}/result"),
-            &token,
+    browser
+        .wait_for_text(".command pre.stdout", "first line")
+        .await;
+    browser
+        .wait_for_text(".command pre.stderr", "red <b>not bold</b>")
+        .await;
+    // Still running: the output came live, not with the result.
+    let state: String = console
+        .client
+        .query_one(
+            "SELECT state FROM holdfast.commands WHERE agent_id = $1",
+            &[&agent],
         )
-        .json(
-            &json!({"state": "finished", "exit_code": 0, "stdout": stdout, "stderr": "a warning\n"}),
-        )
-        .send()
         .await
-        .unwrap();
-    assert_eq!(response.status(), reqwest::StatusCode::OK);
-    browser.wait_for_text(".command pre.stdout", "line 2").await;
+        .unwrap()
+        .get(0);
+    assert_eq!(state, "accepted");
     let terminal = browser
         .eval(
-            "const out = document.querySelector('.command pre.stdout'); \
-             return { text: out.textContent, elements: out.children.length, \
-                      stderr: document.querySelector('.command pre.stderr').textContent, \
-                      status: document.querySelector('.command .command-status').textContent };",
+            "const card = document.querySelector('.command'); \
+             return { stdout: card.querySelector('pre.stdout').textContent, \
+                      stderr: card.querySelector('pre.stderr').textContent, \
+                      elements: card.querySelectorAll('pre.stdout *, pre.stderr *').length, \
+                      bold: card.querySelectorAll('b').length, \
+                      title: document.title, \
+                      status: card.querySelector('.command-status').textContent };",
             vec![],
         )
         .await;
-    assert_eq!(terminal["text"], json!(stdout), "{terminal}");
+    assert_eq!(terminal["stdout"], json!("first line\n"), "{terminal}");
+    // Escape sequences removed, the bell shown as U+FFFD, markup as text.
+    assert_eq!(
+        terminal["stderr"],
+        json!("red <b>not bold</b>\u{FFFD}\n"),
+        "{terminal}"
+    );
     assert_eq!(
         terminal["elements"],
         json!(0),
         "output is text, never markup"
     );
-    assert_eq!(terminal["stderr"], json!("a warning\n"));
-    assert!(
-        terminal["status"]
-            .as_str()
-            .unwrap()
-            .starts_with("exit 0 · "),
+    assert_eq!(terminal["bold"], json!(0), "{terminal}");
+    assert_eq!(terminal["title"], json!("Holdfast console"), "{terminal}");
+    assert_eq!(terminal["status"], json!("running"), "{terminal}");
+    browser
+        .eval(
+            "document.querySelector(arguments[0]).scrollIntoView({block: 'center'});",
+            vec![json!(".command")],
+        )
+        .await;
+    browser.screenshot_for_docs("agent-command-live").await;
+    browser.resize(390, 844).await;
+    browser
+        .eval(
+            "document.querySelector(arguments[0]).scrollIntoView({block: 'center'});",
+            vec![json!(".command")],
+        )
+        .await;
+    browser
+        .screenshot_for_docs("agent-command-live-phone")
+        .await;
+    browser.resize(1280, 900).await;
+
+    // Released, it ends: the saved output replaces the live one.
+    std::fs::write(dir.join("work").join("release"), b"").unwrap();
+    browser
+        .wait_for_text(".command .command-status", "exit 0 · ")
+        .await;
+    let terminal = browser
+        .eval(
+            "const card = document.querySelector('.command'); \
+             return { stdout: card.querySelector('pre.stdout').textContent, \
+                      stderr: card.querySelector('pre.stderr').textContent, \
+                      elements: card.querySelectorAll('pre.stdout *, pre.stderr *').length };",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        terminal["stdout"],
+        json!("first line\ndone\n"),
         "{terminal}"
     );
+    assert_eq!(
+        terminal["stderr"],
+        json!("red <b>not bold</b>\u{FFFD}\n"),
+        "{terminal}"
+    );
+    assert_eq!(terminal["elements"], json!(0), "{terminal}");
     browser
         .eval(
             "document.querySelector(arguments[0]).scrollIntoView({block: 'center'});",
@@ -1955,6 +2027,480 @@ async fn a_commands_output_appears_as_terminal_text_on_the_open_page_while_it_ru
         )
         .await;
     browser.screenshot_for_docs("agent-command").await;
+    console.browser.close().await;
+}
+
+/// Claim `agent` as a worker would (it is ready).
+async fn claim(client: &Client, agent: Uuid) -> Claim {
+    store::claim_agents(client, "test-worker", 10, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|c| c.agent_id == agent)
+        .expect("the agent is claimable")
+}
+
+/// From now on this session's `holdfast.now()`, and so the time of the
+/// events it writes, is `seconds` ahead of the clock.
+async fn clock_ahead(client: &Client, seconds: u32) {
+    client
+        .batch_execute(&format!("SET holdfast.clock_offset = '{seconds} seconds'"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expanded_turn_shows_its_steps_as_a_waterfall_with_a_retried_model_call_as_attempts() {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    let browser = &console.browser;
+    let client = &console.client;
+    let agent = console.new_agent(&tools_config()).await;
+    // 0 s: the turn starts. 1 s: the first model call fails (overloaded)
+    // and is retried at once. 4 s: the second attempt answers with a
+    // `lookup` call. 6 s: the lookup's result. 7 s: the final answer.
+    let (first, inputs) = claimed_turn(client, agent, "find invoice 9").await;
+    clock_ahead(client, 1).await;
+    let retrying = store::commit_model_retry(
+        client,
+        first,
+        &json!({"type": "overloaded_error", "message": "the model is busy"}),
+        Duration::ZERO,
+        5,
+        &inputs,
+    )
+    .await
+    .unwrap();
+    assert!(retrying);
+    let second = claim(client, agent).await;
+    clock_ahead(client, 4).await;
+    store::commit_model_step(
+        client,
+        second,
+        &ModelStep {
+            input_ids: inputs,
+            message: vec![
+                json!({"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "invoice 9"}}),
+            ],
+            tool_calls: vec![holdfast_engine::domain::NewToolCall {
+                provider_id: "toolu_1".into(),
+                name: "lookup".into(),
+                input: json!({"q": "invoice 9"}),
+                kind: ToolKind::Custom,
+            }],
+            usage: json!({"input_tokens": 10, "output_tokens": 5}),
+            stop_reason: Some("tool_use".into()),
+        },
+    )
+    .await
+    .unwrap();
+    clock_ahead(client, 6).await;
+    let lookup = tool_call_id(client, agent, "lookup").await;
+    store::submit_tool_result(client, lookup, &json!({"found": true}), false)
+        .await
+        .unwrap();
+    let third = claim(client, agent).await;
+    clock_ahead(client, 7).await;
+    store::commit_model_step(
+        client,
+        third,
+        &ModelStep {
+            input_ids: vec![],
+            message: vec![json!({"type": "text", "text": "Invoice 9 is paid."})],
+            tool_calls: vec![],
+            usage: json!({"input_tokens": 20, "output_tokens": 5}),
+            stop_reason: Some("end_turn".into()),
+        },
+    )
+    .await
+    .unwrap();
+
+    console.sign_in().await;
+    console.open_agent(agent).await;
+    let steps = "details.turn[data-turn='1'] .waterfall .step";
+    browser
+        .wait_for(
+            "the turn's waterfall",
+            "return document.querySelectorAll(arguments[0]).length === 5;",
+            vec![json!(steps)],
+        )
+        .await;
+    let rows = browser
+        .eval(
+            "return [...document.querySelectorAll(arguments[0])].map((row) => ({ \
+                 label: row.querySelector('.step-label').textContent, \
+                 kind: row.className, \
+                 start: Number(row.dataset.startMs), \
+                 duration: Number(row.dataset.durationMs), \
+                 shown: row.querySelector('.step-duration').textContent, \
+                 left: row.querySelector('.bar').getBoundingClientRect().left \
+                     - row.querySelector('.track').getBoundingClientRect().left, \
+                 width: row.querySelector('.bar').getBoundingClientRect().width, \
+                 track: row.querySelector('.track').getBoundingClientRect().width }));",
+            vec![json!(steps)],
+        )
+        .await;
+    let rows = rows.as_array().unwrap();
+    let labels: Vec<&str> = rows.iter().map(|r| r["label"].as_str().unwrap()).collect();
+    assert_eq!(
+        labels,
+        [
+            "Model call, 2 attempts",
+            "attempt 1: overloaded_error: the model is busy",
+            "attempt 2: answered",
+            "Tool lookup",
+            "Model call",
+        ],
+        "{rows:?}"
+    );
+    // Starts and durations from the saved events' times, in ms since the
+    // turn started: the first attempt from the turn's start to its retry,
+    // the second from the retry (no delay) to the answer, the tool call
+    // from its creation to its result, the last call from the result to
+    // the final answer.
+    let at: Vec<(String, f64)> = client
+        .query(
+            "SELECT e.type, extract(epoch FROM e.created_at - s.created_at)::float8 * 1000 \
+               FROM holdfast.events e, holdfast.events s \
+              WHERE e.agent_id = $1 AND s.agent_id = $1 AND s.type = 'turn.started' \
+              ORDER BY e.seq",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let time = |kind: &str, nth: usize| {
+        at.iter()
+            .filter(|(k, _)| k == kind)
+            .nth(nth)
+            .unwrap_or_else(|| panic!("no {kind} #{nth} in {at:?}"))
+            .1
+    };
+    let (retry, answer) = (time("model.retry", 0), time("model.response", 0));
+    let (result, last) = (time("tool_call.completed", 0), time("model.response", 1));
+    let expected = [
+        (0.0, answer),
+        (0.0, retry),
+        (retry, answer - retry),
+        (
+            time("tool_call.created", 0),
+            result - time("tool_call.created", 0),
+        ),
+        (result, last - result),
+    ];
+    let shown: Vec<(f64, f64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["start"].as_f64().unwrap(),
+                r["duration"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    // The page reads times to the millisecond, the database to the microsecond.
+    for (row, ((start, took), (want_start, want_took))) in shown.iter().zip(expected).enumerate() {
+        assert!(
+            (start - want_start).abs() <= 1.5 && (took - want_took).abs() <= 1.5,
+            "row {row}: {start}+{took} ms, saved {want_start}+{want_took} ms: {rows:?}"
+        );
+    }
+    // The clock was set 1, 4, 6 and 7 s ahead: the durations are about 1, 3,
+    // 2 and 1 s whatever the test's own pace.
+    assert!(
+        (retry - 1000.0).abs() < 500.0 && (answer - retry - 3000.0).abs() < 500.0,
+        "{at:?}"
+    );
+    // Each bar is as wide as its step lasted, and starts where it started,
+    // on the one axis of the turn (which ends with the last answer).
+    for row in rows {
+        let track = row["track"].as_f64().unwrap();
+        let width = row["width"].as_f64().unwrap() / track;
+        let left = row["left"].as_f64().unwrap() / track;
+        let expected_width = row["duration"].as_f64().unwrap() / last;
+        let expected_left = row["start"].as_f64().unwrap() / last;
+        assert!(
+            (width - expected_width).abs() < 0.005 && (left - expected_left).abs() < 0.005,
+            "{row}: bar at {left:.3}+{width:.3} of the track, expected {expected_left:.3}+{expected_width:.3}"
+        );
+    }
+    assert!(
+        rows[1]["kind"].as_str().unwrap().contains("kind-failed"),
+        "the failed attempt is marked: {rows:?}"
+    );
+    let second = rows[2]["duration"].as_f64().unwrap() / 1000.0;
+    assert!(
+        rows[2]["shown"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{second:.1} s")),
+        "{rows:?}"
+    );
+    browser
+        .eval(
+            "document.querySelector(arguments[0]).scrollIntoView({block: 'start'});",
+            vec![json!("details.turn[data-turn='1']")],
+        )
+        .await;
+    browser.screenshot_for_docs("agent-waterfall").await;
+    browser.resize(390, 844).await;
+    browser
+        .eval(
+            "document.querySelector(arguments[0]).scrollIntoView({block: 'start'});",
+            vec![json!("details.turn[data-turn='1']")],
+        )
+        .await;
+    browser.screenshot_for_docs("agent-waterfall-phone").await;
+    console.browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_approval_waits_in_the_inbox_and_approving_it_in_place_removes_it() {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    let browser = &console.browser;
+    let client = &console.client;
+    // A turn past its token budget, asking: its first call used 20 tokens
+    // of 10, and before the next the worker asks for the budget.
+    let agent = console
+        .new_agent(&json!({
+            "model": {"provider": "anthropic", "name": "claude-test"},
+            "tools": [{"type": "custom", "name": "lookup", "input_schema": {"type": "object"}}],
+            "budget": {"max_tokens_per_turn": 10, "on_exceeded": "ask"},
+            "metadata": {"name": "Spender"}
+        }))
+        .await;
+    let (first, inputs) = claimed_turn(client, agent, "look it up").await;
+    store::commit_model_step(
+        client,
+        first,
+        &ModelStep {
+            input_ids: inputs,
+            message: vec![
+                json!({"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}}),
+            ],
+            tool_calls: vec![holdfast_engine::domain::NewToolCall {
+                provider_id: "toolu_1".into(),
+                name: "lookup".into(),
+                input: json!({}),
+                kind: ToolKind::Custom,
+            }],
+            usage: json!({"input_tokens": 15, "output_tokens": 5}),
+            stop_reason: Some("tool_use".into()),
+        },
+    )
+    .await
+    .unwrap();
+    let lookup = tool_call_id(client, agent, "lookup").await;
+    store::submit_tool_result(client, lookup, &json!({"found": true}), false)
+        .await
+        .unwrap();
+    let second = claim(client, agent).await;
+    store::end_turn_over_budget(client, second, &[])
+        .await
+        .unwrap();
+
+    console.sign_in().await;
+    browser.goto(&console.api.url("/#/inbox")).await;
+    let card = "#inbox-items .inbox-item[data-kind='budget_approval']";
+    browser
+        .wait_for_text(card, "Continue past max_tokens_per_turn")
+        .await;
+    browser.wait_for_text(card, "Spender").await;
+    assert_eq!(inbox_kinds(browser).await, ["budget_approval"]);
+    browser.wait_for_text("#inbox-count", "1").await;
+    browser
+        .type_into(&format!("{card} input"), "worth it")
+        .await;
+    browser.click(&format!("{card} button.approve")).await;
+    browser.wait_for_text("#inbox-notice", "sent").await;
+    browser
+        .wait_for(
+            "the budget approval gone from the inbox",
+            "return !document.querySelector(arguments[0]);",
+            vec![json!(card)],
+        )
+        .await;
+    browser
+        .wait_for_text("#inbox-total", "Nothing waits on you.")
+        .await;
+    let row = client
+        .query_one(
+            "SELECT status, decided_by, reason FROM holdfast.approvals WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap();
+    let decided: (String, Option<String>, Option<String>) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(
+        decided,
+        (
+            "approved".to_owned(),
+            Some("console".to_owned()),
+            Some("worth it".to_owned())
+        )
+    );
+    console.browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrying_a_failed_input_that_carried_an_image_sends_it_again_with_its_attachment() {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    let browser = &console.browser;
+    let agent = console.new_agent(&default_config()).await;
+    let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+    console
+        .api
+        .request(
+            reqwest::Method::POST,
+            &format!("/v1/agents/{agent}/inputs"),
+            &console.key,
+        )
+        .json(&json!({"content": [
+            {"type": "text", "text": "describe this"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
+        ]}))
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap();
+    let claim = claim(&console.client, agent).await;
+    let inputs: Vec<Uuid> = console
+        .client
+        .query(
+            "SELECT id FROM holdfast.inputs WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    store::fail_turn(
+        &console.client,
+        claim,
+        "invalid_request_error",
+        "the provider refused the image",
+        &inputs,
+    )
+    .await
+    .unwrap();
+
+    console.sign_in().await;
+    console.open_agent(agent).await;
+    browser.wait_for_text("#last-turn", "failed").await;
+    browser
+        .wait_for(
+            "the thumbnail loaded",
+            "const img = document.querySelector('#timeline img.thumb'); \
+             return !!img && img.complete && img.naturalWidth === 1;",
+            vec![],
+        )
+        .await;
+    browser.click("#retry").await;
+    browser.wait_for_text("#retry-status", "sent again").await;
+    holdfast_tests::wait_until(TURN_TIMEOUT, "the input sent again", || async {
+        count_events(&console.client, agent, "input.received").await == 2
+    })
+    .await;
+    let rows = console
+        .client
+        .query(
+            "SELECT content FROM holdfast.inputs WHERE agent_id = $1 ORDER BY created_at",
+            &[&agent],
+        )
+        .await
+        .unwrap();
+    let contents: Vec<Value> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(contents.len(), 2);
+    assert_eq!(
+        contents[1], contents[0],
+        "the same text and the same attachment"
+    );
+    assert_eq!(
+        contents[1][1]["source"]["type"], "attachment",
+        "{contents:?}"
+    );
+    let attachments: i64 = console
+        .client
+        .query_one(
+            "SELECT count(*) FROM holdfast.attachments WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(attachments, 1, "the file is stored once");
+    // The new input shows its thumbnail too.
+    browser
+        .wait_for(
+            "two thumbnails",
+            "return document.querySelectorAll('#timeline img.thumb').length === 2;",
+            vec![],
+        )
+        .await;
+    console.browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_search_box_finds_an_agent_by_a_word_only_in_its_answer() {
+    let Some(console) = Console::start().await else {
+        return;
+    };
+    let browser = &console.browser;
+    let client = &console.client;
+    let mut config = default_config();
+    config["metadata"] = json!({"name": "Ledger bot"});
+    let answers = console.new_agent(&config).await;
+    let (turn, inputs) = claimed_turn(client, answers, "how do the books look?").await;
+    store::commit_model_step(
+        client,
+        turn,
+        &ModelStep {
+            input_ids: inputs,
+            message: vec![json!({"type": "text", "text": "The **reconciliation** is done."})],
+            tool_calls: vec![],
+            usage: json!({"input_tokens": 1, "output_tokens": 1}),
+            stop_reason: Some("end_turn".into()),
+        },
+    )
+    .await
+    .unwrap();
+    let other = console.new_agent(&default_config()).await;
+    console.input(other, "hello").await;
+
+    console.sign_in().await;
+    browser.goto(&console.api.url("/#/agents")).await;
+    browser.wait_for_text("#agents", &other.to_string()).await;
+    browser.type_into("#search", "reconciliation").await;
+    browser.click("#apply-filter").await;
+    browser
+        .wait_for(
+            "the one agent that said it",
+            "return document.querySelectorAll('#agents tbody tr').length === 1 \
+                 && document.querySelector('#agents tbody').textContent.includes(arguments[0]);",
+            vec![json!(answers.to_string())],
+        )
+        .await;
+    let listed = listed_ids(browser).await;
+    assert_eq!(listed, [format!("Ledger bot {answers}")]);
+    browser.screenshot_for_docs("agents-search").await;
+    browser.resize(390, 844).await;
+    // On a phone the page scrolls only down.
+    let wider = browser
+        .eval(
+            "return document.documentElement.scrollWidth > window.innerWidth;",
+            vec![],
+        )
+        .await;
+    assert_eq!(wider, json!(false));
+    browser.screenshot_for_docs("agents-search-phone").await;
     console.browser.close().await;
 }
 

@@ -10,7 +10,7 @@ use holdfast_engine::domain::{Claim, ModelStep, ToolKind};
 use holdfast_engine::store;
 use holdfast_engine::store::NewModelPrice;
 use holdfast_tests::api_server::{call, error_of, project_key, waiting_tool_call, ApiServer};
-use holdfast_tests::TestDb;
+use holdfast_tests::{default_config, TestDb};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio_postgres::Client;
@@ -497,5 +497,112 @@ async fn project_usage_sums_each_days_model_calls_by_model_with_cost() {
         let (status, _, message, field) = error_of(response).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {message}");
         assert_eq!(field.as_deref(), Some("days"), "{query}");
+    }
+}
+
+/// Heap and index tuples read so far in this transaction from `tables`
+/// (`pg_stat_xact_user_tables` and, for the tables' indexes,
+/// `pg_stat_get_xact_tuples_returned`: the transaction's own reads).
+async fn tuples_read(
+    client: &impl tokio_postgres::GenericClient,
+    tables: &[&str],
+) -> Vec<(String, i64)> {
+    let tables: Vec<String> = tables.iter().map(|t| (*t).to_owned()).collect();
+    client
+        .query(
+            "SELECT t.relname::text, \
+                    coalesce(t.seq_tup_read, 0) + coalesce(t.idx_tup_fetch, 0) \
+                    + coalesce((SELECT sum(pg_stat_get_xact_tuples_returned(i.indexrelid)) \
+                                  FROM pg_index i WHERE i.indrelid = t.relid), 0)::bigint \
+               FROM pg_stat_xact_user_tables t \
+              WHERE t.schemaname = 'holdfast' AND t.relname = ANY($1) \
+              ORDER BY 1",
+            &[&tables],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_reads_the_callers_projects_waiting_rows_and_no_other_projects() {
+    let db = TestDb::new().await;
+    let mut client = db.connect().await;
+    // A busy project: 2,000 agents waiting on something.
+    let (busy, _) = project_key(&client).await;
+    let busy_machine = store::register_machine(&client, busy, "busy-box", None)
+        .await
+        .unwrap()
+        .machine_id;
+    let waits = [
+        ("refund", json!({"order": 1}), ToolKind::Custom),
+        ("ask_user", json!({"question": "ok?"}), ToolKind::Question),
+        ("lookup", json!({"q": "x"}), ToolKind::Custom),
+        ("run_command", json!({"command": "true"}), ToolKind::Command),
+    ];
+    for i in 0..2000 {
+        let agent = store::create_agent(&client, busy, &waits_config(busy_machine, "busy"))
+            .await
+            .unwrap();
+        let (name, input, kind) = waits[i % waits.len()].clone();
+        waiting_tool_call(&client, agent, name, input, kind).await;
+    }
+    // Fifty quiet projects, as a server holds many.
+    for _ in 0..50 {
+        let (quiet, _) = project_key(&client).await;
+        store::create_agent(&client, quiet, &default_config())
+            .await
+            .unwrap();
+    }
+    // The caller's project: one agent waiting on a question.
+    let (project, _) = project_key(&client).await;
+    let machine = store::register_machine(&client, project, "box", None)
+        .await
+        .unwrap()
+        .machine_id;
+    let agent = store::create_agent(&client, project, &waits_config(machine, "mine"))
+        .await
+        .unwrap();
+    waiting_tool_call(
+        &client,
+        agent,
+        "ask_user",
+        json!({"question": "mine?"}),
+        ToolKind::Question,
+    )
+    .await;
+    client.batch_execute("ANALYZE").await.unwrap();
+
+    let tables = ["agents", "approvals", "commands", "questions", "tool_calls"];
+    let transaction = client.transaction().await.unwrap();
+    let before = tuples_read(&transaction, &tables).await;
+    let inbox: Value = transaction
+        .query_one(
+            "SELECT holdfast.inbox($1, NULL, NULL, NULL, NULL, 101)",
+            &[&project],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let after = tuples_read(&transaction, &tables).await;
+    transaction.rollback().await.unwrap();
+    assert_eq!(inbox["total"], 1, "{inbox}");
+    assert_eq!(kinds(&inbox), ["question"]);
+    // The caller's agent, its question and its tool call, each read a
+    // few times at most (an updated row's old versions count too); the
+    // busy project's 2,000 waits and agents would show here by the
+    // hundred.
+    let read: Vec<(&str, i64)> = before
+        .iter()
+        .zip(&after)
+        .map(|((table, was), (_, now))| (table.as_str(), now - was))
+        .collect();
+    for (table, tuples) in &read {
+        assert!(
+            *tuples <= 10,
+            "holdfast.inbox read {tuples} tuples of {table} for a project with one wait: {read:?}"
+        );
     }
 }

@@ -194,11 +194,22 @@ async fn web_fetch_refuses_private_addresses_by_default() {
     let server = CountingServer::start().await;
     let port = server.addr.port();
     let limits = WebFetchLimits::default();
+    // Loopback in every spelling a URL parser or resolver accepts.
     for url in [
         server.url("/html"),
         format!("http://2130706433:{port}/html"),
+        format!("http://127.1:{port}/html"),
+        format!("http://0x7f.0.0.1:{port}/html"),
+        format!("http://0177.0.0.1:{port}/html"),
+        format!("http://017700000001:{port}/html"),
+        format!("http://0.0.0.0:{port}/html"),
         format!("http://[::1]:{port}/html"),
+        format!("http://[0:0:0:0:0:0:0:1]:{port}/html"),
+        format!("http://[::]:{port}/html"),
         format!("http://[::ffff:127.0.0.1]:{port}/html"),
+        format!("http://[::ffff:7f00:1]:{port}/html"),
+        format!("http://localhost.:{port}/html"),
+        format!("http://LOCALHOST:{port}/html"),
         "http://169.254.169.254/latest/meta-data/".to_string(),
         "http://10.0.0.1/".to_string(),
     ] {
@@ -309,9 +320,11 @@ fn mcp_config(server: &McpTestServer, prefix: &str) -> McpServerConfig {
 #[tokio::test]
 async fn mcp_list_tools_returns_the_servers_tools_with_the_prefix() {
     let server = McpTestServer::start().await;
-    let tools = mcp::list_tools(&mcp_config(&server, "counter"), &loopback_mcp())
+    let listed = mcp::list_tools(&mcp_config(&server, "counter"), &loopback_mcp())
         .await
         .unwrap();
+    assert_eq!(listed.left_out, [], "every tool name is usable");
+    let tools = listed.usable;
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(
         names,
@@ -407,12 +420,13 @@ async fn mcp_tool_list_is_cached_within_the_ttl() {
     assert_eq!(server.tools_list_requests(), 1);
 
     // Within the TTL: no request, also under another prefix (same url and headers).
-    let again = registry.list_tools(&config).await.unwrap();
+    let again = registry.list_tools(&config).await.unwrap().usable;
     assert_eq!(again.len(), 5, "the server's five tools");
     let renamed = registry
         .list_tools(&mcp_config(&server, "other"))
         .await
-        .unwrap();
+        .unwrap()
+        .usable;
     assert_eq!(renamed[0].name, "other__increment");
     assert_eq!(server.tools_list_requests(), 1);
 
@@ -446,15 +460,18 @@ async fn mcp_headers_from_config_reach_the_server() {
         headers: BTreeMap::from([
             ("Authorization".into(), "Bearer secret-token".into()),
             ("X-Tenant".into(), "t1".into()),
-            // Outside the safe set: dropped at send time.
-            ("Metadata-Flavor".into(), "Google".into()),
-            ("X-Forwarded-For".into(), "10.0.0.1".into()),
         ]),
     };
+    // Outside the safe set: the server is not called at all.
+    let mut unsafe_config = config.clone();
+    unsafe_config
+        .headers
+        .insert("Metadata-Flavor".into(), "Google".into());
+    let out = mcp::call_tool(&unsafe_config, "increment", &json!({}), &loopback_mcp()).await;
+    assert!(error_message(&out).contains("Metadata-Flavor"), "{out:?}");
+    assert_eq!(server.increment_calls(), 0, "called with a refused header");
     let out = mcp::call_tool(&config, "increment", &json!({}), &loopback_mcp()).await;
     assert!(!out.is_error, "{out:?}");
-    assert!(server.header_values("metadata-flavor").is_empty());
-    assert!(server.header_values("x-forwarded-for").is_empty());
     let tenants = server.header_values("x-tenant");
     assert!(!tenants.is_empty());
     assert!(tenants.iter().all(|v| v == "t1"), "{tenants:?}");

@@ -214,6 +214,8 @@ async fn a_response_with_too_many_tool_calls_fails_the_turn_and_runs_none() {
         "the response is saved"
     );
     assert_eq!(agent_state(&client, agent).await, "idle");
+    // What these turns wrote matches the OpenAPI document's event schemas.
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
 }
 
 #[tokio::test]

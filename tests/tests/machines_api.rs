@@ -749,4 +749,171 @@ async fn a_deleted_machines_commands_end_cleanly_its_token_is_refused_and_its_na
     assert_eq!(response.status(), StatusCode::NOT_FOUND, "deleted once");
     let (again, _) = register(&server, &key, json!({"name": "m"})).await;
     assert_ne!(again, machine);
+    // What these turns wrote matches the OpenAPI document's event schemas.
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
+}
+
+/// POST a command's live output with `token`: (status, body).
+async fn relay_output(
+    server: &ApiServer,
+    token: &str,
+    command: &str,
+    body: Value,
+) -> (StatusCode, Value) {
+    let response = server
+        .request(
+            Method::POST,
+            &format!("/v1/machine/commands/{command}/output"),
+            token,
+        )
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    (status, response.json().await.unwrap())
+}
+
+/// The next live `command_output` message on `stream` (saved events are
+/// skipped).
+async fn next_output(stream: &mut holdfast_tests::api_sse::SseReader) -> Value {
+    loop {
+        let event = stream
+            .next_event(Duration::from_secs(10))
+            .await
+            .expect("a command_output message");
+        if event.event.as_deref() == Some("command_output") {
+            assert!(event.id.is_none(), "never saved: {event:?}");
+            return event.json();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_commands_output_reaches_the_agents_stream_bounded_per_call_rate_and_command() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let server = ApiServer::start(&db).await;
+    let (project, key) = project_key(&client).await;
+    let (machine, token) = register(&server, &key, json!({"name": "box"})).await;
+    let (_, other_token) = register(&server, &key, json!({"name": "other"})).await;
+    let (agent, call) = agent_waiting_on_command(&client, project, machine).await;
+    let session = start_session(&server, &token).await;
+    let (status, claimed) = claim(&server, &token, session, 0).await;
+    assert_eq!(status, StatusCode::OK, "{claimed}");
+    let command = claimed["commands"][0]["id"].as_str().unwrap().to_owned();
+    let mut stream = holdfast_tests::api_sse::SseReader::new(
+        server
+            .request(Method::GET, &format!("/v1/agents/{agent}/stream"), &key)
+            .send()
+            .await
+            .unwrap(),
+    );
+
+    let (status, body) = relay_output(
+        &server,
+        &token,
+        &command,
+        json!({"stdout": "building\n", "stderr": "\u{1b}[31mwarn\u{1b}[0m\n"}),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["outcome"]),
+        (StatusCode::OK, &json!("relayed")),
+        "{body}"
+    );
+    let stdout = next_output(&mut stream).await;
+    assert_eq!(
+        stdout,
+        json!({"command_id": command, "tool_call_id": call, "stream": "stdout",
+               "text": "building\n", "limit_reached": false})
+    );
+    let stderr = next_output(&mut stream).await;
+    assert_eq!(stderr["stream"], "stderr");
+    assert_eq!(
+        stderr["text"], "\u{1b}[31mwarn\u{1b}[0m\n",
+        "the program's bytes, as text"
+    );
+    // Within 200 ms of the last call: nothing relayed.
+    let (status, body) = relay_output(&server, &token, &command, json!({"stdout": "x"})).await;
+    assert_eq!(
+        (status, &body["outcome"]),
+        (StatusCode::OK, &json!("too_soon")),
+        "{body}"
+    );
+    // Over 16 KiB in one call: a 400 naming the field, nothing relayed.
+    let (status, body) = relay_output(
+        &server,
+        &token,
+        &command,
+        json!({"stdout": "y".repeat(16 * 1024 + 1)}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["field"], "stdout");
+    // Another machine's token does not reach this command.
+    let (status, body) =
+        relay_output(&server, &other_token, &command, json!({"stdout": "z"})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    // Near its 256 KiB, a call past them relays nothing and tells the
+    // listeners once; nothing more is relayed.
+    client
+        .execute(
+            "UPDATE holdfast.commands SET live_output_bytes = 262144 - 10, live_output_at = NULL WHERE id = $1",
+            &[&command.parse::<Uuid>().unwrap()],
+        )
+        .await
+        .unwrap();
+    let (status, body) = relay_output(
+        &server,
+        &token,
+        &command,
+        json!({"stdout": "0123456789abc"}),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["outcome"]),
+        (StatusCode::OK, &json!("limit")),
+        "{body}"
+    );
+    let limit = next_output(&mut stream).await;
+    assert_eq!(
+        (&limit["limit_reached"], &limit["text"]),
+        (&json!(true), &json!("")),
+        "{limit}"
+    );
+    let (_, body) = relay_output(&server, &token, &command, json!({"stdout": "more"})).await;
+    assert_eq!(body["outcome"], "limit");
+    // Once its result is in, the command is not running: nothing is relayed.
+    let response = server
+        .request(
+            Method::POST,
+            &format!("/v1/machine/commands/{command}/result"),
+            &token,
+        )
+        .json(&json!({"state": "finished", "exit_code": 0, "stdout": "building\ndone\n"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    client
+        .execute(
+            "UPDATE holdfast.commands SET live_output_at = NULL WHERE id = $1",
+            &[&command.parse::<Uuid>().unwrap()],
+        )
+        .await
+        .unwrap();
+    let (_, body) = relay_output(&server, &token, &command, json!({"stdout": "late"})).await;
+    assert_eq!(body["outcome"], "not_running");
+    // Nothing relayed was saved: the live stderr, which the result does
+    // not hold, is in no event.
+    let saved: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.events WHERE agent_id = $1 AND data::text LIKE '%warn%'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(saved, 0);
 }

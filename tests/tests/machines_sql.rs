@@ -387,6 +387,8 @@ async fn a_call_without_a_usable_machine_is_answered_with_an_error_at_once() {
         .unwrap()
         .get(0);
     assert_eq!(count, 0);
+    // What these turns wrote matches the OpenAPI document's event schemas.
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -469,6 +471,8 @@ async fn a_command_past_its_accept_deadline_is_never_claimed_and_fails() {
         .await
         .unwrap()
         .is_empty());
+    // What these turns wrote matches the OpenAPI document's event schemas.
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
 }
 
 #[tokio::test]
@@ -541,6 +545,8 @@ async fn a_result_completes_the_call_once_and_repeats_are_idempotent() {
         store::submit_command_result(&client, machine, queued, &result).await,
         Err(Error::Conflict(_))
     ));
+    // What these turns wrote matches the OpenAPI document's event schemas.
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
 }
 
 #[tokio::test]
@@ -652,6 +658,8 @@ async fn a_silent_machine_gives_machine_unreachable_and_a_late_result_is_only_re
     );
     assert_eq!(call_outcome(&client, call).await.1.unwrap(), output);
     assert_eq!(command_state(&client, command).await.0, "finished");
+    // What these turns wrote matches the OpenAPI document's event schemas.
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
 }
 
 #[tokio::test]
@@ -722,6 +730,8 @@ async fn a_restarted_daemon_takes_over_and_unrecorded_commands_become_unknown() 
         call_outcome(&client, kept_call).await.1.unwrap()["state"],
         "unknown"
     );
+    // What these turns wrote matches the OpenAPI document's event schemas.
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
 }
 
 #[tokio::test]
@@ -794,6 +804,8 @@ async fn a_run_command_that_needs_approval_is_queued_only_once_approved() {
             expected
         );
     }
+    // What these turns wrote matches the OpenAPI document's event schemas.
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
 }
 
 #[tokio::test]

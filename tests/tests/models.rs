@@ -236,6 +236,8 @@ async fn a_context_too_long_reply_compacts_and_the_retried_call_uses_the_summary
         "old messages replaced: {retried}"
     );
     assert!(retried.contains("third question"));
+    // What these turns wrote matches the OpenAPI document's event schemas.
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -778,3 +778,76 @@ async fn retention_prunes_old_inputs_and_unreferenced_attachments_and_keeps_the_
         .unwrap();
     assert_eq!(loaded.total_bytes(), 100);
 }
+
+/// A writer holds its project's attachment counter (as an input storing
+/// files does until it commits) and then appends an event, while a pass
+/// creates a partition and prunes that project's files: the pass must not
+/// hold the partition's lock on `events` while it waits for the counter,
+/// or each waits for the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retention_pass_never_waits_on_a_writer_while_holding_a_partitions_lock() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, name) = new_project(&client).await;
+    let (elsewhere, _) = new_project(&client).await;
+    store::set_project_retention(&client, &name, Some(Duration::from_secs(30 * 86_400)))
+        .await
+        .unwrap();
+    set_clock(&client, "-60 days").await;
+    let archived = new_agent(&client, project).await;
+    finished_turn_with_images(&client, archived, &png_base64(300, 3), &png_base64(400, 4)).await;
+    store::archive_agent(&client, archived).await.unwrap();
+    set_clock(&client, "0").await;
+    let other = new_agent(&client, elsewhere).await;
+    // Next week's partition is missing, so the pass creates it.
+    let next_week: String = client
+        .query_one(
+            "SELECT 'events_w' || to_char(date_trunc('week', (holdfast.now() + interval '7 days')
+                                                           AT TIME ZONE 'UTC'), 'YYYYMMDD')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    if partitions(&client).await.contains(&next_week) {
+        client
+            .batch_execute(&format!(
+                "ALTER TABLE holdfast.events DETACH PARTITION holdfast.{next_week};
+                 DROP TABLE holdfast.{next_week}"
+            ))
+            .await
+            .unwrap();
+    }
+
+    let writer = db.connect().await;
+    writer.batch_execute("BEGIN").await.unwrap();
+    writer
+        .execute(
+            "UPDATE holdfast.project_attachment_bytes SET bytes = bytes WHERE project_id = $1",
+            &[&project],
+        )
+        .await
+        .unwrap();
+    let retention = db.connect().await;
+    let pass = tokio::spawn(async move {
+        let report = store::retention_tick(&retention, 100).await;
+        (retention, report)
+    });
+    // The pass prunes the archived agent's files: it waits for the counter.
+    holdfast_tests::wait_for_lock_wait(&client, &db.name).await;
+    writer
+        .execute(
+            "SELECT holdfast.append_event($1, 'input.received', '{}')",
+            &[&other],
+        )
+        .await
+        .expect("the writer's event is not held up by the pass");
+    writer.batch_execute("COMMIT").await.unwrap();
+    let (_retention, report) = pass.await.unwrap();
+    let report = report
+        .map_err(|e| e.to_string())
+        .expect("the pass ends well");
+    assert_eq!(report.partitions_created, 1, "{report:?}");
+    assert_eq!(report.attachments_deleted, 2, "{report:?}");
+    assert!(partitions(&client).await.contains(&next_week));
+}

@@ -312,3 +312,103 @@ async fn server_tools_are_off_until_the_operator_allows_them_per_project_and_the
     );
     assert_eq!(fake.request_count(), 1, "no call after the withdrawal");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn server_tool_requests_are_counted_in_every_usage_view() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let api = holdfast_tests::api_server::ApiServer::start(&db).await;
+    let created = store::create_api_key(&client, &format!("p{}", uuid::Uuid::new_v4().simple()))
+        .await
+        .unwrap();
+    store::set_project_server_tools(
+        &client,
+        &client
+            .query_one(
+                "SELECT name FROM holdfast.projects WHERE id = $1",
+                &[&created.project_id],
+            )
+            .await
+            .unwrap()
+            .get::<_, String>(0),
+        true,
+    )
+    .await
+    .unwrap();
+    let config = json!({"model": {"provider": "anthropic", "name": "claude-test"},
+                        "tools": [{"type": "anthropic_web_search"}, {"type": "anthropic_web_fetch"}]});
+    let agent = store::create_agent(&client, created.project_id, &config)
+        .await
+        .unwrap();
+
+    // Two searches and a fetch in the first call, one search in the second.
+    let fetch = [
+        json!({"type": "server_tool_use", "id": "srvtoolu_01Fetch", "name": "web_fetch",
+               "input": {"url": "https://docs.example/durable-agents"}}),
+        json!({"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_01Fetch",
+               "content": {"type": "web_fetch_result", "url": "https://docs.example/durable-agents",
+                           "content": {"type": "document",
+                                       "source": {"type": "text", "media_type": "text/plain",
+                                                  "data": "Every step is saved."}}}}),
+    ];
+    let mut first = server_search_blocks();
+    first.extend(
+        server_search_blocks()
+            .into_iter()
+            .skip(1)
+            .take(2)
+            .map(|mut b| {
+                for key in ["id", "tool_use_id"] {
+                    if b.get(key).is_some() {
+                        b[key] = json!("srvtoolu_02Second");
+                    }
+                }
+                b
+            }),
+    );
+    first.extend(fetch);
+    let fake = FakeProvider::start().await;
+    fake.push(Reply::anthropic_blocks(first).stop_reason("pause_turn"));
+    fake.push(Reply::anthropic_blocks(server_search_blocks()));
+    let _worker = spawn_worker("w-server-tool-counts", &db.config, &fake, &[]);
+    store::create_input(&client, agent, &json!("search and read"), None)
+        .await
+        .unwrap();
+    wait_for_events(&client, agent, "turn.completed", 1, T).await;
+
+    let counts = |usage: &Value| {
+        (
+            usage["server_tool_requests"].as_i64(),
+            usage["web_search_requests"].as_i64(),
+        )
+    };
+    let expected = (Some(4), Some(3));
+    let get = |path: String| {
+        let (api, key) = (&api, &created.key);
+        async move {
+            let (status, body) =
+                holdfast_tests::api_server::call(api, reqwest::Method::GET, &path, key, None).await;
+            assert_eq!(status, 200, "{path}: {body}");
+            body
+        }
+    };
+    let agent_usage = get(format!("/v1/agents/{agent}/usage")).await;
+    assert_eq!(counts(&agent_usage["usage"]), expected, "{agent_usage}");
+    assert_eq!(
+        counts(&agent_usage["turns"][0]["usage"]),
+        expected,
+        "{agent_usage}"
+    );
+    let view = get(format!("/v1/agents/{agent}")).await;
+    assert_eq!(counts(&view["last_turn"]["usage"]), expected, "{view}");
+    let project = get("/v1/usage".to_owned()).await;
+    assert_eq!(counts(&project["usage"]), expected, "{project}");
+    assert_eq!(counts(&project["days"][0]["usage"]), expected, "{project}");
+    let completed = last_event_data(&client, agent, "turn.completed").await;
+    assert_eq!(counts(&completed["usage"]), expected, "{completed}");
+    assert_eq!(
+        agent_usage["usage"]["cost_usd"].as_f64(),
+        Some(0.03),
+        "three searches at $10 per 1,000; fetches cost only tokens"
+    );
+}

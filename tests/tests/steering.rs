@@ -330,6 +330,8 @@ async fn an_interrupt_during_a_hanging_model_call_aborts_it_and_the_call_again_c
     assert_eq!(user_inputs(&history).len(), 2);
     assert_eq!(user_inputs(&history)[1], interrupt);
     assert_eq!(history.last().unwrap().1, "Answer with both.");
+    // What these turns wrote matches the OpenAPI document's event schemas.
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -377,6 +379,8 @@ async fn an_interrupt_while_a_tool_runs_does_not_cancel_the_tool_and_steers_the_
         Some("also this")
     );
     assert_eq!(user_inputs(&history(&client, agent).await)[1], interrupt);
+    // What these turns wrote matches the OpenAPI document's event schemas.
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

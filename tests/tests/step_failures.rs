@@ -16,7 +16,8 @@ use holdfast_tests::{wait_until, TestDb};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_step_failing_every_time_backs_off_then_fails_the_turn_with_internal_error() {
+async fn a_step_failing_every_time_backs_off_on_the_timeline_then_fails_the_turn_with_internal_error(
+) {
     let db = TestDb::new().await;
     let client = db.connect().await;
     let fake = FakeProvider::start().await;
@@ -114,6 +115,44 @@ async fn a_step_failing_every_time_backs_off_then_fails_the_turn_with_internal_e
         message.contains("5000000000"),
         "the cause is named: {message}"
     );
+    // Each backoff was on the timeline: the attempt, the error and when the
+    // next attempt was due.
+    let retries = client
+        .query(
+            "SELECT data, created_at FROM holdfast.events
+              WHERE agent_id = $1 AND type = 'step.retry' ORDER BY seq",
+            &[&broken],
+        )
+        .await
+        .unwrap();
+    assert_eq!(retries.len(), 3, "one per failure below the limit");
+    for (i, row) in retries.iter().enumerate() {
+        let data: serde_json::Value = row.get(0);
+        let at: chrono::DateTime<chrono::Utc> = row.get(1);
+        assert_eq!(data["attempt"], i + 1, "{data}");
+        assert_eq!(data["max_attempts"], 4, "{data}");
+        assert_eq!(data["error"]["type"], "internal_error", "{data}");
+        assert!(
+            data["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("5000000000"),
+            "{data}"
+        );
+        let retry_at: chrono::DateTime<chrono::Utc> =
+            serde_json::from_value(data["retry_at"].clone()).unwrap();
+        let delay_ms = data["delay_ms"].as_i64().unwrap();
+        assert!(
+            (delays_ms[i] - delay_ms as f64).abs() <= SLACK_MS,
+            "{data}: {delays_ms:?}"
+        );
+        // retry_at is read from the clock a moment before the event's time.
+        let due_in = (retry_at - at).num_milliseconds();
+        assert!(
+            (delay_ms - SLACK_MS as i64..=delay_ms).contains(&due_in),
+            "{data} at {at}"
+        );
+    }
     // The cause is in the history the model will see next turn.
     let history: String = client
         .query_one(
@@ -137,6 +176,8 @@ async fn a_step_failing_every_time_backs_off_then_fails_the_turn_with_internal_e
         (row.get(0), row.get(1))
     };
     assert_eq!((state.as_str(), failures), ("idle", 0));
+    // What these turns wrote matches the OpenAPI document's event schemas.
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
 }
 
 /// A page with non-ASCII text after an entity once panicked the HTML

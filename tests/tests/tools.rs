@@ -69,6 +69,8 @@ async fn a_worker_killed_mid_web_fetch_never_fetches_again_and_the_model_is_told
         retried.contains("Tool call was interrupted; its external outcome is unknown."),
         "{retried}"
     );
+    // What these turns wrote matches the OpenAPI document's event schemas.
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -224,6 +224,21 @@ async fn a_turn_across_a_worker_kill_is_one_trace_under_the_inputs_traceparent()
         "MCP requests carried {sent:?}, not {expected}"
     );
     assert_eq!(mcp.counter(), 2);
+    // No span holds the prompt, the reply, a tool's input or output, or a
+    // key (the project's API key, the worker's provider key).
+    for span in &spans {
+        assert_no_attribute_holds(
+            span,
+            &[
+                "add two",
+                "The counter is 2.",
+                "{\"by\":2}",
+                "counter is now",
+                &key,
+                "test-key",
+            ],
+        );
+    }
 }
 
 #[tokio::test]

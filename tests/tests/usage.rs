@@ -60,6 +60,7 @@ fn sum(reported: &[Reported], price: Option<(f64, f64, f64, f64)>) -> TokenUsage
         cache_write_tokens: total(|r| r.cache_write),
         reasoning_tokens: total(|r| r.reasoning),
         cost_usd: cost,
+        ..TokenUsage::default()
     }
 }
 
@@ -229,6 +230,7 @@ async fn usage_sums_per_turn_agent_and_project_equal_what_the_provider_reported_
                 cache_write_tokens: r.get(6),
                 reasoning_tokens: r.get(7),
                 cost_usd: r.get(8),
+                ..TokenUsage::default()
             };
             (r.get(0), r.get(1), r.get(2), usage)
         })

@@ -3,7 +3,7 @@
 //! the leases of dead sessions, wake delayed agents) and
 //! `holdfast.machine_tick()` (commands not accepted in time, offline and
 //! unreachable machines), the retention pass every retention interval
-//! (`holdfast.retention_tick()`: event partitions ahead of time, expired ones
+//! (`store::retention_tick`: event partitions ahead of time, expired ones
 //! dropped, finished agents' old rows pruned), and the webhook dispatcher,
 //! side by side.
 //!

@@ -224,13 +224,17 @@ async fn model_step(
     // in-flight step is held at.
     let tools = Box::pin(toolbox::tool_set(deps, &context.config)).await;
     if !tools.unavailable.is_empty() {
-        let (servers, reasons): (Vec<&str>, Vec<&str>) = tools
+        let unavailable: Vec<store::UnavailableTool> = tools
             .unavailable
             .iter()
-            .map(|u| (u.server.as_str(), u.reason.as_str()))
-            .unzip();
+            .map(|u| store::UnavailableTool {
+                server: &u.server,
+                tool: u.tool.as_deref(),
+                reason: &u.reason,
+            })
+            .collect();
         let client = deps.pool.get().await?;
-        store::record_tools_unavailable(&**client, claim, &servers, &reasons).await?;
+        store::record_tools_unavailable(&**client, claim, &unavailable).await?;
     }
     let notice = toolbox::unavailable_notice(&tools.unavailable);
     let mut request = model_request(context, tools.definitions, notice);

@@ -28,13 +28,17 @@ use crate::tools::web_fetch::{web_fetch, web_fetch_definition};
 use crate::tools::web_search::{web_search, web_search_definition};
 use crate::tools::ToolOutput;
 
-/// A tool server whose tools the model goes without on this call, and why
-/// (the egress policy refused it, it could not be reached, its listing
-/// failed or timed out, its config entry is unusable).
+/// A tool server whose tools the model goes without on this call, or one
+/// tool of it, and why (the egress policy refused the server, it could not
+/// be reached, its listing failed or timed out, its config entry is
+/// unusable; the tool's name is not one a model provider takes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnavailableTools {
     /// The MCP tool entry's `name` (the prefix of its tools).
     pub server: String,
+    /// The one tool left out (the server's own name for it); `None`: all
+    /// of the server's tools.
+    pub tool: Option<String>,
     pub reason: String,
 }
 
@@ -50,7 +54,8 @@ pub struct ToolSet {
 
 /// The tools declared in an agent's config, as the model sees them. An MCP
 /// server that cannot be listed contributes no tools to this call and is
-/// in [`ToolSet::unavailable`]; the next call lists it again.
+/// in [`ToolSet::unavailable`], as is each tool of a listed server that
+/// cannot be offered; the next call lists the server again.
 pub async fn tool_set(deps: &StepDeps, config: &AgentConfig) -> ToolSet {
     let mut set = ToolSet::default();
     let out = &mut set.definitions;
@@ -72,14 +77,22 @@ pub async fn tool_set(deps: &StepDeps, config: &AgentConfig) -> ToolSet {
                     Err(e) => Err(e),
                 };
                 match listed {
-                    Ok(tools) => out.extend(tools),
-                    Err(e) => {
-                        tracing::warn!(server = %name, error = %e, "MCP server unavailable: its tools are left out of this call");
-                        set.unavailable.push(UnavailableTools {
-                            server: name.clone(),
-                            reason: e.to_string(),
-                        });
+                    Ok(tools) => {
+                        out.extend(tools.usable);
+                        set.unavailable
+                            .extend(tools.left_out.into_iter().map(|(tool, reason)| {
+                                UnavailableTools {
+                                    server: name.clone(),
+                                    tool: Some(tool),
+                                    reason,
+                                }
+                            }));
                     }
+                    Err(e) => set.unavailable.push(UnavailableTools {
+                        server: name.clone(),
+                        tool: None,
+                        reason: e.to_string(),
+                    }),
                 }
             }
             // Sent as the provider's own tools (ModelRequest::provider_tools).
@@ -98,7 +111,10 @@ pub fn unavailable_notice(unavailable: &[UnavailableTools]) -> Option<String> {
     }
     let lines: Vec<String> = unavailable
         .iter()
-        .map(|u| format!("- {}__* (MCP server {}): {}", u.server, u.server, u.reason))
+        .map(|u| match &u.tool {
+            None => format!("- {}__* (MCP server {}): {}", u.server, u.server, u.reason),
+            Some(tool) => format!("- tool {tool:?} of MCP server {}: {}", u.server, u.reason),
+        })
         .collect();
     Some(format!(
         "These configured tools are unavailable for this response, so they are not offered:\n{}",

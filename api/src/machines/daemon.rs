@@ -1,6 +1,6 @@
 //! `/v1/machine/...`, the daemon's routes, with its machine token:
 //! heartbeats, long-poll claims (each returned command is accepted, and no
-//! claim returns it again), and results.
+//! claim returns it again), live output while a command runs, and results.
 //!
 //! The claim long-poll waits for a hint between claims: the `holdfast_commands`
 //! NOTIFY for its machine (sent when a command is queued for it, when its
@@ -21,9 +21,10 @@ use axum::http::Extensions;
 use axum::Json;
 use holdfast_client::wire::error::ErrorBody;
 use holdfast_client::wire::machines::{
-    ClaimedCommandView, ClaimedList, HeartbeatRequest, HeartbeatView, ResultRequest, ResultView,
+    ClaimedCommandView, ClaimedList, HeartbeatRequest, HeartbeatView, OutputRequest, OutputView,
+    ResultRequest, ResultView,
 };
-use holdfast_engine::domain::{CommandResult, Heartbeat};
+use holdfast_engine::domain::{CommandResult, Heartbeat, LIVE_OUTPUT_PIECE_MAX_BYTES};
 use holdfast_engine::store;
 use serde::Deserialize;
 use tokio::time::Instant;
@@ -197,6 +198,57 @@ pub async fn submit_result(
     let result = CommandResult::from(request);
     let outcome = store::submit_command_result(&**db, machine.machine_id, id, &result).await?;
     Ok(Json(ResultView {
+        command_id: id,
+        outcome,
+    }))
+}
+
+/// Relay what a running command printed since the last call to its agent's
+/// stream (`event: command_output`, never saved: the result carries the
+/// output). Bounded per command: 16 KiB per call, a call per 200 ms,
+/// 256 KiB in all; `outcome` says what became of this one.
+#[utoipa::path(
+    post,
+    path = "/v1/machine/commands/{id}/output",
+    tag = "machine daemon",
+    params(("id" = Uuid, Path, description = "command id")),
+    request_body = OutputRequest,
+    responses(
+        (status = 200, body = OutputView),
+        (status = 400, description = "`stdout` and `stderr` over 16 KiB together", body = ErrorBody),
+        (status = 401, description = "not a machine token (API keys are refused)", body = ErrorBody),
+        (status = 404, description = "no such command on this machine", body = ErrorBody),
+    )
+)]
+pub async fn relay_output(
+    State(state): State<AppState>,
+    machine: MachineCaller,
+    ApiPath(id): ApiPath<Uuid>,
+    MachineJson(request): MachineJson<OutputRequest>,
+) -> Result<Json<OutputView>, ApiError> {
+    if request.stdout.len() + request.stderr.len() > LIVE_OUTPUT_PIECE_MAX_BYTES {
+        let field = if request.stdout.len() >= request.stderr.len() {
+            "stdout"
+        } else {
+            "stderr"
+        };
+        return Err(ApiError::invalid(
+            field,
+            format!(
+                "stdout and stderr must be at most {LIVE_OUTPUT_PIECE_MAX_BYTES} bytes together"
+            ),
+        ));
+    }
+    let db = state.db().await?;
+    let outcome = store::relay_command_output(
+        &**db,
+        machine.machine_id,
+        id,
+        &request.stdout,
+        &request.stderr,
+    )
+    .await?;
+    Ok(Json(OutputView {
         command_id: id,
         outcome,
     }))

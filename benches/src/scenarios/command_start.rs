@@ -56,6 +56,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
             &environment,
             1024,
             in_sandbox.then_some(&sandbox),
+            &Default::default(),
             |_| Ok(()),
         )
         .await?;

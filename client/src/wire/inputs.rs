@@ -20,7 +20,7 @@ pub struct InputRequest {
     /// `{"type": "image", "source": {"type": "base64", "media_type":
     /// "image/png", "data": "..."}}` or `{"type": "document", "source":
     /// {"type": "url", "url": "https://..."}}`).
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub content: Value,
     #[serde(default)]
     pub mode: InputMode,
@@ -34,7 +34,7 @@ pub struct InputView {
     /// As sent, but each base64 source of an image or document is its
     /// stored attachment: `{"type": "attachment", "attachment_id",
     /// "media_type", "size_bytes"}`.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub content: Value,
     pub mode: InputMode,
     pub status: InputStatus,

@@ -4,7 +4,8 @@ use chrono::{DateTime, Utc};
 use holdfast_engine::config::CommandWorkspace;
 use holdfast_engine::domain::{
     ClaimedCommand, CommandLimit, CommandResult, CommandResultOutcome, CommandResultState,
-    DaemonCommandState, Heartbeat, MachineRegistered, MachineStatus, ReportedCommand,
+    DaemonCommandState, Heartbeat, LiveOutputOutcome, MachineRegistered, MachineStatus,
+    ReportedCommand,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -387,6 +388,30 @@ impl From<&CommandResult> for ResultRequest {
             stderr_truncated: result.stderr_truncated,
         }
     }
+}
+
+/// What a running command printed since the daemon's last call, relayed
+/// live to its agent's stream (`event: command_output`) and never saved:
+/// the result carries the output. At most 16 KiB of text per call, a call
+/// per 200 ms and 256 KiB per command.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutputRequest {
+    #[serde(default)]
+    pub stdout: String,
+    #[serde(default)]
+    pub stderr: String,
+}
+
+/// What became of a call relaying live output.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct OutputView {
+    pub command_id: Uuid,
+    /// `relayed`; `not_running` (finished, or never accepted: send no
+    /// more); `too_soon` (within 200 ms of the previous call: send it with
+    /// the next); `limit` (the command's 256 KiB were relayed: send no more).
+    #[schema(value_type = String, example = "relayed")]
+    pub outcome: LiveOutputOutcome,
 }
 
 /// What became of a result.

@@ -100,13 +100,28 @@ pub enum TurnOutcome {
 }
 
 /// Why a turn failed: `turn.failed`'s `error`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TurnError {
     /// `authentication_error`, `retries_exhausted`, `limit_exceeded`,
     /// `budget_exceeded`, `internal_error`, ... (docs/events.md).
     #[serde(rename = "type")]
     pub error_type: String,
     pub message: String,
+    /// With `limit_exceeded`, the limit's name; with `budget_exceeded`, the
+    /// budget's maximum.
+    #[schema(value_type = Value)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<Value>,
+    /// With `limit_exceeded` and `budget_exceeded`: the value that reached it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
+    /// With `budget_exceeded`: the budget's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<String>,
+    /// With `retries_exhausted`: the last error.
+    #[schema(value_type = Value)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Value>,
 }
 
 /// An agent's latest turn (open or ended).

@@ -17,7 +17,7 @@ pub struct Event {
     pub created_at: DateTime<Utc>,
 }
 
-/// What one retention pass (`holdfast.retention_tick`) did.
+/// What one retention pass (`store::retention_tick`) did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RetentionReport {
     /// Weekly partitions of events created ahead of time.

@@ -241,6 +241,44 @@ pub enum CommandResultOutcome {
     Duplicate,
 }
 
+/// What became of a running command's output relayed live
+/// (`holdfast.command_output`).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    EnumString,
+    IntoStaticStr,
+    Display,
+    VariantArray,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum LiveOutputOutcome {
+    /// Sent to the agent's stream listeners.
+    Relayed,
+    /// The command is not running (finished, or never accepted): nothing
+    /// more of it is relayed.
+    NotRunning,
+    /// Less than the minimum interval after the previous call: not
+    /// relayed (send it with the next).
+    TooSoon,
+    /// The command's live output reached its bound: nothing more of it is
+    /// relayed (its result still carries its output).
+    Limit,
+}
+
+/// The bytes of a command's output relayed live, in all.
+pub const LIVE_OUTPUT_MAX_BYTES: usize = 256 * 1024;
+/// The bytes of live output (stdout and stderr together) per call.
+pub const LIVE_OUTPUT_PIECE_MAX_BYTES: usize = 16 * 1024;
+/// The shortest time between two calls relaying one command's output.
+pub const LIVE_OUTPUT_MIN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// A machine as `GET /v1/machines` shows it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MachineStatus {

@@ -108,6 +108,7 @@ mod tests {
         text_round_trips_and_is_the_serde_name::<DaemonCommandState>();
         text_round_trips_and_is_the_serde_name::<CommandResultState>();
         text_round_trips_and_is_the_serde_name::<CommandResultOutcome>();
+        text_round_trips_and_is_the_serde_name::<LiveOutputOutcome>();
         text_round_trips_and_is_the_serde_name::<Provider>();
         // SQL's outcome of record_webhook_attempt only (no serde form).
         text_round_trips::<RecordedAttempt>();

@@ -23,6 +23,14 @@ pub struct TokenUsage {
     /// none of the steps summed was priced (a sum over priced and unpriced
     /// steps counts the priced ones).
     pub cost_usd: Option<f64>,
+    /// Requests the provider's own server tools made inside the model calls
+    /// (Anthropic's web search and web fetch: `usage.server_tool_use`).
+    #[serde(default)]
+    pub server_tool_requests: i64,
+    /// Of `server_tool_requests`, web searches: billed per search, so
+    /// `cost_usd` includes their price.
+    #[serde(default)]
+    pub web_search_requests: i64,
 }
 
 /// One turn's usage.

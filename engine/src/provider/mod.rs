@@ -265,7 +265,12 @@ pub struct ModelRequest {
     pub provider_tools: Vec<ToolEntry>,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What one model call used, as the provider reported it: `model.response`'s
+/// and `context.compacted`'s `usage` (`{}` from a SQL client that committed
+/// a step without one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default)]
+#[schema(as = ModelUsage)]
 pub struct Usage {
     /// The whole prompt, its cached parts included.
     pub input_tokens: u64,

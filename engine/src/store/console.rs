@@ -51,7 +51,11 @@ pub struct AgentFilter {
     /// `config.metadata` contains this object (`@>`).
     pub metadata: Option<Value>,
     /// `config.metadata`'s JSON text, or the agent's id, contains this,
-    /// case-insensitively (so a part of an id finds the agent).
+    /// case-insensitively (so a part of an id finds the agent); or the text
+    /// of one of its inputs or saved messages holds its words (full text,
+    /// `websearch_to_tsquery` with the `simple` configuration, through
+    /// `inputs_search_idx` and `messages_search_idx`; content over 256 KiB
+    /// is not searched).
     pub text: Option<String>,
 }
 
@@ -128,7 +132,18 @@ SELECT id, project_id, holdfast.mask_config_secrets(config), state, turn_open, c
    AND ($5::uuid IS NULL OR id = $5) \
    AND ($6::jsonb IS NULL OR config -> 'metadata' @> $6) \
    AND ($7::text IS NULL OR strpos(lower((config -> 'metadata')::text), lower($7)) > 0 \
-        OR strpos(id::text, lower($7)) > 0) \
+        OR strpos(id::text, lower($7)) > 0 \
+        OR id IN (SELECT i.agent_id FROM holdfast.inputs i \
+                   WHERE i.project_id = $1 AND octet_length(i.content::text) <= 262144 \
+                     AND to_tsvector('simple'::regconfig, \
+                             jsonb_path_query_array(i.content, 'strict $.**.text') \
+                             || jsonb_path_query_array(i.content, 'strict $ ? (@.type() == \"string\")')) \
+                         @@ websearch_to_tsquery('simple'::regconfig, $7)) \
+        OR id IN (SELECT m.agent_id FROM holdfast.messages m \
+                   WHERE octet_length(m.content::text) <= 262144 \
+                     AND to_tsvector('simple'::regconfig, \
+                             jsonb_path_query_array(m.content, 'strict $.**.text')) \
+                         @@ websearch_to_tsquery('simple'::regconfig, $7))) \
  ORDER BY coalesce(last_event_at, created_at) DESC, id DESC \
  LIMIT $8";
 

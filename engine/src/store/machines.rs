@@ -12,10 +12,12 @@ use super::parse_text;
 use crate::config::CommandWorkspace;
 use crate::domain::{
     ClaimedCommand, CommandResult, CommandResultOutcome, Heartbeat, HeartbeatRecorded,
-    MachineIdentity, MachineRegistered, MachineStatus, MachineTickReport, MachineWake,
+    LiveOutputOutcome, MachineIdentity, MachineRegistered, MachineStatus, MachineTickReport,
+    MachineWake, LIVE_OUTPUT_MAX_BYTES, LIVE_OUTPUT_MIN_INTERVAL,
 };
 use crate::duration::to_interval;
 use crate::error::{Error, Result};
+use crate::pg_text::storable_str;
 
 /// Register a machine in `project`; the answer carries its token (show it
 /// once). A taken name is [`Error::Conflict`]; a bad name or wake URL is
@@ -206,6 +208,35 @@ pub async fn submit_command_result(
         )
         .await?;
     parse_text(row.get(0), "submit_command_result")
+}
+
+/// Relay what running command `command` printed since the last call to
+/// its agent's stream listeners, within the live bounds
+/// ([`LIVE_OUTPUT_MAX_BYTES`], [`LIVE_OUTPUT_MIN_INTERVAL`]). U+0000
+/// becomes U+FFFD (Postgres text cannot hold it). `NotFound` when the
+/// command is not on `machine`.
+pub async fn relay_command_output(
+    client: &impl GenericClient,
+    machine: Uuid,
+    command: Uuid,
+    stdout: &str,
+    stderr: &str,
+) -> Result<LiveOutputOutcome> {
+    let max_bytes = i32::try_from(LIVE_OUTPUT_MAX_BYTES).unwrap_or(i32::MAX);
+    let row = client
+        .query_one(
+            "SELECT holdfast.command_output($1, $2, $3, $4, $5, $6::text::interval)",
+            &[
+                &machine,
+                &command,
+                &storable_str(stdout),
+                &storable_str(stderr),
+                &max_bytes,
+                &to_interval(LIVE_OUTPUT_MIN_INTERVAL),
+            ],
+        )
+        .await?;
+    parse_text(row.get(0), "command_output")
 }
 
 /// The machines of `project`, oldest first, with their online state.

@@ -25,24 +25,31 @@ pub async fn set_project_retention(
     Ok(())
 }
 
-/// One retention pass: create upcoming partitions, drop expired ones, then
-/// prune at most `batch` rows of each kind.
+/// One retention pass: create upcoming partitions and drop expired ones
+/// (committed first, so no lock on `events` is held while rows are
+/// pruned), then prune at most `batch` rows of each kind.
 pub async fn retention_tick(client: &impl GenericClient, batch: i32) -> Result<RetentionReport> {
+    let partitions = client
+        .query_one(
+            "SELECT partitions_created, partitions_dropped FROM holdfast.maintain_event_partitions()",
+            &[],
+        )
+        .await?;
     let row = client
         .query_one(
-            "SELECT partitions_created, partitions_dropped, events_deleted, deliveries_deleted, \
-                    tool_outputs_pruned, inputs_pruned, attachments_deleted \
-               FROM holdfast.retention_tick($1)",
+            "SELECT events_deleted, deliveries_deleted, tool_outputs_pruned, inputs_pruned, \
+                    attachments_deleted \
+               FROM holdfast.prune_retention_rows($1)",
             &[&batch],
         )
         .await?;
     Ok(RetentionReport {
-        partitions_created: row.get(0),
-        partitions_dropped: row.get(1),
-        events_deleted: row.get(2),
-        deliveries_deleted: row.get(3),
-        tool_outputs_pruned: row.get(4),
-        inputs_pruned: row.get(5),
-        attachments_deleted: row.get(6),
+        partitions_created: partitions.get(0),
+        partitions_dropped: partitions.get(1),
+        events_deleted: row.get(0),
+        deliveries_deleted: row.get(1),
+        tool_outputs_pruned: row.get(2),
+        inputs_pruned: row.get(3),
+        attachments_deleted: row.get(4),
     })
 }

@@ -241,27 +241,34 @@ pub async fn commit_tool_result(
     Ok(row.get(0))
 }
 
-/// Record `tool.unavailable {"server", "reason"}` for each tool server the
-/// model call about to be made goes without (the agent stays leased).
-/// `reasons` may carry a server's text: made storable.
+/// A tool server (or one tool of it) the model call about to be made goes
+/// without, and why.
+#[derive(Clone, Copy, Debug)]
+pub struct UnavailableTool<'a> {
+    /// The MCP tool entry's `name`.
+    pub server: &'a str,
+    /// The one tool left out, by the server's own name; `None`: all of
+    /// the server's tools.
+    pub tool: Option<&'a str>,
+    pub reason: &'a str,
+}
+
+/// Record `tool.unavailable {"server", "tool"?, "reason"}` for each of
+/// `unavailable` (the agent stays leased). The names and reasons may carry
+/// a server's text: made storable.
 pub async fn record_tools_unavailable(
     client: &impl GenericClient,
     claim: Claim,
-    servers: &[&str],
-    reasons: &[&str],
+    unavailable: &[UnavailableTool<'_>],
 ) -> Result<()> {
-    let servers: Vec<String> = servers
-        .iter()
-        .map(|s| storable_str(s).into_owned())
-        .collect();
-    let reasons: Vec<String> = reasons
-        .iter()
-        .map(|r| storable_str(r).into_owned())
-        .collect();
+    let storable = |text: &str| storable_str(text).into_owned();
+    let servers: Vec<String> = unavailable.iter().map(|u| storable(u.server)).collect();
+    let tools: Vec<Option<String>> = unavailable.iter().map(|u| u.tool.map(storable)).collect();
+    let reasons: Vec<String> = unavailable.iter().map(|u| storable(u.reason)).collect();
     client
         .execute(
-            "SELECT holdfast.record_tools_unavailable($1, $2, $3, $4)",
-            &[&claim.agent_id, &claim.epoch, &servers, &reasons],
+            "SELECT holdfast.record_tools_unavailable($1, $2, $3, $4, $5)",
+            &[&claim.agent_id, &claim.epoch, &servers, &tools, &reasons],
         )
         .await?;
     Ok(())

@@ -86,6 +86,13 @@ def test_agents_create_get_list_every_page_update_cancel_archive(client):
     assert client.agents.archive(created[2]["id"])["state"] == "archived"
 
 
+def test_agents_search_finds_an_agent_by_a_word_of_its_answer(client):
+    agent = client.agents.create({"model": MODEL})
+    client.run(agent["id"], directive(say="The pelican ledger balances."))
+    assert [a["id"] for a in client.agents.search("pelican")] == [agent["id"]]
+    assert list(client.agents.search("pelican", state="archived")) == []
+
+
 def test_errors_are_typed_by_their_type_with_the_field(client):
     with pytest.raises(NotFoundError):
         client.agents.get("00000000-0000-0000-0000-000000000000")
@@ -155,6 +162,25 @@ def test_a_stream_across_an_api_restart_yields_each_saved_event_once(stack, clie
     seqs = [i["event"]["seq"] for i in items if i["type"] == "event"]
     assert seqs == [e["seq"] for e in all_events(client, agent["id"])]
     assert any(i["type"] == "delta" for i in items)
+
+
+def test_a_stream_delivers_the_thinking_deltas_of_a_model_call(client):
+    agent = client.agents.create({"model": MODEL})
+    client.send(agent["id"], "hi")
+    thinking, ended = [], 0
+    for item in client.stream(agent["id"]):
+        if item["type"] == "thinking_delta":
+            thinking.append(item["delta"]["text"])
+        if item["type"] == "event" and item["event"]["type"] == "turn.completed":
+            ended += 1
+            if ended == 2:
+                break
+            # The stream is live now: the next call's deltas reach it.
+            client.send(agent["id"], directive(think="Order 1001 left the depot on Monday.", say="shipped"))
+    assert "".join(thinking) == "Order 1001 left the depot on Monday."
+    [*_, response] = [e for e in all_events(client, agent["id"]) if e["type"] == "model.response"]
+    assert response["type"] == "model.response"
+    assert response["data"]["message"][0] == {"type": "thinking", "thinking": "".join(thinking), "signature": "sig"}
 
 
 def test_pending_calls_are_re_read_after_a_reconnect_async(stack, client):

@@ -6,6 +6,7 @@ result the model sees."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
 import json
 import logging
@@ -18,7 +19,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from holdfast import AsyncHoldfast, Holdfast, TextChunk, ToolCallView, TurnFailedError
+from holdfast import AsyncHoldfast, ConflictError, Holdfast, TextChunk, ToolCallView, TurnFailedError
 
 from conftest import ROOT
 from test_holdfast import FAST, LOOKUP, MODEL, all_events, directive
@@ -191,6 +192,49 @@ def test_an_image_result_posted_again_is_the_same_result_not_a_conflict(client):
     assert first["output"][1]["source"]["type"] == "attachment"
     again = client.submit_tool_result(call["id"], output)
     assert again["id"] == call["id"]
+
+
+# Two 1x1 PNGs: the same size and media type, other pixels.
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+OTHER_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+
+
+def with_image(text: str, png: str) -> List[Dict[str, Any]]:
+    return [{"type": "text", "text": text}, {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}]
+
+
+def test_content_read_back_from_the_timeline_is_the_content_sent_and_not_another_image(client, stack):
+    agent = client.agents.create({"model": MODEL, "tools": [LOOKUP]})
+    client.send(agent["id"], with_image(calls_lookup(), PNG))
+    deadline = time.monotonic() + 30
+    while not client.pending_tool_calls(agent["id"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    [call] = client.pending_tool_calls(agent["id"])
+    output = with_image("the label", PNG)
+    client.submit_tool_result(call["id"], output)
+    # A different image of the same size and type is another result: a conflict.
+    with pytest.raises(ConflictError):
+        client.submit_tool_result(call["id"], with_image("the label", OTHER_PNG))
+
+    events = all_events(client, agent["id"])
+    [received] = [e for e in events if e["type"] == "input.received"]
+    [completed] = [e for e in events if e["type"] == "tool_call.completed"]
+    assert received["type"] == "input.received" and completed["type"] == "tool_call.completed"
+    stored = completed["data"].get("output")
+    assert stored[1]["source"]["type"] == "attachment"
+    assert client.same_content(agent["id"], stored, output)
+    assert client.same_content(agent["id"], received["data"]["content"], with_image(calls_lookup(), PNG))
+    assert not client.same_content(agent["id"], stored, with_image("the label", OTHER_PNG))
+    assert not client.same_content(agent["id"], stored, with_image("another label", PNG))
+    assert client.attachment(agent["id"], stored[1]["source"]["attachment_id"]) == base64.b64decode(PNG)
+
+    async def same_async(sent: Any) -> bool:
+        async with AsyncHoldfast(stack.key, stack.url, retry=FAST) as aclient:
+            return await aclient.same_content(agent["id"], stored, sent)
+
+    assert asyncio.run(same_async(output))
+    assert not asyncio.run(same_async(with_image("the label", OTHER_PNG)))
 
 
 def test_the_readme_quickstart_prints_the_answer(stack, tmp_path):

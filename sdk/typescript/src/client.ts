@@ -25,7 +25,14 @@ export type AgentState = Schemas["StateName"];
 export type CancelOutcome = Schemas["CancelView"];
 export type Input = Schemas["InputView"];
 export type InputMode = Schemas["InputMode"];
+/** One event: a union discriminated by `type`; testing `event.type` narrows `event.data`. */
 export type Event = Schemas["EventView"];
+/** Every event type the server writes. */
+export type EventType = Event["type"];
+/** The event of one type, e.g. `EventOf<"turn.completed">`. */
+export type EventOf<T extends EventType> = Extract<Event, { type: T }>;
+/** The `data` of one event type, e.g. `EventData<"model.response">`. */
+export type EventData<T extends EventType> = EventOf<T>["data"];
 export type ToolCall = Schemas["ToolCallView"];
 export type Approval = Schemas["ApprovalView"];
 export type Question = Schemas["QuestionView"];
@@ -154,7 +161,7 @@ export interface TextChunk {
 export interface RunResult {
   text: string;
   message: Array<Record<string, unknown>>;
-  event: Event;
+  event: EventOf<"turn.completed">;
   input: Input;
   /** The send was a replay of an earlier one with the same Idempotency-Key. */
   replayed: boolean;
@@ -176,9 +183,6 @@ export class RunStream implements AsyncIterable<TextChunk> {
     }
   }
 }
-
-/** The events that end a turn. */
-const TURN_ENDS = new Set(["turn.completed", "turn.failed", "turn.cancelled"]);
 
 /** `HOLDFAST_*` from the environment, where there is one (Node; not browsers). */
 function fromEnv(name: string): string | undefined {
@@ -301,25 +305,27 @@ export class Holdfast {
           continue;
         }
         if (item.type !== "event") continue;
+        // Each branch tests event.type, which narrows the event to that
+        // type's variant (and its data).
         const event = item.event;
-        const data = event.data as Record<string, unknown>;
-        const id = data.input_id as string | undefined;
-        if (event.type === "input.received" && data.mode === "queue" && id && !queue.includes(id)) {
-          queue.push(id);
-        } else if (event.type === "input.removed" && id && queue.includes(id)) {
+        if (event.type === "input.received") {
+          const id = event.data.input_id;
+          if (event.data.mode === "queue" && !queue.includes(id)) queue.push(id);
+        } else if (event.type === "input.removed") {
+          const id = event.data.input_id;
           queue = queue.filter((queued) => queued !== id);
         } else if (event.type === "turn.started" && queue.length > 0) {
           // A turn that opens admits the oldest queued input.
           inTurn = queue.shift() === inputId;
         } else if (event.type === "model.response" && inTurn) {
-          message = (data.message as Array<Record<string, unknown>> | undefined) ?? [];
+          message = event.data.message;
           streaming = undefined;
-        } else if (TURN_ENDS.has(event.type) && inTurn) {
-          if (event.type !== "turn.completed") {
-            const error = data.error as { type?: string; message?: string } | undefined;
-            const why = error ? `${error.type}: ${error.message}` : "cancelled";
-            throw new TurnFailedError(`the turn of input ${inputId} ended with ${event.type} (${why})`, event);
-          }
+        } else if (event.type === "turn.failed" && inTurn) {
+          const why = `${event.data.error.type}: ${event.data.error.message}`;
+          throw new TurnFailedError(`the turn of input ${inputId} ended with ${event.type} (${why})`, event);
+        } else if (event.type === "turn.cancelled" && inTurn) {
+          throw new TurnFailedError(`the turn of input ${inputId} ended with ${event.type} (cancelled)`, event);
+        } else if (event.type === "turn.completed" && inTurn) {
           const text = message
             .filter((block) => block.type === "text")
             .map((block) => String(block.text ?? ""))
@@ -498,16 +504,42 @@ export class Holdfast {
         body: { output, is_error: isError },
       });
     } catch (error) {
-      const current = error instanceof ConflictError ? error.current : undefined;
+      const current = error instanceof ConflictError ? (error.current as ToolCall | undefined) : undefined;
       if (
         current?.status === "completed" &&
-        sameOutput(current.output, output) &&
-        (current.is_error ?? false) === isError
+        (current.is_error ?? false) === isError &&
+        (await this.sameContent(current.agent_id, current.output, output))
       ) {
-        return current as ToolCall;
+        return current;
       }
       throw error;
     }
+  }
+
+  /**
+   * The bytes of an image or document the agent was sent, by the
+   * `attachment_id` of its reference (`{"type": "attachment", ...}`).
+   */
+  async attachment(agentId: string, attachmentId: string): Promise<Uint8Array> {
+    const response = await this.request("GET", `/v1/agents/${enc(agentId)}/attachments/${enc(attachmentId)}`);
+    return new Uint8Array(await response.arrayBuffer());
+  }
+
+  /**
+   * Whether `stored` (an input's content, a tool call's output or an
+   * event's, as read back from the server) is `sent` (what a client
+   * posted): the server keeps each base64 image or document as an
+   * attachment reference, which is equal to the source it replaced when the
+   * attachment's bytes are the bytes sent (fetched to compare).
+   */
+  async sameContent(agentId: string, stored: unknown, sent: unknown): Promise<boolean> {
+    const files = storedFiles(stored, sent);
+    if (files === undefined) return false;
+    for (const file of files) {
+      const bytes = await this.attachment(agentId, file.attachmentId);
+      if (!sameBytes(bytes, file.data)) return false;
+    }
+    return true;
   }
 
   /** Approve a tool call (a 409 whose approval is already approved is success). */
@@ -667,6 +699,28 @@ export class Agents {
     }
   }
 
+  /**
+   * The agents `q` finds (an agent id; `key=value` on metadata; text in the
+   * metadata or id; or words of their inputs and saved messages), newest
+   * activity first, fetching pages as it goes.
+   */
+  async *search(
+    q: string,
+    options: { state?: AgentState; outcome?: TurnOutcome; pageSize?: number } = {},
+  ): AsyncGenerator<Agent> {
+    let cursor: string | undefined;
+    for (;;) {
+      const page = await this.client.json<{ agents: Agent[]; has_more: boolean; next_cursor?: string | null }>(
+        "GET",
+        "/v1/agents",
+        { query: { order: "activity", q, state: options.state, outcome: options.outcome, limit: options.pageSize, cursor } },
+      );
+      yield* page.agents;
+      if (!page.has_more || !page.next_cursor) return;
+      cursor = page.next_cursor;
+    }
+  }
+
   /** Change the config with a JSON merge patch (`null` removes a field). */
   update(agentId: string, patch: Record<string, unknown>): Promise<Agent> {
     return this.client.json("PATCH", `/v1/agents/${enc(agentId)}`, { body: patch });
@@ -773,33 +827,48 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
+/** A file the server stored as an attachment: its reference's id and the bytes sent for it. */
+export interface StoredFile {
+  attachmentId: string;
+  data: Uint8Array;
+}
+
 /**
- * Whether `stored` (a result as the server keeps it) is `sent`: the server
- * keeps each base64 source of an image or document as an attachment
- * reference (`{"type": "attachment", "media_type", "size_bytes", ...}`),
- * which stands for a base64 source of that type and size.
+ * Whether `stored` (content or a result as the server keeps it) can be
+ * `sent`: the same JSON, except that the server keeps each base64 source of
+ * an image or document as an attachment reference (`{"type": "attachment",
+ * "attachment_id", "media_type", "size_bytes"}`). Returns the files whose
+ * bytes remain to be compared with the attachments' (of the same media type
+ * and size), or `undefined` when `stored` is not `sent` whatever the
+ * attachments hold. `Holdfast.sameContent` does the whole comparison.
  */
-export function sameOutput(stored: unknown, sent: unknown): boolean {
-  if (stored === sent) return true;
-  if (typeof stored !== "object" || typeof sent !== "object" || stored === null || sent === null) return false;
-  if (Array.isArray(stored) !== Array.isArray(sent)) return false;
-  const a = stored as Record<string, unknown>;
-  const b = sent as Record<string, unknown>;
-  if (isAttachmentOf(a, b)) return true;
-  const ka = Object.keys(a);
-  const kb = Object.keys(b);
-  if (ka.length !== kb.length) return false;
-  return kb.every((k) => k in a && sameOutput(a[k], b[k]));
+export function storedFiles(stored: unknown, sent: unknown): StoredFile[] | undefined {
+  const files: StoredFile[] = [];
+  const walk = (a: unknown, b: unknown): boolean => {
+    if (a === b) return true;
+    if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+    if (Array.isArray(a) !== Array.isArray(b)) return false;
+    const x = a as Record<string, unknown>;
+    const y = b as Record<string, unknown>;
+    if (x.type === "attachment" && y.type === "base64") {
+      const data = typeof y.data === "string" ? base64Bytes(y.data) : undefined;
+      if (data === undefined || x.media_type !== y.media_type || x.size_bytes !== data.length) return false;
+      files.push({ attachmentId: String(x.attachment_id), data });
+      return true;
+    }
+    const kx = Object.keys(x);
+    const ky = Object.keys(y);
+    return kx.length === ky.length && ky.every((k) => k in x && walk(x[k], y[k]));
+  };
+  return walk(stored, sent) ? files : undefined;
 }
 
-function isAttachmentOf(stored: Record<string, unknown>, sent: Record<string, unknown>): boolean {
-  if (stored.type !== "attachment" || sent.type !== "base64" || typeof sent.data !== "string") return false;
-  return stored.media_type === sent.media_type && stored.size_bytes === base64Size(sent.data);
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  return a.length === b.length && a.every((byte, i) => byte === b[i]);
 }
 
-/** The byte length base64 text decodes to (NaN if it is not base64). */
-function base64Size(text: string): number {
-  if (!/^[A-Za-z0-9+/]*={0,2}$/.test(text) || text.length % 4 !== 0) return Number.NaN;
-  const padding = text.endsWith("==") ? 2 : text.endsWith("=") ? 1 : 0;
-  return (text.length / 4) * 3 - padding;
+/** The bytes base64 text decodes to (undefined if it is not base64). */
+function base64Bytes(text: string): Uint8Array | undefined {
+  if (!/^[A-Za-z0-9+/]*={0,2}$/.test(text) || text.length % 4 !== 0) return undefined;
+  return Uint8Array.from(atob(text), (char) => char.charCodeAt(0));
 }

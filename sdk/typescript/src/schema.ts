@@ -377,6 +377,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/machine/commands/{id}/output": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Relay what a running command printed since the last call to its agent's
+         *     stream (`event: command_output`, never saved: the result carries the
+         *     output). Bounded per command: 16 KiB per call, a call per 200 ms,
+         *     256 KiB in all; `outcome` says what became of this one.
+         */
+        post: operations["relay_output"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/machine/commands/{id}/result": {
         parameters: {
             query?: never;
@@ -688,6 +710,26 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description A `agent.archived` event (docs/events.md). */
+        AgentArchivedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["EmptyData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "agent.archived";
+        };
         /**
          * @description An agent's configuration (the body of `POST /v1/agents`; `PATCH` takes a
          *     JSON merge patch of it).
@@ -800,6 +842,40 @@ export interface components {
             max_uses?: number | null;
             user_location?: null | components["schemas"]["UserLocation"];
         };
+        /** @description `approval.answered`. */
+        ApprovalAnsweredData: {
+            /** Format: uuid */
+            approval_id: string;
+            by: string;
+            decision: components["schemas"]["Decision"];
+            kind: components["schemas"]["ApprovalKindName"];
+            reason: string | null;
+            /**
+             * Format: uuid
+             * @description Null for a budget.
+             */
+            tool_call_id: string | null;
+        };
+        /** @description A `approval.answered` event (docs/events.md). */
+        ApprovalAnsweredEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["ApprovalAnsweredData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "approval.answered";
+        };
         /**
          * @description What an approval asks.
          * @enum {string}
@@ -807,6 +883,41 @@ export interface components {
         ApprovalKindName: "tool_call" | "budget";
         ApprovalList: {
             approvals: components["schemas"]["ApprovalView"][];
+        };
+        /**
+         * @description `approval.requested`: a tool call (`kind` `tool_call`: `tool_call_id`,
+         *     `name`, `input`) or a reached budget (`kind` `budget`: `budget`) waits
+         *     for a decision.
+         */
+        ApprovalRequestedData: {
+            /** Format: uuid */
+            approval_id: string;
+            budget?: null | components["schemas"]["BudgetReached"];
+            input?: unknown;
+            kind: components["schemas"]["ApprovalKindName"];
+            name?: string | null;
+            /** Format: uuid */
+            tool_call_id?: string | null;
+        };
+        /** @description A `approval.requested` event (docs/events.md). */
+        ApprovalRequestedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["ApprovalRequestedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "approval.requested";
         };
         /** @description Which tool calls need a person's approval first. */
         ApprovalSettings: {
@@ -856,6 +967,26 @@ export interface components {
          * @enum {string}
          */
         BudgetOnExceeded: "fail" | "ask";
+        /** @description A `config.budget` maximum that was reached. */
+        BudgetReached: {
+            /** @description The budget's name, e.g. `max_cost_usd_per_turn`. */
+            budget: string;
+            /**
+             * Format: int64
+             * @description Extra maximums approved so far.
+             */
+            granted: number;
+            /**
+             * Format: double
+             * @description Its maximum, with the grants approved so far.
+             */
+            limit: number;
+            /**
+             * Format: double
+             * @description The usage that reached it.
+             */
+            value: number;
+        };
         /**
          * @description `config.budget`: the most model usage a turn and the agent may reach
          *     (tokens: input + output; cost: USD at the operator's prices, so a cost
@@ -929,11 +1060,234 @@ export interface components {
         ClaimedList: {
             commands: components["schemas"]["ClaimedCommandView"][];
         };
+        /** @description `command.accepted`: a machine daemon took the command. */
+        CommandAcceptedData: {
+            /** Format: date-time */
+            accepted_at: string;
+            /** Format: uuid */
+            command_id: string;
+            /** Format: uuid */
+            machine_id: string;
+            /** Format: uuid */
+            tool_call_id: string;
+        };
+        /** @description A `command.accepted` event (docs/events.md). */
+        CommandAcceptedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["CommandAcceptedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "command.accepted";
+        };
+        /** @description A `command.failed` event (docs/events.md). */
+        CommandFailedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["CommandOutcomeData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "command.failed";
+        };
+        /** @description A `command.finished` event (docs/events.md). */
+        CommandFinishedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["CommandOutcomeData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "command.finished";
+        };
+        /**
+         * @description `command.finished`, `command.failed`, `command.unknown` (docs/events.md
+         *     says which fields each of their causes carries): `tool_call_id` always;
+         *     a machine's result carries the result fields (`state` ... `late`); a
+         *     refused or lost command `reason` and `message`.
+         */
+        CommandOutcomeData: {
+            /**
+             * Format: uuid
+             * @description Absent when the command was refused before it was queued.
+             */
+            command_id?: string | null;
+            /** Format: int64 */
+            exit_code?: number | null;
+            /** @description `true`: the agent had already moved on; the call keeps what it was given. */
+            late?: boolean | null;
+            /** Format: uuid */
+            machine_id?: string | null;
+            message?: string | null;
+            /**
+             * @description Why it failed or is unknown: `machine_not_configured`,
+             *     `unknown_machine`, `invalid_input`, `accept_timeout`,
+             *     `machine_offline`, `machine_deleted`, `daemon_lost_record`,
+             *     `cpu_time_limit`, `memory_limit`, `process_limit`.
+             */
+            reason?: string | null;
+            /** Format: int64 */
+            signal?: number | null;
+            /** @description `finished`, `failed` or `unknown`, with a machine's result. */
+            state?: string | null;
+            stderr?: string | null;
+            stderr_truncated?: boolean | null;
+            stdout?: string | null;
+            stdout_truncated?: boolean | null;
+            timed_out?: boolean | null;
+            /** Format: uuid */
+            tool_call_id: string;
+        };
+        /** @description `command.queued`: a `run_command` call's command waits for its machine. */
+        CommandQueuedData: {
+            command: string;
+            /** Format: uuid */
+            command_id: string;
+            /** @description The machine's name. */
+            machine: string;
+            /** Format: uuid */
+            machine_id: string;
+            /** Format: int64 */
+            timeout_secs: number;
+            /** Format: uuid */
+            tool_call_id: string;
+        };
+        /** @description A `command.queued` event (docs/events.md). */
+        CommandQueuedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["CommandQueuedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "command.queued";
+        };
+        /** @description A `command.unknown` event (docs/events.md). */
+        CommandUnknownEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["CommandOutcomeData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "command.unknown";
+        };
         /**
          * @description Where a `run_command` tool's commands run on the machine.
          * @enum {string}
          */
         CommandWorkspace: "machine" | "agent";
+        /** @description `config.updated`. */
+        ConfigUpdatedData: {
+            /** @description The new config, secrets masked as `"***"`. */
+            config: components["schemas"]["AgentConfig"];
+        };
+        /** @description A `config.updated` event (docs/events.md). */
+        ConfigUpdatedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["ConfigUpdatedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "config.updated";
+        };
+        /** @description `context.compacted`. */
+        ContextCompactedData: {
+            /**
+             * Format: int64
+             * @description The first message kept verbatim.
+             */
+            keep_from_seq: number;
+            /**
+             * Format: int64
+             * @description How many messages the summary stands for.
+             */
+            replaced_messages: number;
+            summary: string;
+            usage: components["schemas"]["ModelUsage"];
+        };
+        /** @description A `context.compacted` event (docs/events.md). */
+        ContextCompactedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["ContextCompactedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "context.compacted";
+        };
         /** @description A new endpoint. */
         CreateWebhookRequest: {
             description?: string | null;
@@ -1039,6 +1393,8 @@ export interface components {
             next_attempt_at?: string | null;
             status: components["schemas"]["DeliveryStatusName"];
         };
+        /** @description Events that carry nothing: `turn.started`, `agent.archived`. */
+        EmptyData: Record<string, unknown>;
         /** @description The error body (for the OpenAPI document). */
         ErrorBody: {
             error: components["schemas"]["ErrorDetail"];
@@ -1060,23 +1416,8 @@ export interface components {
             /** @description More events follow: ask again with `after` = the last seq. */
             has_more: boolean;
         };
-        /** @description One event (docs/events.md). */
-        EventView: {
-            /** Format: uuid */
-            agent_id: string;
-            /** Format: date-time */
-            created_at: string;
-            data: Record<string, unknown>;
-            /** Format: uuid */
-            id: string;
-            /**
-             * Format: int64
-             * @description Gap-free per agent, from 1.
-             */
-            seq: number;
-            /** @description `input.received`, `turn.started`, `model.response`, ... */
-            type: string;
-        };
+        /** @description One event (docs/events.md): a variant per `type`. */
+        EventView: components["schemas"]["InputReceivedEvent"] | components["schemas"]["InputRemovedEvent"] | components["schemas"]["TurnStartedEvent"] | components["schemas"]["ModelResponseEvent"] | components["schemas"]["ModelRetryEvent"] | components["schemas"]["ModelInterruptedEvent"] | components["schemas"]["ToolCallCreatedEvent"] | components["schemas"]["ToolCallCompletedEvent"] | components["schemas"]["ToolCallInterruptedEvent"] | components["schemas"]["ToolUnavailableEvent"] | components["schemas"]["ApprovalRequestedEvent"] | components["schemas"]["ApprovalAnsweredEvent"] | components["schemas"]["QuestionAskedEvent"] | components["schemas"]["QuestionAnsweredEvent"] | components["schemas"]["CommandQueuedEvent"] | components["schemas"]["CommandAcceptedEvent"] | components["schemas"]["CommandFinishedEvent"] | components["schemas"]["CommandFailedEvent"] | components["schemas"]["CommandUnknownEvent"] | components["schemas"]["MachineUnreachableEvent"] | components["schemas"]["MachineSessionReplacedEvent"] | components["schemas"]["SubagentStartedEvent"] | components["schemas"]["SubagentFinishedEvent"] | components["schemas"]["ContextCompactedEvent"] | components["schemas"]["ConfigUpdatedEvent"] | components["schemas"]["TurnCompletedEvent"] | components["schemas"]["TurnCancelledEvent"] | components["schemas"]["TurnFailedEvent"] | components["schemas"]["AgentArchivedEvent"];
         Health: {
             /** @description Whether the LISTEN connection that feeds streams is up (readiness only). */
             listener?: string | null;
@@ -1179,6 +1520,62 @@ export interface components {
          * @enum {string}
          */
         InputMode: "steer" | "queue" | "interrupt";
+        /** @description `input.received`: an input was accepted. */
+        InputReceivedData: {
+            /**
+             * @description The string or content blocks sent; an image's or document's base64
+             *     source replaced by its attachment reference.
+             */
+            content: unknown;
+            /** Format: uuid */
+            input_id: string;
+            mode: components["schemas"]["InputMode"];
+        };
+        /** @description A `input.received` event (docs/events.md). */
+        InputReceivedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["InputReceivedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "input.received";
+        };
+        /** @description `input.removed`: a queued input was taken back. */
+        InputRemovedData: {
+            /** Format: uuid */
+            input_id: string;
+        };
+        /** @description A `input.removed` event (docs/events.md). */
+        InputRemovedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["InputRemovedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "input.removed";
+        };
         /**
          * @description A message for the agent. Mid-turn, by its `mode`: it steers the next
          *     model call (`steer`, the default), waits for the turn to end and opens
@@ -1193,7 +1590,7 @@ export interface components {
              *     "image/png", "data": "..."}}` or `{"type": "document", "source":
              *     {"type": "url", "url": "https://..."}}`).
              */
-            content: Record<string, unknown>;
+            content: unknown;
             mode?: components["schemas"]["InputMode"];
         };
         /**
@@ -1210,7 +1607,7 @@ export interface components {
              *     stored attachment: `{"type": "attachment", "attachment_id",
              *     "media_type", "size_bytes"}`.
              */
-            content: Record<string, unknown>;
+            content: unknown;
             /** Format: date-time */
             created_at: string;
             /** Format: uuid */
@@ -1320,6 +1717,80 @@ export interface components {
         MachineList: {
             machines: components["schemas"]["MachineView"][];
         };
+        /**
+         * @description `machine.session_replaced`: a daemon start took the machine over from a
+         *     session that was still heartbeating.
+         */
+        MachineSessionReplacedData: {
+            machine: string;
+            /** Format: uuid */
+            machine_id: string;
+            /** @description The new daemon's address as the API saw it. */
+            peer: string | null;
+            /** Format: date-time */
+            previous_heartbeat_at: string | null;
+            /** Format: uuid */
+            previous_session: string;
+            /** Format: uuid */
+            session: string;
+        };
+        /** @description A `machine.session_replaced` event (docs/events.md). */
+        MachineSessionReplacedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["MachineSessionReplacedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "machine.session_replaced";
+        };
+        /** @description `machine.unreachable`: an accepted command's machine went silent. */
+        MachineUnreachableData: {
+            /** Format: uuid */
+            command_id: string;
+            /** Format: date-time */
+            last_heartbeat_at: string | null;
+            /**
+             * @description `{"state", "pid"?, "reported_at"}` from the daemon's last report, or
+             *     `{"state": "accepted", "at"}`.
+             */
+            last_known_state: Record<string, unknown>;
+            machine: string;
+            /** Format: uuid */
+            machine_id: string;
+            /** Format: uuid */
+            tool_call_id: string;
+        };
+        /** @description A `machine.unreachable` event (docs/events.md). */
+        MachineUnreachableEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["MachineUnreachableData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "machine.unreachable";
+        };
         /** @description A machine and where it stands. */
         MachineView: {
             /** Format: date-time */
@@ -1352,6 +1823,17 @@ export interface components {
              */
             wake_until?: string | null;
             wake_url?: string | null;
+        };
+        /** @description Why a model call failed. */
+        ModelCallError: {
+            message: string;
+            /**
+             * @description `rate_limit_error`, `overloaded_error`, `api_error`, `timeout_error`,
+             *     `connection_error`, `incomplete_stream_error`,
+             *     `invalid_response_error`, or the type of an error event inside the
+             *     provider's stream.
+             */
+            type: string;
         };
         /** @description `config.model` of an agent. */
         ModelConfig: {
@@ -1434,6 +1916,158 @@ export interface components {
              */
             user?: string | null;
         };
+        /** @description `model.interrupted`: a model call in flight was aborted for interrupt inputs. */
+        ModelInterruptedData: {
+            input_ids: string[];
+        };
+        /** @description A `model.interrupted` event (docs/events.md). */
+        ModelInterruptedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["ModelInterruptedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "model.interrupted";
+        };
+        /** @description `model.response`: a model call's saved response. */
+        ModelResponseData: {
+            /**
+             * @description The assistant's content blocks: `{"type": "text", "text"}`,
+             *     `{"type": "tool_use", "id", "name", "input"}`, and the provider's
+             *     other blocks as it sent them (`thinking`, `redacted_thinking`,
+             *     `server_tool_use`, cited text, ...).
+             */
+            message: Record<string, unknown>[];
+            /** Format: uuid */
+            step_id: string;
+            /** @description `end_turn`, `tool_use`, `max_tokens`, `stop_sequence`, `pause_turn`, or null. */
+            stop_reason: string | null;
+            /** @description The calls it asked for, as each `tool_call.created` carries it. */
+            tool_calls: components["schemas"]["ToolCallCreatedData"][];
+            usage: components["schemas"]["ModelUsage"];
+        };
+        /** @description A `model.response` event (docs/events.md). */
+        ModelResponseEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["ModelResponseData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "model.response";
+        };
+        /** @description `model.retry`: a model call failed and will be made again. */
+        ModelRetryData: {
+            /**
+             * Format: int64
+             * @description 1, 2, ...
+             */
+            attempt: number;
+            /**
+             * Format: int64
+             * @description Until the agent may be claimed again.
+             */
+            delay_ms: number;
+            error: components["schemas"]["ModelCallError"];
+        };
+        /** @description A `model.retry` event (docs/events.md). */
+        ModelRetryEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["ModelRetryData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "model.retry";
+        };
+        /**
+         * @description What one model call used, as the provider reported it: `model.response`'s
+         *     and `context.compacted`'s `usage` (`{}` from a SQL client that committed
+         *     a step without one).
+         */
+        ModelUsage: {
+            /**
+             * Format: int64
+             * @description Of `input_tokens`, read from the provider's prompt cache (Anthropic
+             *     `cache_read_input_tokens`); absent when none.
+             * @default 0
+             */
+            cache_read_tokens: number;
+            /**
+             * Format: int64
+             * @description Of `input_tokens`, written to the prompt cache (Anthropic
+             *     `cache_creation_input_tokens`); absent when none.
+             * @default 0
+             */
+            cache_write_tokens: number;
+            /**
+             * Format: int64
+             * @description The whole prompt, its cached parts included.
+             * @default 0
+             */
+            input_tokens: number;
+            /**
+             * Format: int64
+             * @default 0
+             */
+            output_tokens: number;
+            /**
+             * Format: int64
+             * @description Of `output_tokens`, the reasoning a reasoning model did before
+             *     answering (OpenAI `completion_tokens_details.reasoning_tokens`;
+             *     Anthropic counts thinking in `output_tokens` without a split);
+             *     absent when none.
+             * @default 0
+             */
+            reasoning_tokens: number;
+            /**
+             * Format: int64
+             * @description Requests the provider's own server tools made (Anthropic's
+             *     `usage.server_tool_use`: web searches and fetches); absent when none.
+             * @default 0
+             */
+            server_tool_requests: number;
+            /**
+             * Format: int64
+             * @description Of `server_tool_requests`, Anthropic's web searches
+             *     (`usage.server_tool_use.web_search_requests`): billed per search on
+             *     top of tokens, so the step's cost counts them
+             *     (`holdfast.add_server_tool_cost`); absent when none.
+             * @default 0
+             */
+            web_search_requests: number;
+        };
         OperationsView: {
             /** @description The queue depth: agents per state. */
             agents_by_state: {
@@ -1443,6 +2077,28 @@ export interface components {
             stuck_agents: components["schemas"]["StuckAgentView"][];
             webhooks: components["schemas"]["WebhookBacklogView"][];
             workers: components["schemas"]["WorkerView"][];
+        };
+        /**
+         * @description What a running command printed since the daemon's last call, relayed
+         *     live to its agent's stream (`event: command_output`) and never saved:
+         *     the result carries the output. At most 16 KiB of text per call, a call
+         *     per 200 ms and 256 KiB per command.
+         */
+        OutputRequest: {
+            stderr?: string;
+            stdout?: string;
+        };
+        /** @description What became of a call relaying live output. */
+        OutputView: {
+            /** Format: uuid */
+            command_id: string;
+            /**
+             * @description `relayed`; `not_running` (finished, or never accepted: send no
+             *     more); `too_soon` (within 200 ms of the previous call: send it with
+             *     the next); `limit` (the command's 256 KiB were relayed: send no more).
+             * @example relayed
+             */
+            outcome: string;
         };
         /** @description A project's usage by day and model since a day, and its sum. */
         ProjectUsage: {
@@ -1506,6 +2162,63 @@ export interface components {
             provider: components["schemas"]["Provider"];
             /** Format: date-time */
             updated_at: string;
+        };
+        /** @description `question.answered`. */
+        QuestionAnsweredData: {
+            answer: string;
+            by: string;
+            /** Format: uuid */
+            question_id: string;
+            /** Format: uuid */
+            tool_call_id: string;
+        };
+        /** @description A `question.answered` event (docs/events.md). */
+        QuestionAnsweredEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["QuestionAnsweredData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "question.answered";
+        };
+        /** @description `question.asked`: an `ask_user` call waits for its answer. */
+        QuestionAskedData: {
+            question: string;
+            /** Format: uuid */
+            question_id: string;
+            /** Format: uuid */
+            tool_call_id: string;
+        };
+        /** @description A `question.asked` event (docs/events.md). */
+        QuestionAskedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["QuestionAskedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "question.asked";
         };
         QuestionList: {
             questions: components["schemas"]["QuestionView"][];
@@ -1645,6 +2358,63 @@ export interface components {
             since: string;
             state: string;
         };
+        /** @description `subagent.finished`, on the parent's timeline. */
+        SubagentFinishedData: {
+            /** Format: uuid */
+            child_agent_id: string;
+            /** @description The child's event type that ended its turn. */
+            outcome: string;
+            /** Format: uuid */
+            tool_call_id: string;
+        };
+        /** @description A `subagent.finished` event (docs/events.md). */
+        SubagentFinishedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["SubagentFinishedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "subagent.finished";
+        };
+        /** @description `subagent.started`, on the parent's timeline. */
+        SubagentStartedData: {
+            /** Format: uuid */
+            child_agent_id: string;
+            prompt: string;
+            /** Format: uuid */
+            tool_call_id: string;
+        };
+        /** @description A `subagent.started` event (docs/events.md). */
+        SubagentStartedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["SubagentStartedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "subagent.started";
+        };
         /** @description `config.model.thinking`: the Messages API's `thinking` parameter. */
         Thinking: {
             /** Format: int32 */
@@ -1692,9 +2462,117 @@ export interface components {
              * @description Of `output_tokens`, a reasoning model's reasoning.
              */
             reasoning_tokens: number;
+            /**
+             * Format: int64
+             * @description Requests the provider's own server tools made inside the model calls
+             *     (Anthropic's web search and web fetch: `usage.server_tool_use`).
+             */
+            server_tool_requests?: number;
+            /**
+             * Format: int64
+             * @description Of `server_tool_requests`, web searches: billed per search, so
+             *     `cost_usd` includes their price.
+             */
+            web_search_requests?: number;
+        };
+        /** @description A `tool_call.completed` event (docs/events.md). */
+        ToolCallCompletedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["ToolCallResultData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "tool_call.completed";
+        };
+        /** @description `tool_call.created`: one call of a `model.response`. */
+        ToolCallCreatedData: {
+            /** Format: uuid */
+            id: string;
+            input: unknown;
+            kind: components["schemas"]["KindName"];
+            name: string;
+            /** @description The provider's id of the call. */
+            provider_id: string;
+            /**
+             * @description `pending`, `awaiting_approval`, `waiting`, or `cancelled` when a
+             *     limit refused the response.
+             */
+            status: components["schemas"]["StatusName"];
+        };
+        /** @description A `tool_call.created` event (docs/events.md). */
+        ToolCallCreatedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["ToolCallCreatedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "tool_call.created";
+        };
+        /** @description A `tool_call.interrupted` event (docs/events.md). */
+        ToolCallInterruptedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["ToolCallResultData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "tool_call.interrupted";
         };
         ToolCallList: {
             tool_calls: components["schemas"]["ToolCallView"][];
+        };
+        /** @description `tool_call.completed` (and `tool_call.interrupted`): a call's result. */
+        ToolCallResultData: {
+            is_error: boolean;
+            name: string;
+            /**
+             * @description What the model is given (images and documents by attachment
+             *     reference); absent when over 16 KiB (`output_omitted`).
+             */
+            output?: unknown;
+            /**
+             * Format: int64
+             * @description With `output_omitted`: the size of the output's JSON text.
+             */
+            output_bytes?: number | null;
+            /** @description `true` when `output` is too large for the event: the tool call has it whole. */
+            output_omitted?: boolean | null;
+            /** @description With `output_omitted`: its first 1,024 characters. */
+            output_preview?: string | null;
+            /** Format: uuid */
+            tool_call_id: string;
         };
         /** @description A tool call. */
         ToolCallView: {
@@ -1804,20 +2682,157 @@ export interface components {
              */
             output: Record<string, unknown>;
         };
+        /** @description `tool.unavailable`: a model call goes without a tool server's tools. */
+        ToolUnavailableData: {
+            reason: string;
+            /** @description The MCP tool entry's `name`. */
+            server: string;
+        };
+        /** @description A `tool.unavailable` event (docs/events.md). */
+        ToolUnavailableEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["ToolUnavailableData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "tool.unavailable";
+        };
+        /** @description `turn.cancelled`. */
+        TurnCancelledData: {
+            /** @description The calls it cancelled. */
+            cancelled_tool_calls: string[];
+        };
+        /** @description A `turn.cancelled` event (docs/events.md). */
+        TurnCancelledEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["TurnCancelledData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "turn.cancelled";
+        };
+        /** @description `turn.completed`. */
+        TurnCompletedData: {
+            /** Format: uuid */
+            step_id: string;
+            stop_reason: string | null;
+            /** @description The turn's model responses summed. */
+            usage: components["schemas"]["TokenUsage"];
+        };
+        /** @description A `turn.completed` event (docs/events.md). */
+        TurnCompletedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["TurnCompletedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "turn.completed";
+        };
         /** @description Why a turn failed: `turn.failed`'s `error`. */
         TurnError: {
+            /** @description With `budget_exceeded`: the budget's name. */
+            budget?: string | null;
+            /** @description With `retries_exhausted`: the last error. */
+            detail?: unknown;
+            /**
+             * @description With `limit_exceeded`, the limit's name; with `budget_exceeded`, the
+             *     budget's maximum.
+             */
+            limit?: unknown;
             message: string;
             /**
              * @description `authentication_error`, `retries_exhausted`, `limit_exceeded`,
              *     `budget_exceeded`, `internal_error`, ... (docs/events.md).
              */
             type: string;
+            /**
+             * Format: double
+             * @description With `limit_exceeded` and `budget_exceeded`: the value that reached it.
+             */
+            value?: number | null;
+        };
+        /** @description `turn.failed`. */
+        TurnFailedData: {
+            error: components["schemas"]["TurnError"];
+        };
+        /** @description A `turn.failed` event (docs/events.md). */
+        TurnFailedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["TurnFailedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "turn.failed";
         };
         /**
          * @description How a turn ended.
          * @enum {string}
          */
         TurnOutcome: "completed" | "failed" | "cancelled" | "limit";
+        /** @description A `turn.started` event (docs/events.md). */
+        TurnStartedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["EmptyData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "turn.started";
+        };
         /** @description One turn's usage. */
         TurnUsage: {
             /**
@@ -2052,7 +3067,10 @@ export interface operations {
                  *     finds agents whose `metadata.key` is that value (a JSON scalar such as
                  *     `3` or `true`, else the text); anything else finds agents whose
                  *     metadata or id contains the text, case-insensitively (a part of an
-                 *     id finds its agent).
+                 *     id finds its agent), or one of whose inputs or saved messages holds
+                 *     its words: whole words, any case, all of them in one input or
+                 *     message; `"a phrase"`, `or` and `-word` as in a web search
+                 *     (content over 256 KiB is not searched).
                  */
                 q?: string;
             };
@@ -2165,7 +3183,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address; `field` names it */
+            /** @description `model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address or one of its headers; `field` names it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2339,7 +3357,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address; `field` names it */
+            /** @description `model_not_permitted`: the project may not use this endpoint, model or base_url; `server_tools_not_allowed`: the operator has not allowed the project Anthropic's server tools; `egress_refused`: the egress policy refuses an MCP server's address or one of its headers; `field` names it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -3031,7 +4049,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description an SSE stream: saved events (`id: SEQ`, `event: TYPE`, `data: JSON`), live deltas (`event: delta` for answer text, `event: thinking_delta` for extended thinking; data `{"text", "epoch"}`), heartbeat comments */
+            /** @description an SSE stream: saved events (`id: SEQ`, `event: TYPE`, `data: JSON`), live deltas (`event: delta` for answer text, `event: thinking_delta` for extended thinking; data `{"text", "epoch"}`), a running command's output (`event: command_output`; data `{"command_id", "tool_call_id", "stream", "text", "limit_reached"}`), heartbeat comments */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -3514,6 +4532,97 @@ export interface operations {
             };
             /** @description the session does not serve this machine (send a `started` heartbeat first, or another daemon took over) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    relay_output: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description command id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OutputRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OutputView"];
+                };
+            };
+            /** @description `stdout` and `stderr` over 16 KiB together */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not a machine token (API keys are refused) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description no such command on this machine */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is over the route's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is not `application/json` */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -37,7 +37,12 @@ const model = { provider: "anthropic" as const, name: "claude-test" };
 const lookup = { type: "custom" as const, name: "lookup", input_schema: { type: "object" } };
 
 /** A directive for the fake model (tests/src/bin/holdfast-test-stack.rs). */
-function directive(d: { say?: string; call?: Array<{ name: string; input: unknown }>; trickle_ms?: number }) {
+function directive(d: {
+  say?: string;
+  call?: Array<{ name: string; input: unknown }>;
+  think?: string;
+  trickle_ms?: number;
+}) {
   return JSON.stringify(d);
 }
 
@@ -72,6 +77,14 @@ describe("agents", () => {
     await client.send(created[1]!.id, directive({ say: "a long slow answer to cancel", trickle_ms: 200 }));
     expect(["cancelled", "requested"]).toContain((await client.agents.cancel(created[1]!.id)).status);
     expect((await client.agents.archive(created[2]!.id)).state).toBe("archived");
+  });
+
+  test("search finds an agent by a word of its answer", async () => {
+    const agent = await client.agents.create({ model });
+    await client.run(agent.id, directive({ say: "The cormorant ledger balances." }));
+    const found: string[] = [];
+    for await (const a of client.agents.search("cormorant")) found.push(a.id);
+    expect(found).toEqual([agent.id]);
   });
 
   test("errors are typed by their type, with the field", async () => {
@@ -151,6 +164,27 @@ describe("stream", () => {
     const saved = (await allEvents(agent.id)).map((e) => e.seq);
     expect(seqs).toEqual(saved);
     expect(items.some((i) => i.type === "delta")).toBe(true);
+  }, 60_000);
+
+  test("a stream delivers the thinking deltas of a model call", async () => {
+    const agent = await client.agents.create({ model });
+    await client.send(agent.id, "hi");
+    const thinking: string[] = [];
+    let ended = 0;
+    for await (const item of client.stream(agent.id)) {
+      if (item.type === "thinking_delta") thinking.push(item.delta.text);
+      if (item.type === "event" && item.event.type === "turn.completed") {
+        ended += 1;
+        if (ended === 2) break;
+        // The stream is live now: the next call's deltas reach it.
+        await client.send(agent.id, directive({ think: "Order 1001 left the depot on Monday.", say: "shipped" }));
+      }
+    }
+    expect(thinking.join("")).toBe("Order 1001 left the depot on Monday.");
+    const responses = (await allEvents(agent.id)).filter((e) => e.type === "model.response");
+    const last = responses[responses.length - 1];
+    if (last?.type !== "model.response") throw new Error("no model.response");
+    expect(last.data.message[0]).toEqual({ type: "thinking", thinking: thinking.join(""), signature: "sig" });
   }, 60_000);
 
   test("pending calls are re-read after a reconnect", async () => {

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { Holdfast, TurnFailedError, type Event, type TextChunk, type ToolHandler } from "../src/index.js";
+import { ConflictError, Holdfast, TurnFailedError, type Event, type TextChunk, type ToolHandler } from "../src/index.js";
 import { Stack } from "./stack.js";
 
 const sdk = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
@@ -181,6 +181,41 @@ test("an image result posted again is the same result, not a conflict", async ()
   expect(JSON.stringify(first.output)).toContain('"attachment"');
   const again = await client.submitToolResult(calls[0]!.id, output);
   expect(again.id).toBe(calls[0]!.id);
+});
+
+// Two 1x1 PNGs: the same size and media type, other pixels.
+const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+const otherPng = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+const withImage = (text: string, data: string) => [
+  { type: "text", text },
+  { type: "image", source: { type: "base64", media_type: "image/png", data } },
+];
+
+test("content read back from the timeline is the content sent, and not another image", async () => {
+  const agent = await client.agents.create({ model, tools: [lookupTool] });
+  await client.send(agent.id, withImage(callsLookup(), png));
+  let calls = await client.pendingToolCalls(agent.id);
+  while (calls.length === 0) calls = await client.pendingToolCalls(agent.id);
+  const output = withImage("the label", png);
+  await client.submitToolResult(calls[0]!.id, output);
+  // A different image of the same size and type is another result: a conflict.
+  await expect(client.submitToolResult(calls[0]!.id, withImage("the label", otherPng))).rejects.toBeInstanceOf(
+    ConflictError,
+  );
+
+  const { events } = await client.listEvents(agent.id);
+  const received = events.find((e) => e.type === "input.received");
+  const completed = events.find((e) => e.type === "tool_call.completed");
+  if (received?.type !== "input.received" || completed?.type !== "tool_call.completed") throw new Error("events missing");
+  const stored = completed.data.output as Array<{ source: { type: string; attachment_id: string } }>;
+  expect(stored[1]!.source.type).toBe("attachment");
+  expect(await client.sameContent(agent.id, stored, output)).toBe(true);
+  expect(await client.sameContent(agent.id, received.data.content, withImage(callsLookup(), png))).toBe(true);
+  expect(await client.sameContent(agent.id, stored, withImage("the label", otherPng))).toBe(false);
+  expect(await client.sameContent(agent.id, stored, withImage("another label", png))).toBe(false);
+  expect(await client.attachment(agent.id, stored[1]!.source.attachment_id)).toEqual(
+    new Uint8Array(Buffer.from(png, "base64")),
+  );
 });
 
 test("the README quickstart, copied out of the README, prints the answer", async () => {

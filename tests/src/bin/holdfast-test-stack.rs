@@ -18,8 +18,9 @@
 //!
 //! The fake model follows directives in the newest user text, so tests in
 //! any language script it through the API alone: a JSON object
-//! `{"say"?: TEXT, "call"?: [{"name", "input"}], "trickle_ms"?: N}` answers
-//! with that text and those tool calls (each frame `trickle_ms` apart); any
+//! `{"say"?: TEXT, "call"?: [{"name", "input"}], "think"?: TEXT, "trickle_ms"?: N}`
+//! answers with that text and those tool calls (each frame `trickle_ms`
+//! apart), or with a thinking block of `think` and then the text; any
 //! other text is answered `echo: TEXT`; a user turn holding only tool
 //! results is answered `done: RESULT` (the results' text, joined by `; `).
 
@@ -180,8 +181,14 @@ fn answer(body: &Value) -> Reply {
                 .collect()
         })
         .unwrap_or_default();
-    let reply = if calls.is_empty() {
-        Reply::text(if say.is_empty() { "ok" } else { say })
+    let answer = if say.is_empty() { "ok" } else { say };
+    let reply = if let Some(thinking) = directive.get("think").and_then(Value::as_str) {
+        Reply::anthropic_blocks(vec![
+            json!({"type": "thinking", "thinking": thinking, "signature": "sig"}),
+            json!({"type": "text", "text": answer}),
+        ])
+    } else if calls.is_empty() {
+        Reply::text(answer)
     } else {
         Reply::text_and_tool_calls(say, calls)
     };

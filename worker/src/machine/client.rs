@@ -4,9 +4,11 @@
 
 use std::time::Duration;
 
-use holdfast_client::wire::machines::{HeartbeatRequest, ResultRequest};
+use holdfast_client::wire::machines::{HeartbeatRequest, OutputRequest, ResultRequest};
 use holdfast_client::{ApiFailure, Client};
-use holdfast_engine::domain::{ClaimedCommand, CommandResult, CommandResultOutcome, Heartbeat};
+use holdfast_engine::domain::{
+    ClaimedCommand, CommandResult, CommandResultOutcome, Heartbeat, LiveOutputOutcome,
+};
 use reqwest::StatusCode;
 use uuid::Uuid;
 
@@ -83,6 +85,20 @@ impl ApiClient {
         let answer = self
             .api
             .submit_command_result(command, &ResultRequest::from(result))
+            .await
+            .map_err(|e| classify(e, false))?;
+        Ok(answer.outcome)
+    }
+
+    /// Relay what a running command printed since the last call.
+    pub async fn relay_output(
+        &self,
+        command: Uuid,
+        output: &OutputRequest,
+    ) -> Result<LiveOutputOutcome, CallError> {
+        let answer = self
+            .api
+            .command_output(command, output)
             .await
             .map_err(|e| classify(e, false))?;
         Ok(answer.outcome)

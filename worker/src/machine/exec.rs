@@ -17,6 +17,7 @@ use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -31,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::journal::Process;
 use super::limits::CommandCgroup;
+use super::live::{LiveOutput, Pipe};
 use super::sandbox::{Held, Sandbox};
 
 /// After the command's process exits, how long its output pipes may stay
@@ -71,13 +73,15 @@ pub fn command_environment(pass: &[String]) -> Vec<(OsString, OsString)> {
 /// `environment` ([`command_environment`]), in `sandbox` unless it is
 /// `None` (`--sandbox none`). `started` is told the process before the
 /// command runs; if it fails (the journal cannot be written), everything
-/// is killed and the error returned.
+/// is killed and the error returned. What the command prints is also
+/// copied to `live` as it comes, to be relayed while it runs.
 pub async fn run(
     command: &ClaimedCommand,
     work_dir: &Path,
     environment: &[(OsString, OsString)],
     max_output_bytes: usize,
     sandbox: Option<&Sandbox>,
+    live: &Arc<LiveOutput>,
     started: impl FnOnce(Process) -> io::Result<()>,
 ) -> io::Result<CommandResult> {
     let launched = match sandbox {
@@ -139,8 +143,18 @@ pub async fn run(
         kill();
         return Err(io::Error::other("the command's output pipes are missing"));
     };
-    let stdout = tokio::spawn(read_bounded(stdout, max_output_bytes, stop_reading.clone()));
-    let stderr = tokio::spawn(read_bounded(stderr, max_output_bytes, stop_reading.clone()));
+    let stdout = tokio::spawn(read_bounded(
+        stdout,
+        max_output_bytes,
+        (live.clone(), Pipe::Stdout),
+        stop_reading.clone(),
+    ));
+    let stderr = tokio::spawn(read_bounded(
+        stderr,
+        max_output_bytes,
+        (live.clone(), Pipe::Stderr),
+        stop_reading.clone(),
+    ));
 
     let timeout = Duration::from_secs(u64::try_from(command.timeout_secs).unwrap_or(1).max(1));
     let (status, timed_out, mut limit) = tokio::select! {
@@ -297,10 +311,12 @@ fn read_stat(pid: u32) -> Option<(char, u64)> {
 
 /// Read a pipe to its end (or until `stop`), keeping at most `limit` bytes:
 /// the first half and the last half, so both the start of the output and
-/// its end (where errors usually are) survive.
+/// its end (where errors usually are) survive. Each read is also copied to
+/// `live` as `pipe`'s.
 async fn read_bounded(
     mut pipe: impl AsyncRead + Unpin,
     limit: usize,
+    (live, name): (Arc<LiveOutput>, Pipe),
     stop: CancellationToken,
 ) -> Capture {
     let mut capture = Capture::new(limit);
@@ -309,7 +325,10 @@ async fn read_bounded(
         tokio::select! {
             read = pipe.read(&mut buf) => match read {
                 Ok(0) | Err(_) => break,
-                Ok(n) => capture.push(&buf[..n]),
+                Ok(n) => {
+                    live.push(name, &buf[..n]);
+                    capture.push(&buf[..n]);
+                }
             },
             _ = stop.cancelled() => break,
         }

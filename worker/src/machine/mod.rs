@@ -12,6 +12,8 @@
 //!   journaled command (the server keeps it as their last known state).
 //! - It long-polls for commands with as many free slots as it has; each
 //!   command returned is journaled before its process starts ([`exec`]).
+//! - While a command runs, what it prints is relayed every 250 ms
+//!   ([`live`]), bounded, best effort: the agent's stream shows it live.
 //! - Each result is journaled, then posted until the server acknowledges
 //!   it (resending is safe: the same result again changes nothing).
 //!
@@ -27,6 +29,7 @@ pub mod client;
 pub mod exec;
 pub mod journal;
 pub mod limits;
+pub mod live;
 pub mod sandbox;
 
 use std::path::{Path, PathBuf};
@@ -353,6 +356,9 @@ async fn execute(
 ) {
     let id = command.id;
     let run = spans::start_command(&command);
+    let live = Arc::new(live::LiveOutput::default());
+    // Ends with the command: its result carries the whole output.
+    let relay = tokio::spawn(live::relay(daemon.client.clone(), id, live.clone()));
     let outcome = match workspace_dir(&daemon.settings.work_dir, &command) {
         Ok(dir) => {
             exec::run(
@@ -361,12 +367,14 @@ async fn execute(
                 &daemon.command_environment,
                 daemon.settings.max_output_bytes,
                 daemon.sandbox.as_ref(),
+                &live,
                 |process| daemon.journal().record_started(id, process),
             )
             .await
         }
         Err(e) => Err(e),
     };
+    relay.abort();
     spans::end_command(&run, outcome.as_ref().ok());
     match outcome {
         Ok(result) => {

@@ -19,7 +19,10 @@
 //! and which follows only same-origin 307/308 redirects (as rmcp's own
 //! client does: they keep the JSON-RPC body; the host, and so the checked
 //! addresses, stay the same). Tenant headers are limited to
-//! [`holdfast_engine::egress::check_mcp_header`]; others are dropped.
+//! [`holdfast_engine::egress::check_mcp_header`]: the API refuses others,
+//! and a config written past it (over SQL) makes the server unusable, so
+//! its tools are reported unavailable on the timeline rather than sent
+//! without a header the tenant set.
 
 use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroUsize;
@@ -52,8 +55,8 @@ pub struct McpServerConfig {
     pub name: String,
     /// The Streamable HTTP endpoint (http or https).
     pub url: String,
-    /// Sent with every request (e.g. `Authorization`); only the names
-    /// [`check_mcp_header`] allows are sent.
+    /// Sent with every request (e.g. `Authorization`); only names
+    /// [`check_mcp_header`] allows are usable.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
 }
@@ -88,8 +91,8 @@ impl McpServerConfig {
         Ok(config)
     }
 
-    /// Checks the prefix, the URL and the headers' syntax (which headers
-    /// are sent is decided at send time, see [`check_mcp_header`]).
+    /// Checks the prefix, the URL and the headers (their syntax, and that
+    /// [`check_mcp_header`] allows each name).
     pub fn validate(&self) -> Result<(), McpError> {
         let name_ok = !self.name.is_empty()
             && self.name.len() <= 32
@@ -117,18 +120,16 @@ impl McpServerConfig {
         Ok(())
     }
 
-    /// The headers to send: valid ones that [`check_mcp_header`] allows;
-    /// the others (configs written past the API's check) are dropped.
+    /// The headers to send, or why they cannot be: a name that is not
+    /// valid HTTP, or one [`check_mcp_header`] refuses (a config written
+    /// past the API's check).
     fn header_map(&self) -> Result<HashMap<HeaderName, HeaderValue>, McpError> {
         let mut map = HashMap::new();
         for (name, value) in &self.headers {
             let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
                 McpError::InvalidConfig(format!("{name:?} is not a valid HTTP header name"))
             })?;
-            if let Err(reason) = check_mcp_header(name) {
-                tracing::warn!(server = %self.name, "MCP header dropped: {reason}");
-                continue;
-            }
+            check_mcp_header(name).map_err(McpError::InvalidConfig)?;
             let value = HeaderValue::from_str(value).map_err(|_| {
                 McpError::InvalidConfig(format!("the value of header {name:?} is not valid"))
             })?;
@@ -218,10 +219,7 @@ impl McpRegistry {
 
     /// The server's tools as the model sees them (`<prefix>__<tool>`),
     /// from the cache when listed less than `list_ttl` ago.
-    pub async fn list_tools(
-        &self,
-        config: &McpServerConfig,
-    ) -> Result<Vec<ToolDefinition>, McpError> {
+    pub async fn list_tools(&self, config: &McpServerConfig) -> Result<ServerTools, McpError> {
         let slot = {
             let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
             lists
@@ -247,20 +245,6 @@ impl McpRegistry {
         Ok(prefix_tools(config, tools))
     }
 
-    /// The tools of every server, in config order; the first failing
-    /// server's error otherwise.
-    pub async fn list_all_tools(
-        &self,
-        configs: &[McpServerConfig],
-    ) -> Result<Vec<ToolDefinition>, McpError> {
-        let lists = futures::future::join_all(configs.iter().map(|c| self.list_tools(c))).await;
-        let mut tools = Vec::new();
-        for list in lists {
-            tools.extend(list?);
-        }
-        Ok(tools)
-    }
-
     /// Forgets the cached list of this server (e.g. after a call named a
     /// tool the server no longer has).
     pub fn invalidate(&self, config: &McpServerConfig) {
@@ -279,36 +263,51 @@ impl McpRegistry {
     }
 }
 
+/// A server's tools as the model sees them, and those it cannot be offered.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServerTools {
+    /// Named `<prefix>__<tool>`, in the server's order.
+    pub usable: Vec<ToolDefinition>,
+    /// Tools left out: the server's own name of each, and why.
+    pub left_out: Vec<(String, String)>,
+}
+
 /// Lists the server's tools, uncached, as the model sees them
-/// (`<prefix>__<tool>`). Tools whose prefixed name a model provider would
-/// refuse (`[A-Za-z0-9_-]{1,64}`) are left out, with a warning.
+/// (`<prefix>__<tool>`), with the tools left out and why.
 pub async fn list_tools(
     config: &McpServerConfig,
     limits: &McpLimits,
-) -> Result<Vec<ToolDefinition>, McpError> {
+) -> Result<ServerTools, McpError> {
     Ok(prefix_tools(
         config,
         list_server_tools(config, limits).await?,
     ))
 }
 
-fn prefix_tools(config: &McpServerConfig, tools: Vec<ToolDefinition>) -> Vec<ToolDefinition> {
-    tools
-        .into_iter()
-        .filter_map(|tool| {
-            let name = prefixed_tool_name(&config.name, &tool.name);
-            let usable = name.len() <= 64
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-            if !usable {
-                tracing::warn!(server = %config.name, tool = %tool.name,
-                    "MCP tool left out: its prefixed name is not a valid model tool name");
-                return None;
-            }
-            Some(ToolDefinition { name, ..tool })
-        })
-        .collect()
+/// The server's tools named as the model sees them. A tool whose prefixed
+/// name a model provider would refuse (`[A-Za-z0-9_-]{1,64}`) is left out
+/// with the reason, for the step to report.
+fn prefix_tools(config: &McpServerConfig, tools: Vec<ToolDefinition>) -> ServerTools {
+    let mut listed = ServerTools::default();
+    for tool in tools {
+        let name = prefixed_tool_name(&config.name, &tool.name);
+        let usable = name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if usable {
+            listed.usable.push(ToolDefinition { name, ..tool });
+        } else {
+            listed.left_out.push((
+                tool.name,
+                format!(
+                    "its name as the model would see it, {name:?}, is not a valid tool name \
+                     (at most 64 characters of A-Z, a-z, 0-9, _ and -)"
+                ),
+            ));
+        }
+    }
+    listed
 }
 
 /// One session: initialize, list every page, close.
@@ -697,11 +696,10 @@ mod tests {
     }
 
     #[test]
-    fn headers_outside_the_safe_set_are_dropped_at_send_time() {
+    fn headers_outside_the_safe_set_make_the_server_unusable() {
         let config = McpServerConfig::from_tool_entry(&entry(json!({
             "type": "mcp", "name": "a", "url": "https://x/mcp",
-            "headers": {"Authorization": "Bearer t", "X-Tenant": "7", "Accept": "x",
-                        "Metadata-Flavor": "Google", "X-Forwarded-For": "10.0.0.1"}
+            "headers": {"Authorization": "Bearer t", "X-Tenant": "7"}
         })))
         .unwrap();
         let mut sent: Vec<String> = config
@@ -712,6 +710,15 @@ mod tests {
             .collect();
         sent.sort();
         assert_eq!(sent, ["authorization", "x-tenant"]);
+        for refused in ["Accept", "Metadata-Flavor", "X-Forwarded-For"] {
+            let error = McpServerConfig::from_tool_entry(&entry(json!({
+                "type": "mcp", "name": "a", "url": "https://x/mcp",
+                "headers": {"Authorization": "Bearer t", refused: "x"}
+            })))
+            .unwrap_err()
+            .to_string();
+            assert!(error.contains(refused), "{error}");
+        }
     }
 
     #[test]

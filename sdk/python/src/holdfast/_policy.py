@@ -10,7 +10,7 @@ import json
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from ._sse import SseMessage
 from .schema import ApprovalView, EventView, QuestionView, ToolCallView
@@ -187,38 +187,51 @@ def pending_items(tool_calls: Any, approvals: Any, questions: Any) -> Iterator[S
         yield QuestionItem(type="question", question=question)
 
 
-def tool_result_accepted(current: Optional[Mapping[str, Any]], output: Any, is_error: bool) -> bool:
-    """A 409 whose call already holds this output: an earlier try got through."""
-    return (
-        current is not None
-        and current.get("status") == "completed"
-        and same_output(current.get("output"), output)
-        and bool(current.get("is_error")) == is_error
-    )
+def tool_result_settled(current: Optional[Mapping[str, Any]], is_error: bool) -> bool:
+    """A 409 whose call is completed with this ``is_error``: an earlier try
+    got through if its output is the one sent (:func:`stored_files` and the
+    attachments' bytes say)."""
+    return current is not None and current.get("status") == "completed" and bool(current.get("is_error")) == is_error
 
 
-def same_output(stored: Any, sent: Any) -> bool:
-    """Whether ``stored`` (a result as the server keeps it) is ``sent``: the
-    server keeps each base64 source of an image or document as an attachment
-    reference (``{"type": "attachment", "media_type", "size_bytes", ...}``),
-    which stands for a base64 source of that type and size."""
-    if isinstance(stored, dict) and isinstance(sent, dict):
-        if _is_attachment_of(stored, sent):
-            return True
-        return stored.keys() == sent.keys() and all(same_output(stored[k], sent[k]) for k in sent)
-    if isinstance(stored, list) and isinstance(sent, list):
-        return len(stored) == len(sent) and all(same_output(a, b) for a, b in zip(stored, sent))
-    return bool(stored == sent)
+#: A file the server stored as an attachment: its reference's ``attachment_id``
+#: and the bytes that were sent for it.
+StoredFile = Tuple[str, bytes]
 
 
-def _is_attachment_of(stored: Mapping[str, Any], sent: Mapping[str, Any]) -> bool:
-    if stored.get("type") != "attachment" or sent.get("type") != "base64" or not isinstance(sent.get("data"), str):
-        return False
+def stored_files(stored: Any, sent: Any) -> Optional[List[StoredFile]]:
+    """Whether ``stored`` (content or a result as the server keeps it) can be
+    ``sent``: the same JSON, except that the server keeps each base64 source
+    of an image or document as an attachment reference (``{"type":
+    "attachment", "attachment_id", "media_type", "size_bytes"}``). Returns
+    the files whose bytes remain to be compared with the attachments' (of
+    the same media type and size), or ``None`` when ``stored`` is not
+    ``sent`` whatever the attachments hold."""
+    files: List[StoredFile] = []
+
+    def walk(a: Any, b: Any) -> bool:
+        if isinstance(a, dict) and isinstance(b, dict):
+            if a.get("type") == "attachment" and b.get("type") == "base64":
+                data = _base64_bytes(b.get("data"))
+                if data is None or a.get("media_type") != b.get("media_type") or a.get("size_bytes") != len(data):
+                    return False
+                files.append((str(a.get("attachment_id")), data))
+                return True
+            return a.keys() == b.keys() and all(walk(a[k], b[k]) for k in b)
+        if isinstance(a, list) and isinstance(b, list):
+            return len(a) == len(b) and all(walk(x, y) for x, y in zip(a, b))
+        return bool(a == b)
+
+    return files if walk(stored, sent) else None
+
+
+def _base64_bytes(data: Any) -> Optional[bytes]:
+    if not isinstance(data, str):
+        return None
     try:
-        size = len(base64.b64decode(sent["data"], validate=True))
+        return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
-        return False
-    return stored.get("media_type") == sent.get("media_type") and stored.get("size_bytes") == size
+        return None
 
 
 def decision_accepted(current: Optional[Mapping[str, Any]], decision: str) -> bool:

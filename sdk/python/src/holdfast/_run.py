@@ -4,15 +4,11 @@ clients: following one input's turn through the stream items. No IO here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NoReturn, Optional
 
 from ._policy import StreamItem
 from .errors import TurnFailedError
-from .schema import EventView, InputView
-
-#: The events that end a turn.
-TURN_ENDS = ("turn.completed", "turn.failed", "turn.cancelled")
-
+from .schema import EventView, InputView, TurnCompletedEvent
 
 @dataclass(frozen=True)
 class TextChunk:
@@ -33,7 +29,7 @@ class RunResult:
 
     text: str
     message: List[Dict[str, Any]]
-    event: EventView
+    event: TurnCompletedEvent
     input: InputView
     #: The send was a replay of an earlier one with the same Idempotency-Key.
     replayed: bool
@@ -72,28 +68,37 @@ class TurnWatch:
         if item["type"] != "event":
             return None
         event = item["event"]
-        kind, data = event["type"], event["data"]
-        if kind == "input.received" and data.get("mode") == "queue" and data.get("input_id") not in self._queue:
-            self._queue.append(data["input_id"])
-        elif kind == "input.removed" and data.get("input_id") in self._queue:
-            self._queue.remove(data["input_id"])
-        elif kind == "turn.started" and self._queue:
-            # A turn that opens admits the oldest queued input.
-            self._in_turn = self._queue.pop(0) == self.input["id"]
-        elif kind == "model.response" and self._in_turn:
-            self._message = data.get("message") or []
-            self._streaming_epoch = None
-        elif kind in TURN_ENDS and self._in_turn:
-            return self._answer(event)
+        # Each branch compares event["type"] itself, so the type checker
+        # narrows the event to that type's variant (and its data).
+        if event["type"] == "input.received":
+            if event["data"]["mode"] == "queue" and event["data"]["input_id"] not in self._queue:
+                self._queue.append(event["data"]["input_id"])
+        elif event["type"] == "input.removed":
+            if event["data"]["input_id"] in self._queue:
+                self._queue.remove(event["data"]["input_id"])
+        elif event["type"] == "turn.started":
+            if self._queue:
+                # A turn that opens admits the oldest queued input.
+                self._in_turn = self._queue.pop(0) == self.input["id"]
+        elif event["type"] == "model.response":
+            if self._in_turn:
+                self._message = event["data"]["message"]
+                self._streaming_epoch = None
+        elif event["type"] == "turn.completed":
+            if self._in_turn:
+                text = "".join(block.get("text", "") for block in self._message if block.get("type") == "text")
+                return RunResult(text, self._message, event, self.input, self.replayed)
+        elif event["type"] == "turn.failed":
+            if self._in_turn:
+                error = event["data"]["error"]
+                self._ended(event, f"{error['type']}: {error['message']}")
+        elif event["type"] == "turn.cancelled":
+            if self._in_turn:
+                self._ended(event, "cancelled")
         return None
 
-    def _answer(self, ended: EventView) -> RunResult:
-        if ended["type"] != "turn.completed":
-            error = ended["data"].get("error") or {}
-            why = f"{error.get('type')}: {error.get('message')}" if error else "cancelled"
-            raise TurnFailedError(f"the turn of input {self.input['id']} ended with {ended['type']} ({why})", ended)
-        text = "".join(block.get("text", "") for block in self._message if block.get("type") == "text")
-        return RunResult(text, self._message, ended, self.input, self.replayed)
+    def _ended(self, ended: EventView, why: str) -> NoReturn:
+        raise TurnFailedError(f"the turn of input {self.input['id']} ended with {ended['type']} ({why})", ended)
 
 
 def queued_ids(inputs: Any) -> List[str]:

@@ -28,7 +28,8 @@ from ._policy import (
     parse_retry_after,
     pending_items,
     retryable_status,
-    tool_result_accepted,
+    stored_files,
+    tool_result_settled,
     transient_stream_status,
 )
 from ._run import RunResult, TextChunk, TurnWatch, queued_ids
@@ -424,9 +425,28 @@ class Holdfast:
         try:
             return self.json("POST", f"/v1/tool-calls/{tool_call_id}/result", body={"output": output, "is_error": is_error})
         except ConflictError as e:
-            if tool_result_accepted(e.current, output, is_error):
-                return e.current  # type: ignore[return-value]
+            current = e.current
+            if (
+                current is not None
+                and tool_result_settled(current, is_error)
+                and self.same_content(current["agent_id"], current.get("output"), output)
+            ):
+                return current  # type: ignore[return-value]
             raise
+
+    def attachment(self, agent_id: str, attachment_id: str) -> bytes:
+        """The bytes of an image or document the agent was sent, by the
+        ``attachment_id`` of its reference (``{"type": "attachment", ...}``)."""
+        return self.request("GET", f"/v1/agents/{agent_id}/attachments/{attachment_id}").content
+
+    def same_content(self, agent_id: str, stored: Any, sent: Any) -> bool:
+        """Whether ``stored`` (an input's content, a tool call's output or an
+        event's, as read back from the server) is ``sent`` (what a client
+        posted): the server keeps each base64 image or document as an
+        attachment reference, which is equal to the source it replaced when
+        the attachment's bytes are the bytes sent (fetched to compare)."""
+        files = stored_files(stored, sent)
+        return files is not None and all(self.attachment(agent_id, id) == data for id, data in files)
 
     def approve(self, approval_id: str, *, by: str, reason: Optional[str] = None) -> ApprovalView:
         """Approve a tool call (a 409 whose approval is already approved is success)."""
@@ -455,7 +475,7 @@ class Holdfast:
 
 
 class Agents:
-    """``/v1/agents``: create, get, list (every page), update, cancel, archive."""
+    """``/v1/agents``: create, get, list (every page), search, update, cancel, archive."""
 
     def __init__(self, client: Holdfast) -> None:
         self._client = client
@@ -485,6 +505,29 @@ class Agents:
             if not page["has_more"] or not page["agents"]:
                 return
             after = page["agents"][-1]["id"]
+
+    def search(
+        self,
+        q: str,
+        *,
+        state: Optional[str] = None,
+        outcome: Optional[TurnOutcome] = None,
+        page_size: Optional[int] = None,
+    ) -> Iterator[AgentView]:
+        """The agents ``q`` finds (an agent id; ``key=value`` on metadata; text
+        in the metadata or id; or words of their inputs and saved messages),
+        newest activity first, fetching pages as it goes."""
+        cursor: Optional[str] = None
+        while True:
+            page = self._client.json(
+                "GET",
+                "/v1/agents",
+                params=_query(order="activity", q=q, state=state, outcome=outcome, limit=page_size, cursor=cursor),
+            )
+            yield from page["agents"]
+            if not page["has_more"] or not page.get("next_cursor"):
+                return
+            cursor = page["next_cursor"]
 
     def update(self, agent_id: str, patch: Mapping[str, Any]) -> AgentView:
         """Change the config with a JSON merge patch (``None`` removes a field)."""
@@ -740,9 +783,28 @@ class AsyncHoldfast:
                 "POST", f"/v1/tool-calls/{tool_call_id}/result", body={"output": output, "is_error": is_error}
             )
         except ConflictError as e:
-            if tool_result_accepted(e.current, output, is_error):
-                return e.current  # type: ignore[return-value]
+            current = e.current
+            if (
+                current is not None
+                and tool_result_settled(current, is_error)
+                and await self.same_content(current["agent_id"], current.get("output"), output)
+            ):
+                return current  # type: ignore[return-value]
             raise
+
+    async def attachment(self, agent_id: str, attachment_id: str) -> bytes:
+        """See :meth:`Holdfast.attachment`."""
+        return (await self.request("GET", f"/v1/agents/{agent_id}/attachments/{attachment_id}")).content
+
+    async def same_content(self, agent_id: str, stored: Any, sent: Any) -> bool:
+        """See :meth:`Holdfast.same_content`."""
+        files = stored_files(stored, sent)
+        if files is None:
+            return False
+        for id, data in files:
+            if await self.attachment(agent_id, id) != data:
+                return False
+        return True
 
     async def approve(self, approval_id: str, *, by: str, reason: Optional[str] = None) -> ApprovalView:
         return await self._decide(approval_id, "approve", by, reason)
@@ -798,6 +860,27 @@ class AsyncAgents:
             if not page["has_more"] or not page["agents"]:
                 return
             after = page["agents"][-1]["id"]
+
+    async def search(
+        self,
+        q: str,
+        *,
+        state: Optional[str] = None,
+        outcome: Optional[TurnOutcome] = None,
+        page_size: Optional[int] = None,
+    ) -> AsyncIterator[AgentView]:
+        cursor: Optional[str] = None
+        while True:
+            page = await self._client.json(
+                "GET",
+                "/v1/agents",
+                params=_query(order="activity", q=q, state=state, outcome=outcome, limit=page_size, cursor=cursor),
+            )
+            for agent in page["agents"]:
+                yield agent
+            if not page["has_more"] or not page.get("next_cursor"):
+                return
+            cursor = page["next_cursor"]
 
     async def update(self, agent_id: str, patch: Mapping[str, Any]) -> AgentView:
         return await self._client.json("PATCH", f"/v1/agents/{agent_id}", body=patch)

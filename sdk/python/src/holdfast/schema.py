@@ -40,6 +40,13 @@ class ApprovalView(TypedDict):
 BudgetOnExceeded = Literal['fail', 'ask']
 
 
+class BudgetReached(TypedDict):
+    budget: str
+    granted: int
+    limit: float
+    value: float
+
+
 class BudgetSettings(TypedDict):
     max_cost_usd_per_agent: NotRequired[Optional[float]]
     max_cost_usd_per_turn: NotRequired[Optional[float]]
@@ -50,6 +57,66 @@ class BudgetSettings(TypedDict):
 
 class CitationSettings(TypedDict):
     enabled: bool
+
+
+class CommandAcceptedData(TypedDict):
+    accepted_at: str
+    command_id: str
+    machine_id: str
+    tool_call_id: str
+
+
+class CommandAcceptedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: CommandAcceptedData
+    id: str
+    seq: int
+    type: Literal['command.accepted']
+
+
+class CommandOutcomeData(TypedDict):
+    command_id: NotRequired[Optional[str]]
+    exit_code: NotRequired[Optional[int]]
+    late: NotRequired[Optional[bool]]
+    machine_id: NotRequired[Optional[str]]
+    message: NotRequired[Optional[str]]
+    reason: NotRequired[Optional[str]]
+    signal: NotRequired[Optional[int]]
+    state: NotRequired[Optional[str]]
+    stderr: NotRequired[Optional[str]]
+    stderr_truncated: NotRequired[Optional[bool]]
+    stdout: NotRequired[Optional[str]]
+    stdout_truncated: NotRequired[Optional[bool]]
+    timed_out: NotRequired[Optional[bool]]
+    tool_call_id: str
+
+
+class CommandQueuedData(TypedDict):
+    command: str
+    command_id: str
+    machine: str
+    machine_id: str
+    timeout_secs: int
+    tool_call_id: str
+
+
+class CommandQueuedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: CommandQueuedData
+    id: str
+    seq: int
+    type: Literal['command.queued']
+
+
+class CommandUnknownEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: CommandOutcomeData
+    id: str
+    seq: int
+    type: Literal['command.unknown']
 
 
 CommandWorkspace = Literal['machine', 'agent']
@@ -103,18 +170,13 @@ class DeliveryView(TypedDict):
     status: DeliveryStatusName
 
 
+class EmptyData(TypedDict):
+    pass
+
+
 class ErrorDetail(TypedDict):
     field: NotRequired[Optional[str]]
     message: str
-    type: str
-
-
-class EventView(TypedDict):
-    agent_id: str
-    created_at: str
-    data: dict[str, Any]
-    id: str
-    seq: int
     type: str
 
 
@@ -134,8 +196,36 @@ InboxKind = Literal['approval', 'budget_approval', 'question', 'tool_call', 'com
 InputMode = Literal['steer', 'queue', 'interrupt']
 
 
+class InputReceivedData(TypedDict):
+    content: Any
+    input_id: str
+    mode: InputMode
+
+
+class InputReceivedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: InputReceivedData
+    id: str
+    seq: int
+    type: Literal['input.received']
+
+
+class InputRemovedData(TypedDict):
+    input_id: str
+
+
+class InputRemovedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: InputRemovedData
+    id: str
+    seq: int
+    type: Literal['input.removed']
+
+
 class InputRequest(TypedDict):
-    content: dict[str, Any]
+    content: Any
     mode: NotRequired[InputMode]
 
 
@@ -144,7 +234,7 @@ InputStatus = Literal['queued', 'pending', 'consumed', 'removed']
 
 class InputView(TypedDict):
     agent_id: str
-    content: dict[str, Any]
+    content: Any
     created_at: str
     id: str
     mode: InputMode
@@ -174,6 +264,42 @@ class MachineCreated(TypedDict):
     wake_url: NotRequired[Optional[str]]
 
 
+class MachineSessionReplacedData(TypedDict):
+    machine: str
+    machine_id: str
+    peer: Optional[str]
+    previous_heartbeat_at: Optional[str]
+    previous_session: str
+    session: str
+
+
+class MachineSessionReplacedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: MachineSessionReplacedData
+    id: str
+    seq: int
+    type: Literal['machine.session_replaced']
+
+
+class MachineUnreachableData(TypedDict):
+    command_id: str
+    last_heartbeat_at: Optional[str]
+    last_known_state: dict[str, Any]
+    machine: str
+    machine_id: str
+    tool_call_id: str
+
+
+class MachineUnreachableEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: MachineUnreachableData
+    id: str
+    seq: int
+    type: Literal['machine.unreachable']
+
+
 class MachineView(TypedDict):
     created_at: str
     id: str
@@ -184,6 +310,59 @@ class MachineView(TypedDict):
     running_commands: list[dict[str, Any]]
     wake_until: NotRequired[Optional[str]]
     wake_url: NotRequired[Optional[str]]
+
+
+class ModelCallError(TypedDict):
+    message: str
+    type: str
+
+
+class ModelInterruptedData(TypedDict):
+    input_ids: list[str]
+
+
+class ModelInterruptedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: ModelInterruptedData
+    id: str
+    seq: int
+    type: Literal['model.interrupted']
+
+
+class ModelRetryData(TypedDict):
+    attempt: int
+    delay_ms: int
+    error: ModelCallError
+
+
+class ModelRetryEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: ModelRetryData
+    id: str
+    seq: int
+    type: Literal['model.retry']
+
+
+class ModelUsage(TypedDict):
+    cache_read_tokens: NotRequired[int]
+    cache_write_tokens: NotRequired[int]
+    input_tokens: NotRequired[int]
+    output_tokens: NotRequired[int]
+    reasoning_tokens: NotRequired[int]
+    server_tool_requests: NotRequired[int]
+    web_search_requests: NotRequired[int]
+
+
+class OutputRequest(TypedDict):
+    stderr: NotRequired[str]
+    stdout: NotRequired[str]
+
+
+class OutputView(TypedDict):
+    command_id: str
+    outcome: str
 
 
 class ProjectView(TypedDict):
@@ -204,6 +383,37 @@ class ProviderKeyView(TypedDict):
     created_at: str
     provider: Provider
     updated_at: str
+
+
+class QuestionAnsweredData(TypedDict):
+    answer: str
+    by: str
+    question_id: str
+    tool_call_id: str
+
+
+class QuestionAnsweredEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: QuestionAnsweredData
+    id: str
+    seq: int
+    type: Literal['question.answered']
+
+
+class QuestionAskedData(TypedDict):
+    question: str
+    question_id: str
+    tool_call_id: str
+
+
+class QuestionAskedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: QuestionAskedData
+    id: str
+    seq: int
+    type: Literal['question.asked']
 
 
 QuestionStatusName = Literal['pending', 'answered', 'cancelled']
@@ -274,6 +484,36 @@ class StuckAgentView(TypedDict):
     state: str
 
 
+class SubagentFinishedData(TypedDict):
+    child_agent_id: str
+    outcome: str
+    tool_call_id: str
+
+
+class SubagentFinishedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: SubagentFinishedData
+    id: str
+    seq: int
+    type: Literal['subagent.finished']
+
+
+class SubagentStartedData(TypedDict):
+    child_agent_id: str
+    prompt: str
+    tool_call_id: str
+
+
+class SubagentStartedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: SubagentStartedData
+    id: str
+    seq: int
+    type: Literal['subagent.started']
+
+
 class Thinking1(TypedDict):
     budget_tokens: int
     type: Literal['enabled']
@@ -297,6 +537,36 @@ class TokenUsage(TypedDict):
     input_tokens: int
     output_tokens: int
     reasoning_tokens: int
+    server_tool_requests: NotRequired[int]
+    web_search_requests: NotRequired[int]
+
+
+class ToolCallCreatedData(TypedDict):
+    id: str
+    input: Any
+    kind: KindName
+    name: str
+    provider_id: str
+    status: StatusName
+
+
+class ToolCallCreatedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: ToolCallCreatedData
+    id: str
+    seq: int
+    type: Literal['tool_call.created']
+
+
+class ToolCallResultData(TypedDict):
+    is_error: bool
+    name: str
+    output: NotRequired[Any]
+    output_bytes: NotRequired[Optional[int]]
+    output_omitted: NotRequired[Optional[bool]]
+    output_preview: NotRequired[Optional[str]]
+    tool_call_id: str
 
 
 class ToolCallView(TypedDict):
@@ -375,12 +645,80 @@ class ToolResultRequest(TypedDict):
     output: dict[str, Any]
 
 
+class ToolUnavailableData(TypedDict):
+    reason: str
+    server: str
+
+
+class ToolUnavailableEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: ToolUnavailableData
+    id: str
+    seq: int
+    type: Literal['tool.unavailable']
+
+
+class TurnCancelledData(TypedDict):
+    cancelled_tool_calls: list[str]
+
+
+class TurnCancelledEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: TurnCancelledData
+    id: str
+    seq: int
+    type: Literal['turn.cancelled']
+
+
+class TurnCompletedData(TypedDict):
+    step_id: str
+    stop_reason: Optional[str]
+    usage: TokenUsage
+
+
+class TurnCompletedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: TurnCompletedData
+    id: str
+    seq: int
+    type: Literal['turn.completed']
+
+
 class TurnError(TypedDict):
+    budget: NotRequired[Optional[str]]
+    detail: NotRequired[Any]
+    limit: NotRequired[Any]
     message: str
     type: str
+    value: NotRequired[Optional[float]]
+
+
+class TurnFailedData(TypedDict):
+    error: TurnError
+
+
+class TurnFailedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: TurnFailedData
+    id: str
+    seq: int
+    type: Literal['turn.failed']
 
 
 TurnOutcome = Literal['completed', 'failed', 'cancelled', 'limit']
+
+
+class TurnStartedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: EmptyData
+    id: str
+    seq: int
+    type: Literal['turn.started']
 
 
 class TurnUsage(TypedDict):
@@ -439,6 +777,15 @@ class WorkerView(TypedDict):
     worker: str
 
 
+class AgentArchivedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: EmptyData
+    id: str
+    seq: int
+    type: Literal['agent.archived']
+
+
 class AgentUsage(TypedDict):
     agent_id: str
     turns: list[TurnUsage]
@@ -460,8 +807,44 @@ class AnthropicWebSearch(TypedDict):
     user_location: NotRequired[Optional[UserLocation]]
 
 
+class ApprovalAnsweredData(TypedDict):
+    approval_id: str
+    by: str
+    decision: Decision
+    kind: ApprovalKindName
+    reason: Optional[str]
+    tool_call_id: Optional[str]
+
+
+class ApprovalAnsweredEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: ApprovalAnsweredData
+    id: str
+    seq: int
+    type: Literal['approval.answered']
+
+
 class ApprovalList(TypedDict):
     approvals: list[ApprovalView]
+
+
+class ApprovalRequestedData(TypedDict):
+    approval_id: str
+    budget: NotRequired[Optional[BudgetReached]]
+    input: NotRequired[Any]
+    kind: ApprovalKindName
+    name: NotRequired[Optional[str]]
+    tool_call_id: NotRequired[Optional[str]]
+
+
+class ApprovalRequestedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: ApprovalRequestedData
+    id: str
+    seq: int
+    type: Literal['approval.requested']
 
 
 class ClaimedCommandView(TypedDict):
@@ -478,6 +861,40 @@ class ClaimedCommandView(TypedDict):
 
 class ClaimedList(TypedDict):
     commands: list[ClaimedCommandView]
+
+
+class CommandFailedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: CommandOutcomeData
+    id: str
+    seq: int
+    type: Literal['command.failed']
+
+
+class CommandFinishedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: CommandOutcomeData
+    id: str
+    seq: int
+    type: Literal['command.finished']
+
+
+class ContextCompactedData(TypedDict):
+    keep_from_seq: int
+    replaced_messages: int
+    summary: str
+    usage: ModelUsage
+
+
+class ContextCompactedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: ContextCompactedData
+    id: str
+    seq: int
+    type: Literal['context.compacted']
 
 
 class CreatedWebhookView(WebhookView):
@@ -498,11 +915,6 @@ class DeliveryList(TypedDict):
 
 class ErrorBody(TypedDict):
     error: ErrorDetail
-
-
-class EventList(TypedDict):
-    events: list[EventView]
-    has_more: bool
 
 
 class HeartbeatRequest(TypedDict):
@@ -571,6 +983,23 @@ class ModelConfig(TypedDict):
     user: NotRequired[Optional[str]]
 
 
+class ModelResponseData(TypedDict):
+    message: list[dict[str, Any]]
+    step_id: str
+    stop_reason: Optional[str]
+    tool_calls: list[ToolCallCreatedData]
+    usage: ModelUsage
+
+
+class ModelResponseEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: ModelResponseData
+    id: str
+    seq: int
+    type: Literal['model.response']
+
+
 class OperationsView(TypedDict):
     agents_by_state: dict[str, int]
     machines: list[MachineActivityView]
@@ -603,6 +1032,24 @@ class ResultRequest(TypedDict):
     stdout: NotRequired[str]
     stdout_truncated: NotRequired[bool]
     timed_out: NotRequired[bool]
+
+
+class ToolCallCompletedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: ToolCallResultData
+    id: str
+    seq: int
+    type: Literal['tool_call.completed']
+
+
+class ToolCallInterruptedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: ToolCallResultData
+    id: str
+    seq: int
+    type: Literal['tool_call.interrupted']
 
 
 class ToolCallList(TypedDict):
@@ -663,6 +1110,52 @@ class CancelView(TypedDict):
     status: str
 
 
+class ConfigUpdatedData(TypedDict):
+    config: AgentConfig
+
+
+class ConfigUpdatedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: ConfigUpdatedData
+    id: str
+    seq: int
+    type: Literal['config.updated']
+
+
+EventView = Union[
+    InputReceivedEvent,
+    InputRemovedEvent,
+    TurnStartedEvent,
+    ModelResponseEvent,
+    ModelRetryEvent,
+    ModelInterruptedEvent,
+    ToolCallCreatedEvent,
+    ToolCallCompletedEvent,
+    ToolCallInterruptedEvent,
+    ToolUnavailableEvent,
+    ApprovalRequestedEvent,
+    ApprovalAnsweredEvent,
+    QuestionAskedEvent,
+    QuestionAnsweredEvent,
+    CommandQueuedEvent,
+    CommandAcceptedEvent,
+    CommandFinishedEvent,
+    CommandFailedEvent,
+    CommandUnknownEvent,
+    MachineUnreachableEvent,
+    MachineSessionReplacedEvent,
+    SubagentStartedEvent,
+    SubagentFinishedEvent,
+    ContextCompactedEvent,
+    ConfigUpdatedEvent,
+    TurnCompletedEvent,
+    TurnCancelledEvent,
+    TurnFailedEvent,
+    AgentArchivedEvent,
+]
+
+
 class Inbox(TypedDict):
     has_more: bool
     items: list[InboxItem]
@@ -674,3 +1167,8 @@ class AgentList(TypedDict):
     agents: list[AgentView]
     has_more: bool
     next_cursor: NotRequired[Optional[str]]
+
+
+class EventList(TypedDict):
+    events: list[EventView]
+    has_more: bool

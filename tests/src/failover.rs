@@ -1,0 +1,237 @@
+//! A primary and a synchronous streaming standby, as managed HA runs them
+//! (`synchronous_standby_names`), for failover tests: the primary is
+//! SIGKILLed, the standby promoted, and a new standby built where the dead
+//! primary was, so the pair can fail over again. Clients reach it with one
+//! multi-host config (`target_session_attrs=read-write`) that finds
+//! whichever side is the primary. Both are stopped and removed on drop.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use holdfast_engine::cluster::{ClusterOptions, LocalCluster};
+use holdfast_engine::connect::ConnectConfig;
+use holdfast_engine::migrate;
+use tokio_postgres::Client;
+use uuid::Uuid;
+
+use crate::wait_until;
+
+pub struct FailoverPair {
+    /// Index 0 and 1 are the two places (data and socket directories);
+    /// `primary` says which one is the primary now.
+    sides: [Option<LocalCluster>; 2],
+    dirs: [PathBuf; 2],
+    primary: usize,
+}
+
+impl FailoverPair {
+    /// A migrated primary and its synchronous standby.
+    pub async fn start() -> FailoverPair {
+        let dirs = [0, 1].map(|_| {
+            PathBuf::from(format!(
+                "/tmp/holdfast-failover-{}",
+                Uuid::new_v4().simple()
+            ))
+        });
+        let first = dirs[0].clone();
+        let primary = tokio::task::spawn_blocking(move || {
+            LocalCluster::start(
+                &first,
+                &ClusterOptions {
+                    fast_unsafe_fsync_off: true,
+                    max_connections: 200,
+                },
+            )
+        })
+        .await
+        .unwrap()
+        .expect("start the primary");
+        let config = ConnectConfig::parse(&primary.connection_string("postgres")).unwrap();
+        let (mut client, connection) = config.connect().await.unwrap();
+        tokio::spawn(connection);
+        migrate::migrate(&mut client)
+            .await
+            .expect("migrate the primary");
+        let mut pair = FailoverPair {
+            sides: [Some(primary), None],
+            dirs,
+            primary: 0,
+        };
+        pair.build_standby().await;
+        pair
+    }
+
+    /// Every client's config: both sides, the writable one chosen at each
+    /// connect.
+    pub fn config(&self) -> ConnectConfig {
+        let sockets: Vec<String> = (0..2)
+            .map(|side| socket_of(self.sides[side].as_ref().unwrap()))
+            .collect();
+        ConnectConfig::parse(&format!(
+            "host={} port=5432,5432 user={} dbname=postgres target_session_attrs=read-write",
+            sockets.join(","),
+            holdfast_engine::cluster::SUPERUSER
+        ))
+        .unwrap()
+    }
+
+    /// A connection to the standby (reads only).
+    pub async fn standby_client(&self) -> Client {
+        connect_to(self.sides[1 - self.primary].as_ref().unwrap()).await
+    }
+
+    /// SIGKILL the primary (every process of it).
+    pub fn kill_primary(&self) {
+        self.sides[self.primary]
+            .as_ref()
+            .unwrap()
+            .kill()
+            .expect("kill the primary");
+    }
+
+    /// `count(table)` on the standby once it has replayed all the WAL it
+    /// received (after [`Self::kill_primary`]: everything the primary
+    /// acknowledged).
+    pub async fn replayed_count(&self, table: &str) -> i64 {
+        let client = self.standby_client().await;
+        wait_until(
+            Duration::from_secs(30),
+            "the standby replayed what it received",
+            || async {
+                client
+                    .query_one(
+                        "SELECT pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn()",
+                        &[],
+                    )
+                    .await
+                    .map(|r| r.get::<_, Option<bool>>(0) == Some(true))
+                    .unwrap_or(false)
+            },
+        )
+        .await;
+        client
+            .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    /// Promote the standby and let it accept writes alone (no synchronous
+    /// standby until [`Self::build_standby`]). Returns when it accepts
+    /// writes.
+    pub async fn promote_standby(&mut self) {
+        let promoted = 1 - self.primary;
+        let standby = self.sides[promoted].take().unwrap();
+        let standby = tokio::task::spawn_blocking(move || {
+            standby.promote().expect("promote the standby");
+            standby
+        })
+        .await
+        .unwrap();
+        // Its configuration is the old primary's copy: it would wait for a
+        // synchronous standby it no longer has.
+        let client = connect_to(&standby).await;
+        // ALTER SYSTEM runs alone (not in a multi-statement implicit transaction).
+        client
+            .batch_execute("ALTER SYSTEM RESET synchronous_standby_names")
+            .await
+            .unwrap();
+        client
+            .batch_execute("SELECT pg_reload_conf()")
+            .await
+            .unwrap();
+        self.sides[promoted] = Some(standby);
+        self.primary = promoted;
+    }
+
+    /// A new synchronous standby in the dead primary's place (its data
+    /// removed, a base backup of the primary), once replication is in sync.
+    pub async fn build_standby(&mut self) {
+        let place = 1 - self.primary;
+        if let Some(dead) = self.sides[place].take() {
+            let _ = dead.kill();
+            let data = dead.data_dir();
+            drop(dead);
+            std::fs::remove_dir_all(&data).expect("remove the dead primary's data");
+        }
+        let primary = self.sides[self.primary].take().unwrap();
+        let dir = self.dirs[place].clone();
+        let (primary, standby) = tokio::task::spawn_blocking(move || {
+            let standby = LocalCluster::start_standby(&primary, &dir).expect("start a standby");
+            (primary, standby)
+        })
+        .await
+        .unwrap();
+        let client = connect_to(&primary).await;
+        self.sides[self.primary] = Some(primary);
+        self.sides[place] = Some(standby);
+        // ALTER SYSTEM runs alone (not in a multi-statement implicit transaction).
+        client
+            .batch_execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+            .await
+            .unwrap();
+        client
+            .batch_execute("SELECT pg_reload_conf()")
+            .await
+            .unwrap();
+        wait_until(Duration::from_secs(60), "the standby in sync", || async {
+            client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'",
+                    &[],
+                )
+                .await
+                .map(|r| r.get::<_, i64>(0) == 1)
+                .unwrap_or(false)
+        })
+        .await;
+    }
+
+    /// Time from now until `count(table)` on the primary exceeds `baseline`
+    /// (polled every 10 ms, at most `timeout`).
+    pub async fn wait_for_more_rows(
+        &self,
+        table: &str,
+        baseline: i64,
+        timeout: Duration,
+    ) -> Duration {
+        let started = Instant::now();
+        let client = connect_to(self.sides[self.primary].as_ref().unwrap()).await;
+        let sql = format!("SELECT count(*) FROM {table}");
+        loop {
+            let count: i64 = client.query_one(&sql, &[]).await.unwrap().get(0);
+            if count > baseline {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < timeout,
+                "no new row in {table} on the new primary within {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+fn socket_of(cluster: &LocalCluster) -> String {
+    cluster.socket_dir().display().to_string()
+}
+
+async fn connect_to(cluster: &LocalCluster) -> Client {
+    let config = ConnectConfig::parse(&cluster.connection_string("postgres")).unwrap();
+    let (client, connection) = config.connect().await.expect("connect to a side");
+    tokio::spawn(connection);
+    client
+}
+
+impl Drop for FailoverPair {
+    fn drop(&mut self) {
+        for side in self.sides.iter_mut() {
+            if let Some(cluster) = side.take() {
+                let _ = cluster.stop();
+            }
+        }
+        for dir in &self.dirs {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
