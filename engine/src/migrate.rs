@@ -21,9 +21,10 @@
 //!   signature) dropped. Changing a function or trigger is an edit of its
 //!   area file and nothing else.
 //!
-//! A fresh database gets the area files, whole and in order, in one
-//! transaction, and records the baseline and every migration as applied
-//! without running them: the area files already hold what they do.
+//! A fresh database gets the area files, whole and in order, and this and
+//! the next two weeks' event partitions, in one transaction, and records the
+//! baseline and every migration as applied without running them: the area
+//! files already hold what they do.
 //!
 //! The baseline is version [`BASELINE_VERSION`]: the migrations before it
 //! (0001 to 0045, Holdfast 0.1.0) were squashed into the area files. A
@@ -280,6 +281,14 @@ async fn install(client: &mut Client) -> Result<Vec<&'static str>> {
             .await
             .map_err(|e| failed(file.name, &e))?;
     }
+    // The weekly event partitions from this week to two weeks ahead, as
+    // maintenance keeps creating them (retention.sql): until then every
+    // event would go to the default partition.
+    tx.batch_execute(
+        "SELECT holdfast.ensure_event_partitions(holdfast.now(), holdfast.now() + interval '14 days')",
+    )
+    .await
+    .map_err(|e| failed("the first event partitions", &e))?;
     record_migration(&tx, BASELINE_VERSION, BASELINE_NAME, "").await?;
     for migration in MIGRATIONS {
         record_migration(
