@@ -157,6 +157,17 @@ async fn signing_in_shows_the_project_and_deltas_show_before_the_answer_is_saved
     let agent = console.new_agent(&default_config()).await;
     console.sign_in().await;
     console.open_agent(agent).await;
+    // The key is kept in this tab's sessionStorage only: never in
+    // localStorage, a cookie or the URL.
+    let kept = console
+        .browser
+        .eval(
+            "return [Object.values(sessionStorage).includes(arguments[0]), localStorage.length, \
+                     document.cookie, location.href.includes(arguments[0])];",
+            vec![json!(console.key)],
+        )
+        .await;
+    assert_eq!(kept, json!([true, 0, "", false]), "where the key is kept");
 
     let fake = FakeProvider::start().await;
     let answer = "Streaming words arrive live on the page";
