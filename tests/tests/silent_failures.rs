@@ -287,6 +287,7 @@ async fn an_image_url_refused_at_use_is_on_the_timeline_and_left_out_saying_why(
             .starts_with("[image left out: egress refused"),
         "{sent}"
     );
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
 }
 
 #[tokio::test]

@@ -122,6 +122,20 @@ class CommandUnknownEvent(TypedDict):
 CommandWorkspace = Literal['machine', 'agent']
 
 
+class ContentLeftOutData(TypedDict):
+    reason: str
+    url: str
+
+
+class ContentLeftOutEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: ContentLeftOutData
+    id: str
+    seq: int
+    type: Literal['content.left_out']
+
+
 class CreateWebhookRequest(TypedDict):
     description: NotRequired[Optional[str]]
     events: list[str]
@@ -475,6 +489,23 @@ StateName = Literal['idle', 'ready', 'running', 'waiting', 'archived']
 StatusName = Literal[
     'pending', 'awaiting_approval', 'waiting', 'running', 'completed', 'cancelled'
 ]
+
+
+class StepRetryData(TypedDict):
+    attempt: int
+    delay_ms: int
+    error: ModelCallError
+    max_attempts: int
+    retry_at: str
+
+
+class StepRetryEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: StepRetryData
+    id: str
+    seq: int
+    type: Literal['step.retry']
 
 
 class StuckAgentView(TypedDict):
@@ -1130,10 +1161,12 @@ EventView = Union[
     ModelResponseEvent,
     ModelRetryEvent,
     ModelInterruptedEvent,
+    StepRetryEvent,
     ToolCallCreatedEvent,
     ToolCallCompletedEvent,
     ToolCallInterruptedEvent,
     ToolUnavailableEvent,
+    ContentLeftOutEvent,
     ApprovalRequestedEvent,
     ApprovalAnsweredEvent,
     QuestionAskedEvent,
