@@ -129,7 +129,7 @@ async fn failover_soak() {
         agents: env("HOLDFAST_SOAK_AGENTS", 50),
         turns: 5,
         workers: 3,
-        min_kills: 3 * failovers,
+        min_kills: 2 * failovers + 2,
         postgres_restarts: 0,
         failovers,
         trickle: Duration::from_millis(250),
