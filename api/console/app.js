@@ -420,7 +420,7 @@ const EVENT_LABELS = {
   "input.received": "Input", "input.removed": "Input removed", "turn.started": "Turn started",
   "model.response": "Answer", "model.retry": "Model call failed, retrying", "model.interrupted": "Model call interrupted",
   "tool_call.created": "Tool call", "tool_call.completed": "Tool result", "tool_call.interrupted": "Tool call interrupted",
-  "tool.unavailable": "Tool unavailable", "content.left_out": "File left out", "step.retry": "Step failed, retrying",
+  "tool.unavailable": "Tool unavailable", "content.left_out": "File left out", "step.retry": "Step failed, retrying", "worker.lost": "Worker lost, step runs again",
   "approval.requested": "Approval asked", "approval.answered": "Approval answered",
   "question.asked": "Question asked", "question.answered": "Question answered", "command.queued": "Command queued",
   "command.accepted": "Command started", "command.finished": "Command finished", "command.failed": "Command failed",

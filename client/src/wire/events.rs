@@ -134,6 +134,19 @@ pub struct ContentLeftOutData {
     pub reason: String,
 }
 
+/// `worker.lost`: maintenance released the agent from a worker that stopped
+/// answering; the step it was taking runs again on another worker.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct WorkerLostData {
+    /// `lease_expired` (no renewal in time) or `session_gone` (the worker's
+    /// Postgres session ended).
+    pub reason: String,
+    /// The lost worker's id.
+    pub worker: String,
+    /// The lease epoch the lost worker held; its late writes are refused.
+    pub epoch: i64,
+}
+
 /// Why a model call failed.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ModelCallError {
@@ -438,6 +451,7 @@ fn variants() -> Vec<Variant> {
         variant::<ModelRetryData>("model.retry"),
         variant::<ModelInterruptedData>("model.interrupted"),
         variant::<StepRetryData>("step.retry"),
+        variant::<WorkerLostData>("worker.lost"),
         variant::<ToolCallCreatedData>("tool_call.created"),
         variant::<ToolCallResultData>("tool_call.completed"),
         variant::<ToolCallResultData>("tool_call.interrupted"),

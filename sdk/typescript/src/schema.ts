@@ -1446,7 +1446,7 @@ export interface components {
             has_more: boolean;
         };
         /** @description One event (docs/events.md): a variant per `type`. */
-        EventView: components["schemas"]["InputReceivedEvent"] | components["schemas"]["InputRemovedEvent"] | components["schemas"]["TurnStartedEvent"] | components["schemas"]["ModelResponseEvent"] | components["schemas"]["ModelRetryEvent"] | components["schemas"]["ModelInterruptedEvent"] | components["schemas"]["StepRetryEvent"] | components["schemas"]["ToolCallCreatedEvent"] | components["schemas"]["ToolCallCompletedEvent"] | components["schemas"]["ToolCallInterruptedEvent"] | components["schemas"]["ToolUnavailableEvent"] | components["schemas"]["ContentLeftOutEvent"] | components["schemas"]["ApprovalRequestedEvent"] | components["schemas"]["ApprovalAnsweredEvent"] | components["schemas"]["QuestionAskedEvent"] | components["schemas"]["QuestionAnsweredEvent"] | components["schemas"]["CommandQueuedEvent"] | components["schemas"]["CommandAcceptedEvent"] | components["schemas"]["CommandFinishedEvent"] | components["schemas"]["CommandFailedEvent"] | components["schemas"]["CommandUnknownEvent"] | components["schemas"]["MachineUnreachableEvent"] | components["schemas"]["MachineSessionReplacedEvent"] | components["schemas"]["SubagentStartedEvent"] | components["schemas"]["SubagentFinishedEvent"] | components["schemas"]["ContextCompactedEvent"] | components["schemas"]["ConfigUpdatedEvent"] | components["schemas"]["TurnCompletedEvent"] | components["schemas"]["TurnCancelledEvent"] | components["schemas"]["TurnFailedEvent"] | components["schemas"]["AgentArchivedEvent"];
+        EventView: components["schemas"]["InputReceivedEvent"] | components["schemas"]["InputRemovedEvent"] | components["schemas"]["TurnStartedEvent"] | components["schemas"]["ModelResponseEvent"] | components["schemas"]["ModelRetryEvent"] | components["schemas"]["ModelInterruptedEvent"] | components["schemas"]["StepRetryEvent"] | components["schemas"]["WorkerLostEvent"] | components["schemas"]["ToolCallCreatedEvent"] | components["schemas"]["ToolCallCompletedEvent"] | components["schemas"]["ToolCallInterruptedEvent"] | components["schemas"]["ToolUnavailableEvent"] | components["schemas"]["ContentLeftOutEvent"] | components["schemas"]["ApprovalRequestedEvent"] | components["schemas"]["ApprovalAnsweredEvent"] | components["schemas"]["QuestionAskedEvent"] | components["schemas"]["QuestionAnsweredEvent"] | components["schemas"]["CommandQueuedEvent"] | components["schemas"]["CommandAcceptedEvent"] | components["schemas"]["CommandFinishedEvent"] | components["schemas"]["CommandFailedEvent"] | components["schemas"]["CommandUnknownEvent"] | components["schemas"]["MachineUnreachableEvent"] | components["schemas"]["MachineSessionReplacedEvent"] | components["schemas"]["SubagentStartedEvent"] | components["schemas"]["SubagentFinishedEvent"] | components["schemas"]["ContextCompactedEvent"] | components["schemas"]["ConfigUpdatedEvent"] | components["schemas"]["TurnCompletedEvent"] | components["schemas"]["TurnCancelledEvent"] | components["schemas"]["TurnFailedEvent"] | components["schemas"]["AgentArchivedEvent"];
         Health: {
             /** @description Whether the LISTEN connection that feeds streams is up (readiness only). */
             listener?: string | null;
@@ -2997,6 +2997,44 @@ export interface components {
             /** Format: uuid */
             id: string;
             url: string;
+        };
+        /**
+         * @description `worker.lost`: maintenance released the agent from a worker that stopped
+         *     answering; the step it was taking runs again on another worker.
+         */
+        WorkerLostData: {
+            /**
+             * Format: int64
+             * @description The lease epoch the lost worker held; its late writes are refused.
+             */
+            epoch: number;
+            /**
+             * @description `lease_expired` (no renewal in time) or `session_gone` (the worker's
+             *     Postgres session ended).
+             */
+            reason: string;
+            /** @description The lost worker's id. */
+            worker: string;
+        };
+        /** @description A `worker.lost` event (docs/events.md). */
+        WorkerLostEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["WorkerLostData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "worker.lost";
         };
         /** @description A worker holding leases on this project's agents. */
         WorkerView: {

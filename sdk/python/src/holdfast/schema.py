@@ -801,6 +801,21 @@ class WebhookView(TypedDict):
     url: str
 
 
+class WorkerLostData(TypedDict):
+    epoch: int
+    reason: str
+    worker: str
+
+
+class WorkerLostEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: WorkerLostData
+    id: str
+    seq: int
+    type: Literal['worker.lost']
+
+
 class WorkerView(TypedDict):
     agents: list[str]
     agents_held: int
@@ -1162,6 +1177,7 @@ EventView = Union[
     ModelRetryEvent,
     ModelInterruptedEvent,
     StepRetryEvent,
+    WorkerLostEvent,
     ToolCallCreatedEvent,
     ToolCallCompletedEvent,
     ToolCallInterruptedEvent,
