@@ -2462,8 +2462,9 @@ CREATE FUNCTION holdfast.event_types() RETURNS text[]
     AS $$
     SELECT ARRAY[
         'input.received', 'input.removed', 'turn.started', 'model.response', 'model.retry',
-        'model.interrupted', 'step.retry',
+        'model.interrupted', 'step.retry', 'worker.lost',
         'tool_call.created', 'tool_call.completed', 'tool_call.interrupted', 'tool.unavailable',
+        'content.left_out',
         'approval.requested', 'approval.answered', 'question.asked', 'question.answered',
         'command.queued', 'command.accepted', 'command.finished', 'command.failed',
         'command.unknown', 'machine.unreachable', 'machine.session_replaced', 'subagent.started', 'subagent.finished',
@@ -4083,7 +4084,10 @@ BEGIN
     PERFORM holdfast.interrupt_running_calls(p_agent);
     UPDATE holdfast.agents SET lease_epoch = lease_epoch + 1 WHERE id = p_agent
     RETURNING * INTO v_lost;
-    PERFORM holdfast.settle_agent(p_agent);
+    -- The timeline says why the step stopped and will run again: without it a
+    -- lost model call leaves no trace but the time that passed.
+    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['worker.lost'], ARRAY[jsonb_build_object(
+        'reason', p_reason, 'worker', v_lost.lease_owner, 'epoch', v_lost.lease_epoch - 1)], NULL);
     -- The dead holder's attempt, for its span (emitted by the next attempt,
     -- which links to the step's first attempt). Its start is the claim's
     -- time, or of its last saved write within the lease (updated_at).
@@ -4094,6 +4098,22 @@ BEGIN
            first_attempt_epoch = coalesce(v_lost.first_attempt_epoch, v_lost.lease_epoch - 1)
      WHERE id = p_agent;
     RAISE LOG 'holdfast: released agent % (%)', p_agent, p_reason;
+END
+$$;
+
+
+--
+-- Name: record_content_left_out(uuid, bigint, text[], text[]); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.record_content_left_out(p_agent uuid, p_epoch bigint, p_urls text[], p_reasons text[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
+    PERFORM holdfast.append_event(p_agent, 'content.left_out', jsonb_build_object('url', u.url, 'reason', u.reason))
+       FROM unnest(p_urls, p_reasons) WITH ORDINALITY AS u (url, reason, ord)
+      ORDER BY u.ord;
 END
 $$;
 

@@ -420,7 +420,8 @@ const EVENT_LABELS = {
   "input.received": "Input", "input.removed": "Input removed", "turn.started": "Turn started",
   "model.response": "Answer", "model.retry": "Model call failed, retrying", "model.interrupted": "Model call interrupted",
   "tool_call.created": "Tool call", "tool_call.completed": "Tool result", "tool_call.interrupted": "Tool call interrupted",
-  "tool.unavailable": "Tool unavailable", "approval.requested": "Approval asked", "approval.answered": "Approval answered",
+  "tool.unavailable": "Tool unavailable", "content.left_out": "File left out", "step.retry": "Step failed, retrying", "worker.lost": "Worker lost, step runs again",
+  "approval.requested": "Approval asked", "approval.answered": "Approval answered",
   "question.asked": "Question asked", "question.answered": "Question answered", "command.queued": "Command queued",
   "command.accepted": "Command started", "command.finished": "Command finished", "command.failed": "Command failed",
   "command.unknown": "Command outcome unknown", "machine.unreachable": "Machine unreachable",
@@ -590,7 +591,7 @@ function eventCard(agentId, event, commands, turnStart) {
         // A large output is only previewed in its event; the tool call has it whole.
         d.output_omitted ? folded(`${d.name} output (first of ${d.output_bytes} bytes)`, d.output_preview) : folded(`${d.name} output`, d.output));
       break;
-    case "model.retry": card.append(el("p", {}, `attempt ${d.attempt}, retrying in ${duration(d.delay_ms)}: ${d.error?.message ?? JSON.stringify(d.error)}`)); break;
+    case "model.retry": case "step.retry": card.append(el("p", {}, `attempt ${d.attempt}, retrying in ${duration(d.delay_ms)}: ${d.error?.message ?? JSON.stringify(d.error)}`)); break;
     case "approval.requested":
       if (d.kind === "budget") card.append(el("p", {}, `continue past ${d.budget.budget}?`), folded(`budget ${d.budget.budget}`, d.budget));
       else card.append(el("p", {}, `approve ${d.name}?`), folded(`${d.name} input`, d.input));

@@ -945,6 +945,12 @@ pub async fn listen(config: &ConnectConfig, channels: &[&str]) -> Result<Session
     })
 }
 
+/// How long opening a LISTEN session may take before it is abandoned and
+/// tried again: across a partition that drops packets, the connection (or
+/// a proxy's) can be accepted and then never answered, and nothing else
+/// would end the wait.
+pub const SESSION_OPEN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A LISTEN session on `channels` ([`listen`]), retried with `backoff`
 /// until one opens, or `None` once `shutdown` fires. The one reconnect loop
 /// of every process that listens (the worker, the webhook dispatcher, the
@@ -960,19 +966,21 @@ pub async fn listen_retrying(
     loop {
         let attempt = tokio::select! {
             _ = shutdown.cancelled() => return None,
-            attempt = listen(config, channels) => attempt,
+            attempt = tokio::time::timeout(SESSION_OPEN_TIMEOUT, listen(config, channels)) => attempt,
         };
-        match attempt {
-            Ok(session) => return Some(session),
-            Err(e) => {
-                failures = failures.saturating_add(1);
-                let delay = backoff.delay(failures, None);
-                tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "{who}: cannot open a LISTEN session; retrying");
-                tokio::select! {
-                    _ = shutdown.cancelled() => return None,
-                    _ = tokio::time::sleep(delay) => {}
-                }
-            }
+        let error = match attempt {
+            Ok(Ok(session)) => return Some(session),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!(
+                "no answer from Postgres within {SESSION_OPEN_TIMEOUT:?} (a network partition?)"
+            ),
+        };
+        failures = failures.saturating_add(1);
+        let delay = backoff.delay(failures, None);
+        tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64, "{who}: cannot open a LISTEN session; retrying");
+        tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            _ = tokio::time::sleep(delay) => {}
         }
     }
 }

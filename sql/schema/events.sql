@@ -86,8 +86,9 @@ CREATE OR REPLACE FUNCTION holdfast.event_types() RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
     SELECT ARRAY[
         'input.received', 'input.removed', 'turn.started', 'model.response', 'model.retry',
-        'model.interrupted', 'step.retry',
+        'model.interrupted', 'step.retry', 'worker.lost',
         'tool_call.created', 'tool_call.completed', 'tool_call.interrupted', 'tool.unavailable',
+        'content.left_out',
         'approval.requested', 'approval.answered', 'question.asked', 'question.answered',
         'command.queued', 'command.accepted', 'command.finished', 'command.failed',
         'command.unknown', 'machine.unreachable', 'machine.session_replaced', 'subagent.started', 'subagent.finished',

@@ -606,7 +606,8 @@ $$;
 -- external tool call marked running might have happened: it is completed as
 -- interrupted (interrupt_running_calls), never rerun. Waiting calls are
 -- untouched. The dead attempt is recorded (lost_attempt_*, and the step's
--- first_attempt_epoch) for the traces. The caller holds the agent's row lock.
+-- first_attempt_epoch) for the traces, and `worker.lost` {"reason", "worker",
+-- "epoch"} goes on the timeline. The caller holds the agent's row lock.
 -- p_reason: 'lease_expired' | 'session_gone' | 'released'.
 CREATE OR REPLACE FUNCTION holdfast.reap_agent(p_agent uuid, p_reason text)
 RETURNS void LANGUAGE plpgsql AS $$
@@ -616,7 +617,10 @@ BEGIN
     PERFORM holdfast.interrupt_running_calls(p_agent);
     UPDATE holdfast.agents SET lease_epoch = lease_epoch + 1 WHERE id = p_agent
     RETURNING * INTO v_lost;
-    PERFORM holdfast.settle_agent(p_agent);
+    -- The timeline says why the step stopped and will run again: without it a
+    -- lost model call leaves no trace but the time that passed.
+    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['worker.lost'], ARRAY[jsonb_build_object(
+        'reason', p_reason, 'worker', v_lost.lease_owner, 'epoch', v_lost.lease_epoch - 1)], NULL);
     -- The dead holder's attempt, for its span (emitted by the next attempt,
     -- which links to the step's first attempt). Its start is the claim's
     -- time, or of its last saved write within the lease (updated_at).

@@ -535,6 +535,22 @@ BEGIN
 END
 $$;
 
+-- The model call the worker is about to make goes without these image or
+-- document URLs (p_urls[i], refused by the egress policy at use: p_reasons[i]):
+-- one `content.left_out {"url", "reason"}` each, so the timeline says what
+-- the model was not sent (its request carries a text block saying the
+-- same). The agent stays leased. Fenced (HF001).
+CREATE OR REPLACE FUNCTION holdfast.record_content_left_out(
+    p_agent uuid, p_epoch bigint, p_urls text[], p_reasons text[])
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
+    PERFORM holdfast.append_event(p_agent, 'content.left_out', jsonb_build_object('url', u.url, 'reason', u.reason))
+       FROM unnest(p_urls, p_reasons) WITH ORDINALITY AS u (url, reason, ord)
+      ORDER BY u.ord;
+END
+$$;
+
 -- The worker aborted an in-flight model call for interrupt inputs that
 -- call did not include (p_input_ids): nothing of the call is saved;
 -- `model.interrupted {"input_ids"}` is recorded and the agent released

@@ -41,26 +41,15 @@ pub struct Browser {
 }
 
 impl Browser {
-    /// A browser, or `None` (with a message on stderr) when Chromium or
-    /// chromedriver is not installed and this is not CI. Under `CI=true`
-    /// their absence fails the test: CI installs them (`.ci/run`).
-    pub async fn start() -> Option<Browser> {
-        let (chromium, chromedriver) = match (on_path("chromium"), on_path("chromedriver")) {
-            (Some(chromium), Some(chromedriver)) => (chromium, chromedriver),
-            (chromium, _) => {
-                let missing = if chromium.is_none() {
-                    "chromium"
-                } else {
-                    "chromedriver"
-                };
-                let message =
-                    format!("{missing} is not on PATH (apt-get install chromium chromium-driver)");
-                if std::env::var("CI").is_ok_and(|ci| ci == "true") {
-                    panic!("{message}: CI must run the browser tests");
-                }
-                eprintln!("SKIPPED: {message}");
-                return None;
-            }
+    /// A browser. Without Chromium or chromedriver on PATH the test fails,
+    /// naming what to install: `.ci/run` installs both.
+    pub async fn start() -> Browser {
+        let (Some(chromium), Some(chromedriver)) = (on_path("chromium"), on_path("chromedriver"))
+        else {
+            panic!(
+                "chromium and chromedriver must be on PATH for the browser tests \
+                 (apt-get install chromium chromium-driver)"
+            );
         };
         let scratch = std::env::temp_dir().join(format!(
             "holdfast-browser-{}",
@@ -119,11 +108,11 @@ impl Browser {
             .connect(&driver_url)
             .await
             .expect("open a Chromium session");
-        Some(Browser {
+        Browser {
             client,
             scratch,
             _driver: driver,
-        })
+        }
     }
 
     pub async fn goto(&self, url: &str) {

@@ -32,6 +32,7 @@ use holdfast_engine::migrate;
 use tokio_postgres::Client;
 use uuid::Uuid;
 
+pub mod partition_proxy;
 pub mod pgbouncer;
 pub mod process;
 pub mod scenario;

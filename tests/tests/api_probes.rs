@@ -49,6 +49,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("delete", "/v1/provider-keys/{provider}"),
     ("post", "/v1/machine/heartbeat"),
     ("post", "/v1/machine/commands/claim"),
+    ("post", "/v1/machine/commands/{id}/output"),
     ("post", "/v1/machine/commands/{id}/result"),
     ("get", "/v1/agents/{id}/approvals"),
     ("post", "/v1/approvals/{id}"),

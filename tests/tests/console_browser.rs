@@ -12,8 +12,8 @@
 //! after the API restarts. Each test saves screenshots to
 //! target/console-screenshots/.
 //!
-//! Without Chromium and chromedriver these tests print SKIPPED and pass,
-//! except under `CI=true`, where they fail (see `holdfast_tests::browser`).
+//! Without Chromium and chromedriver these tests fail, naming what to
+//! install (`.ci/run` installs both).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -51,8 +51,8 @@ struct Console {
 }
 
 impl Console {
-    async fn start() -> Option<Console> {
-        let browser = Browser::start().await?;
+    async fn start() -> Console {
+        let browser = Browser::start().await;
         let db = TestDb::new().await;
         let client = db.connect().await;
         let api = ApiServer::start(&db).await;
@@ -65,7 +65,7 @@ impl Console {
             .await
             .unwrap()
             .get(0);
-        Some(Console {
+        Console {
             browser,
             db,
             client,
@@ -73,7 +73,7 @@ impl Console {
             project,
             project_name,
             key,
-        })
+        }
     }
 
     async fn sign_in(&self) {
@@ -151,12 +151,21 @@ async fn tool_call_id(client: &Client, agent: Uuid, name: &str) -> Uuid {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signing_in_shows_the_project_and_deltas_show_before_the_answer_is_saved_and_operations_the_worker(
 ) {
-    let Some(console) = Console::start().await else {
-        return;
-    };
+    let console = Console::start().await;
     let agent = console.new_agent(&default_config()).await;
     console.sign_in().await;
     console.open_agent(agent).await;
+    // The key is kept in this tab's sessionStorage only: never in
+    // localStorage, a cookie or the URL.
+    let kept = console
+        .browser
+        .eval(
+            "return [Object.values(sessionStorage).includes(arguments[0]), localStorage.length, \
+                     document.cookie, location.href.includes(arguments[0])];",
+            vec![json!(console.key)],
+        )
+        .await;
+    assert_eq!(kept, json!([true, 0, "", false]), "where the key is kept");
 
     let fake = FakeProvider::start().await;
     let answer = "Streaming words arrive live on the page";
@@ -223,9 +232,7 @@ async fn signing_in_shows_the_project_and_deltas_show_before_the_answer_is_saved
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approving_and_answering_a_custom_tool_call_from_the_page_lets_the_agent_go_on() {
-    let Some(console) = Console::start().await else {
-        return;
-    };
+    let console = Console::start().await;
     let agent = console.new_agent(&tools_config()).await;
     let fake = FakeProvider::start().await;
     fake.push(Reply::tool_calls(vec![("refund", json!({"amount": 5}))]));
@@ -284,9 +291,7 @@ async fn approving_and_answering_a_custom_tool_call_from_the_page_lets_the_agent
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_someone_else_sent_first_shows_as_already_answered_with_theirs() {
-    let Some(console) = Console::start().await else {
-        return;
-    };
+    let console = Console::start().await;
     let agent = console.new_agent(&tools_config()).await;
     let fake = FakeProvider::start().await;
     fake.push(Reply::tool_calls(vec![("lookup", json!({"order": 7}))]));
@@ -348,9 +353,7 @@ async fn a_result_someone_else_sent_first_shows_as_already_answered_with_theirs(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_reply_holding_markup_renders_as_text_and_runs_nothing() {
-    let Some(console) = Console::start().await else {
-        return;
-    };
+    let console = Console::start().await;
     let agent = console.new_agent(&default_config()).await;
     let reply = "Here: <script>window.__holdfast_script_ran = true</script> and \
                  <img src=x onerror=\"window.__holdfast_onerror_ran = true\"> and \
@@ -410,9 +413,7 @@ async fn a_model_reply_holding_markup_renders_as_text_and_runs_nothing() {
 /// only adds time, and a quadratic render is seconds in every run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_megabyte_reply_full_of_brackets_and_stars_renders_in_under_100_ms() {
-    let Some(console) = Console::start().await else {
-        return;
-    };
+    let console = Console::start().await;
     console.browser.goto(&console.api.url("/")).await;
     let rendered = console
         .browser
@@ -492,9 +493,7 @@ async fn wait_for_page(browser: &Browser, n: usize, previous: Option<&str>) -> V
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_list_over_1000_agents_pages_through_all_and_filters() {
-    let Some(console) = Console::start().await else {
-        return;
-    };
+    let console = Console::start().await;
     // 1,000 agents, activity one second apart (agent 1 the newest); every
     // tenth is archived; metadata names each and a team.
     console
@@ -1397,9 +1396,7 @@ async fn the_timeline_resumes_after_the_api_restarts_with_each_event_once(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_session_operations_phone_keyboard_and_every_action_on_an_agents_page() {
-    let Some(mut console) = Console::start().await else {
-        return;
-    };
+    let mut console = Console::start().await;
     // Before any worker runs: nothing but the test moves these agents.
     let ops = ops_project(&console.client).await;
     console
@@ -1502,9 +1499,7 @@ async fn inbox_kinds(browser: &Browser) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inbox_lists_an_approval_a_question_a_tool_call_and_a_command_and_answering_each_in_place_removes_it(
 ) {
-    let Some(console) = Console::start().await else {
-        return;
-    };
+    let console = Console::start().await;
     let browser = &console.browser;
     let (machine, token) = register_machine(&console, "build-box").await;
     let waits = [
@@ -1667,9 +1662,7 @@ async fn claimed_turn(client: &Client, agent: Uuid, text: &str) -> (Claim, Vec<U
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_agent_shows_as_failed_in_the_list_the_counts_and_its_header_and_retry_sends_its_input_again(
 ) {
-    let Some(console) = Console::start().await else {
-        return;
-    };
+    let console = Console::start().await;
     let browser = &console.browser;
     let mut config = default_config();
     config["metadata"] = json!({"name": "Billing bot", "team": "billing"});
@@ -1770,9 +1763,7 @@ async fn a_failed_agent_shows_as_failed_in_the_list_the_counts_and_its_header_an
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_shows_its_duration_tokens_and_cost_and_the_agent_its_usage() {
-    let Some(console) = Console::start().await else {
-        return;
-    };
+    let console = Console::start().await;
     let browser = &console.browser;
     store::set_model_price(
         &console.client,
@@ -1903,9 +1894,7 @@ fn machine_daemon(console: &Console, token: &str, dir: &Path) -> HoldfastProcess
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commands_output_appears_as_terminal_text_on_the_open_page_while_it_runs_and_ends() {
-    let Some(console) = Console::start().await else {
-        return;
-    };
+    let console = Console::start().await;
     let browser = &console.browser;
     let (machine, token) = register_machine(&console, "build-box").await;
     let agent = console.new_agent(&waits_config(machine, "Builder")).await;
@@ -2051,9 +2040,7 @@ async fn clock_ahead(client: &Client, seconds: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expanded_turn_shows_its_steps_as_a_waterfall_with_a_retried_model_call_as_attempts() {
-    let Some(console) = Console::start().await else {
-        return;
-    };
+    let console = Console::start().await;
     let browser = &console.browser;
     let client = &console.client;
     let agent = console.new_agent(&tools_config()).await;
@@ -2258,9 +2245,7 @@ async fn an_expanded_turn_shows_its_steps_as_a_waterfall_with_a_retried_model_ca
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budget_approval_waits_in_the_inbox_and_approving_it_in_place_removes_it() {
-    let Some(console) = Console::start().await else {
-        return;
-    };
+    let console = Console::start().await;
     let browser = &console.browser;
     let client = &console.client;
     // A turn past its token budget, asking: its first call used 20 tokens
@@ -2348,9 +2333,7 @@ async fn a_budget_approval_waits_in_the_inbox_and_approving_it_in_place_removes_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retrying_a_failed_input_that_carried_an_image_sends_it_again_with_its_attachment() {
-    let Some(console) = Console::start().await else {
-        return;
-    };
+    let console = Console::start().await;
     let browser = &console.browser;
     let agent = console.new_agent(&default_config()).await;
     let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
@@ -2450,9 +2433,7 @@ async fn retrying_a_failed_input_that_carried_an_image_sends_it_again_with_its_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_search_box_finds_an_agent_by_a_word_only_in_its_answer() {
-    let Some(console) = Console::start().await else {
-        return;
-    };
+    let console = Console::start().await;
     let browser = &console.browser;
     let client = &console.client;
     let mut config = default_config();
@@ -2506,9 +2487,7 @@ async fn the_search_box_finds_an_agent_by_a_word_only_in_its_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dark_mode_follows_the_system_setting() {
-    let Some(console) = Console::start().await else {
-        return;
-    };
+    let console = Console::start().await;
     let browser = &console.browser;
     let agent = console.new_agent(&default_config()).await;
     console.input(agent, "hello in the dark").await;
@@ -2534,9 +2513,7 @@ async fn dark_mode_follows_the_system_setting() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_history_does_not_replay_into_an_aria_live_region_and_new_events_are_announced() {
-    let Some(console) = Console::start().await else {
-        return;
-    };
+    let console = Console::start().await;
     let browser = &console.browser;
     let agent = console.new_agent(&default_config()).await;
     console.input(agent, "an old message from history").await;
@@ -2571,9 +2548,7 @@ async fn the_history_does_not_replay_into_an_aria_live_region_and_new_events_are
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_text_keeps_its_line_breaks_and_a_cancelled_partial_answer_stays_marked() {
-    let Some(console) = Console::start().await else {
-        return;
-    };
+    let console = Console::start().await;
     let browser = &console.browser;
     let agent = console.new_agent(&default_config()).await;
     console.sign_in().await;
@@ -2620,9 +2595,7 @@ async fn streamed_text_keeps_its_line_breaks_and_a_cancelled_partial_answer_stay
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_input_shows_as_a_thumbnail_fetched_with_the_key() {
-    let Some(console) = Console::start().await else {
-        return;
-    };
+    let console = Console::start().await;
     let browser = &console.browser;
     let agent = console.new_agent(&default_config()).await;
     // A 1x1 PNG.

@@ -2,8 +2,9 @@
 //! only a log line: a tool server the worker cannot use is a
 //! `tool.unavailable` event and a line of the model's system prompt (so is
 //! each tool of a server that the model cannot be offered), an MCP header
-//! outside the safe set is refused with the field named, and a database
-//! error's text carries what Postgres said.
+//! outside the safe set is refused with the field named, an image URL the
+//! egress policy refuses at use is a `content.left_out` event, and a
+//! database error's text carries what Postgres said.
 
 use std::time::Duration;
 
@@ -235,6 +236,58 @@ async fn mcp_headers_outside_the_safe_set_are_a_422_naming_the_header() {
     )
     .await;
     assert_eq!(after["config"], before, "a refused PATCH changes nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_image_url_refused_at_use_is_on_the_timeline_and_left_out_saying_why() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    fake.push(Reply::text("I cannot see that image."));
+    let _worker = spawn_worker("w-content-left-out", &db.config, &fake, &[]);
+    let config = json!({"model": {"provider": "anthropic", "name": "claude-test"}});
+    let agent = agent_with_config(&client, &config).await;
+    // Through SQL, past the API's check at input time: the check at use is
+    // what is tested (a name may resolve elsewhere by then).
+    let url = "http://localhost:9/cat.png";
+    store::create_input(
+        &client,
+        agent,
+        &json!([{"type": "text", "text": "what is this?"},
+                {"type": "image", "source": {"type": "url", "url": url}}]),
+        None,
+    )
+    .await
+    .unwrap();
+    wait_for_event(&client, agent, "turn.completed", T).await;
+
+    let events: Vec<serde_json::Value> = client
+        .query(
+            "SELECT data FROM holdfast.events WHERE agent_id = $1 AND type = 'content.left_out'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["url"], url, "{events:?}");
+    let reason = events[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("egress refused: localhost resolves to "),
+        "{reason}"
+    );
+    let sent = fake.requests()[0].body["messages"][0]["content"].clone();
+    assert_eq!(sent[1]["type"], "text", "{sent}");
+    assert!(
+        sent[1]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("[image left out: egress refused"),
+        "{sent}"
+    );
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
 }
 
 #[tokio::test]

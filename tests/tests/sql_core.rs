@@ -1236,6 +1236,11 @@ async fn maintenance_releases_a_dead_sessions_claims_at_once() {
     let report = store::maintenance_tick(&client).await.unwrap();
     assert_eq!(report.session_gone, 1);
     assert_eq!(agent_state(&client, agent).await, "ready");
+    assert_eq!(
+        worker_lost_events(&client, agent).await,
+        vec![json!({"reason": "session_gone", "worker": "w", "epoch": claim.epoch})],
+        "the timeline says the worker was lost"
+    );
     let epoch: i64 = client
         .query_one(
             "SELECT lease_epoch FROM holdfast.agents WHERE id = $1",
@@ -1245,6 +1250,20 @@ async fn maintenance_releases_a_dead_sessions_claims_at_once() {
         .unwrap()
         .get(0);
     assert_eq!(epoch, claim.epoch + 1);
+}
+
+/// The data of the agent's `worker.lost` events, oldest first.
+async fn worker_lost_events(client: &Client, agent: Uuid) -> Vec<Value> {
+    client
+        .query(
+            "SELECT data FROM holdfast.events WHERE agent_id = $1 AND type = 'worker.lost' ORDER BY seq",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
 }
 
 #[tokio::test]
@@ -1308,6 +1327,12 @@ async fn a_reaped_external_call_is_interrupted_never_rerun() {
         count(&client, "SELECT count(*) FROM holdfast.events WHERE agent_id = $1 AND type = 'tool_call.interrupted'", agent).await,
         1
     );
+    assert_eq!(
+        worker_lost_events(&client, agent).await,
+        vec![json!({"reason": "lease_expired", "worker": "w", "epoch": claim.epoch})],
+        "the timeline says the worker was lost"
+    );
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
     // Nothing is left to run: the next step is the model's.
     assert_eq!(agent_state(&client, agent).await, "ready");
     assert_eq!(

@@ -4,7 +4,8 @@
 //! them at every call, and a name may resolve somewhere else by then; a
 //! self-hosted provider would fetch it from inside the operator's network.
 //! A refused block is sent as a text block saying why it was left out, so
-//! the model (and whoever reads the request's answer) knows what it lacks.
+//! the model knows what it lacks, and the step records `content.left_out`
+//! for each refused URL, so whoever reads the timeline knows too.
 
 use std::collections::HashMap;
 
@@ -15,8 +16,12 @@ use serde_json::{json, Value};
 
 /// Replaces each image or document block of `messages` whose URL the
 /// policy refuses (tool results' blocks included) with a text block naming
-/// the refusal. Each distinct URL is checked once per call.
-pub async fn leave_out_refused(egress: &EgressPolicy, messages: &mut [Message]) {
+/// the refusal, and returns the refused URLs with their reasons, in URL
+/// order. Each distinct URL is checked once per call.
+pub async fn leave_out_refused(
+    egress: &EgressPolicy,
+    messages: &mut [Message],
+) -> Vec<(String, String)> {
     let mut verdicts: HashMap<String, Option<String>> = HashMap::new();
     for url in messages.iter().flat_map(|m| &m.content).flat_map(urls) {
         if let std::collections::hash_map::Entry::Vacant(slot) = verdicts.entry(url) {
@@ -24,9 +29,14 @@ pub async fn leave_out_refused(egress: &EgressPolicy, messages: &mut [Message]) 
             slot.insert(verdict);
         }
     }
-    if verdicts.values().all(Option::is_none) {
-        return;
+    let mut refused: Vec<(String, String)> = verdicts
+        .iter()
+        .filter_map(|(url, verdict)| Some((url.clone(), verdict.clone()?)))
+        .collect();
+    if refused.is_empty() {
+        return refused;
     }
+    refused.sort();
     let refusal = |url: &str| verdicts.get(url).cloned().flatten();
     for block in messages.iter_mut().flat_map(|m| m.content.iter_mut()) {
         match block {
@@ -60,6 +70,7 @@ pub async fn leave_out_refused(egress: &EgressPolicy, messages: &mut [Message]) 
             _ => {}
         }
     }
+    refused
 }
 
 /// The policy's verdict on `url`: an IP literal as it is, a name by what it
@@ -146,7 +157,17 @@ mod tests {
                 }],
             },
         ];
-        leave_out_refused(&egress, &mut messages).await;
+        let refused = leave_out_refused(&egress, &mut messages).await;
+        let urls: Vec<&str> = refused.iter().map(|(url, _)| url.as_str()).collect();
+        assert_eq!(
+            urls,
+            [
+                "http://169.254.169.254/latest/meta-data",
+                "http://localhost/a.pdf"
+            ],
+            "the refused URLs, for the timeline"
+        );
+        assert!(refused[0].1.starts_with("egress refused: "), "{refused:?}");
         let ContentBlock::Text { text } = &messages[0].content[0] else {
             panic!("not left out: {:?}", messages[0].content[0]);
         };

@@ -238,7 +238,16 @@ async fn model_step(
     }
     let notice = toolbox::unavailable_notice(&tools.unavailable);
     let mut request = model_request(context, tools.definitions, notice);
-    content_urls::leave_out_refused(&deps.settings.egress, &mut request.messages).await;
+    let left_out =
+        content_urls::leave_out_refused(&deps.settings.egress, &mut request.messages).await;
+    if !left_out.is_empty() {
+        let (urls, reasons): (Vec<&str>, Vec<&str>) = left_out
+            .iter()
+            .map(|(url, reason)| (url.as_str(), reason.as_str()))
+            .unzip();
+        let client = deps.pool.get().await?;
+        store::record_content_left_out(&**client, claim, &urls, &reasons).await?;
+    }
     let target = match model_target(deps, claim, context, &request).await? {
         Ok(target) => target,
         Err(error) => return Ok(model_failed(deps, context, error)),

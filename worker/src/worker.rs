@@ -127,7 +127,7 @@ impl Worker {
         renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
         renew.reset();
         // Lease validity is checked often, independent of renewal success.
-        let mut lease_check = tokio::time::interval(Duration::from_millis(250));
+        let mut lease_check = tokio::time::interval(LEASE_CHECK_INTERVAL);
         lease_check.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut drain_deadline: Option<Instant> = None;
         let mut want_claim = true;
@@ -247,17 +247,31 @@ impl Worker {
         self.in_flight.retain(|_, flight| flight.task != task);
     }
 
+    /// Open the claim session again. Steps in flight keep running
+    /// meanwhile, and are stopped when their lease may have run out: a
+    /// partition can keep the reconnect waiting far longer than a lease.
     async fn reconnect(&mut self, shutdown: &CancellationToken) {
-        if self.session.is_none() {
-            self.session = connect::listen_retrying(
+        if self.session.is_some() {
+            return;
+        }
+        let session = {
+            let opening = connect::listen_retrying(
                 &self.db,
                 &["holdfast_ready", "holdfast_cancel", "holdfast_interrupt"],
                 &RECONNECT,
                 shutdown,
                 "worker",
-            )
-            .await;
-        }
+            );
+            tokio::pin!(opening);
+            let mut lease_check = tokio::time::interval(LEASE_CHECK_INTERVAL);
+            loop {
+                tokio::select! {
+                    session = &mut opening => break session,
+                    _ = lease_check.tick() => self.stop_expired_leases(),
+                }
+            }
+        };
+        self.session = session;
     }
 
     async fn claim(&mut self) {
@@ -273,19 +287,30 @@ impl Worker {
         }
         let sent_at = Instant::now();
         let max = i32::try_from(free).unwrap_or(i32::MAX);
-        let claims =
-            match store::claim_agents(session, &self.settings.name, max, self.settings.lease_ttl)
-                .await
-            {
-                Ok(claims) => claims,
-                Err(e) => {
-                    tracing::warn!(error = %e, "claim failed");
-                    if e.is_retryable() {
-                        self.session = None;
-                    }
-                    return;
+        // Bounded like a renewal: across a partition that drops packets the
+        // claim would otherwise wait forever, and the loop with it.
+        let claimed = tokio::time::timeout(
+            self.settings.renew_interval,
+            store::claim_agents(session, &self.settings.name, max, self.settings.lease_ttl),
+        )
+        .await;
+        let claims = match claimed {
+            Ok(Ok(claims)) => claims,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "claim failed");
+                if e.is_retryable() {
+                    self.session = None;
                 }
-            };
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "claim timed out (no answer from Postgres within the renew interval); reconnecting"
+                );
+                self.session = None;
+                return;
+            }
+        };
         metrics::counter!("holdfast_claims_total").increment(claims.len() as u64);
         for claim in claims {
             let stop = StopSignal::default();
@@ -392,6 +417,9 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+/// How often steps are checked for a lease that may have run out.
+const LEASE_CHECK_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Reconnects of the worker's listener: 200 ms doubling to 5 s.
 const RECONNECT: Backoff = Backoff {

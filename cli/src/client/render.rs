@@ -125,7 +125,7 @@ fn describe(event: &SavedEvent, streamed: bool) -> String {
                 None => shorten(&d["output"].to_string(), 100),
             }
         ),
-        "model.retry" => format!(
+        "model.retry" | "step.retry" => format!(
             "attempt {} in {} ms: {}",
             d["attempt"],
             d["delay_ms"],

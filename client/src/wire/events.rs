@@ -110,6 +110,43 @@ pub struct ModelRetryData {
     pub error: ModelCallError,
 }
 
+/// `step.retry`: a step failed for a reason other than a model error or a
+/// lost lease, and the agent will be claimed again after a delay.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct StepRetryData {
+    /// The failures in a row so far: 1, 2, ...
+    pub attempt: i64,
+    /// At this many failures in a row the turn fails with `internal_error`.
+    pub max_attempts: i64,
+    pub delay_ms: i64,
+    /// When the agent may be claimed again.
+    pub retry_at: DateTime<Utc>,
+    /// `{"type": "internal_error", "message"}`.
+    pub error: ModelCallError,
+}
+
+/// `content.left_out`: an image or document URL the egress policy refused
+/// at use; the model call went without it.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ContentLeftOutData {
+    pub url: String,
+    /// Why the URL was refused.
+    pub reason: String,
+}
+
+/// `worker.lost`: maintenance released the agent from a worker that stopped
+/// answering; the step it was taking runs again on another worker.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct WorkerLostData {
+    /// `lease_expired` (no renewal in time) or `session_gone` (the worker's
+    /// Postgres session ended).
+    pub reason: String,
+    /// The lost worker's id.
+    pub worker: String,
+    /// The lease epoch the lost worker held; its late writes are refused.
+    pub epoch: i64,
+}
+
 /// Why a model call failed.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ModelCallError {
@@ -413,10 +450,13 @@ fn variants() -> Vec<Variant> {
         variant::<ModelResponseData>("model.response"),
         variant::<ModelRetryData>("model.retry"),
         variant::<ModelInterruptedData>("model.interrupted"),
+        variant::<StepRetryData>("step.retry"),
+        variant::<WorkerLostData>("worker.lost"),
         variant::<ToolCallCreatedData>("tool_call.created"),
         variant::<ToolCallResultData>("tool_call.completed"),
         variant::<ToolCallResultData>("tool_call.interrupted"),
         variant::<ToolUnavailableData>("tool.unavailable"),
+        variant::<ContentLeftOutData>("content.left_out"),
         variant::<ApprovalRequestedData>("approval.requested"),
         variant::<ApprovalAnsweredData>("approval.answered"),
         variant::<QuestionAskedData>("question.asked"),

@@ -274,6 +274,32 @@ pub async fn record_tools_unavailable(
     Ok(())
 }
 
+/// Record `content.left_out {"url", "reason"}` for each image or document
+/// URL the model call about to be made goes without (the egress policy
+/// refused it at use; the agent stays leased). Made storable.
+pub async fn record_content_left_out(
+    client: &impl GenericClient,
+    claim: Claim,
+    urls: &[&str],
+    reasons: &[&str],
+) -> Result<()> {
+    let storable = |texts: &[&str]| -> Vec<String> {
+        texts.iter().map(|t| storable_str(t).into_owned()).collect()
+    };
+    client
+        .execute(
+            "SELECT holdfast.record_content_left_out($1, $2, $3, $4)",
+            &[
+                &claim.agent_id,
+                &claim.epoch,
+                &storable(urls),
+                &storable(reasons),
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
 /// Record a retryable model failure and release the agent until `delay` has
 /// passed; past `max_retries` the turn fails (`retries_exhausted`) and the
 /// inputs the call saw (`input_ids`) become history with the error.

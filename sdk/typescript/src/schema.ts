@@ -1253,6 +1253,35 @@ export interface components {
              */
             type: "config.updated";
         };
+        /**
+         * @description `content.left_out`: an image or document URL the egress policy refused
+         *     at use; the model call went without it.
+         */
+        ContentLeftOutData: {
+            /** @description Why the URL was refused. */
+            reason: string;
+            url: string;
+        };
+        /** @description A `content.left_out` event (docs/events.md). */
+        ContentLeftOutEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["ContentLeftOutData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "content.left_out";
+        };
         /** @description `context.compacted`. */
         ContextCompactedData: {
             /**
@@ -1417,7 +1446,7 @@ export interface components {
             has_more: boolean;
         };
         /** @description One event (docs/events.md): a variant per `type`. */
-        EventView: components["schemas"]["InputReceivedEvent"] | components["schemas"]["InputRemovedEvent"] | components["schemas"]["TurnStartedEvent"] | components["schemas"]["ModelResponseEvent"] | components["schemas"]["ModelRetryEvent"] | components["schemas"]["ModelInterruptedEvent"] | components["schemas"]["ToolCallCreatedEvent"] | components["schemas"]["ToolCallCompletedEvent"] | components["schemas"]["ToolCallInterruptedEvent"] | components["schemas"]["ToolUnavailableEvent"] | components["schemas"]["ApprovalRequestedEvent"] | components["schemas"]["ApprovalAnsweredEvent"] | components["schemas"]["QuestionAskedEvent"] | components["schemas"]["QuestionAnsweredEvent"] | components["schemas"]["CommandQueuedEvent"] | components["schemas"]["CommandAcceptedEvent"] | components["schemas"]["CommandFinishedEvent"] | components["schemas"]["CommandFailedEvent"] | components["schemas"]["CommandUnknownEvent"] | components["schemas"]["MachineUnreachableEvent"] | components["schemas"]["MachineSessionReplacedEvent"] | components["schemas"]["SubagentStartedEvent"] | components["schemas"]["SubagentFinishedEvent"] | components["schemas"]["ContextCompactedEvent"] | components["schemas"]["ConfigUpdatedEvent"] | components["schemas"]["TurnCompletedEvent"] | components["schemas"]["TurnCancelledEvent"] | components["schemas"]["TurnFailedEvent"] | components["schemas"]["AgentArchivedEvent"];
+        EventView: components["schemas"]["InputReceivedEvent"] | components["schemas"]["InputRemovedEvent"] | components["schemas"]["TurnStartedEvent"] | components["schemas"]["ModelResponseEvent"] | components["schemas"]["ModelRetryEvent"] | components["schemas"]["ModelInterruptedEvent"] | components["schemas"]["StepRetryEvent"] | components["schemas"]["WorkerLostEvent"] | components["schemas"]["ToolCallCreatedEvent"] | components["schemas"]["ToolCallCompletedEvent"] | components["schemas"]["ToolCallInterruptedEvent"] | components["schemas"]["ToolUnavailableEvent"] | components["schemas"]["ContentLeftOutEvent"] | components["schemas"]["ApprovalRequestedEvent"] | components["schemas"]["ApprovalAnsweredEvent"] | components["schemas"]["QuestionAskedEvent"] | components["schemas"]["QuestionAnsweredEvent"] | components["schemas"]["CommandQueuedEvent"] | components["schemas"]["CommandAcceptedEvent"] | components["schemas"]["CommandFinishedEvent"] | components["schemas"]["CommandFailedEvent"] | components["schemas"]["CommandUnknownEvent"] | components["schemas"]["MachineUnreachableEvent"] | components["schemas"]["MachineSessionReplacedEvent"] | components["schemas"]["SubagentStartedEvent"] | components["schemas"]["SubagentFinishedEvent"] | components["schemas"]["ContextCompactedEvent"] | components["schemas"]["ConfigUpdatedEvent"] | components["schemas"]["TurnCompletedEvent"] | components["schemas"]["TurnCancelledEvent"] | components["schemas"]["TurnFailedEvent"] | components["schemas"]["AgentArchivedEvent"];
         Health: {
             /** @description Whether the LISTEN connection that feeds streams is up (readiness only). */
             listener?: string | null;
@@ -2349,6 +2378,51 @@ export interface components {
          * @enum {string}
          */
         StatusName: "pending" | "awaiting_approval" | "waiting" | "running" | "completed" | "cancelled";
+        /**
+         * @description `step.retry`: a step failed for a reason other than a model error or a
+         *     lost lease, and the agent will be claimed again after a delay.
+         */
+        StepRetryData: {
+            /**
+             * Format: int64
+             * @description The failures in a row so far: 1, 2, ...
+             */
+            attempt: number;
+            /** Format: int64 */
+            delay_ms: number;
+            /** @description `{"type": "internal_error", "message"}`. */
+            error: components["schemas"]["ModelCallError"];
+            /**
+             * Format: int64
+             * @description At this many failures in a row the turn fails with `internal_error`.
+             */
+            max_attempts: number;
+            /**
+             * Format: date-time
+             * @description When the agent may be claimed again.
+             */
+            retry_at: string;
+        };
+        /** @description A `step.retry` event (docs/events.md). */
+        StepRetryEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["StepRetryData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "step.retry";
+        };
         StuckAgentView: {
             /** Format: uuid */
             agent_id: string;
@@ -2923,6 +2997,44 @@ export interface components {
             /** Format: uuid */
             id: string;
             url: string;
+        };
+        /**
+         * @description `worker.lost`: maintenance released the agent from a worker that stopped
+         *     answering; the step it was taking runs again on another worker.
+         */
+        WorkerLostData: {
+            /**
+             * Format: int64
+             * @description The lease epoch the lost worker held; its late writes are refused.
+             */
+            epoch: number;
+            /**
+             * @description `lease_expired` (no renewal in time) or `session_gone` (the worker's
+             *     Postgres session ended).
+             */
+            reason: string;
+            /** @description The lost worker's id. */
+            worker: string;
+        };
+        /** @description A `worker.lost` event (docs/events.md). */
+        WorkerLostEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["WorkerLostData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "worker.lost";
         };
         /** @description A worker holding leases on this project's agents. */
         WorkerView: {

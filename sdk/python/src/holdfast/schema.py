@@ -122,6 +122,20 @@ class CommandUnknownEvent(TypedDict):
 CommandWorkspace = Literal['machine', 'agent']
 
 
+class ContentLeftOutData(TypedDict):
+    reason: str
+    url: str
+
+
+class ContentLeftOutEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: ContentLeftOutData
+    id: str
+    seq: int
+    type: Literal['content.left_out']
+
+
 class CreateWebhookRequest(TypedDict):
     description: NotRequired[Optional[str]]
     events: list[str]
@@ -477,6 +491,23 @@ StatusName = Literal[
 ]
 
 
+class StepRetryData(TypedDict):
+    attempt: int
+    delay_ms: int
+    error: ModelCallError
+    max_attempts: int
+    retry_at: str
+
+
+class StepRetryEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: StepRetryData
+    id: str
+    seq: int
+    type: Literal['step.retry']
+
+
 class StuckAgentView(TypedDict):
     agent_id: str
     reason: str
@@ -768,6 +799,21 @@ class WebhookView(TypedDict):
     events: list[str]
     id: str
     url: str
+
+
+class WorkerLostData(TypedDict):
+    epoch: int
+    reason: str
+    worker: str
+
+
+class WorkerLostEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: WorkerLostData
+    id: str
+    seq: int
+    type: Literal['worker.lost']
 
 
 class WorkerView(TypedDict):
@@ -1130,10 +1176,13 @@ EventView = Union[
     ModelResponseEvent,
     ModelRetryEvent,
     ModelInterruptedEvent,
+    StepRetryEvent,
+    WorkerLostEvent,
     ToolCallCreatedEvent,
     ToolCallCompletedEvent,
     ToolCallInterruptedEvent,
     ToolUnavailableEvent,
+    ContentLeftOutEvent,
     ApprovalRequestedEvent,
     ApprovalAnsweredEvent,
     QuestionAskedEvent,
