@@ -38,7 +38,8 @@ pub struct MachineArgs {
     api: String,
     /// The machine's token (`hfm_…`, from `POST /v1/machines`). Prefer
     /// --token-file: a value given here or in the environment stays
-    /// readable in /proc/<daemon pid>/{cmdline,environ} by this user's processes.
+    /// readable in the daemon's /proc/PID/cmdline and /proc/PID/environ by
+    /// this user's processes.
     #[arg(long = "token", env = "HOLDFAST_MACHINE_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// A file holding the machine's token (mode 0600 or stricter); read
