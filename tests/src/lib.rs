@@ -335,6 +335,16 @@ impl Drop for ScratchDir {
 /// Wait until `check` returns true, polling every 20 ms, for at most
 /// `timeout`; panics with `what` on timeout. For conditions observable only
 /// by looking (a row appears, a process exits), never a fixed sleep.
+/// A config for `dbname` as the test superuser over TCP on 127.0.0.1:`port`
+/// (a pooler or proxy in front of a test cluster).
+pub fn loopback_config(port: u16, dbname: &str) -> holdfast_engine::connect::ConnectConfig {
+    holdfast_engine::connect::ConnectConfig::parse(&format!(
+        "host=127.0.0.1 port={port} user={} dbname={dbname} sslmode=disable",
+        holdfast_engine::cluster::SUPERUSER
+    ))
+    .unwrap()
+}
+
 pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut check: F)
 where
     F: FnMut() -> Fut,

@@ -31,12 +31,7 @@ impl PartitionProxy {
 
     /// A config for `dbname` through the proxy.
     pub fn config(&self, dbname: &str) -> ConnectConfig {
-        ConnectConfig::parse(&format!(
-            "host=127.0.0.1 port={} user={} dbname={dbname} sslmode=disable",
-            self.port,
-            holdfast_engine::cluster::SUPERUSER
-        ))
-        .unwrap()
+        crate::loopback_config(self.port, dbname)
     }
 
     /// Stop forwarding (bytes stay where they are; nothing is closed).

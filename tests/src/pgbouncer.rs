@@ -102,12 +102,7 @@ impl PgBouncer {
 
     /// A connection config for `dbname` through this PgBouncer.
     pub fn config(&self, dbname: &str) -> ConnectConfig {
-        ConnectConfig::parse(&format!(
-            "host=127.0.0.1 port={} user={} dbname={dbname} sslmode=disable",
-            self.port,
-            holdfast_engine::cluster::SUPERUSER
-        ))
-        .unwrap()
+        crate::loopback_config(self.port, dbname)
     }
 
     pub fn log(&self) -> String {
