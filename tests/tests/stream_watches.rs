@@ -1,4 +1,4 @@
-//! Events hints only for watched agents (0020): `holdfast_events` is sent
+//! Events hints only for watched agents: `holdfast_events` is sent
 //! for agents with a stream watch and no others; a watch registered while a
 //! writer holds the agent waits for it, and a writer that comes after the
 //! watch hints; maintenance drops the watches of a LISTEN session that is

@@ -215,7 +215,7 @@ async fn claim_cycles(claimer: &Client, samples: usize) -> Result<(Samples, Samp
     Ok((claims, releases))
 }
 
-/// EXPLAIN ANALYZE of claim_agents' candidate reads (0011: the first
+/// EXPLAIN ANALYZE of claim_agents' candidate reads (the first
 /// project head of the skip scan, then that project's oldest-ready agent),
 /// in a rolled-back transaction: it locks what it finds. `now()` stands in
 /// for the function's `v_now`, a plan parameter there as here.

@@ -3,7 +3,7 @@
 //! `generate_series` in bulk (triggers off: `session_replication_role =
 //! replica`), their `created_at` spread over the eight weeks before now, so
 //! the history sits in eight weekly partitions of `events` as it would
-//! after two months (0032). Each stage is vacuumed, analysed and
+//! after two months. Each stage is vacuumed, analysed and
 //! checkpointed, then the driver times, on one session, while 64 live
 //! agents take turns: `holdfast.claim_agents(worker, 1, ttl)` and the
 //! claimed agent's `holdfast.commit_model_step` (a text answer that ends

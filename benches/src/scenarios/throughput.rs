@@ -224,7 +224,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
 /// Answer every waiting `lookup` call until each agent has had `steps`
 /// model steps (its last call is left waiting). Polls for waiting calls, as
 /// a client backend's job poller does: it streams no agent, so no events
-/// hints are sent for them (0020), and the driver does not wait for any.
+/// hints are sent for them, and the driver does not wait for any.
 /// Returns the number of results submitted.
 async fn answer_tool_calls(config: &ConnectConfig, agents: usize, steps: usize) -> Result<u64> {
     let poller = connect_to(config).await?;

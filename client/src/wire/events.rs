@@ -1,7 +1,7 @@
 //! `GET /v1/agents/{id}/events`: the timeline, and the schema of each event
 //! type's `data` (docs/events.md).
 //!
-//! Events are written by the SQL functions (sql/functions/), never by Rust
+//! Events are written by the SQL functions (sql/schema/), never by Rust
 //! code, so these types are what the document promises of them:
 //! tests/tests/event_schemas.rs checks that every type `holdfast.event_types()`
 //! lists has a variant here, and that the events real agents write validate

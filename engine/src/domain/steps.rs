@@ -50,9 +50,9 @@ pub struct MaintenanceReport {
     /// Delayed agents that came due (one wake hint covers them all).
     pub woken: i64,
     /// Subagents whose turn was cancelled here because their parent's call
-    /// was cancelled while they were busy (0011).
+    /// was cancelled while they were busy.
     pub subagents_cancelled: i64,
-    /// Stream watches dropped because their LISTEN session is gone (0020).
+    /// Stream watches dropped because their LISTEN session is gone.
     pub watches_dropped: i64,
 }
 
@@ -74,7 +74,7 @@ pub struct LimitMaxima {
 }
 
 impl Default for LimitMaxima {
-    /// The defaults of `holdfast.limit_settings` (0011).
+    /// The defaults of `holdfast.limit_settings`.
     fn default() -> Self {
         LimitMaxima {
             model_steps_per_turn: 100,
@@ -97,7 +97,7 @@ pub struct AttachmentQuotas {
 }
 
 impl Default for AttachmentQuotas {
-    /// The defaults of `holdfast.attachment_quotas` (0044): 256 MiB an
+    /// The defaults of `holdfast.attachment_quotas`: 256 MiB an
     /// agent (fifty of the largest images, or eight of the largest PDFs),
     /// 10 GiB a project.
     fn default() -> Self {
@@ -168,7 +168,7 @@ pub struct StepContext {
 
 /// The trace an attempt's span belongs in, and the attempt before it that
 /// no one could end: the agent row's `turn_trace_*` and `*_attempt_*`
-/// columns (0026).
+/// columns.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AttemptTrace {
     /// The W3C `traceparent` the turn's spans are children of.

@@ -119,7 +119,9 @@ pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Optio
 /// `AGENT_COLUMNS`, the config masked by `mask_config_secrets` as there,
 /// then the activity). Public so a test can EXPLAIN
 /// exactly what runs. `coalesce(last_event_at, created_at)` is the
-/// expression the 0017 indexes are built on.
+/// expression the activity indexes are built on, and the text searches
+/// repeat the text indexes' expressions and size predicate
+/// (sql/schema/agents.sql, sql/schema/steps.sql) so the planner uses them.
 pub const AGENTS_BY_ACTIVITY_SQL: &str = "\
 SELECT id, project_id, holdfast.mask_config_secrets(config), state, turn_open, cancel_requested_at, \
        last_event_seq, created_at, updated_at, state_changed_at, holdfast.agent_last_turn(agents), \
