@@ -33,7 +33,9 @@ impl StreamClients {
     /// Open `n` streams on `agent` and return once every one has its
     /// response headers (it is registered with the API's fan-out by then).
     pub async fn open(base: &str, key: &str, agent: Uuid, n: usize) -> Result<StreamClients> {
-        let http = reqwest::Client::builder().http1_only().build()?;
+        let http = holdfast_engine::outbound::client_builder()
+            .http1_only()
+            .build()?;
         let api = Client::with_http(http, base, key);
         let (stop, stop_rx) = watch::channel(false);
         let highest: Arc<Vec<AtomicI64>> = Arc::new((0..n).map(|_| AtomicI64::new(0)).collect());

@@ -22,6 +22,7 @@ use anyhow::Result;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use clap_complete::Shell;
 use holdfast_client::wire::approvals::Decision;
+use holdfast_engine::outbound;
 use holdfast_engine::telemetry::Telemetry;
 
 use database::DatabaseArgs;
@@ -38,6 +39,11 @@ struct Cli {
     /// Log as JSON lines.
     #[arg(long = "log-json", global = true)]
     log_json: bool,
+    /// A PEM file of CA certificates to trust for outbound HTTPS (model
+    /// providers, MCP servers, webhooks, web_fetch, web_search, wake URLs,
+    /// the OTLP collector, the API), on top of the operating system's.
+    #[arg(long = "ca-bundle", env = "HOLDFAST_CA_BUNDLE", global = true)]
+    ca_bundle: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -250,6 +256,17 @@ fn run(cli: Cli) -> Result<()> {
     );
     let default_log = if speaks_to_people { "warn" } else { "info" };
     init_tracing(cli.log.as_deref().unwrap_or(default_log), cli.log_json);
+    // The crypto provider and the trust store, before anything connects.
+    outbound::crypto_provider();
+    let trust = outbound::configure(cli.ca_bundle.as_deref())?;
+    if let Some(bundle) = &trust.bundle {
+        tracing::info!(
+            bundle = %bundle.display(),
+            bundle_roots = trust.bundle_roots,
+            system_roots = trust.system_roots,
+            "outbound HTTPS trusts the operating system's roots and the CA bundle"
+        );
+    }
     // Before the runtime: the exporter's blocking HTTP client must not be
     // built on one. Only workers (steps), maintenance (webhook deliveries)
     // and machine daemons (commands) make spans (docs/api.md, "Tracing").

@@ -174,9 +174,10 @@ pub struct Client {
 }
 
 impl Client {
-    /// A client of its own (10 s to connect), sending `user_agent`.
+    /// A client of its own (10 s to connect, the process's trust store:
+    /// [`holdfast_engine::outbound`]), sending `user_agent`.
     pub fn new(base_url: &str, token: &str, user_agent: &str) -> Result<Client, reqwest::Error> {
-        let http = reqwest::Client::builder()
+        let http = holdfast_engine::outbound::client_builder()
             .connect_timeout(Duration::from_secs(10))
             .user_agent(user_agent)
             .build()?;

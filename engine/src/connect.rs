@@ -438,10 +438,10 @@ fn quote_value(value: &str) -> String {
     format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
-/// The rustls client for `tls`: the workspace's ring provider, and a
+/// The rustls client for `tls`: the process's crypto provider, and a
 /// certificate verifier for its verification level.
 fn client_config(tls: &TlsSettings) -> Result<ClientConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = crate::outbound::crypto_provider();
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| invalid_root_cert(tls, e.to_string()))?;

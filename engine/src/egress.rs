@@ -483,11 +483,12 @@ impl EgressPolicy {
         }
     }
 
-    /// A reqwest client builder for `kind`: names resolve through the
-    /// policy, and proxy variables are ignored. Callers add their timeouts
+    /// A reqwest client builder for `kind`: the process's TLS configuration
+    /// ([`crate::outbound::client_builder`]), names resolved through the
+    /// policy, and proxy variables ignored. Callers add their timeouts
     /// and a redirect policy that calls [`EgressPolicy::check_url`] (or none).
     pub fn client_builder(self: &Arc<Self>, kind: EgressKind) -> reqwest::ClientBuilder {
-        reqwest::Client::builder()
+        crate::outbound::client_builder()
             .no_proxy()
             .dns_resolver(Arc::new(EgressResolver {
                 policy: self.clone(),

@@ -12,6 +12,7 @@ pub mod egress;
 pub mod error;
 pub mod group_commit;
 pub mod migrate;
+pub mod outbound;
 pub mod pg_text;
 pub mod provider;
 pub mod secrets;

@@ -14,14 +14,17 @@
 //! can link to the first attempt's span, and emit the span of the attempt
 //! whose process died, without either id ever having been written down.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::str::FromStr;
 
+use opentelemetry::global::BoxedSpan;
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
-use opentelemetry::trace::{SpanId, TraceContextExt, TraceState, Tracer};
+use opentelemetry::trace::{SpanBuilder, SpanId, TraceContextExt, TraceId, TraceState, Tracer};
 use opentelemetry::{global, Context};
+use opentelemetry_otlp::WithHttpConfig;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
@@ -47,8 +50,9 @@ impl Telemetry {
     /// (or the traces-only variant) is set and not empty. The exporter
     /// itself reads the other standard variables (`OTEL_SERVICE_NAME`,
     /// `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_BSP_SCHEDULE_DELAY`, ...).
-    /// Call it outside an async runtime: the blocking HTTP client it builds
-    /// must not be created on one.
+    /// The exporter's client comes from [`crate::outbound`] (the process's
+    /// trust store, `HOLDFAST_CA_BUNDLE` included). Call it outside an async
+    /// runtime: the blocking HTTP client it builds must not be created on one.
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Self, TelemetryError> {
         let configured = [
             "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -59,12 +63,18 @@ impl Telemetry {
         if !configured {
             return Ok(Telemetry::disabled());
         }
+        let client = crate::outbound::blocking_client_builder()
+            .timeout(export_timeout(&var))
+            .build()
+            .map_err(|e| TelemetryError(format!("building the OTLP HTTP client: {e}")))?;
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
+            .with_http_client(client)
             .build()
             .map_err(|e| TelemetryError(e.to_string()))?;
         let provider = SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
+            .with_id_generator(SpanIds::default())
             .with_resource(
                 Resource::builder()
                     .with_service_name(
@@ -87,6 +97,21 @@ impl Telemetry {
             }
         }
     }
+}
+
+/// How long one export may take: `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`, else
+/// `OTEL_EXPORTER_OTLP_TIMEOUT` (milliseconds), else 10 s, as the exporter
+/// reads them for a client of its own (a client handed to it keeps its own
+/// timeout).
+fn export_timeout(var: impl Fn(&str) -> Option<String>) -> std::time::Duration {
+    [
+        opentelemetry_otlp::OTEL_EXPORTER_OTLP_TRACES_TIMEOUT,
+        opentelemetry_otlp::OTEL_EXPORTER_OTLP_TIMEOUT,
+    ]
+    .iter()
+    .find_map(|name| var(name).and_then(|v| v.trim().parse().ok()))
+    .map(std::time::Duration::from_millis)
+    .unwrap_or(opentelemetry_otlp::OTEL_EXPORTER_OTLP_TIMEOUT_DEFAULT)
 }
 
 /// Holdfast's tracer (the no-op one when tracing is off).
@@ -193,6 +218,42 @@ pub fn attempt_span_id(agent: Uuid, epoch: i64) -> SpanId {
         bytes[7] = 1;
     }
     SpanId::from_bytes(bytes)
+}
+
+thread_local! {
+    /// The id [`start_span_with_id`] wants for the span it is starting.
+    static NEXT_SPAN_ID: Cell<Option<SpanId>> = const { Cell::new(None) };
+}
+
+/// The provider's ids: random, except the span id of a span started by
+/// [`start_span_with_id`].
+#[derive(Debug, Default)]
+struct SpanIds {
+    random: RandomIdGenerator,
+}
+
+impl IdGenerator for SpanIds {
+    fn new_trace_id(&self) -> TraceId {
+        self.random.new_trace_id()
+    }
+
+    fn new_span_id(&self) -> SpanId {
+        NEXT_SPAN_ID
+            .with(Cell::take)
+            .unwrap_or_else(|| self.random.new_span_id())
+    }
+}
+
+/// Starts the span `builder` describes as a child of `parent`, with span
+/// id `id` (an attempt's: [`attempt_span_id`]). OpenTelemetry's span
+/// builder takes no span id, so the provider's id generator hands this one
+/// out: the SDK asks it once, on this thread, while starting the span.
+pub fn start_span_with_id(builder: SpanBuilder, parent: &Context, id: SpanId) -> BoxedSpan {
+    NEXT_SPAN_ID.with(|next| next.set(Some(id)));
+    let span = builder.start_with_context(&tracer(), parent);
+    // Unused when tracing is off (the no-op tracer asks for no id).
+    NEXT_SPAN_ID.with(|next| next.set(None));
+    span
 }
 
 /// The remote parent a stored trace context names, when one was stored

@@ -84,7 +84,7 @@ impl ApiServer {
             addr,
             // Never through a proxy: egress tests set proxy variables in
             // this process to prove the server ignores them.
-            http: reqwest::Client::builder()
+            http: holdfast_engine::outbound::client_builder()
                 .no_proxy()
                 .build()
                 .expect("an HTTP client"),

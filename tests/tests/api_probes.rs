@@ -263,7 +263,7 @@ async fn readiness_fails_when_postgres_is_unreachable() {
         listener,
         shutdown.clone(),
     ));
-    let http = reqwest::Client::new();
+    let http = holdfast_engine::outbound::client_builder().build().unwrap();
     let health = http
         .get(format!("http://{addr}/healthz"))
         .send()

@@ -732,7 +732,7 @@ async fn follow_stream(
     agent: Uuid,
     done: Arc<AtomicBool>,
 ) -> (Vec<i64>, usize) {
-    let http = reqwest::Client::new();
+    let http = holdfast_engine::outbound::client_builder().build().unwrap();
     let mut seqs: Vec<i64> = Vec::new();
     let mut reconnects = 0;
     loop {

@@ -309,7 +309,10 @@ async fn machine_wake_urls_go_through_the_policy() {
     let (project, key) = project_key(&client).await;
     let counter = AtomicU64::new(0);
     // The harness's client would read the proxy variables this binary sets.
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let http = holdfast_engine::outbound::client_builder()
+        .no_proxy()
+        .build()
+        .unwrap();
     table("wake", false, |url| {
         let (client, server, key, counter, http) = (&client, &server, &key, &counter, &http);
         async move {

@@ -183,7 +183,7 @@ async fn api(
     body: Option<Value>,
 ) -> (StatusCode, Value) {
     call_at(
-        &reqwest::Client::new(),
+        &holdfast_engine::outbound::client_builder().build().unwrap(),
         &up.url,
         method,
         path,

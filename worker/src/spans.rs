@@ -18,7 +18,7 @@ use holdfast_engine::domain::{
 };
 use holdfast_engine::provider::{ModelError, ModelRequest, ModelResponse};
 use holdfast_engine::telemetry::{
-    attempt_span_id, start_child, start_span, stored_context, tracer,
+    attempt_span_id, start_child, start_span, start_span_with_id, stored_context, tracer,
 };
 use opentelemetry::trace::{
     Link, SpanContext, SpanKind, Status, TraceContextExt, TraceFlags, TraceState, Tracer,
@@ -49,12 +49,15 @@ pub fn start_attempt(claim: Claim, trace: &AttemptTrace) -> Context {
     let mut builder = tracer()
         .span_builder("holdfast.step")
         .with_kind(SpanKind::Internal)
-        .with_span_id(attempt_span_id(claim.agent_id, claim.epoch))
         .with_attributes(attempt_attributes(claim, claim.epoch));
     if let Some(link) = first_attempt {
         builder = builder.with_links(vec![link]);
     }
-    let span = builder.start_with_context(&tracer(), &parent);
+    let span = start_span_with_id(
+        builder,
+        &parent,
+        attempt_span_id(claim.agent_id, claim.epoch),
+    );
     parent.with_span(span)
 }
 
@@ -77,22 +80,21 @@ pub fn end_attempt(attempt: &Context, outcome: &str) {
 
 /// The span of an attempt whose worker died mid-step, emitted for it.
 fn emit_lost_attempt(claim: Claim, lost: LostAttempt, parent: &Context, first: Option<Link>) {
+    let span_id = attempt_span_id(claim.agent_id, lost.epoch);
     let mut builder = tracer()
         .span_builder("holdfast.step")
         .with_kind(SpanKind::Internal)
-        .with_span_id(attempt_span_id(claim.agent_id, lost.epoch))
         .with_start_time(SystemTime::from(lost.started_at))
-        .with_attributes(attempt_attributes(claim, lost.epoch))
-        .with_status(Status::error(
-            "the worker running this attempt stopped; maintenance released its lease",
-        ));
+        .with_attributes(attempt_attributes(claim, lost.epoch));
     // The first attempt links to nothing; later lost ones to the first.
-    if let Some(link) =
-        first.filter(|l| l.span_context.span_id() != attempt_span_id(claim.agent_id, lost.epoch))
-    {
+    if let Some(link) = first.filter(|l| l.span_context.span_id() != span_id) {
         builder = builder.with_links(vec![link]);
     }
-    let mut span = builder.start_with_context(&tracer(), parent);
+    let mut span = start_span_with_id(builder, parent, span_id);
+    opentelemetry::trace::Span::set_status(
+        &mut span,
+        Status::error("the worker running this attempt stopped; maintenance released its lease"),
+    );
     opentelemetry::trace::Span::set_attribute(
         &mut span,
         KeyValue::new("holdfast.step.outcome", "lost"),

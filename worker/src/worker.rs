@@ -67,7 +67,7 @@ pub async fn run(
         field: Some("web_fetch".into()),
         message: e.to_string(),
     })?;
-    let web_search_client = reqwest::Client::builder()
+    let web_search_client = holdfast_engine::outbound::client_builder()
         .connect_timeout(Duration::from_secs(10))
         .user_agent(concat!(
             "holdfast/",

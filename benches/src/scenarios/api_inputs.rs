@@ -41,7 +41,9 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let fleet = Fleet::new(bench, DB, None);
     let (api, base) = fleet.api("bench-inputs-api").await?;
 
-    let http = reqwest::Client::builder().http1_only().build()?;
+    let http = holdfast_engine::outbound::client_builder()
+        .http1_only()
+        .build()?;
     let http_api = Client::with_http(http, &base, &key.key);
     let input = Arc::new(InputRequest {
         content: json!("Hello from the benchmark."),

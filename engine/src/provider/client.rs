@@ -280,7 +280,7 @@ pub(crate) fn forward(deltas: Option<&UnboundedSender<Delta>>, kind: DeltaKind, 
 
 impl Providers {
     pub fn new(settings: ProviderSettings) -> Result<Self, ProviderSetupError> {
-        let http = reqwest::Client::builder()
+        let http = crate::outbound::client_builder()
             .connect_timeout(settings.connect_timeout)
             .user_agent(concat!("holdfast/", env!("CARGO_PKG_VERSION")))
             .build()

@@ -26,7 +26,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use holdfast_engine::config::{prefixed_tool_name, ToolEntry, MCP_NAME_SEPARATOR};
@@ -35,7 +35,6 @@ use holdfast_engine::provider::ToolDefinition;
 use holdfast_engine::telemetry;
 use lru::LruCache;
 use reqwest::header::{HeaderName, HeaderValue};
-use reqwest_013 as reqwest13;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
     Implementation, ResourceContents,
@@ -486,12 +485,11 @@ type Session = RunningService<RoleClient, ClientConfig>;
 
 /// Connects and runs the initialize handshake.
 async fn open_session(config: &McpServerConfig, limits: &McpLimits) -> Result<Session, McpError> {
-    install_crypto_provider();
     let refused = |message: String| McpError::Server {
         server: config.name.clone(),
         message,
     };
-    let url = reqwest13::Url::parse(&config.url).map_err(|e| refused(e.to_string()))?;
+    let url = reqwest::Url::parse(&config.url).map_err(|e| refused(e.to_string()))?;
     limits
         .egress
         .check_url(EgressKind::Mcp, &url)
@@ -540,18 +538,19 @@ async fn open_session(config: &McpServerConfig, limits: &McpLimits) -> Result<Se
         })
 }
 
-/// The HTTP client rmcp's transport runs on: the server's host connects to
-/// `resolved` (addresses the policy checked), any other name resolves
-/// through the policy, proxy variables are ignored, and redirects are followed
-/// only when rmcp's default would (same origin, 307/308, at most 10), since
+/// The HTTP client rmcp's transport runs on: the egress policy's client
+/// for kind `mcp` (the process's trust store, names resolved and checked by
+/// the policy, proxy variables ignored), with the server's host pinned to
+/// `resolved` (addresses the policy checked). Redirects are followed only
+/// when rmcp's default would (same origin, 307/308, at most 10), since
 /// other redirects would lose the JSON-RPC body or send the tenant's
 /// headers to another host. Idle connections are not pooled (rmcp's
 /// default, against Delayed-ACK stalls).
 fn egress_client(
     egress: &Arc<EgressPolicy>,
     resolved: Option<(String, Vec<std::net::SocketAddr>)>,
-) -> reqwest13::Result<reqwest13::Client> {
-    let redirects = reqwest13::redirect::Policy::custom(|attempt| {
+) -> reqwest::Result<reqwest::Client> {
+    let redirects = reqwest::redirect::Policy::custom(|attempt| {
         let same_origin = attempt
             .previous()
             .last()
@@ -563,9 +562,8 @@ fn egress_client(
             attempt.stop()
         }
     });
-    let builder = reqwest13::Client::builder()
-        .no_proxy()
-        .dns_resolver(Arc::new(McpResolver(egress.clone())))
+    let builder = egress
+        .client_builder(EgressKind::Mcp)
         .redirect(redirects)
         .pool_max_idle_per_host(0);
     match resolved {
@@ -575,35 +573,11 @@ fn egress_client(
     .build()
 }
 
-/// [`EgressPolicy::resolve`] for kind `mcp`, as rmcp's reqwest (0.13)
-/// expects a resolver; the engine's adapter is for the workspace's 0.12.
-struct McpResolver(Arc<EgressPolicy>);
-
-impl reqwest13::dns::Resolve for McpResolver {
-    fn resolve(&self, name: reqwest13::dns::Name) -> reqwest13::dns::Resolving {
-        let (policy, host) = (self.0.clone(), name.as_str().to_owned());
-        Box::pin(async move {
-            let addrs = policy.resolve(EgressKind::Mcp, &host).await?;
-            Ok(Box::new(addrs.into_iter()) as reqwest13::dns::Addrs)
-        })
-    }
-}
-
 /// Ends the session (the transport tells the server) without making the
 /// caller wait for it: the result is already in hand.
 fn close_in_background(mut session: Session) {
     tokio::spawn(async move {
         let _ = session.close_with_timeout(Duration::from_secs(5)).await;
-    });
-}
-
-/// rmcp's HTTP client runs on rustls without a bundled crypto provider;
-/// the process-wide default is ring, as for the rest of the workspace.
-/// Installing fails harmlessly when a provider is already installed.
-fn install_crypto_provider() {
-    static INSTALL: Once = Once::new();
-    INSTALL.call_once(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
     });
 }
 
