@@ -21,7 +21,6 @@ mod reply;
 const FAKE_BODY_LIMIT: usize = 64 * 1024 * 1024;
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -90,7 +89,8 @@ struct Shared {
 
 /// The running fake. Dropping it stops accepting connections.
 pub struct FakeProvider {
-    addr: SocketAddr,
+    /// `scheme://host:port`, what the base URLs start with.
+    origin: String,
     shared: Arc<Shared>,
     server: JoinHandle<()>,
 }
@@ -112,6 +112,18 @@ impl FakeProvider {
 
     /// Start on an ephemeral port of 127.0.0.1, or say why it could not.
     pub async fn try_start() -> std::io::Result<FakeProvider> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let origin = format!("http://{}", listener.local_addr()?);
+        Ok(FakeProvider::serve(listener, origin))
+    }
+
+    /// Serve on `listener` (a TLS one, say), reached at `origin`
+    /// (`https://localhost:PORT`).
+    pub fn serve<L>(listener: L, origin: String) -> FakeProvider
+    where
+        L: axum::serve::Listener,
+        L::Addr: std::fmt::Debug,
+    {
         let shared = Arc::new(Shared {
             queue: Mutex::new(VecDeque::new()),
             default_reply: Mutex::new(Reply::text("ok")),
@@ -131,22 +143,21 @@ impl FakeProvider {
             // 32 MB, OpenAI 50 MB of files), not axum's default 2 MB.
             .layer(DefaultBodyLimit::max(FAKE_BODY_LIMIT))
             .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
         let server = tokio::spawn(async move {
             // Only ends when aborted (on drop); an accept error is the test's end anyway.
             let _ = axum::serve(listener, app).await;
         });
-        Ok(FakeProvider {
-            addr,
+        FakeProvider {
+            origin,
             shared,
             server,
-        })
+        }
     }
 
-    /// `http://127.0.0.1:PORT`: serves every protocol.
+    /// `http://127.0.0.1:PORT` (or the origin given to
+    /// [`FakeProvider::serve`]): serves every protocol.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.origin.clone()
     }
 
     /// The Anthropic base URL (`ANTHROPIC_BASE_URL`; `/v1/messages` is appended).

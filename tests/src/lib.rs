@@ -38,6 +38,7 @@ pub mod process;
 pub mod scenario;
 pub mod search_backend;
 pub mod tls_cluster;
+pub mod tls_server;
 
 /// The server the tests use: a connection config for its admin database.
 struct Server {

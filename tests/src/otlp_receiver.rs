@@ -65,13 +65,23 @@ pub struct OtlpReceiver {
 }
 
 impl OtlpReceiver {
+    /// Over plain HTTP on a free port of 127.0.0.1.
     pub async fn start() -> OtlpReceiver {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        OtlpReceiver::serve(listener, endpoint)
+    }
+
+    /// On `listener` (a TLS one, say), reached at `endpoint`.
+    pub fn serve<L>(listener: L, endpoint: String) -> OtlpReceiver
+    where
+        L: axum::serve::Listener,
+        L::Addr: std::fmt::Debug,
+    {
         let spans = Arc::new(Mutex::new(Vec::new()));
         let app = Router::new()
             .route("/v1/traces", post(export))
             .with_state(spans.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let endpoint = format!("http://{}", listener.local_addr().unwrap());
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
         tokio::spawn(async move {

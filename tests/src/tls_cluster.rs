@@ -7,8 +7,9 @@
 use std::os::unix::fs::{chown, MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rcgen::{CertificateParams, DnType, KeyPair};
 
+use crate::tls_server::certificate_authority;
 use crate::{PrivateCluster, ScratchDir};
 
 /// The superuser's password on a [`TlsCluster`].
@@ -109,15 +110,4 @@ impl TlsCluster {
             &format!("sslmode=verify-full&sslrootcert={}", self.ca_file.display()),
         )
     }
-}
-
-/// A self-signed CA: its issuer (to sign with) and its certificate's PEM.
-fn certificate_authority(name: &str) -> (Issuer<'static, KeyPair>, String) {
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let pem = params.self_signed(&key).unwrap().pem();
-    (Issuer::new(params, key), pem)
 }

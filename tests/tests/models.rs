@@ -9,7 +9,8 @@ use holdfast_tests::scenario::{
     agent_state, agent_with_input, count_events, event_types, last_event_data, saved_text,
     spawn_worker, wait_for_event, wait_for_events,
 };
-use holdfast_tests::{MaintenanceLoop, TestDb};
+use holdfast_tests::tls_server::PrivateCa;
+use holdfast_tests::{MaintenanceLoop, ScratchDir, TestDb};
 use serde_json::json;
 
 const FAST_BACKOFF: [(&str, &str); 2] = [
@@ -265,4 +266,76 @@ async fn live_deltas_concatenate_to_the_saved_response_text() {
     assert_eq!(streamed, text);
     let saved = last_event_data(&client, agent, "model.response").await;
     assert_eq!(saved["message"][0]["text"], json!(text));
+}
+
+/// A model endpoint whose certificate a private CA signed: a worker trusts
+/// the operating system's roots only, so it breaks off the handshake (no
+/// request arrives, the retry says why) until the operator gives the CA as
+/// `HOLDFAST_CA_BUNDLE`; a worker given it completes the turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_model_endpoint_signed_by_a_private_ca_is_trusted_only_with_the_ca_bundle() {
+    let ca = PrivateCa::new();
+    let (listener, origin) = ca.listener().await;
+    let mut handshakes = listener.handshakes();
+    let fake = FakeProvider::serve(listener, origin);
+    assert!(fake.base_url().starts_with("https://localhost:"));
+
+    let untrusting_db = TestDb::new().await;
+    let client = untrusting_db.connect().await;
+    let _untrusting = spawn_worker("w-no-ca", &untrusting_db.config, &fake, &FAST_BACKOFF);
+    let agent = agent_with_input(&client, "hello").await;
+    wait_for_event(&client, agent, "model.retry", T).await;
+    handshakes.wait_for_one(T).await;
+    let retry = last_event_data(&client, agent, "model.retry").await;
+    assert_eq!(retry["error"]["type"], "connection_error", "{retry}");
+    let message = retry["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("certificate") && message.contains("UnknownIssuer"),
+        "{message}"
+    );
+    assert_eq!(fake.request_count(), 0, "no request got past the handshake");
+
+    let trusting_db = TestDb::new().await;
+    let client = trusting_db.connect().await;
+    let bundle = ca.ca_file.display().to_string();
+    let mut env: Vec<(&str, &str)> = FAST_BACKOFF.to_vec();
+    env.push(("HOLDFAST_CA_BUNDLE", &bundle));
+    let _trusting = spawn_worker("w-ca", &trusting_db.config, &fake, &env);
+    let agent = agent_with_input(&client, "hello").await;
+    wait_for_event(&client, agent, "turn.completed", T).await;
+    assert_eq!(count_events(&client, agent, "model.retry").await, 0);
+    assert!(saved_text(&client, agent).await.contains("ok"));
+    assert!(fake.request_count() >= 1);
+}
+
+/// A CA bundle that is not a PEM certificate file stops the process at
+/// start, naming the setting and the file, before it connects anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_bundle_without_a_certificate_stops_the_process_naming_the_setting() {
+    let db = TestDb::new().await;
+    let fake = FakeProvider::start().await;
+    let files = ScratchDir::new("bad-ca-bundle");
+    let not_pem = files.join("bundle.pem");
+    std::fs::write(&not_pem, "not a certificate\n").unwrap();
+    for (bundle, says) in [
+        (not_pem.display().to_string(), "holds no PEM certificate"),
+        (
+            files.join("missing.pem").display().to_string(),
+            "cannot read it",
+        ),
+    ] {
+        let mut worker = spawn_worker(
+            "w-bad-ca",
+            &db.config,
+            &fake,
+            &[("HOLDFAST_CA_BUNDLE", bundle.as_str())],
+        );
+        assert_eq!(worker.wait_exit(T).await, Some(1), "{bundle}");
+        let log = worker.log_text();
+        assert!(
+            log.contains(&format!("HOLDFAST_CA_BUNDLE: {bundle}: ")) && log.contains(says),
+            "{log}"
+        );
+    }
+    assert_eq!(fake.request_count(), 0);
 }

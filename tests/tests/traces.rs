@@ -15,7 +15,8 @@ use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{error_of, project_key, ApiServer};
 use holdfast_tests::mcp_server::McpTestServer;
 use holdfast_tests::otlp_receiver::{OtlpReceiver, ReceivedSpan};
-use holdfast_tests::scenario::{event_types, spawn_worker, wait_for_event};
+use holdfast_tests::scenario::{agent_with_input, event_types, spawn_worker, wait_for_event};
+use holdfast_tests::tls_server::PrivateCa;
 use holdfast_tests::{default_config, project_and_agent, wait_until, MaintenanceLoop, TestDb};
 use reqwest::Method;
 use serde_json::json;
@@ -458,4 +459,53 @@ fn assert_no_attribute_holds(span: &ReceivedSpan, secrets: &[&str]) {
             );
         }
     }
+}
+
+/// An OTLP collector whose certificate a private CA signed: a worker
+/// trusting the operating system's roots only breaks off the handshake and
+/// delivers nothing; a worker given the CA as `HOLDFAST_CA_BUNDLE` exports
+/// its spans to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_otlp_collector_signed_by_a_private_ca_is_trusted_only_with_the_ca_bundle() {
+    let ca = PrivateCa::new();
+    let (listener, endpoint) = ca.listener().await;
+    let mut handshakes = listener.handshakes();
+    let receiver = OtlpReceiver::serve(listener, endpoint.clone());
+    let fake = FakeProvider::start().await;
+    let traced = |service: &'static str| {
+        vec![
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.clone()),
+            ("OTEL_SERVICE_NAME", service.to_owned()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
+        ]
+    };
+
+    let untrusting_db = TestDb::new().await;
+    let client = untrusting_db.connect().await;
+    let env = traced("worker-without-the-ca");
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let _untrusting = spawn_worker("traced-no-ca", &untrusting_db.config, &fake, &env);
+    let agent = agent_with_input(&client, "hello").await;
+    wait_for_event(&client, agent, "turn.completed", T).await;
+    handshakes.wait_for_one(T).await;
+    assert!(receiver.spans().is_empty(), "{:?}", receiver.spans());
+
+    let trusting_db = TestDb::new().await;
+    let client = trusting_db.connect().await;
+    let mut env = traced("worker-with-the-ca");
+    env.push(("HOLDFAST_CA_BUNDLE", ca.ca_file.display().to_string()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let _trusting = spawn_worker("traced-ca", &trusting_db.config, &fake, &env);
+    let agent = agent_with_input(&client, "hello").await;
+    wait_for_event(&client, agent, "turn.completed", T).await;
+    let spans = receiver
+        .wait_for(T, "the step's span over TLS", |spans| {
+            spans.iter().any(|s| s.span.name == "holdfast.step")
+        })
+        .await;
+    assert!(
+        spans.iter().all(|s| s.service == "worker-with-the-ca"),
+        "{:?}",
+        spans.iter().map(|s| &s.service).collect::<Vec<_>>()
+    );
 }
