@@ -6,7 +6,8 @@
 //! By area: [`steps`] (the worker), [`agents`], [`events`], [`keys`],
 //! [`tool_calls`], [`webhooks`], [`machines`], [`status`], [`models`],
 //! [`retention`], [`replication`]; each
-//! function is re-exported here, so callers write `store::claim_agents`.
+//! function is re-exported here by name, so callers write
+//! `store::claim_agents` and the lists below say which module holds it.
 
 use std::str::FromStr;
 
@@ -27,19 +28,52 @@ mod tool_calls;
 mod usage;
 mod webhooks;
 
-pub use agents::*;
-pub use events::*;
-pub use keys::*;
-pub use machines::*;
-pub use models::*;
-pub use prepared::*;
-pub use replication::*;
-pub use retention::*;
-pub use status::*;
-pub use steps::*;
-pub use tool_calls::*;
-pub use usage::*;
-pub use webhooks::*;
+pub use agents::{
+    agent_in_project, archive_agent, create_agent, create_input, create_inputs,
+    create_traced_input, ensure_project, get_agent, get_attachment, get_input, list_agents,
+    list_inputs, patch_agent_config, remove_input, request_cancel, set_attachment_quotas,
+    set_limit_maxima, set_project_max_running, update_agent_config, Attachment, NewInput,
+};
+pub use events::{
+    events_after, events_written, last_event_seq, unwatch_agent_events, watch_agent_events,
+};
+pub use keys::{
+    api_key_active, authenticate_api_key, create_api_key, list_api_keys, revoke_api_key,
+};
+pub use machines::{
+    authenticate_machine, claim_commands, delete_machine, list_machines, machine_heartbeat,
+    machine_tick, register_machine, relay_command_output, rotate_machine_token, start_machine_wake,
+    submit_command_result, unsandboxed_machines, UnsandboxedMachine,
+};
+pub use models::{
+    add_model_endpoint, delete_project_provider_key, list_model_endpoints,
+    list_project_provider_keys, remove_model_endpoint, resolve_model_endpoint,
+    set_project_custom_model_urls, set_project_provider_key, set_project_server_tools,
+};
+pub use prepared::{Pooled, Prepared};
+pub use replication::{wal_position, wal_replayed};
+pub use retention::{retention_tick, set_project_retention};
+pub use status::{queue_depth, stuck_agents, worker_leases};
+pub use steps::{
+    claim_agents, commit_compaction, commit_model_interrupt, commit_model_retry, commit_model_step,
+    commit_model_steps, commit_tool_result, complete_cancel, fail_step, fail_turn,
+    load_request_files, load_step_context, maintenance_tick, record_content_left_out,
+    record_tools_unavailable, release_agent, renew_leases, spawn_subagent, start_tool_call,
+    step_failures, stream_delta, UnavailableTool,
+};
+pub use tool_calls::{
+    answer_approval, answer_question, get_approval, get_question, get_tool_call, list_approvals,
+    list_questions, list_tool_calls, submit_tool_result, submit_tool_results, ToolResult,
+};
+pub use usage::{
+    agent_usage, end_turn_over_budget, list_model_prices, project_usage, remove_model_price,
+    set_model_price, NewModelPrice, OverBudget,
+};
+pub use webhooks::{
+    claim_webhook_deliveries, create_webhook_endpoint, delete_webhook_endpoint,
+    list_webhook_deliveries, list_webhook_endpoints, record_webhook_attempt,
+    release_webhook_deliveries, webhook_queue_stats,
+};
 
 /// The outcomes of a batch function's rows (`holdfast.submit_tool_results`,
 /// `create_inputs`), in the order of the `count` items it was given: each

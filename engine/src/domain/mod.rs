@@ -1,6 +1,6 @@
 //! Domain types shared by the worker, the API and the CLI, by entity (the
-//! same areas as [`crate::store`]); each type is re-exported here, so callers
-//! write `domain::Agent`.
+//! same areas as [`crate::store`]); each type is re-exported here by name, so
+//! callers write `domain::Agent` and the lists below say which module holds it.
 //!
 //! An enum that is stored or sent as text converts one way: strum derives
 //! its SQL string (`IntoStaticStr` for `<&str>::from(state)`, `Display`,
@@ -19,17 +19,33 @@ mod tool_calls;
 mod usage;
 mod webhooks;
 
-pub use agents::*;
-pub use approvals::*;
-pub use endpoints::*;
-pub use events::*;
-pub use keys::*;
-pub use machines::*;
-pub use status::*;
-pub use steps::*;
-pub use tool_calls::*;
-pub use usage::*;
-pub use webhooks::*;
+pub use agents::{
+    Agent, AgentState, CancelOutcome, Input, InputCreated, InputMode, InputStatus, LastTurn,
+    PostedInput, TurnError, TurnOutcome, WaitingInputs,
+};
+pub use approvals::{Approval, ApprovalStatus, ApprovalSubject, Question, QuestionStatus};
+pub use endpoints::{
+    ModelDestination, ModelEndpoint, ModelRoute, NewModelEndpoint, ProviderKeyStatus, SealedKey,
+};
+pub use events::{Event, RetentionReport};
+pub use keys::{ApiKeyCreated, ApiKeyListed, ApiKeyOwner, ApiKeyRevoked};
+pub use machines::{
+    ClaimedCommand, CommandLimit, CommandResult, CommandResultOutcome, CommandResultState,
+    DaemonCommandState, Heartbeat, HeartbeatRecorded, LiveOutputOutcome, MachineIdentity,
+    MachineRegistered, MachineStatus, MachineTickReport, MachineWake, ReportedCommand,
+    LIVE_OUTPUT_MAX_BYTES, LIVE_OUTPUT_MIN_INTERVAL, LIVE_OUTPUT_PIECE_MAX_BYTES,
+};
+pub use status::{StuckAgent, WorkerLeases};
+pub use steps::{
+    AttachmentQuotas, AttemptTrace, Claim, HistoryMessage, LimitMaxima, LostAttempt,
+    MaintenanceReport, ModelStep, PendingInput, Renewal, StepContext, ToolCallRecord,
+};
+pub use tool_calls::{NewToolCall, ToolCall, ToolCallStatus, ToolKind};
+pub use usage::{AgentUsage, DayUsage, ModelPrice, ProjectUsage, TokenUsage, TurnUsage};
+pub use webhooks::{
+    ClaimedWebhookDelivery, CreatedWebhookEndpoint, RecordedAttempt, WebhookDelivery,
+    WebhookDeliveryFilter, WebhookDeliveryStatus, WebhookEndpoint, WebhookQueueStats,
+};
 
 #[cfg(test)]
 mod tests {

@@ -16,7 +16,7 @@ use strum::VariantArray;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
-use super::agent_from_row;
+use super::agents::agent_from_row;
 use crate::domain::{Agent, AgentState, TurnOutcome};
 use crate::error::Result;
 
