@@ -14,6 +14,7 @@ pub mod group_commit;
 pub mod migrate;
 pub mod pg_text;
 pub mod provider;
+pub mod schedule;
 pub mod secrets;
 pub mod sse;
 pub mod store;

@@ -5,7 +5,7 @@
 //!
 //! By area: [`steps`] (the worker), [`agents`], [`events`], [`keys`],
 //! [`tool_calls`], [`webhooks`], [`machines`], [`status`], [`models`],
-//! [`retention`], [`replication`]; each
+//! [`retention`], [`replication`], [`schedules`]; each
 //! function is re-exported here, so callers write `store::claim_agents`.
 
 use std::str::FromStr;
@@ -21,6 +21,7 @@ mod models;
 mod prepared;
 mod replication;
 mod retention;
+mod schedules;
 mod status;
 mod steps;
 mod tool_calls;
@@ -35,6 +36,7 @@ pub use models::*;
 pub use prepared::*;
 pub use replication::*;
 pub use retention::*;
+pub use schedules::*;
 pub use status::*;
 pub use steps::*;
 pub use tool_calls::*;
