@@ -257,7 +257,7 @@ BEGIN
     IF p_missed_from IS NOT NULL THEN
         PERFORM holdfast.append_event(v_agent.id, 'schedule.skipped', jsonb_build_object(
             'schedule_id', p_schedule, 'reason', 'missed',
-            'from', p_missed_from, 'until', coalesce(p_missed_until, p_missed_from)));
+            'from', p_missed_from, 'until', p_missed_until));
     END IF;
     IF p_fire_slot IS NOT NULL THEN
         v_key := holdfast.schedule_input_key(p_schedule, p_fire_slot);
@@ -267,7 +267,7 @@ BEGIN
             v_outcome := 'refused';
             v_archived := v_agent.state = 'archived';
             PERFORM holdfast.append_event(v_agent.id, 'schedule.skipped', jsonb_build_object(
-                'schedule_id', p_schedule, 'reason', 'refused', 'from', p_fire_slot, 'until', p_fire_slot,
+                'schedule_id', p_schedule, 'reason', 'refused', 'from', p_fire_slot, 'until', coalesce(p_next_fire_at, holdfast.now()),
                 'message', v_refusal.message));
         ELSIF v_refusal.replay_of IS NOT NULL THEN
             v_outcome := 'replayed';

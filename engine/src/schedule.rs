@@ -126,6 +126,23 @@ impl Timing {
         self.first_at_or_after(t + TimeDelta::microseconds(1))
     }
 
+    /// The latest slot from `from` to `to`, both included. Slots are
+    /// stepped through: the caller bounds the span (by the on-time
+    /// tolerance), and an interval's slots are counted, not stepped.
+    fn last_between(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let first = self.first_at_or_after(from).filter(|slot| *slot <= to)?;
+        if let Recurrence::Every(every) = &self.recurrence {
+            let step = TimeDelta::from_std(*every).ok()?;
+            let steps = (to - first).num_microseconds()? / step.num_microseconds()?;
+            return Some(first + TimeDelta::microseconds(steps * step.num_microseconds()?));
+        }
+        let mut last = first;
+        while let Some(slot) = self.next_after(last).filter(|slot| *slot <= to) {
+            last = slot;
+        }
+        Some(last)
+    }
+
     /// What to do with a claimed schedule whose next slot `due` has come,
     /// judged at `now`: fire the latest slot that is on time (at most
     /// `late_after` past, not past `end_at`), and report the ones before it
@@ -141,10 +158,11 @@ impl Timing {
     ) -> FirePlan {
         let horizon = self.end_at.map_or(now, |end| end.min(now));
         let late_after = TimeDelta::from_std(late_after).unwrap_or(TimeDelta::MAX);
-        let on_time = self
-            .first_at_or_after(due.max(now - late_after))
-            .filter(|slot| *slot <= horizon);
+        let on_time = self.last_between(due.max(now - late_after), horizon);
         let next_fire_at = self.next_after(now);
+        // A skipped range ends (exclusive) at the slot that was not skipped:
+        // the one fired, or the next one planned.
+        let rest = next_fire_at.unwrap_or(horizon);
         let (fire, missed) = match (on_time, missed) {
             (Some(slot), _) if slot == due => (Some((slot, false)), None),
             (Some(slot), _) => (Some((slot, false)), Some((due, slot))),
@@ -152,9 +170,9 @@ impl Timing {
                 Some((due, true)),
                 self.next_after(due)
                     .filter(|after| *after <= horizon)
-                    .map(|after| (after, horizon)),
+                    .map(|after| (after, rest)),
             ),
-            (None, MissedPolicy::Skip) => (None, Some((due, horizon))),
+            (None, MissedPolicy::Skip) => (None, Some((due, rest))),
         };
         FirePlan {
             missed,
@@ -165,14 +183,17 @@ impl Timing {
 }
 
 /// The first match of `cron` in `zone` at or after `t`. croner searches in
-/// local time and may answer an instant before `t` inside a repeated
-/// (fall-back) hour; such answers are stepped past.
+/// local time: a time in a spring-forward gap is matched at the gap's end
+/// only by a search that starts before the gap, and a time in a repeated
+/// (fall-back) hour may be answered at an instant before the start. So the
+/// search starts an hour early (the longest gap there is) and steps past
+/// the answers before `t`.
 fn cron_at_or_after(cron: &Cron, zone: Tz, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-    let mut from = t.with_timezone(&zone);
+    let mut from = (t - TimeDelta::hours(1)).with_timezone(&zone);
     let mut inclusive = true;
-    // Each step moves at least a second of local time forward, and an
-    // answer before `t` lies within the repeated hour.
-    for _ in 0..=3_600 {
+    // An hour of a cron with seconds is 3,600 matches; each step moves at
+    // least a second of local time forward.
+    for _ in 0..8_000 {
         let found = cron.find_next_occurrence(&from, inclusive).ok()?;
         if found.with_timezone(&Utc) >= t {
             return Some(found.with_timezone(&Utc));
@@ -210,7 +231,8 @@ pub enum MissedPolicy {
 /// What [`Timing::plan`] decided.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FirePlan {
-    /// Late slots not fired: the first and the last (or the horizon).
+    /// Late slots not fired: those from the first up to, not including, the
+    /// second (the slot fired, or the next one planned).
     pub missed: Option<(DateTime<Utc>, DateTime<Utc>)>,
     /// The slot to fire, and whether it fires late.
     pub fire: Option<(DateTime<Utc>, bool)>,
@@ -258,6 +280,14 @@ mod tests {
             MissedPolicy::Skip,
         );
         assert_eq!(plan.fire, Some((at("2026-01-01T00:00:30Z"), false)));
+        // With a wide tolerance, still the latest slot, not the earliest.
+        let wide = timing.plan(
+            at("2026-01-01T00:00:00Z"),
+            at("2026-01-01T00:00:30.5Z"),
+            Duration::from_secs(60),
+            MissedPolicy::Skip,
+        );
+        assert_eq!(wide, plan);
         assert_eq!(
             plan.missed,
             Some((at("2026-01-01T00:00:00Z"), at("2026-01-01T00:00:30Z")))
@@ -276,8 +306,27 @@ mod tests {
         assert_eq!(once.missed, None);
         let skip = timing.plan(due, now, late, MissedPolicy::Skip);
         assert_eq!(skip.fire, None);
-        assert_eq!(skip.missed, Some((due, now)));
+        assert_eq!(skip.missed, Some((due, at("2026-01-01T01:00:00Z"))));
         assert_eq!(skip.next_fire_at, Some(at("2026-01-01T01:00:00Z")));
+    }
+
+    #[test]
+    fn a_slot_at_the_end_of_a_dst_gap_is_found_from_itself() {
+        let timing = Timing {
+            recurrence: Recurrence::Cron {
+                cron: Box::new(parse_cron("30 2 * * *").unwrap()),
+                zone: parse_zone("Europe/Berlin").unwrap(),
+            },
+            start_at: None,
+            created_at: at("2026-03-01T00:00:00Z"),
+            end_at: None,
+        };
+        let gap_end = at("2026-03-29T01:00:00Z");
+        assert_eq!(timing.first_at_or_after(gap_end), Some(gap_end));
+        assert_eq!(
+            timing.first_at_or_after(at("2026-03-29T00:59:00Z")),
+            Some(gap_end)
+        );
     }
 
     #[test]

@@ -194,8 +194,9 @@ $$;
 -- Move a claimed schedule on from the slot p_due (its next_fire_at when
 -- claimed; the fence: a schedule whose next_fire_at is no longer p_due was
 -- moved on by another process, and this call changes nothing and returns
--- 'stale'). p_missed_from..p_missed_until: late slots not fired
--- (schedule.skipped, reason 'missed'); p_fire_slot: the slot fired now
+-- 'stale'). Late slots not fired, from p_missed_from up to (not including)
+-- p_missed_until: schedule.skipped {"schedule_id", "reason": "missed",
+-- "from", "until"}; p_fire_slot: the slot fired now
 -- (NULL: none), p_late when it is past its time (the 'once' policy);
 -- p_next_fire_at: the slot after (NULL: none before end_at, the schedule
 -- ends). A fire creates the slot's input (schedule_input_key; a replay of
@@ -227,7 +228,7 @@ BEGIN
     IF p_missed_from IS NOT NULL THEN
         PERFORM holdfast.append_event(v_agent.id, 'schedule.skipped', jsonb_build_object(
             'schedule_id', p_schedule, 'reason', 'missed',
-            'from', p_missed_from, 'until', coalesce(p_missed_until, p_missed_from)));
+            'from', p_missed_from, 'until', p_missed_until));
     END IF;
     IF p_fire_slot IS NOT NULL THEN
         v_key := holdfast.schedule_input_key(p_schedule, p_fire_slot);
@@ -237,7 +238,7 @@ BEGIN
             v_outcome := 'refused';
             v_archived := v_agent.state = 'archived';
             PERFORM holdfast.append_event(v_agent.id, 'schedule.skipped', jsonb_build_object(
-                'schedule_id', p_schedule, 'reason', 'refused', 'from', p_fire_slot, 'until', p_fire_slot,
+                'schedule_id', p_schedule, 'reason', 'refused', 'from', p_fire_slot, 'until', coalesce(p_next_fire_at, holdfast.now()),
                 'message', v_refusal.message));
         ELSIF v_refusal.replay_of IS NOT NULL THEN
             v_outcome := 'replayed';

@@ -118,9 +118,9 @@ pub struct ScheduleSkippedData {
     /// refused the input (`message` says why; an archived agent's schedule
     /// ends).
     pub reason: String,
-    /// The first slot skipped.
+    /// The slots skipped are those from `from` up to, not including,
+    /// `until`: the slot fired instead, or the next one planned.
     pub from: DateTime<Utc>,
-    /// The last slot skipped, or the time the skipping was decided.
     pub until: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
