@@ -1181,10 +1181,12 @@ BEGIN
         UPDATE holdfast.inputs i
            SET queue_position = CASE WHEN i.id = p_input THEN v_place
                                      ELSE o.n + (o.n >= v_place)::integer END
-          FROM (SELECT q.id, row_number() OVER (ORDER BY q.queue_position, q.created_at, q.id)
-                             FILTER (WHERE q.id <> p_input)::integer AS n
+          FROM (SELECT q.id, (row_number() OVER (ORDER BY q.queue_position, q.created_at, q.id))::integer AS n
                   FROM holdfast.inputs q
-                 WHERE q.agent_id = v_agent.id AND q.admitted_at IS NULL AND q.removed_at IS NULL) o
+                 WHERE q.agent_id = v_agent.id AND q.admitted_at IS NULL AND q.removed_at IS NULL
+                   AND q.id <> p_input
+                 UNION ALL
+                SELECT p_input, NULL) o
          WHERE i.id = o.id;
         SELECT * INTO v_input FROM holdfast.inputs WHERE id = p_input;
     END IF;
