@@ -227,8 +227,68 @@ CREATE FUNCTION holdfast.admit_queued_input(p_agent uuid) RETURNS uuid
     UPDATE holdfast.inputs SET admitted_at = holdfast.now()
      WHERE id = (SELECT i.id FROM holdfast.inputs i
                   WHERE i.agent_id = p_agent AND i.admitted_at IS NULL AND i.removed_at IS NULL
-                  ORDER BY i.created_at, i.id LIMIT 1)
+                  ORDER BY i.queue_position, i.created_at, i.id LIMIT 1)
     RETURNING id
+$$;
+
+
+--
+-- Name: advance_schedule(uuid, timestamp with time zone, timestamp with time zone, timestamp with time zone, timestamp with time zone, boolean, timestamp with time zone); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.advance_schedule(p_schedule uuid, p_due timestamp with time zone, p_missed_from timestamp with time zone, p_missed_until timestamp with time zone, p_fire_slot timestamp with time zone, p_late boolean, p_next_fire_at timestamp with time zone) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_schedule holdfast.schedules;
+    v_agent holdfast.agents;
+    v_key text;
+    v_refusal record;
+    v_input_id uuid;
+    v_outcome text := 'skipped';
+    v_archived boolean := false;
+BEGIN
+    SELECT * INTO v_schedule FROM holdfast.schedules WHERE id = p_schedule FOR UPDATE;
+    IF NOT FOUND OR v_schedule.paused_at IS NOT NULL
+       OR v_schedule.next_fire_at IS DISTINCT FROM p_due THEN
+        RETURN 'stale';
+    END IF;
+    v_agent := holdfast.lock_agent(v_schedule.agent_id);
+    IF p_missed_from IS NOT NULL THEN
+        PERFORM holdfast.append_event(v_agent.id, 'schedule.skipped', jsonb_build_object(
+            'schedule_id', p_schedule, 'reason', 'missed',
+            'from', p_missed_from, 'until', p_missed_until));
+    END IF;
+    IF p_fire_slot IS NOT NULL THEN
+        v_key := holdfast.schedule_input_key(p_schedule, p_fire_slot);
+        SELECT * INTO v_refusal
+          FROM holdfast.input_refusal(v_agent.id, v_schedule.content, v_key, v_schedule.mode);
+        IF v_refusal.code IS NOT NULL THEN
+            v_outcome := 'refused';
+            v_archived := v_agent.state = 'archived';
+            PERFORM holdfast.append_event(v_agent.id, 'schedule.skipped', jsonb_build_object(
+                'schedule_id', p_schedule, 'reason', 'refused', 'from', p_fire_slot, 'until', coalesce(p_next_fire_at, holdfast.now()),
+                'message', v_refusal.message));
+        ELSIF v_refusal.replay_of IS NOT NULL THEN
+            v_outcome := 'replayed';
+        ELSE
+            v_outcome := 'fired';
+            v_input_id := holdfast.insert_input(v_agent, v_schedule.content, v_key, NULL, NULL,
+                                                v_schedule.mode);
+            PERFORM holdfast.append_event(v_agent.id, 'schedule.fired', jsonb_build_object(
+                'schedule_id', p_schedule, 'slot', p_fire_slot, 'input_id', v_input_id,
+                'late', coalesce(p_late, false)));
+        END IF;
+    END IF;
+    UPDATE holdfast.schedules
+       SET next_fire_at = CASE WHEN v_archived THEN NULL ELSE p_next_fire_at END,
+           ended_at = CASE WHEN v_archived OR p_next_fire_at IS NULL THEN holdfast.now() END,
+           last_fired_at = CASE WHEN v_outcome = 'fired' THEN p_fire_slot ELSE last_fired_at END,
+           fire_count = fire_count + CASE WHEN v_outcome = 'fired' THEN 1 ELSE 0 END,
+           updated_at = holdfast.now()
+     WHERE id = p_schedule;
+    RETURN v_outcome;
+END
 $$;
 
 
@@ -281,11 +341,14 @@ CREATE TABLE holdfast.agents (
     last_turn_outcome text,
     last_turn_error jsonb,
     lease_session_locked boolean DEFAULT false NOT NULL,
+    config_version integer DEFAULT 1 NOT NULL,
+    next_turn_config_version integer,
     CONSTRAINT agents_attachment_bytes_check CHECK ((attachment_bytes >= 0)),
     CONSTRAINT agents_last_turn_outcome_check CHECK ((last_turn_outcome = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text, 'limit'::text]))),
     CONSTRAINT agents_last_turn_outcome_iff_ended CHECK (((last_turn_outcome IS NULL) = (last_turn_ended_at IS NULL))),
     CONSTRAINT agents_lease_iff_running CHECK (((state = 'running'::text) = ((lease_owner IS NOT NULL) AND (lease_expires_at IS NOT NULL)))),
     CONSTRAINT agents_lost_attempt_complete CHECK ((((lost_attempt_epoch IS NULL) = (first_attempt_epoch IS NULL)) AND ((lost_attempt_epoch IS NULL) = (lost_attempt_started_at IS NULL)) AND ((lost_attempt_epoch IS NULL) = (lost_attempt_ended_at IS NULL)))),
+    CONSTRAINT agents_next_turn_config_version_check CHECK ((next_turn_config_version > config_version)),
     CONSTRAINT agents_state_check CHECK ((state = ANY (ARRAY['idle'::text, 'ready'::text, 'running'::text, 'waiting'::text, 'archived'::text]))),
     CONSTRAINT agents_step_failures_check CHECK ((step_failures >= 0)),
     CONSTRAINT agents_turn_trace_parent_check CHECK ((turn_trace_parent ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text))
@@ -659,6 +722,7 @@ CREATE TABLE holdfast.inputs (
     admitted_at timestamp with time zone DEFAULT holdfast.now(),
     removed_at timestamp with time zone,
     content_pruned_at timestamp with time zone,
+    queue_position integer,
     CONSTRAINT inputs_admitted_unless_queued CHECK (((mode = 'queue'::text) OR (admitted_at IS NOT NULL))),
     CONSTRAINT inputs_idempotency_key_check CHECK (((length(idempotency_key) >= 1) AND (length(idempotency_key) <= 255))),
     CONSTRAINT inputs_mode_check CHECK ((mode = ANY (ARRAY['steer'::text, 'queue'::text, 'interrupt'::text]))),
@@ -1219,6 +1283,24 @@ BEGIN
         RETURN NEXT;
     END LOOP;
 END
+$$;
+
+
+--
+-- Name: claim_due_schedules(integer); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.claim_due_schedules(p_batch integer) RETURNS TABLE(id uuid, cron text, timezone text, every_ms bigint, start_at timestamp with time zone, end_at timestamp with time zone, missed text, next_fire_at timestamp with time zone, created_at timestamp with time zone, now timestamp with time zone)
+    LANGUAGE sql
+    AS $$
+    WITH clock AS MATERIALIZED (SELECT holdfast.now() AS now)
+    SELECT s.id, s.cron, s.timezone, (extract(epoch FROM s.every) * 1000)::bigint, s.start_at,
+           s.end_at, s.missed, s.next_fire_at, s.created_at, c.now
+      FROM holdfast.schedules s CROSS JOIN clock c
+     WHERE s.paused_at IS NULL AND s.next_fire_at <= c.now
+     ORDER BY s.next_fire_at
+     LIMIT p_batch
+       FOR UPDATE OF s SKIP LOCKED
 $$;
 
 
@@ -1934,6 +2016,7 @@ BEGIN
     PERFORM holdfast.validate_model_access(p_project, v_config);
     INSERT INTO holdfast.agents (project_id, config) VALUES (p_project, v_config)
     RETURNING id INTO v_id;
+    INSERT INTO holdfast.agent_config_versions (agent_id, version, config) VALUES (v_id, 1, v_config);
     RETURN v_id;
 END
 $$;
@@ -2057,6 +2140,90 @@ BEGIN
     END LOOP;
 END
 $_$;
+
+
+--
+-- Name: schedules; Type: TABLE; Schema: holdfast; Owner: -
+--
+
+CREATE TABLE holdfast.schedules (
+    id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
+    project_id uuid NOT NULL,
+    agent_id uuid NOT NULL,
+    cron text,
+    timezone text DEFAULT 'UTC'::text NOT NULL,
+    every interval,
+    content jsonb NOT NULL,
+    mode text DEFAULT 'queue'::text NOT NULL,
+    start_at timestamp with time zone,
+    end_at timestamp with time zone,
+    missed text DEFAULT 'skip'::text NOT NULL,
+    paused_at timestamp with time zone,
+    next_fire_at timestamp with time zone,
+    ended_at timestamp with time zone,
+    last_fired_at timestamp with time zone,
+    fire_count bigint DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT holdfast.now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT holdfast.now() NOT NULL,
+    CONSTRAINT schedules_cron_check CHECK (((cron <> ''::text) AND (length(cron) <= 256))),
+    CONSTRAINT schedules_cron_or_every CHECK (((cron IS NULL) <> (every IS NULL))),
+    CONSTRAINT schedules_end_after_start CHECK ((end_at > start_at)),
+    CONSTRAINT schedules_every_check CHECK ((every >= '00:00:01'::interval)),
+    CONSTRAINT schedules_missed_check CHECK ((missed = ANY (ARRAY['skip'::text, 'once'::text]))),
+    CONSTRAINT schedules_mode_check CHECK ((mode = ANY (ARRAY['steer'::text, 'queue'::text]))),
+    CONSTRAINT schedules_next_unless_ended CHECK (((ended_at IS NULL) OR (next_fire_at IS NULL)))
+);
+
+
+--
+-- Name: create_schedule(uuid, uuid, text, text, interval, jsonb, text, timestamp with time zone, timestamp with time zone, text, timestamp with time zone); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.create_schedule(p_project uuid, p_agent uuid, p_cron text, p_timezone text, p_every interval, p_content jsonb, p_mode text, p_start_at timestamp with time zone, p_end_at timestamp with time zone, p_missed text, p_next_fire_at timestamp with time zone) RETURNS holdfast.schedules
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_refusal record;
+    v_schedule holdfast.schedules;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM holdfast.agents a WHERE a.id = p_agent AND a.project_id = p_project) THEN
+        PERFORM holdfast.raise('HF404', format('agent %s not found', p_agent));
+    END IF;
+    IF (p_cron IS NULL) = (p_every IS NULL) THEN
+        PERFORM holdfast.raise('HF422', 'give either cron or every', 'cron');
+    END IF;
+    IF p_cron = '' OR length(p_cron) > 256 THEN
+        PERFORM holdfast.raise('HF422', 'cron must be 1 to 256 characters', 'cron');
+    END IF;
+    IF p_every < interval '1 second' THEN
+        PERFORM holdfast.raise('HF422', 'every must be at least 1s', 'every');
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = coalesce(p_timezone, 'UTC')) THEN
+        PERFORM holdfast.raise('HF422', format('unknown time zone %s', p_timezone), 'timezone');
+    END IF;
+    IF p_end_at <= p_start_at THEN
+        PERFORM holdfast.raise('HF422', 'end_at must be after start_at', 'end_at');
+    END IF;
+    IF coalesce(p_mode, 'queue') NOT IN ('steer', 'queue') THEN
+        PERFORM holdfast.raise('HF422', 'a scheduled input''s mode must be steer or queue', 'input.mode');
+    END IF;
+    IF coalesce(p_missed, 'skip') NOT IN ('skip', 'once') THEN
+        PERFORM holdfast.raise('HF422', 'missed must be skip or once', 'missed');
+    END IF;
+    SELECT * INTO v_refusal FROM holdfast.input_refusal(p_agent, p_content, NULL, coalesce(p_mode, 'queue'));
+    IF v_refusal.code IS NOT NULL THEN
+        PERFORM holdfast.raise(v_refusal.code, v_refusal.message,
+                               CASE WHEN v_refusal.field IS NOT NULL THEN 'input.' || v_refusal.field END);
+    END IF;
+    INSERT INTO holdfast.schedules (project_id, agent_id, cron, timezone, every, content, mode,
+                                    start_at, end_at, missed, next_fire_at, ended_at)
+    VALUES (p_project, p_agent, p_cron, coalesce(p_timezone, 'UTC'), p_every, p_content,
+            coalesce(p_mode, 'queue'), p_start_at, p_end_at, coalesce(p_missed, 'skip'), p_next_fire_at,
+            CASE WHEN p_next_fire_at IS NULL THEN holdfast.now() END)
+    RETURNING * INTO v_schedule;
+    RETURN v_schedule;
+END
+$$;
 
 
 --
@@ -2195,6 +2362,22 @@ BEGIN
     DELETE FROM holdfast.project_provider_keys k WHERE k.project_id = p_project AND k.provider = p_provider;
     IF NOT FOUND THEN
         PERFORM holdfast.raise('HF404', format('no %s key is set for this project', p_provider));
+    END IF;
+END
+$$;
+
+
+--
+-- Name: delete_schedule(uuid, uuid); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.delete_schedule(p_project uuid, p_schedule uuid) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    DELETE FROM holdfast.schedules WHERE id = p_schedule AND project_id = p_project;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('schedule %s not found', p_schedule));
     END IF;
 END
 $$;
@@ -2469,7 +2652,7 @@ CREATE FUNCTION holdfast.event_types() RETURNS text[]
         'command.queued', 'command.accepted', 'command.finished', 'command.failed',
         'command.unknown', 'machine.unreachable', 'machine.session_replaced', 'subagent.started', 'subagent.finished',
         'context.compacted', 'config.updated', 'turn.completed', 'turn.cancelled',
-        'turn.failed', 'agent.archived']
+        'turn.failed', 'agent.archived', 'input.updated', 'schedule.fired', 'schedule.skipped']
 $$;
 
 
@@ -2916,6 +3099,27 @@ $_$;
 
 
 --
+-- Name: jsonb_merge_diff(jsonb, jsonb); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.jsonb_merge_diff(p_old jsonb, p_new jsonb) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+    IF jsonb_typeof(p_old) IS DISTINCT FROM 'object' OR jsonb_typeof(p_new) IS DISTINCT FROM 'object' THEN
+        RETURN p_new;
+    END IF;
+    RETURN (SELECT coalesce(jsonb_object_agg(k.key, CASE
+                                WHEN NOT p_new ? k.key THEN 'null'::jsonb
+                                ELSE holdfast.jsonb_merge_diff(p_old -> k.key, p_new -> k.key) END), '{}')
+              FROM (SELECT jsonb_object_keys(p_old) AS key
+                    UNION SELECT jsonb_object_keys(p_new)) k
+             WHERE (p_old -> k.key) IS DISTINCT FROM (p_new -> k.key));
+END
+$$;
+
+
+--
 -- Name: jsonb_merge_patch(jsonb, jsonb); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
@@ -3042,6 +3246,19 @@ BEGIN
     END IF;
     RETURN holdfast.store_attachments(p_agent.id, v_kept);
 END
+$$;
+
+
+--
+-- Name: latest_config_version(holdfast.agents); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.latest_config_version(p_agent holdfast.agents, OUT version integer, OUT config jsonb) RETURNS record
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT v.version, v.config FROM holdfast.agent_config_versions v
+     WHERE v.agent_id = p_agent.id
+       AND v.version = coalesce(p_agent.next_turn_config_version, p_agent.config_version)
 $$;
 
 
@@ -3738,10 +3955,10 @@ $$;
 
 
 --
--- Name: patch_agent_config(uuid, jsonb); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: patch_agent_config(uuid, jsonb, text); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.patch_agent_config(p_agent uuid, p_patch jsonb) RETURNS jsonb
+CREATE FUNCTION holdfast.patch_agent_config(p_agent uuid, p_patch jsonb, p_apply text DEFAULT 'now'::text) RETURNS jsonb
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -3751,7 +3968,8 @@ BEGIN
         PERFORM holdfast.raise('HF422', 'a config patch must be a JSON object', 'config');
     END IF;
     v_agent := holdfast.lock_agent(p_agent);
-    RETURN holdfast.update_agent_config(p_agent, holdfast.jsonb_merge_patch(v_agent.config, p_patch));
+    RETURN holdfast.update_agent_config(
+        p_agent, holdfast.jsonb_merge_patch((holdfast.latest_config_version(v_agent)).config, p_patch), p_apply);
 END
 $$;
 
@@ -4625,6 +4843,18 @@ $$;
 
 
 --
+-- Name: schedule_input_key(uuid, timestamp with time zone); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.schedule_input_key(p_schedule uuid, p_slot timestamp with time zone) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT format('schedule:%s:%s', p_schedule,
+                  (extract(epoch FROM p_slot) * 1000000)::bigint)
+$$;
+
+
+--
 -- Name: send_pending_wake(); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
@@ -4826,6 +5056,36 @@ $$;
 
 
 --
+-- Name: set_schedule_paused(uuid, uuid, boolean, timestamp with time zone); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.set_schedule_paused(p_project uuid, p_schedule uuid, p_paused boolean, p_next_fire_at timestamp with time zone) RETURNS holdfast.schedules
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_schedule holdfast.schedules;
+BEGIN
+    SELECT * INTO v_schedule FROM holdfast.schedules
+     WHERE id = p_schedule AND project_id = p_project FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('schedule %s not found', p_schedule));
+    END IF;
+    IF v_schedule.ended_at IS NOT NULL OR p_paused = (v_schedule.paused_at IS NOT NULL) THEN
+        RETURN v_schedule;
+    END IF;
+    UPDATE holdfast.schedules
+       SET paused_at = CASE WHEN p_paused THEN holdfast.now() END,
+           next_fire_at = CASE WHEN p_paused THEN next_fire_at ELSE p_next_fire_at END,
+           ended_at = CASE WHEN NOT p_paused AND p_next_fire_at IS NULL THEN holdfast.now() END,
+           updated_at = holdfast.now()
+     WHERE id = p_schedule
+    RETURNING * INTO v_schedule;
+    RETURN v_schedule;
+END
+$$;
+
+
+--
 -- Name: settle_agent(uuid); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
@@ -4853,9 +5113,15 @@ DECLARE
     v_turn_event text;
     v_turn_data jsonb;
     v_now timestamptz := holdfast.now();
+    -- A turn opens on the config version a next_turn change left waiting,
+    -- or else on the one in force (update_agent_config).
+    v_next_config_version integer;
+    v_turn_config_version integer;
 BEGIN
     types := coalesce(p_types, '{}');
-    SELECT a.state, coalesce(p_turn_open, a.turn_open) INTO v_agent_state, v_turn_open
+    SELECT a.state, coalesce(p_turn_open, a.turn_open), a.next_turn_config_version,
+           coalesce(a.next_turn_config_version, a.config_version)
+      INTO v_agent_state, v_turn_open, v_next_config_version, v_turn_config_version
       FROM holdfast.agents a WHERE a.id = p_agent;
     IF v_agent_state = 'archived' THEN
         state := 'archived';
@@ -4875,7 +5141,7 @@ BEGIN
             v_open_turn := true;
             types := array_append(types, 'turn.started');
             IF p_data IS NOT NULL THEN
-                v_data := array_append(v_data, '{}'::jsonb);
+                v_data := array_append(v_data, jsonb_build_object('config_version', v_turn_config_version));
             END IF;
             SELECT t.parent, t.state INTO v_trace_parent, v_trace_state
               FROM holdfast.next_turn_trace_context(p_agent, p_consumed) t;
@@ -4890,6 +5156,12 @@ BEGIN
                lease_owner = NULL, lease_expires_at = NULL, lease_pid = NULL, lease_backend_start = NULL,
                updated_at = v_now,
                turn_open = v_turn_open OR v_open_turn,
+               config = CASE WHEN v_open_turn AND v_next_config_version IS NOT NULL
+                             THEN (SELECT v.config FROM holdfast.agent_config_versions v
+                                    WHERE v.agent_id = p_agent AND v.version = v_next_config_version)
+                             ELSE a.config END,
+               config_version = CASE WHEN v_open_turn THEN v_turn_config_version ELSE a.config_version END,
+               next_turn_config_version = CASE WHEN v_open_turn THEN NULL ELSE a.next_turn_config_version END,
                model_attempts = CASE WHEN v_open_turn OR p_model_step THEN 0
                                      ELSE coalesce(p_model_attempts, a.model_attempts) END,
                turn_model_steps = CASE WHEN v_open_turn THEN 0
@@ -5692,30 +5964,129 @@ $$;
 
 
 --
--- Name: update_agent_config(uuid, jsonb); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: update_agent_config(uuid, jsonb, text); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.update_agent_config(p_agent uuid, p_config jsonb) RETURNS jsonb
+CREATE FUNCTION holdfast.update_agent_config(p_agent uuid, p_config jsonb, p_apply text DEFAULT 'now'::text) RETURNS jsonb
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_agent holdfast.agents;
+    v_latest record;
     v_config jsonb;
+    v_version integer;
 BEGIN
+    IF p_apply IS NULL OR p_apply NOT IN ('now', 'next_turn') THEN
+        PERFORM holdfast.raise('HF422', 'apply must be now or next_turn', 'apply');
+    END IF;
     PERFORM holdfast.validate_config(p_config);
     v_agent := holdfast.lock_agent(p_agent);
     IF v_agent.state = 'archived' THEN
         PERFORM holdfast.raise('HF409', format('agent %s is archived', p_agent));
     END IF;
-    v_config := holdfast.keep_masked_secrets(v_agent.config, p_config);
-    IF v_agent.config = v_config THEN
+    v_latest := holdfast.latest_config_version(v_agent);
+    v_config := holdfast.keep_masked_secrets(v_latest.config, p_config);
+    IF v_latest.config = v_config THEN
         RETURN holdfast.mask_config_secrets(v_config);
     END IF;
     PERFORM holdfast.validate_model_access(v_agent.project_id, v_config);
-    UPDATE holdfast.agents SET config = v_config, updated_at = holdfast.now() WHERE id = p_agent;
-    PERFORM holdfast.append_event(p_agent, 'config.updated',
-                                  jsonb_build_object('config', holdfast.mask_config_secrets(v_config)));
+    v_version := v_latest.version + 1;
+    INSERT INTO holdfast.agent_config_versions (agent_id, version, config)
+    VALUES (p_agent, v_version, v_config);
+    IF p_apply = 'next_turn' AND v_agent.turn_open THEN
+        UPDATE holdfast.agents SET next_turn_config_version = v_version, updated_at = holdfast.now()
+         WHERE id = p_agent;
+    ELSE
+        UPDATE holdfast.agents
+           SET config = v_config, config_version = v_version, next_turn_config_version = NULL,
+               updated_at = holdfast.now()
+         WHERE id = p_agent;
+    END IF;
+    PERFORM holdfast.append_event(p_agent, 'config.updated', jsonb_build_object(
+        'config', holdfast.mask_config_secrets(v_config),
+        'version', v_version,
+        'apply', p_apply,
+        'diff', holdfast.jsonb_merge_diff(holdfast.mask_config_secrets(v_latest.config),
+                                          holdfast.mask_config_secrets(v_config))));
     RETURN holdfast.mask_config_secrets(v_config);
+END
+$$;
+
+
+--
+-- Name: update_input(uuid, text, integer); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.update_input(p_input uuid, p_mode text DEFAULT NULL::text, p_position integer DEFAULT NULL::integer) RETURNS holdfast.inputs
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_input holdfast.inputs;
+    v_agent holdfast.agents;
+    v_place integer;
+BEGIN
+    IF p_mode IS NOT NULL AND p_mode NOT IN ('steer', 'queue') THEN
+        PERFORM holdfast.raise('HF422', 'mode must be steer or queue', 'mode');
+    END IF;
+    IF p_position < 1 THEN
+        PERFORM holdfast.raise('HF422', 'position counts from 1', 'position');
+    END IF;
+    SELECT * INTO v_input FROM holdfast.inputs WHERE id = p_input;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('input %s not found', p_input));
+    END IF;
+    v_agent := holdfast.lock_agent(v_input.agent_id);
+    SELECT * INTO v_input FROM holdfast.inputs WHERE id = p_input FOR UPDATE;
+    IF v_input.removed_at IS NOT NULL OR v_input.consumed_at IS NOT NULL THEN
+        PERFORM holdfast.raise('HF409', format('input %s no longer waits: it was %s', p_input,
+                               CASE WHEN v_input.removed_at IS NOT NULL THEN 'removed' ELSE 'consumed' END));
+    END IF;
+    IF v_agent.state = 'archived' THEN
+        PERFORM holdfast.raise('HF409', format('agent %s is archived', v_agent.id));
+    END IF;
+    IF p_mode = 'steer' AND v_input.admitted_at IS NULL THEN
+        UPDATE holdfast.inputs SET mode = 'steer', admitted_at = holdfast.now(), queue_position = NULL
+         WHERE id = p_input RETURNING * INTO v_input;
+    ELSIF p_mode = 'queue' AND v_input.admitted_at IS NOT NULL THEN
+        IF v_agent.turn_model_steps = 0 AND NOT EXISTS (
+               SELECT 1 FROM holdfast.turn_inputs(v_agent.id) t WHERE t.id <> p_input) THEN
+            PERFORM holdfast.raise('HF409', format(
+                'input %s alone opened the turn, which has not called the model yet: it cannot go back to the queue',
+                p_input), 'mode');
+        END IF;
+        UPDATE holdfast.inputs SET mode = 'queue', admitted_at = NULL
+         WHERE id = p_input RETURNING * INTO v_input;
+    END IF;
+    IF p_position IS NOT NULL THEN
+        IF v_input.admitted_at IS NOT NULL THEN
+            PERFORM holdfast.raise('HF409', format('input %s is not queued: only a queued input has a position', p_input), 'position');
+        END IF;
+        SELECT least(p_position, count(*)) INTO v_place FROM holdfast.inputs i
+         WHERE i.agent_id = v_agent.id AND i.admitted_at IS NULL AND i.removed_at IS NULL;
+        UPDATE holdfast.inputs i
+           SET queue_position = CASE WHEN i.id = p_input THEN v_place
+                                     ELSE o.n + (o.n >= v_place)::integer END
+          FROM (SELECT q.id, (row_number() OVER (ORDER BY q.queue_position, q.created_at, q.id))::integer AS n
+                  FROM holdfast.inputs q
+                 WHERE q.agent_id = v_agent.id AND q.admitted_at IS NULL AND q.removed_at IS NULL
+                   AND q.id <> p_input
+                 UNION ALL
+                SELECT p_input, NULL) o
+         WHERE i.id = o.id;
+        SELECT * INTO v_input FROM holdfast.inputs WHERE id = p_input;
+    END IF;
+    PERFORM holdfast.append_event(v_agent.id, 'input.updated', jsonb_build_object(
+        'input_id', p_input, 'mode', v_input.mode,
+        'position', (SELECT q.n FROM (
+                        SELECT i.id, row_number() OVER (ORDER BY i.queue_position, i.created_at, i.id) AS n
+                          FROM holdfast.inputs i
+                         WHERE i.agent_id = v_agent.id AND i.admitted_at IS NULL AND i.removed_at IS NULL) q
+                      WHERE q.id = p_input)));
+    -- As for a new input (insert_input): an idle agent opens a turn for it.
+    IF v_agent.state = 'idle' THEN
+        PERFORM holdfast.settle_agent(v_agent.id);
+    END IF;
+    RETURN v_input;
 END
 $$;
 
@@ -6441,7 +6812,8 @@ BEGIN
 
     v_data := ARRAY[jsonb_build_object(
         'step_id', v_step_id, 'message', p_message, 'tool_calls', v_calls,
-        'usage', coalesce(p_usage, '{}'), 'stop_reason', p_stop_reason)];
+        'usage', coalesce(p_usage, '{}'), 'stop_reason', p_stop_reason,
+        'config_version', v_agent.config_version)];
     IF NOT (v_opens_waits OR v_limit IS NOT NULL) THEN
         v_data := v_data || ARRAY(SELECT c.value FROM jsonb_array_elements(v_calls) WITH ORDINALITY AS c (value, ord)
                                    ORDER BY c.ord);
@@ -6450,7 +6822,9 @@ BEGIN
                                                               'usage', holdfast.usage_json(v_turn_usage)));
         END IF;
         IF v_new_turn THEN
-            v_data := array_append(v_data, '{}'::jsonb);
+            -- turn.started: the version settle_agent_with opened the turn on.
+            v_data := array_append(v_data, jsonb_build_object('config_version',
+                (SELECT a.config_version FROM holdfast.agents a WHERE a.id = p_agent)));
         END IF;
     END IF;
     PERFORM holdfast.insert_reserved_events(p_agent, v_event_seq, v_types, v_data);
@@ -6592,6 +6966,19 @@ CREATE VIEW holdfast.agent_audit AS
             count(*) FILTER (WHERE (ev.type = 'approval.answered'::text)) AS approvals_answered
            FROM holdfast.events ev
           WHERE (ev.agent_id = a.id)) e);
+
+
+--
+-- Name: agent_config_versions; Type: TABLE; Schema: holdfast; Owner: -
+--
+
+CREATE TABLE holdfast.agent_config_versions (
+    agent_id uuid NOT NULL,
+    version integer NOT NULL,
+    config jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT holdfast.now() NOT NULL,
+    CONSTRAINT agent_config_versions_version_check CHECK ((version >= 1))
+);
 
 
 --
@@ -7016,6 +7403,14 @@ ALTER TABLE ONLY holdfast.events ATTACH PARTITION holdfast.events_default DEFAUL
 
 
 --
+-- Name: agent_config_versions agent_config_versions_pkey; Type: CONSTRAINT; Schema: holdfast; Owner: -
+--
+
+ALTER TABLE ONLY holdfast.agent_config_versions
+    ADD CONSTRAINT agent_config_versions_pkey PRIMARY KEY (agent_id, version);
+
+
+--
 -- Name: agents agents_pkey; Type: CONSTRAINT; Schema: holdfast; Owner: -
 --
 
@@ -7253,6 +7648,14 @@ ALTER TABLE ONLY holdfast.questions
 
 ALTER TABLE ONLY holdfast.questions
     ADD CONSTRAINT questions_tool_call_id_key UNIQUE (tool_call_id);
+
+
+--
+-- Name: schedules schedules_pkey; Type: CONSTRAINT; Schema: holdfast; Owner: -
+--
+
+ALTER TABLE ONLY holdfast.schedules
+    ADD CONSTRAINT schedules_pkey PRIMARY KEY (id);
 
 
 --
@@ -7498,6 +7901,20 @@ CREATE INDEX questions_pending_idx ON holdfast.questions USING btree (agent_id, 
 
 
 --
+-- Name: schedules_agent_idx; Type: INDEX; Schema: holdfast; Owner: -
+--
+
+CREATE INDEX schedules_agent_idx ON holdfast.schedules USING btree (agent_id, id);
+
+
+--
+-- Name: schedules_due_idx; Type: INDEX; Schema: holdfast; Owner: -
+--
+
+CREATE INDEX schedules_due_idx ON holdfast.schedules USING btree (next_fire_at) WHERE (paused_at IS NULL);
+
+
+--
 -- Name: steps_model_epoch_idx; Type: INDEX; Schema: holdfast; Owner: -
 --
 
@@ -7670,6 +8087,14 @@ CREATE TRIGGER _900_notify_queued AFTER INSERT ON holdfast.commands FOR EACH ROW
 --
 
 CREATE TRIGGER _900_notify_ready AFTER INSERT OR UPDATE OF state ON holdfast.agents FOR EACH ROW WHEN ((new.state = 'ready'::text)) EXECUTE FUNCTION holdfast.tg_agents_notify_ready();
+
+
+--
+-- Name: agent_config_versions agent_config_versions_agent_id_fkey; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
+--
+
+ALTER TABLE ONLY holdfast.agent_config_versions
+    ADD CONSTRAINT agent_config_versions_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id);
 
 
 --
@@ -7846,6 +8271,22 @@ ALTER TABLE ONLY holdfast.questions
 
 ALTER TABLE ONLY holdfast.questions
     ADD CONSTRAINT questions_tool_call_id_fkey FOREIGN KEY (tool_call_id) REFERENCES holdfast.tool_calls(id);
+
+
+--
+-- Name: schedules schedules_agent_id_fkey; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
+--
+
+ALTER TABLE ONLY holdfast.schedules
+    ADD CONSTRAINT schedules_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id);
+
+
+--
+-- Name: schedules schedules_project_id_fkey; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
+--
+
+ALTER TABLE ONLY holdfast.schedules
+    ADD CONSTRAINT schedules_project_id_fkey FOREIGN KEY (project_id) REFERENCES holdfast.projects(id);
 
 
 --

@@ -427,7 +427,8 @@ const EVENT_LABELS = {
   "command.unknown": "Command outcome unknown", "machine.unreachable": "Machine unreachable",
   "subagent.started": "Subagent started", "subagent.finished": "Subagent finished", "context.compacted": "Context compacted",
   "config.updated": "Config changed", "turn.completed": "Turn completed", "turn.cancelled": "Turn cancelled",
-  "turn.failed": "Turn failed", "agent.archived": "Archived",
+  "turn.failed": "Turn failed", "agent.archived": "Archived", "input.updated": "Input moved",
+  "schedule.fired": "Schedule fired", "schedule.skipped": "Schedule skipped",
 };
 
 const DECIDED = { approve: "approved", deny: "denied" };
@@ -882,6 +883,85 @@ function turnTimeline(agentId) {
   };
 }
 
+// The agent's waiting inputs (GET /v1/agents/{id}/inputs): the queue, in the
+// order turns will take them, with buttons to move an input up or down,
+// promote it into the turn, or cancel it; and the inputs pending in the
+// open turn, which can be demoted back to the queue (PATCH /v1/inputs/{id}).
+function backlogBox(agentId) {
+  const status = el("p", { role: "status", id: "backlog-status" });
+  const list = el("ol", { id: "backlog" });
+  const box = el("section", { class: "backlog", "aria-labelledby": "backlog-title" },
+    el("h2", { id: "backlog-title" }, "Waiting inputs"), list, status);
+  const text = (input) => (typeof input.content === "string" ? input.content
+    : (input.content ?? []).map((b) => b.text ?? `[${b.type}]`).join(" ")).slice(0, 120);
+  const change = (input, body, done) => async () => {
+    status.replaceChildren();
+    try {
+      if (body === null) await api("DELETE", `/v1/inputs/${input.id}`);
+      else await api("PATCH", `/v1/inputs/${input.id}`, body);
+      status.replaceChildren(el("span", { class: "notice" }, done));
+      await load();
+    } catch (error) { status.replaceChildren(errorLine(error)); await load().catch(() => {}); }
+  };
+  const button = (label, name, action) => el("button", { type: "button", "aria-label": `${label}: ${name}`, onclick: action }, label);
+  async function load() {
+    const [queued, pendingInputs] = await Promise.all([
+      api("GET", `/v1/agents/${agentId}/inputs?status=queued`),
+      api("GET", `/v1/agents/${agentId}/inputs?status=pending`),
+    ]);
+    const rows = [];
+    for (const input of pendingInputs.inputs) {
+      const name = text(input);
+      rows.push(el("li", { class: "pending-input", "data-input": input.id },
+        el("span", { class: "meta" }, "in the turn · "), name, " ",
+        button("Demote", name, change(input, { mode: "queue" }, "moved back to the queue"))));
+    }
+    queued.inputs.forEach((input, i) => {
+      const name = text(input);
+      rows.push(el("li", { class: "queued-input", "data-input": input.id },
+        el("span", { class: "meta" }, `queued ${i + 1} · `), name, " ",
+        i > 0 ? button("Up", name, change(input, { position: i }, "moved up")) : null,
+        i < queued.inputs.length - 1 ? button("Down", name, change(input, { position: i + 2 }, "moved down")) : null,
+        button("Promote", name, change(input, { mode: "steer" }, "promoted into the turn")),
+        button("Cancel", name, change(input, null, "cancelled"))));
+    });
+    list.replaceChildren(...rows);
+    box.hidden = rows.length === 0;
+  }
+  return { box, load };
+}
+
+// The agent's schedules (GET /v1/agents/{id}/schedules) with pause, resume
+// and delete.
+function schedulesBox(agentId) {
+  const status = el("p", { role: "status", id: "schedules-status" });
+  const body = el("div", { id: "schedules" });
+  const box = el("section", { class: "schedules", "aria-labelledby": "schedules-title" },
+    el("h2", { id: "schedules-title" }, "Schedules"), body, status);
+  const run = (method, path, request, done) => async () => {
+    status.replaceChildren();
+    try { await api(method, path, request); status.replaceChildren(el("span", { class: "notice" }, done)); await load(); }
+    catch (error) { status.replaceChildren(errorLine(error)); }
+  };
+  async function load() {
+    const { schedules } = await api("GET", `/v1/agents/${agentId}/schedules`);
+    body.replaceChildren(table("schedules-table", ["When", "Input", "State", "Next", "Fired", ""],
+      schedules.map((s) => {
+        const path = `/v1/agents/${agentId}/schedules/${s.id}`;
+        const slots = s.cron ? `${s.cron} (${s.timezone})` : `every ${s.every}`;
+        const toggle = s.state === "paused"
+          ? el("button", { type: "button", "aria-label": `Resume ${slots}`, onclick: run("PATCH", path, { paused: false }, "resumed") }, "Resume")
+          : el("button", { type: "button", "aria-label": `Pause ${slots}`, disabled: s.state === "ended", onclick: run("PATCH", path, { paused: true }, "paused") }, "Pause");
+        const remove = el("button", { type: "button", class: "danger", "aria-label": `Delete ${slots}`, onclick: run("DELETE", path, undefined, "deleted") }, "Delete");
+        const content = typeof s.input.content === "string" ? s.input.content : JSON.stringify(s.input.content);
+        return [slots, `${s.input.mode}: ${content.slice(0, 80)}`, s.state, when(s.next_fire_at), s.fire_count,
+          el("span", { class: "toolbar" }, toggle, remove)];
+      })));
+    box.hidden = schedules.length === 0;
+  }
+  return { box, load };
+}
+
 async function agentPage(id, render) {
   await loadProject();
   let agent = await api("GET", `/v1/agents/${id}`);
@@ -931,6 +1011,8 @@ async function agentPage(id, render) {
   const streamStatus = el("span", { id: "stream-status", class: "meta" });
   const jump = el("a", { href: "#", id: "jump-latest", onclick: (e) => { e.preventDefault(); (live.hidden ? timeline.root : live).scrollIntoView({ block: "end" }); } }, "Jump to latest");
   const pending = pendingForms(id, () => { pending.load().catch(() => {}); });
+  const backlog = backlogBox(id);
+  const schedules = schedulesBox(id);
 
   let usageLoads = 0;
   const refreshUsage = () => {
@@ -1001,6 +1083,8 @@ async function agentPage(id, render) {
       if (event.seq > historyUntil) announcer.textContent = `${EVENT_LABELS[event.type] ?? event.type} (#${event.seq})`;
       if (/^turn\.(completed|failed|cancelled)$/.test(event.type) && event.seq > historyUntil) refreshUsage();
       if (/^(approval|question|tool_call|turn)\./.test(event.type)) pending.load().catch(() => {});
+      if (/^(input|turn)\./.test(event.type)) backlog.load().catch(() => {});
+      if (/^schedule\./.test(event.type)) schedules.load().catch(() => {});
       refreshAgent();
     },
   });
@@ -1085,7 +1169,7 @@ async function agentPage(id, render) {
   const controls = el("div", { class: "toolbar" }, cancel, archive, retry, retryStatus, actionStatus);
 
   if (!render(el("h1", {}, `Agent ${id}`), name ? el("p", { class: "agent-name" }, name) : null, stateLine, lastTurnLine, usageLine,
-    streamStatus, controls, confirmBox, configView, pending.box,
+    streamStatus, controls, confirmBox, configView, pending.box, backlog.box, schedules.box,
     el("div", { class: "timeline-head" }, el("h2", {}, "Timeline"), jump), timeline.root, live, announcer,
     el("div", { class: "actions" }, sendForm, patchForm))) {
     stream.stop();
@@ -1093,6 +1177,8 @@ async function agentPage(id, render) {
     return;
   }
   pending.load().catch(() => {});
+  backlog.load().catch(() => {});
+  schedules.load().catch(() => {});
   refreshUsage();
   stopCurrent = () => { stream.stop(); timeline.stop(); };
 }

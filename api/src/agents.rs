@@ -12,14 +12,15 @@ use axum::response::IntoResponse;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use holdfast_client::wire::agents::{
-    AgentList, AgentView, CancelView, ListOrder, StateName, TurnOutcome,
+    AgentList, AgentView, CancelView, ConfigVersionList, ConfigVersionView, ListOrder, StateName,
+    TurnOutcome,
 };
 use holdfast_client::wire::error::ErrorBody;
 use holdfast_engine::config::AgentConfig;
 use holdfast_engine::domain::{Agent, CancelOutcome};
 use holdfast_engine::egress::{check_mcp_header, EgressKind, EgressPolicy};
-use holdfast_engine::store;
 use holdfast_engine::store::console;
+use holdfast_engine::store::{self, ConfigApply};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use utoipa::IntoParams;
@@ -341,17 +342,21 @@ pub async fn get_agent(
 }
 
 /// Change an agent's config by a JSON merge patch (RFC 7396: objects merge,
-/// `null` removes a field, arrays are replaced). Recorded as
-/// `config.updated`; applies to the next model call, retries included.
+/// `null` removes a field, arrays are replaced) of its newest version. The
+/// result is saved as the next numbered version and recorded as
+/// `config.updated` (with the version and the diff). A top-level `"apply"`
+/// says when it takes effect: `"now"` (the default: the next model call,
+/// retries included) or `"next_turn"` (a running turn finishes on its
+/// version; the next turn uses this one).
 #[utoipa::path(
     patch,
     path = "/v1/agents/{id}",
     tag = "agents",
     params(("id" = Uuid, Path, description = "agent id")),
-    request_body(content = AgentConfig, description = "a merge patch of the config", content_type = "application/merge-patch+json"),
+    request_body(content = AgentConfig, description = "a merge patch of the config, with an optional top-level `\"apply\": \"now\" | \"next_turn\"`", content_type = "application/merge-patch+json"),
     responses(
         (status = 200, body = AgentView),
-        (status = 400, description = "the patched config is invalid; `field` names the field", body = ErrorBody),
+        (status = 400, description = "the patched config is invalid, or `apply` is neither `now` nor `next_turn`; `field` names the field", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, description = "the agent is archived", body = ErrorBody),
@@ -362,18 +367,81 @@ pub async fn patch_agent(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,
-    ApiJson(patch): ApiJson<Value>,
+    ApiJson(mut patch): ApiJson<Value>,
 ) -> Result<Json<AgentView>, ApiError> {
     record_agent(id);
+    let apply = match patch.as_object_mut().and_then(|p| p.remove("apply")) {
+        None => ConfigApply::Now,
+        Some(Value::String(text)) => text
+            .parse()
+            .map_err(|_| ApiError::invalid("apply", "apply must be now or next_turn"))?,
+        Some(_) => return Err(ApiError::invalid("apply", "apply must be now or next_turn")),
+    };
     let db = state.db().await?;
+    let agent = load(&db, &caller, id).await?;
     // The patched config is parsed here for its shape (masked header values
     // are strings like any other); SQL applies the patch again under the
-    // agent's row lock, to the config stored then.
-    let mut patched = load(&db, &caller, id).await?.config;
+    // agent's row lock, to the newest version stored then.
+    let newest = agent
+        .next_turn_config_version
+        .unwrap_or(agent.config_version);
+    let mut patched = store::get_config_version(&**db, id, newest)
+        .await?
+        .map_or(agent.config, |v| v.config);
     json_patch::merge(&mut patched, &patch);
     parse_config(&patched, &state.config().egress).await?;
-    store::patch_agent_config(&**db, id, &patch).await?;
+    store::patch_agent_config(&**db, id, &patch, apply).await?;
     Ok(Json(load(&db, &caller, id).await?.into()))
+}
+
+/// The agent's config versions, oldest first (configs masked as in
+/// `GET /v1/agents/{id}`).
+#[utoipa::path(
+    get,
+    path = "/v1/agents/{id}/versions",
+    tag = "agents",
+    params(("id" = Uuid, Path, description = "agent id")),
+    responses((status = 200, body = ConfigVersionList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody))
+)]
+pub async fn list_config_versions(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<ConfigVersionList>, ApiError> {
+    record_agent(id);
+    let db = state.db().await?;
+    if !store::agent_in_project(&**db, caller.project_id, id).await? {
+        return Err(ApiError::agent_not_found(id));
+    }
+    let versions = store::list_config_versions(&**db, id).await?;
+    Ok(Json(ConfigVersionList {
+        versions: versions.into_iter().map(ConfigVersionView::from).collect(),
+    }))
+}
+
+/// One config version of the agent.
+#[utoipa::path(
+    get,
+    path = "/v1/agents/{id}/versions/{version}",
+    tag = "agents",
+    params(("id" = Uuid, Path, description = "agent id"), ("version" = i32, Path, description = "version number, from 1")),
+    responses((status = 200, body = ConfigVersionView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody))
+)]
+pub async fn get_config_version(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath((id, version)): ApiPath<(Uuid, i32)>,
+) -> Result<Json<ConfigVersionView>, ApiError> {
+    record_agent(id);
+    let db = state.db().await?;
+    if !store::agent_in_project(&**db, caller.project_id, id).await? {
+        return Err(ApiError::agent_not_found(id));
+    }
+    let found = store::get_config_version(&**db, id, version).await?;
+    let found = found.ok_or_else(|| {
+        ApiError::not_found(format!("agent {id} has no config version {version}"))
+    })?;
+    Ok(Json(found.into()))
 }
 
 /// Cancel the agent's current turn: waiting tool calls are cancelled (later

@@ -14,7 +14,7 @@ use axum::response::IntoResponse;
 use axum::Json;
 use deadpool_postgres::Pool;
 use holdfast_client::wire::error::ErrorBody;
-use holdfast_client::wire::inputs::{InputList, InputRequest, InputView};
+use holdfast_client::wire::inputs::{InputList, InputRequest, InputView, UpdateInputRequest};
 use holdfast_engine::domain::{PostedInput, WaitingInputs};
 use holdfast_engine::egress::{EgressKind, EgressPolicy};
 use holdfast_engine::group_commit::GroupWrite;
@@ -186,6 +186,40 @@ pub async fn remove_input(
     let input = store::get_input(&**db, id)
         .await?
         .ok_or_else(ApiError::internal)?;
+    Ok(Json(InputView::from(input)))
+}
+
+/// Change a waiting input: its mode (`queue` <-> `steer`) and its place
+/// among its agent's queued inputs. Changes of one agent's inputs take
+/// turns on its row lock; each is recorded as `input.updated`.
+#[utoipa::path(
+    patch,
+    path = "/v1/inputs/{id}",
+    tag = "agents",
+    params(("id" = Uuid, Path, description = "input id")),
+    request_body = UpdateInputRequest,
+    responses(
+        (status = 200, description = "the input as changed", body = InputView),
+        (status = 400, description = "bad mode or position; `field` names it", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "the input no longer waits, or the change does not apply to it", body = ErrorBody),
+    )
+)]
+pub async fn update_input(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiJson(request): ApiJson<UpdateInputRequest>,
+) -> Result<Json<InputView>, ApiError> {
+    let not_found = || ApiError::not_found(format!("input {id} not found"));
+    let db = state.db().await?;
+    let input = store::get_input(&**db, id).await?.ok_or_else(not_found)?;
+    if !store::agent_in_project(&**db, caller.project_id, input.agent_id).await? {
+        return Err(not_found());
+    }
+    record_agent(input.agent_id);
+    let input = store::update_input(&**db, id, request.mode, request.position).await?;
     Ok(Json(InputView::from(input)))
 }
 

@@ -28,6 +28,7 @@ pub mod project;
 pub mod provider_keys;
 pub mod rate_limit;
 pub mod replica;
+pub mod schedules;
 pub mod state;
 pub mod stream;
 pub mod tool_calls;
@@ -109,10 +110,21 @@ fn small_body_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(agents::get_agent, agents::patch_agent))
         .routes(routes!(agents::cancel_agent))
         .routes(routes!(agents::archive_agent))
+        .routes(routes!(agents::list_config_versions))
+        .routes(routes!(agents::get_config_version))
+        .routes(routes!(
+            schedules::create_schedule,
+            schedules::list_schedules
+        ))
+        .routes(routes!(
+            schedules::get_schedule,
+            schedules::update_schedule,
+            schedules::delete_schedule
+        ))
         .routes(routes!(usage::get_agent_usage))
         .routes(routes!(usage::get_project_usage))
         .routes(routes!(inputs::list_inputs))
-        .routes(routes!(inputs::remove_input))
+        .routes(routes!(inputs::remove_input, inputs::update_input))
         .routes(routes!(attachments::get_attachment))
         .routes(routes!(events::list_events))
         .routes(routes!(stream::stream_events))

@@ -21,7 +21,8 @@ use utoipa::{Modify, OpenApi};
     modifiers(&BearerAuth),
     security(("bearer" = [])),
     tags(
-        (name = "agents", description = "agents, inputs, cancel, archive"),
+        (name = "agents", description = "agents, their config versions, inputs, cancel, archive"),
+        (name = "schedules", description = "inputs sent to an agent on a cron schedule or every interval"),
         (name = "events", description = "the timeline and its live stream"),
         (name = "tool-calls", description = "custom tool calls the client answers"),
         (name = "webhooks", description = "endpoints that receive every event, signed per Standard Webhooks"),

@@ -33,6 +33,11 @@ pub struct MaintenanceArgs {
     /// dropped, finished agents' rows past their project's retention pruned).
     #[arg(long = "retention-interval", env = "HOLDFAST_RETENTION_INTERVAL", default_value = "1h", value_parser = parse_duration)]
     retention_interval: Duration,
+    /// A schedule's slot more than this late (maintenance was away) is
+    /// missed: skipped, or fired once for all missed slots, by the
+    /// schedule's policy.
+    #[arg(long = "schedule-late-after", env = "HOLDFAST_SCHEDULE_LATE_AFTER", default_value = "1m", value_parser = parse_duration)]
+    schedule_late_after: Duration,
     /// Retry a webhook delivery until this long after its event, then mark it failed.
     #[arg(long = "webhook-retry-window", env = "HOLDFAST_WEBHOOK_RETRY_WINDOW", default_value = "10m", value_parser = parse_duration)]
     webhook_retry_window: Duration,
@@ -69,6 +74,7 @@ impl MaintenanceArgs {
             command_accept_timeout: self.command_accept_timeout,
             machine_offline_after: self.machine_offline_after,
             retention_interval: self.retention_interval,
+            schedule_late_after: self.schedule_late_after,
             webhooks: DispatcherSettings {
                 retry_window: self.webhook_retry_window,
                 request_timeout: self.webhook_timeout,

@@ -15,6 +15,7 @@ pub mod migrate;
 pub mod outbound;
 pub mod pg_text;
 pub mod provider;
+pub mod schedule;
 pub mod secrets;
 pub mod sse;
 pub mod store;

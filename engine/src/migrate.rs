@@ -73,6 +73,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0049_lease_session_lock.sql",
         sql: include_str!("../../sql/0049_lease_session_lock.sql"),
     },
+    Migration {
+        version: 52,
+        name: "0052_schedules_backlog_config_versions.sql",
+        sql: include_str!("../../sql/0052_schedules_backlog_config_versions.sql"),
+    },
 ];
 
 /// The line of an area file after which its functions and triggers begin.
@@ -111,6 +116,7 @@ pub const SCHEMA_FILES: &[SchemaFile] = schema_files![
     "webhooks.sql",
     "retention.sql",
     "operations.sql",
+    "schedules.sql",
 ];
 
 impl SchemaFile {

@@ -5,7 +5,7 @@
 //!
 //! By area: [`steps`] (the worker), [`agents`], [`events`], [`keys`],
 //! [`tool_calls`], [`webhooks`], [`machines`], [`status`], [`models`],
-//! [`retention`], [`replication`]; each
+//! [`retention`], [`replication`], [`schedules`]; each
 //! function is re-exported here by name, so callers write
 //! `store::claim_agents` and the lists below say which module holds it.
 
@@ -22,6 +22,7 @@ mod models;
 mod prepared;
 mod replication;
 mod retention;
+mod schedules;
 mod status;
 mod steps;
 mod tool_calls;
@@ -30,9 +31,10 @@ mod webhooks;
 
 pub use agents::{
     agent_in_project, archive_agent, create_agent, create_input, create_inputs,
-    create_traced_input, ensure_project, get_agent, get_attachment, get_input, list_agents,
-    list_inputs, patch_agent_config, remove_input, request_cancel, set_attachment_quotas,
-    set_limit_maxima, set_project_max_running, update_agent_config, Attachment, NewInput,
+    create_traced_input, ensure_project, get_agent, get_attachment, get_config_version, get_input,
+    list_agents, list_config_versions, list_inputs, patch_agent_config, remove_input,
+    request_cancel, set_attachment_quotas, set_limit_maxima, set_project_max_running,
+    update_agent_config, update_input, Attachment, ConfigApply, NewInput,
 };
 pub use events::{
     events_after, events_written, last_event_seq, unwatch_agent_events, watch_agent_events,
@@ -53,6 +55,10 @@ pub use models::{
 pub use prepared::{Pooled, Prepared};
 pub use replication::{wal_position, wal_replayed};
 pub use retention::{retention_tick, set_project_retention};
+pub use schedules::{
+    advance_schedule, claim_due_schedules, create_schedule, delete_schedule, get_schedule,
+    list_schedules, set_schedule_paused,
+};
 pub use status::{queue_depth, stuck_agents, worker_leases};
 pub use steps::{
     claim_agents, commit_compaction, commit_model_interrupt, commit_model_retry, commit_model_step,

@@ -128,10 +128,15 @@ CREATE TABLE holdfast.agents (
     -- The claim or last renewal took the lease session lock
     -- (hold_lease_session_lock): without it, the lease's session is gone.
     lease_session_locked boolean DEFAULT false NOT NULL,
+    -- The config version in force (agent_config_versions), and a newer one
+    -- saved with apply = next_turn that waits for the open turn to end.
+    config_version integer DEFAULT 1 NOT NULL,
+    next_turn_config_version integer,
     CONSTRAINT agents_attachment_bytes_check CHECK (attachment_bytes >= 0),
     CONSTRAINT agents_last_turn_outcome_check CHECK (last_turn_outcome IN ('completed', 'failed', 'cancelled', 'limit')),
     CONSTRAINT agents_last_turn_outcome_iff_ended CHECK ((last_turn_outcome IS NULL) = (last_turn_ended_at IS NULL)),
     CONSTRAINT agents_lease_iff_running CHECK ((state = 'running') = ((lease_owner IS NOT NULL) AND (lease_expires_at IS NOT NULL))),
+    CONSTRAINT agents_next_turn_config_version_check CHECK (next_turn_config_version > config_version),
     CONSTRAINT agents_lost_attempt_complete CHECK (((lost_attempt_epoch IS NULL) = (first_attempt_epoch IS NULL)) AND ((lost_attempt_epoch IS NULL) = (lost_attempt_started_at IS NULL)) AND ((lost_attempt_epoch IS NULL) = (lost_attempt_ended_at IS NULL))),
     CONSTRAINT agents_state_check CHECK (state IN ('idle', 'ready', 'running', 'waiting', 'archived')),
     CONSTRAINT agents_step_failures_check CHECK (step_failures >= 0),
@@ -166,6 +171,19 @@ CREATE INDEX agents_running_idx ON holdfast.agents (lease_expires_at) WHERE (sta
 
 CREATE UNIQUE INDEX agents_parent_tool_call_idx ON holdfast.agents (parent_tool_call_id) WHERE (parent_tool_call_id IS NOT NULL);
 
+-- Every config an agent had, numbered from 1 and never changed: create and
+-- each config change (update_agent_config) add one. agents.config is a copy
+-- of the version in force.
+CREATE TABLE holdfast.agent_config_versions (
+    agent_id uuid NOT NULL,
+    version integer NOT NULL,
+    config jsonb NOT NULL,
+    created_at timestamptz DEFAULT holdfast.now() NOT NULL,
+    CONSTRAINT agent_config_versions_version_check CHECK (version >= 1),
+    CONSTRAINT agent_config_versions_pkey PRIMARY KEY (agent_id, version),
+    CONSTRAINT agent_config_versions_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id)
+);
+
 -- A message sent to an agent. A turn's inputs are turn_inputs: admitted,
 -- not consumed, not removed.
 CREATE TABLE holdfast.inputs (
@@ -194,6 +212,9 @@ CREATE TABLE holdfast.inputs (
     removed_at timestamptz,
     -- When retention replaced its content with JSON null.
     content_pruned_at timestamptz,
+    -- Its place among the agent's queued inputs, set by a move (move_input);
+    -- NULL until then: unplaced inputs follow the placed ones, oldest first.
+    queue_position integer,
     CONSTRAINT inputs_admitted_unless_queued CHECK ((mode = 'queue') OR (admitted_at IS NOT NULL)),
     CONSTRAINT inputs_idempotency_key_check CHECK ((length(idempotency_key) >= 1) AND (length(idempotency_key) <= 255)),
     CONSTRAINT inputs_mode_check CHECK (mode IN ('steer', 'queue', 'interrupt')),
@@ -678,9 +699,10 @@ BEGIN
 END
 $$;
 
--- Create an agent in a project. Validates the config (validate_config), then
--- that the project may use its model settings (validate_model_access); a
--- header value "***" has nothing to keep here and is refused. Raises HF404
+-- Create an agent in a project, its config saved as version 1. Validates the
+-- config (validate_config), then that the project may use its model
+-- settings (validate_model_access); a header value "***" has nothing to
+-- keep here and is refused. Raises HF404
 -- for an unknown project, HF422 for an invalid or not permitted config
 -- (field named).
 CREATE OR REPLACE FUNCTION holdfast.create_agent(p_project uuid, p_config jsonb)
@@ -697,47 +719,92 @@ BEGIN
     PERFORM holdfast.validate_model_access(p_project, v_config);
     INSERT INTO holdfast.agents (project_id, config) VALUES (p_project, v_config)
     RETURNING id INTO v_id;
+    INSERT INTO holdfast.agent_config_versions (agent_id, version, config) VALUES (v_id, 1, v_config);
     RETURN v_id;
 END
 $$;
 
--- Replace an agent's config and record config.updated (data: {"config"},
--- masked by mask_config_secrets: events feed webhooks). Header values "***"
--- keep the values stored (keep_masked_secrets). Workers rebuild each model
--- request from the database at every attempt, so the change applies to the
--- next model call, retries included. A config equal to the current one
--- changes nothing and records nothing. Locks the agent row. Raises HF404,
--- HF409 (archived), HF422 (invalid or not permitted config, field named).
--- Returns the config now in force, masked.
-CREATE OR REPLACE FUNCTION holdfast.update_agent_config(p_agent uuid, p_config jsonb)
+-- An agent's newest config version and its config: the one a next_turn
+-- change left waiting for the open turn to end, or else the one in force.
+-- Config changes start from it.
+CREATE OR REPLACE FUNCTION holdfast.latest_config_version(p_agent holdfast.agents,
+                                                          OUT version integer, OUT config jsonb)
+LANGUAGE sql STABLE AS $$
+    SELECT v.version, v.config FROM holdfast.agent_config_versions v
+     WHERE v.agent_id = p_agent.id
+       AND v.version = coalesce(p_agent.next_turn_config_version, p_agent.config_version)
+$$;
+
+-- Replace an agent's config: saved as its next version (agent_config_versions,
+-- numbered after the newest) and recorded as config.updated (data:
+-- {"config", "version", "apply", "diff"}, config and diff masked by
+-- mask_config_secrets: events feed webhooks; diff is the merge patch,
+-- jsonb_merge_diff, from the newest version before it to this one). Header
+-- values "***" keep the values stored (keep_masked_secrets).
+--
+-- p_apply 'now': the version is in force at once: workers rebuild each model
+-- request from the database at every attempt, so it applies to the next
+-- model call, retries included. 'next_turn': while a turn is open, the turn
+-- finishes on the version it runs, and the next turn opens on this one
+-- (settle_agent_with); with no turn open, the same as 'now'.
+--
+-- A config equal to the newest changes nothing and records nothing. Locks
+-- the agent row. Raises HF404, HF409 (archived), HF422 (invalid or not
+-- permitted config, or apply, field named). Returns the config saved,
+-- masked.
+CREATE OR REPLACE FUNCTION holdfast.update_agent_config(p_agent uuid, p_config jsonb,
+                                                        p_apply text DEFAULT 'now')
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_agent holdfast.agents;
+    v_latest record;
     v_config jsonb;
+    v_version integer;
 BEGIN
+    IF p_apply IS NULL OR p_apply NOT IN ('now', 'next_turn') THEN
+        PERFORM holdfast.raise('HF422', 'apply must be now or next_turn', 'apply');
+    END IF;
     PERFORM holdfast.validate_config(p_config);
     v_agent := holdfast.lock_agent(p_agent);
     IF v_agent.state = 'archived' THEN
         PERFORM holdfast.raise('HF409', format('agent %s is archived', p_agent));
     END IF;
-    v_config := holdfast.keep_masked_secrets(v_agent.config, p_config);
-    IF v_agent.config = v_config THEN
+    v_latest := holdfast.latest_config_version(v_agent);
+    v_config := holdfast.keep_masked_secrets(v_latest.config, p_config);
+    IF v_latest.config = v_config THEN
         RETURN holdfast.mask_config_secrets(v_config);
     END IF;
     PERFORM holdfast.validate_model_access(v_agent.project_id, v_config);
-    UPDATE holdfast.agents SET config = v_config, updated_at = holdfast.now() WHERE id = p_agent;
-    PERFORM holdfast.append_event(p_agent, 'config.updated',
-                                  jsonb_build_object('config', holdfast.mask_config_secrets(v_config)));
+    v_version := v_latest.version + 1;
+    INSERT INTO holdfast.agent_config_versions (agent_id, version, config)
+    VALUES (p_agent, v_version, v_config);
+    IF p_apply = 'next_turn' AND v_agent.turn_open THEN
+        UPDATE holdfast.agents SET next_turn_config_version = v_version, updated_at = holdfast.now()
+         WHERE id = p_agent;
+    ELSE
+        UPDATE holdfast.agents
+           SET config = v_config, config_version = v_version, next_turn_config_version = NULL,
+               updated_at = holdfast.now()
+         WHERE id = p_agent;
+    END IF;
+    PERFORM holdfast.append_event(p_agent, 'config.updated', jsonb_build_object(
+        'config', holdfast.mask_config_secrets(v_config),
+        'version', v_version,
+        'apply', p_apply,
+        'diff', holdfast.jsonb_merge_diff(holdfast.mask_config_secrets(v_latest.config),
+                                          holdfast.mask_config_secrets(v_config))));
     RETURN holdfast.mask_config_secrets(v_config);
 END
 $$;
 
 -- Change an agent's config by a merge patch (jsonb_merge_patch) applied to
--- the config read under the agent's row lock, so two concurrent patches of
--- different fields both take effect. Then as update_agent_config. Raises
--- HF404, HF409 (archived), HF422 (the patch is not an object, or the result
--- is invalid). Returns the config now in force.
-CREATE OR REPLACE FUNCTION holdfast.patch_agent_config(p_agent uuid, p_patch jsonb)
+-- its newest config (latest_config_version) read under the agent's row
+-- lock, so two concurrent patches of different fields both take effect.
+-- Then as update_agent_config. Raises HF404, HF409 (archived), HF422 (the
+-- patch is not an object, or the result is invalid). Returns the config
+-- saved.
+CREATE OR REPLACE FUNCTION holdfast.patch_agent_config(p_agent uuid, p_patch jsonb,
+                                                       p_apply text DEFAULT 'now')
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     v_agent holdfast.agents;
@@ -746,7 +813,8 @@ BEGIN
         PERFORM holdfast.raise('HF422', 'a config patch must be a JSON object', 'config');
     END IF;
     v_agent := holdfast.lock_agent(p_agent);
-    RETURN holdfast.update_agent_config(p_agent, holdfast.jsonb_merge_patch(v_agent.config, p_patch));
+    RETURN holdfast.update_agent_config(
+        p_agent, holdfast.jsonb_merge_patch((holdfast.latest_config_version(v_agent)).config, p_patch), p_apply);
 END
 $$;
 
@@ -1047,6 +1115,93 @@ BEGIN
     UPDATE holdfast.inputs SET removed_at = holdfast.now() WHERE id = p_input;
     PERFORM holdfast.append_event(v_input.agent_id, 'input.removed', jsonb_build_object('input_id', p_input));
     RETURN v_input.agent_id;
+END
+$$;
+
+-- Change a waiting input (PATCH /v1/inputs/{id}): its mode and its place
+-- in its agent's queue. p_mode 'steer' takes a queued input into the open
+-- turn (or, on an idle agent, opens one for it, as a new input does);
+-- 'queue' takes a steering input the turn has not consumed back into the
+-- queue, unless it alone opened the turn and no model call ran yet (the
+-- turn would have nothing to answer). p_position (from 1; past the end is
+-- the end) places a queued input among its agent's queued inputs, the
+-- others keeping their order (inputs.queue_position, renumbered 1..n).
+-- NULL leaves either as it is. Appends input.updated {"input_id", "mode",
+-- "position"} (position NULL unless queued). Locks the agent row, so the
+-- changes of one agent's inputs serialize and a concurrent move never loses
+-- or repeats an input. Raises HF404, HF409 (the input no longer waits, the
+-- agent is archived, or the change does not apply), HF422 (mode or
+-- position, field named). Returns the input.
+CREATE OR REPLACE FUNCTION holdfast.update_input(p_input uuid, p_mode text DEFAULT NULL,
+                                                 p_position integer DEFAULT NULL)
+RETURNS holdfast.inputs LANGUAGE plpgsql AS $$
+DECLARE
+    v_input holdfast.inputs;
+    v_agent holdfast.agents;
+    v_place integer;
+BEGIN
+    IF p_mode IS NOT NULL AND p_mode NOT IN ('steer', 'queue') THEN
+        PERFORM holdfast.raise('HF422', 'mode must be steer or queue', 'mode');
+    END IF;
+    IF p_position < 1 THEN
+        PERFORM holdfast.raise('HF422', 'position counts from 1', 'position');
+    END IF;
+    SELECT * INTO v_input FROM holdfast.inputs WHERE id = p_input;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('input %s not found', p_input));
+    END IF;
+    v_agent := holdfast.lock_agent(v_input.agent_id);
+    SELECT * INTO v_input FROM holdfast.inputs WHERE id = p_input FOR UPDATE;
+    IF v_input.removed_at IS NOT NULL OR v_input.consumed_at IS NOT NULL THEN
+        PERFORM holdfast.raise('HF409', format('input %s no longer waits: it was %s', p_input,
+                               CASE WHEN v_input.removed_at IS NOT NULL THEN 'removed' ELSE 'consumed' END));
+    END IF;
+    IF v_agent.state = 'archived' THEN
+        PERFORM holdfast.raise('HF409', format('agent %s is archived', v_agent.id));
+    END IF;
+    IF p_mode = 'steer' AND v_input.admitted_at IS NULL THEN
+        UPDATE holdfast.inputs SET mode = 'steer', admitted_at = holdfast.now(), queue_position = NULL
+         WHERE id = p_input RETURNING * INTO v_input;
+    ELSIF p_mode = 'queue' AND v_input.admitted_at IS NOT NULL THEN
+        IF v_agent.turn_model_steps = 0 AND NOT EXISTS (
+               SELECT 1 FROM holdfast.turn_inputs(v_agent.id) t WHERE t.id <> p_input) THEN
+            PERFORM holdfast.raise('HF409', format(
+                'input %s alone opened the turn, which has not called the model yet: it cannot go back to the queue',
+                p_input), 'mode');
+        END IF;
+        UPDATE holdfast.inputs SET mode = 'queue', admitted_at = NULL
+         WHERE id = p_input RETURNING * INTO v_input;
+    END IF;
+    IF p_position IS NOT NULL THEN
+        IF v_input.admitted_at IS NOT NULL THEN
+            PERFORM holdfast.raise('HF409', format('input %s is not queued: only a queued input has a position', p_input), 'position');
+        END IF;
+        SELECT least(p_position, count(*)) INTO v_place FROM holdfast.inputs i
+         WHERE i.agent_id = v_agent.id AND i.admitted_at IS NULL AND i.removed_at IS NULL;
+        UPDATE holdfast.inputs i
+           SET queue_position = CASE WHEN i.id = p_input THEN v_place
+                                     ELSE o.n + (o.n >= v_place)::integer END
+          FROM (SELECT q.id, (row_number() OVER (ORDER BY q.queue_position, q.created_at, q.id))::integer AS n
+                  FROM holdfast.inputs q
+                 WHERE q.agent_id = v_agent.id AND q.admitted_at IS NULL AND q.removed_at IS NULL
+                   AND q.id <> p_input
+                 UNION ALL
+                SELECT p_input, NULL) o
+         WHERE i.id = o.id;
+        SELECT * INTO v_input FROM holdfast.inputs WHERE id = p_input;
+    END IF;
+    PERFORM holdfast.append_event(v_agent.id, 'input.updated', jsonb_build_object(
+        'input_id', p_input, 'mode', v_input.mode,
+        'position', (SELECT q.n FROM (
+                        SELECT i.id, row_number() OVER (ORDER BY i.queue_position, i.created_at, i.id) AS n
+                          FROM holdfast.inputs i
+                         WHERE i.agent_id = v_agent.id AND i.admitted_at IS NULL AND i.removed_at IS NULL) q
+                      WHERE q.id = p_input)));
+    -- As for a new input (insert_input): an idle agent opens a turn for it.
+    IF v_agent.state = 'idle' THEN
+        PERFORM holdfast.settle_agent(v_agent.id);
+    END IF;
+    RETURN v_input;
 END
 $$;
 

@@ -78,6 +78,25 @@ BEGIN
 END
 $$;
 
+-- The RFC 7396 merge patch that turns p_old into p_new (jsonb_merge_patch(
+-- p_old, jsonb_merge_diff(p_old, p_new)) = p_new for objects without JSON
+-- nulls): changed members with their new values, removed ones as null,
+-- objects compared member by member, anything else replaced whole.
+CREATE OR REPLACE FUNCTION holdfast.jsonb_merge_diff(p_old jsonb, p_new jsonb)
+RETURNS jsonb LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF jsonb_typeof(p_old) IS DISTINCT FROM 'object' OR jsonb_typeof(p_new) IS DISTINCT FROM 'object' THEN
+        RETURN p_new;
+    END IF;
+    RETURN (SELECT coalesce(jsonb_object_agg(k.key, CASE
+                                WHEN NOT p_new ? k.key THEN 'null'::jsonb
+                                ELSE holdfast.jsonb_merge_diff(p_old -> k.key, p_new -> k.key) END), '{}')
+              FROM (SELECT jsonb_object_keys(p_old) AS key
+                    UNION SELECT jsonb_object_keys(p_new)) k
+             WHERE (p_old -> k.key) IS DISTINCT FROM (p_new -> k.key));
+END
+$$;
+
 -- True when a URL host names a special-purpose (non-public) address: the
 -- local names (`localhost`, `*.localhost`, `.local`, `.internal`,
 -- `.home.arpa`), IP literals in the refused ranges of engine/src/egress.rs,

@@ -70,15 +70,16 @@ RETURNS SETOF holdfast.inputs LANGUAGE sql STABLE AS $$
      ORDER BY i.created_at, i.id
 $$;
 
--- A turn is opening: admit the agent's oldest queued input into it (the
--- queue's next turn; the rest stay queued for the turns after). Returns its
+-- A turn is opening: admit the agent's first queued input into it (by the
+-- place a person gave it, update_input, then oldest first: the queue's next
+-- turn; the rest stay queued for the turns after). Returns its
 -- id, or NULL when nothing is queued. The caller holds the agent's row lock.
 CREATE OR REPLACE FUNCTION holdfast.admit_queued_input(p_agent uuid)
 RETURNS uuid LANGUAGE sql AS $$
     UPDATE holdfast.inputs SET admitted_at = holdfast.now()
      WHERE id = (SELECT i.id FROM holdfast.inputs i
                   WHERE i.agent_id = p_agent AND i.admitted_at IS NULL AND i.removed_at IS NULL
-                  ORDER BY i.created_at, i.id LIMIT 1)
+                  ORDER BY i.queue_position, i.created_at, i.id LIMIT 1)
     RETURNING id
 $$;
 
@@ -204,9 +205,15 @@ DECLARE
     v_turn_event text;
     v_turn_data jsonb;
     v_now timestamptz := holdfast.now();
+    -- A turn opens on the config version a next_turn change left waiting,
+    -- or else on the one in force (update_agent_config).
+    v_next_config_version integer;
+    v_turn_config_version integer;
 BEGIN
     types := coalesce(p_types, '{}');
-    SELECT a.state, coalesce(p_turn_open, a.turn_open) INTO v_agent_state, v_turn_open
+    SELECT a.state, coalesce(p_turn_open, a.turn_open), a.next_turn_config_version,
+           coalesce(a.next_turn_config_version, a.config_version)
+      INTO v_agent_state, v_turn_open, v_next_config_version, v_turn_config_version
       FROM holdfast.agents a WHERE a.id = p_agent;
     IF v_agent_state = 'archived' THEN
         state := 'archived';
@@ -226,7 +233,7 @@ BEGIN
             v_open_turn := true;
             types := array_append(types, 'turn.started');
             IF p_data IS NOT NULL THEN
-                v_data := array_append(v_data, '{}'::jsonb);
+                v_data := array_append(v_data, jsonb_build_object('config_version', v_turn_config_version));
             END IF;
             SELECT t.parent, t.state INTO v_trace_parent, v_trace_state
               FROM holdfast.next_turn_trace_context(p_agent, p_consumed) t;
@@ -241,6 +248,12 @@ BEGIN
                lease_owner = NULL, lease_expires_at = NULL, lease_pid = NULL, lease_backend_start = NULL,
                updated_at = v_now,
                turn_open = v_turn_open OR v_open_turn,
+               config = CASE WHEN v_open_turn AND v_next_config_version IS NOT NULL
+                             THEN (SELECT v.config FROM holdfast.agent_config_versions v
+                                    WHERE v.agent_id = p_agent AND v.version = v_next_config_version)
+                             ELSE a.config END,
+               config_version = CASE WHEN v_open_turn THEN v_turn_config_version ELSE a.config_version END,
+               next_turn_config_version = CASE WHEN v_open_turn THEN NULL ELSE a.next_turn_config_version END,
                model_attempts = CASE WHEN v_open_turn OR p_model_step THEN 0
                                      ELSE coalesce(p_model_attempts, a.model_attempts) END,
                turn_model_steps = CASE WHEN v_open_turn THEN 0

@@ -350,7 +350,8 @@ BEGIN
 
     v_data := ARRAY[jsonb_build_object(
         'step_id', v_step_id, 'message', p_message, 'tool_calls', v_calls,
-        'usage', coalesce(p_usage, '{}'), 'stop_reason', p_stop_reason)];
+        'usage', coalesce(p_usage, '{}'), 'stop_reason', p_stop_reason,
+        'config_version', v_agent.config_version)];
     IF NOT (v_opens_waits OR v_limit IS NOT NULL) THEN
         v_data := v_data || ARRAY(SELECT c.value FROM jsonb_array_elements(v_calls) WITH ORDINALITY AS c (value, ord)
                                    ORDER BY c.ord);
@@ -359,7 +360,9 @@ BEGIN
                                                               'usage', holdfast.usage_json(v_turn_usage)));
         END IF;
         IF v_new_turn THEN
-            v_data := array_append(v_data, '{}'::jsonb);
+            -- turn.started: the version settle_agent_with opened the turn on.
+            v_data := array_append(v_data, jsonb_build_object('config_version',
+                (SELECT a.config_version FROM holdfast.agents a WHERE a.id = p_agent)));
         END IF;
     END IF;
     PERFORM holdfast.insert_reserved_events(p_agent, v_event_seq, v_types, v_data);

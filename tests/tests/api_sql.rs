@@ -7,7 +7,7 @@ use holdfast_engine::domain::{
     AgentState, CancelOutcome, InputMode, InputStatus, ModelStep, NewToolCall, ToolCallStatus,
     ToolKind,
 };
-use holdfast_engine::store::NewInput;
+use holdfast_engine::store::{ConfigApply, NewInput};
 use holdfast_engine::{store, Error};
 use holdfast_tests::api_server::waiting_custom_call;
 use holdfast_tests::scenario::{agent_state, event_types};
@@ -82,12 +82,18 @@ async fn a_patch_waiting_on_the_row_lock_applies_to_the_config_it_finds() {
     let (_, agent) = project_and_agent(&client).await;
     let mut first = db.connect().await;
     let tx = first.transaction().await.unwrap();
-    store::patch_agent_config(&tx, agent, &json!({"system": "first"}))
+    store::patch_agent_config(&tx, agent, &json!({"system": "first"}), ConfigApply::Now)
         .await
         .unwrap();
     let second = db.connect().await;
     let waiting = tokio::spawn(async move {
-        store::patch_agent_config(&second, agent, &json!({"metadata": {"by": "second"}})).await
+        store::patch_agent_config(
+            &second,
+            agent,
+            &json!({"metadata": {"by": "second"}}),
+            ConfigApply::Now,
+        )
+        .await
     });
     wait_for_lock_wait(&client, &db.name).await;
     tx.commit().await.unwrap();

@@ -2642,3 +2642,135 @@ async fn an_image_input_shows_as_a_thumbnail_fetched_with_the_key() {
         .await;
     console.browser.close().await;
 }
+
+/// The ids of an agent's queued inputs, in the order turns will take them.
+async fn queue_order(client: &Client, agent: Uuid) -> Vec<Uuid> {
+    store::list_inputs(
+        client,
+        agent,
+        holdfast_engine::domain::WaitingInputs::Queued,
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|i| i.id)
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_page_moves_promotes_and_cancels_queued_inputs_and_pauses_resumes_and_deletes_schedules(
+) {
+    use holdfast_engine::domain::InputMode;
+    let console = Console::start().await;
+    let agent = console.new_agent(&default_config()).await;
+    // A turn no worker runs keeps the queue waiting.
+    console.input(agent, "opening").await;
+    let mut queued = Vec::new();
+    for text in ["alpha", "beta", "gamma"] {
+        let created = store::create_traced_input(
+            &console.client,
+            agent,
+            &json!(text),
+            None,
+            None,
+            InputMode::Queue,
+        )
+        .await
+        .unwrap();
+        queued.push(created.input_id);
+    }
+    let schedule: Value = console
+        .api
+        .request(
+            reqwest::Method::POST,
+            &format!("/v1/agents/{agent}/schedules"),
+            &console.key,
+        )
+        .json(&json!({"every": "1h", "input": {"content": "hourly check"}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    console.sign_in().await;
+    console.open_agent(agent).await;
+    console.browser.wait_for_text("#backlog", "queued 3").await;
+
+    // alpha down one: beta, alpha, gamma.
+    console
+        .browser
+        .click("#backlog button[aria-label='Down: alpha']")
+        .await;
+    console
+        .browser
+        .wait_for_text("#backlog-status", "moved down")
+        .await;
+    assert_eq!(
+        queue_order(&console.client, agent).await,
+        [queued[1], queued[0], queued[2]]
+    );
+    // gamma promoted into the turn, beta cancelled.
+    console
+        .browser
+        .click("#backlog button[aria-label='Promote: gamma']")
+        .await;
+    console
+        .browser
+        .wait_for_text("#backlog-status", "promoted")
+        .await;
+    console
+        .browser
+        .click("#backlog button[aria-label='Cancel: beta']")
+        .await;
+    console
+        .browser
+        .wait_for_text("#backlog-status", "cancelled")
+        .await;
+    assert_eq!(queue_order(&console.client, agent).await, [queued[0]]);
+    console
+        .browser
+        .wait_for_text("#backlog", "in the turn · gamma")
+        .await;
+
+    // The schedule: paused, resumed, deleted.
+    console
+        .browser
+        .wait_for_text("#schedules", "every 1h")
+        .await;
+    console
+        .browser
+        .click("#schedules button[aria-label='Pause every 1h']")
+        .await;
+    console
+        .browser
+        .wait_for_text("#schedules-table", "paused")
+        .await;
+    console
+        .browser
+        .click("#schedules button[aria-label='Resume every 1h']")
+        .await;
+    console
+        .browser
+        .wait_for_text("#schedules-table", "active")
+        .await;
+    console
+        .browser
+        .click("#schedules button[aria-label='Delete every 1h']")
+        .await;
+    console
+        .browser
+        .wait_for_text("#schedules-status", "deleted")
+        .await;
+    let left: i64 = console
+        .client
+        .query_one(
+            "SELECT count(*) FROM holdfast.schedules WHERE id = $1::text::uuid",
+            &[&schedule["id"].as_str().unwrap()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+    console.browser.close().await;
+}

@@ -171,9 +171,14 @@ async fn archived_agent(db: &TestDb, project: Uuid, offset: &str) -> Uuid {
     let agent = store::create_agent(&client, project, &default_config())
         .await
         .unwrap();
-    store::patch_agent_config(&client, agent, &json!({"system": "one"}))
-        .await
-        .unwrap();
+    store::patch_agent_config(
+        &client,
+        agent,
+        &json!({"system": "one"}),
+        store::ConfigApply::Now,
+    )
+    .await
+    .unwrap();
     store::archive_agent(&client, agent).await.unwrap();
     agent
 }
@@ -198,9 +203,14 @@ async fn trimming_events_by_the_recipe_removes_only_long_archived_timelines() {
     let live = store::create_agent(&client, project, &default_config())
         .await
         .unwrap();
-    store::patch_agent_config(&client, live, &json!({"system": "live"}))
-        .await
-        .unwrap();
+    store::patch_agent_config(
+        &client,
+        live,
+        &json!({"system": "live"}),
+        store::ConfigApply::Now,
+    )
+    .await
+    .unwrap();
     for agent in [long_ago, lately, live] {
         let (events, deliveries) = events_of(&client, agent).await;
         assert!(

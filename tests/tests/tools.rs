@@ -395,6 +395,7 @@ async fn a_call_runs_as_the_kind_it_was_committed_with_not_as_a_later_config_say
         agent,
         &json!({"model": {"provider": "anthropic", "name": "claude-test"},
                 "tools": [{"type": "web_fetch"}]}),
+        store::ConfigApply::Now,
     )
     .await
     .unwrap();

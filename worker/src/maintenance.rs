@@ -4,8 +4,9 @@
 //! `holdfast.machine_tick()` (commands not accepted in time, offline and
 //! unreachable machines), the retention pass every retention interval
 //! (`store::retention_tick`: event partitions ahead of time, expired ones
-//! dropped, finished agents' old rows pruned), and the webhook dispatcher,
-//! side by side.
+//! dropped, finished agents' old rows pruned), the schedules' pass every
+//! interval (fire_schedules: each due slot's input), and the webhook
+//! dispatcher, side by side.
 //!
 //! Several instances may run at once: the tick's sweeps and the dispatcher's
 //! claims take their rows with SKIP LOCKED. Postgres going away is not fatal:
@@ -36,6 +37,9 @@ pub struct Settings {
     pub machine_offline_after: Duration,
     /// Time between two retention passes (`HOLDFAST_RETENTION_INTERVAL`).
     pub retention_interval: Duration,
+    /// A schedule's slot more than this late is missed
+    /// (`HOLDFAST_SCHEDULE_LATE_AFTER`; engine/src/schedule.rs).
+    pub schedule_late_after: Duration,
     pub webhooks: DispatcherSettings,
 }
 
@@ -46,6 +50,7 @@ impl Default for Settings {
             command_accept_timeout: Duration::from_secs(300),
             machine_offline_after: Duration::from_secs(30),
             retention_interval: Duration::from_secs(3600),
+            schedule_late_after: Duration::from_secs(60),
             webhooks: DispatcherSettings::default(),
         }
     }
@@ -80,12 +85,13 @@ pub async fn run(
     let stop = shutdown.child_token();
     let ticks = tick_loop(settings.clone(), pool.clone(), stop.clone());
     let retention = retention_loop(settings.retention_interval, pool.clone(), stop.clone());
+    let schedules = schedule_loop(settings.clone(), pool.clone(), stop.clone());
     let dispatcher = async {
         let result = webhooks::run(dispatcher_settings, pool, db, stop.clone()).await;
         stop.cancel();
         result
     };
-    let ((), (), dispatched) = tokio::join!(ticks, retention, dispatcher);
+    let ((), (), (), dispatched) = tokio::join!(ticks, retention, schedules, dispatcher);
     tracing::info!("maintenance stopped");
     dispatched
 }
@@ -195,6 +201,83 @@ async fn retention_pass(pool: &Pool, shutdown: &CancellationToken) -> anyhow::Re
             return Ok(());
         }
     }
+}
+
+/// Due schedules one transaction claims: their inputs and events commit
+/// together, in a transaction short enough to hold the schedules' locks.
+const SCHEDULE_BATCH: i32 = 100;
+
+/// Fire the due schedules every interval.
+async fn schedule_loop(settings: Settings, pool: Pool, shutdown: CancellationToken) {
+    let pass_shutdown = shutdown.clone();
+    repeat_pass(
+        "schedule pass",
+        settings.interval,
+        Duration::MAX,
+        shutdown,
+        || schedule_pass(&pool, settings.schedule_late_after, &pass_shutdown),
+    )
+    .await;
+}
+
+/// Claim due schedules (SKIP LOCKED: another maintenance process takes the
+/// others), decide each one's slots (engine/src/schedule.rs) and advance it
+/// in the same transaction, batch after batch while batches come back full.
+/// A crash before the commit leaves the slots due for the next pass; the
+/// fence in advance_schedule and the slot's idempotency key keep a slot
+/// from firing twice.
+async fn schedule_pass(
+    pool: &Pool,
+    late_after: Duration,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    loop {
+        let work = async {
+            let mut client = pool.get().await?;
+            let tx = tokio_postgres::Client::transaction(&mut client).await?;
+            let due = store::claim_due_schedules(&tx, SCHEDULE_BATCH).await?;
+            for schedule in &due {
+                let outcome = match fire_plan(schedule, late_after) {
+                    Ok(plan) => {
+                        store::advance_schedule(&tx, schedule.id, schedule.due, &plan).await?
+                    }
+                    Err(problem) => {
+                        // A stored expression this build cannot read (a
+                        // time zone its database lacks): it stays due, and
+                        // the log says why.
+                        tracing::warn!(schedule = %schedule.id, %problem, "schedule cannot be planned");
+                        continue;
+                    }
+                };
+                metrics::counter!("holdfast_schedule_fires_total", "outcome" => outcome)
+                    .increment(1);
+            }
+            tx.commit().await?;
+            Ok::<_, anyhow::Error>(due.len())
+        };
+        let claimed = tokio::time::timeout(DB_CALL_TIMEOUT, work).await??;
+        if claimed < SCHEDULE_BATCH as usize || shutdown.is_cancelled() {
+            return Ok(());
+        }
+    }
+}
+
+fn fire_plan(
+    schedule: &holdfast_engine::domain::DueSchedule,
+    late_after: Duration,
+) -> Result<holdfast_engine::schedule::FirePlan, String> {
+    let recurrence = holdfast_engine::schedule::recurrence(
+        schedule.cron.as_deref(),
+        &schedule.timezone,
+        schedule.every,
+    )?;
+    let timing = holdfast_engine::schedule::Timing {
+        recurrence,
+        start_at: schedule.start_at,
+        created_at: schedule.created_at,
+        end_at: schedule.end_at,
+    };
+    Ok(timing.plan(schedule.due, schedule.now, late_after, schedule.missed))
 }
 
 async fn tick(pool: &Pool, settings: &Settings) -> anyhow::Result<()> {

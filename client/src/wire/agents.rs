@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use holdfast_engine::config::AgentConfig;
-use holdfast_engine::domain::{Agent, AgentState, CancelOutcome};
+use holdfast_engine::domain::{Agent, AgentState, CancelOutcome, ConfigVersion};
 pub use holdfast_engine::domain::{LastTurn, TurnError, TurnOutcome};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -78,6 +78,11 @@ pub struct AgentView {
     /// Its latest turn (open or ended): how it ended, its error, start, end
     /// and usage; `null` before its first turn.
     pub last_turn: Option<LastTurn>,
+    /// The config version in force (`GET /v1/agents/{id}/versions/{n}`).
+    pub config_version: i32,
+    /// A newer version saved with `"apply": "next_turn"`, waiting for the
+    /// open turn to end; `null` when none waits.
+    pub next_turn_config_version: Option<i32>,
     /// In a list with `order=activity` only: the time the list is ordered
     /// by (its latest event's time, else its creation).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -97,6 +102,8 @@ impl From<Agent> for AgentView {
             updated_at: agent.updated_at,
             state_changed_at: agent.state_changed_at,
             last_turn: agent.last_turn,
+            config_version: agent.config_version,
+            next_turn_config_version: agent.next_turn_config_version,
             activity_at: None,
         }
     }
@@ -134,4 +141,30 @@ pub struct CancelView {
     #[schema(value_type = String, example = "cancelled")]
     pub status: CancelOutcome,
     pub agent: AgentView,
+}
+
+/// One saved config of an agent: numbered from 1, never changed.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ConfigVersionView {
+    pub version: i32,
+    /// Masked as in [`AgentView::config`].
+    #[schema(value_type = AgentConfig)]
+    pub config: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<ConfigVersion> for ConfigVersionView {
+    fn from(version: ConfigVersion) -> ConfigVersionView {
+        ConfigVersionView {
+            version: version.version,
+            config: version.config,
+            created_at: version.created_at,
+        }
+    }
+}
+
+/// An agent's config versions, oldest first.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ConfigVersionList {
+    pub versions: Vec<ConfigVersionView>,
 }

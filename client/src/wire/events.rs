@@ -78,7 +78,55 @@ pub struct InputRemovedData {
     pub input_id: Uuid,
 }
 
-/// Events that carry nothing: `turn.started`, `agent.archived`.
+/// `turn.started`.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct TurnStartedData {
+    /// The agent config version the turn opened on (`GET
+    /// /v1/agents/{id}/versions/{n}`).
+    pub config_version: i32,
+}
+
+/// `input.updated`: a waiting input's mode or place changed
+/// (`PATCH /v1/inputs/{id}`).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct InputUpdatedData {
+    pub input_id: Uuid,
+    /// `steer` or `queue`.
+    pub mode: String,
+    /// Its place among the agent's queued inputs, from 1; null when it is
+    /// not queued.
+    #[schema(required = true)]
+    pub position: Option<i64>,
+}
+
+/// `schedule.fired`: a schedule sent its input for a slot.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ScheduleFiredData {
+    pub schedule_id: Uuid,
+    /// The slot fired.
+    pub slot: DateTime<Utc>,
+    pub input_id: Uuid,
+    /// Fired after its time, for slots maintenance missed (`missed: once`).
+    pub late: bool,
+}
+
+/// `schedule.skipped`: slots a schedule did not fire.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ScheduleSkippedData {
+    pub schedule_id: Uuid,
+    /// `missed`: maintenance came too late for them; `refused`: the agent
+    /// refused the input (`message` says why; an archived agent's schedule
+    /// ends).
+    pub reason: String,
+    /// The slots skipped are those from `from` up to, not including,
+    /// `until`: the slot fired instead, or the next one planned.
+    pub from: DateTime<Utc>,
+    pub until: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Events that carry nothing: `agent.archived`.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct EmptyData {}
 
@@ -98,6 +146,8 @@ pub struct ModelResponseData {
     /// `end_turn`, `tool_use`, `max_tokens`, `stop_sequence`, `pause_turn`, or null.
     #[schema(required = true)]
     pub stop_reason: Option<String>,
+    /// The agent config version in force when the response was saved.
+    pub config_version: i32,
 }
 
 /// `model.retry`: a model call failed and will be made again.
@@ -398,6 +448,14 @@ pub struct ContextCompactedData {
 pub struct ConfigUpdatedData {
     /// The new config, secrets masked as `"***"`.
     pub config: AgentConfig,
+    /// Its version number (`GET /v1/agents/{id}/versions/{n}`).
+    pub version: i32,
+    /// `now` (in force at once) or `next_turn` (the next turn opens on it).
+    pub apply: String,
+    /// The JSON merge patch (RFC 7396) from the previous newest version to
+    /// this one, secrets masked.
+    #[schema(value_type = Object)]
+    pub diff: Value,
 }
 
 /// `turn.completed`.
@@ -446,7 +504,7 @@ fn variants() -> Vec<Variant> {
     vec![
         variant::<InputReceivedData>("input.received"),
         variant::<InputRemovedData>("input.removed"),
-        variant::<EmptyData>("turn.started"),
+        variant::<TurnStartedData>("turn.started"),
         variant::<ModelResponseData>("model.response"),
         variant::<ModelRetryData>("model.retry"),
         variant::<ModelInterruptedData>("model.interrupted"),
@@ -476,6 +534,9 @@ fn variants() -> Vec<Variant> {
         variant::<TurnCancelledData>("turn.cancelled"),
         variant::<TurnFailedData>("turn.failed"),
         variant::<EmptyData>("agent.archived"),
+        variant::<InputUpdatedData>("input.updated"),
+        variant::<ScheduleFiredData>("schedule.fired"),
+        variant::<ScheduleSkippedData>("schedule.skipped"),
     ]
 }
 

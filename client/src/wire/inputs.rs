@@ -26,6 +26,23 @@ pub struct InputRequest {
     pub mode: InputMode,
 }
 
+/// A change to a waiting input (`PATCH /v1/inputs/{id}`); an absent field
+/// stays as it is.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateInputRequest {
+    /// `steer` takes a queued input into the open turn (or opens one for
+    /// it); `queue` takes a steering input the turn has not consumed back
+    /// into the queue. `interrupt` is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<InputMode>,
+    /// The queued input's place among its agent's queued inputs, from 1
+    /// (past the end: last); the others keep their order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub position: Option<i32>,
+}
+
 /// A saved input.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct InputView {
@@ -54,7 +71,8 @@ impl From<Input> for InputView {
     }
 }
 
-/// An agent's waiting inputs, oldest first.
+/// An agent's waiting inputs: queued ones in the order turns will take them
+/// (their place, then oldest first), pending ones oldest first.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct InputList {
     pub inputs: Vec<InputView>,

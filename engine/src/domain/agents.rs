@@ -68,6 +68,11 @@ pub struct Agent {
     pub state_changed_at: DateTime<Utc>,
     /// Its latest turn; `None` before its first.
     pub last_turn: Option<LastTurn>,
+    /// The config version in force (`config` is it).
+    pub config_version: i32,
+    /// A newer version saved with `apply: next_turn`, waiting for the open
+    /// turn to end.
+    pub next_turn_config_version: Option<i32>,
 }
 
 /// How a turn ended.

@@ -13,6 +13,7 @@ mod endpoints;
 mod events;
 mod keys;
 mod machines;
+mod schedules;
 mod status;
 mod steps;
 mod tool_calls;
@@ -35,6 +36,7 @@ pub use machines::{
     MachineRegistered, MachineStatus, MachineTickReport, MachineWake, ReportedCommand,
     LIVE_OUTPUT_MAX_BYTES, LIVE_OUTPUT_MIN_INTERVAL, LIVE_OUTPUT_PIECE_MAX_BYTES,
 };
+pub use schedules::{ConfigVersion, DueSchedule, NewSchedule, Schedule};
 pub use status::{StuckAgent, WorkerLeases};
 pub use steps::{
     AttachmentQuotas, AttemptTrace, Claim, HistoryMessage, LimitMaxima, LostAttempt,

@@ -10,8 +10,8 @@ use uuid::Uuid;
 use super::prepared::{query_prepared, with_wake_after_commit, Prepared};
 use super::{batch_outcomes, parse_text};
 use crate::domain::{
-    Agent, AgentState, AttachmentQuotas, CancelOutcome, Input, InputCreated, InputMode,
-    LimitMaxima, PostedInput, TurnOutcome, WaitingInputs,
+    Agent, AgentState, AttachmentQuotas, CancelOutcome, ConfigVersion, Input, InputCreated,
+    InputMode, LimitMaxima, PostedInput, TurnOutcome, WaitingInputs,
 };
 use crate::error::{Error, Result};
 use crate::telemetry::TraceHeaders;
@@ -131,7 +131,7 @@ pub async fn ensure_project(client: &impl GenericClient, name: &str) -> Result<U
 pub(super) const AGENT_COLUMNS: &str =
     "id, project_id, holdfast.mask_config_secrets(config), state, turn_open, cancel_requested_at, \
                              last_event_seq, created_at, updated_at, state_changed_at, \
-                             holdfast.agent_last_turn(agents)";
+                             holdfast.agent_last_turn(agents), config_version, next_turn_config_version";
 
 pub(super) fn agent_from_row(row: &tokio_postgres::Row) -> Result<Agent> {
     Ok(Agent {
@@ -150,6 +150,8 @@ pub(super) fn agent_from_row(row: &tokio_postgres::Row) -> Result<Agent> {
             .map(serde_json::from_value)
             .transpose()
             .map_err(|e| Error::Migration(format!("agent_last_turn document: {e}")))?,
+        config_version: row.get(11),
+        next_turn_config_version: row.get(12),
     })
 }
 
@@ -242,36 +244,92 @@ pub async fn list_agents(
     rows.iter().map(agent_from_row).collect()
 }
 
-/// Replace an agent's config (`config.updated`); returns the config in
-/// force, masked. Header values `"***"` keep the stored values.
+/// When a config change takes effect (`holdfast.update_agent_config`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum ConfigApply {
+    /// At once: the next model call uses it.
+    #[default]
+    Now,
+    /// The open turn finishes on the version it runs; the next turn uses it.
+    NextTurn,
+}
+
+/// Replace an agent's config (`config.updated`), saved as its next version;
+/// returns the config saved, masked. Header values `"***"` keep the stored
+/// values.
 pub async fn update_agent_config(
     client: &impl GenericClient,
     agent: Uuid,
     config: &Value,
+    apply: ConfigApply,
 ) -> Result<Value> {
+    let apply: &str = apply.into();
     let row = client
         .query_one(
-            "SELECT holdfast.update_agent_config($1, $2)",
-            &[&agent, config],
+            "SELECT holdfast.update_agent_config($1, $2, $3)",
+            &[&agent, config, &apply],
         )
         .await?;
     Ok(row.get(0))
 }
 
-/// Change an agent's config by an RFC 7396 merge patch, applied under the
-/// agent's row lock; returns the config in force, masked.
+/// Change an agent's config by an RFC 7396 merge patch of its newest
+/// version, applied under the agent's row lock; returns the config saved,
+/// masked.
 pub async fn patch_agent_config(
     client: &impl GenericClient,
     agent: Uuid,
     patch: &Value,
+    apply: ConfigApply,
 ) -> Result<Value> {
+    let apply: &str = apply.into();
     let row = client
         .query_one(
-            "SELECT holdfast.patch_agent_config($1, $2)",
-            &[&agent, patch],
+            "SELECT holdfast.patch_agent_config($1, $2, $3)",
+            &[&agent, patch, &apply],
         )
         .await?;
     Ok(row.get(0))
+}
+
+/// An agent's config versions, oldest first, configs masked.
+pub async fn list_config_versions(
+    client: &impl GenericClient,
+    agent: Uuid,
+) -> Result<Vec<ConfigVersion>> {
+    let rows = client
+        .query(
+            "SELECT version, holdfast.mask_config_secrets(config), created_at \
+               FROM holdfast.agent_config_versions WHERE agent_id = $1 ORDER BY version",
+            &[&agent],
+        )
+        .await?;
+    Ok(rows.iter().map(config_version_from_row).collect())
+}
+
+/// One config version of an agent, masked.
+pub async fn get_config_version(
+    client: &impl GenericClient,
+    agent: Uuid,
+    version: i32,
+) -> Result<Option<ConfigVersion>> {
+    let row = client
+        .query_opt(
+            "SELECT version, holdfast.mask_config_secrets(config), created_at \
+               FROM holdfast.agent_config_versions WHERE agent_id = $1 AND version = $2",
+            &[&agent, &version],
+        )
+        .await?;
+    Ok(row.as_ref().map(config_version_from_row))
+}
+
+fn config_version_from_row(row: &tokio_postgres::Row) -> ConfigVersion {
+    ConfigVersion {
+        version: row.get(0),
+        config: row.get(1),
+        created_at: row.get(2),
+    }
 }
 
 /// Archive an idle agent (no new inputs); [`Error::Conflict`] otherwise.
@@ -412,16 +470,20 @@ pub async fn list_inputs(
     agent: Uuid,
     which: WaitingInputs,
 ) -> Result<Vec<Input>> {
-    let filter = match which {
-        WaitingInputs::Queued => "admitted_at IS NULL AND removed_at IS NULL",
-        WaitingInputs::Pending => "admitted_at IS NOT NULL",
+    // Queued inputs in the order turns will take them (admit_queued_input).
+    let (filter, order) = match which {
+        WaitingInputs::Queued => (
+            "admitted_at IS NULL AND removed_at IS NULL",
+            "queue_position, created_at, id",
+        ),
+        WaitingInputs::Pending => ("admitted_at IS NOT NULL", "created_at, id"),
     };
     let rows = client
         .query(
             &format!(
                 "SELECT {INPUT_COLUMNS} FROM holdfast.inputs \
                   WHERE agent_id = $1 AND consumed_at IS NULL AND {filter} \
-                  ORDER BY created_at, id"
+                  ORDER BY {order}"
             ),
             &[&agent],
         )
@@ -436,4 +498,27 @@ pub async fn remove_input(client: &impl GenericClient, input: Uuid) -> Result<Uu
         .query_one("SELECT holdfast.remove_input($1)", &[&input])
         .await?;
     Ok(row.get(0))
+}
+
+/// Change a waiting input's mode and its place in its agent's queue
+/// (`holdfast.update_input`; `None` leaves either as it is):
+/// [`Error::NotFound`], [`Error::Conflict`] (it no longer waits, or the
+/// change does not apply to it), [`Error::Invalid`] naming the field.
+pub async fn update_input(
+    client: &impl GenericClient,
+    input: Uuid,
+    mode: Option<InputMode>,
+    position: Option<i32>,
+) -> Result<Input> {
+    let mode = mode.map(<&str>::from);
+    let row = client
+        .query_one(
+            &format!(
+                "SELECT {INPUT_COLUMNS} FROM holdfast.update_input($1, $2, $3) \
+                  WHERE id IS NOT NULL"
+            ),
+            &[&input, &mode, &position],
+        )
+        .await?;
+    input_from_row(&row)
 }

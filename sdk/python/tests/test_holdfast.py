@@ -86,6 +86,33 @@ def test_agents_create_get_list_every_page_update_cancel_archive(client):
     assert client.agents.archive(created[2]["id"])["state"] == "archived"
 
 
+def test_a_schedule_is_created_listed_paused_resumed_and_deleted(client):
+    agent = client.agents.create({"model": MODEL})
+    created = client.schedules.create(
+        agent["id"],
+        {"cron": "0 8 * * 1-5", "timezone": "Europe/Berlin", "input": {"content": "summarise the overnight tickets"}},
+    )
+    assert created["state"] == "active" and created["input"]["mode"] == "queue"
+    assert [s["id"] for s in client.schedules.list(agent["id"])] == [created["id"]]
+    assert client.schedules.pause(agent["id"], created["id"])["state"] == "paused"
+    assert client.schedules.resume(agent["id"], created["id"])["next_fire_at"] == created["next_fire_at"]
+    with pytest.raises(InvalidRequestError) as invalid:
+        client.schedules.create(agent["id"], {"every": "500ms", "input": {"content": "x"}})
+    assert invalid.value.field == "every"
+    client.schedules.delete(agent["id"], created["id"])
+    with pytest.raises(NotFoundError):
+        client.schedules.get(agent["id"], created["id"])
+
+
+def test_config_changes_are_numbered_versions_and_inputs_move(client):
+    agent = client.agents.create({"model": MODEL, "system": "one"})
+    assert client.agents.update(agent["id"], {"system": "two"}, apply="next_turn")["config_version"] == 2
+    assert [v["version"] for v in client.agents.versions(agent["id"])] == [1, 2]
+    assert client.agents.version(agent["id"], 1)["config"]["system"] == "one"
+    with pytest.raises(NotFoundError):
+        client.agents.update_input("00000000-0000-0000-0000-000000000000", position=1)
+
+
 def test_agents_search_finds_an_agent_by_a_word_of_its_answer(client):
     agent = client.agents.create({"model": MODEL})
     client.run(agent["id"], directive(say="The pelican ledger balances."))

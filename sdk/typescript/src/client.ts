@@ -38,6 +38,9 @@ export type Approval = Schemas["ApprovalView"];
 export type Question = Schemas["QuestionView"];
 export type Webhook = Schemas["WebhookView"];
 export type CreatedWebhook = Schemas["CreatedWebhookView"];
+export type ConfigVersion = Schemas["ConfigVersionView"];
+export type Schedule = Schemas["ScheduleView"];
+export type CreateSchedule = Schemas["CreateScheduleRequest"];
 export type InboxItem = Schemas["InboxItem"];
 export type InboxKind = Schemas["InboxKind"];
 export type TurnOutcome = Schemas["TurnOutcome"];
@@ -193,6 +196,7 @@ function fromEnv(name: string): string | undefined {
 export class Holdfast {
   readonly baseUrl: string;
   readonly agents: Agents;
+  readonly schedules: Schedules;
   readonly webhooks: Webhooks;
   readonly retry: RetryPolicy;
   private readonly apiKey: string;
@@ -215,6 +219,7 @@ export class Holdfast {
     this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
     this.retry = { ...DEFAULT_RETRY, ...options.retry };
     this.agents = new Agents(this);
+    this.schedules = new Schedules(this);
     this.webhooks = new Webhooks(this);
   }
 
@@ -721,9 +726,28 @@ export class Agents {
     }
   }
 
-  /** Change the config with a JSON merge patch (`null` removes a field). */
-  update(agentId: string, patch: Record<string, unknown>): Promise<Agent> {
-    return this.client.json("PATCH", `/v1/agents/${enc(agentId)}`, { body: patch });
+  /**
+   * Change the config with a JSON merge patch (`null` removes a field),
+   * saved as its next version; `apply: "next_turn"` lets a running turn
+   * finish on its version.
+   */
+  update(agentId: string, patch: Record<string, unknown>, options: { apply?: "now" | "next_turn" } = {}): Promise<Agent> {
+    const body = options.apply === undefined ? patch : { ...patch, apply: options.apply };
+    return this.client.json("PATCH", `/v1/agents/${enc(agentId)}`, { body });
+  }
+
+  /** The agent's config versions, oldest first. */
+  async versions(agentId: string): Promise<ConfigVersion[]> {
+    return (await this.client.json<{ versions: ConfigVersion[] }>("GET", `/v1/agents/${enc(agentId)}/versions`)).versions;
+  }
+
+  version(agentId: string, version: number): Promise<ConfigVersion> {
+    return this.client.json("GET", `/v1/agents/${enc(agentId)}/versions/${version}`);
+  }
+
+  /** Change a waiting input: its mode (`queue` <-> `steer`) or its place (from 1) in the queue. */
+  updateInput(inputId: string, change: { mode?: "queue" | "steer"; position?: number }): Promise<Input> {
+    return this.client.json("PATCH", `/v1/inputs/${enc(inputId)}`, { body: change });
   }
 
   cancel(agentId: string): Promise<CancelOutcome> {
@@ -732,6 +756,37 @@ export class Agents {
 
   archive(agentId: string): Promise<Agent> {
     return this.client.json("POST", `/v1/agents/${enc(agentId)}/archive`);
+  }
+}
+
+/** `/v1/agents/{id}/schedules`: inputs sent on a cron schedule or every interval. */
+export class Schedules {
+  constructor(private readonly client: Holdfast) {}
+
+  /** Create a schedule. Retried only on a 429 (a retried create could make two). */
+  create(agentId: string, schedule: CreateSchedule): Promise<Schedule> {
+    return this.client.json("POST", `/v1/agents/${enc(agentId)}/schedules`, { body: schedule, retry: "rate_limit_only" });
+  }
+
+  async list(agentId: string): Promise<Schedule[]> {
+    return (await this.client.json<{ schedules: Schedule[] }>("GET", `/v1/agents/${enc(agentId)}/schedules`)).schedules;
+  }
+
+  get(agentId: string, scheduleId: string): Promise<Schedule> {
+    return this.client.json("GET", `/v1/agents/${enc(agentId)}/schedules/${enc(scheduleId)}`);
+  }
+
+  pause(agentId: string, scheduleId: string): Promise<Schedule> {
+    return this.client.json("PATCH", `/v1/agents/${enc(agentId)}/schedules/${enc(scheduleId)}`, { body: { paused: true } });
+  }
+
+  /** Resume from the next slot on (slots passed while paused are not fired). */
+  resume(agentId: string, scheduleId: string): Promise<Schedule> {
+    return this.client.json("PATCH", `/v1/agents/${enc(agentId)}/schedules/${enc(scheduleId)}`, { body: { paused: false } });
+  }
+
+  async delete(agentId: string, scheduleId: string): Promise<void> {
+    await this.client.request("DELETE", `/v1/agents/${enc(agentId)}/schedules/${enc(scheduleId)}`);
   }
 }
 

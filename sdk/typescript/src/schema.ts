@@ -112,8 +112,12 @@ export interface paths {
         head?: never;
         /**
          * Change an agent's config by a JSON merge patch (RFC 7396: objects merge,
-         *     `null` removes a field, arrays are replaced). Recorded as
-         *     `config.updated`; applies to the next model call, retries included.
+         *     `null` removes a field, arrays are replaced) of its newest version. The
+         *     result is saved as the next numbered version and recorded as
+         *     `config.updated` (with the version and the diff). A top-level `"apply"`
+         *     says when it takes effect: `"now"` (the default: the next model call,
+         *     retries included) or `"next_turn"` (a running turn finishes on its
+         *     version; the next turn uses this one).
          */
         patch: operations["patch_agent"];
         trace?: never;
@@ -247,6 +251,43 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/agents/{id}/schedules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The agent's schedules, oldest first. */
+        get: operations["list_schedules"];
+        put?: never;
+        /** Create a schedule: the agent is sent `input` at each slot. */
+        post: operations["create_schedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/agents/{id}/schedules/{schedule_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One schedule. */
+        get: operations["get_schedule"];
+        put?: never;
+        post?: never;
+        /** Delete a schedule (the inputs it sent stay). */
+        delete: operations["delete_schedule"];
+        options?: never;
+        head?: never;
+        /** Pause or resume a schedule. Resuming fires from the next slot on. */
+        patch: operations["update_schedule"];
+        trace?: never;
+    };
     "/v1/agents/{id}/stream": {
         parameters: {
             query?: never;
@@ -294,6 +335,43 @@ export interface paths {
          *     the model has none).
          */
         get: operations["get_agent_usage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/agents/{id}/versions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The agent's config versions, oldest first (configs masked as in
+         *     `GET /v1/agents/{id}`).
+         */
+        get: operations["list_config_versions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/agents/{id}/versions/{version}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One config version of the agent. */
+        get: operations["get_config_version"];
         put?: never;
         post?: never;
         delete?: never;
@@ -353,7 +431,12 @@ export interface paths {
         delete: operations["remove_input"];
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Change a waiting input: its mode (`queue` <-> `steer`) and its place
+         *     among its agent's queued inputs. Changes of one agent's inputs take
+         *     turns on its row lock; each is recorded as `input.updated`.
+         */
+        patch: operations["update_input"];
         trace?: never;
     };
     "/v1/machine/commands/claim": {
@@ -780,6 +863,11 @@ export interface components {
              *     create, `"***"` keeps the stored value.
              */
             config: components["schemas"]["AgentConfig"];
+            /**
+             * Format: int32
+             * @description The config version in force (`GET /v1/agents/{id}/versions/{n}`).
+             */
+            config_version: number;
             /** Format: date-time */
             created_at: string;
             /** Format: uuid */
@@ -790,6 +878,12 @@ export interface components {
              */
             last_event_seq: number;
             last_turn?: null | components["schemas"]["LastTurn"];
+            /**
+             * Format: int32
+             * @description A newer version saved with `"apply": "next_turn"`, waiting for the
+             *     open turn to end; `null` when none waits.
+             */
+            next_turn_config_version?: number | null;
             state: components["schemas"]["StateName"];
             /** Format: date-time */
             state_changed_at: string;
@@ -1230,8 +1324,20 @@ export interface components {
         CommandWorkspace: "machine" | "agent";
         /** @description `config.updated`. */
         ConfigUpdatedData: {
+            /** @description `now` (in force at once) or `next_turn` (the next turn opens on it). */
+            apply: string;
             /** @description The new config, secrets masked as `"***"`. */
             config: components["schemas"]["AgentConfig"];
+            /**
+             * @description The JSON merge patch (RFC 7396) from the previous newest version to
+             *     this one, secrets masked.
+             */
+            diff: Record<string, unknown>;
+            /**
+             * Format: int32
+             * @description Its version number (`GET /v1/agents/{id}/versions/{n}`).
+             */
+            version: number;
         };
         /** @description A `config.updated` event (docs/events.md). */
         ConfigUpdatedEvent: {
@@ -1252,6 +1358,19 @@ export interface components {
              * @enum {string}
              */
             type: "config.updated";
+        };
+        /** @description An agent's config versions, oldest first. */
+        ConfigVersionList: {
+            versions: components["schemas"]["ConfigVersionView"][];
+        };
+        /** @description One saved config of an agent: numbered from 1, never changed. */
+        ConfigVersionView: {
+            /** @description Masked as in [`AgentView::config`]. */
+            config: components["schemas"]["AgentConfig"];
+            /** Format: date-time */
+            created_at: string;
+            /** Format: int32 */
+            version: number;
         };
         /**
          * @description `content.left_out`: an image or document URL the egress policy refused
@@ -1316,6 +1435,39 @@ export interface components {
              * @enum {string}
              */
             type: "context.compacted";
+        };
+        /** @description A new schedule: `cron` (with `timezone`) or `every`. */
+        CreateScheduleRequest: {
+            /**
+             * @description A cron expression: 5 fields (minute hour day-of-month month
+             *     day-of-week), or 6 with seconds first; e.g. `0 8 * * 1-5`.
+             */
+            cron?: string | null;
+            /**
+             * Format: date-time
+             * @description No slot after this; the schedule then ends.
+             */
+            end_at?: string | null;
+            /**
+             * @description A fixed interval: a whole number and a unit, `ms`, `s`, `m` or `h`
+             *     (`15m`), at least 1s.
+             */
+            every?: string | null;
+            input: components["schemas"]["ScheduledInput"];
+            /**
+             * @description After maintenance was away past slots: `skip` them (the default) or
+             *     fire `once` for all of them.
+             */
+            missed?: components["schemas"]["MissedPolicy"];
+            /**
+             * Format: date-time
+             * @description No slot before this. An `every` schedule's slots are `start_at` and
+             *     every interval after it; without it, the first is one interval
+             *     after creation (and `start_at` is set to it).
+             */
+            start_at?: string | null;
+            /** @description The IANA time zone the cron expression is read in (default `UTC`). */
+            timezone?: string | null;
         };
         /** @description A new endpoint. */
         CreateWebhookRequest: {
@@ -1422,7 +1574,7 @@ export interface components {
             next_attempt_at?: string | null;
             status: components["schemas"]["DeliveryStatusName"];
         };
-        /** @description Events that carry nothing: `turn.started`, `agent.archived`. */
+        /** @description Events that carry nothing: `agent.archived`. */
         EmptyData: Record<string, unknown>;
         /** @description The error body (for the OpenAPI document). */
         ErrorBody: {
@@ -1446,7 +1598,7 @@ export interface components {
             has_more: boolean;
         };
         /** @description One event (docs/events.md): a variant per `type`. */
-        EventView: components["schemas"]["InputReceivedEvent"] | components["schemas"]["InputRemovedEvent"] | components["schemas"]["TurnStartedEvent"] | components["schemas"]["ModelResponseEvent"] | components["schemas"]["ModelRetryEvent"] | components["schemas"]["ModelInterruptedEvent"] | components["schemas"]["StepRetryEvent"] | components["schemas"]["WorkerLostEvent"] | components["schemas"]["ToolCallCreatedEvent"] | components["schemas"]["ToolCallCompletedEvent"] | components["schemas"]["ToolCallInterruptedEvent"] | components["schemas"]["ToolUnavailableEvent"] | components["schemas"]["ContentLeftOutEvent"] | components["schemas"]["ApprovalRequestedEvent"] | components["schemas"]["ApprovalAnsweredEvent"] | components["schemas"]["QuestionAskedEvent"] | components["schemas"]["QuestionAnsweredEvent"] | components["schemas"]["CommandQueuedEvent"] | components["schemas"]["CommandAcceptedEvent"] | components["schemas"]["CommandFinishedEvent"] | components["schemas"]["CommandFailedEvent"] | components["schemas"]["CommandUnknownEvent"] | components["schemas"]["MachineUnreachableEvent"] | components["schemas"]["MachineSessionReplacedEvent"] | components["schemas"]["SubagentStartedEvent"] | components["schemas"]["SubagentFinishedEvent"] | components["schemas"]["ContextCompactedEvent"] | components["schemas"]["ConfigUpdatedEvent"] | components["schemas"]["TurnCompletedEvent"] | components["schemas"]["TurnCancelledEvent"] | components["schemas"]["TurnFailedEvent"] | components["schemas"]["AgentArchivedEvent"];
+        EventView: components["schemas"]["InputReceivedEvent"] | components["schemas"]["InputRemovedEvent"] | components["schemas"]["TurnStartedEvent"] | components["schemas"]["ModelResponseEvent"] | components["schemas"]["ModelRetryEvent"] | components["schemas"]["ModelInterruptedEvent"] | components["schemas"]["StepRetryEvent"] | components["schemas"]["WorkerLostEvent"] | components["schemas"]["ToolCallCreatedEvent"] | components["schemas"]["ToolCallCompletedEvent"] | components["schemas"]["ToolCallInterruptedEvent"] | components["schemas"]["ToolUnavailableEvent"] | components["schemas"]["ContentLeftOutEvent"] | components["schemas"]["ApprovalRequestedEvent"] | components["schemas"]["ApprovalAnsweredEvent"] | components["schemas"]["QuestionAskedEvent"] | components["schemas"]["QuestionAnsweredEvent"] | components["schemas"]["CommandQueuedEvent"] | components["schemas"]["CommandAcceptedEvent"] | components["schemas"]["CommandFinishedEvent"] | components["schemas"]["CommandFailedEvent"] | components["schemas"]["CommandUnknownEvent"] | components["schemas"]["MachineUnreachableEvent"] | components["schemas"]["MachineSessionReplacedEvent"] | components["schemas"]["SubagentStartedEvent"] | components["schemas"]["SubagentFinishedEvent"] | components["schemas"]["ContextCompactedEvent"] | components["schemas"]["ConfigUpdatedEvent"] | components["schemas"]["TurnCompletedEvent"] | components["schemas"]["TurnCancelledEvent"] | components["schemas"]["TurnFailedEvent"] | components["schemas"]["AgentArchivedEvent"] | components["schemas"]["InputUpdatedEvent"] | components["schemas"]["ScheduleFiredEvent"] | components["schemas"]["ScheduleSkippedEvent"];
         Health: {
             /** @description Whether the LISTEN connection that feeds streams is up (readiness only). */
             listener?: string | null;
@@ -1540,7 +1692,10 @@ export interface components {
          * @enum {string}
          */
         InboxKind: "approval" | "budget_approval" | "question" | "tool_call" | "command";
-        /** @description An agent's waiting inputs, oldest first. */
+        /**
+         * @description An agent's waiting inputs: queued ones in the order turns will take them
+         *     (their place, then oldest first), pending ones oldest first.
+         */
         InputList: {
             inputs: components["schemas"]["InputView"][];
         };
@@ -1627,6 +1782,42 @@ export interface components {
          * @enum {string}
          */
         InputStatus: "queued" | "pending" | "consumed" | "removed";
+        /**
+         * @description `input.updated`: a waiting input's mode or place changed
+         *     (`PATCH /v1/inputs/{id}`).
+         */
+        InputUpdatedData: {
+            /** Format: uuid */
+            input_id: string;
+            /** @description `steer` or `queue`. */
+            mode: string;
+            /**
+             * Format: int64
+             * @description Its place among the agent's queued inputs, from 1; null when it is
+             *     not queued.
+             */
+            position: number | null;
+        };
+        /** @description A `input.updated` event (docs/events.md). */
+        InputUpdatedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["InputUpdatedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "input.updated";
+        };
         /** @description A saved input. */
         InputView: {
             /** Format: uuid */
@@ -1853,6 +2044,11 @@ export interface components {
             wake_until?: string | null;
             wake_url?: string | null;
         };
+        /**
+         * @description A schedule's policy for slots maintenance was too late for.
+         * @enum {string}
+         */
+        MissedPolicy: "skip" | "once";
         /** @description Why a model call failed. */
         ModelCallError: {
             message: string;
@@ -1971,6 +2167,11 @@ export interface components {
         };
         /** @description `model.response`: a model call's saved response. */
         ModelResponseData: {
+            /**
+             * Format: int32
+             * @description The agent config version in force when the response was saved.
+             */
+            config_version: number;
             /**
              * @description The assistant's content blocks: `{"type": "text", "text"}`,
              *     `{"type": "tool_use", "id", "name", "input"}`, and the provider's
@@ -2350,6 +2551,132 @@ export interface components {
             command: string;
             /** Format: uuid */
             command_id: string;
+        };
+        /** @description `schedule.fired`: a schedule sent its input for a slot. */
+        ScheduleFiredData: {
+            /** Format: uuid */
+            input_id: string;
+            /** @description Fired after its time, for slots maintenance missed (`missed: once`). */
+            late: boolean;
+            /** Format: uuid */
+            schedule_id: string;
+            /**
+             * Format: date-time
+             * @description The slot fired.
+             */
+            slot: string;
+        };
+        /** @description A `schedule.fired` event (docs/events.md). */
+        ScheduleFiredEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["ScheduleFiredData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "schedule.fired";
+        };
+        /** @description An agent's schedules, oldest first. */
+        ScheduleList: {
+            schedules: components["schemas"]["ScheduleView"][];
+        };
+        /** @description `schedule.skipped`: slots a schedule did not fire. */
+        ScheduleSkippedData: {
+            /**
+             * Format: date-time
+             * @description The slots skipped are those from `from` up to, not including,
+             *     `until`: the slot fired instead, or the next one planned.
+             */
+            from: string;
+            message?: string | null;
+            /**
+             * @description `missed`: maintenance came too late for them; `refused`: the agent
+             *     refused the input (`message` says why; an archived agent's schedule
+             *     ends).
+             */
+            reason: string;
+            /** Format: uuid */
+            schedule_id: string;
+            /** Format: date-time */
+            until: string;
+        };
+        /** @description A `schedule.skipped` event (docs/events.md). */
+        ScheduleSkippedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["ScheduleSkippedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "schedule.skipped";
+        };
+        /**
+         * @description Where a schedule stands.
+         * @enum {string}
+         */
+        ScheduleState: "active" | "paused" | "ended";
+        /** @description A schedule. */
+        ScheduleView: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            cron?: string | null;
+            /** Format: date-time */
+            end_at?: string | null;
+            every?: string | null;
+            /** Format: int64 */
+            fire_count: number;
+            /** Format: uuid */
+            id: string;
+            input: components["schemas"]["ScheduledInput"];
+            /**
+             * Format: date-time
+             * @description The slot of its latest fire.
+             */
+            last_fired_at?: string | null;
+            missed: components["schemas"]["MissedPolicy"];
+            /**
+             * Format: date-time
+             * @description The next slot (when paused: the one it was waiting for).
+             */
+            next_fire_at?: string | null;
+            /** Format: date-time */
+            start_at?: string | null;
+            state: components["schemas"]["ScheduleState"];
+            timezone: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        /** @description The input each fire sends: as `POST /v1/agents/{id}/inputs` takes it. */
+        ScheduledInput: {
+            /** @description A non-empty string, or a non-empty array of content blocks. */
+            content: unknown;
+            /**
+             * @description `queue` (the default: a fire that finds the agent in a turn waits
+             *     for it to end) or `steer` (it joins the turn).
+             */
+            mode?: components["schemas"]["InputMode"];
         };
         /**
          * @description `config.model.service_tier` (Anthropic).
@@ -2887,13 +3214,22 @@ export interface components {
          * @enum {string}
          */
         TurnOutcome: "completed" | "failed" | "cancelled" | "limit";
+        /** @description `turn.started`. */
+        TurnStartedData: {
+            /**
+             * Format: int32
+             * @description The agent config version the turn opened on (`GET
+             *     /v1/agents/{id}/versions/{n}`).
+             */
+            config_version: number;
+        };
         /** @description A `turn.started` event (docs/events.md). */
         TurnStartedEvent: {
             /** Format: uuid */
             agent_id: string;
             /** Format: date-time */
             created_at: string;
-            data: components["schemas"]["EmptyData"];
+            data: components["schemas"]["TurnStartedData"];
             /** Format: uuid */
             id: string;
             /**
@@ -2925,6 +3261,26 @@ export interface components {
              */
             turn: number;
             usage: components["schemas"]["TokenUsage"];
+        };
+        /**
+         * @description A change to a waiting input (`PATCH /v1/inputs/{id}`); an absent field
+         *     stays as it is.
+         */
+        UpdateInputRequest: {
+            mode?: null | components["schemas"]["InputMode"];
+            /**
+             * Format: int32
+             * @description The queued input's place among its agent's queued inputs, from 1
+             *     (past the end: last); the others keep their order.
+             */
+            position?: number | null;
+        };
+        /**
+         * @description Pause or resume a schedule. Resuming fires from the next slot on: slots
+         *     that passed while it was paused are not fired.
+         */
+        UpdateScheduleRequest: {
+            paused: boolean;
         };
         /** @description An approximate location (`{"type": "approximate", ...}`). */
         UserLocation: {
@@ -3402,7 +3758,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        /** @description a merge patch of the config */
+        /** @description a merge patch of the config, with an optional top-level `"apply": "now" | "next_turn"` */
         requestBody: {
             content: {
                 "application/merge-patch+json": components["schemas"]["AgentConfig"];
@@ -3417,7 +3773,7 @@ export interface operations {
                     "application/json": components["schemas"]["AgentView"];
                 };
             };
-            /** @description the patched config is invalid; `field` names the field */
+            /** @description the patched config is invalid, or `apply` is neither `now` nor `next_turn`; `field` names the field */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4140,6 +4496,397 @@ export interface operations {
             };
         };
     };
+    list_schedules: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description agent id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleList"];
+                };
+            };
+            /** @description a malformed path, query or body; `field` names it */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_schedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description agent id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateScheduleRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleView"];
+                };
+            };
+            /** @description a bad cron expression, unknown time zone, `every` under 1s, `end_at` not after `start_at`, or bad input; `field` names it */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the agent is archived */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is over the route's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is not `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_schedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description agent id */
+                id: string;
+                /** @description schedule id */
+                schedule_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleView"];
+                };
+            };
+            /** @description a malformed path, query or body; `field` names it */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_schedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description agent id */
+                id: string;
+                /** @description schedule id */
+                schedule_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description a malformed path, query or body; `field` names it */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    update_schedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description agent id */
+                id: string;
+                /** @description schedule id */
+                schedule_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdateScheduleRequest"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleView"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is over the route's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is not `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     stream_events: {
         parameters: {
             query?: {
@@ -4311,6 +5058,141 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AgentUsage"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_config_versions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description agent id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConfigVersionList"];
+                };
+            };
+            /** @description a malformed path, query or body; `field` names it */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_config_version: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description agent id */
+                id: string;
+                /** @description version number, from 1 */
+                version: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConfigVersionView"];
                 };
             };
             400: {
@@ -4572,6 +5454,105 @@ export interface operations {
             };
             /** @description the input is not queued (a turn has taken it, or it was removed) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    update_input: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description input id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdateInputRequest"];
+            };
+        };
+        responses: {
+            /** @description the input as changed */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InputView"];
+                };
+            };
+            /** @description bad mode or position; `field` names it */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the input no longer waits, or the change does not apply to it */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is over the route's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is not `application/json` */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -252,6 +252,37 @@ describe("409 semantics", () => {
   }, 60_000);
 });
 
+describe("schedules, backlog and config versions", () => {
+  test("a schedule is created, listed, paused, resumed and deleted", async () => {
+    const agent = await client.agents.create({ model });
+    const created = await client.schedules.create(agent.id, {
+      cron: "0 8 * * 1-5",
+      timezone: "Europe/Berlin",
+      input: { content: "summarise the overnight tickets" },
+    });
+    expect(created.state).toBe("active");
+    expect(created.input.mode).toBe("queue");
+    expect((await client.schedules.list(agent.id)).map((s) => s.id)).toEqual([created.id]);
+    expect((await client.schedules.pause(agent.id, created.id)).state).toBe("paused");
+    expect((await client.schedules.resume(agent.id, created.id)).next_fire_at).toBe(created.next_fire_at);
+    const bad = await client.schedules.create(agent.id, { every: "500ms", input: { content: "x" } }).catch((e) => e);
+    expect(bad).toBeInstanceOf(InvalidRequestError);
+    expect(bad.field).toBe("every");
+    await client.schedules.delete(agent.id, created.id);
+    expect(await client.schedules.get(agent.id, created.id).catch((e) => e)).toBeInstanceOf(NotFoundError);
+  }, 60_000);
+
+  test("config changes are numbered versions and a queued input moves", async () => {
+    const agent = await client.agents.create({ model, system: "one" });
+    const updated = await client.agents.update(agent.id, { system: "two" }, { apply: "next_turn" });
+    expect(updated.config_version).toBe(2);
+    expect((await client.agents.versions(agent.id)).map((v) => v.version)).toEqual([1, 2]);
+    expect((await client.agents.version(agent.id, 1)).config.system).toBe("one");
+    const moved = await client.agents.updateInput("00000000-0000-0000-0000-000000000000", { position: 1 }).catch((e) => e);
+    expect(moved).toBeInstanceOf(NotFoundError);
+  }, 60_000);
+});
+
 describe("webhooks", () => {
   test("a real delivery verifies and a tampered one does not", async () => {
     const deliveries: Array<{ headers: http.IncomingHttpHeaders; body: string }> = [];

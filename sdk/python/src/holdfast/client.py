@@ -40,7 +40,9 @@ from .schema import (
     AgentView,
     ApprovalView,
     CancelView,
+    ConfigVersionView,
     CreatedWebhookView,
+    CreateScheduleRequest,
     EventList,
     EventView,
     InboxItem,
@@ -49,6 +51,7 @@ from .schema import (
     InputView,
     ProjectUsage,
     QuestionView,
+    ScheduleView,
     ToolCallView,
     TurnOutcome,
     WebhookView,
@@ -118,6 +121,13 @@ def _inbox_query(
 def _input_body(content: Any, mode: Optional[InputMode]) -> Dict[str, Any]:
     """An input request: the mode only when chosen (the server's default is steer)."""
     return {"content": content} if mode is None else {"content": content, "mode": mode}
+
+
+def _with_apply(patch: Mapping[str, Any], apply: Optional[str]) -> Dict[str, Any]:
+    body = dict(patch)
+    if apply is not None:
+        body["apply"] = apply
+    return body
 
 
 def _request_args(
@@ -191,6 +201,7 @@ class Holdfast:
         self.retry = retry
         self._http = http or httpx.Client(base_url=self.base_url, timeout=retry.timeout)
         self.agents = Agents(self)
+        self.schedules = Schedules(self)
         self.webhooks = Webhooks(self)
 
     def close(self) -> None:
@@ -529,15 +540,60 @@ class Agents:
                 return
             cursor = page["next_cursor"]
 
-    def update(self, agent_id: str, patch: Mapping[str, Any]) -> AgentView:
-        """Change the config with a JSON merge patch (``None`` removes a field)."""
-        return self._client.json("PATCH", f"/v1/agents/{agent_id}", body=patch)
+    def update(self, agent_id: str, patch: Mapping[str, Any], *, apply: Optional[str] = None) -> AgentView:
+        """Change the config with a JSON merge patch (``None`` removes a field),
+        saved as its next version; ``apply="next_turn"`` lets a running turn
+        finish on its version."""
+        return self._client.json("PATCH", f"/v1/agents/{agent_id}", body=_with_apply(patch, apply))
 
     def cancel(self, agent_id: str) -> CancelView:
         return self._client.json("POST", f"/v1/agents/{agent_id}/cancel")
 
     def archive(self, agent_id: str) -> AgentView:
         return self._client.json("POST", f"/v1/agents/{agent_id}/archive")
+
+    def versions(self, agent_id: str) -> List[ConfigVersionView]:
+        """The agent's config versions, oldest first."""
+        return self._client.json("GET", f"/v1/agents/{agent_id}/versions")["versions"]
+
+    def version(self, agent_id: str, version: int) -> ConfigVersionView:
+        return self._client.json("GET", f"/v1/agents/{agent_id}/versions/{version}")
+
+    def update_input(
+        self, input_id: str, *, mode: Optional[InputMode] = None, position: Optional[int] = None
+    ) -> InputView:
+        """Change a waiting input: its mode (``queue`` <-> ``steer``) or its
+        place (from 1) among its agent's queued inputs."""
+        return self._client.json("PATCH", f"/v1/inputs/{input_id}", body=_query(mode=mode, position=position))
+
+
+class Schedules:
+    """``/v1/agents/{id}/schedules``: inputs sent on a cron schedule or every interval."""
+
+    def __init__(self, client: Holdfast) -> None:
+        self._client = client
+
+    def create(self, agent_id: str, schedule: CreateScheduleRequest) -> ScheduleView:
+        """Create a schedule. Retried only on a 429 (a retried create could make two)."""
+        return self._client.json(
+            "POST", f"/v1/agents/{agent_id}/schedules", body=schedule, retry="rate_limit_only"
+        )
+
+    def list(self, agent_id: str) -> List[ScheduleView]:
+        return self._client.json("GET", f"/v1/agents/{agent_id}/schedules")["schedules"]
+
+    def get(self, agent_id: str, schedule_id: str) -> ScheduleView:
+        return self._client.json("GET", f"/v1/agents/{agent_id}/schedules/{schedule_id}")
+
+    def pause(self, agent_id: str, schedule_id: str) -> ScheduleView:
+        return self._client.json("PATCH", f"/v1/agents/{agent_id}/schedules/{schedule_id}", body={"paused": True})
+
+    def resume(self, agent_id: str, schedule_id: str) -> ScheduleView:
+        """Resume from the next slot on (slots passed while paused are not fired)."""
+        return self._client.json("PATCH", f"/v1/agents/{agent_id}/schedules/{schedule_id}", body={"paused": False})
+
+    def delete(self, agent_id: str, schedule_id: str) -> None:
+        self._client.request("DELETE", f"/v1/agents/{agent_id}/schedules/{schedule_id}")
 
 
 class Webhooks:
@@ -573,6 +629,7 @@ class AsyncHoldfast:
         self.retry = retry
         self._http = http or httpx.AsyncClient(base_url=self.base_url, timeout=retry.timeout)
         self.agents = AsyncAgents(self)
+        self.schedules = AsyncSchedules(self)
         self.webhooks = AsyncWebhooks(self)
 
     async def aclose(self) -> None:
@@ -882,14 +939,56 @@ class AsyncAgents:
                 return
             cursor = page["next_cursor"]
 
-    async def update(self, agent_id: str, patch: Mapping[str, Any]) -> AgentView:
-        return await self._client.json("PATCH", f"/v1/agents/{agent_id}", body=patch)
+    async def update(self, agent_id: str, patch: Mapping[str, Any], *, apply: Optional[str] = None) -> AgentView:
+        return await self._client.json("PATCH", f"/v1/agents/{agent_id}", body=_with_apply(patch, apply))
 
     async def cancel(self, agent_id: str) -> CancelView:
         return await self._client.json("POST", f"/v1/agents/{agent_id}/cancel")
 
     async def archive(self, agent_id: str) -> AgentView:
         return await self._client.json("POST", f"/v1/agents/{agent_id}/archive")
+
+    async def versions(self, agent_id: str) -> List[ConfigVersionView]:
+        return (await self._client.json("GET", f"/v1/agents/{agent_id}/versions"))["versions"]
+
+    async def version(self, agent_id: str, version: int) -> ConfigVersionView:
+        return await self._client.json("GET", f"/v1/agents/{agent_id}/versions/{version}")
+
+    async def update_input(
+        self, input_id: str, *, mode: Optional[InputMode] = None, position: Optional[int] = None
+    ) -> InputView:
+        return await self._client.json("PATCH", f"/v1/inputs/{input_id}", body=_query(mode=mode, position=position))
+
+
+class AsyncSchedules:
+    """See :class:`Schedules`."""
+
+    def __init__(self, client: AsyncHoldfast) -> None:
+        self._client = client
+
+    async def create(self, agent_id: str, schedule: CreateScheduleRequest) -> ScheduleView:
+        return await self._client.json(
+            "POST", f"/v1/agents/{agent_id}/schedules", body=schedule, retry="rate_limit_only"
+        )
+
+    async def list(self, agent_id: str) -> List[ScheduleView]:
+        return (await self._client.json("GET", f"/v1/agents/{agent_id}/schedules"))["schedules"]
+
+    async def get(self, agent_id: str, schedule_id: str) -> ScheduleView:
+        return await self._client.json("GET", f"/v1/agents/{agent_id}/schedules/{schedule_id}")
+
+    async def pause(self, agent_id: str, schedule_id: str) -> ScheduleView:
+        return await self._client.json(
+            "PATCH", f"/v1/agents/{agent_id}/schedules/{schedule_id}", body={"paused": True}
+        )
+
+    async def resume(self, agent_id: str, schedule_id: str) -> ScheduleView:
+        return await self._client.json(
+            "PATCH", f"/v1/agents/{agent_id}/schedules/{schedule_id}", body={"paused": False}
+        )
+
+    async def delete(self, agent_id: str, schedule_id: str) -> None:
+        await self._client.request("DELETE", f"/v1/agents/{agent_id}/schedules/{schedule_id}")
 
 
 class AsyncWebhooks:

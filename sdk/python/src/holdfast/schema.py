@@ -246,6 +246,21 @@ class InputRequest(TypedDict):
 InputStatus = Literal['queued', 'pending', 'consumed', 'removed']
 
 
+class InputUpdatedData(TypedDict):
+    input_id: str
+    mode: str
+    position: Optional[int]
+
+
+class InputUpdatedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: InputUpdatedData
+    id: str
+    seq: int
+    type: Literal['input.updated']
+
+
 class InputView(TypedDict):
     agent_id: str
     content: Any
@@ -324,6 +339,9 @@ class MachineView(TypedDict):
     running_commands: list[dict[str, Any]]
     wake_until: NotRequired[Optional[str]]
     wake_url: NotRequired[Optional[str]]
+
+
+MissedPolicy = Literal['skip', 'once']
 
 
 class ModelCallError(TypedDict):
@@ -472,6 +490,51 @@ class RunningCommandView(TypedDict):
     agent_id: str
     command: str
     command_id: str
+
+
+class ScheduleFiredData(TypedDict):
+    input_id: str
+    late: bool
+    schedule_id: str
+    slot: str
+
+
+class ScheduleFiredEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: ScheduleFiredData
+    id: str
+    seq: int
+    type: Literal['schedule.fired']
+
+
+ScheduleSkippedData = TypedDict(
+    'ScheduleSkippedData',
+    {
+        'from': str,
+        'message': NotRequired[Optional[str]],
+        'reason': str,
+        'schedule_id': str,
+        'until': str,
+    },
+)
+
+
+class ScheduleSkippedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: ScheduleSkippedData
+    id: str
+    seq: int
+    type: Literal['schedule.skipped']
+
+
+ScheduleState = Literal['active', 'paused', 'ended']
+
+
+class ScheduledInput(TypedDict):
+    content: Any
+    mode: NotRequired[InputMode]
 
 
 ServiceTier = Literal['auto', 'standard_only']
@@ -743,10 +806,14 @@ class TurnFailedEvent(TypedDict):
 TurnOutcome = Literal['completed', 'failed', 'cancelled', 'limit']
 
 
+class TurnStartedData(TypedDict):
+    config_version: int
+
+
 class TurnStartedEvent(TypedDict):
     agent_id: str
     created_at: str
-    data: EmptyData
+    data: TurnStartedData
     id: str
     seq: int
     type: Literal['turn.started']
@@ -757,6 +824,15 @@ class TurnUsage(TypedDict):
     started_at: str
     turn: int
     usage: TokenUsage
+
+
+class UpdateInputRequest(TypedDict):
+    mode: NotRequired[Optional[InputMode]]
+    position: NotRequired[Optional[int]]
+
+
+class UpdateScheduleRequest(TypedDict):
+    paused: bool
 
 
 class UserLocation1(TypedDict):
@@ -943,6 +1019,16 @@ class ContextCompactedEvent(TypedDict):
     type: Literal['context.compacted']
 
 
+class CreateScheduleRequest(TypedDict):
+    cron: NotRequired[Optional[str]]
+    end_at: NotRequired[Optional[str]]
+    every: NotRequired[Optional[str]]
+    input: ScheduledInput
+    missed: NotRequired[MissedPolicy]
+    start_at: NotRequired[Optional[str]]
+    timezone: NotRequired[Optional[str]]
+
+
 class CreatedWebhookView(WebhookView):
     secret: str
 
@@ -1030,6 +1116,7 @@ class ModelConfig(TypedDict):
 
 
 class ModelResponseData(TypedDict):
+    config_version: int
     message: list[dict[str, Any]]
     step_id: str
     stop_reason: Optional[str]
@@ -1078,6 +1165,24 @@ class ResultRequest(TypedDict):
     stdout: NotRequired[str]
     stdout_truncated: NotRequired[bool]
     timed_out: NotRequired[bool]
+
+
+class ScheduleView(TypedDict):
+    agent_id: str
+    created_at: str
+    cron: NotRequired[Optional[str]]
+    end_at: NotRequired[Optional[str]]
+    every: NotRequired[Optional[str]]
+    fire_count: int
+    id: str
+    input: ScheduledInput
+    last_fired_at: NotRequired[Optional[str]]
+    missed: MissedPolicy
+    next_fire_at: NotRequired[Optional[str]]
+    start_at: NotRequired[Optional[str]]
+    state: ScheduleState
+    timezone: str
+    updated_at: str
 
 
 class ToolCallCompletedEvent(TypedDict):
@@ -1141,10 +1246,12 @@ class AgentView(TypedDict):
     activity_at: NotRequired[Optional[str]]
     cancel_requested: bool
     config: AgentConfig
+    config_version: int
     created_at: str
     id: str
     last_event_seq: int
     last_turn: NotRequired[Optional[LastTurn]]
+    next_turn_config_version: NotRequired[Optional[int]]
     state: StateName
     state_changed_at: str
     turn_open: bool
@@ -1157,7 +1264,10 @@ class CancelView(TypedDict):
 
 
 class ConfigUpdatedData(TypedDict):
+    apply: str
     config: AgentConfig
+    diff: dict[str, Any]
+    version: int
 
 
 class ConfigUpdatedEvent(TypedDict):
@@ -1167,6 +1277,12 @@ class ConfigUpdatedEvent(TypedDict):
     id: str
     seq: int
     type: Literal['config.updated']
+
+
+class ConfigVersionView(TypedDict):
+    config: AgentConfig
+    created_at: str
+    version: int
 
 
 EventView = Union[
@@ -1202,6 +1318,9 @@ EventView = Union[
     TurnCancelledEvent,
     TurnFailedEvent,
     AgentArchivedEvent,
+    InputUpdatedEvent,
+    ScheduleFiredEvent,
+    ScheduleSkippedEvent,
 ]
 
 
@@ -1212,10 +1331,18 @@ class Inbox(TypedDict):
     total: int
 
 
+class ScheduleList(TypedDict):
+    schedules: list[ScheduleView]
+
+
 class AgentList(TypedDict):
     agents: list[AgentView]
     has_more: bool
     next_cursor: NotRequired[Optional[str]]
+
+
+class ConfigVersionList(TypedDict):
+    versions: list[ConfigVersionView]
 
 
 class EventList(TypedDict):
