@@ -427,7 +427,8 @@ const EVENT_LABELS = {
   "command.unknown": "Command outcome unknown", "machine.unreachable": "Machine unreachable",
   "subagent.started": "Subagent started", "subagent.finished": "Subagent finished", "context.compacted": "Context compacted",
   "config.updated": "Config changed", "turn.completed": "Turn completed", "turn.cancelled": "Turn cancelled",
-  "turn.failed": "Turn failed", "agent.archived": "Archived",
+  "turn.failed": "Turn failed", "agent.archived": "Archived", "agent.forked": "Forked",
+  "replay.diverged": "Replay diverged", "replay.completed": "Replay finished",
 };
 
 const DECIDED = { approve: "approved", deny: "denied" };

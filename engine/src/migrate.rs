@@ -73,6 +73,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0049_lease_session_lock.sql",
         sql: include_str!("../../sql/0049_lease_session_lock.sql"),
     },
+    Migration {
+        version: 51,
+        name: "0051_time_travel.sql",
+        sql: include_str!("../../sql/0051_time_travel.sql"),
+    },
 ];
 
 /// The line of an area file after which its functions and triggers begin.
@@ -111,6 +116,7 @@ pub const SCHEMA_FILES: &[SchemaFile] = schema_files![
     "webhooks.sql",
     "retention.sql",
     "operations.sql",
+    "time_travel.sql",
 ];
 
 impl SchemaFile {

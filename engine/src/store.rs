@@ -5,7 +5,7 @@
 //!
 //! By area: [`steps`] (the worker), [`agents`], [`events`], [`keys`],
 //! [`tool_calls`], [`webhooks`], [`machines`], [`status`], [`models`],
-//! [`retention`], [`replication`]; each
+//! [`retention`], [`replication`], [`time_travel`] (forks and replays); each
 //! function is re-exported here, so callers write `store::claim_agents`.
 
 use std::str::FromStr;
@@ -23,6 +23,7 @@ mod replication;
 mod retention;
 mod status;
 mod steps;
+mod time_travel;
 mod tool_calls;
 mod usage;
 mod webhooks;
@@ -37,6 +38,7 @@ pub use replication::*;
 pub use retention::*;
 pub use status::*;
 pub use steps::*;
+pub use time_travel::*;
 pub use tool_calls::*;
 pub use usage::*;
 pub use webhooks::*;

@@ -93,7 +93,7 @@ LANGUAGE sql IMMUTABLE AS $$
         'command.queued', 'command.accepted', 'command.finished', 'command.failed',
         'command.unknown', 'machine.unreachable', 'machine.session_replaced', 'subagent.started', 'subagent.finished',
         'context.compacted', 'config.updated', 'turn.completed', 'turn.cancelled',
-        'turn.failed', 'agent.archived']
+        'turn.failed', 'agent.archived', 'agent.forked', 'replay.diverged', 'replay.completed']
 $$;
 
 -- Tell stream listeners (the API's SSE fan-out) which agents have new

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use holdfast_engine::config::AgentConfig;
-use holdfast_engine::domain::{Agent, AgentState, CancelOutcome};
+use holdfast_engine::domain::{Agent, AgentState, CancelOutcome, ForkPoint};
 pub use holdfast_engine::domain::{LastTurn, TurnError, TurnOutcome};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -78,6 +78,10 @@ pub struct AgentView {
     /// Its latest turn (open or ended): how it ended, its error, start, end
     /// and usage; `null` before its first turn.
     pub last_turn: Option<LastTurn>,
+    /// Set on a fork: the agent it was forked from and the seq of that
+    /// agent's event its history ends at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkPoint>,
     /// In a list with `order=activity` only: the time the list is ordered
     /// by (its latest event's time, else its creation).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -97,6 +101,7 @@ impl From<Agent> for AgentView {
             updated_at: agent.updated_at,
             state_changed_at: agent.state_changed_at,
             last_turn: agent.last_turn,
+            forked_from: agent.forked_from,
             activity_at: None,
         }
     }

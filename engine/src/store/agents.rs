@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::prepared::{query_prepared, with_wake_after_commit, Prepared};
 use super::{batch_outcomes, parse_text};
 use crate::domain::{
-    Agent, AgentState, AttachmentQuotas, CancelOutcome, Input, InputCreated, InputMode,
+    Agent, AgentState, AttachmentQuotas, CancelOutcome, ForkPoint, Input, InputCreated, InputMode,
     LimitMaxima, PostedInput, TurnOutcome, WaitingInputs,
 };
 use crate::error::{Error, Result};
@@ -131,7 +131,7 @@ pub async fn ensure_project(client: &impl GenericClient, name: &str) -> Result<U
 pub(super) const AGENT_COLUMNS: &str =
     "id, project_id, holdfast.mask_config_secrets(config), state, turn_open, cancel_requested_at, \
                              last_event_seq, created_at, updated_at, state_changed_at, \
-                             holdfast.agent_last_turn(agents)";
+                             holdfast.agent_last_turn(agents), forked_from_agent_id, forked_from_seq";
 
 pub(super) fn agent_from_row(row: &tokio_postgres::Row) -> Result<Agent> {
     Ok(Agent {
@@ -150,6 +150,11 @@ pub(super) fn agent_from_row(row: &tokio_postgres::Row) -> Result<Agent> {
             .map(serde_json::from_value)
             .transpose()
             .map_err(|e| Error::Migration(format!("agent_last_turn document: {e}")))?,
+        // Both or neither (agents_forked_from_complete).
+        forked_from: row
+            .get::<_, Option<Uuid>>(11)
+            .zip(row.get::<_, Option<i64>>(12))
+            .map(|(agent_id, seq)| ForkPoint { agent_id, seq }),
     })
 }
 
@@ -202,9 +207,9 @@ pub async fn get_attachment(
 ) -> Result<Option<Attachment>> {
     let row = client
         .query_opt(
-            "SELECT t.media_type, t.data FROM holdfast.attachments t \
-               JOIN holdfast.agents a ON a.id = t.agent_id \
-              WHERE t.agent_id = $1 AND t.id = $2 AND a.project_id = $3",
+            "SELECT t.media_type, t.data FROM holdfast.attachments t, holdfast.agents a \
+              WHERE a.id = $1 AND t.agent_id = ANY(a.attachment_sources || a.id) AND t.id = $2 \
+                AND a.project_id = $3",
             &[&agent, &id, &project],
         )
         .await?;
@@ -231,7 +236,8 @@ pub async fn list_agents(
         .query(
             &format!(
                 "SELECT {AGENT_COLUMNS} FROM holdfast.agents \
-                  WHERE project_id = $1 AND ($2::text IS NULL OR state = $2) \
+                  WHERE project_id = $1 AND replay_id IS NULL \
+                    AND ($2::text IS NULL OR state = $2) \
                     AND ($3::text IS NULL OR last_turn_outcome = $3) \
                     AND ($4::uuid IS NULL OR id > $4) \
                   ORDER BY id LIMIT $5"
