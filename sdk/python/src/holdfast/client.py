@@ -43,13 +43,17 @@ from .schema import (
     CreatedWebhookView,
     EventList,
     EventView,
+    ForkAt,
     InboxItem,
     InboxKind,
     InputMode,
     InputView,
     ProjectUsage,
     QuestionView,
+    ReplayReport,
+    ReplaySummary,
     ToolCallView,
+    TurnRange,
     TurnOutcome,
     WebhookView,
 )
@@ -192,6 +196,7 @@ class Holdfast:
         self._http = http or httpx.Client(base_url=self.base_url, timeout=retry.timeout)
         self.agents = Agents(self)
         self.webhooks = Webhooks(self)
+        self.replays = Replays(self)
 
     def close(self) -> None:
         self._http.close()
@@ -539,6 +544,14 @@ class Agents:
     def archive(self, agent_id: str) -> AgentView:
         return self._client.json("POST", f"/v1/agents/{agent_id}/archive")
 
+    def fork(self, agent_id: str, *, at: Optional[ForkAt] = None, config: Optional[Mapping[str, Any]] = None) -> AgentView:
+        """Fork an agent at one of its steps (``at={"seq": n}`` or
+        ``at={"turn": k}``; default its last), with an optional config merge
+        patch: a new idle agent whose history is the source's up to there.
+        Retried only on a 429 (a retried fork could make two)."""
+        body = _query(at=at, config=config)
+        return self._client.json("POST", f"/v1/agents/{agent_id}/fork", body=body, retry="rate_limit_only")
+
 
 class Webhooks:
     """``/v1/webhooks``: endpoints that receive every event, signed per Standard Webhooks."""
@@ -558,6 +571,43 @@ class Webhooks:
         self._client.request("DELETE", f"/v1/webhooks/{webhook_id}")
 
 
+class Replays:
+    """Replays: an agent's recorded turns sent again with a changed config,
+    its tool calls answered from the recording (nothing runs)."""
+
+    def __init__(self, client: Holdfast) -> None:
+        self._client = client
+
+    def create(
+        self, agent_id: str, *, config: Optional[Mapping[str, Any]] = None, turns: Optional[TurnRange] = None
+    ) -> ReplayReport:
+        """Start a replay of ``agent_id``; returns its report as it starts.
+        Retried only on a 429."""
+        body = _query(config=config, turns=turns)
+        return self._client.json("POST", f"/v1/agents/{agent_id}/replays", body=body, retry="rate_limit_only")
+
+    def get(self, replay_id: str) -> ReplayReport:
+        """The report of a replay, as far as it has got."""
+        return self._client.json("GET", f"/v1/replays/{replay_id}")
+
+    def list(self, agent_id: str) -> List[ReplaySummary]:
+        """The replays of ``agent_id``, oldest first, without their turns."""
+        return self._client.json("GET", f"/v1/agents/{agent_id}/replays")["replays"]
+
+    def wait_for_report(self, replay_id: str, *, interval: float = 0.5, timeout: float = 600.0) -> ReplayReport:
+        """The report once the replay has ended (``completed`` or
+        ``failed``), asking every ``interval`` seconds; raises
+        :class:`HoldfastError` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            report = self.get(replay_id)
+            if report["status"] != "running":
+                return report
+            if time.monotonic() >= deadline:
+                raise HoldfastError(f"replay {replay_id} is still running after {timeout} s")
+            time.sleep(interval)
+
+
 class AsyncHoldfast:
     """The async client: the same calls as :class:`Holdfast`, awaited."""
 
@@ -574,6 +624,7 @@ class AsyncHoldfast:
         self._http = http or httpx.AsyncClient(base_url=self.base_url, timeout=retry.timeout)
         self.agents = AsyncAgents(self)
         self.webhooks = AsyncWebhooks(self)
+        self.replays = AsyncReplays(self)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -891,6 +942,12 @@ class AsyncAgents:
     async def archive(self, agent_id: str) -> AgentView:
         return await self._client.json("POST", f"/v1/agents/{agent_id}/archive")
 
+    async def fork(
+        self, agent_id: str, *, at: Optional[ForkAt] = None, config: Optional[Mapping[str, Any]] = None
+    ) -> AgentView:
+        body = _query(at=at, config=config)
+        return await self._client.json("POST", f"/v1/agents/{agent_id}/fork", body=body, retry="rate_limit_only")
+
 
 class AsyncWebhooks:
     """See :class:`Webhooks`."""
@@ -909,3 +966,32 @@ class AsyncWebhooks:
 
     async def delete(self, webhook_id: str) -> None:
         await self._client.request("DELETE", f"/v1/webhooks/{webhook_id}")
+
+
+class AsyncReplays:
+    """See :class:`Replays`."""
+
+    def __init__(self, client: AsyncHoldfast) -> None:
+        self._client = client
+
+    async def create(
+        self, agent_id: str, *, config: Optional[Mapping[str, Any]] = None, turns: Optional[TurnRange] = None
+    ) -> ReplayReport:
+        body = _query(config=config, turns=turns)
+        return await self._client.json("POST", f"/v1/agents/{agent_id}/replays", body=body, retry="rate_limit_only")
+
+    async def get(self, replay_id: str) -> ReplayReport:
+        return await self._client.json("GET", f"/v1/replays/{replay_id}")
+
+    async def list(self, agent_id: str) -> List[ReplaySummary]:
+        return (await self._client.json("GET", f"/v1/agents/{agent_id}/replays"))["replays"]
+
+    async def wait_for_report(self, replay_id: str, *, interval: float = 0.5, timeout: float = 600.0) -> ReplayReport:
+        deadline = time.monotonic() + timeout
+        while True:
+            report = await self.get(replay_id)
+            if report["status"] != "running":
+                return report
+            if time.monotonic() >= deadline:
+                raise HoldfastError(f"replay {replay_id} is still running after {timeout} s")
+            await asyncio.sleep(interval)
