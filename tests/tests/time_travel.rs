@@ -23,6 +23,9 @@ use uuid::Uuid;
 
 const T: Duration = Duration::from_secs(30);
 
+/// A 1×1 PNG.
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
 /// An agent of `project` with `config`, created through the API.
 async fn create_agent(server: &ApiServer, key: &str, config: Value) -> Uuid {
     let (status, agent) = call(server, Method::POST, "/v1/agents", key, Some(config)).await;
@@ -80,7 +83,16 @@ async fn a_fork_at_a_mid_conversation_step_sends_the_model_exactly_the_history_u
     )
     .await;
     fake.push(Reply::text("one"));
-    send(&client, source, "first").await;
+    // The first input carries an image: stored once, under the source.
+    store::create_input(
+        &client,
+        source,
+        &json!([{"type": "text", "text": "first"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]),
+        None,
+    )
+    .await
+    .unwrap();
     wait_for_events(&client, source, "turn.completed", 1, T).await;
     let turn_one_end: i64 = client
         .query_one(
@@ -133,6 +145,29 @@ async fn a_fork_at_a_mid_conversation_step_sends_the_model_exactly_the_history_u
             ("user".to_owned(), "branch".to_owned()),
         ],
         "the fork's request is turn one's history and the new input, nothing of turn two"
+    );
+    assert!(
+        sent[0].1.contains(PNG),
+        "the source's image is sent: {:?}",
+        sent[0]
+    );
+    let stored = |agent: Uuid| {
+        let client = &client;
+        async move {
+            client
+                .query_one(
+                    "SELECT count(*) FROM holdfast.attachments WHERE agent_id = $1",
+                    &[&agent],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+        }
+    };
+    assert_eq!(
+        (stored(source).await, stored(fork).await),
+        (1, 0),
+        "shared, not copied"
     );
     // The source is untouched.
     assert_eq!(count_events(&client, source, "agent.forked").await, 0);

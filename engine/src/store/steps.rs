@@ -553,7 +553,7 @@ pub async fn load_request_files(
             // A fork's or a replay's history also references the files of
             // the agents it came from (attachment_sources), shared with them.
             "SELECT id, media_type, data FROM holdfast.attachments \
-              WHERE agent_id = ANY((SELECT a.attachment_sources || a.id FROM holdfast.agents a WHERE a.id = $1)) \
+              WHERE agent_id IN (SELECT unnest(a.attachment_sources || a.id) FROM holdfast.agents a WHERE a.id = $1) \
                 AND id = ANY($2)",
             [&agent as &(dyn ToSql + Sync), &ids],
         )
