@@ -719,3 +719,83 @@ async fn a_replays_usage_counts_to_its_project_and_its_budget_applies() {
     .await;
     assert_eq!(usage["usage"]["input_tokens"], json!(185));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn holdfast_replay_replays_every_agent_of_a_file_and_prints_the_summary() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let server = ApiServer::start(&db).await;
+    let (_, key) = project_key(&client).await;
+    let fake = FakeProvider::start().await;
+    let _worker = spawn_worker("w-replay-cli", &db.config, &fake, &[]);
+    let mut agents = Vec::new();
+    for answer in ["red", "blue"] {
+        let agent = create_agent(
+            &server,
+            &key,
+            json!({"model": {"provider": "anthropic", "name": "claude-test"}}),
+        )
+        .await;
+        fake.push(Reply::text(answer).usage(10, 2));
+        send(&client, agent, "a colour?").await;
+        wait_for_events(&client, agent, "turn.completed", 1, T).await;
+        agents.push(agent);
+    }
+    // Every replay gets the same answer: the first agent's turn is equal,
+    // the second's is not.
+    fake.set_default(Reply::text("red").usage(7, 1));
+    let dir = holdfast_tests::ScratchDir::new("replay-cli");
+    let file = dir.join("agents.txt");
+    std::fs::write(
+        &file,
+        format!("# to replay\n{}\n\n{}\n", agents[0], agents[1]),
+    )
+    .unwrap();
+    let output = tokio::process::Command::new(holdfast_tests::process::holdfast_bin())
+        .args(["replay", "--agents-file"])
+        .arg(&file)
+        .args(["--set", "model.name=claude-next", "--concurrency", "1"])
+        .args(["--url", &server.url(""), "--api-key", &key])
+        .env("HOLDFAST_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert!(
+        lines[0].starts_with("agent") && lines[0].contains("tokens before"),
+        "{stdout}"
+    );
+    let row = |agent: Uuid| {
+        lines
+            .iter()
+            .find(|l| l.starts_with(&agent.to_string()))
+            .unwrap_or_else(|| panic!("no row for {agent}: {stdout}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    // agent, status, turns, equal, diverged, tokens before, tokens after, ...
+    assert_eq!(
+        &row(agents[0])[1..7],
+        ["completed", "1/1", "1", "0", "12", "8"]
+    );
+    assert_eq!(
+        &row(agents[1])[1..7],
+        ["completed", "1/1", "0", "0", "12", "8"]
+    );
+    assert_eq!(
+        &lines[3].split_whitespace().collect::<Vec<_>>()[..6],
+        ["total", "2", "1", "0", "24", "16"]
+    );
+    let models: Vec<Value> = fake.requests()[2..]
+        .iter()
+        .map(|r| r.body["model"].clone())
+        .collect();
+    assert_eq!(models, [json!("claude-next"), json!("claude-next")]);
+}
