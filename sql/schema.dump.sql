@@ -341,9 +341,14 @@ CREATE TABLE holdfast.agents (
     last_turn_outcome text,
     last_turn_error jsonb,
     lease_session_locked boolean DEFAULT false NOT NULL,
+    forked_from_agent_id uuid,
+    forked_from_seq bigint,
+    attachment_sources uuid[] DEFAULT '{}'::uuid[] NOT NULL,
+    replay_id uuid,
     config_version integer DEFAULT 1 NOT NULL,
     next_turn_config_version integer,
     CONSTRAINT agents_attachment_bytes_check CHECK ((attachment_bytes >= 0)),
+    CONSTRAINT agents_forked_from_complete CHECK (((forked_from_agent_id IS NULL) = (forked_from_seq IS NULL))),
     CONSTRAINT agents_last_turn_outcome_check CHECK ((last_turn_outcome = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text, 'limit'::text]))),
     CONSTRAINT agents_last_turn_outcome_iff_ended CHECK (((last_turn_outcome IS NULL) = (last_turn_ended_at IS NULL))),
     CONSTRAINT agents_lease_iff_running CHECK (((state = 'running'::text) = ((lease_owner IS NOT NULL) AND (lease_expires_at IS NOT NULL)))),
@@ -656,6 +661,58 @@ BEGIN
         jsonb_build_object('question_id', p_question, 'tool_call_id', v_call.id,
                            'answer', p_answer, 'by', p_by));
     RETURN v_question;
+END
+$$;
+
+
+--
+-- Name: answer_replay_calls(uuid, bigint); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.answer_replay_calls(p_agent uuid, p_epoch bigint) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_agent holdfast.agents;
+    v_replay holdfast.replays;
+    v_call record;
+    v_recorded jsonb;
+    v_source_turn bigint;
+    v_count integer := 0;
+BEGIN
+    v_agent := holdfast.lock_leased_agent(p_agent, p_epoch);
+    SELECT * INTO v_replay FROM holdfast.replays WHERE id = v_agent.replay_id;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('agent %s is not a replay''s', p_agent));
+    END IF;
+    FOR v_call IN
+        SELECT c.* FROM (
+            SELECT t.id, t.name, t.input, t.status, s.turn_seq,
+                   (row_number() OVER (PARTITION BY s.turn_seq ORDER BY s.step_seq, t.position) - 1)::integer AS turn_position
+              FROM holdfast.tool_calls t JOIN holdfast.steps s ON s.id = t.step_id
+             WHERE t.agent_id = p_agent AND s.agent_id = p_agent AND s.turn_seq = v_agent.turn_seq) c
+         WHERE c.status = 'pending'
+         ORDER BY c.turn_position
+    LOOP
+        v_source_turn := v_replay.source_turns[v_call.turn_seq];
+        v_recorded := holdfast.turn_tool_calls(v_replay.source_agent_id, v_source_turn) -> v_call.turn_position;
+        IF v_recorded IS NOT NULL AND v_recorded ->> 'name' = v_call.name AND v_recorded -> 'input' = v_call.input
+           AND v_recorded ->> 'status' = 'completed' THEN
+            PERFORM holdfast.commit_tool_result(p_agent, p_epoch, v_call.id, v_recorded -> 'output',
+                                                (v_recorded ->> 'is_error')::boolean);
+        ELSE
+            PERFORM holdfast.commit_tool_result(p_agent, p_epoch, v_call.id,
+                                                holdfast.not_in_recording_output(v_recorded), true);
+            PERFORM holdfast.append_event(p_agent, 'replay.diverged', jsonb_build_object(
+                'replay_id', v_replay.id, 'turn', v_call.turn_seq, 'source_turn', v_source_turn,
+                'position', v_call.turn_position, 'tool_call_id', v_call.id, 'name', v_call.name,
+                'input', v_call.input,
+                'recorded', CASE WHEN v_recorded IS NULL THEN NULL
+                                 ELSE jsonb_build_object('name', v_recorded -> 'name', 'input', v_recorded -> 'input') END));
+        END IF;
+        v_count := v_count + 1;
+    END LOOP;
+    RETURN v_count;
 END
 $$;
 
@@ -2143,6 +2200,53 @@ $_$;
 
 
 --
+-- Name: create_replay(uuid, uuid, jsonb, bigint, bigint); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.create_replay(p_project uuid, p_agent uuid, p_patch jsonb, p_from_turn bigint DEFAULT NULL::bigint, p_to_turn bigint DEFAULT NULL::bigint) RETURNS uuid
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_source holdfast.agents;
+    v_turns bigint[];
+    v_child uuid;
+    v_replay holdfast.replays;
+BEGIN
+    SELECT * INTO v_source FROM holdfast.agents WHERE id = p_agent AND project_id = p_project FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('agent %s not found', p_agent));
+    END IF;
+    IF p_from_turn < 1 THEN
+        PERFORM holdfast.raise('HF422', 'turns.from must be at least 1', 'turns.from');
+    END IF;
+    IF p_to_turn < coalesce(p_from_turn, 1) THEN
+        PERFORM holdfast.raise('HF422', 'turns.to must not be before turns.from', 'turns.to');
+    END IF;
+    -- The turns whose inputs were recorded (a turn's first model step
+    -- saved them), in order.
+    SELECT coalesce(array_agg(DISTINCT s.turn_seq ORDER BY s.turn_seq), '{}') INTO v_turns
+      FROM holdfast.messages m JOIN holdfast.steps s ON s.id = m.step_id
+     WHERE m.agent_id = p_agent AND s.agent_id = p_agent AND m.role = 'user'
+       AND s.turn_seq BETWEEN coalesce(p_from_turn, 1) AND coalesce(p_to_turn, v_source.turn_seq);
+    IF cardinality(v_turns) = 0 THEN
+        PERFORM holdfast.raise('HF422', format('agent %s has no recorded turn to replay in that range', p_agent),
+                               'turns');
+    END IF;
+    v_child := holdfast.create_agent(p_project, holdfast.patched_config(v_source.config, p_patch, 'config'));
+    INSERT INTO holdfast.replays (project_id, source_agent_id, agent_id, config_patch, source_turns)
+    VALUES (p_project, p_agent, v_child, coalesce(p_patch, '{}'), v_turns)
+    RETURNING * INTO v_replay;
+    PERFORM holdfast.lock_agent(v_child);
+    UPDATE holdfast.agents
+       SET replay_id = v_replay.id, attachment_sources = v_source.attachment_sources || p_agent
+     WHERE id = v_child;
+    PERFORM holdfast.send_replay_turn(v_replay);
+    RETURN v_replay.id;
+END
+$$;
+
+
+--
 -- Name: schedules; Type: TABLE; Schema: holdfast; Owner: -
 --
 
@@ -2652,7 +2756,8 @@ CREATE FUNCTION holdfast.event_types() RETURNS text[]
         'command.queued', 'command.accepted', 'command.finished', 'command.failed',
         'command.unknown', 'machine.unreachable', 'machine.session_replaced', 'subagent.started', 'subagent.finished',
         'context.compacted', 'config.updated', 'turn.completed', 'turn.cancelled',
-        'turn.failed', 'agent.archived', 'input.updated', 'schedule.fired', 'schedule.skipped']
+        'turn.failed', 'agent.archived', 'input.updated', 'schedule.fired', 'schedule.skipped',
+        'agent.forked', 'replay.diverged', 'replay.completed']
 $$;
 
 
@@ -2741,6 +2846,132 @@ BEGIN
     IF message IS NULL THEN
         SELECT * INTO message, field FROM holdfast.request_size_problem(p_agent, p_blocks, p_field);
     END IF;
+END
+$$;
+
+
+--
+-- Name: fork_agent(uuid, uuid, bigint, bigint, jsonb); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.fork_agent(p_project uuid, p_agent uuid, p_seq bigint DEFAULT NULL::bigint, p_turn bigint DEFAULT NULL::bigint, p_patch jsonb DEFAULT NULL::jsonb) RETURNS uuid
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_source holdfast.agents;
+    v_seq bigint;
+    v_cut timestamptz;
+    v_fork uuid;
+    v_steps jsonb;
+    v_compacted jsonb;
+    v_turns bigint;
+    v_messages bigint;
+    v_calls bigint;
+    v_call holdfast.tool_calls;
+    v_interrupted integer := 0;
+BEGIN
+    SELECT * INTO v_source FROM holdfast.agents WHERE id = p_agent AND project_id = p_project FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('agent %s not found', p_agent));
+    END IF;
+    IF p_seq IS NOT NULL AND p_turn IS NOT NULL THEN
+        PERFORM holdfast.raise('HF422', 'give at.seq or at.turn, not both', 'at');
+    END IF;
+    IF p_seq IS NOT NULL THEN
+        IF p_seq < 1 OR p_seq > v_source.last_event_seq THEN
+            PERFORM holdfast.raise('HF422', format('at.seq %s is not on the timeline of agent %s (its events are 1 to %s)', p_seq, p_agent, v_source.last_event_seq), 'at.seq');
+        END IF;
+        v_seq := p_seq;
+    ELSIF p_turn IS NOT NULL THEN
+        IF p_turn < 1 THEN
+            PERFORM holdfast.raise('HF422', 'at.turn must be at least 1', 'at.turn');
+        END IF;
+        SELECT e.seq INTO v_seq FROM holdfast.events e
+         WHERE e.agent_id = p_agent AND e.type IN ('turn.completed', 'turn.failed', 'turn.cancelled')
+         ORDER BY e.seq OFFSET p_turn - 1 LIMIT 1;
+        IF NOT FOUND THEN
+            PERFORM holdfast.raise('HF422', format('agent %s has no finished turn %s', p_agent, p_turn), 'at.turn');
+        END IF;
+    ELSE
+        v_seq := v_source.last_event_seq;
+    END IF;
+
+    IF v_seq > 0 THEN
+        SELECT e.created_at INTO v_cut FROM holdfast.events e WHERE e.agent_id = p_agent AND e.seq = v_seq;
+        IF NOT FOUND THEN
+            PERFORM holdfast.raise('HF422', format('event %s of agent %s was removed by retention', v_seq, p_agent), CASE WHEN p_turn IS NULL THEN 'at.seq' ELSE 'at.turn' END);
+        END IF;
+    ELSE
+        v_cut := '-infinity';
+    END IF;
+
+    v_fork := holdfast.create_agent(p_project, holdfast.patched_config(v_source.config, p_patch, 'config'));
+
+    -- Everything saved up to the cut: a row written in the event's
+    -- transaction was written before the event, and every write of the
+    -- source is serialized by its row lock, so created_at orders them.
+    SELECT coalesce(jsonb_object_agg(s.id, holdfast.uuid_v7()), '{}') INTO v_steps
+      FROM holdfast.steps s WHERE s.agent_id = p_agent AND s.created_at <= v_cut;
+    INSERT INTO holdfast.steps (id, agent_id, step_seq, kind, epoch, created_at, turn_seq, provider, model, usage)
+    SELECT (v_steps ->> s.id::text)::uuid, v_fork, s.step_seq, s.kind, s.epoch, s.created_at, s.turn_seq,
+           s.provider, s.model, s.usage
+      FROM holdfast.steps s WHERE s.agent_id = p_agent AND s.created_at <= v_cut;
+    INSERT INTO holdfast.messages (agent_id, seq, role, content, step_id, created_at)
+    SELECT v_fork, m.seq, m.role, m.content, (v_steps ->> m.step_id::text)::uuid, m.created_at
+      FROM holdfast.messages m WHERE m.agent_id = p_agent AND m.created_at <= v_cut;
+    GET DIAGNOSTICS v_messages = ROW_COUNT;
+    INSERT INTO holdfast.tool_calls (agent_id, step_id, position, provider_id, name, input, kind, status,
+                                     output, is_error, result_step_id, created_at, completed_at, child_agent_id)
+    SELECT v_fork, (v_steps ->> t.step_id::text)::uuid, t.position, t.provider_id, t.name, t.input, t.kind,
+           CASE WHEN t.status = 'cancelled' THEN 'cancelled'
+                WHEN t.completed_at <= v_cut THEN 'completed' ELSE 'pending' END,
+           CASE WHEN t.completed_at <= v_cut THEN t.output END,
+           CASE WHEN t.completed_at <= v_cut THEN t.is_error END,
+           CASE WHEN t.completed_at <= v_cut THEN (v_steps ->> t.result_step_id::text)::uuid END,
+           t.created_at,
+           CASE WHEN t.completed_at <= v_cut THEN t.completed_at END,
+           t.child_agent_id
+      FROM holdfast.tool_calls t WHERE t.agent_id = p_agent AND t.created_at <= v_cut;
+    GET DIAGNOSTICS v_calls = ROW_COUNT;
+
+    -- The summary in force at the cut: the last compaction before it.
+    SELECT e.data INTO v_compacted FROM holdfast.events e
+     WHERE e.agent_id = p_agent AND e.type = 'context.compacted' AND e.seq <= v_seq
+     ORDER BY e.seq DESC LIMIT 1;
+    SELECT count(*) INTO v_turns FROM holdfast.events e
+     WHERE e.agent_id = p_agent AND e.type = 'turn.started' AND e.seq <= v_seq;
+
+    UPDATE holdfast.agents a
+       SET forked_from_agent_id = p_agent, forked_from_seq = v_seq,
+           attachment_sources = v_source.attachment_sources || p_agent,
+           -- Copied model steps keep their epochs (unique per agent): the
+           -- fork's own claims come after them.
+           lease_epoch = v_source.lease_epoch,
+           turn_seq = v_turns,
+           last_step_seq = coalesce((SELECT max(s.step_seq) FROM holdfast.steps s WHERE s.agent_id = v_fork), 0),
+           last_message_seq = coalesce((SELECT max(m.seq) FROM holdfast.messages m WHERE m.agent_id = v_fork), 0),
+           context_summary = v_compacted ->> 'summary',
+           context_start_seq = coalesce((v_compacted ->> 'keep_from_seq')::bigint, 0)
+     WHERE a.id = v_fork;
+
+    SELECT count(*) INTO v_interrupted FROM holdfast.tool_calls WHERE agent_id = v_fork AND status = 'pending';
+    PERFORM holdfast.append_event(v_fork, 'agent.forked', jsonb_build_object(
+        'forked_from', jsonb_build_object('agent_id', p_agent, 'seq', v_seq),
+        'turn', v_turns, 'messages', v_messages, 'tool_calls', v_calls,
+        'interrupted_tool_calls', v_interrupted,
+        'config_patch', holdfast.mask_config_secrets(coalesce(p_patch, '{}'))));
+    -- Calls open at the cut: for the fork, their outcome is unknown.
+    FOR v_call IN SELECT * FROM holdfast.tool_calls WHERE agent_id = v_fork AND status = 'pending'
+                   ORDER BY created_at, step_id, position LOOP
+        UPDATE holdfast.tool_calls
+           SET status = 'completed', output = holdfast.interrupted_output(), is_error = true,
+               completed_at = holdfast.now()
+         WHERE id = v_call.id;
+        PERFORM holdfast.append_event(v_fork, 'tool_call.interrupted', jsonb_build_object(
+            'tool_call_id', v_call.id, 'name', v_call.name,
+            'output', holdfast.interrupted_output(), 'is_error', true));
+    END LOOP;
+    RETURN v_fork;
 END
 $$;
 
@@ -3388,6 +3619,24 @@ $$;
 
 
 --
+-- Name: list_replays(uuid, uuid); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.list_replays(p_project uuid, p_agent uuid) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT jsonb_build_object('replays', coalesce((
+        SELECT jsonb_agg(jsonb_build_object(
+                   'id', r.id, 'agent_id', r.agent_id, 'status', r.status, 'error', r.error,
+                   'config_patch', holdfast.mask_config_secrets(r.config_patch),
+                   'turns_total', cardinality(r.source_turns), 'turns_replayed', r.turns_sent,
+                   'created_at', r.created_at, 'completed_at', r.completed_at) ORDER BY r.id)
+          FROM holdfast.replays r WHERE r.source_agent_id = a.id), '[]'))
+      FROM holdfast.agents a WHERE a.id = p_agent AND a.project_id = p_project
+$$;
+
+
+--
 -- Name: list_webhook_deliveries(uuid, uuid, text, integer, uuid); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
@@ -3918,6 +4167,20 @@ $$;
 
 
 --
+-- Name: not_in_recording_output(jsonb); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.not_in_recording_output(p_recorded jsonb) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT to_jsonb(CASE WHEN p_recorded IS NULL
+        THEN 'Tool call not in the recording: the recorded turn made no call at this point. This is a replay; nothing was run.'
+        ELSE format('Tool call not in the recording: the recorded call at this point was %s with input %s. This is a replay; nothing was run.',
+                    p_recorded ->> 'name', p_recorded -> 'input') END)
+$$;
+
+
+--
 -- Name: open_tool_wait(uuid); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
@@ -3970,6 +4233,26 @@ BEGIN
     v_agent := holdfast.lock_agent(p_agent);
     RETURN holdfast.update_agent_config(
         p_agent, holdfast.jsonb_merge_patch((holdfast.latest_config_version(v_agent)).config, p_patch), p_apply);
+END
+$$;
+
+
+--
+-- Name: patched_config(jsonb, jsonb, text); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.patched_config(p_config jsonb, p_patch jsonb, p_field text) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+    IF p_patch IS NULL THEN
+        RETURN p_config;
+    END IF;
+    IF jsonb_typeof(p_patch) <> 'object' THEN
+        PERFORM holdfast.raise('HF422', format('%s must be a JSON object (a merge patch of the config)', p_field),
+                               p_field);
+    END IF;
+    RETURN holdfast.jsonb_merge_patch(p_config, p_patch);
 END
 $$;
 
@@ -4657,6 +4940,126 @@ $$;
 
 
 --
+-- Name: replay_report(uuid, uuid); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.replay_report(p_project uuid, p_replay uuid) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_replay holdfast.replays;
+    v_turns jsonb := '[]';
+    v_source_usage holdfast.token_usage := holdfast.zero_usage();
+    v_replay_usage holdfast.token_usage := holdfast.zero_usage();
+    v_equal integer := 0;
+    v_diverged integer := 0;
+    v_turn jsonb;
+BEGIN
+    SELECT * INTO v_replay FROM holdfast.replays WHERE id = p_replay AND project_id = p_project;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    FOR v_k IN 1 .. v_replay.turns_sent LOOP
+        v_turn := holdfast.replay_turn_report(v_replay, v_k);
+        v_turns := v_turns || jsonb_build_array(v_turn);
+        v_source_usage := holdfast.add_usage(v_source_usage,
+            holdfast.turn_model_usage(v_replay.source_agent_id, v_replay.source_turns[v_k]));
+        v_replay_usage := holdfast.add_usage(v_replay_usage, holdfast.turn_model_usage(v_replay.agent_id, v_k));
+        IF (v_turn ->> 'diverged')::boolean THEN
+            v_diverged := v_diverged + 1;
+        ELSIF (v_turn ->> 'answer_equal')::boolean THEN
+            v_equal := v_equal + 1;
+        END IF;
+    END LOOP;
+    RETURN jsonb_build_object(
+        'id', v_replay.id, 'source_agent_id', v_replay.source_agent_id, 'agent_id', v_replay.agent_id,
+        'status', v_replay.status, 'error', v_replay.error,
+        'config_patch', holdfast.mask_config_secrets(v_replay.config_patch),
+        'created_at', v_replay.created_at, 'completed_at', v_replay.completed_at,
+        'turns_total', cardinality(v_replay.source_turns), 'turns_replayed', v_replay.turns_sent,
+        'turns', v_turns,
+        'totals', jsonb_build_object('turns_equal', v_equal, 'turns_diverged', v_diverged,
+                                     'source', holdfast.usage_json(v_source_usage),
+                                     'replay', holdfast.usage_json(v_replay_usage)));
+END
+$$;
+
+
+--
+-- Name: replays; Type: TABLE; Schema: holdfast; Owner: -
+--
+
+CREATE TABLE holdfast.replays (
+    id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
+    project_id uuid NOT NULL,
+    source_agent_id uuid NOT NULL,
+    agent_id uuid NOT NULL,
+    config_patch jsonb NOT NULL,
+    source_turns bigint[] NOT NULL,
+    turns_sent integer DEFAULT 0 NOT NULL,
+    status text DEFAULT 'running'::text NOT NULL,
+    error jsonb,
+    created_at timestamp with time zone DEFAULT holdfast.now() NOT NULL,
+    completed_at timestamp with time zone,
+    CONSTRAINT replays_completed_iff_ended CHECK (((status = 'running'::text) = (completed_at IS NULL))),
+    CONSTRAINT replays_status_check CHECK ((status = ANY (ARRAY['running'::text, 'completed'::text, 'failed'::text]))),
+    CONSTRAINT replays_turns_sent_check CHECK (((turns_sent >= 0) AND (turns_sent <= cardinality(source_turns))))
+);
+
+
+--
+-- Name: replay_turn_report(holdfast.replays, integer); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.replay_turn_report(p_replay holdfast.replays, p_turn integer) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_source_turn bigint := p_replay.source_turns[p_turn];
+    v_source_calls jsonb := holdfast.turn_tool_calls(p_replay.source_agent_id, v_source_turn);
+    v_replay_calls jsonb := holdfast.turn_tool_calls(p_replay.agent_id, p_turn);
+    v_source_answer text := holdfast.turn_answer(p_replay.source_agent_id, v_source_turn);
+    v_replay_answer text := holdfast.turn_answer(p_replay.agent_id, p_turn);
+    v_divergence jsonb;
+    v_source jsonb;
+    v_replayed jsonb;
+BEGIN
+    FOR v_position IN 0 .. greatest(jsonb_array_length(v_source_calls), jsonb_array_length(v_replay_calls)) - 1 LOOP
+        v_source := v_source_calls -> v_position;
+        v_replayed := v_replay_calls -> v_position;
+        IF v_source IS NULL OR v_replayed IS NULL OR v_source -> 'name' <> v_replayed -> 'name'
+           OR v_source -> 'input' <> v_replayed -> 'input' THEN
+            v_divergence := jsonb_build_object(
+                'position', v_position,
+                'source', CASE WHEN v_source IS NULL THEN NULL
+                               ELSE jsonb_build_object('name', v_source -> 'name', 'input', v_source -> 'input') END,
+                'replay', CASE WHEN v_replayed IS NULL THEN NULL
+                               ELSE jsonb_build_object('name', v_replayed -> 'name', 'input', v_replayed -> 'input') END);
+            EXIT;
+        END IF;
+    END LOOP;
+    RETURN jsonb_build_object(
+        'turn', p_turn, 'source_turn', v_source_turn,
+        'source', jsonb_build_object(
+            'answer', v_source_answer,
+            'tool_calls', (SELECT coalesce(jsonb_agg(jsonb_build_object('name', c -> 'name', 'input', c -> 'input',
+                                                                        'output', c -> 'output', 'is_error', c -> 'is_error')), '[]')
+                             FROM jsonb_array_elements(v_source_calls) c),
+            'usage', holdfast.usage_json(holdfast.turn_model_usage(p_replay.source_agent_id, v_source_turn))),
+        'replay', jsonb_build_object(
+            'answer', v_replay_answer,
+            'tool_calls', (SELECT coalesce(jsonb_agg(jsonb_build_object('name', c -> 'name', 'input', c -> 'input',
+                                                                        'output', c -> 'output', 'is_error', c -> 'is_error')), '[]')
+                             FROM jsonb_array_elements(v_replay_calls) c),
+            'usage', holdfast.usage_json(holdfast.turn_model_usage(p_replay.agent_id, p_turn))),
+        'diverged', v_divergence IS NOT NULL,
+        'first_divergence', v_divergence,
+        'answer_equal', v_source_answer IS NOT DISTINCT FROM v_replay_answer);
+END
+$$;
+
+
+--
 -- Name: request_cancel(uuid); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
@@ -4870,6 +5273,30 @@ BEGIN
         PERFORM pg_notify('holdfast_ready', '');
     END IF;
     RETURN v_pending;
+END
+$$;
+
+
+--
+-- Name: send_replay_turn(holdfast.replays); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.send_replay_turn(p_replay holdfast.replays) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_content jsonb;
+BEGIN
+    FOR v_content IN
+        SELECT m.content FROM holdfast.messages m JOIN holdfast.steps s ON s.id = m.step_id
+         WHERE m.agent_id = p_replay.source_agent_id AND s.agent_id = p_replay.source_agent_id
+           AND s.turn_seq = p_replay.source_turns[p_replay.turns_sent + 1] AND m.role = 'user'
+         ORDER BY m.seq
+    LOOP
+        PERFORM holdfast.insert_input((SELECT a FROM holdfast.agents a WHERE a.id = p_replay.agent_id),
+                                      v_content, NULL, NULL, NULL, 'steer');
+    END LOOP;
+    UPDATE holdfast.replays SET turns_sent = turns_sent + 1 WHERE id = p_replay.id;
 END
 $$;
 
@@ -5688,6 +6115,41 @@ $$;
 
 
 --
+-- Name: tg_events_advance_replay(); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.tg_events_advance_replay() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_replay holdfast.replays;
+BEGIN
+    SELECT r.* INTO v_replay FROM holdfast.replays r
+     WHERE r.agent_id = NEW.agent_id AND r.status = 'running' FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF NEW.type = 'turn.completed' AND v_replay.turns_sent < cardinality(v_replay.source_turns) THEN
+        PERFORM holdfast.send_replay_turn(v_replay);
+        RETURN NULL;
+    END IF;
+    UPDATE holdfast.replays
+       SET status = CASE WHEN NEW.type = 'turn.completed' THEN 'completed' ELSE 'failed' END,
+           error = CASE WHEN NEW.type = 'turn.completed' THEN NULL
+                        ELSE coalesce(NEW.data -> 'error', jsonb_build_object('type', NEW.type)) END,
+           completed_at = holdfast.now()
+     WHERE id = v_replay.id
+    RETURNING * INTO v_replay;
+    PERFORM holdfast.append_event(NEW.agent_id, 'replay.completed', jsonb_build_object(
+        'replay_id', v_replay.id, 'source_agent_id', v_replay.source_agent_id, 'status', v_replay.status,
+        'error', v_replay.error, 'turns_replayed', v_replay.turns_sent,
+        'turns_total', cardinality(v_replay.source_turns)));
+    RETURN NULL;
+END
+$$;
+
+
+--
 -- Name: tg_events_finish_subagent(); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
@@ -5896,6 +6358,22 @@ $$;
 
 
 --
+-- Name: turn_answer(uuid, bigint); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.turn_answer(p_agent uuid, p_turn bigint) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT string_agg(b.value ->> 'text', E'\n' ORDER BY b.ordinality)
+      FROM (SELECT m.content FROM holdfast.messages m JOIN holdfast.steps s ON s.id = m.step_id
+             WHERE m.agent_id = p_agent AND s.agent_id = p_agent AND s.turn_seq = p_turn AND m.role = 'assistant'
+             ORDER BY m.seq DESC LIMIT 1) m,
+           jsonb_array_elements(m.content) WITH ORDINALITY b
+     WHERE b.value ->> 'type' = 'text'
+$$;
+
+
+--
 -- Name: turn_inputs(uuid); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
@@ -5906,6 +6384,23 @@ CREATE FUNCTION holdfast.turn_inputs(p_agent uuid) RETURNS SETOF holdfast.inputs
      WHERE i.agent_id = p_agent AND i.consumed_at IS NULL
        AND i.admitted_at IS NOT NULL AND i.removed_at IS NULL
      ORDER BY i.created_at, i.id
+$$;
+
+
+--
+-- Name: turn_model_usage(uuid, bigint); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.turn_model_usage(p_agent uuid, p_turn bigint) RETURNS holdfast.token_usage
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT ROW(coalesce(sum((s.usage).input_tokens), 0), coalesce(sum((s.usage).output_tokens), 0),
+               coalesce(sum((s.usage).cache_read_tokens), 0), coalesce(sum((s.usage).cache_write_tokens), 0),
+               coalesce(sum((s.usage).reasoning_tokens), 0), sum((s.usage).cost_usd),
+               coalesce(sum((s.usage).server_tool_requests), 0), coalesce(sum((s.usage).web_search_requests), 0)
+              )::holdfast.token_usage
+      FROM holdfast.steps s
+     WHERE s.agent_id = p_agent AND s.kind IN ('model', 'compaction') AND s.turn_seq = p_turn
 $$;
 
 
@@ -5923,6 +6418,21 @@ CREATE FUNCTION holdfast.turn_outcome(p_type text, p_data jsonb) RETURNS text
             CASE WHEN p_data #>> '{error,type}' IN ('limit_exceeded', 'budget_exceeded')
                  THEN 'limit' ELSE 'failed' END
     END
+$$;
+
+
+--
+-- Name: turn_tool_calls(uuid, bigint); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.turn_tool_calls(p_agent uuid, p_turn bigint) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'tool_call_id', t.id, 'name', t.name, 'input', t.input, 'status', t.status,
+               'output', t.output, 'is_error', t.is_error) ORDER BY s.step_seq, t.position), '[]')
+      FROM holdfast.tool_calls t JOIN holdfast.steps s ON s.id = t.step_id
+     WHERE t.agent_id = p_agent AND s.agent_id = p_agent AND s.turn_seq = p_turn
 $$;
 
 
@@ -6691,6 +7201,9 @@ BEGIN
     FOR v_pos IN 0 .. v_n_calls - 1 LOOP
         v_call := v_tool_calls -> v_pos;
         v_status := CASE
+            -- A replay's calls are answered from the recording, never
+            -- waited on (answer_replay_calls, time_travel.sql).
+            WHEN v_agent.replay_id IS NOT NULL THEN 'pending'
             WHEN v_call ->> 'name' = ANY (v_require) THEN 'awaiting_approval'
             WHEN v_call ->> 'kind' IN ('custom', 'question', 'command') THEN 'waiting'
             ELSE 'pending' END;
@@ -7651,6 +8164,22 @@ ALTER TABLE ONLY holdfast.questions
 
 
 --
+-- Name: replays replays_agent_id_key; Type: CONSTRAINT; Schema: holdfast; Owner: -
+--
+
+ALTER TABLE ONLY holdfast.replays
+    ADD CONSTRAINT replays_agent_id_key UNIQUE (agent_id);
+
+
+--
+-- Name: replays replays_pkey; Type: CONSTRAINT; Schema: holdfast; Owner: -
+--
+
+ALTER TABLE ONLY holdfast.replays
+    ADD CONSTRAINT replays_pkey PRIMARY KEY (id);
+
+
+--
 -- Name: schedules schedules_pkey; Type: CONSTRAINT; Schema: holdfast; Owner: -
 --
 
@@ -7901,6 +8430,13 @@ CREATE INDEX questions_pending_idx ON holdfast.questions USING btree (agent_id, 
 
 
 --
+-- Name: replays_source_idx; Type: INDEX; Schema: holdfast; Owner: -
+--
+
+CREATE INDEX replays_source_idx ON holdfast.replays USING btree (source_agent_id, id);
+
+
+--
 -- Name: schedules_agent_idx; Type: INDEX; Schema: holdfast; Owner: -
 --
 
@@ -8055,6 +8591,13 @@ CREATE TRIGGER _300_finish_subagent AFTER INSERT ON holdfast.events FOR EACH ROW
 
 
 --
+-- Name: events _310_advance_replay; Type: TRIGGER; Schema: holdfast; Owner: -
+--
+
+CREATE TRIGGER _310_advance_replay AFTER INSERT ON holdfast.events FOR EACH ROW WHEN ((new.type = ANY (ARRAY['turn.completed'::text, 'turn.failed'::text, 'turn.cancelled'::text]))) EXECUTE FUNCTION holdfast.tg_events_advance_replay();
+
+
+--
 -- Name: tool_calls _400_cancel_subagent; Type: TRIGGER; Schema: holdfast; Owner: -
 --
 
@@ -8098,6 +8641,14 @@ ALTER TABLE ONLY holdfast.agent_config_versions
 
 
 --
+-- Name: agents agents_forked_from_agent_id_fkey; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
+--
+
+ALTER TABLE ONLY holdfast.agents
+    ADD CONSTRAINT agents_forked_from_agent_id_fkey FOREIGN KEY (forked_from_agent_id) REFERENCES holdfast.agents(id);
+
+
+--
 -- Name: agents agents_parent_tool_call_id_fkey; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
 --
 
@@ -8111,6 +8662,14 @@ ALTER TABLE ONLY holdfast.agents
 
 ALTER TABLE ONLY holdfast.agents
     ADD CONSTRAINT agents_project_id_fkey FOREIGN KEY (project_id) REFERENCES holdfast.projects(id);
+
+
+--
+-- Name: agents agents_replay_id_fkey; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
+--
+
+ALTER TABLE ONLY holdfast.agents
+    ADD CONSTRAINT agents_replay_id_fkey FOREIGN KEY (replay_id) REFERENCES holdfast.replays(id);
 
 
 --
@@ -8271,6 +8830,30 @@ ALTER TABLE ONLY holdfast.questions
 
 ALTER TABLE ONLY holdfast.questions
     ADD CONSTRAINT questions_tool_call_id_fkey FOREIGN KEY (tool_call_id) REFERENCES holdfast.tool_calls(id);
+
+
+--
+-- Name: replays replays_agent_id_fkey; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
+--
+
+ALTER TABLE ONLY holdfast.replays
+    ADD CONSTRAINT replays_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id);
+
+
+--
+-- Name: replays replays_project_id_fkey; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
+--
+
+ALTER TABLE ONLY holdfast.replays
+    ADD CONSTRAINT replays_project_id_fkey FOREIGN KEY (project_id) REFERENCES holdfast.projects(id);
+
+
+--
+-- Name: replays replays_source_agent_id_fkey; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
+--
+
+ALTER TABLE ONLY holdfast.replays
+    ADD CONSTRAINT replays_source_agent_id_fkey FOREIGN KEY (source_agent_id) REFERENCES holdfast.agents(id);
 
 
 --

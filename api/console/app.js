@@ -429,6 +429,8 @@ const EVENT_LABELS = {
   "config.updated": "Config changed", "turn.completed": "Turn completed", "turn.cancelled": "Turn cancelled",
   "turn.failed": "Turn failed", "agent.archived": "Archived", "input.updated": "Input moved",
   "schedule.fired": "Schedule fired", "schedule.skipped": "Schedule skipped",
+  "turn.failed": "Turn failed", "agent.archived": "Archived", "agent.forked": "Forked",
+  "replay.diverged": "Replay diverged", "replay.completed": "Replay finished",
 };
 
 const DECIDED = { approve: "approved", deny: "denied" };
@@ -615,8 +617,84 @@ function eventCard(agentId, event, commands, turnStart) {
     case "config.updated": card.append(folded("new config", maskSecrets(d.config))); break;
     default:
   }
-  card.append(folded(`raw event #${event.seq}`, event));
+  card.append(folded(`raw event #${event.seq}`, event), forkButton(agentId, event.seq));
   return card;
+}
+
+// "Fork here": a new agent whose history is this one's up to this event
+// (POST /v1/agents/{id}/fork), opened at once.
+function forkButton(agentId, seq) {
+  const status = el("span", { role: "status" });
+  const button = el("button", { type: "button", class: "fork-here", "data-seq": seq, onclick: async () => {
+    button.disabled = true;
+    status.replaceChildren();
+    try {
+      const fork = await api("POST", `/v1/agents/${agentId}/fork`, { at: { seq } });
+      location.hash = `#/agents/${fork.id}`;
+    } catch (error) { status.replaceChildren(errorLine(error)); button.disabled = false; }
+  } }, "Fork here");
+  return el("div", { class: "fork" }, button, status);
+}
+
+// ---- replays ---------------------------------------------------------------
+
+const callsText = (calls) => (calls.length === 0 ? "—" : calls.map((c) => `${c.name} ${JSON.stringify(c.input)}`).join("\n"));
+
+// One row per replayed turn: the source beside the replay, the first
+// divergence marked.
+function replayRows(report) {
+  return report.turns.map((t) => {
+    const d = t.first_divergence;
+    const mark = t.diverged
+      ? el("span", { class: "diverged error" }, `diverged at call ${d.position + 1}: ${d.source ? d.source.name : "no call"} → ${d.replay ? d.replay.name : "no call"}`)
+      : el("span", { class: "same" }, t.answer_equal ? "same" : "same calls, other answer");
+    return [String(t.turn), el("div", { class: "model-text" }, t.source.answer ?? "—"), el("div", { class: "model-text" }, t.replay.answer ?? "—"),
+      el("pre", {}, callsText(t.source.tool_calls)), el("pre", {}, callsText(t.replay.tool_calls)), mark,
+      `${usageText(t.source.usage)} → ${usageText(t.replay.usage)}`];
+  });
+}
+
+function replayNodes(report) {
+  const totals = report.totals;
+  const status = el("p", { id: "replay-status", class: report.status === "failed" ? "failed" : "" },
+    `${report.status}${report.error ? ` (${report.error.type}: ${report.error.message})` : ""} · ${report.turns_replayed} of ${report.turns_total} turns · ` +
+    `${totals.turns_equal} equal, ${totals.turns_diverged} diverged`);
+  const rows = replayRows(report);
+  const view = table("replay-turns", ["Turn", "Source answer", "Replay answer", "Source calls", "Replay calls", "Calls", "Usage (source → replay)"], rows);
+  view.querySelectorAll("tbody tr").forEach((tr, i) => { if (report.turns[i].diverged) tr.classList.add("diverged"); });
+  return [status, el("p", { class: "meta" }, `Totals: ${usageText(totals.source)} → ${usageText(totals.replay)}`), view];
+}
+
+async function replayPage(id, render) {
+  await loadProject();
+  const report = await api("GET", `/v1/replays/${id}`);
+  const nodes = replayNodes(report);
+  if (!render(el("h1", {}, `Replay ${id}`),
+    el("p", {}, "Of ", link(report.source_agent_id), " · on ", link(report.agent_id), " · config change ", el("code", {}, JSON.stringify(report.config_patch))),
+    ...nodes)) return;
+  if (report.status === "running") stopCurrent = keepFresh(nodes, async () => replayNodes(await api("GET", `/v1/replays/${id}`)), 1000);
+}
+
+// The agent's replays, and a form to start one with a config change.
+function replaysBox(agentId) {
+  const list = el("ul", { id: "replays" });
+  const load = async () => {
+    const { replays } = await api("GET", `/v1/agents/${agentId}/replays`);
+    list.replaceChildren(...replays.map((r) => el("li", {}, el("a", { href: `#/replays/${r.id}` }, `replay ${r.id}`),
+      ` · ${r.status} · ${r.turns_replayed}/${r.turns_total} turns · ${JSON.stringify(r.config_patch)}`)));
+  };
+  const patch = el("textarea", { id: "replay-config", rows: 2, required: true, placeholder: '{"model": {"name": "claude-sonnet-4-5"}}' });
+  const status = el("span", { role: "status" });
+  const form = el("form", { id: "replay-form", onsubmit: async (e) => {
+    e.preventDefault();
+    status.replaceChildren();
+    try {
+      const report = await api("POST", `/v1/agents/${agentId}/replays`, { config: JSON.parse(patch.value) });
+      location.hash = `#/replays/${report.id}`;
+    } catch (error) { status.replaceChildren(errorLine(error)); }
+  } }, el("label", { for: "replay-config" }, "Replay this agent's turns with a config change (tool results come from the recording; nothing runs)"),
+    patch, el("button", { type: "submit" }, "Replay"), status);
+  return { box: el("section", { id: "replays-box" }, el("h2", {}, "Replays"), list, form), load };
 }
 
 function pendingForms(agentId, refresh) {
@@ -1168,10 +1246,14 @@ async function agentPage(id, render) {
     act(`/v1/agents/${id}/archive`, () => "archived")));
   const controls = el("div", { class: "toolbar" }, cancel, archive, retry, retryStatus, actionStatus);
 
-  if (!render(el("h1", {}, `Agent ${id}`), name ? el("p", { class: "agent-name" }, name) : null, stateLine, lastTurnLine, usageLine,
+  const forkedFrom = agent.forked_from
+    ? el("p", { id: "forked-from" }, "Forked from ", link(agent.forked_from.agent_id), ` at event #${agent.forked_from.seq}`)
+    : null;
+  const replays = replaysBox(id);
+  if (!render(el("h1", {}, `Agent ${id}`), name ? el("p", { class: "agent-name" }, name) : null, forkedFrom, stateLine, lastTurnLine, usageLine,
     streamStatus, controls, confirmBox, configView, pending.box, backlog.box, schedules.box,
     el("div", { class: "timeline-head" }, el("h2", {}, "Timeline"), jump), timeline.root, live, announcer,
-    el("div", { class: "actions" }, sendForm, patchForm))) {
+    el("div", { class: "actions" }, sendForm, patchForm), replays.box)) {
     stream.stop();
     timeline.stop();
     return;
@@ -1179,6 +1261,7 @@ async function agentPage(id, render) {
   pending.load().catch(() => {});
   backlog.load().catch(() => {});
   schedules.load().catch(() => {});
+  replays.load().catch(() => {});
   refreshUsage();
   stopCurrent = () => { stream.stop(); timeline.stop(); };
 }
@@ -1249,7 +1332,9 @@ async function route() {
   const params = new URLSearchParams(queryString ?? "");
   try {
     const agentMatch = path.match(/^\/agents\/([0-9a-f-]{36})$/i);
+    const replayMatch = path.match(/^\/replays\/([0-9a-f-]{36})$/i);
     if (agentMatch) await agentPage(agentMatch[1], render);
+    else if (replayMatch) await replayPage(replayMatch[1], render);
     else if (path === "/operations") await operationsPage(render);
     else if (path === "/agents") await agentsPage(params, render);
     else if (path === "/usage") await usagePage(params, render);

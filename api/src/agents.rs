@@ -72,7 +72,10 @@ pub struct ListQuery {
 /// the egress policy's safe set ([`check_mcp_header`], 422), and their
 /// servers allowed by it ([`EgressPolicy::check_configured_url`], 422): an
 /// agent is never created with a tool server it may not reach.
-async fn parse_config(value: &Value, egress: &EgressPolicy) -> Result<AgentConfig, ApiError> {
+pub(crate) async fn parse_config(
+    value: &Value,
+    egress: &EgressPolicy,
+) -> Result<AgentConfig, ApiError> {
     let config = AgentConfig::from_value(value)?;
     for (at, entry) in mcp_entries(value, String::new()) {
         if let Some(headers) = entry.get("headers").and_then(Value::as_object) {
@@ -121,7 +124,11 @@ fn mcp_entries(config: &Value, at: String) -> Vec<(String, &Value)> {
 }
 
 /// The agent of `caller`'s project, or the 404 a missing one gets.
-async fn load(db: &tokio_postgres::Client, caller: &Caller, id: Uuid) -> Result<Agent, ApiError> {
+pub(crate) async fn load(
+    db: &tokio_postgres::Client,
+    caller: &Caller,
+    id: Uuid,
+) -> Result<Agent, ApiError> {
     store::get_agent(db, caller.project_id, id)
         .await?
         .ok_or_else(|| ApiError::agent_not_found(id))

@@ -27,6 +27,7 @@ pub mod probes;
 pub mod project;
 pub mod provider_keys;
 pub mod rate_limit;
+pub mod replays;
 pub mod replica;
 pub mod schedules;
 pub mod state;
@@ -121,6 +122,9 @@ fn small_body_routes() -> OpenApiRouter<AppState> {
             schedules::update_schedule,
             schedules::delete_schedule
         ))
+        .routes(routes!(replays::fork_agent))
+        .routes(routes!(replays::create_replay, replays::list_replays))
+        .routes(routes!(replays::get_replay))
         .routes(routes!(usage::get_agent_usage))
         .routes(routes!(usage::get_project_usage))
         .routes(routes!(inputs::list_inputs))

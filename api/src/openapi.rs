@@ -28,6 +28,7 @@ use utoipa::{Modify, OpenApi};
         (name = "webhooks", description = "endpoints that receive every event, signed per Standard Webhooks"),
         (name = "provider-keys", description = "the project's own model provider keys: write-only, stored sealed"),
         (name = "approvals", description = "approvals and questions a person answers"),
+        (name = "replays", description = "an agent's recorded turns replayed with a changed config, tool results served from the recording"),
         (name = "operations", description = "health, readiness, metrics, this document"),
     )
 )]

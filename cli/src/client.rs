@@ -4,6 +4,7 @@
 //! the API's error body, so scripts can branch on `.error.type`.
 
 mod render;
+pub mod replay;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};

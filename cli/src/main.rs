@@ -100,6 +100,11 @@ enum Command {
         #[command(subcommand)]
         command: client::InputsCommand,
     },
+    /// Replay many agents' recorded turns with a config change, a few at a
+    /// time, and print how each replay compares with its source: turns
+    /// equal, diverged, tokens and cost before and after. Tool calls are
+    /// answered from the recordings: nothing runs.
+    Replay(client::replay::ReplayArgs),
     /// Register, list and delete machines, give them new tokens.
     Machines {
         #[command(subcommand)]
@@ -175,7 +180,7 @@ const COMMAND_GROUPS: &[(&str, &[&str])] = &[
         "Client (over HTTP: --url, --api-key)",
         &[
             "agents", "send", "tail", "pending", "approve", "deny", "answer", "result", "inputs",
-            "machines",
+            "replay", "machines",
         ],
     ),
     ("Shell", &["completions"]),
@@ -251,6 +256,7 @@ fn run(cli: Cli) -> Result<()> {
             | Command::Result(_)
             | Command::Inputs { .. }
             | Command::Machines { .. }
+            | Command::Replay(_)
             | Command::Completions { .. }
             | Command::CliReference
     );
@@ -352,6 +358,7 @@ async fn dispatch(command: Command) -> Result<()> {
         Command::Result(args) => client::result(args).await,
         Command::Inputs { command } => client::inputs(command).await,
         Command::Machines { command } => client::machines(command).await,
+        Command::Replay(args) => client::replay::replay(args).await,
         Command::Completions { shell } => {
             // Into a buffer first: the generator panics on a failed write
             // (a closed pipe), and an error should say so instead.

@@ -23,6 +23,7 @@ use crate::wire::machines::{
     ClaimedList, HeartbeatRequest, HeartbeatView, MachineCreated, MachineList, OutputRequest,
     OutputView, RegisterMachineRequest, ResultRequest, ResultView, WakeRequest, WakeView,
 };
+use crate::wire::replays::{ReplayReport, ReplayRequest};
 use crate::wire::tool_calls::{
     KindName, StatusFilter, ToolCallList, ToolCallView, ToolResultRequest,
 };
@@ -279,6 +280,28 @@ impl Client {
         )
         .await
         .map(|answer| answer.body)
+    }
+
+    /// Start a replay of `agent`'s recorded turns (sent once: a repeat
+    /// would start a second replay).
+    pub async fn create_replay(
+        &self,
+        agent: Uuid,
+        request: &ReplayRequest,
+    ) -> Result<ReplayReport, CallError> {
+        self.post(
+            &format!("/v1/agents/{agent}/replays"),
+            request,
+            Retry::Once,
+            None,
+        )
+        .await
+        .map(|answer| answer.body)
+    }
+
+    /// A replay's report, as far as it has got.
+    pub async fn replay(&self, replay: Uuid) -> Result<ReplayReport, CallError> {
+        self.get(&format!("/v1/replays/{replay}")).await
     }
 
     /// The agent's model usage: its sum and each turn's.

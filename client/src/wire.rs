@@ -11,6 +11,7 @@ pub mod inputs;
 pub mod machines;
 pub mod operations;
 pub mod provider_keys;
+pub mod replays;
 pub mod schedules;
 pub mod tool_calls;
 pub mod usage;

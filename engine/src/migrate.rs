@@ -74,6 +74,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../sql/0049_lease_session_lock.sql"),
     },
     Migration {
+        version: 51,
+        name: "0051_time_travel.sql",
+        sql: include_str!("../../sql/0051_time_travel.sql"),
+    },
+    Migration {
         version: 52,
         name: "0052_schedules_backlog_config_versions.sql",
         sql: include_str!("../../sql/0052_schedules_backlog_config_versions.sql"),
@@ -117,6 +122,7 @@ pub const SCHEMA_FILES: &[SchemaFile] = schema_files![
     "retention.sql",
     "operations.sql",
     "schedules.sql",
+    "time_travel.sql",
 ];
 
 impl SchemaFile {

@@ -5,7 +5,8 @@
 //!
 //! By area: [`steps`] (the worker), [`agents`], [`events`], [`keys`],
 //! [`tool_calls`], [`webhooks`], [`machines`], [`status`], [`models`],
-//! [`retention`], [`replication`], [`schedules`]; each
+//! [`retention`], [`replication`], [`schedules`], [`time_travel`] (forks
+//! and replays); each
 //! function is re-exported here by name, so callers write
 //! `store::claim_agents` and the lists below say which module holds it.
 
@@ -25,6 +26,7 @@ mod retention;
 mod schedules;
 mod status;
 mod steps;
+mod time_travel;
 mod tool_calls;
 mod usage;
 mod webhooks;
@@ -66,6 +68,9 @@ pub use steps::{
     load_request_files, load_step_context, maintenance_tick, record_content_left_out,
     record_tools_unavailable, release_agent, renew_leases, spawn_subagent, start_tool_call,
     step_failures, stream_delta, UnavailableTool,
+};
+pub use time_travel::{
+    answer_replay_calls, create_replay, fork_agent, list_replays, replay_report, ForkAt,
 };
 pub use tool_calls::{
     answer_approval, answer_question, get_approval, get_question, get_tool_call, list_approvals,

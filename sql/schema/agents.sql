@@ -128,6 +128,17 @@ CREATE TABLE holdfast.agents (
     -- The claim or last renewal took the lease session lock
     -- (hold_lease_session_lock): without it, the lease's session is gone.
     lease_session_locked boolean DEFAULT false NOT NULL,
+    -- A fork's source and the event of the source's timeline it was forked
+    -- at (fork_agent, time_travel.sql).
+    forked_from_agent_id uuid,
+    forked_from_seq bigint,
+    -- The agents whose stored files this one reads as its own: a fork
+    -- shares its source's files (and the source's sources') instead of
+    -- copying them.
+    attachment_sources uuid[] DEFAULT '{}'::uuid[] NOT NULL,
+    -- Set on a replay's hidden child agent (holdfast.replays): its tool
+    -- calls are answered from the recording, never run.
+    replay_id uuid,
     -- The config version in force (agent_config_versions), and a newer one
     -- saved with apply = next_turn that waits for the open turn to end.
     config_version integer DEFAULT 1 NOT NULL,
@@ -137,13 +148,15 @@ CREATE TABLE holdfast.agents (
     CONSTRAINT agents_last_turn_outcome_iff_ended CHECK ((last_turn_outcome IS NULL) = (last_turn_ended_at IS NULL)),
     CONSTRAINT agents_lease_iff_running CHECK ((state = 'running') = ((lease_owner IS NOT NULL) AND (lease_expires_at IS NOT NULL))),
     CONSTRAINT agents_next_turn_config_version_check CHECK (next_turn_config_version > config_version),
+    CONSTRAINT agents_forked_from_complete CHECK ((forked_from_agent_id IS NULL) = (forked_from_seq IS NULL)),
     CONSTRAINT agents_lost_attempt_complete CHECK (((lost_attempt_epoch IS NULL) = (first_attempt_epoch IS NULL)) AND ((lost_attempt_epoch IS NULL) = (lost_attempt_started_at IS NULL)) AND ((lost_attempt_epoch IS NULL) = (lost_attempt_ended_at IS NULL))),
     CONSTRAINT agents_state_check CHECK (state IN ('idle', 'ready', 'running', 'waiting', 'archived')),
     CONSTRAINT agents_step_failures_check CHECK (step_failures >= 0),
     CONSTRAINT agents_turn_trace_parent_check CHECK (turn_trace_parent ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'),
     CONSTRAINT agents_pkey PRIMARY KEY (id),
     CONSTRAINT agents_project_id_fkey FOREIGN KEY (project_id) REFERENCES holdfast.projects(id),
-    CONSTRAINT agents_root_agent_id_fkey FOREIGN KEY (root_agent_id) REFERENCES holdfast.agents(id)
+    CONSTRAINT agents_root_agent_id_fkey FOREIGN KEY (root_agent_id) REFERENCES holdfast.agents(id),
+    CONSTRAINT agents_forked_from_agent_id_fkey FOREIGN KEY (forked_from_agent_id) REFERENCES holdfast.agents(id)
 );
 
 -- Every agent of a project, newest activity first.

@@ -93,7 +93,8 @@ LANGUAGE sql IMMUTABLE AS $$
         'command.queued', 'command.accepted', 'command.finished', 'command.failed',
         'command.unknown', 'machine.unreachable', 'machine.session_replaced', 'subagent.started', 'subagent.finished',
         'context.compacted', 'config.updated', 'turn.completed', 'turn.cancelled',
-        'turn.failed', 'agent.archived', 'input.updated', 'schedule.fired', 'schedule.skipped']
+        'turn.failed', 'agent.archived', 'input.updated', 'schedule.fired', 'schedule.skipped',
+        'agent.forked', 'replay.diverged', 'replay.completed']
 $$;
 
 -- Tell stream listeners (the API's SSE fan-out) which agents have new

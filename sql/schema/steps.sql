@@ -229,6 +229,9 @@ BEGIN
     FOR v_pos IN 0 .. v_n_calls - 1 LOOP
         v_call := v_tool_calls -> v_pos;
         v_status := CASE
+            -- A replay's calls are answered from the recording, never
+            -- waited on (answer_replay_calls, time_travel.sql).
+            WHEN v_agent.replay_id IS NOT NULL THEN 'pending'
             WHEN v_call ->> 'name' = ANY (v_require) THEN 'awaiting_approval'
             WHEN v_call ->> 'kind' IN ('custom', 'question', 'command') THEN 'waiting'
             ELSE 'pending' END;

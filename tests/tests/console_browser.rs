@@ -30,7 +30,7 @@ use holdfast_tests::api_server::{project_key, waiting_tool_call, ApiServer};
 use holdfast_tests::browser::Browser;
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{
-    agent_state, count_events, spawn_worker, wait_for_event, wait_for_events,
+    agent_state, answer_waiting_call, count_events, spawn_worker, wait_for_event, wait_for_events,
 };
 use holdfast_tests::{default_config, wait_for_lock_wait, TestDb};
 use serde_json::{json, Value};
@@ -2772,5 +2772,119 @@ async fn the_agent_page_moves_promotes_and_cancels_queued_inputs_and_pauses_resu
         .unwrap()
         .get(0);
     assert_eq!(left, 0);
+    console.browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_here_opens_the_fork_and_a_replay_shows_beside_its_source_with_the_divergence_marked()
+{
+    let console = Console::start().await;
+    let fake = FakeProvider::start().await;
+    let _worker = console.worker("console-replay-worker", &fake);
+    let agent = console
+        .new_agent(
+            &json!({"model": {"provider": "anthropic", "name": "claude-test"},
+                           "tools": [{"type": "custom", "name": "lookup"}]}),
+        )
+        .await;
+    fake.push(Reply::text("Hello there."));
+    console.input(agent, "hello").await;
+    wait_for_event(&console.client, agent, "turn.completed", TURN_TIMEOUT).await;
+    fake.push(Reply::tool_calls(vec![("lookup", json!({"order": "A-7"}))]));
+    fake.push(Reply::text("A-7 shipped."));
+    console.input(agent, "where is A-7?").await;
+    answer_waiting_call(&console.client, agent, json!("shipped")).await;
+    wait_for_events(&console.client, agent, "turn.completed", 2, TURN_TIMEOUT).await;
+
+    console.sign_in().await;
+    console.open_agent(agent).await;
+    console
+        .wait_for_card("model.response", "Hello there.")
+        .await;
+    // "Fork here" on the first answer: the fork opens, forked from there.
+    let first_answer: i64 = console
+        .client
+        .query_one(
+            "SELECT seq FROM holdfast.events WHERE agent_id = $1 AND type = 'model.response' ORDER BY seq LIMIT 1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    console
+        .browser
+        .eval(
+            "document.querySelector(`.fork-here[data-seq='${arguments[0]}']`).click();",
+            vec![json!(first_answer)],
+        )
+        .await;
+    console
+        .browser
+        .wait_for_text("#forked-from", &format!("at event #{first_answer}"))
+        .await;
+    let fork: Uuid = console
+        .client
+        .query_one(
+            "SELECT id FROM holdfast.agents WHERE forked_from_agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let url = console.browser.eval("return location.hash;", vec![]).await;
+    assert_eq!(url, json!(format!("#/agents/{fork}")));
+    console
+        .browser
+        .wait_for_text("#forked-from", &agent.to_string())
+        .await;
+    console.browser.screenshot("forked").await;
+
+    // A replay from the source's page: turn two's model looks up another
+    // order, which the recording does not have.
+    fake.push(Reply::text("Hello there."));
+    fake.push(Reply::tool_calls(vec![("lookup", json!({"order": "B-9"}))]));
+    fake.push(Reply::text("I could not find it."));
+    // Back to the source by the fork's link to it.
+    console.browser.click("#forked-from a").await;
+    console
+        .browser
+        .wait_for_text("h1", &agent.to_string())
+        .await;
+    console
+        .browser
+        .wait_for_text("#stream-status", "stream: live")
+        .await;
+    console
+        .browser
+        .type_into("#replay-config", r#"{"model": {"name": "claude-next"}}"#)
+        .await;
+    console
+        .browser
+        .click("#replay-form button[type=submit]")
+        .await;
+    console
+        .browser
+        .wait_for_text("#replay-status", "completed")
+        .await;
+    let rows = table_rows(&console.browser, "replay-turns").await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0][1], "Hello there.");
+    assert_eq!(rows[0][2], "Hello there.");
+    assert_eq!(rows[0][5], "same");
+    assert_eq!(rows[1][2], "I could not find it.");
+    assert!(rows[1][5].contains("diverged at call 1"), "{rows:?}");
+    let marked = console
+        .browser
+        .eval(
+            "return [...document.querySelectorAll('#replay-turns tbody tr')].map((tr) => tr.classList.contains('diverged'));",
+            vec![],
+        )
+        .await;
+    assert_eq!(marked, json!([false, true]));
+    console
+        .browser
+        .wait_for_text("#replay-status", "1 equal, 1 diverged")
+        .await;
+    console.browser.screenshot("replay").await;
     console.browser.close().await;
 }

@@ -235,6 +235,7 @@ mod tests {
             tool_calls: vec![],
             pending_inputs: vec![],
             trace: Default::default(),
+            replay: false,
         }
     }
 

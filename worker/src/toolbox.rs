@@ -237,12 +237,17 @@ fn run_command_definition() -> ToolDefinition {
 /// with (a config change since does not turn it into another kind of call).
 /// External calls are marked `running` (and committed) before their IO, so
 /// a crash mid-call is seen as interrupted and never reruns the IO.
+/// A replay's calls run nothing: SQL answers them all from the recording.
 pub async fn run_batch(
     deps: &StepDeps,
     claim: Claim,
     context: &StepContext,
     calls: Vec<ToolCallRecord>,
 ) -> Result<()> {
+    if context.replay {
+        let client = deps.pool.get().await?;
+        return store::answer_replay_calls(&store::Pooled(&client), claim).await;
+    }
     for call in calls {
         let tool = match checked_tool(&context.config, &call) {
             Ok(tool) => tool,

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use holdfast_engine::config::AgentConfig;
-use holdfast_engine::domain::{Agent, AgentState, CancelOutcome, ConfigVersion};
+use holdfast_engine::domain::{Agent, AgentState, CancelOutcome, ConfigVersion, ForkPoint};
 pub use holdfast_engine::domain::{LastTurn, TurnError, TurnOutcome};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -83,6 +83,10 @@ pub struct AgentView {
     /// A newer version saved with `"apply": "next_turn"`, waiting for the
     /// open turn to end; `null` when none waits.
     pub next_turn_config_version: Option<i32>,
+    /// Set on a fork: the agent it was forked from and the seq of that
+    /// agent's event its history ends at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkPoint>,
     /// In a list with `order=activity` only: the time the list is ordered
     /// by (its latest event's time, else its creation).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -104,6 +108,7 @@ impl From<Agent> for AgentView {
             last_turn: agent.last_turn,
             config_version: agent.config_version,
             next_turn_config_version: agent.next_turn_config_version,
+            forked_from: agent.forked_from,
             activity_at: None,
         }
     }

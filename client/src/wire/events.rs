@@ -11,7 +11,7 @@ use std::borrow::Cow;
 
 use chrono::{DateTime, Utc};
 use holdfast_engine::config::AgentConfig;
-use holdfast_engine::domain::{Event, InputMode, TokenUsage, TurnError};
+use holdfast_engine::domain::{Event, ForkPoint, InputMode, TokenUsage, TurnError};
 use holdfast_engine::provider::Usage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -481,6 +481,63 @@ pub struct TurnFailedData {
     pub error: TurnError,
 }
 
+/// `agent.forked`: the first event of a fork.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct AgentForkedData {
+    pub forked_from: ForkPoint,
+    /// The source's turns the copied history holds.
+    pub turn: i64,
+    /// Messages and tool calls copied.
+    pub messages: i64,
+    pub tool_calls: i64,
+    /// Calls open at the fork point, completed for the fork as interrupted.
+    pub interrupted_tool_calls: i64,
+    /// The config merge patch the fork was made with (`{}`: none), secrets
+    /// masked.
+    #[schema(value_type = Object)]
+    pub config_patch: Value,
+}
+
+/// A tool call as recorded: its name and input.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct RecordedCall {
+    pub name: String,
+    #[schema(value_type = Object)]
+    pub input: Value,
+}
+
+/// `replay.diverged`: a replay's call the recording does not have (another
+/// tool, another input, or no call at that point); it got an error result.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ReplayDivergedData {
+    pub replay_id: Uuid,
+    /// The replay's turn and the source's turn it replays.
+    pub turn: i64,
+    pub source_turn: i64,
+    /// The call's place among the turn's calls, from 0.
+    pub position: i64,
+    pub tool_call_id: Uuid,
+    pub name: String,
+    #[schema(value_type = Object)]
+    pub input: Value,
+    /// The source's call at that point, if it made one.
+    #[schema(required = true)]
+    pub recorded: Option<RecordedCall>,
+}
+
+/// `replay.completed`: a replay ended (status `completed`, or `failed`
+/// when a replayed turn failed or was cancelled, with that turn's error).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ReplayCompletedData {
+    pub replay_id: Uuid,
+    pub source_agent_id: Uuid,
+    pub status: String,
+    #[schema(required = true, value_type = Option<Object>)]
+    pub error: Option<Value>,
+    pub turns_replayed: i64,
+    pub turns_total: i64,
+}
+
 /// One event type: its name, the schema of its `data`, and what that schema refers to.
 struct Variant {
     event_type: &'static str,
@@ -537,6 +594,9 @@ fn variants() -> Vec<Variant> {
         variant::<InputUpdatedData>("input.updated"),
         variant::<ScheduleFiredData>("schedule.fired"),
         variant::<ScheduleSkippedData>("schedule.skipped"),
+        variant::<AgentForkedData>("agent.forked"),
+        variant::<ReplayDivergedData>("replay.diverged"),
+        variant::<ReplayCompletedData>("replay.completed"),
     ]
 }
 

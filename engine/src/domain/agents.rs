@@ -47,6 +47,14 @@ pub struct PostedInput {
     pub replayed: bool,
 }
 
+/// Where a fork came from: the source agent and the seq of the source's
+/// event its copied history ends at (`holdfast.fork_agent`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ForkPoint {
+    pub agent_id: Uuid,
+    pub seq: i64,
+}
+
 /// An agent as saved: its config and where it stands.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Agent {
@@ -73,6 +81,8 @@ pub struct Agent {
     /// A newer version saved with `apply: next_turn`, waiting for the open
     /// turn to end.
     pub next_turn_config_version: Option<i32>,
+    /// Set on a fork: what it was forked from.
+    pub forked_from: Option<ForkPoint>,
 }
 
 /// How a turn ended.

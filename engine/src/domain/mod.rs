@@ -21,8 +21,8 @@ mod usage;
 mod webhooks;
 
 pub use agents::{
-    Agent, AgentState, CancelOutcome, Input, InputCreated, InputMode, InputStatus, LastTurn,
-    PostedInput, TurnError, TurnOutcome, WaitingInputs,
+    Agent, AgentState, CancelOutcome, ForkPoint, Input, InputCreated, InputMode, InputStatus,
+    LastTurn, PostedInput, TurnError, TurnOutcome, WaitingInputs,
 };
 pub use approvals::{Approval, ApprovalStatus, ApprovalSubject, Question, QuestionStatus};
 pub use endpoints::{

@@ -164,6 +164,9 @@ pub struct StepContext {
     pub pending_inputs: Vec<PendingInput>,
     /// What the attempt's span needs (docs/api.md, "Tracing").
     pub trace: AttemptTrace,
+    /// A replay's child: its tool calls are answered from the recording
+    /// (`holdfast.answer_replay_calls`), never run.
+    pub replay: bool,
 }
 
 /// The trace an attempt's span belongs in, and the attempt before it that

@@ -10,8 +10,8 @@ use uuid::Uuid;
 use super::prepared::{query_prepared, with_wake_after_commit, Prepared};
 use super::{batch_outcomes, parse_text};
 use crate::domain::{
-    Agent, AgentState, AttachmentQuotas, CancelOutcome, ConfigVersion, Input, InputCreated,
-    InputMode, LimitMaxima, PostedInput, TurnOutcome, WaitingInputs,
+    Agent, AgentState, AttachmentQuotas, CancelOutcome, ConfigVersion, ForkPoint, Input,
+    InputCreated, InputMode, LimitMaxima, PostedInput, TurnOutcome, WaitingInputs,
 };
 use crate::error::{Error, Result};
 use crate::telemetry::TraceHeaders;
@@ -131,7 +131,8 @@ pub async fn ensure_project(client: &impl GenericClient, name: &str) -> Result<U
 pub(super) const AGENT_COLUMNS: &str =
     "id, project_id, holdfast.mask_config_secrets(config), state, turn_open, cancel_requested_at, \
                              last_event_seq, created_at, updated_at, state_changed_at, \
-                             holdfast.agent_last_turn(agents), config_version, next_turn_config_version";
+                             holdfast.agent_last_turn(agents), config_version, next_turn_config_version, \
+                             forked_from_agent_id, forked_from_seq";
 
 pub(super) fn agent_from_row(row: &tokio_postgres::Row) -> Result<Agent> {
     Ok(Agent {
@@ -152,6 +153,11 @@ pub(super) fn agent_from_row(row: &tokio_postgres::Row) -> Result<Agent> {
             .map_err(|e| Error::Migration(format!("agent_last_turn document: {e}")))?,
         config_version: row.get(11),
         next_turn_config_version: row.get(12),
+        // Both or neither (agents_forked_from_complete).
+        forked_from: row
+            .get::<_, Option<Uuid>>(13)
+            .zip(row.get::<_, Option<i64>>(14))
+            .map(|(agent_id, seq)| ForkPoint { agent_id, seq }),
     })
 }
 
@@ -204,9 +210,9 @@ pub async fn get_attachment(
 ) -> Result<Option<Attachment>> {
     let row = client
         .query_opt(
-            "SELECT t.media_type, t.data FROM holdfast.attachments t \
-               JOIN holdfast.agents a ON a.id = t.agent_id \
-              WHERE t.agent_id = $1 AND t.id = $2 AND a.project_id = $3",
+            "SELECT t.media_type, t.data FROM holdfast.attachments t, holdfast.agents a \
+              WHERE a.id = $1 AND t.agent_id = ANY(a.attachment_sources || a.id) AND t.id = $2 \
+                AND a.project_id = $3",
             &[&agent, &id, &project],
         )
         .await?;
@@ -233,7 +239,8 @@ pub async fn list_agents(
         .query(
             &format!(
                 "SELECT {AGENT_COLUMNS} FROM holdfast.agents \
-                  WHERE project_id = $1 AND ($2::text IS NULL OR state = $2) \
+                  WHERE project_id = $1 AND replay_id IS NULL \
+                    AND ($2::text IS NULL OR state = $2) \
                     AND ($3::text IS NULL OR last_turn_outcome = $3) \
                     AND ($4::uuid IS NULL OR id > $4) \
                   ORDER BY id LIMIT $5"

@@ -125,9 +125,10 @@ pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Optio
 pub const AGENTS_BY_ACTIVITY_SQL: &str = "\
 SELECT id, project_id, holdfast.mask_config_secrets(config), state, turn_open, cancel_requested_at, \
        last_event_seq, created_at, updated_at, state_changed_at, holdfast.agent_last_turn(agents), \
-       config_version, next_turn_config_version, coalesce(last_event_at, created_at) \
+       config_version, next_turn_config_version, forked_from_agent_id, forked_from_seq, \
+       coalesce(last_event_at, created_at) \
   FROM holdfast.agents \
- WHERE project_id = $1 \
+ WHERE project_id = $1 AND replay_id IS NULL \
    AND ($2::text IS NULL OR state = $2) \
    AND ($9::text IS NULL OR last_turn_outcome = $9) \
    AND ($3::timestamptz IS NULL OR (coalesce(last_event_at, created_at), id) < ($3, $4::uuid)) \
@@ -182,7 +183,7 @@ pub async fn agents_by_activity(
         .map(|row| {
             Ok(AgentActivity {
                 agent: agent_from_row(row)?,
-                activity: row.get(13),
+                activity: row.get(15),
             })
         })
         .collect()

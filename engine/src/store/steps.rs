@@ -438,7 +438,8 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
             "SELECT config, turn_open, model_attempts, cancel_requested_at IS NOT NULL, \
                     context_summary, turn_model_steps, holdfast.budget_exceeded(a) IS NOT NULL, \
                     turn_trace_parent, turn_trace_state, first_attempt_epoch, \
-                    lost_attempt_epoch, lost_attempt_started_at, lost_attempt_ended_at \
+                    lost_attempt_epoch, lost_attempt_started_at, lost_attempt_ended_at, \
+                    replay_id IS NOT NULL \
                FROM holdfast.agents a WHERE id = $1",
         ),
         // The messages from the agent's context start on (the subquery
@@ -532,6 +533,7 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
         tool_calls,
         pending_inputs,
         trace,
+        replay: row.get(13),
     })
 }
 
@@ -548,7 +550,11 @@ pub async fn load_request_files(
     let mut files = HashMap::with_capacity(ids.len());
     let rows = client
         .query_raw(
-            "SELECT id, media_type, data FROM holdfast.attachments WHERE agent_id = $1 AND id = ANY($2)",
+            // A fork's or a replay's history also references the files of
+            // the agents it came from (attachment_sources), shared with them.
+            "SELECT id, media_type, data FROM holdfast.attachments \
+              WHERE agent_id IN (SELECT unnest(a.attachment_sources || a.id) FROM holdfast.agents a WHERE a.id = $1) \
+                AND id = ANY($2)",
             [&agent as &(dyn ToSql + Sync), &ids],
         )
         .await?;

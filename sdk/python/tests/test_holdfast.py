@@ -113,6 +113,27 @@ def test_config_changes_are_numbered_versions_and_inputs_move(client):
         client.agents.update_input("00000000-0000-0000-0000-000000000000", position=1)
 
 
+def test_a_fork_and_a_replay_of_a_finished_turn(client):
+    agent = client.agents.create({"model": MODEL})
+    client.send(agent["id"], directive(say="forty-two"))
+    wait_for_event(client, agent["id"], "turn.completed")
+    fork = client.agents.fork(agent["id"], at={"turn": 1}, config={"system": "Be brief."})
+    assert fork["forked_from"]["agent_id"] == agent["id"]
+    assert fork["state"] == "idle"
+    assert fork["config"]["system"] == "Be brief."
+
+    started = client.replays.create(agent["id"], config={"system": "Be brief."})
+    assert started["status"] in ("running", "completed")
+    report = client.replays.wait_for_report(started["id"], interval=0.1, timeout=60)
+    assert report["status"] == "completed"
+    assert report["turns"][0]["replay"]["answer"] == "forty-two"
+    assert report["turns"][0]["answer_equal"]
+    assert [r["id"] for r in client.replays.list(agent["id"])] == [started["id"]]
+    with pytest.raises(InvalidRequestError) as refused:
+        client.agents.fork(agent["id"], at={"seq": 10_000})
+    assert refused.value.field == "at.seq"
+
+
 def test_agents_search_finds_an_agent_by_a_word_of_its_answer(client):
     agent = client.agents.create({"model": MODEL})
     client.run(agent["id"], directive(say="The pelican ledger balances."))

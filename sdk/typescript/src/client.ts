@@ -45,6 +45,10 @@ export type InboxItem = Schemas["InboxItem"];
 export type InboxKind = Schemas["InboxKind"];
 export type TurnOutcome = Schemas["TurnOutcome"];
 export type ProjectUsage = Schemas["ProjectUsage"];
+export type ForkRequest = Schemas["ForkRequest"];
+export type ReplayRequest = Schemas["ReplayRequest"];
+export type ReplayReport = Schemas["ReplayReport"];
+export type ReplaySummary = Schemas["ReplaySummary"];
 
 /**
  * How failed requests are retried: network errors, tries that time out,
@@ -198,6 +202,7 @@ export class Holdfast {
   readonly agents: Agents;
   readonly schedules: Schedules;
   readonly webhooks: Webhooks;
+  readonly replays: Replays;
   readonly retry: RetryPolicy;
   private readonly apiKey: string;
   private readonly fetchImpl: typeof fetch;
@@ -221,6 +226,7 @@ export class Holdfast {
     this.agents = new Agents(this);
     this.schedules = new Schedules(this);
     this.webhooks = new Webhooks(this);
+    this.replays = new Replays(this);
   }
 
   /**
@@ -756,6 +762,60 @@ export class Agents {
 
   archive(agentId: string): Promise<Agent> {
     return this.client.json("POST", `/v1/agents/${enc(agentId)}/archive`);
+  }
+
+  /**
+   * Fork an agent at one of its steps (`at: { seq }` or `at: { turn }`;
+   * default its last), with an optional config merge patch: a new idle
+   * agent whose history is the source's up to there. Retried only on a 429
+   * (a retried fork could make two).
+   */
+  fork(agentId: string, options: ForkRequest = {}): Promise<Agent> {
+    return this.client.json("POST", `/v1/agents/${enc(agentId)}/fork`, { body: options, retry: "rate_limit_only" });
+  }
+}
+
+/**
+ * Replays: an agent's recorded turns sent again with a changed config, its
+ * tool calls answered from the recording (nothing runs).
+ */
+export class Replays {
+  constructor(private readonly client: Holdfast) {}
+
+  /** Start a replay of `agentId`; the answer is its report as it starts. Retried only on a 429. */
+  create(agentId: string, options: ReplayRequest = {}): Promise<ReplayReport> {
+    return this.client.json("POST", `/v1/agents/${enc(agentId)}/replays`, { body: options, retry: "rate_limit_only" });
+  }
+
+  /** The report of a replay, as far as it has got. */
+  get(replayId: string): Promise<ReplayReport> {
+    return this.client.json("GET", `/v1/replays/${enc(replayId)}`);
+  }
+
+  /** The replays of `agentId`, oldest first, without their turns. */
+  async list(agentId: string): Promise<ReplaySummary[]> {
+    return (await this.client.json<{ replays: ReplaySummary[] }>("GET", `/v1/agents/${enc(agentId)}/replays`)).replays;
+  }
+
+  /**
+   * The report once the replay has ended (`completed` or `failed`), asking
+   * every `intervalMs` (default 500); throws after `timeoutMs` (default 10
+   * minutes) or when `signal` aborts.
+   */
+  async waitForReport(
+    replayId: string,
+    options: { intervalMs?: number; timeoutMs?: number; signal?: AbortSignal } = {},
+  ): Promise<ReplayReport> {
+    const deadline = Date.now() + (options.timeoutMs ?? 600_000);
+    for (;;) {
+      const report = await this.get(replayId);
+      if (report.status !== "running") return report;
+      if (Date.now() >= deadline) {
+        throw new HoldfastError(`replay ${replayId} is still running after ${options.timeoutMs ?? 600_000} ms`);
+      }
+      options.signal?.throwIfAborted();
+      await new Promise((resolve) => setTimeout(resolve, options.intervalMs ?? 500));
+    }
   }
 }
 

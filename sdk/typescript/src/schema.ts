@@ -216,6 +216,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/agents/{id}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Fork an agent at one of its steps: a new agent of the project whose
+         *     history is the source's up to that point (open tool calls there closed
+         *     as interrupted), idle, with `forked_from` set; its timeline opens with
+         *     `agent.forked`. Stored files are shared with the source.
+         */
+        post: operations["fork_agent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/agents/{id}/inputs": {
         parameters: {
             query?: never;
@@ -245,6 +267,30 @@ export interface paths {
         get: operations["list_questions"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/agents/{id}/replays": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** An agent's replays, oldest first, without their turns. */
+        get: operations["list_replays"];
+        put?: never;
+        /**
+         * Replay an agent's recorded turns with a changed config: a hidden agent
+         *     is sent the source's inputs turn by turn, and its tool calls are
+         *     answered from the recording (nothing runs: no command, no client wait,
+         *     no MCP or web request). Follow it with `GET /v1/replays/{id}`, or the
+         *     hidden agent's stream; `replay.completed` says when it ends.
+         */
+        post: operations["create_replay"];
         delete?: never;
         options?: never;
         head?: never;
@@ -699,6 +745,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/replays/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A replay's report: per turn, the source's and the replay's final
+         *     answers, tool calls, usage and the first divergence; and the totals.
+         */
+        get: operations["get_replay"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tool-calls/{id}/result": {
         parameters: {
             query?: never;
@@ -829,6 +895,52 @@ export interface components {
             /** @description The agent's tools, by `type` (tool names unique). */
             tools?: components["schemas"]["ToolEntry"][];
         };
+        /** @description `agent.forked`: the first event of a fork. */
+        AgentForkedData: {
+            /**
+             * @description The config merge patch the fork was made with (`{}`: none), secrets
+             *     masked.
+             */
+            config_patch: Record<string, unknown>;
+            forked_from: components["schemas"]["ForkPoint"];
+            /**
+             * Format: int64
+             * @description Calls open at the fork point, completed for the fork as interrupted.
+             */
+            interrupted_tool_calls: number;
+            /**
+             * Format: int64
+             * @description Messages and tool calls copied.
+             */
+            messages: number;
+            /** Format: int64 */
+            tool_calls: number;
+            /**
+             * Format: int64
+             * @description The source's turns the copied history holds.
+             */
+            turn: number;
+        };
+        /** @description A `agent.forked` event (docs/events.md). */
+        AgentForkedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["AgentForkedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "agent.forked";
+        };
         AgentList: {
             agents: components["schemas"]["AgentView"][];
             /**
@@ -870,6 +982,7 @@ export interface components {
             config_version: number;
             /** Format: date-time */
             created_at: string;
+            forked_from?: null | components["schemas"]["ForkPoint"];
             /** Format: uuid */
             id: string;
             /**
@@ -1574,6 +1687,16 @@ export interface components {
             next_attempt_at?: string | null;
             status: components["schemas"]["DeliveryStatusName"];
         };
+        /** @description The first point where the replay's calls differ from the recording's. */
+        Divergence: {
+            /**
+             * Format: int64
+             * @description Among the turn's calls, from 0.
+             */
+            position: number;
+            replay?: null | components["schemas"]["RecordedCall"];
+            source?: null | components["schemas"]["RecordedCall"];
+        };
         /** @description Events that carry nothing: `agent.archived`. */
         EmptyData: Record<string, unknown>;
         /** @description The error body (for the OpenAPI document). */
@@ -1598,7 +1721,36 @@ export interface components {
             has_more: boolean;
         };
         /** @description One event (docs/events.md): a variant per `type`. */
-        EventView: components["schemas"]["InputReceivedEvent"] | components["schemas"]["InputRemovedEvent"] | components["schemas"]["TurnStartedEvent"] | components["schemas"]["ModelResponseEvent"] | components["schemas"]["ModelRetryEvent"] | components["schemas"]["ModelInterruptedEvent"] | components["schemas"]["StepRetryEvent"] | components["schemas"]["WorkerLostEvent"] | components["schemas"]["ToolCallCreatedEvent"] | components["schemas"]["ToolCallCompletedEvent"] | components["schemas"]["ToolCallInterruptedEvent"] | components["schemas"]["ToolUnavailableEvent"] | components["schemas"]["ContentLeftOutEvent"] | components["schemas"]["ApprovalRequestedEvent"] | components["schemas"]["ApprovalAnsweredEvent"] | components["schemas"]["QuestionAskedEvent"] | components["schemas"]["QuestionAnsweredEvent"] | components["schemas"]["CommandQueuedEvent"] | components["schemas"]["CommandAcceptedEvent"] | components["schemas"]["CommandFinishedEvent"] | components["schemas"]["CommandFailedEvent"] | components["schemas"]["CommandUnknownEvent"] | components["schemas"]["MachineUnreachableEvent"] | components["schemas"]["MachineSessionReplacedEvent"] | components["schemas"]["SubagentStartedEvent"] | components["schemas"]["SubagentFinishedEvent"] | components["schemas"]["ContextCompactedEvent"] | components["schemas"]["ConfigUpdatedEvent"] | components["schemas"]["TurnCompletedEvent"] | components["schemas"]["TurnCancelledEvent"] | components["schemas"]["TurnFailedEvent"] | components["schemas"]["AgentArchivedEvent"] | components["schemas"]["InputUpdatedEvent"] | components["schemas"]["ScheduleFiredEvent"] | components["schemas"]["ScheduleSkippedEvent"];
+        EventView: components["schemas"]["InputReceivedEvent"] | components["schemas"]["InputRemovedEvent"] | components["schemas"]["TurnStartedEvent"] | components["schemas"]["ModelResponseEvent"] | components["schemas"]["ModelRetryEvent"] | components["schemas"]["ModelInterruptedEvent"] | components["schemas"]["StepRetryEvent"] | components["schemas"]["WorkerLostEvent"] | components["schemas"]["ToolCallCreatedEvent"] | components["schemas"]["ToolCallCompletedEvent"] | components["schemas"]["ToolCallInterruptedEvent"] | components["schemas"]["ToolUnavailableEvent"] | components["schemas"]["ContentLeftOutEvent"] | components["schemas"]["ApprovalRequestedEvent"] | components["schemas"]["ApprovalAnsweredEvent"] | components["schemas"]["QuestionAskedEvent"] | components["schemas"]["QuestionAnsweredEvent"] | components["schemas"]["CommandQueuedEvent"] | components["schemas"]["CommandAcceptedEvent"] | components["schemas"]["CommandFinishedEvent"] | components["schemas"]["CommandFailedEvent"] | components["schemas"]["CommandUnknownEvent"] | components["schemas"]["MachineUnreachableEvent"] | components["schemas"]["MachineSessionReplacedEvent"] | components["schemas"]["SubagentStartedEvent"] | components["schemas"]["SubagentFinishedEvent"] | components["schemas"]["ContextCompactedEvent"] | components["schemas"]["ConfigUpdatedEvent"] | components["schemas"]["TurnCompletedEvent"] | components["schemas"]["TurnCancelledEvent"] | components["schemas"]["TurnFailedEvent"] | components["schemas"]["AgentArchivedEvent"] | components["schemas"]["InputUpdatedEvent"] | components["schemas"]["ScheduleFiredEvent"] | components["schemas"]["ScheduleSkippedEvent"] | components["schemas"]["AgentForkedEvent"] | components["schemas"]["ReplayDivergedEvent"] | components["schemas"]["ReplayCompletedEvent"];
+        /**
+         * @description Where to fork: one of the source's events (`seq`), or the end of its
+         *     `turn`-th turn (from 1). Neither: its last event.
+         */
+        ForkAt: {
+            /** Format: int64 */
+            seq?: number | null;
+            /** Format: int64 */
+            turn?: number | null;
+        };
+        /**
+         * @description Where a fork came from: the source agent and the seq of the source's
+         *     event its copied history ends at (`holdfast.fork_agent`).
+         */
+        ForkPoint: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: int64 */
+            seq: number;
+        };
+        /** @description `POST /v1/agents/{id}/fork`. */
+        ForkRequest: {
+            at?: null | components["schemas"]["ForkAt"];
+            /**
+             * @description A merge patch of the source's config for the fork, checked as
+             *     `PATCH /v1/agents/{id}` checks one.
+             */
+            config?: Record<string, unknown> | null;
+        };
         Health: {
             /** @description Whether the LISTEN connection that feeds streams is up (readiness only). */
             listener?: string | null;
@@ -2480,6 +2632,11 @@ export interface components {
          * @enum {string}
          */
         ReasoningEffort: "none" | "minimal" | "low" | "medium" | "high" | "xhigh";
+        /** @description A tool call as recorded: its name and input. */
+        RecordedCall: {
+            input: Record<string, unknown>;
+            name: string;
+        };
         /** @description A machine to register. */
         RegisterMachineRequest: {
             /**
@@ -2493,6 +2650,180 @@ export interface components {
              *     "wake_until"}`): e.g. a Wake-on-LAN relay on the machine's network.
              */
             wake_url?: string | null;
+        };
+        /**
+         * @description `replay.completed`: a replay ended (status `completed`, or `failed`
+         *     when a replayed turn failed or was cancelled, with that turn's error).
+         */
+        ReplayCompletedData: {
+            error: Record<string, unknown> | null;
+            /** Format: uuid */
+            replay_id: string;
+            /** Format: uuid */
+            source_agent_id: string;
+            status: string;
+            /** Format: int64 */
+            turns_replayed: number;
+            /** Format: int64 */
+            turns_total: number;
+        };
+        /** @description A `replay.completed` event (docs/events.md). */
+        ReplayCompletedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["ReplayCompletedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "replay.completed";
+        };
+        /**
+         * @description `replay.diverged`: a replay's call the recording does not have (another
+         *     tool, another input, or no call at that point); it got an error result.
+         */
+        ReplayDivergedData: {
+            input: Record<string, unknown>;
+            name: string;
+            /**
+             * Format: int64
+             * @description The call's place among the turn's calls, from 0.
+             */
+            position: number;
+            recorded: null | components["schemas"]["RecordedCall"];
+            /** Format: uuid */
+            replay_id: string;
+            /** Format: int64 */
+            source_turn: number;
+            /** Format: uuid */
+            tool_call_id: string;
+            /**
+             * Format: int64
+             * @description The replay's turn and the source's turn it replays.
+             */
+            turn: number;
+        };
+        /** @description A `replay.diverged` event (docs/events.md). */
+        ReplayDivergedEvent: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["ReplayDivergedData"];
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: int64
+             * @description Gap-free per agent, from 1.
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "replay.diverged";
+        };
+        /** @description `GET /v1/agents/{id}/replays`: oldest first. */
+        ReplayList: {
+            replays: components["schemas"]["ReplaySummary"][];
+        };
+        /** @description `GET /v1/replays/{id}`: the replay beside its source, turn by turn. */
+        ReplayReport: {
+            /** Format: uuid */
+            agent_id: string;
+            /** Format: date-time */
+            completed_at?: string | null;
+            config_patch: Record<string, unknown>;
+            /** Format: date-time */
+            created_at: string;
+            error?: Record<string, unknown> | null;
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            source_agent_id: string;
+            status: components["schemas"]["ReplayStatus"];
+            totals: components["schemas"]["ReplayTotals"];
+            /** @description The turns sent so far (a running replay's last one may be under way). */
+            turns: components["schemas"]["ReplayTurn"][];
+            /** Format: int64 */
+            turns_replayed: number;
+            /** Format: int64 */
+            turns_total: number;
+        };
+        /** @description `POST /v1/agents/{id}/replays`. */
+        ReplayRequest: {
+            /**
+             * @description A merge patch of the source's config for the replay (model, system
+             *     prompt, tools' descriptions, thinking ...), checked as `PATCH
+             *     /v1/agents/{id}` checks one.
+             */
+            config?: Record<string, unknown> | null;
+            turns?: null | components["schemas"]["TurnRange"];
+        };
+        /**
+         * @description Where a replay stands.
+         * @enum {string}
+         */
+        ReplayStatus: "running" | "completed" | "failed";
+        /** @description A replay without its turns. */
+        ReplaySummary: {
+            /**
+             * Format: uuid
+             * @description The hidden agent the turns are replayed on (its timeline and
+             *     stream work as any agent's).
+             */
+            agent_id: string;
+            /** Format: date-time */
+            completed_at?: string | null;
+            /** @description Secrets masked as `"***"`. */
+            config_patch: Record<string, unknown>;
+            /** Format: date-time */
+            created_at: string;
+            error?: Record<string, unknown> | null;
+            /** Format: uuid */
+            id: string;
+            status: components["schemas"]["ReplayStatus"];
+            /** Format: int64 */
+            turns_replayed: number;
+            /** Format: int64 */
+            turns_total: number;
+        };
+        /** @description The sums over the replayed turns. */
+        ReplayTotals: {
+            replay: components["schemas"]["TokenUsage"];
+            source: components["schemas"]["TokenUsage"];
+            /** Format: int64 */
+            turns_diverged: number;
+            /**
+             * Format: int64
+             * @description Turns with the same calls and the same final answer.
+             */
+            turns_equal: number;
+        };
+        /** @description One replayed turn. */
+        ReplayTurn: {
+            /** @description The final answers are the same text. */
+            answer_equal: boolean;
+            diverged: boolean;
+            first_divergence?: null | components["schemas"]["Divergence"];
+            replay: components["schemas"]["TurnSide"];
+            source: components["schemas"]["TurnSide"];
+            /** Format: int64 */
+            source_turn: number;
+            /**
+             * Format: int64
+             * @description The replay's turn (from 1) and the source's turn it replays.
+             */
+            turn: number;
         };
         /** @description One command the daemon's journal holds. */
         ReportedCommandBody: {
@@ -3214,6 +3545,26 @@ export interface components {
          * @enum {string}
          */
         TurnOutcome: "completed" | "failed" | "cancelled" | "limit";
+        /** @description The source's turns to replay (from 1; both ends included). */
+        TurnRange: {
+            /**
+             * Format: int64
+             * @description Default: the first.
+             */
+            from?: number | null;
+            /**
+             * Format: int64
+             * @description Default: the last.
+             */
+            to?: number | null;
+        };
+        /** @description One side of a replayed turn: the source's or the replay's. */
+        TurnSide: {
+            /** @description The text of the turn's last model response (null: none). */
+            answer?: string | null;
+            tool_calls: components["schemas"]["TurnToolCall"][];
+            usage: components["schemas"]["TokenUsage"];
+        };
         /** @description `turn.started`. */
         TurnStartedData: {
             /**
@@ -3242,6 +3593,13 @@ export interface components {
              * @enum {string}
              */
             type: "turn.started";
+        };
+        /** @description A tool call of a turn, with its result. */
+        TurnToolCall: {
+            input: Record<string, unknown>;
+            is_error?: boolean | null;
+            name: string;
+            output?: Record<string, unknown> | null;
         };
         /** @description One turn's usage. */
         TurnUsage: {
@@ -4238,6 +4596,106 @@ export interface operations {
             };
         };
     };
+    fork_agent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the source agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ForkRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    /** @description /v1/agents/{id} of the fork */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentView"];
+                };
+            };
+            /** @description both `at.seq` and `at.turn`, a seq not on the timeline, a turn not finished, or an invalid patched config; `field` names it */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is over the route's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is not `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description as for `PATCH /v1/agents/{id}` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     list_inputs: {
         parameters: {
             query?: {
@@ -4467,6 +4925,173 @@ export interface operations {
                 };
             };
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_replays: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the source agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReplayList"];
+                };
+            };
+            /** @description a malformed path, query or body; `field` names it */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_replay: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the source agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReplayRequest"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    /** @description /v1/replays/{id} */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReplayReport"];
+                };
+            };
+            /** @description a bad turn range, no recorded turn in it, or an invalid patched config; `field` names it */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is over the route's limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the body is not `application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description as for `PATCH /v1/agents/{id}` */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6652,6 +7277,73 @@ export interface operations {
             };
             /** @description the body is not `application/json` */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over the rate limit of the API key or machine (`HOLDFAST_API_RATE_LIMIT`), or too many failed key lookups from this address */
+            429: {
+                headers: {
+                    /** @description seconds until a request is accepted again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the database is unavailable or the request took too long; retry later */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_replay: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description replay id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReplayReport"];
+                };
+            };
+            /** @description a malformed path, query or body; `field` names it */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

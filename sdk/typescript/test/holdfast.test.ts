@@ -95,6 +95,28 @@ describe("agents", () => {
   });
 });
 
+describe("forks and replays", () => {
+  test("fork a finished turn, replay it, wait for the report", async () => {
+    const agent = await client.agents.create({ model });
+    await client.send(agent.id, directive({ say: "forty-two" }));
+    await waitForEvent(agent.id, "turn.completed");
+    const fork = await client.agents.fork(agent.id, { at: { turn: 1 }, config: { system: "Be brief." } });
+    expect(fork.forked_from?.agent_id).toBe(agent.id);
+    expect(fork.state).toBe("idle");
+    expect(fork.config.system).toBe("Be brief.");
+
+    const started = await client.replays.create(agent.id, { config: { system: "Be brief." } });
+    const report = await client.replays.waitForReport(started.id, { intervalMs: 100, timeoutMs: 60_000 });
+    expect(report.status).toBe("completed");
+    expect(report.turns[0]!.replay.answer).toBe("forty-two");
+    expect(report.turns[0]!.answer_equal).toBe(true);
+    expect((await client.replays.list(agent.id)).map((r) => r.id)).toEqual([started.id]);
+    const refused = await client.agents.fork(agent.id, { at: { seq: 10_000 } }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(InvalidRequestError);
+    expect((refused as InvalidRequestError).field).toBe("at.seq");
+  });
+});
+
 describe("send", () => {
   test("a send retried after a forced connection drop gives one input", async () => {
     const agent = await client.agents.create({ model });

@@ -45,14 +45,18 @@ from .schema import (
     CreateScheduleRequest,
     EventList,
     EventView,
+    ForkAt,
     InboxItem,
     InboxKind,
     InputMode,
     InputView,
     ProjectUsage,
     QuestionView,
+    ReplayReport,
+    ReplaySummary,
     ScheduleView,
     ToolCallView,
+    TurnRange,
     TurnOutcome,
     WebhookView,
 )
@@ -203,6 +207,7 @@ class Holdfast:
         self.agents = Agents(self)
         self.schedules = Schedules(self)
         self.webhooks = Webhooks(self)
+        self.replays = Replays(self)
 
     def close(self) -> None:
         self._http.close()
@@ -552,6 +557,13 @@ class Agents:
     def archive(self, agent_id: str) -> AgentView:
         return self._client.json("POST", f"/v1/agents/{agent_id}/archive")
 
+    def fork(self, agent_id: str, *, at: Optional[ForkAt] = None, config: Optional[Mapping[str, Any]] = None) -> AgentView:
+        """Fork an agent at one of its steps (``at={"seq": n}`` or
+        ``at={"turn": k}``; default its last), with an optional config merge
+        patch: a new idle agent whose history is the source's up to there.
+        Retried only on a 429 (a retried fork could make two)."""
+        body = _query(at=at, config=config)
+        return self._client.json("POST", f"/v1/agents/{agent_id}/fork", body=body, retry="rate_limit_only")
     def versions(self, agent_id: str) -> List[ConfigVersionView]:
         """The agent's config versions, oldest first."""
         return self._client.json("GET", f"/v1/agents/{agent_id}/versions")["versions"]
@@ -614,6 +626,43 @@ class Webhooks:
         self._client.request("DELETE", f"/v1/webhooks/{webhook_id}")
 
 
+class Replays:
+    """Replays: an agent's recorded turns sent again with a changed config,
+    its tool calls answered from the recording (nothing runs)."""
+
+    def __init__(self, client: Holdfast) -> None:
+        self._client = client
+
+    def create(
+        self, agent_id: str, *, config: Optional[Mapping[str, Any]] = None, turns: Optional[TurnRange] = None
+    ) -> ReplayReport:
+        """Start a replay of ``agent_id``; returns its report as it starts.
+        Retried only on a 429."""
+        body = _query(config=config, turns=turns)
+        return self._client.json("POST", f"/v1/agents/{agent_id}/replays", body=body, retry="rate_limit_only")
+
+    def get(self, replay_id: str) -> ReplayReport:
+        """The report of a replay, as far as it has got."""
+        return self._client.json("GET", f"/v1/replays/{replay_id}")
+
+    def list(self, agent_id: str) -> List[ReplaySummary]:
+        """The replays of ``agent_id``, oldest first, without their turns."""
+        return self._client.json("GET", f"/v1/agents/{agent_id}/replays")["replays"]
+
+    def wait_for_report(self, replay_id: str, *, interval: float = 0.5, timeout: float = 600.0) -> ReplayReport:
+        """The report once the replay has ended (``completed`` or
+        ``failed``), asking every ``interval`` seconds; raises
+        :class:`HoldfastError` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            report = self.get(replay_id)
+            if report["status"] != "running":
+                return report
+            if time.monotonic() >= deadline:
+                raise HoldfastError(f"replay {replay_id} is still running after {timeout} s")
+            time.sleep(interval)
+
+
 class AsyncHoldfast:
     """The async client: the same calls as :class:`Holdfast`, awaited."""
 
@@ -631,6 +680,7 @@ class AsyncHoldfast:
         self.agents = AsyncAgents(self)
         self.schedules = AsyncSchedules(self)
         self.webhooks = AsyncWebhooks(self)
+        self.replays = AsyncReplays(self)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -948,6 +998,11 @@ class AsyncAgents:
     async def archive(self, agent_id: str) -> AgentView:
         return await self._client.json("POST", f"/v1/agents/{agent_id}/archive")
 
+    async def fork(
+        self, agent_id: str, *, at: Optional[ForkAt] = None, config: Optional[Mapping[str, Any]] = None
+    ) -> AgentView:
+        body = _query(at=at, config=config)
+        return await self._client.json("POST", f"/v1/agents/{agent_id}/fork", body=body, retry="rate_limit_only")
     async def versions(self, agent_id: str) -> List[ConfigVersionView]:
         return (await self._client.json("GET", f"/v1/agents/{agent_id}/versions"))["versions"]
 
@@ -1008,3 +1063,32 @@ class AsyncWebhooks:
 
     async def delete(self, webhook_id: str) -> None:
         await self._client.request("DELETE", f"/v1/webhooks/{webhook_id}")
+
+
+class AsyncReplays:
+    """See :class:`Replays`."""
+
+    def __init__(self, client: AsyncHoldfast) -> None:
+        self._client = client
+
+    async def create(
+        self, agent_id: str, *, config: Optional[Mapping[str, Any]] = None, turns: Optional[TurnRange] = None
+    ) -> ReplayReport:
+        body = _query(config=config, turns=turns)
+        return await self._client.json("POST", f"/v1/agents/{agent_id}/replays", body=body, retry="rate_limit_only")
+
+    async def get(self, replay_id: str) -> ReplayReport:
+        return await self._client.json("GET", f"/v1/replays/{replay_id}")
+
+    async def list(self, agent_id: str) -> List[ReplaySummary]:
+        return (await self._client.json("GET", f"/v1/agents/{agent_id}/replays"))["replays"]
+
+    async def wait_for_report(self, replay_id: str, *, interval: float = 0.5, timeout: float = 600.0) -> ReplayReport:
+        deadline = time.monotonic() + timeout
+        while True:
+            report = await self.get(replay_id)
+            if report["status"] != "running":
+                return report
+            if time.monotonic() >= deadline:
+                raise HoldfastError(f"replay {replay_id} is still running after {timeout} s")
+            await asyncio.sleep(interval)

@@ -194,6 +194,21 @@ class ErrorDetail(TypedDict):
     type: str
 
 
+class ForkAt(TypedDict):
+    seq: NotRequired[Optional[int]]
+    turn: NotRequired[Optional[int]]
+
+
+class ForkPoint(TypedDict):
+    agent_id: str
+    seq: int
+
+
+class ForkRequest(TypedDict):
+    at: NotRequired[Optional[ForkAt]]
+    config: NotRequired[Optional[dict[str, Any]]]
+
+
 class Health(TypedDict):
     listener: NotRequired[Optional[str]]
     status: str
@@ -466,9 +481,67 @@ class QuestionView(TypedDict):
 ReasoningEffort = Literal['none', 'minimal', 'low', 'medium', 'high', 'xhigh']
 
 
+class RecordedCall(TypedDict):
+    input: dict[str, Any]
+    name: str
+
+
 class RegisterMachineRequest(TypedDict):
     name: str
     wake_url: NotRequired[Optional[str]]
+
+
+class ReplayCompletedData(TypedDict):
+    error: Optional[dict[str, Any]]
+    replay_id: str
+    source_agent_id: str
+    status: str
+    turns_replayed: int
+    turns_total: int
+
+
+class ReplayCompletedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: ReplayCompletedData
+    id: str
+    seq: int
+    type: Literal['replay.completed']
+
+
+class ReplayDivergedData(TypedDict):
+    input: dict[str, Any]
+    name: str
+    position: int
+    recorded: Optional[RecordedCall]
+    replay_id: str
+    source_turn: int
+    tool_call_id: str
+    turn: int
+
+
+class ReplayDivergedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: ReplayDivergedData
+    id: str
+    seq: int
+    type: Literal['replay.diverged']
+
+
+ReplayStatus = Literal['running', 'completed', 'failed']
+
+
+class ReplaySummary(TypedDict):
+    agent_id: str
+    completed_at: NotRequired[Optional[str]]
+    config_patch: dict[str, Any]
+    created_at: str
+    error: NotRequired[Optional[dict[str, Any]]]
+    id: str
+    status: ReplayStatus
+    turns_replayed: int
+    turns_total: int
 
 
 class ReportedCommandBody(TypedDict):
@@ -806,6 +879,15 @@ class TurnFailedEvent(TypedDict):
 TurnOutcome = Literal['completed', 'failed', 'cancelled', 'limit']
 
 
+TurnRange = TypedDict(
+    'TurnRange',
+    {
+        'from': NotRequired[Optional[int]],
+        'to': NotRequired[Optional[int]],
+    },
+)
+
+
 class TurnStartedData(TypedDict):
     config_version: int
 
@@ -817,6 +899,13 @@ class TurnStartedEvent(TypedDict):
     id: str
     seq: int
     type: Literal['turn.started']
+
+
+class TurnToolCall(TypedDict):
+    input: dict[str, Any]
+    is_error: NotRequired[Optional[bool]]
+    name: str
+    output: NotRequired[Optional[dict[str, Any]]]
 
 
 class TurnUsage(TypedDict):
@@ -906,6 +995,24 @@ class AgentArchivedEvent(TypedDict):
     id: str
     seq: int
     type: Literal['agent.archived']
+
+
+class AgentForkedData(TypedDict):
+    config_patch: dict[str, Any]
+    forked_from: ForkPoint
+    interrupted_tool_calls: int
+    messages: int
+    tool_calls: int
+    turn: int
+
+
+class AgentForkedEvent(TypedDict):
+    agent_id: str
+    created_at: str
+    data: AgentForkedData
+    id: str
+    seq: int
+    type: Literal['agent.forked']
 
 
 class AgentUsage(TypedDict):
@@ -1045,6 +1152,12 @@ class DeliveryList(TypedDict):
     deliveries: list[DeliveryView]
 
 
+class Divergence(TypedDict):
+    position: int
+    replay: NotRequired[Optional[RecordedCall]]
+    source: NotRequired[Optional[RecordedCall]]
+
+
 class ErrorBody(TypedDict):
     error: ErrorDetail
 
@@ -1155,6 +1268,22 @@ class QuestionList(TypedDict):
     questions: list[QuestionView]
 
 
+class ReplayList(TypedDict):
+    replays: list[ReplaySummary]
+
+
+class ReplayRequest(TypedDict):
+    config: NotRequired[Optional[dict[str, Any]]]
+    turns: NotRequired[Optional[TurnRange]]
+
+
+class ReplayTotals(TypedDict):
+    replay: TokenUsage
+    source: TokenUsage
+    turns_diverged: int
+    turns_equal: int
+
+
 class ResultRequest(TypedDict):
     exit_code: NotRequired[Optional[int]]
     limit: NotRequired[Optional[LimitName]]
@@ -1228,6 +1357,12 @@ ToolEntry = Union[
 ]
 
 
+class TurnSide(TypedDict):
+    answer: NotRequired[Optional[str]]
+    tool_calls: list[TurnToolCall]
+    usage: TokenUsage
+
+
 class WebhookList(TypedDict):
     webhooks: list[WebhookView]
 
@@ -1248,6 +1383,7 @@ class AgentView(TypedDict):
     config: AgentConfig
     config_version: int
     created_at: str
+    forked_from: NotRequired[Optional[ForkPoint]]
     id: str
     last_event_seq: int
     last_turn: NotRequired[Optional[LastTurn]]
@@ -1321,6 +1457,9 @@ EventView = Union[
     InputUpdatedEvent,
     ScheduleFiredEvent,
     ScheduleSkippedEvent,
+    AgentForkedEvent,
+    ReplayDivergedEvent,
+    ReplayCompletedEvent,
 ]
 
 
@@ -1329,6 +1468,16 @@ class Inbox(TypedDict):
     items: list[InboxItem]
     next_cursor: NotRequired[Optional[str]]
     total: int
+
+
+class ReplayTurn(TypedDict):
+    answer_equal: bool
+    diverged: bool
+    first_divergence: NotRequired[Optional[Divergence]]
+    replay: TurnSide
+    source: TurnSide
+    source_turn: int
+    turn: int
 
 
 class ScheduleList(TypedDict):
@@ -1348,3 +1497,18 @@ class ConfigVersionList(TypedDict):
 class EventList(TypedDict):
     events: list[EventView]
     has_more: bool
+
+
+class ReplayReport(TypedDict):
+    agent_id: str
+    completed_at: NotRequired[Optional[str]]
+    config_patch: dict[str, Any]
+    created_at: str
+    error: NotRequired[Optional[dict[str, Any]]]
+    id: str
+    source_agent_id: str
+    status: ReplayStatus
+    totals: ReplayTotals
+    turns: list[ReplayTurn]
+    turns_replayed: int
+    turns_total: int
