@@ -27,7 +27,7 @@ enum Extra {
     /// One more top-level member of the body, e.g. `tool_call` on a 409 so
     /// the client sees the state that won.
     Context(&'static str, Value),
-    /// Whole seconds for a `Retry-After` header (a 429).
+    /// Whole seconds for a `Retry-After` header (a 429, a full disk's 503).
     RetryAfterSecs(u64),
 }
 
@@ -94,6 +94,22 @@ impl ApiError {
         error
     }
 
+    /// 503 `storage_unavailable`: Postgres has no disk space left for the
+    /// write; nothing of the request was saved. `Retry-After` asks for a
+    /// wait long enough for an operator's alert to fire, not a tight loop.
+    pub fn storage_unavailable() -> ApiError {
+        let mut error = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "storage_unavailable",
+            format!(
+                "the database has no disk space left; nothing was saved; retry after \
+                 {STORAGE_RETRY_AFTER_SECS} s (an operator must free or add space)"
+            ),
+        );
+        error.extra = Extra::RetryAfterSecs(STORAGE_RETRY_AFTER_SECS);
+        error
+    }
+
     pub fn unavailable(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
     }
@@ -120,6 +136,9 @@ impl ApiError {
         self.status
     }
 }
+
+/// The `Retry-After` of a `storage_unavailable` answer, in seconds.
+const STORAGE_RETRY_AFTER_SECS: u64 = 30;
 
 /// Message prefixes of SQL's HF422 errors that answer 422 (with the token as
 /// the error type) rather than 400.
@@ -170,6 +189,11 @@ impl From<Error> for ApiError {
                 Some(field) => ApiError::invalid(field, message),
                 None => ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message),
             },
+            ref e if e.is_storage_full() => {
+                tracing::error!(error = %e, "Postgres is out of disk space: a request was refused");
+                metrics::counter!("holdfast_storage_full_total", "process" => "api").increment(1);
+                ApiError::storage_unavailable()
+            }
             ref e @ (Error::Database(_) | Error::Pool(_)) if e.is_retryable() => {
                 tracing::warn!(error = %e, "database unavailable");
                 ApiError::unavailable("the database is unavailable; retry later")

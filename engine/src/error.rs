@@ -70,6 +70,14 @@ impl Error {
         }
     }
 
+    /// True when Postgres refused a write for want of disk space (SQLSTATE
+    /// 53100, `disk_full`): no fault of the request or the step, and the
+    /// same write succeeds once space is freed. Not [`Error::is_retryable`]:
+    /// the connection is fine, and only an operator can end it.
+    pub fn is_storage_full(&self) -> bool {
+        matches!(self, Error::Database(e) if e.code() == Some(&SqlState::DISK_FULL))
+    }
+
     /// The field an [`Error::Invalid`] names, if any.
     pub fn field(&self) -> Option<&str> {
         match self {

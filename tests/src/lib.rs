@@ -37,6 +37,7 @@ pub mod pgbouncer;
 pub mod process;
 pub mod scenario;
 pub mod search_backend;
+pub mod small_disk;
 pub mod tls_cluster;
 pub mod tls_server;
 

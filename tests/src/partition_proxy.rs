@@ -1,15 +1,24 @@
-//! A TCP proxy in front of a cluster's Unix socket that can stop forwarding
-//! without closing anything, as a network partition that drops packets
-//! does: both ends keep their sockets and hear nothing.
+//! A TCP proxy in front of a cluster's Unix socket, or of a TCP server (the
+//! API, for a machine daemon), that can stop forwarding without closing
+//! anything, as a network partition that drops packets does: both ends keep
+//! their sockets and hear nothing.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use holdfast_engine::cluster::LocalCluster;
 use holdfast_engine::connect::ConnectConfig;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, UnixStream};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::sync::watch;
+
+/// What the proxy forwards to.
+#[derive(Clone)]
+enum Target {
+    Unix(PathBuf),
+    Tcp(SocketAddr),
+}
 
 pub struct PartitionProxy {
     port: u16,
@@ -20,13 +29,26 @@ pub struct PartitionProxy {
 impl PartitionProxy {
     /// Forward 127.0.0.1:(a free port) to `cluster`'s socket.
     pub async fn start(cluster: &LocalCluster) -> PartitionProxy {
-        let socket = cluster.socket_dir().join(".s.PGSQL.5432");
+        PartitionProxy::start_to(Target::Unix(cluster.socket_dir().join(".s.PGSQL.5432"))).await
+    }
+
+    /// Forward 127.0.0.1:(a free port) to the TCP server at `server`.
+    pub async fn start_tcp(server: SocketAddr) -> PartitionProxy {
+        PartitionProxy::start_to(Target::Tcp(server)).await
+    }
+
+    async fn start_to(target: Target) -> PartitionProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let (cut, _) = watch::channel(false);
         let cut = Arc::new(cut);
-        let task = tokio::spawn(accept(listener, socket, cut.clone()));
+        let task = tokio::spawn(accept(listener, target, cut.clone()));
         PartitionProxy { port, cut, task }
+    }
+
+    /// The base URL of an HTTP server behind the proxy.
+    pub fn http_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
     }
 
     /// A config for `dbname` through the proxy.
@@ -51,15 +73,27 @@ impl Drop for PartitionProxy {
     }
 }
 
-async fn accept(listener: TcpListener, socket: PathBuf, cut: Arc<watch::Sender<bool>>) {
+async fn accept(listener: TcpListener, target: Target, cut: Arc<watch::Sender<bool>>) {
     while let Ok((client, _)) = listener.accept().await {
-        let Ok(server) = UnixStream::connect(&socket).await else {
-            continue;
-        };
         let (client_read, client_write) = client.into_split();
-        let (server_read, server_write) = server.into_split();
-        tokio::spawn(forward(client_read, server_write, cut.subscribe()));
-        tokio::spawn(forward(server_read, client_write, cut.subscribe()));
+        match &target {
+            Target::Unix(socket) => {
+                let Ok(server) = UnixStream::connect(socket).await else {
+                    continue;
+                };
+                let (server_read, server_write) = server.into_split();
+                tokio::spawn(forward(client_read, server_write, cut.subscribe()));
+                tokio::spawn(forward(server_read, client_write, cut.subscribe()));
+            }
+            Target::Tcp(addr) => {
+                let Ok(server) = TcpStream::connect(addr).await else {
+                    continue;
+                };
+                let (server_read, server_write) = server.into_split();
+                tokio::spawn(forward(client_read, server_write, cut.subscribe()));
+                tokio::spawn(forward(server_read, client_write, cut.subscribe()));
+            }
+        }
     }
 }
 

@@ -136,6 +136,11 @@ impl HoldfastProcess {
         }
     }
 
+    /// Whether the process has exited (without waiting).
+    pub fn has_exited(&mut self) -> bool {
+        self.child.try_wait().expect("check the process").is_some()
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

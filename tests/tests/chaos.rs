@@ -516,15 +516,30 @@ async fn run(plan: Plan) {
     };
 
     // The driver: answers custom tools and questions, sends the next turn.
+    // The work is fixed and the chaos paced by the clock, so a run whose
+    // work ends early would leave kills and outages of the plan undone (a
+    // 10-failover soak once ended after 8): each agent's last turn is held
+    // back until the chaos has done them all, and then runs after the last
+    // outage.
     let driver_task = {
-        let (db, done, agents) = (db.clone(), done.clone(), agents.clone());
+        let (db, done, agents, chaos) = (db.clone(), done.clone(), agents.clone(), chaos.clone());
         async move {
             let deadline = Instant::now() + plan.deadline;
+            let outages = plan.postgres_restarts + plan.failovers;
             loop {
                 if Instant::now() > deadline {
                     panic!("the soak did not finish within {:?}", plan.deadline);
                 }
-                drive_once(&db, &agents, plan.turns).await;
+                let chaos_done = chaos.kills.load(Ordering::SeqCst) >= plan.min_kills
+                    && chaos.restarts.load(Ordering::SeqCst)
+                        + chaos.failovers.lock().unwrap().len()
+                        >= outages;
+                let turns_now = if plan.turns > 1 && !chaos_done {
+                    plan.turns - 1
+                } else {
+                    plan.turns
+                };
+                drive_once(&db, &agents, turns_now).await;
                 let finished: Option<i64> = db
                     .with(|c| async {
                         let r = c

@@ -339,7 +339,7 @@ async fn a_daemon_killed_mid_command_and_restarted_runs_nothing_twice_and_the_tu
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_daemon_restarted_with_a_wiped_state_dir_runs_nothing_twice() {
+async fn a_daemon_restarted_with_a_wiped_state_dir_runs_nothing_twice_and_accepts_new_work() {
     let rig = Rig::start().await;
     let _maintenance = rig.maintenance("5m", "30s");
     let (machine, token) = rig.register("box").await;
@@ -378,6 +378,95 @@ async fn a_daemon_restarted_with_a_wiped_state_dir_runs_nothing_twice() {
         1
     );
     assert_eq!(rig.command_state(agent).await, "unknown");
+
+    // It accepts new work: a new command runs through it, once.
+    let next = rig
+        .agent_running(machine, "echo ran >> marker; echo after-the-wipe")
+        .await;
+    wait_for_event(&rig.client, next, "turn.completed", WAIT).await;
+    let output = rig.command_output(next).await;
+    assert_eq!(output["state"], "finished", "{output}");
+    assert_eq!(output["stdout"], "after-the-wipe\n");
+    assert_eq!(rig.dir.marker_lines(), 2);
+    assert_eq!(rig.command_state(agent).await, "unknown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn commands_accepted_together_recover_in_order_after_a_daemon_restart_and_none_runs_twice() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let (machine, token) = rig.register("box").await;
+    let state = rig.dir.state("state");
+    let mut first = rig.daemon("daemon-1", &token, &state);
+    let _worker = rig.worker("w");
+    let tags = ["first-of-three", "second-of-three", "third-of-three"];
+    rig.fake.push(Reply::tool_calls(
+        tags.iter()
+            .map(|tag| ("run_command", json!({"command": marked_command(tag)})))
+            .collect(),
+    ));
+    rig.fake.set_default(Reply::text("done"));
+    let config = json!({
+        "model": {"provider": "anthropic", "name": "claude-test"},
+        "tools": [{"type": "run_command", "machine": machine}],
+    });
+    let agent = holdfast_engine::store::create_agent(&rig.client, rig.project, &config)
+        .await
+        .unwrap();
+    holdfast_engine::store::create_input(&rig.client, agent, &json!("run them"), None)
+        .await
+        .unwrap();
+    wait_until(WAIT, "the three commands run at once", || async {
+        rig.dir.marker_lines() == 3
+    })
+    .await;
+
+    first.signal("KILL");
+    first.wait_exit(WAIT).await;
+    let _second = rig.daemon("daemon-2", &token, &state);
+    rig.dir.release();
+    wait_for_event(&rig.client, agent, "turn.completed", WAIT).await;
+
+    assert_eq!(rig.dir.marker_lines(), 3, "each command ran once");
+    assert_eq!(
+        count_events(&rig.client, agent, "command.accepted").await,
+        3
+    );
+    // The next model call got the three results in the order of the calls,
+    // each resolved once (finished, or unknown: the process lost its
+    // reader with the first daemon).
+    let messages = rig.fake.last_request().unwrap().body["messages"].clone();
+    let blocks = |role: &str, kind: &str, id_field: &str| -> Vec<String> {
+        messages
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == role)
+            .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+            .filter(|b| b["type"] == kind)
+            .map(|b| b[id_field].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let calls = blocks("assistant", "tool_use", "id");
+    assert_eq!(calls.len(), 3, "{messages}");
+    assert_eq!(blocks("user", "tool_result", "tool_use_id"), calls);
+    let outputs = rig
+        .client
+        .query(
+            "SELECT output FROM holdfast.tool_calls WHERE agent_id = $1 ORDER BY \"position\"",
+            &[&agent],
+        )
+        .await
+        .unwrap();
+    assert_eq!(outputs.len(), 3);
+    for (row, tag) in outputs.iter().zip(tags) {
+        let output: Value = row.get(0);
+        match output["state"].as_str() {
+            Some("unknown") => assert_eq!(output["exit_code"], Value::Null),
+            Some("finished") => assert_eq!(output["stdout"], format!("{tag}\n")),
+            other => panic!("unexpected result {other:?}: {output}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

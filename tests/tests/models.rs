@@ -56,6 +56,46 @@ async fn authentication_billing_and_invalid_request_errors_end_the_turn_at_once(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_input_after_a_terminal_model_error_sees_that_error_in_its_history() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let fake = FakeProvider::start().await;
+    let _w = spawn_worker("w-after-fatal", &db.config, &fake, &FAST_BACKOFF);
+    fake.push(Reply::status(401));
+    let agent = agent_with_input(&client, "first question").await;
+    wait_for_event(&client, agent, "turn.failed", T).await;
+
+    fake.push(Reply::text("answered"));
+    store::create_input(&client, agent, &json!("second question"), None)
+        .await
+        .unwrap();
+    wait_for_event(&client, agent, "turn.completed", T).await;
+    assert_eq!(fake.request_count(), 2);
+    // The next turn's request carries the failed turn: its input, then the
+    // error as the assistant's message, then the new input.
+    let messages = fake.last_request().unwrap().body["messages"].clone();
+    let texts: Vec<(String, String)> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap().to_owned(),
+                m["content"].to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(texts.len(), 3, "{messages}");
+    assert!(texts[0].1.contains("first question"), "{messages}");
+    assert_eq!(texts[1].0, "assistant", "{messages}");
+    assert!(
+        texts[1].1.contains("The turn failed: authentication_error"),
+        "{messages}"
+    );
+    assert!(texts[2].1.contains("second question"), "{messages}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn retryable_failures_are_retried_and_the_turn_ends_with_one_response() {
     let db = TestDb::new().await;
     let client = db.connect().await;

@@ -21,7 +21,7 @@ use uuid::Uuid;
 use crate::deps::StepDeps;
 
 /// What a step came to.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum StepResult {
     /// Nothing to do (the claim raced a change): release the agent.
     Nothing,

@@ -8,6 +8,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt;
+use holdfast_engine::backoff::Backoff;
 use holdfast_engine::config::ModelConfig;
 use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, StepContext};
 use holdfast_engine::provider::{
@@ -49,17 +50,17 @@ pub async fn run(deps: Arc<StepDeps>, claim: Claim, stop: StopSignal) -> StepOut
         _ = stop.stopped() => Ok(StepResult::Nothing),
     };
     let outcome = match (stop.reason(), result) {
-        (None, Ok(result)) => finish(&deps, claim, result).await,
+        (None, Ok(result)) => finish(&deps, claim, result, &stop).await,
         (None, Err(StepFailure::Error(Error::LeaseLost(message)))) => {
             // Another holder took the agent (this worker was stalled past
             // its lease): Postgres refused the write and nothing is saved.
             tracing::warn!(%message, "lease lost: a write was refused");
             StepOutcome::LeaseLost
         }
-        (None, Err(failure)) => finish(&deps, claim, step_failed(claim, failure)).await,
+        (None, Err(failure)) => finish(&deps, claim, step_failed(claim, failure), &stop).await,
         (Some(StopReason::LeaseLost), _) => StepOutcome::LeaseLost,
-        (Some(StopReason::Cancel), _) => finish(&deps, claim, StepResult::Cancelled).await,
-        (Some(StopReason::Drain), _) => finish(&deps, claim, StepResult::Drained).await,
+        (Some(StopReason::Cancel), _) => finish(&deps, claim, StepResult::Cancelled, &stop).await,
+        (Some(StopReason::Drain), _) => finish(&deps, claim, StepResult::Drained, &stop).await,
     };
     if let Some(attempt) = attempt {
         spans::end_attempt(&attempt, outcome.as_str());
@@ -71,17 +72,31 @@ pub async fn run(deps: Arc<StepDeps>, claim: Claim, stop: StopSignal) -> StepOut
     outcome
 }
 
-/// Save `result`. A save refused for anything but the lease (a malformed
-/// response SQL will not store, say) is saved as a step failure instead, so
-/// it is counted and backed off like any other; if even that cannot be
-/// written (Postgres unreachable, or the lease is gone), the lease expires
-/// and maintenance releases the agent, a minute from now, not at once.
-async fn finish(deps: &StepDeps, claim: Claim, result: StepResult) -> StepOutcome {
+/// Save `result`. A save refused for anything but the lease or a full disk
+/// (a malformed response SQL will not store, say) is saved as a step
+/// failure instead, so it is counted and backed off like any other; if even
+/// that cannot be written (Postgres unreachable, or the lease is gone), the
+/// lease expires and maintenance releases the agent, a minute from now, not
+/// at once.
+async fn finish(
+    deps: &StepDeps,
+    claim: Claim,
+    result: StepResult,
+    stop: &StopSignal,
+) -> StepOutcome {
     let retry_as_failure = !matches!(result, StepResult::StepFailed { .. });
-    let error = match save(deps, claim, result).await {
+    let error = match save_waiting_out_a_full_disk(deps, claim, result, stop).await {
         Ok(outcome) => return outcome,
         Err(error) => error,
     };
+    if error.is_storage_full() {
+        // Stopped while the disk was still full: the wait's own reason
+        // decides (another holder has the agent, or the lease expires).
+        return match stop.reason() {
+            Some(StopReason::LeaseLost) => StepOutcome::LeaseLost,
+            _ => unsaved(claim, &error),
+        };
+    }
     if retry_as_failure && !matches!(error, Error::LeaseLost(_)) {
         tracing::warn!(agent_id = %claim.agent_id, %error, "saving the step's result failed");
         let failed = StepResult::StepFailed {
@@ -94,6 +109,42 @@ async fn finish(deps: &StepDeps, claim: Claim, result: StepResult) -> StepOutcom
     }
     unsaved(claim, &error)
 }
+
+/// Save `result`, waiting out a full disk. Postgres refusing the write for
+/// want of space is no fault of the step: saved as a step failure, each
+/// retry would call the model again (each call paid for) and the last would
+/// fail the turn. The result is kept instead and saved again after a
+/// backoff, for as long as the worker renews the lease; a stop (lease lost,
+/// cancel, drain) ends the wait with the refused write's error.
+async fn save_waiting_out_a_full_disk(
+    deps: &StepDeps,
+    claim: Claim,
+    result: StepResult,
+    stop: &StopSignal,
+) -> Result<StepOutcome> {
+    let mut attempt = 0;
+    loop {
+        let error = match save(deps, claim, result.clone()).await {
+            Err(error) if error.is_storage_full() => error,
+            saved => return saved,
+        };
+        metrics::counter!("holdfast_storage_full_total", "process" => "worker").increment(1);
+        attempt += 1;
+        let delay = FULL_DISK_BACKOFF.delay(attempt, None);
+        tracing::error!(agent_id = %claim.agent_id, %error, ?delay,
+            "Postgres is out of disk space: the step's result is kept and saved again after a delay");
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = stop.stopped() => return Err(error),
+        }
+    }
+}
+
+/// Saves refused for a full disk are tried again after 1 s doubling to 30 s.
+const FULL_DISK_BACKOFF: Backoff = Backoff {
+    base: std::time::Duration::from_secs(1),
+    cap: std::time::Duration::from_secs(30),
+};
 
 /// The step failure to save for `failure`, logged.
 fn step_failed(claim: Claim, failure: StepFailure) -> StepResult {
