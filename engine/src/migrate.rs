@@ -73,6 +73,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0049_lease_session_lock.sql",
         sql: include_str!("../../sql/0049_lease_session_lock.sql"),
     },
+    Migration {
+        version: 50,
+        name: "0050_step_rows_without_foreign_keys.sql",
+        sql: include_str!("../../sql/0050_step_rows_without_foreign_keys.sql"),
+    },
 ];
 
 /// The line of an area file after which its functions and triggers begin.

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{NewToolCall, ToolKind};
+use super::{ModelRoute, NewToolCall, ToolKind};
 use crate::config::AgentConfig;
 
 /// A claim on an agent: run one step for it, writing with this epoch.
@@ -164,6 +164,9 @@ pub struct StepContext {
     pub pending_inputs: Vec<PendingInput>,
     /// What the attempt's span needs (docs/api.md, "Tracing").
     pub trace: AttemptTrace,
+    /// Where a model call with `config.model` goes, resolved with the rest
+    /// (a removed endpoint or a withdrawn permission applies at this attempt).
+    pub model_route: ModelRoute,
 }
 
 /// The trace an attempt's span belongs in, and the attempt before it that
