@@ -3683,6 +3683,51 @@ $$;
 
 
 --
+-- Name: load_step_context(uuid); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.load_step_context(p_agent uuid) RETURNS TABLE(config jsonb, turn_open boolean, model_attempts integer, cancel_requested boolean, context_summary text, turn_model_steps integer, over_budget boolean, turn_trace_parent text, turn_trace_state text, first_attempt_epoch bigint, lost_attempt_epoch bigint, lost_attempt_started_at timestamp with time zone, lost_attempt_ended_at timestamp with time zone, messages jsonb, tool_calls jsonb, pending_inputs jsonb, refused_field text, refused_message text, endpoint text, custom_url text, base_url text, credential_env text, sealed_key bytea, key_fingerprint text, project_id uuid, replay boolean)
+    LANGUAGE plpgsql STABLE
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    v_agent holdfast.agents;
+BEGIN
+    SELECT * INTO v_agent FROM holdfast.agents a WHERE a.id = p_agent;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT v_agent.config, v_agent.turn_open, v_agent.model_attempts,
+           v_agent.cancel_requested_at IS NOT NULL, v_agent.context_summary,
+           v_agent.turn_model_steps, holdfast.budget_exceeded(v_agent) IS NOT NULL,
+           v_agent.turn_trace_parent, v_agent.turn_trace_state, v_agent.first_attempt_epoch,
+           v_agent.lost_attempt_epoch, v_agent.lost_attempt_started_at, v_agent.lost_attempt_ended_at,
+           (SELECT coalesce(jsonb_agg(jsonb_build_object('seq', m.seq, 'role', m.role,
+                                                         'content', m.content, 'step_id', m.step_id)
+                                      ORDER BY m.seq), '[]')
+              FROM holdfast.messages m
+             WHERE m.agent_id = p_agent AND m.seq >= v_agent.context_start_seq),
+           (SELECT coalesce(jsonb_agg(jsonb_build_object('id', t.id, 'step_id', t.step_id,
+                                                         'position', t.position, 'provider_id', t.provider_id,
+                                                         'name', t.name, 'input', t.input, 'kind', t.kind,
+                                                         'status', t.status, 'output', t.output,
+                                                         'is_error', t.is_error)
+                                      ORDER BY t.created_at, t.step_id, t.position), '[]')
+              FROM holdfast.tool_calls t
+             WHERE t.agent_id = p_agent),
+           (SELECT coalesce(jsonb_agg(jsonb_build_object('id', i.id, 'content', i.content)
+                                      ORDER BY i.created_at, i.id), '[]')
+              FROM holdfast.turn_inputs(p_agent) i),
+           r.refused_field, r.refused_message, r.endpoint, r.custom_url, r.base_url,
+           r.credential_env, r.sealed_key, r.key_fingerprint, r.project_id,
+           v_agent.replay_id IS NOT NULL
+      FROM holdfast.resolve_model_endpoint(p_agent, jsonb_strip_nulls(v_agent.config -> 'model')) r;
+END
+$$;
+
+
+--
 -- Name: lock_agent(uuid); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
@@ -5161,18 +5206,20 @@ CREATE FUNCTION holdfast.resolve_model_endpoint(p_agent uuid, p_model jsonb) RET
     AS $$
 DECLARE
     v_project uuid;
+    v_config jsonb;
     v_refusal record;
     v_endpoint holdfast.model_endpoints;
     v_key holdfast.project_provider_keys;
 BEGIN
-    SELECT a.project_id INTO v_project FROM holdfast.agents a WHERE a.id = p_agent;
+    SELECT a.project_id, a.config INTO v_project, v_config FROM holdfast.agents a WHERE a.id = p_agent;
     IF v_project IS NULL THEN
         PERFORM holdfast.raise('HF404', format('agent %s not found', p_agent));
     END IF;
     SELECT * INTO v_refusal FROM holdfast.check_model_access(v_project, p_model);
     IF NOT FOUND THEN
-        SELECT * INTO v_refusal FROM holdfast.check_server_tools(
-            v_project, (SELECT a.config FROM holdfast.agents a WHERE a.id = p_agent));
+        -- A plain variable as the argument: with a sub-select there, the
+        -- SQL function could not be inlined and was planned at every call.
+        SELECT * INTO v_refusal FROM holdfast.check_server_tools(v_project, v_config);
     END IF;
     IF FOUND THEN
         RETURN QUERY SELECT v_refusal.field, v_refusal.message, NULL::text, NULL::text,
@@ -8737,14 +8784,6 @@ ALTER TABLE ONLY holdfast.commands
 
 
 --
--- Name: events events_agent_id_fkey1; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
---
-
-ALTER TABLE holdfast.events
-    ADD CONSTRAINT events_agent_id_fkey1 FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id);
-
-
---
 -- Name: inputs inputs_agent_id_fkey; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
 --
 
@@ -8766,30 +8805,6 @@ ALTER TABLE ONLY holdfast.inputs
 
 ALTER TABLE ONLY holdfast.machines
     ADD CONSTRAINT machines_project_id_fkey FOREIGN KEY (project_id) REFERENCES holdfast.projects(id);
-
-
---
--- Name: messages messages_agent_id_fkey; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
---
-
-ALTER TABLE ONLY holdfast.messages
-    ADD CONSTRAINT messages_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id);
-
-
---
--- Name: messages messages_input_id_fkey; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
---
-
-ALTER TABLE ONLY holdfast.messages
-    ADD CONSTRAINT messages_input_id_fkey FOREIGN KEY (input_id) REFERENCES holdfast.inputs(id);
-
-
---
--- Name: messages messages_step_id_fkey; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
---
-
-ALTER TABLE ONLY holdfast.messages
-    ADD CONSTRAINT messages_step_id_fkey FOREIGN KEY (step_id) REFERENCES holdfast.steps(id);
 
 
 --
@@ -8873,43 +8888,11 @@ ALTER TABLE ONLY holdfast.schedules
 
 
 --
--- Name: steps steps_agent_id_fkey; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
---
-
-ALTER TABLE ONLY holdfast.steps
-    ADD CONSTRAINT steps_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id);
-
-
---
--- Name: tool_calls tool_calls_agent_id_fkey; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
---
-
-ALTER TABLE ONLY holdfast.tool_calls
-    ADD CONSTRAINT tool_calls_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id);
-
-
---
 -- Name: tool_calls tool_calls_child_agent_id_fkey; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
 --
 
 ALTER TABLE ONLY holdfast.tool_calls
     ADD CONSTRAINT tool_calls_child_agent_id_fkey FOREIGN KEY (child_agent_id) REFERENCES holdfast.agents(id);
-
-
---
--- Name: tool_calls tool_calls_result_step_id_fkey; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
---
-
-ALTER TABLE ONLY holdfast.tool_calls
-    ADD CONSTRAINT tool_calls_result_step_id_fkey FOREIGN KEY (result_step_id) REFERENCES holdfast.steps(id);
-
-
---
--- Name: tool_calls tool_calls_step_id_fkey; Type: FK CONSTRAINT; Schema: holdfast; Owner: -
---
-
-ALTER TABLE ONLY holdfast.tool_calls
-    ADD CONSTRAINT tool_calls_step_id_fkey FOREIGN KEY (step_id) REFERENCES holdfast.steps(id);
 
 
 --

@@ -134,10 +134,12 @@ pub struct Options {
     /// the machines are shared and noisy).
     #[arg(long, default_value_t = 1)]
     repeat: usize,
-    /// Profile Postgres: load pg_stat_statements (nested statements and
-    /// planning included) and add each scenario's top statements to its
+    /// Profile Postgres: track nested statements, planning and every
+    /// function's calls, and add each scenario's top statements to its
     /// report as `metrics.profile`. Costs some throughput: profile runs
     /// are for finding where time goes, not for the headline figures.
+    /// (pg_stat_statements is always loaded, counting top-level statements
+    /// only: `throughput` reports statements per step from it.)
     #[arg(long)]
     pub profile: bool,
     /// Experiment: run the bench cluster with `fsync = off` and
@@ -214,6 +216,12 @@ pub struct Options {
     /// throughput: jobs drained by the plain-queue baseline.
     #[arg(long)]
     pub plain_queue_jobs: Option<u32>,
+    /// throughput: tasks of the checkpoint baseline.
+    #[arg(long)]
+    pub checkpoint_tasks: Option<u32>,
+    /// throughput: checkpointed steps per task of the checkpoint baseline.
+    #[arg(long)]
+    pub checkpoint_steps: Option<u32>,
     /// api_inputs: concurrent HTTP clients.
     #[arg(long)]
     pub http_clients: Option<usize>,
@@ -272,6 +280,18 @@ impl Bench {
         let jobs = self.pick(self.opts.plain_queue_jobs, 20_000, 1_000);
         let clients = self.pick(self.opts.pgbench_clients, 8, 4);
         self.cluster.plain_queue(jobs, clients).await
+    }
+
+    /// The same-run checkpoint baseline (steps/s), on as many sessions as
+    /// pgbench uses: 2,000 tasks of 5 steps, the size Absurd's own
+    /// comparison used.
+    pub async fn checkpoint_baseline(&self) -> Result<Value> {
+        let tasks = self.pick(self.opts.checkpoint_tasks, 2_000, 200);
+        let steps = self.pick(self.opts.checkpoint_steps, 5, 3);
+        let clients = self.pick(self.opts.pgbench_clients, 8, 4);
+        self.cluster
+            .checkpoint_baseline(tasks, steps, clients)
+            .await
     }
 
     /// Parameters every report carries besides the scenario's own.
@@ -340,9 +360,7 @@ async fn run(opts: Options) -> Result<usize> {
         None => None,
     };
     let cluster = BenchCluster::start(&dir.join("pg"), extra_sql, !opts.unsafe_no_fsync).await?;
-    if opts.profile {
-        cluster.enable_statement_stats().await?;
-    }
+    cluster.enable_statement_stats(opts.profile).await?;
     let postgres_version = cluster.server_version().await?;
     let durability = cluster.durability().await?;
     let cpu_count = processes::cpu_count();

@@ -24,6 +24,10 @@ use crate::stats::{round3, Samples};
 const MAX_CONNECTIONS: u32 = 1500;
 const PGBENCH_DB: &str = "pgbench";
 const PLAIN_QUEUE_DB: &str = "plain_queue";
+const CHECKPOINT_DB: &str = "checkpoint_baseline";
+/// The role the bench driver's sessions use where a scenario counts the
+/// product's statements apart from the driver's.
+pub const DRIVER_ROLE: &str = "holdfast_bench_driver";
 
 pub struct BenchCluster {
     cluster: LocalCluster,
@@ -77,11 +81,13 @@ impl BenchCluster {
         })
     }
 
-    /// Load pg_stat_statements (restarting the server) and track nested
-    /// statements (those inside the SQL functions), planning time, and
-    /// calls of every function (SQL functions included: a LANGUAGE sql
-    /// function that is not inlined is parsed and planned per call).
-    pub async fn enable_statement_stats(&self) -> Result<()> {
+    /// Load pg_stat_statements (restarting the server). It counts the
+    /// top-level statements, what a client sends (`throughput` reports
+    /// them per step); with `nested` (`--profile`) also the statements
+    /// inside the SQL functions, planning time, and calls of every
+    /// function (SQL functions included: a LANGUAGE sql function that is
+    /// not inlined is parsed and planned per call).
+    pub async fn enable_statement_stats(&self, nested: bool) -> Result<()> {
         self.admin()
             .await?
             .batch_execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
@@ -94,11 +100,16 @@ impl BenchCluster {
             .await?;
         // The library's settings exist once it is loaded; one statement
         // each (ALTER SYSTEM refuses a multi-statement implicit transaction).
-        for setting in [
-            "pg_stat_statements.track = 'all'",
-            "pg_stat_statements.track_planning = on",
-            "track_functions = 'all'",
-        ] {
+        let settings: &[&str] = if nested {
+            &[
+                "pg_stat_statements.track = 'all'",
+                "pg_stat_statements.track_planning = on",
+                "track_functions = 'all'",
+            ]
+        } else {
+            &["pg_stat_statements.track = 'top'"]
+        };
+        for setting in settings {
             admin
                 .batch_execute(&format!("ALTER SYSTEM SET {setting}"))
                 .await?;
@@ -170,6 +181,27 @@ impl BenchCluster {
             "{} application_name={application_name}",
             self.cluster.connection_string(dbname)
         )
+    }
+
+    /// A connection config for `dbname` as the bench driver's own role
+    /// (created on first use, a superuser like the product's): its
+    /// statements count apart from the workers' in pg_stat_statements,
+    /// which keys them by role.
+    pub async fn driver_config(&self, dbname: &str) -> Result<ConnectConfig> {
+        self.admin()
+            .await?
+            .batch_execute(&format!(
+                "DO $$ BEGIN
+                     IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{DRIVER_ROLE}') THEN
+                         CREATE ROLE {DRIVER_ROLE} LOGIN SUPERUSER;
+                     END IF;
+                 END $$"
+            ))
+            .await?;
+        Ok(ConnectConfig::parse(&format!(
+            "{} user={DRIVER_ROLE}",
+            self.cluster.connection_string(dbname)
+        ))?)
     }
 
     pub fn config(&self, dbname: &str) -> Result<ConnectConfig> {
@@ -383,6 +415,84 @@ impl BenchCluster {
         }))
     }
 
+    /// A durable-execution baseline on this cluster now, the shape of an
+    /// Absurd or DBOS step: `tasks` tasks of `steps` steps; a task is
+    /// claimed in one transaction (`FOR UPDATE SKIP LOCKED`), each of its
+    /// steps is one transaction that upserts the step's checkpoint row and
+    /// extends the task's claim (one statement, fenced by the claimer), and
+    /// one transaction completes it. `clients` sessions drain the tasks; no
+    /// Holdfast code runs. Returns checkpointed steps/s over the drain.
+    pub async fn checkpoint_baseline(&self, tasks: u32, steps: u32, clients: u32) -> Result<Value> {
+        self.drop_database(CHECKPOINT_DB).await?;
+        self.admin()
+            .await?
+            .batch_execute(&format!("CREATE DATABASE {CHECKPOINT_DB}"))
+            .await?;
+        let config = self.config(CHECKPOINT_DB)?;
+        let setup = connect_to(&config).await?;
+        setup
+            .batch_execute(CHECKPOINT_SCHEMA)
+            .await
+            .context("creating the checkpoint baseline's tables")?;
+        let tasks = i64::from(tasks);
+        setup
+            .execute(
+                "INSERT INTO ck_tasks (params) SELECT jsonb_build_object('n', n)
+                   FROM generate_series(1, $1::bigint) n",
+                &[&tasks],
+            )
+            .await?;
+        setup.batch_execute("VACUUM ANALYZE ck_tasks").await?;
+
+        let steps = i32::try_from(steps)?;
+        let started = Instant::now();
+        let mut drains = Vec::new();
+        for i in 0..clients {
+            let config = config.clone();
+            drains.push(tokio::spawn(async move {
+                let client = connect_to(&config).await?;
+                let claim = client.prepare(CHECKPOINT_CLAIM_TASK).await?;
+                let step = client.prepare(CHECKPOINT_STEP).await?;
+                let complete = client.prepare(CHECKPOINT_COMPLETE).await?;
+                let worker = format!("checkpoint-{i}");
+                let mut done = 0u64;
+                while let Some(row) = client.query_opt(&claim, &[&worker]).await? {
+                    let task: i64 = row.get(0);
+                    for n in 0..steps {
+                        let state = json!({"step": n, "result": "bench"});
+                        if client.execute(&step, &[&task, &worker, &n, &state]).await? != 1 {
+                            bail!("task {task} was not held by {worker} at step {n}");
+                        }
+                        done += 1;
+                    }
+                    if client.execute(&complete, &[&task, &worker]).await? != 1 {
+                        bail!("task {task} was not held by {worker} at completion");
+                    }
+                }
+                anyhow::Ok(done)
+            }));
+        }
+        let mut done = 0;
+        for drain in drains {
+            done += drain.await??;
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let expected = tasks as u64 * steps as u64;
+        if done != expected {
+            bail!("checkpoint baseline: {done} of {expected} steps checkpointed");
+        }
+        self.drop_database(CHECKPOINT_DB).await?;
+        Ok(json!({
+            "checkpoint_steps_per_sec": round3(done as f64 / seconds),
+            "checkpoint_tasks": tasks,
+            "checkpoint_steps_per_task": steps,
+            "checkpoint_clients": clients,
+            "checkpoint_claim": CHECKPOINT_CLAIM_TASK,
+            "checkpoint_step": CHECKPOINT_STEP,
+            "checkpoint_complete": CHECKPOINT_COMPLETE,
+        }))
+    }
+
     async fn run_pgbench(&self, pgbench: &Path, args: &[&str]) -> Result<String> {
         let out = tokio::process::Command::new(pgbench)
             .args(args)
@@ -442,6 +552,50 @@ const PLAIN_QUEUE_CLAIM: &str = "UPDATE jobs
 
 const PLAIN_QUEUE_COMPLETE: &str = "DELETE FROM jobs WHERE id = $1 AND locked_by = $2";
 
+/// The checkpoint baseline's tables: a task row as a durable-execution
+/// queue keeps it (state, who holds it and until when, attempts) with the
+/// partial index its claim reads, and one checkpoint row per task and step.
+const CHECKPOINT_SCHEMA: &str = "
+    CREATE TABLE ck_tasks (
+        id               bigserial PRIMARY KEY,
+        params           jsonb NOT NULL,
+        state            text NOT NULL DEFAULT 'pending',
+        run_at           timestamptz NOT NULL DEFAULT now(),
+        claimed_by       text,
+        claim_expires_at timestamptz,
+        attempts         integer NOT NULL DEFAULT 0,
+        completed_at     timestamptz
+    );
+    CREATE INDEX ck_tasks_pending_idx ON ck_tasks (run_at, id) WHERE state = 'pending';
+    CREATE TABLE ck_checkpoints (
+        task_id    bigint NOT NULL REFERENCES ck_tasks (id),
+        step       integer NOT NULL,
+        state      jsonb NOT NULL,
+        updated_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (task_id, step)
+    );";
+
+const CHECKPOINT_CLAIM_TASK: &str = "UPDATE ck_tasks
+    SET state = 'running', claimed_by = $1, claim_expires_at = now() + interval '30 seconds',
+        attempts = attempts + 1
+  WHERE id = (SELECT id FROM ck_tasks WHERE state = 'pending' AND run_at <= now()
+               ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+  RETURNING id, params";
+
+/// One step: the claim extended (only while this worker holds it) and the
+/// checkpoint upserted, in one statement and so one transaction.
+const CHECKPOINT_STEP: &str = "WITH held AS (
+    UPDATE ck_tasks SET claim_expires_at = now() + interval '30 seconds'
+     WHERE id = $1 AND claimed_by = $2 AND state = 'running'
+    RETURNING id)
+  INSERT INTO ck_checkpoints (task_id, step, state)
+  SELECT id, $3, $4 FROM held
+  ON CONFLICT (task_id, step) DO UPDATE SET state = EXCLUDED.state, updated_at = now()";
+
+const CHECKPOINT_COMPLETE: &str = "UPDATE ck_tasks
+    SET state = 'completed', completed_at = now(), claimed_by = NULL, claim_expires_at = NULL
+  WHERE id = $1 AND claimed_by = $2 AND state = 'running'";
+
 /// A new session on `config`, its connection driven by a task.
 pub async fn connect_to(config: &ConnectConfig) -> Result<Client> {
     let (client, connection) = config.connect().await?;
@@ -490,6 +644,63 @@ pub async fn next_xid(client: &Client) -> Result<i64> {
         )
         .await?;
     Ok(row.get(0))
+}
+
+/// Transactions ended (committed or rolled back) in the current database
+/// so far, from pg_stat_database: read-only ones included. Sessions report
+/// theirs when they go idle (at most a second late) or exit.
+pub async fn transactions_ended(client: &Client) -> Result<i64> {
+    client
+        .batch_execute("SELECT pg_stat_clear_snapshot()")
+        .await?;
+    let row = client
+        .query_one(
+            "SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database
+              WHERE datname = current_database()",
+            &[],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Top-level statements run in database `dbname` since the last
+/// `pg_stat_statements_reset()`: by the driver's role ([`DRIVER_ROLE`])
+/// and by every other role (the product's processes), and the product's
+/// statements with the most calls, each `(calls, query)`.
+pub struct StatementCounts {
+    pub product: i64,
+    pub driver: i64,
+    pub product_top: Vec<(i64, String)>,
+}
+
+/// `client` is a session of the database the extension was created in
+/// (the cluster's `postgres`: [`BenchCluster::admin`]).
+pub async fn statement_counts(client: &Client, dbname: &str, top: i64) -> Result<StatementCounts> {
+    let totals = client
+        .query_one(
+            "SELECT coalesce(sum(s.calls) FILTER (WHERE r.rolname <> $1), 0)::bigint,
+                    coalesce(sum(s.calls) FILTER (WHERE r.rolname = $1), 0)::bigint
+               FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
+              WHERE s.toplevel AND s.dbid = (SELECT oid FROM pg_database WHERE datname = $2)",
+            &[&DRIVER_ROLE, &dbname],
+        )
+        .await?;
+    let rows = client
+        .query(
+            "SELECT s.calls, regexp_replace(left(s.query, 160), '\\s+', ' ', 'g')
+               FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid
+              WHERE s.toplevel AND r.rolname <> $1
+                AND s.dbid = (SELECT oid FROM pg_database WHERE datname = $2)
+              ORDER BY s.calls DESC
+              LIMIT $3",
+            &[&DRIVER_ROLE, &dbname, &top],
+        )
+        .await?;
+    Ok(StatementCounts {
+        product: totals.get(0),
+        driver: totals.get(1),
+        product_top: rows.iter().map(|r| (r.get(0), r.get(1))).collect(),
+    })
 }
 
 /// Samples of what the sessions tagged `application_name LIKE pattern` are

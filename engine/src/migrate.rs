@@ -74,6 +74,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../sql/0049_lease_session_lock.sql"),
     },
     Migration {
+        version: 50,
+        name: "0050_step_rows_without_foreign_keys.sql",
+        sql: include_str!("../../sql/0050_step_rows_without_foreign_keys.sql"),
+    },
+    Migration {
         version: 51,
         name: "0051_time_travel.sql",
         sql: include_str!("../../sql/0051_time_travel.sql"),

@@ -51,8 +51,8 @@ pub use machines::{
 };
 pub use models::{
     add_model_endpoint, delete_project_provider_key, list_model_endpoints,
-    list_project_provider_keys, remove_model_endpoint, resolve_model_endpoint,
-    set_project_custom_model_urls, set_project_provider_key, set_project_server_tools,
+    list_project_provider_keys, remove_model_endpoint, set_project_custom_model_urls,
+    set_project_provider_key, set_project_server_tools,
 };
 pub use prepared::{Pooled, Prepared};
 pub use replication::{wal_position, wal_replayed};

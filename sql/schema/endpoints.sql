@@ -289,18 +289,20 @@ RETURNS TABLE (refused_field text, refused_message text, endpoint text, custom_u
 LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_project uuid;
+    v_config jsonb;
     v_refusal record;
     v_endpoint holdfast.model_endpoints;
     v_key holdfast.project_provider_keys;
 BEGIN
-    SELECT a.project_id INTO v_project FROM holdfast.agents a WHERE a.id = p_agent;
+    SELECT a.project_id, a.config INTO v_project, v_config FROM holdfast.agents a WHERE a.id = p_agent;
     IF v_project IS NULL THEN
         PERFORM holdfast.raise('HF404', format('agent %s not found', p_agent));
     END IF;
     SELECT * INTO v_refusal FROM holdfast.check_model_access(v_project, p_model);
     IF NOT FOUND THEN
-        SELECT * INTO v_refusal FROM holdfast.check_server_tools(
-            v_project, (SELECT a.config FROM holdfast.agents a WHERE a.id = p_agent));
+        -- A plain variable as the argument: with a sub-select there, the
+        -- SQL function could not be inlined and was planned at every call.
+        SELECT * INTO v_refusal FROM holdfast.check_server_tools(v_project, v_config);
     END IF;
     IF FOUND THEN
         RETURN QUERY SELECT v_refusal.field, v_refusal.message, NULL::text, NULL::text,

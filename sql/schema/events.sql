@@ -6,7 +6,9 @@
 -- a fresh install applies these files and how a change is added.
 
 -- The timeline. seq is gap-free per agent: it comes from agents.last_event_seq,
--- advanced under the agent's row lock in the writing transaction.
+-- advanced under the agent's row lock in the writing transaction. agent_id
+-- has no foreign key (a per-row check on the hottest insert): no seq comes
+-- from an agent that does not exist, and agents are never deleted.
 CREATE TABLE holdfast.events (
     agent_id uuid NOT NULL,
     seq bigint NOT NULL,
@@ -16,8 +18,7 @@ CREATE TABLE holdfast.events (
     created_at timestamptz DEFAULT holdfast.now() NOT NULL,
     CONSTRAINT events_seq_check1 CHECK (seq > 0),
     CONSTRAINT events_pkey PRIMARY KEY (agent_id, seq, created_at),
-    CONSTRAINT events_id_created_at_key UNIQUE (id, created_at),
-    CONSTRAINT events_agent_id_fkey1 FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id)
+    CONSTRAINT events_id_created_at_key UNIQUE (id, created_at)
 ) PARTITION BY RANGE (created_at);
 
 -- Rows no weekly partition covers (ensure_event_partitions creates the

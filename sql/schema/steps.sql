@@ -17,6 +17,9 @@ CREATE TYPE holdfast.model_step AS (
 
 -- One row per committed step. A model step is one claim's work, so
 -- (agent_id, epoch) is unique for model steps: a replayed commit conflicts.
+-- Steps and messages carry no foreign keys (per-row checks on the step
+-- path): their writers lock the agent first, a message names the step its
+-- function has just inserted, and none of these rows is ever deleted.
 CREATE TABLE holdfast.steps (
     id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
     agent_id uuid NOT NULL,
@@ -33,8 +36,7 @@ CREATE TABLE holdfast.steps (
     usage holdfast.token_usage,
     CONSTRAINT steps_kind_check CHECK (kind IN ('model', 'tool', 'compaction')),
     CONSTRAINT steps_pkey PRIMARY KEY (id),
-    CONSTRAINT steps_agent_id_step_seq_key UNIQUE (agent_id, step_seq),
-    CONSTRAINT steps_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id)
+    CONSTRAINT steps_agent_id_step_seq_key UNIQUE (agent_id, step_seq)
 );
 
 CREATE UNIQUE INDEX steps_model_epoch_idx ON holdfast.steps (agent_id, epoch) WHERE (kind = 'model');
@@ -52,10 +54,7 @@ CREATE TABLE holdfast.messages (
     CONSTRAINT messages_content_check CHECK (jsonb_typeof(content) = 'array'),
     CONSTRAINT messages_role_check CHECK (role IN ('user', 'assistant')),
     CONSTRAINT messages_pkey PRIMARY KEY (agent_id, seq),
-    CONSTRAINT messages_id_key UNIQUE (id),
-    CONSTRAINT messages_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id),
-    CONSTRAINT messages_input_id_fkey FOREIGN KEY (input_id) REFERENCES holdfast.inputs(id),
-    CONSTRAINT messages_step_id_fkey FOREIGN KEY (step_id) REFERENCES holdfast.steps(id)
+    CONSTRAINT messages_id_key UNIQUE (id)
 );
 
 CREATE UNIQUE INDEX messages_input_idx ON holdfast.messages (input_id) WHERE (input_id IS NOT NULL);
@@ -67,6 +66,61 @@ CREATE INDEX messages_search_idx ON holdfast.messages USING gin (
     WHERE octet_length(content::text) <= 262144;
 
 -- ==== functions and triggers ====
+
+-- Everything a step is decided and built from, read fresh at every attempt,
+-- in one statement: the agent's step fields, its history from the context's
+-- start (messages, as a jsonb array in seq order), its tool calls (in
+-- creation order), the inputs of its turn not yet seen by a committed model
+-- call (turn_inputs), and where a model call with its stored config.model
+-- would go (resolve_model_endpoint, nulls stripped as the worker's typed
+-- config serialises it), and whether it is a replay's child (its tool calls
+-- are answered from the recording). Content that references stored files keeps the
+-- references. One row, or none when the agent does not exist. Reads only.
+CREATE OR REPLACE FUNCTION holdfast.load_step_context(p_agent uuid)
+RETURNS TABLE (config jsonb, turn_open boolean, model_attempts integer, cancel_requested boolean,
+               context_summary text, turn_model_steps integer, over_budget boolean,
+               turn_trace_parent text, turn_trace_state text, first_attempt_epoch bigint,
+               lost_attempt_epoch bigint, lost_attempt_started_at timestamptz,
+               lost_attempt_ended_at timestamptz, messages jsonb, tool_calls jsonb,
+               pending_inputs jsonb, refused_field text, refused_message text, endpoint text,
+               custom_url text, base_url text, credential_env text, sealed_key bytea,
+               key_fingerprint text, project_id uuid, replay boolean)
+LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    v_agent holdfast.agents;
+BEGIN
+    SELECT * INTO v_agent FROM holdfast.agents a WHERE a.id = p_agent;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT v_agent.config, v_agent.turn_open, v_agent.model_attempts,
+           v_agent.cancel_requested_at IS NOT NULL, v_agent.context_summary,
+           v_agent.turn_model_steps, holdfast.budget_exceeded(v_agent) IS NOT NULL,
+           v_agent.turn_trace_parent, v_agent.turn_trace_state, v_agent.first_attempt_epoch,
+           v_agent.lost_attempt_epoch, v_agent.lost_attempt_started_at, v_agent.lost_attempt_ended_at,
+           (SELECT coalesce(jsonb_agg(jsonb_build_object('seq', m.seq, 'role', m.role,
+                                                         'content', m.content, 'step_id', m.step_id)
+                                      ORDER BY m.seq), '[]')
+              FROM holdfast.messages m
+             WHERE m.agent_id = p_agent AND m.seq >= v_agent.context_start_seq),
+           (SELECT coalesce(jsonb_agg(jsonb_build_object('id', t.id, 'step_id', t.step_id,
+                                                         'position', t.position, 'provider_id', t.provider_id,
+                                                         'name', t.name, 'input', t.input, 'kind', t.kind,
+                                                         'status', t.status, 'output', t.output,
+                                                         'is_error', t.is_error)
+                                      ORDER BY t.created_at, t.step_id, t.position), '[]')
+              FROM holdfast.tool_calls t
+             WHERE t.agent_id = p_agent),
+           (SELECT coalesce(jsonb_agg(jsonb_build_object('id', i.id, 'content', i.content)
+                                      ORDER BY i.created_at, i.id), '[]')
+              FROM holdfast.turn_inputs(p_agent) i),
+           r.refused_field, r.refused_message, r.endpoint, r.custom_url, r.base_url,
+           r.credential_env, r.sealed_key, r.key_fingerprint, r.project_id,
+           v_agent.replay_id IS NOT NULL
+      FROM holdfast.resolve_model_endpoint(p_agent, jsonb_strip_nulls(v_agent.config -> 'model')) r;
+END
+$$;
 
 -- The message an interrupted external call returns to the model.
 CREATE OR REPLACE FUNCTION holdfast.interrupted_output() RETURNS jsonb

@@ -18,6 +18,9 @@ CREATE TYPE holdfast.tool_result AS (
 --   running            an external call is in flight under lease epoch running_epoch
 --   completed          has output
 --   cancelled          its turn was cancelled
+-- agent_id, step_id and result_step_id have no foreign keys (per-row checks
+-- on the step path): the functions that write them hold the agent's lock
+-- and name the step they have just inserted; neither is ever deleted.
 CREATE TABLE holdfast.tool_calls (
     id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
     agent_id uuid NOT NULL,
@@ -45,10 +48,7 @@ CREATE TABLE holdfast.tool_calls (
     CONSTRAINT tool_calls_status_check CHECK (status IN ('pending', 'awaiting_approval', 'waiting', 'running', 'completed', 'cancelled')),
     CONSTRAINT tool_calls_pkey PRIMARY KEY (id),
     CONSTRAINT tool_calls_step_id_position_key UNIQUE (step_id, "position"),
-    CONSTRAINT tool_calls_agent_id_fkey FOREIGN KEY (agent_id) REFERENCES holdfast.agents(id),
-    CONSTRAINT tool_calls_child_agent_id_fkey FOREIGN KEY (child_agent_id) REFERENCES holdfast.agents(id),
-    CONSTRAINT tool_calls_result_step_id_fkey FOREIGN KEY (result_step_id) REFERENCES holdfast.steps(id),
-    CONSTRAINT tool_calls_step_id_fkey FOREIGN KEY (step_id) REFERENCES holdfast.steps(id)
+    CONSTRAINT tool_calls_child_agent_id_fkey FOREIGN KEY (child_agent_id) REFERENCES holdfast.agents(id)
 );
 
 -- An agent's tool calls in the order the context load reads them.

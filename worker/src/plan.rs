@@ -213,7 +213,9 @@ fn input_blocks(content: &Value) -> Vec<ContentBlock> {
 #[cfg(test)]
 mod tests {
     use holdfast_engine::config::AgentConfig;
-    use holdfast_engine::domain::{HistoryMessage, PendingInput, ToolKind};
+    use holdfast_engine::domain::{
+        HistoryMessage, ModelDestination, ModelRoute, PendingInput, ToolKind,
+    };
     use uuid::Uuid;
 
     use super::*;
@@ -236,6 +238,15 @@ mod tests {
             pending_inputs: vec![],
             trace: Default::default(),
             replay: false,
+            model_route: ModelRoute {
+                project_id: Uuid::nil(),
+                destination: ModelDestination::Operator {
+                    endpoint: "default".into(),
+                    base_url: None,
+                    credential_env: None,
+                },
+                project_key: None,
+            },
         }
     }
 

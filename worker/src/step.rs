@@ -299,7 +299,7 @@ async fn model_step(
         let client = deps.pool.get().await?;
         store::record_content_left_out(&**client, claim, &urls, &reasons).await?;
     }
-    let target = match model_target(deps, claim, context, &request).await? {
+    let target = match model_target(deps, context, &request) {
         Ok(target) => target,
         Err(error) => return Ok(model_failed(deps, context, error)),
     };
@@ -401,24 +401,17 @@ fn count_tokens(model: &ModelConfig, usage: &Usage) {
     }
 }
 
-/// Where this attempt's model call goes: the endpoint resolved now, from the
-/// config loaded for this attempt (so a removed endpoint, a changed
-/// allow-list or a withdrawn custom-URL permission applies at once), or the
-/// error that ends the turn.
-async fn model_target(
+/// Where this attempt's model call goes: the endpoint resolved with the
+/// attempt's context, from the config loaded with it (so a removed
+/// endpoint, a changed allow-list or a withdrawn custom-URL permission
+/// applies at once), or the error that ends the turn.
+fn model_target(
     deps: &StepDeps,
-    claim: Claim,
     context: &StepContext,
     request: &ModelRequest,
-) -> Result<std::result::Result<ModelTarget, ModelError>> {
-    let client = deps.pool.get().await?;
-    let route = store::resolve_model_endpoint(
-        &store::Pooled(&client),
-        claim.agent_id,
-        &context.config.model,
-    )
-    .await?;
-    Ok(deps.providers.target(&route, request.model.provider))
+) -> std::result::Result<ModelTarget, ModelError> {
+    deps.providers
+        .target(&context.model_route, request.model.provider)
 }
 
 /// Summarise the older history with a model call; the summary is saved,

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{NewToolCall, ToolKind};
+use super::{ModelRoute, NewToolCall, ToolKind};
 use crate::config::AgentConfig;
 
 /// A claim on an agent: run one step for it, writing with this epoch.
@@ -167,6 +167,9 @@ pub struct StepContext {
     /// A replay's child: its tool calls are answered from the recording
     /// (`holdfast.answer_replay_calls`), never run.
     pub replay: bool,
+    /// Where a model call with `config.model` goes, resolved with the rest
+    /// (a removed endpoint or a withdrawn permission applies at this attempt).
+    pub model_route: ModelRoute,
 }
 
 /// The trace an attempt's span belongs in, and the attempt before it that

@@ -1,12 +1,9 @@
 //! Model endpoints (operator), provider keys (project) and model routing
 //! (worker) (sql/schema/endpoints.sql).
 
-use serde_json::Value;
 use tokio_postgres::{GenericClient, Row};
 use uuid::Uuid;
 
-use super::prepared::{query_one_prepared, Prepared};
-use crate::config::ModelConfig;
 use crate::domain::{
     ModelDestination, ModelEndpoint, ModelRoute, NewModelEndpoint, ProviderKeyStatus, SealedKey,
 };
@@ -151,42 +148,32 @@ pub async fn delete_project_provider_key(
     Ok(())
 }
 
-/// Where `agent`'s model call with settings `model` (its `config.model` as
-/// loaded for this attempt) goes, resolved now.
-pub async fn resolve_model_endpoint(
-    client: &impl Prepared,
-    agent: Uuid,
-    model: &ModelConfig,
-) -> Result<ModelRoute> {
-    // Plain fields: serializing cannot fail.
-    let model = serde_json::to_value(model).unwrap_or(Value::Null);
-    let row = query_one_prepared(
-        client,
-        "SELECT refused_field, refused_message, endpoint, custom_url, base_url, credential_env, \
-                sealed_key, key_fingerprint, project_id \
-           FROM holdfast.resolve_model_endpoint($1, $2)",
-        &[&agent, &model],
-    )
-    .await?;
-    let project_key = match (row.get(6), row.get(7)) {
+/// The [`ModelRoute`] in a row with `holdfast.resolve_model_endpoint`'s
+/// columns (`load_step_context` returns them with the step's context).
+pub(super) fn model_route_from_row(row: &Row) -> ModelRoute {
+    let project_key = match (row.get("sealed_key"), row.get("key_fingerprint")) {
         (Some(sealed), Some(key_fingerprint)) => Some(SealedKey {
             sealed,
             key_fingerprint,
         }),
         _ => None,
     };
-    let destination = match (row.get(0), row.get(1), row.get(3)) {
+    let destination = match (
+        row.get("refused_field"),
+        row.get("refused_message"),
+        row.get("custom_url"),
+    ) {
         (Some(field), Some(message), _) => ModelDestination::Refused { field, message },
         (_, _, Some(base_url)) => ModelDestination::CustomUrl { base_url },
         _ => ModelDestination::Operator {
-            endpoint: row.get(2),
-            base_url: row.get(4),
-            credential_env: row.get(5),
+            endpoint: row.get("endpoint"),
+            base_url: row.get("base_url"),
+            credential_env: row.get("credential_env"),
         },
     };
-    Ok(ModelRoute {
-        project_id: row.get(8),
+    ModelRoute {
+        project_id: row.get("project_id"),
         destination,
         project_key,
-    })
+    }
 }

@@ -8,10 +8,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
 use postgres_types::ToSql;
+use serde::Deserialize;
 use serde_json::Value;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
+use super::models::model_route_from_row;
 use super::parse_text;
 use super::prepared::{execute_prepared, query_one_prepared, query_prepared, Prepared};
 use crate::config::AgentConfig;
@@ -424,60 +426,33 @@ pub async fn stream_delta(
     Ok(())
 }
 
-/// Everything a step is decided and built from, read fresh at every attempt.
-/// Content that references stored files keeps the references (a few bytes
-/// each): the model call loads the files it sends once
-/// ([`load_request_files`]), and nothing else of a step needs their bytes.
-///
-/// The four reads are sent together (pipelined on the one connection), so
-/// the load costs about one round trip, not four. Each read is its own
-/// snapshot, as before: the agent's lease keeps what they read stable.
+/// Everything a step is decided and built from, read fresh at every attempt,
+/// in one statement (`holdfast.load_step_context`): the agent's step
+/// fields, history, tool calls and turn inputs, and where its model call
+/// goes ([`ModelRoute`], so a removed endpoint or withdrawn permission
+/// applies at the attempt's call). Content that references stored files
+/// keeps the references (a few bytes each): the model call loads the files
+/// it sends once ([`load_request_files`]), and nothing else of a step needs
+/// their bytes.
 pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<StepContext> {
-    let (agent_sql, messages_sql, tool_calls_sql, inputs_sql) = futures::try_join!(
-        client.statement(
-            "SELECT config, turn_open, model_attempts, cancel_requested_at IS NOT NULL, \
-                    context_summary, turn_model_steps, holdfast.budget_exceeded(a) IS NOT NULL, \
-                    turn_trace_parent, turn_trace_state, first_attempt_epoch, \
-                    lost_attempt_epoch, lost_attempt_started_at, lost_attempt_ended_at, \
-                    replay_id IS NOT NULL \
-               FROM holdfast.agents a WHERE id = $1",
-        ),
-        // The messages from the agent's context start on (the subquery
-        // reads the same row the first statement does).
-        client.statement(
-            "SELECT seq, role, content, step_id \
-               FROM holdfast.messages \
-              WHERE agent_id = $1 \
-                AND seq >= (SELECT context_start_seq FROM holdfast.agents WHERE id = $1) \
-              ORDER BY seq",
-        ),
-        client.statement(
-            "SELECT id, step_id, position, provider_id, name, input, kind, status, \
-                    output, is_error \
-               FROM holdfast.tool_calls WHERE agent_id = $1 ORDER BY created_at, step_id, position",
-        ),
-        client.statement("SELECT id, content FROM holdfast.turn_inputs($1)",),
-    )?;
-    let db = client.client();
-    let by_agent: &[&(dyn tokio_postgres::types::ToSql + Sync)] = &[&agent];
-    let (row, messages, tool_calls, pending_inputs) = futures::try_join!(
-        db.query_opt(&agent_sql, by_agent),
-        db.query(&messages_sql, by_agent),
-        db.query(&tool_calls_sql, by_agent),
-        db.query(&inputs_sql, by_agent),
-    )?;
-    let row = row.ok_or_else(|| Error::NotFound(format!("agent {agent} not found")))?;
+    let rows = query_prepared(
+        client,
+        "SELECT * FROM holdfast.load_step_context($1)",
+        &[&agent],
+    )
+    .await?;
+    let row = rows
+        .first()
+        .ok_or_else(|| Error::NotFound(format!("agent {agent} not found")))?;
     // Parsed once per step: every use below reads the typed config.
-    let config = AgentConfig::from_value(&row.get::<_, Value>(0))?;
-    let (turn_open, model_attempts, cancel_requested, context_summary) =
-        (row.get(1), row.get(2), row.get(3), row.get(4));
-    let (turn_model_steps, over_budget) = (row.get(5), row.get(6));
-    let lost_epoch: Option<i64> = row.get(10);
-    let (lost_started, lost_ended): (Option<_>, Option<_>) = (row.get(11), row.get(12));
+    let config = AgentConfig::from_value(&row.get::<_, Value>("config"))?;
+    let lost_epoch: Option<i64> = row.get("lost_attempt_epoch");
+    let lost_started: Option<DateTime<Utc>> = row.get("lost_attempt_started_at");
+    let lost_ended: Option<DateTime<Utc>> = row.get("lost_attempt_ended_at");
     let trace = AttemptTrace {
-        turn_parent: row.get(7),
-        turn_state: row.get(8),
-        first_attempt_epoch: row.get(9),
+        turn_parent: row.get("turn_trace_parent"),
+        turn_state: row.get("turn_trace_state"),
+        first_attempt_epoch: row.get("first_attempt_epoch"),
         // All or none (agents_lost_attempt_complete).
         lost: lost_epoch.zip(lost_started.zip(lost_ended)).map(
             |(epoch, (started_at, ended_at))| LostAttempt {
@@ -487,53 +462,93 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
             },
         ),
     };
-    let messages = messages
-        .iter()
-        .map(|r| HistoryMessage {
-            seq: r.get(0),
-            role: r.get(1),
-            content: r.get(2),
-            step_id: r.get(3),
+    let messages = from_json::<Vec<MessageRow>>(row.get("messages"), "messages")?
+        .into_iter()
+        .map(|m| HistoryMessage {
+            seq: m.seq,
+            role: m.role,
+            content: m.content,
+            step_id: m.step_id,
         })
         .collect();
-    let tool_calls = tool_calls
-        .iter()
-        .map(|r| {
+    let tool_calls = from_json::<Vec<ToolCallRow>>(row.get("tool_calls"), "tool_calls")?
+        .into_iter()
+        .map(|t| {
             Ok(ToolCallRecord {
-                id: r.get(0),
-                step_id: r.get(1),
-                position: r.get(2),
-                provider_id: r.get(3),
-                name: r.get(4),
-                input: r.get(5),
-                kind: parse_text(r.get(6), "kind")?,
-                status: r.get(7),
-                output: r.get(8),
-                is_error: r.get(9),
+                id: t.id,
+                step_id: t.step_id,
+                position: t.position,
+                provider_id: t.provider_id,
+                name: t.name,
+                input: t.input,
+                kind: parse_text(&t.kind, "kind")?,
+                status: t.status,
+                output: t.output,
+                is_error: t.is_error,
             })
         })
         .collect::<Result<_>>()?;
-    let pending_inputs = pending_inputs
-        .iter()
-        .map(|r| PendingInput {
-            id: r.get(0),
-            content: r.get(1),
+    let pending_inputs = from_json::<Vec<InputRow>>(row.get("pending_inputs"), "pending_inputs")?
+        .into_iter()
+        .map(|i| PendingInput {
+            id: i.id,
+            content: i.content,
         })
         .collect();
     Ok(StepContext {
         agent_id: agent,
         config,
-        turn_open,
-        model_attempts,
-        turn_model_steps,
-        cancel_requested,
-        over_budget,
-        context_summary,
+        turn_open: row.get("turn_open"),
+        model_attempts: row.get("model_attempts"),
+        turn_model_steps: row.get("turn_model_steps"),
+        cancel_requested: row.get("cancel_requested"),
+        over_budget: row.get("over_budget"),
+        context_summary: row.get("context_summary"),
         messages,
         tool_calls,
         pending_inputs,
         trace,
-        replay: row.get(13),
+        replay: row.get("replay"),
+        model_route: model_route_from_row(row),
+    })
+}
+
+/// A message of `load_step_context`'s `messages` array.
+#[derive(Deserialize)]
+struct MessageRow {
+    seq: i64,
+    role: String,
+    content: Value,
+    step_id: Option<Uuid>,
+}
+
+/// A tool call of `load_step_context`'s `tool_calls` array.
+#[derive(Deserialize)]
+struct ToolCallRow {
+    id: Uuid,
+    step_id: Uuid,
+    position: i32,
+    provider_id: String,
+    name: String,
+    input: Value,
+    kind: String,
+    status: String,
+    output: Option<Value>,
+    is_error: Option<bool>,
+}
+
+/// An input of `load_step_context`'s `pending_inputs` array.
+#[derive(Deserialize)]
+struct InputRow {
+    id: Uuid,
+    content: Value,
+}
+
+/// `value` (one of `load_step_context`'s arrays, built by the SQL) as `T`.
+fn from_json<T: serde::de::DeserializeOwned>(value: Value, field: &str) -> Result<T> {
+    serde_json::from_value(value).map_err(|e| Error::Invalid {
+        field: Some(field.into()),
+        message: format!("the step context's {field} did not parse: {e}"),
     })
 }
 
