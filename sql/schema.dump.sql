@@ -4398,22 +4398,38 @@ $$;
 --
 
 CREATE FUNCTION holdfast.prunable_attachments(p_agent uuid, p_archived boolean, p_context_start_seq bigint, p_cutoff timestamp with time zone) RETURNS TABLE(id uuid)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $_$
-    WITH kept AS (
-        SELECT i.content FROM holdfast.inputs i
-         WHERE i.id IN (SELECT m.input_id FROM holdfast.messages m
-                         WHERE m.agent_id = p_agent AND m.input_id IS NOT NULL)
-           AND i.content_pruned_at IS NULL
+BEGIN
+    -- plpgsql: holdfast.replays is defined by a later area file.
+    RETURN QUERY
+    WITH holders AS (
+        SELECT p_agent AS id, p_archived AS done, p_context_start_seq AS context_start_seq
         UNION ALL
-        SELECT i.content FROM holdfast.inputs i
-         WHERE i.agent_id = p_agent AND i.consumed_at IS NULL AND i.content_pruned_at IS NULL
+        SELECT f.id,
+               f.state = 'archived'
+                   OR EXISTS (SELECT 1 FROM holdfast.replays r
+                               WHERE r.id = f.replay_id AND r.status <> 'running'),
+               f.context_start_seq
+          FROM holdfast.agents f
+         WHERE f.attachment_sources @> ARRAY[p_agent]
+    ), kept AS (
+        SELECT i.content FROM holders h
+          JOIN holdfast.messages m ON m.agent_id = h.id AND m.input_id IS NOT NULL
+          JOIN holdfast.inputs i ON i.id = m.input_id
+         WHERE i.content_pruned_at IS NULL
         UNION ALL
-        SELECT t.output FROM holdfast.tool_calls t
-         WHERE t.agent_id = p_agent AND t.output_pruned_at IS NULL AND t.output IS NOT NULL
+        SELECT i.content FROM holders h
+          JOIN holdfast.inputs i ON i.agent_id = h.id
+         WHERE i.consumed_at IS NULL AND i.content_pruned_at IS NULL
         UNION ALL
-        SELECT m.content FROM holdfast.messages m
-         WHERE m.agent_id = p_agent AND m.seq >= p_context_start_seq AND NOT p_archived
+        SELECT t.output FROM holders h
+          JOIN holdfast.tool_calls t ON t.agent_id = h.id
+         WHERE t.output_pruned_at IS NULL AND t.output IS NOT NULL
+        UNION ALL
+        SELECT m.content FROM holders h
+          JOIN holdfast.messages m ON m.agent_id = h.id
+         WHERE m.seq >= h.context_start_seq AND NOT h.done
     ), referenced AS (
         SELECT DISTINCT (r.ref ->> 'attachment_id')::uuid AS id
           FROM kept k
@@ -4422,7 +4438,8 @@ CREATE FUNCTION holdfast.prunable_attachments(p_agent uuid, p_archived boolean, 
     )
     SELECT a.id FROM holdfast.attachments a
      WHERE a.agent_id = p_agent AND a.created_at < p_cutoff
-       AND a.id NOT IN (SELECT r.id FROM referenced r WHERE r.id IS NOT NULL)
+       AND a.id NOT IN (SELECT r.id FROM referenced r WHERE r.id IS NOT NULL);
+END
 $_$;
 
 
@@ -4521,6 +4538,13 @@ BEGIN
         attachments_deleted := attachments_deleted + v_n;
         v_done := v_done AND attachments_deleted < p_batch;
 
+        -- A source whose files a fork or a replay may still send is visited
+        -- again: its files go once those holders never run again.
+        v_done := v_done AND NOT EXISTS (
+            SELECT 1 FROM holdfast.agents f
+             WHERE f.attachment_sources @> ARRAY[v_agent.id] AND f.state <> 'archived'
+               AND NOT EXISTS (SELECT 1 FROM holdfast.replays r
+                                WHERE r.id = f.replay_id AND r.status <> 'running'));
         IF v_done THEN
             UPDATE holdfast.agents SET events_pruned_before = v_cutoff WHERE id = v_agent.id;
         END IF;
@@ -8320,6 +8344,13 @@ ALTER TABLE ONLY holdfast.webhook_deliveries
 
 ALTER TABLE ONLY holdfast.webhook_endpoints
     ADD CONSTRAINT webhook_endpoints_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: agents_attachment_sources_idx; Type: INDEX; Schema: holdfast; Owner: -
+--
+
+CREATE INDEX agents_attachment_sources_idx ON holdfast.agents USING gin (attachment_sources) WHERE (attachment_sources <> '{}'::uuid[]);
 
 
 --

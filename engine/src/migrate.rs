@@ -88,6 +88,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0052_schedules_backlog_config_versions.sql",
         sql: include_str!("../../sql/0052_schedules_backlog_config_versions.sql"),
     },
+    Migration {
+        version: 53,
+        name: "0053_attachment_sources_index.sql",
+        sql: include_str!("../../sql/0053_attachment_sources_index.sql"),
+    },
 ];
 
 /// The line of an area file after which its functions and triggers begin.

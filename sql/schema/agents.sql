@@ -159,6 +159,11 @@ CREATE TABLE holdfast.agents (
     CONSTRAINT agents_forked_from_agent_id_fkey FOREIGN KEY (forked_from_agent_id) REFERENCES holdfast.agents(id)
 );
 
+-- The forks and replays that read an agent's stored files (retention's
+-- prunable_attachments).
+CREATE INDEX agents_attachment_sources_idx ON holdfast.agents USING gin (attachment_sources)
+    WHERE (attachment_sources <> '{}'::uuid[]);
+
 -- Every agent of a project, newest activity first.
 CREATE INDEX agents_project_activity_idx ON holdfast.agents (project_id, COALESCE(last_event_at, created_at) DESC, id DESC);
 

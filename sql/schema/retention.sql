@@ -195,7 +195,8 @@ $$;
 -- attachments that nothing kept references (prunable_attachments). At most
 -- p_batch rows of each kind per call. agents.events_pruned_before records
 -- how far an agent is done, so later passes skip it until it has newer
--- events (every input and tool result brings one).
+-- events (every input and tool result brings one); an agent whose files a
+-- running fork or replay shares is never done.
 CREATE OR REPLACE FUNCTION holdfast.prune_retention_rows(p_batch integer DEFAULT 10000)
 RETURNS TABLE (events_deleted bigint, deliveries_deleted bigint, tool_outputs_pruned bigint,
                inputs_pruned bigint, attachments_deleted bigint)
@@ -288,6 +289,13 @@ BEGIN
         attachments_deleted := attachments_deleted + v_n;
         v_done := v_done AND attachments_deleted < p_batch;
 
+        -- A source whose files a fork or a replay may still send is visited
+        -- again: its files go once those holders never run again.
+        v_done := v_done AND NOT EXISTS (
+            SELECT 1 FROM holdfast.agents f
+             WHERE f.attachment_sources @> ARRAY[v_agent.id] AND f.state <> 'archived'
+               AND NOT EXISTS (SELECT 1 FROM holdfast.replays r
+                                WHERE r.id = f.replay_id AND r.status <> 'running'));
         IF v_done THEN
             UPDATE holdfast.agents SET events_pruned_before = v_cutoff WHERE id = v_agent.id;
         END IF;
@@ -298,28 +306,47 @@ $$;
 
 -- The attachments of p_agent stored before p_cutoff that nothing retention
 -- keeps references: no input content and no tool output not yet pruned,
--- and, unless the agent is archived (it never runs again), no message from
--- p_context_start_seq on (its next model call sends those). A file sent
--- again later reuses its row, so the references decide, not the age
+-- and, unless the holder never runs again (archived, or the child of a
+-- replay that has ended), no message from its context start on (its next
+-- model call sends those). The holders are p_agent and every agent that
+-- reads p_agent's files as its own (a fork or a replay: attachment_sources),
+-- so a source's retention never removes a file a fork still sends. A file
+-- sent again later reuses its row, so the references decide, not the age
 -- alone. Reads inputs (through messages and the unconsumed-input index),
--- tool calls and messages of the agent.
+-- tool calls and messages of the holders.
 CREATE OR REPLACE FUNCTION holdfast.prunable_attachments(
     p_agent uuid, p_archived boolean, p_context_start_seq bigint, p_cutoff timestamptz)
-RETURNS TABLE (id uuid) LANGUAGE sql STABLE AS $$
-    WITH kept AS (
-        SELECT i.content FROM holdfast.inputs i
-         WHERE i.id IN (SELECT m.input_id FROM holdfast.messages m
-                         WHERE m.agent_id = p_agent AND m.input_id IS NOT NULL)
-           AND i.content_pruned_at IS NULL
+RETURNS TABLE (id uuid) LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    -- plpgsql: holdfast.replays is defined by a later area file.
+    RETURN QUERY
+    WITH holders AS (
+        SELECT p_agent AS id, p_archived AS done, p_context_start_seq AS context_start_seq
         UNION ALL
-        SELECT i.content FROM holdfast.inputs i
-         WHERE i.agent_id = p_agent AND i.consumed_at IS NULL AND i.content_pruned_at IS NULL
+        SELECT f.id,
+               f.state = 'archived'
+                   OR EXISTS (SELECT 1 FROM holdfast.replays r
+                               WHERE r.id = f.replay_id AND r.status <> 'running'),
+               f.context_start_seq
+          FROM holdfast.agents f
+         WHERE f.attachment_sources @> ARRAY[p_agent]
+    ), kept AS (
+        SELECT i.content FROM holders h
+          JOIN holdfast.messages m ON m.agent_id = h.id AND m.input_id IS NOT NULL
+          JOIN holdfast.inputs i ON i.id = m.input_id
+         WHERE i.content_pruned_at IS NULL
         UNION ALL
-        SELECT t.output FROM holdfast.tool_calls t
-         WHERE t.agent_id = p_agent AND t.output_pruned_at IS NULL AND t.output IS NOT NULL
+        SELECT i.content FROM holders h
+          JOIN holdfast.inputs i ON i.agent_id = h.id
+         WHERE i.consumed_at IS NULL AND i.content_pruned_at IS NULL
         UNION ALL
-        SELECT m.content FROM holdfast.messages m
-         WHERE m.agent_id = p_agent AND m.seq >= p_context_start_seq AND NOT p_archived
+        SELECT t.output FROM holders h
+          JOIN holdfast.tool_calls t ON t.agent_id = h.id
+         WHERE t.output_pruned_at IS NULL AND t.output IS NOT NULL
+        UNION ALL
+        SELECT m.content FROM holders h
+          JOIN holdfast.messages m ON m.agent_id = h.id
+         WHERE m.seq >= h.context_start_seq AND NOT h.done
     ), referenced AS (
         SELECT DISTINCT (r.ref ->> 'attachment_id')::uuid AS id
           FROM kept k
@@ -328,6 +355,7 @@ RETURNS TABLE (id uuid) LANGUAGE sql STABLE AS $$
     )
     SELECT a.id FROM holdfast.attachments a
      WHERE a.agent_id = p_agent AND a.created_at < p_cutoff
-       AND a.id NOT IN (SELECT r.id FROM referenced r WHERE r.id IS NOT NULL)
+       AND a.id NOT IN (SELECT r.id FROM referenced r WHERE r.id IS NOT NULL);
+END
 $$;
 

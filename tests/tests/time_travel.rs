@@ -799,3 +799,93 @@ async fn holdfast_replay_replays_every_agent_of_a_file_and_prints_the_summary() 
         .collect();
     assert_eq!(models, [json!("claude-next"), json!("claude-next")]);
 }
+
+/// Run retention passes on `client`'s session until one deletes no file;
+/// returns the files deleted.
+async fn prune_files(client: &Client) -> i64 {
+    let mut deleted = 0;
+    loop {
+        let report = store::retention_tick(client, 100).await.unwrap();
+        if report.attachments_deleted == 0 {
+            return deleted;
+        }
+        deleted += report.attachments_deleted;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sources_retention_keeps_the_files_a_fork_still_sends_until_the_fork_is_archived() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let server = ApiServer::start(&db).await;
+    let (project, key) = project_key(&client).await;
+    let fake = FakeProvider::start().await;
+    let _worker = spawn_worker("w-fork-files", &db.config, &fake, &[]);
+    let source = create_agent(
+        &server,
+        &key,
+        json!({"model": {"provider": "anthropic", "name": "claude-test"}}),
+    )
+    .await;
+    fake.push(Reply::text("seen"));
+    store::create_input(
+        &client,
+        source,
+        &json!([{"type": "text", "text": "look"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]),
+        None,
+    )
+    .await
+    .unwrap();
+    wait_for_events(&client, source, "turn.completed", 1, T).await;
+    let (status, fork) = call(
+        &server,
+        Method::POST,
+        &format!("/v1/agents/{source}/fork"),
+        &key,
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(status, 201, "{fork}");
+    let fork: Uuid = fork["id"].as_str().unwrap().parse().unwrap();
+
+    // The source is archived (its own history no longer keeps the file) and
+    // its project keeps a day; this session's clock is two days on.
+    store::archive_agent(&client, source).await.unwrap();
+    let project_name: String = client
+        .query_one(
+            "SELECT name FROM holdfast.projects WHERE id = $1",
+            &[&project],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    store::set_project_retention(&client, &project_name, Some(Duration::from_secs(86_400)))
+        .await
+        .unwrap();
+    client
+        .batch_execute("SET holdfast.clock_offset = '2 days'")
+        .await
+        .unwrap();
+    let stored = || async {
+        client
+            .query_one(
+                "SELECT count(*) FROM holdfast.attachments WHERE agent_id = $1",
+                &[&source],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    assert_eq!(
+        prune_files(&client).await,
+        0,
+        "the fork's history still sends the file"
+    );
+    assert_eq!(stored().await, 1);
+
+    // Once the fork never runs again, nothing keeps the file.
+    store::archive_agent(&client, fork).await.unwrap();
+    assert_eq!(prune_files(&client).await, 1);
+    assert_eq!(stored().await, 0);
+}
