@@ -111,6 +111,27 @@ fn valid_bodies() -> Vec<(Method, &'static str, Value)> {
             "/v1/provider-keys/{provider}",
             json!({"key": "sk-project-key"}),
         ),
+        (Method::PATCH, "/v1/inputs/{id}", json!({"mode": "steer"})),
+        (
+            Method::POST,
+            "/v1/agents/{id}/fork",
+            json!({"at": {"seq": 1}, "config": {"system": "be brief"}}),
+        ),
+        (
+            Method::POST,
+            "/v1/agents/{id}/replays",
+            json!({"config": {"system": "be brief"}}),
+        ),
+        (
+            Method::POST,
+            "/v1/agents/{id}/schedules",
+            json!({"every": "1h", "timezone": "UTC", "input": {"content": "hi", "mode": "queue"}}),
+        ),
+        (
+            Method::PATCH,
+            "/v1/agents/{id}/schedules/{schedule_id}",
+            json!({"paused": true}),
+        ),
     ]
 }
 
@@ -225,12 +246,18 @@ async fn nul_in_any_string_field_of_any_route_is_refused_naming_it_and_writes_no
     let mut cases = 0;
     for (method, template, body) in valid_bodies() {
         let id = match template {
-            "/v1/agents/{id}" | "/v1/agents/{id}/inputs" => agent,
+            "/v1/agents/{id}"
+            | "/v1/agents/{id}/inputs"
+            | "/v1/agents/{id}/fork"
+            | "/v1/agents/{id}/replays"
+            | "/v1/agents/{id}/schedules"
+            | "/v1/agents/{id}/schedules/{schedule_id}" => agent,
             "/v1/tool-calls/{id}/result" => tool_call,
             _ => Uuid::new_v4(),
         };
         let path = template
             .replace("{id}", &id.to_string())
+            .replace("{schedule_id}", &Uuid::new_v4().to_string())
             .replace("{provider}", "anthropic");
         for (field, mutated) in nul_variants(&body) {
             let response = server
