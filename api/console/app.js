@@ -625,7 +625,7 @@ function eventCard(agentId, event, commands, turnStart) {
 // (POST /v1/agents/{id}/fork), opened at once.
 function forkButton(agentId, seq) {
   const status = el("span", { role: "status" });
-  const button = el("button", { type: "button", class: "fork-here", "data-seq": seq, onclick: async () => {
+  const button = el("button", { type: "button", class: "fork-here", "data-fork-seq": seq, onclick: async () => {
     button.disabled = true;
     status.replaceChildren();
     try {

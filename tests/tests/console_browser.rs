@@ -2814,7 +2814,7 @@ async fn fork_here_opens_the_fork_and_a_replay_shows_beside_its_source_with_the_
     console
         .browser
         .eval(
-            "document.querySelector(`.fork-here[data-seq='${arguments[0]}']`).click();",
+            "document.querySelector(`.fork-here[data-fork-seq='${arguments[0]}']`).click();",
             vec![json!(first_answer)],
         )
         .await;
