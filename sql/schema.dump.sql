@@ -2200,10 +2200,10 @@ $_$;
 
 
 --
--- Name: create_replay(uuid, uuid, jsonb, bigint, bigint); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: create_replay(uuid, uuid, jsonb, bigint, bigint, integer); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.create_replay(p_project uuid, p_agent uuid, p_patch jsonb, p_from_turn bigint DEFAULT NULL::bigint, p_to_turn bigint DEFAULT NULL::bigint) RETURNS uuid
+CREATE FUNCTION holdfast.create_replay(p_project uuid, p_agent uuid, p_patch jsonb, p_from_turn bigint DEFAULT NULL::bigint, p_to_turn bigint DEFAULT NULL::bigint, p_version integer DEFAULT NULL::integer) RETURNS uuid
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -2232,7 +2232,7 @@ BEGIN
         PERFORM holdfast.raise('HF422', format('agent %s has no recorded turn to replay in that range', p_agent),
                                'turns');
     END IF;
-    v_child := holdfast.create_agent(p_project, holdfast.patched_config(v_source.config, p_patch, 'config'));
+    v_child := holdfast.create_agent(p_project, holdfast.patched_config(holdfast.source_config(v_source, p_version), p_patch, 'config'));
     INSERT INTO holdfast.replays (project_id, source_agent_id, agent_id, config_patch, source_turns)
     VALUES (p_project, p_agent, v_child, coalesce(p_patch, '{}'), v_turns)
     RETURNING * INTO v_replay;
@@ -2851,10 +2851,10 @@ $$;
 
 
 --
--- Name: fork_agent(uuid, uuid, bigint, bigint, jsonb); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: fork_agent(uuid, uuid, bigint, bigint, jsonb, integer); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.fork_agent(p_project uuid, p_agent uuid, p_seq bigint DEFAULT NULL::bigint, p_turn bigint DEFAULT NULL::bigint, p_patch jsonb DEFAULT NULL::jsonb) RETURNS uuid
+CREATE FUNCTION holdfast.fork_agent(p_project uuid, p_agent uuid, p_seq bigint DEFAULT NULL::bigint, p_turn bigint DEFAULT NULL::bigint, p_patch jsonb DEFAULT NULL::jsonb, p_version integer DEFAULT NULL::integer) RETURNS uuid
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -2905,7 +2905,7 @@ BEGIN
         v_cut := '-infinity';
     END IF;
 
-    v_fork := holdfast.create_agent(p_project, holdfast.patched_config(v_source.config, p_patch, 'config'));
+    v_fork := holdfast.create_agent(p_project, holdfast.patched_config(holdfast.source_config(v_source, p_version), p_patch, 'config'));
 
     -- Everything saved up to the cut: a row written in the event's
     -- transaction was written before the event, and every write of the
@@ -5694,6 +5694,30 @@ BEGIN
     IF p_data IS NOT NULL THEN
         PERFORM holdfast.insert_reserved_events(p_agent, last_event_seq, types, v_data);
     END IF;
+END
+$$;
+
+
+--
+-- Name: source_config(holdfast.agents, integer); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.source_config(p_source holdfast.agents, p_version integer) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_config jsonb;
+BEGIN
+    IF p_version IS NULL THEN
+        RETURN p_source.config;
+    END IF;
+    SELECT v.config INTO v_config FROM holdfast.agent_config_versions v
+     WHERE v.agent_id = p_source.id AND v.version = p_version;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF422', format('agent %s has no config version %s', p_source.id, p_version),
+                               'version');
+    END IF;
+    RETURN v_config;
 END
 $$;
 

@@ -24,17 +24,32 @@ use crate::extract::{ApiJson, ApiPath};
 use crate::observe::record_agent;
 use crate::state::AppState;
 
-/// Check `patch` against the config of `agent` (masked, as `PATCH` sees
-/// it): the patched config must parse. SQL applies it again to the config
-/// stored, under the source's row lock.
+/// Check `patch` against the config of `agent`, or its config `version`
+/// (masked, as `PATCH` sees it): the patched config must parse. SQL applies
+/// it again to the config stored, under the source's row lock.
 async fn check_patch(
     state: &AppState,
     db: &tokio_postgres::Client,
     caller: &Caller,
     agent: Uuid,
     patch: Option<&Value>,
+    version: Option<i32>,
 ) -> Result<(), ApiError> {
-    let mut patched = load(db, caller, agent).await?.config;
+    let current = load(db, caller, agent).await?.config;
+    let mut patched = match version {
+        None => current,
+        Some(version) => {
+            store::get_config_version(db, agent, version)
+                .await?
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "version",
+                        format!("agent {agent} has no config version {version}"),
+                    )
+                })?
+                .config
+        }
+    };
     if let Some(patch) = patch {
         if !patch.is_object() {
             return Err(ApiError::invalid(
@@ -66,7 +81,7 @@ fn typed<T: DeserializeOwned>(document: Value, what: &str) -> Result<T, ApiError
     request_body = ForkRequest,
     responses(
         (status = 201, body = AgentView, headers(("Location" = String, description = "/v1/agents/{id} of the fork"))),
-        (status = 400, description = "both `at.seq` and `at.turn`, a seq not on the timeline, a turn not finished, or an invalid patched config; `field` names it", body = ErrorBody),
+        (status = 400, description = "both `at.seq` and `at.turn`, a seq not on the timeline, a turn not finished, a config version the source does not have, or an invalid patched config; `field` names it", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 422, description = "as for `PATCH /v1/agents/{id}`", body = ErrorBody),
@@ -80,7 +95,15 @@ pub async fn fork_agent(
 ) -> Result<impl IntoResponse, ApiError> {
     record_agent(id);
     let db = state.db().await?;
-    check_patch(&state, &db, &caller, id, request.config.as_ref()).await?;
+    check_patch(
+        &state,
+        &db,
+        &caller,
+        id,
+        request.config.as_ref(),
+        request.version,
+    )
+    .await?;
     let at = request.at.unwrap_or_default();
     let fork = store::fork_agent(
         &**db,
@@ -91,6 +114,7 @@ pub async fn fork_agent(
             turn: at.turn,
         },
         request.config.as_ref(),
+        request.version,
     )
     .await?;
     let agent = load(&db, &caller, fork).await?;
@@ -128,7 +152,15 @@ pub async fn create_replay(
 ) -> Result<impl IntoResponse, ApiError> {
     record_agent(id);
     let db = state.db().await?;
-    check_patch(&state, &db, &caller, id, request.config.as_ref()).await?;
+    check_patch(
+        &state,
+        &db,
+        &caller,
+        id,
+        request.config.as_ref(),
+        request.version,
+    )
+    .await?;
     let turns = request.turns.unwrap_or_default();
     let replay = store::create_replay(
         &**db,
@@ -137,6 +169,7 @@ pub async fn create_replay(
         request.config.as_ref(),
         turns.from,
         turns.to,
+        request.version,
     )
     .await?;
     let report = report(&db, &caller, replay).await?;

@@ -59,10 +59,32 @@ BEGIN
 END
 $$;
 
+-- The config a fork or replay of p_source starts from: its config version
+-- p_version (agent_config_versions), or with none its current config.
+-- Raises HF422 naming `version` when the source has no such version.
+CREATE OR REPLACE FUNCTION holdfast.source_config(p_source holdfast.agents, p_version integer)
+RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_config jsonb;
+BEGIN
+    IF p_version IS NULL THEN
+        RETURN p_source.config;
+    END IF;
+    SELECT v.config INTO v_config FROM holdfast.agent_config_versions v
+     WHERE v.agent_id = p_source.id AND v.version = p_version;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF422', format('agent %s has no config version %s', p_source.id, p_version),
+                               'version');
+    END IF;
+    RETURN v_config;
+END
+$$;
+
 -- Fork p_agent (of p_project) at one event of its timeline: a new agent of
 -- the same project, idle, whose history is the source's as it stood when
--- that event was saved, and whose config is the source's with p_patch
--- applied (validated as create_agent validates a config). The point is
+-- that event was saved, and whose config is the source's (or its config
+-- version p_version) with p_patch applied (validated as create_agent
+-- validates a config). The point is
 -- p_seq (an event seq), or the end of the source's p_turn-th turn, or,
 -- with neither, the source's last event. Copied: the steps, messages
 -- (with the compaction summary in force at that point) and tool calls
@@ -77,7 +99,7 @@ $$;
 -- invalid patched config, naming the field). Returns the fork's id.
 CREATE OR REPLACE FUNCTION holdfast.fork_agent(
     p_project uuid, p_agent uuid, p_seq bigint DEFAULT NULL, p_turn bigint DEFAULT NULL,
-    p_patch jsonb DEFAULT NULL)
+    p_patch jsonb DEFAULT NULL, p_version integer DEFAULT NULL)
 RETURNS uuid LANGUAGE plpgsql AS $$
 DECLARE
     v_source holdfast.agents;
@@ -127,7 +149,7 @@ BEGIN
         v_cut := '-infinity';
     END IF;
 
-    v_fork := holdfast.create_agent(p_project, holdfast.patched_config(v_source.config, p_patch, 'config'));
+    v_fork := holdfast.create_agent(p_project, holdfast.patched_config(holdfast.source_config(v_source, p_version), p_patch, 'config'));
 
     -- Everything saved up to the cut: a row written in the event's
     -- transaction was written before the event, and every write of the
@@ -256,7 +278,8 @@ END
 $$;
 
 -- Replay p_agent's (of p_project) recorded turns p_from_turn..p_to_turn
--- (NULL: from the first, to the last) with its config changed by p_patch:
+-- (NULL: from the first, to the last) with its config (or its config
+-- version p_version) changed by p_patch:
 -- creates the hidden child agent (the source's config patched, validated
 -- as create_agent does; it shares the source's stored files) and the
 -- replay, and sends the first turn's inputs. Locks the source's row, then
@@ -264,7 +287,8 @@ $$;
 -- range naming turns.from / turns.to, no recorded turn in it naming turns,
 -- an invalid patched config naming the field). Returns the replay's id.
 CREATE OR REPLACE FUNCTION holdfast.create_replay(
-    p_project uuid, p_agent uuid, p_patch jsonb, p_from_turn bigint DEFAULT NULL, p_to_turn bigint DEFAULT NULL)
+    p_project uuid, p_agent uuid, p_patch jsonb, p_from_turn bigint DEFAULT NULL, p_to_turn bigint DEFAULT NULL,
+    p_version integer DEFAULT NULL)
 RETURNS uuid LANGUAGE plpgsql AS $$
 DECLARE
     v_source holdfast.agents;
@@ -292,7 +316,7 @@ BEGIN
         PERFORM holdfast.raise('HF422', format('agent %s has no recorded turn to replay in that range', p_agent),
                                'turns');
     END IF;
-    v_child := holdfast.create_agent(p_project, holdfast.patched_config(v_source.config, p_patch, 'config'));
+    v_child := holdfast.create_agent(p_project, holdfast.patched_config(holdfast.source_config(v_source, p_version), p_patch, 'config'));
     INSERT INTO holdfast.replays (project_id, source_agent_id, agent_id, config_patch, source_turns)
     VALUES (p_project, p_agent, v_child, coalesce(p_patch, '{}'), v_turns)
     RETURNING * INTO v_replay;

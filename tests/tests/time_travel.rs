@@ -889,3 +889,113 @@ async fn a_sources_retention_keeps_the_files_a_fork_still_sends_until_the_fork_i
     assert_eq!(prune_files(&client).await, 1);
     assert_eq!(stored().await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fork_and_a_replay_start_from_a_named_config_version_and_an_unknown_one_is_refused() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let server = ApiServer::start(&db).await;
+    let (_, key) = project_key(&client).await;
+    let fake = FakeProvider::start().await;
+    let _worker = spawn_worker("w-fork-version", &db.config, &fake, &[]);
+    let source = create_agent(
+        &server,
+        &key,
+        json!({"model": {"provider": "anthropic", "name": "claude-test"}, "system": "one"}),
+    )
+    .await;
+    fake.push(Reply::text("done"));
+    send(&client, source, "hello").await;
+    wait_for_events(&client, source, "turn.completed", 1, T).await;
+    let (status, patched) = call(
+        &server,
+        Method::PATCH,
+        &format!("/v1/agents/{source}"),
+        &key,
+        Some(json!({"system": "two"})),
+    )
+    .await;
+    assert_eq!(status, 200, "{patched}");
+    assert_eq!(patched["config_version"], 2);
+
+    // A fork from version 1, patched: version 1's system prompt, the patch's model.
+    let (status, fork) = call(
+        &server,
+        Method::POST,
+        &format!("/v1/agents/{source}/fork"),
+        &key,
+        Some(json!({"version": 1, "config": {"model": {"name": "claude-next"}}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{fork}");
+    assert_eq!(fork["config"]["system"], "one");
+    assert_eq!(fork["config"]["model"]["name"], "claude-next");
+
+    // A replay with version 1: its model requests carry version 1's prompt.
+    fake.push(Reply::text("done again"));
+    let requests_before = fake.request_count();
+    let (status, replay) = call(
+        &server,
+        Method::POST,
+        &format!("/v1/agents/{source}/replays"),
+        &key,
+        Some(json!({"version": 1})),
+    )
+    .await;
+    assert_eq!(status, 201, "{replay}");
+    let replay_id: Uuid = replay["id"].as_str().unwrap().parse().unwrap();
+    wait_until(T, "the replay ends", || async {
+        let (_, report) = call(
+            &server,
+            Method::GET,
+            &format!("/v1/replays/{replay_id}"),
+            &key,
+            None,
+        )
+        .await;
+        report["status"] != "running"
+    })
+    .await;
+    let replayed = &fake.requests()[requests_before];
+    assert_eq!(replayed.body["system"][0]["text"], "one");
+
+    // A version the source does not have: 400 naming `version`, no agent made.
+    let agents_before: i64 = client
+        .query_one("SELECT count(*) FROM holdfast.agents", &[])
+        .await
+        .unwrap()
+        .get(0);
+    for route in ["fork", "replays"] {
+        let (status, error) = call(
+            &server,
+            Method::POST,
+            &format!("/v1/agents/{source}/{route}"),
+            &key,
+            Some(json!({"version": 9})),
+        )
+        .await;
+        assert_eq!(status, 400, "{route}: {error}");
+        assert_eq!(error["error"]["field"], "version", "{route}: {error}");
+    }
+    // SQL refuses it too, for a DBA's call.
+    let refused = client
+        .query_one(
+            "SELECT holdfast.fork_agent(project_id, id, NULL, NULL, NULL, 9) FROM holdfast.agents WHERE id = $1",
+            &[&source],
+        )
+        .await
+        .unwrap_err();
+    let message = refused.as_db_error().map(|e| e.message().to_owned());
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.contains("no config version 9")),
+        "{refused:?}"
+    );
+    let agents_after: i64 = client
+        .query_one("SELECT count(*) FROM holdfast.agents", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(agents_after, agents_before, "nothing was created");
+}

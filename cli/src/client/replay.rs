@@ -47,6 +47,7 @@ pub async fn replay(args: ReplayArgs) -> Result<()> {
     let request = ReplayRequest {
         config: Some(patch),
         turns: None,
+        version: None,
     };
     let outcomes: Vec<(Uuid, Result<ReplayReport, String>)> = futures::stream::iter(agents)
         .map(|agent| {

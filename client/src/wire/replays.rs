@@ -29,6 +29,10 @@ pub struct ForkRequest {
     /// `PATCH /v1/agents/{id}` checks one.
     #[schema(value_type = Option<Object>)]
     pub config: Option<Value>,
+    /// Start from this config version of the source
+    /// (`GET /v1/agents/{id}/versions`) instead of its current config; the
+    /// patch applies to it. Default: the current config.
+    pub version: Option<i32>,
 }
 
 /// The source's turns to replay (from 1; both ends included).
@@ -52,6 +56,10 @@ pub struct ReplayRequest {
     pub config: Option<Value>,
     /// Default: every recorded turn.
     pub turns: Option<TurnRange>,
+    /// Replay with this config version of the source
+    /// (`GET /v1/agents/{id}/versions`) instead of its current config; the
+    /// patch applies to it. Default: the current config.
+    pub version: Option<i32>,
 }
 
 /// Where a replay stands.

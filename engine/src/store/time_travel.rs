@@ -17,27 +17,29 @@ pub struct ForkAt {
     pub turn: Option<i64>,
 }
 
-/// Fork `agent` of `project` at `at` with its config changed by `patch`
-/// (`holdfast.fork_agent`); returns the fork's id.
+/// Fork `agent` of `project` at `at` with its config (or its config
+/// `version`) changed by `patch` (`holdfast.fork_agent`); returns the
+/// fork's id.
 pub async fn fork_agent(
     client: &impl GenericClient,
     project: Uuid,
     agent: Uuid,
     at: ForkAt,
     patch: Option<&Value>,
+    version: Option<i32>,
 ) -> Result<Uuid> {
     let row = client
         .query_one(
-            "SELECT holdfast.fork_agent($1, $2, $3, $4, $5)",
-            &[&project, &agent, &at.seq, &at.turn, &patch],
+            "SELECT holdfast.fork_agent($1, $2, $3, $4, $5, $6)",
+            &[&project, &agent, &at.seq, &at.turn, &patch, &version],
         )
         .await?;
     Ok(row.get(0))
 }
 
 /// Replay `agent`'s recorded turns `from..=to` (all when unset) with its
-/// config changed by `patch` (`holdfast.create_replay`); returns the
-/// replay's id.
+/// config (or its config `version`) changed by `patch`
+/// (`holdfast.create_replay`); returns the replay's id.
 pub async fn create_replay(
     client: &impl GenericClient,
     project: Uuid,
@@ -45,11 +47,12 @@ pub async fn create_replay(
     patch: Option<&Value>,
     from_turn: Option<i64>,
     to_turn: Option<i64>,
+    version: Option<i32>,
 ) -> Result<Uuid> {
     let row = client
         .query_one(
-            "SELECT holdfast.create_replay($1, $2, $3, $4, $5)",
-            &[&project, &agent, &patch, &from_turn, &to_turn],
+            "SELECT holdfast.create_replay($1, $2, $3, $4, $5, $6)",
+            &[&project, &agent, &patch, &from_turn, &to_turn, &version],
         )
         .await?;
     Ok(row.get(0))

@@ -132,6 +132,11 @@ def test_a_fork_and_a_replay_of_a_finished_turn(client):
     with pytest.raises(InvalidRequestError) as refused:
         client.agents.fork(agent["id"], at={"seq": 10_000})
     assert refused.value.field == "at.seq"
+    client.agents.update(agent["id"], {"system": "Be long."})
+    assert client.agents.fork(agent["id"], version=1)["config"].get("system") is None
+    with pytest.raises(InvalidRequestError) as no_version:
+        client.replays.create(agent["id"], version=9)
+    assert no_version.value.field == "version"
 
 
 def test_agents_search_finds_an_agent_by_a_word_of_its_answer(client):

@@ -1750,6 +1750,13 @@ export interface components {
              *     `PATCH /v1/agents/{id}` checks one.
              */
             config?: Record<string, unknown> | null;
+            /**
+             * Format: int32
+             * @description Start from this config version of the source
+             *     (`GET /v1/agents/{id}/versions`) instead of its current config; the
+             *     patch applies to it. Default: the current config.
+             */
+            version?: number | null;
         };
         Health: {
             /** @description Whether the LISTEN connection that feeds streams is up (readiness only). */
@@ -2768,6 +2775,13 @@ export interface components {
              */
             config?: Record<string, unknown> | null;
             turns?: null | components["schemas"]["TurnRange"];
+            /**
+             * Format: int32
+             * @description Replay with this config version of the source
+             *     (`GET /v1/agents/{id}/versions`) instead of its current config; the
+             *     patch applies to it. Default: the current config.
+             */
+            version?: number | null;
         };
         /**
          * @description Where a replay stands.
@@ -4622,7 +4636,7 @@ export interface operations {
                     "application/json": components["schemas"]["AgentView"];
                 };
             };
-            /** @description both `at.seq` and `at.turn`, a seq not on the timeline, a turn not finished, or an invalid patched config; `field` names it */
+            /** @description both `at.seq` and `at.turn`, a seq not on the timeline, a turn not finished, a config version the source does not have, or an invalid patched config; `field` names it */
             400: {
                 headers: {
                     [name: string]: unknown;

@@ -114,6 +114,11 @@ describe("forks and replays", () => {
     const refused = await client.agents.fork(agent.id, { at: { seq: 10_000 } }).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(InvalidRequestError);
     expect((refused as InvalidRequestError).field).toBe("at.seq");
+    await client.agents.update(agent.id, { system: "Be long." });
+    expect((await client.agents.fork(agent.id, { version: 1 })).config.system ?? null).toBeNull();
+    const noVersion = await client.replays.create(agent.id, { version: 9 }).catch((e: unknown) => e);
+    expect(noVersion).toBeInstanceOf(InvalidRequestError);
+    expect((noVersion as InvalidRequestError).field).toBe("version");
   });
 });
 

@@ -557,13 +557,22 @@ class Agents:
     def archive(self, agent_id: str) -> AgentView:
         return self._client.json("POST", f"/v1/agents/{agent_id}/archive")
 
-    def fork(self, agent_id: str, *, at: Optional[ForkAt] = None, config: Optional[Mapping[str, Any]] = None) -> AgentView:
+    def fork(
+        self,
+        agent_id: str,
+        *,
+        at: Optional[ForkAt] = None,
+        config: Optional[Mapping[str, Any]] = None,
+        version: Optional[int] = None,
+    ) -> AgentView:
         """Fork an agent at one of its steps (``at={"seq": n}`` or
         ``at={"turn": k}``; default its last), with an optional config merge
-        patch: a new idle agent whose history is the source's up to there.
+        patch applied to its current config (or to its config ``version``):
+        a new idle agent whose history is the source's up to there.
         Retried only on a 429 (a retried fork could make two)."""
-        body = _query(at=at, config=config)
+        body = _query(at=at, config=config, version=version)
         return self._client.json("POST", f"/v1/agents/{agent_id}/fork", body=body, retry="rate_limit_only")
+
     def versions(self, agent_id: str) -> List[ConfigVersionView]:
         """The agent's config versions, oldest first."""
         return self._client.json("GET", f"/v1/agents/{agent_id}/versions")["versions"]
@@ -634,11 +643,17 @@ class Replays:
         self._client = client
 
     def create(
-        self, agent_id: str, *, config: Optional[Mapping[str, Any]] = None, turns: Optional[TurnRange] = None
+        self,
+        agent_id: str,
+        *,
+        config: Optional[Mapping[str, Any]] = None,
+        turns: Optional[TurnRange] = None,
+        version: Optional[int] = None,
     ) -> ReplayReport:
-        """Start a replay of ``agent_id``; returns its report as it starts.
+        """Start a replay of ``agent_id`` (with its config, or its config
+        ``version``, patched by ``config``); returns its report as it starts.
         Retried only on a 429."""
-        body = _query(config=config, turns=turns)
+        body = _query(config=config, turns=turns, version=version)
         return self._client.json("POST", f"/v1/agents/{agent_id}/replays", body=body, retry="rate_limit_only")
 
     def get(self, replay_id: str) -> ReplayReport:
@@ -999,10 +1014,16 @@ class AsyncAgents:
         return await self._client.json("POST", f"/v1/agents/{agent_id}/archive")
 
     async def fork(
-        self, agent_id: str, *, at: Optional[ForkAt] = None, config: Optional[Mapping[str, Any]] = None
+        self,
+        agent_id: str,
+        *,
+        at: Optional[ForkAt] = None,
+        config: Optional[Mapping[str, Any]] = None,
+        version: Optional[int] = None,
     ) -> AgentView:
-        body = _query(at=at, config=config)
+        body = _query(at=at, config=config, version=version)
         return await self._client.json("POST", f"/v1/agents/{agent_id}/fork", body=body, retry="rate_limit_only")
+
     async def versions(self, agent_id: str) -> List[ConfigVersionView]:
         return (await self._client.json("GET", f"/v1/agents/{agent_id}/versions"))["versions"]
 
@@ -1072,9 +1093,14 @@ class AsyncReplays:
         self._client = client
 
     async def create(
-        self, agent_id: str, *, config: Optional[Mapping[str, Any]] = None, turns: Optional[TurnRange] = None
+        self,
+        agent_id: str,
+        *,
+        config: Optional[Mapping[str, Any]] = None,
+        turns: Optional[TurnRange] = None,
+        version: Optional[int] = None,
     ) -> ReplayReport:
-        body = _query(config=config, turns=turns)
+        body = _query(config=config, turns=turns, version=version)
         return await self._client.json("POST", f"/v1/agents/{agent_id}/replays", body=body, retry="rate_limit_only")
 
     async def get(self, replay_id: str) -> ReplayReport:

@@ -207,6 +207,7 @@ class ForkPoint(TypedDict):
 class ForkRequest(TypedDict):
     at: NotRequired[Optional[ForkAt]]
     config: NotRequired[Optional[dict[str, Any]]]
+    version: NotRequired[Optional[int]]
 
 
 class Health(TypedDict):
@@ -1275,6 +1276,7 @@ class ReplayList(TypedDict):
 class ReplayRequest(TypedDict):
     config: NotRequired[Optional[dict[str, Any]]]
     turns: NotRequired[Optional[TurnRange]]
+    version: NotRequired[Optional[int]]
 
 
 class ReplayTotals(TypedDict):
