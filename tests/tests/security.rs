@@ -182,6 +182,8 @@ struct Objects {
     approval: Uuid,
     webhook: Uuid,
     machine: Uuid,
+    schedule: Uuid,
+    replay: Uuid,
 }
 
 /// A 1×1 PNG.
@@ -243,6 +245,15 @@ async fn objects(server: &ApiServer, client: &Client, project: Uuid, key: &str) 
     )
     .await;
     let machine = post("/v1/machines", json!({"name": "box"})).await;
+    let schedule = post(
+        &format!("/v1/agents/{agent}/schedules"),
+        json!({"every": "1h", "input": {"content": "hourly"}}),
+    )
+    .await;
+    // A replay of the agent's recorded first turn (no worker runs it).
+    let replay = store::create_replay(client, project, agent, None, None, None, None)
+        .await
+        .unwrap();
     Objects {
         agent,
         attachment,
@@ -252,6 +263,8 @@ async fn objects(server: &ApiServer, client: &Client, project: Uuid, key: &str) 
         approval,
         webhook: id(&webhook["id"]),
         machine: id(&machine["id"]),
+        schedule: id(&schedule["id"]),
+        replay,
     }
 }
 
@@ -295,11 +308,14 @@ async fn every_id_route_answers_404_for_another_projects_object() {
             t if t.starts_with("/v1/approvals/") => objects.approval,
             t if t.starts_with("/v1/webhooks/") => objects.webhook,
             t if t.starts_with("/v1/machines/") => objects.machine,
+            t if t.starts_with("/v1/replays/") => objects.replay,
             other => panic!("no object for {other}: add one"),
         };
         let path = template
             .replace("{id}", &object.to_string())
-            .replace("{attachment_id}", &objects.attachment.to_string());
+            .replace("{attachment_id}", &objects.attachment.to_string())
+            .replace("{schedule_id}", &objects.schedule.to_string())
+            .replace("{version}", "1");
         for (method, operation) in item.as_object().unwrap() {
             let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
             let mut request = server.request(method.clone(), &path, &other_key);
@@ -333,6 +349,9 @@ fn valid_body(template: &str) -> Value {
         "/v1/questions/{id}/answer" => json!({"answer": "this one", "by": "mallory"}),
         "/v1/approvals/{id}" => json!({"decision": "approve", "by": "mallory"}),
         "/v1/machines/{id}/wake" | "/v1/machines/{id}/token" => json!({}),
+        "/v1/agents/{id}/schedules" => json!({"every": "1h", "input": {"content": "hello"}}),
+        "/v1/agents/{id}/schedules/{schedule_id}" => json!({"paused": true}),
+        "/v1/inputs/{id}" => json!({"mode": "steer"}),
         _ => json!({}),
     }
 }
