@@ -68,6 +68,36 @@ fn transcript(body: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// An agent whose first turn, answered `answer`, was sent `text` and an
+/// image (stored once, under the agent), after that turn has completed.
+async fn agent_with_an_image_turn(
+    client: &Client,
+    server: &ApiServer,
+    key: &str,
+    fake: &FakeProvider,
+    text: &str,
+    answer: &str,
+) -> Uuid {
+    let agent = create_agent(
+        server,
+        key,
+        json!({"model": {"provider": "anthropic", "name": "claude-test"}}),
+    )
+    .await;
+    fake.push(Reply::text(answer));
+    store::create_input(
+        client,
+        agent,
+        &json!([{"type": "text", "text": text},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]),
+        None,
+    )
+    .await
+    .unwrap();
+    wait_for_events(client, agent, "turn.completed", 1, T).await;
+    agent
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fork_at_a_mid_conversation_step_sends_the_model_exactly_the_history_up_to_that_step() {
     let db = TestDb::new().await;
@@ -76,24 +106,7 @@ async fn a_fork_at_a_mid_conversation_step_sends_the_model_exactly_the_history_u
     let (_, key) = project_key(&client).await;
     let fake = FakeProvider::start().await;
     let _worker = spawn_worker("w-fork", &db.config, &fake, &[]);
-    let source = create_agent(
-        &server,
-        &key,
-        json!({"model": {"provider": "anthropic", "name": "claude-test"}}),
-    )
-    .await;
-    fake.push(Reply::text("one"));
-    // The first input carries an image: stored once, under the source.
-    store::create_input(
-        &client,
-        source,
-        &json!([{"type": "text", "text": "first"},
-                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]),
-        None,
-    )
-    .await
-    .unwrap();
-    wait_for_events(&client, source, "turn.completed", 1, T).await;
+    let source = agent_with_an_image_turn(&client, &server, &key, &fake, "first", "one").await;
     let turn_one_end: i64 = client
         .query_one(
             "SELECT seq FROM holdfast.events WHERE agent_id = $1 AND type = 'turn.completed'",
@@ -821,23 +834,7 @@ async fn a_sources_retention_keeps_the_files_a_fork_still_sends_until_the_fork_i
     let (project, key) = project_key(&client).await;
     let fake = FakeProvider::start().await;
     let _worker = spawn_worker("w-fork-files", &db.config, &fake, &[]);
-    let source = create_agent(
-        &server,
-        &key,
-        json!({"model": {"provider": "anthropic", "name": "claude-test"}}),
-    )
-    .await;
-    fake.push(Reply::text("seen"));
-    store::create_input(
-        &client,
-        source,
-        &json!([{"type": "text", "text": "look"},
-                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]),
-        None,
-    )
-    .await
-    .unwrap();
-    wait_for_events(&client, source, "turn.completed", 1, T).await;
+    let source = agent_with_an_image_turn(&client, &server, &key, &fake, "look", "seen").await;
     let (status, fork) = call(
         &server,
         Method::POST,
