@@ -2851,6 +2851,26 @@ $$;
 
 
 --
+-- Name: file_sharers(uuid); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.file_sharers(p_agent uuid) RETURNS TABLE(id uuid, done boolean, context_start_seq bigint)
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN QUERY
+    SELECT f.id,
+           f.state = 'archived'
+               OR EXISTS (SELECT 1 FROM holdfast.replays r
+                           WHERE r.id = f.replay_id AND r.status <> 'running'),
+           f.context_start_seq
+      FROM holdfast.agents f
+     WHERE f.attachment_sources @> ARRAY[p_agent];
+END
+$$;
+
+
+--
 -- Name: fork_agent(uuid, uuid, bigint, bigint, jsonb, integer); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
@@ -4398,21 +4418,12 @@ $$;
 --
 
 CREATE FUNCTION holdfast.prunable_attachments(p_agent uuid, p_archived boolean, p_context_start_seq bigint, p_cutoff timestamp with time zone) RETURNS TABLE(id uuid)
-    LANGUAGE plpgsql STABLE
+    LANGUAGE sql STABLE
     AS $_$
-BEGIN
-    -- plpgsql: holdfast.replays is defined by a later area file.
-    RETURN QUERY
     WITH holders AS (
         SELECT p_agent AS id, p_archived AS done, p_context_start_seq AS context_start_seq
         UNION ALL
-        SELECT f.id,
-               f.state = 'archived'
-                   OR EXISTS (SELECT 1 FROM holdfast.replays r
-                               WHERE r.id = f.replay_id AND r.status <> 'running'),
-               f.context_start_seq
-          FROM holdfast.agents f
-         WHERE f.attachment_sources @> ARRAY[p_agent]
+        SELECT f.id, f.done, f.context_start_seq FROM holdfast.file_sharers(p_agent) f
     ), kept AS (
         SELECT i.content FROM holders h
           JOIN holdfast.messages m ON m.agent_id = h.id AND m.input_id IS NOT NULL
@@ -4438,8 +4449,7 @@ BEGIN
     )
     SELECT a.id FROM holdfast.attachments a
      WHERE a.agent_id = p_agent AND a.created_at < p_cutoff
-       AND a.id NOT IN (SELECT r.id FROM referenced r WHERE r.id IS NOT NULL);
-END
+       AND a.id NOT IN (SELECT r.id FROM referenced r WHERE r.id IS NOT NULL)
 $_$;
 
 
@@ -4539,12 +4549,9 @@ BEGIN
         v_done := v_done AND attachments_deleted < p_batch;
 
         -- A source whose files a fork or a replay may still send is visited
-        -- again: its files go once those holders never run again.
+        -- again: its files go once those sharers never run again.
         v_done := v_done AND NOT EXISTS (
-            SELECT 1 FROM holdfast.agents f
-             WHERE f.attachment_sources @> ARRAY[v_agent.id] AND f.state <> 'archived'
-               AND NOT EXISTS (SELECT 1 FROM holdfast.replays r
-                                WHERE r.id = f.replay_id AND r.status <> 'running'));
+            SELECT 1 FROM holdfast.file_sharers(v_agent.id) f WHERE NOT f.done);
         IF v_done THEN
             UPDATE holdfast.agents SET events_pruned_before = v_cutoff WHERE id = v_agent.id;
         END IF;

@@ -290,12 +290,9 @@ BEGIN
         v_done := v_done AND attachments_deleted < p_batch;
 
         -- A source whose files a fork or a replay may still send is visited
-        -- again: its files go once those holders never run again.
+        -- again: its files go once those sharers never run again.
         v_done := v_done AND NOT EXISTS (
-            SELECT 1 FROM holdfast.agents f
-             WHERE f.attachment_sources @> ARRAY[v_agent.id] AND f.state <> 'archived'
-               AND NOT EXISTS (SELECT 1 FROM holdfast.replays r
-                                WHERE r.id = f.replay_id AND r.status <> 'running'));
+            SELECT 1 FROM holdfast.file_sharers(v_agent.id) f WHERE NOT f.done);
         IF v_done THEN
             UPDATE holdfast.agents SET events_pruned_before = v_cutoff WHERE id = v_agent.id;
         END IF;
@@ -304,32 +301,40 @@ BEGIN
 END
 $$;
 
+-- The agents that read p_agent's stored files as their own (forks and
+-- replays: attachment_sources), each with whether it never runs again
+-- (archived, or the child of a replay that has ended) and where its
+-- context starts. plpgsql: holdfast.replays is defined by a later area file.
+CREATE OR REPLACE FUNCTION holdfast.file_sharers(p_agent uuid)
+RETURNS TABLE (id uuid, done boolean, context_start_seq bigint) LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY
+    SELECT f.id,
+           f.state = 'archived'
+               OR EXISTS (SELECT 1 FROM holdfast.replays r
+                           WHERE r.id = f.replay_id AND r.status <> 'running'),
+           f.context_start_seq
+      FROM holdfast.agents f
+     WHERE f.attachment_sources @> ARRAY[p_agent];
+END
+$$;
+
 -- The attachments of p_agent stored before p_cutoff that nothing retention
 -- keeps references: no input content and no tool output not yet pruned,
--- and, unless the holder never runs again (archived, or the child of a
--- replay that has ended), no message from its context start on (its next
--- model call sends those). The holders are p_agent and every agent that
--- reads p_agent's files as its own (a fork or a replay: attachment_sources),
--- so a source's retention never removes a file a fork still sends. A file
+-- and, unless the holder never runs again, no message from its context
+-- start on (its next model call sends those). The holders are p_agent and
+-- its file_sharers, so a source's retention never removes a file a fork
+-- still sends. A file
 -- sent again later reuses its row, so the references decide, not the age
 -- alone. Reads inputs (through messages and the unconsumed-input index),
 -- tool calls and messages of the holders.
 CREATE OR REPLACE FUNCTION holdfast.prunable_attachments(
     p_agent uuid, p_archived boolean, p_context_start_seq bigint, p_cutoff timestamptz)
-RETURNS TABLE (id uuid) LANGUAGE plpgsql STABLE AS $$
-BEGIN
-    -- plpgsql: holdfast.replays is defined by a later area file.
-    RETURN QUERY
+RETURNS TABLE (id uuid) LANGUAGE sql STABLE AS $$
     WITH holders AS (
         SELECT p_agent AS id, p_archived AS done, p_context_start_seq AS context_start_seq
         UNION ALL
-        SELECT f.id,
-               f.state = 'archived'
-                   OR EXISTS (SELECT 1 FROM holdfast.replays r
-                               WHERE r.id = f.replay_id AND r.status <> 'running'),
-               f.context_start_seq
-          FROM holdfast.agents f
-         WHERE f.attachment_sources @> ARRAY[p_agent]
+        SELECT f.id, f.done, f.context_start_seq FROM holdfast.file_sharers(p_agent) f
     ), kept AS (
         SELECT i.content FROM holders h
           JOIN holdfast.messages m ON m.agent_id = h.id AND m.input_id IS NOT NULL
@@ -355,7 +360,6 @@ BEGIN
     )
     SELECT a.id FROM holdfast.attachments a
      WHERE a.agent_id = p_agent AND a.created_at < p_cutoff
-       AND a.id NOT IN (SELECT r.id FROM referenced r WHERE r.id IS NOT NULL);
-END
+       AND a.id NOT IN (SELECT r.id FROM referenced r WHERE r.id IS NOT NULL)
 $$;
 
