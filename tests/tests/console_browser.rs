@@ -984,17 +984,23 @@ async fn a_double_click_on_send_saves_one_input(console: &Console, fake: &FakePr
     let agent = console.new_agent(&default_config()).await;
     fake.push(Reply::text("Got it once."));
     console.open_agent(agent).await;
-    // Record what the page posts: each input request's key and status.
+    // Record what the page posts: each input request's key and status. The
+    // page gets the first post's answer only once the second post has left,
+    // so the second click lands while the first is in flight (the case the
+    // key is for) however slowly the browser delivers the clicks.
     console
         .browser
         .eval(
             "window.__inputPosts = []; const send = window.fetch; \
+             let secondPosted; const second = new Promise((resolve) => { secondPosted = resolve; }); \
              window.fetch = (url, init) => { \
-               const response = send.call(window, url, init); \
+               let response = send.call(window, url, init); \
                if (init?.method === 'POST' && String(url).endsWith('/inputs')) { \
                  const post = { key: init.headers['Idempotency-Key'], status: null }; \
                  window.__inputPosts.push(post); \
                  response.then((r) => { post.status = r.status; }); \
+                 if (window.__inputPosts.length === 1) response = response.then(async (r) => { await second; return r; }); \
+                 else secondPosted(); \
                } \
                return response; };",
             vec![],
