@@ -6,7 +6,7 @@
 //! stored config once per step. SQL's `holdfast.validate_config` keeps the
 //! same rule for SQL clients — the same fields, the same tool types — and
 //! adds what only the database knows (the operator's limit maxima, model
-//! permissions); `tests/tests/config_rules.rs` holds the two to one rule:
+//! permissions); `tests/tests/api/config_rules.rs` holds the two to one rule:
 //! whatever SQL stores, the worker can parse.
 
 use std::collections::BTreeMap;

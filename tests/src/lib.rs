@@ -40,6 +40,7 @@ pub mod search_backend;
 pub mod small_disk;
 pub mod tls_cluster;
 pub mod tls_server;
+pub mod webhook_receiver;
 
 /// The server the tests use: a connection config for its admin database.
 struct Server {

@@ -12,9 +12,6 @@
 //! `chaos_short` runs in the default suite; the full soak is
 //! `cargo test --release -p holdfast-tests --test chaos -- --ignored soak`.
 
-#[path = "webhooks_support/mod.rs"]
-mod webhooks_support;
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,12 +25,12 @@ use holdfast_tests::counting_http::CountingServer;
 use holdfast_tests::failover::FailoverPair;
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{spawn_api, spawn_worker};
+use holdfast_tests::webhook_receiver::{assert_every_event_received, hook, Behaviour, Receiver};
 use holdfast_tests::{PrivateCluster, ScratchDir};
 use rand::Rng;
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 use uuid::Uuid;
-use webhooks_support::{assert_every_event_received, hook, Behaviour, Receiver};
 
 /// How hard to push.
 #[derive(Clone, Copy, Debug)]
@@ -339,7 +336,7 @@ async fn run(plan: Plan) {
             if plan.retention { "300ms" } else { "1h" },
         ),
     ];
-    let _maintenance = webhooks_support::spawn_maintenance(&url, &maintenance_env);
+    let _maintenance = holdfast_tests::webhook_receiver::spawn_maintenance(&url, &maintenance_env);
     // The machine daemon reaches Holdfast over HTTP, as on a real host.
     let (_api, api_url) = spawn_api("chaos-api", &config).await;
     let machine_dir = MachineDir::new();

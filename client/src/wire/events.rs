@@ -3,7 +3,7 @@
 //!
 //! Events are written by the SQL functions (sql/schema/), never by Rust
 //! code, so these types are what the document promises of them:
-//! tests/tests/event_schemas.rs checks that every type `holdfast.event_types()`
+//! tests/tests/api/event_schemas.rs checks that every type `holdfast.event_types()`
 //! lists has a variant here, and that the events real agents write validate
 //! against their variant's schema.
 

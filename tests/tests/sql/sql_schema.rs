@@ -95,7 +95,7 @@ fn first_difference(expected: &str, actual: &str) -> String {
 
 /// A fresh install is exactly the checked-in dump. After changing the
 /// schema, regenerate the dump with
-/// `HOLDFAST_WRITE_SCHEMA_DUMP=1 cargo test -p holdfast-tests --test sql_schema a_fresh_install`
+/// `HOLDFAST_WRITE_SCHEMA_DUMP=1 cargo test -p holdfast-tests --test sql a_fresh_install`
 /// (and read its diff: it is the change a DBA will see).
 #[tokio::test]
 async fn a_fresh_install_is_the_checked_in_schema_dump() {
@@ -254,7 +254,7 @@ async fn every_function_is_defined_once_in_the_area_files() {
 
 #[test]
 fn docs_sql_indexes_every_function_under_its_file() {
-    let docs = include_str!("../../docs/sql.md");
+    let docs = include_str!("../../../docs/sql.md");
     for file in SCHEMA_FILES {
         let defined: BTreeSet<String> = defined_functions(file.code()).into_iter().collect();
         let row = docs

@@ -4,8 +4,6 @@
 //! SIGKILL, GenAI attributes on model and tool spans, and the trace context
 //! carried on to an MCP server.
 
-mod webhooks_support;
-
 use std::time::Duration;
 
 use holdfast_engine::domain::{InputMode, ModelStep};
@@ -17,10 +15,10 @@ use holdfast_tests::mcp_server::McpTestServer;
 use holdfast_tests::otlp_receiver::{OtlpReceiver, ReceivedSpan};
 use holdfast_tests::scenario::{agent_with_input, event_types, spawn_worker, wait_for_event};
 use holdfast_tests::tls_server::PrivateCa;
+use holdfast_tests::webhook_receiver::{spawn_maintenance, Behaviour, Receiver};
 use holdfast_tests::{default_config, project_and_agent, wait_until, MaintenanceLoop, TestDb};
 use reqwest::Method;
 use serde_json::json;
-use webhooks_support::{spawn_maintenance, Behaviour, Receiver};
 
 /// The dated snapshot the fake names as the model that answered.
 const ANSWERED_BY: &str = "claude-test-20260101";

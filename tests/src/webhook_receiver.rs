@@ -1,10 +1,7 @@
-//! Shared by the webhook and maintenance tests: a real HTTP receiver on
+//! For the webhook, maintenance and chaos tests: a real HTTP receiver on
 //! 127.0.0.1 whose every request is checked by an independent signature
 //! verifier (tests/support/verify_webhook.py, Python's standard library),
 //! the `holdfast` binary for process tests, and database checks.
-//!
-//! Each test file uses a part of this module.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -400,7 +397,7 @@ pub async fn assert_every_event_received(client: &Client, endpoint: Uuid, receiv
 
 /// The `holdfast` binary of this workspace (built once per test process).
 pub fn holdfast_binary() -> PathBuf {
-    holdfast_tests::process::holdfast_bin()
+    crate::process::holdfast_bin()
 }
 
 /// Start `holdfast server maintenance` on `database_url` with extra environment.

@@ -2,14 +2,15 @@
 //! 127.0.0.1, run in-process (`maintenance::run`); every request is checked
 //! by an independent Standard Webhooks verifier (Python).
 
-mod webhooks_support;
-
 use holdfast_engine::egress::EgressPolicy;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use holdfast_engine::store;
+use holdfast_tests::webhook_receiver::{
+    assert_every_event_received, count_status, deliveries, hook, Behaviour, Receiver,
+};
 use holdfast_tests::{new_agent, project_and_agent, wait_until, TestDb};
 use holdfast_worker::maintenance::{self, Settings};
 use holdfast_worker::webhooks::DispatcherSettings;
@@ -18,9 +19,6 @@ use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-use webhooks_support::{
-    assert_every_event_received, count_status, deliveries, hook, Behaviour, Receiver,
-};
 
 /// Short timings, so retries and windows pass in a test's time.
 fn fast(retry_window: Duration) -> Settings {

@@ -2,20 +2,18 @@
 //! delivery, two processes at once deliver each event once, SIGTERM stops a
 //! process promptly.
 
-mod webhooks_support;
-
 use std::time::Duration;
 
 use holdfast_engine::store;
+use holdfast_tests::webhook_receiver::{
+    assert_every_event_received, count_status, deliveries, hook, spawn_maintenance, Behaviour,
+    Receiver,
+};
 use holdfast_tests::{new_agent, project_and_agent, wait_until, TestDb};
 use serde_json::json;
 use tokio::process::Child;
 use tokio_postgres::Client;
 use uuid::Uuid;
-use webhooks_support::{
-    assert_every_event_received, count_status, deliveries, hook, spawn_maintenance, Behaviour,
-    Receiver,
-};
 
 const FAST: &[(&str, &str)] = &[
     ("HOLDFAST_MAINTENANCE_INTERVAL", "100ms"),

@@ -7,18 +7,16 @@
 //! `agents`, its key), or be one of the few cross-agent statements that
 //! docs/scaling.md lists with why each is fine on Citus.
 
-mod webhooks_support;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::scenario::spawn_worker;
+use holdfast_tests::webhook_receiver::{hook, spawn_maintenance, Behaviour, Receiver};
 use holdfast_tests::{wait_until, PrivateCluster};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use webhooks_support::{hook, spawn_maintenance, Behaviour, Receiver};
 
 const WAIT: Duration = Duration::from_secs(30);
 const AGENTS: usize = 4;
@@ -261,7 +259,7 @@ async fn every_hot_statement_of_a_workload_filters_by_agent_id() {
             .join("\n")
     );
     drop(stream);
-    let scaling = include_str!("../../docs/scaling.md");
+    let scaling = include_str!("../../../docs/scaling.md");
     for (_, function) in CROSS_AGENT {
         assert!(
             scaling.contains(&format!("`{function}`")),

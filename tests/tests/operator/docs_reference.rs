@@ -17,9 +17,9 @@ use holdfast_tests::process::holdfast_bin;
 use holdfast_tests::TestDb;
 use serde_json::Value;
 
-const API_MD: &str = include_str!("../../docs/api.md");
-const EVENTS_MD: &str = include_str!("../../docs/events.md");
-const CONFIGURATION_MD: &str = include_str!("../../docs/configuration.md");
+const API_MD: &str = include_str!("../../../docs/api.md");
+const EVENTS_MD: &str = include_str!("../../../docs/events.md");
+const CONFIGURATION_MD: &str = include_str!("../../../docs/configuration.md");
 
 /// The prefix of Holdfast's own environment variables.
 const PREFIX: &str = "HOLDFAST_";
@@ -300,7 +300,7 @@ fn the_committed_cli_reference_is_the_one_the_binary_generates() {
         generated.contains("## `holdfast server api`"),
         "{generated}"
     );
-    let committed = include_str!("../../docs/reference/cli.md");
+    let committed = include_str!("../../../docs/reference/cli.md");
     assert!(
         committed == generated,
         "docs/reference/cli.md is not what the binary generates; regenerate it with:\n  \

@@ -2,14 +2,13 @@
 //! releases expired leases and the leases of dead sessions, and it rides out
 //! a Postgres restart (reconnects, LISTENs again, keeps delivering webhooks).
 
-mod webhooks_support;
-
 use holdfast_engine::egress::EgressPolicy;
 use std::sync::Arc;
 use std::time::Duration;
 
 use holdfast_engine::connect::ConnectConfig;
 use holdfast_engine::store;
+use holdfast_tests::webhook_receiver::{count_status, hook, Behaviour, Receiver};
 use holdfast_tests::{project_and_agent, wait_until, PrivateCluster, TestDb};
 use holdfast_worker::maintenance::{self, Settings};
 use holdfast_worker::webhooks::DispatcherSettings;
@@ -17,7 +16,6 @@ use serde_json::json;
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-use webhooks_support::{count_status, hook, Behaviour, Receiver};
 
 fn settings(interval: Duration) -> Settings {
     Settings {
