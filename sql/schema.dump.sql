@@ -33,7 +33,8 @@ CREATE TYPE holdfast.model_step AS (
 	message jsonb,
 	tool_calls jsonb,
 	usage jsonb,
-	stop_reason text
+	stop_reason text,
+	config_version integer
 );
 
 
@@ -1686,10 +1687,10 @@ $$;
 
 
 --
--- Name: commit_model_step(uuid, bigint, uuid[], jsonb, jsonb, jsonb, text); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: commit_model_step(uuid, bigint, uuid[], jsonb, jsonb, jsonb, text, integer); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.commit_model_step(p_agent uuid, p_epoch bigint, p_input_ids uuid[], p_message jsonb, p_tool_calls jsonb, p_usage jsonb, p_stop_reason text) RETURNS uuid
+CREATE FUNCTION holdfast.commit_model_step(p_agent uuid, p_epoch bigint, p_input_ids uuid[], p_message jsonb, p_tool_calls jsonb, p_usage jsonb, p_stop_reason text, p_config_version integer DEFAULT NULL::integer) RETURNS uuid
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -1697,7 +1698,7 @@ DECLARE
 BEGIN
     SELECT r.outcome, r.step_id, r.message, r.field INTO v_result
       FROM holdfast.commit_model_steps(ARRAY[ROW(p_agent, p_epoch, p_input_ids, p_message,
-               p_tool_calls, p_usage, p_stop_reason)::holdfast.model_step]) r;
+               p_tool_calls, p_usage, p_stop_reason, p_config_version)::holdfast.model_step]) r;
     IF v_result.outcome = 'committed' THEN
         RETURN v_result.step_id;
     END IF;
@@ -1724,7 +1725,7 @@ BEGIN
     FOR v_row IN
         WITH batch AS (
             SELECT s.agent_id AS id, s.epoch, s.input_ids, s.message AS content, s.tool_calls,
-                   s.usage, s.stop_reason, count(*) OVER (PARTITION BY s.agent_id) AS copies
+                   s.usage, s.stop_reason, s.config_version, count(*) OVER (PARTITION BY s.agent_id) AS copies
               FROM unnest(p_steps) AS s
         ), locked AS MATERIALIZED (
             SELECT a.id, a.state, a.lease_epoch, a.lease_expires_at
@@ -1761,7 +1762,8 @@ BEGIN
             ELSE
                 outcome := 'committed';
                 step_id := holdfast.write_model_step(v_row.id, v_row.epoch, v_row.input_ids,
-                    v_row.content, v_row.tool_calls, v_row.usage, v_row.stop_reason);
+                    v_row.content, v_row.tool_calls, v_row.usage, v_row.stop_reason,
+                    v_row.config_version);
             END IF;
         END IF;
         RETURN NEXT;
@@ -3706,7 +3708,7 @@ $$;
 -- Name: load_step_context(uuid); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.load_step_context(p_agent uuid) RETURNS TABLE(config jsonb, turn_open boolean, model_attempts integer, cancel_requested boolean, context_summary text, turn_model_steps integer, over_budget boolean, turn_trace_parent text, turn_trace_state text, first_attempt_epoch bigint, lost_attempt_epoch bigint, lost_attempt_started_at timestamp with time zone, lost_attempt_ended_at timestamp with time zone, messages jsonb, tool_calls jsonb, pending_inputs jsonb, refused_field text, refused_message text, endpoint text, custom_url text, base_url text, credential_env text, sealed_key bytea, key_fingerprint text, project_id uuid, replay boolean)
+CREATE FUNCTION holdfast.load_step_context(p_agent uuid) RETURNS TABLE(config jsonb, config_version integer, turn_open boolean, model_attempts integer, cancel_requested boolean, context_summary text, turn_model_steps integer, over_budget boolean, turn_trace_parent text, turn_trace_state text, first_attempt_epoch bigint, lost_attempt_epoch bigint, lost_attempt_started_at timestamp with time zone, lost_attempt_ended_at timestamp with time zone, messages jsonb, tool_calls jsonb, pending_inputs jsonb, refused_field text, refused_message text, endpoint text, custom_url text, base_url text, credential_env text, sealed_key bytea, key_fingerprint text, project_id uuid, replay boolean)
     LANGUAGE plpgsql STABLE
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -3718,7 +3720,7 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY
-    SELECT v_agent.config, v_agent.turn_open, v_agent.model_attempts,
+    SELECT v_agent.config, v_agent.config_version, v_agent.turn_open, v_agent.model_attempts,
            v_agent.cancel_requested_at IS NOT NULL, v_agent.context_summary,
            v_agent.turn_model_steps, holdfast.budget_exceeded(v_agent) IS NOT NULL,
            v_agent.turn_trace_parent, v_agent.turn_trace_state, v_agent.first_attempt_epoch,
@@ -7248,10 +7250,10 @@ $$;
 
 
 --
--- Name: write_model_step(uuid, bigint, uuid[], jsonb, jsonb, jsonb, text); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: write_model_step(uuid, bigint, uuid[], jsonb, jsonb, jsonb, text, integer); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.write_model_step(p_agent uuid, p_epoch bigint, p_input_ids uuid[], p_message jsonb, p_tool_calls jsonb, p_usage jsonb, p_stop_reason text) RETURNS uuid
+CREATE FUNCTION holdfast.write_model_step(p_agent uuid, p_epoch bigint, p_input_ids uuid[], p_message jsonb, p_tool_calls jsonb, p_usage jsonb, p_stop_reason text, p_config_version integer) RETURNS uuid
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -7285,12 +7287,22 @@ DECLARE
     v_model text;
     v_usage holdfast.token_usage;
     v_turn_usage holdfast.token_usage;
+    v_config_version integer;
+    v_model_config jsonb;
 BEGIN
     SELECT * INTO STRICT v_agent FROM holdfast.agents WHERE id = p_agent;
 
-    -- What the response used, priced now, and the turn's sum with it.
-    v_provider := v_agent.config #>> '{model,provider}';
-    v_model := v_agent.config #>> '{model,name}';
+    -- What the response used (the config version its request was built
+    -- from, which an "apply": "now" change during the call has since
+    -- replaced), priced now, and the turn's sum with it.
+    v_config_version := coalesce(p_config_version, v_agent.config_version);
+    v_model_config := v_agent.config -> 'model';
+    IF v_config_version <> v_agent.config_version THEN
+        SELECT v.config -> 'model' INTO v_model_config FROM holdfast.agent_config_versions v
+         WHERE v.agent_id = p_agent AND v.version = v_config_version;
+    END IF;
+    v_provider := v_model_config ->> 'provider';
+    v_model := v_model_config ->> 'name';
     v_usage := holdfast.add_server_tool_cost(
         holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model), v_provider);
     v_turn_usage := holdfast.add_usage(v_agent.turn_usage, v_usage);
@@ -7428,7 +7440,7 @@ BEGIN
     v_data := ARRAY[jsonb_build_object(
         'step_id', v_step_id, 'message', p_message, 'tool_calls', v_calls,
         'usage', coalesce(p_usage, '{}'), 'stop_reason', p_stop_reason,
-        'config_version', v_agent.config_version)];
+        'config_version', v_config_version)];
     IF NOT (v_opens_waits OR v_limit IS NOT NULL) THEN
         v_data := v_data || ARRAY(SELECT c.value FROM jsonb_array_elements(v_calls) WITH ORDINALITY AS c (value, ord)
                                    ORDER BY c.ord);

@@ -93,6 +93,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0053_attachment_sources_index.sql",
         sql: include_str!("../../sql/0053_attachment_sources_index.sql"),
     },
+    Migration {
+        version: 54,
+        name: "0054_model_step_config_version.sql",
+        sql: include_str!("../../sql/0054_model_step_config_version.sql"),
+    },
 ];
 
 /// The line of an area file after which its functions and triggers begin.

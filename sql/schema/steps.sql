@@ -5,6 +5,8 @@
 -- Each object is defined here once, as it is now. See docs/sql.md for how
 -- a fresh install applies these files and how a change is added.
 
+-- One model response of a group commit (commit_model_steps): the
+-- write_model_step arguments of one agent's step.
 CREATE TYPE holdfast.model_step AS (
 	agent_id uuid,
 	epoch bigint,
@@ -12,7 +14,8 @@ CREATE TYPE holdfast.model_step AS (
 	message jsonb,
 	tool_calls jsonb,
 	usage jsonb,
-	stop_reason text
+	stop_reason text,
+	config_version integer
 );
 
 -- One row per committed step. A model step is one claim's work, so
@@ -68,7 +71,8 @@ CREATE INDEX messages_search_idx ON holdfast.messages USING gin (
 -- ==== functions and triggers ====
 
 -- Everything a step is decided and built from, read fresh at every attempt,
--- in one statement: the agent's step fields, its history from the context's
+-- in one statement: the agent's step fields (its config with the version
+-- number it is, which the step's commit records), its history from the context's
 -- start (messages, as a jsonb array in seq order), its tool calls (in
 -- creation order), the inputs of its turn not yet seen by a committed model
 -- call (turn_inputs), and where a model call with its stored config.model
@@ -77,7 +81,7 @@ CREATE INDEX messages_search_idx ON holdfast.messages USING gin (
 -- are answered from the recording). Content that references stored files keeps the
 -- references. One row, or none when the agent does not exist. Reads only.
 CREATE OR REPLACE FUNCTION holdfast.load_step_context(p_agent uuid)
-RETURNS TABLE (config jsonb, turn_open boolean, model_attempts integer, cancel_requested boolean,
+RETURNS TABLE (config jsonb, config_version integer, turn_open boolean, model_attempts integer, cancel_requested boolean,
                context_summary text, turn_model_steps integer, over_budget boolean,
                turn_trace_parent text, turn_trace_state text, first_attempt_epoch bigint,
                lost_attempt_epoch bigint, lost_attempt_started_at timestamptz,
@@ -94,7 +98,7 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY
-    SELECT v_agent.config, v_agent.turn_open, v_agent.model_attempts,
+    SELECT v_agent.config, v_agent.config_version, v_agent.turn_open, v_agent.model_attempts,
            v_agent.cancel_requested_at IS NOT NULL, v_agent.context_summary,
            v_agent.turn_model_steps, holdfast.budget_exceeded(v_agent) IS NOT NULL,
            v_agent.turn_trace_parent, v_agent.turn_trace_state, v_agent.first_attempt_epoch,
@@ -228,11 +232,15 @@ $$;
 -- subagent's hand-back to its parent in the same batch) are seen. The
 -- response's usage (p_usage, priced at the model's price now) is saved on
 -- the step and added to the agent's turn_usage and usage in the same agent
--- UPDATE; turn.completed carries the turn's sum. Reads model_prices. Raises
--- nothing of its own. Returns the step id.
+-- UPDATE; turn.completed carries the turn's sum. p_config_version is the
+-- config version the request was built from (load_step_context; NULL: the
+-- one in force): model.response names it, and the step's provider and model
+-- are that version's, even when an "apply": "now" change replaced it while
+-- the call was in flight. Reads model_prices. Raises nothing of its own.
+-- Returns the step id.
 CREATE OR REPLACE FUNCTION holdfast.write_model_step(
     p_agent uuid, p_epoch bigint, p_input_ids uuid[], p_message jsonb,
-    p_tool_calls jsonb, p_usage jsonb, p_stop_reason text)
+    p_tool_calls jsonb, p_usage jsonb, p_stop_reason text, p_config_version integer)
 RETURNS uuid LANGUAGE plpgsql AS $$
 DECLARE
     v_agent holdfast.agents;
@@ -265,12 +273,22 @@ DECLARE
     v_model text;
     v_usage holdfast.token_usage;
     v_turn_usage holdfast.token_usage;
+    v_config_version integer;
+    v_model_config jsonb;
 BEGIN
     SELECT * INTO STRICT v_agent FROM holdfast.agents WHERE id = p_agent;
 
-    -- What the response used, priced now, and the turn's sum with it.
-    v_provider := v_agent.config #>> '{model,provider}';
-    v_model := v_agent.config #>> '{model,name}';
+    -- What the response used (the config version its request was built
+    -- from, which an "apply": "now" change during the call has since
+    -- replaced), priced now, and the turn's sum with it.
+    v_config_version := coalesce(p_config_version, v_agent.config_version);
+    v_model_config := v_agent.config -> 'model';
+    IF v_config_version <> v_agent.config_version THEN
+        SELECT v.config -> 'model' INTO v_model_config FROM holdfast.agent_config_versions v
+         WHERE v.agent_id = p_agent AND v.version = v_config_version;
+    END IF;
+    v_provider := v_model_config ->> 'provider';
+    v_model := v_model_config ->> 'name';
     v_usage := holdfast.add_server_tool_cost(
         holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model), v_provider);
     v_turn_usage := holdfast.add_usage(v_agent.turn_usage, v_usage);
@@ -408,7 +426,7 @@ BEGIN
     v_data := ARRAY[jsonb_build_object(
         'step_id', v_step_id, 'message', p_message, 'tool_calls', v_calls,
         'usage', coalesce(p_usage, '{}'), 'stop_reason', p_stop_reason,
-        'config_version', v_agent.config_version)];
+        'config_version', v_config_version)];
     IF NOT (v_opens_waits OR v_limit IS NOT NULL) THEN
         v_data := v_data || ARRAY(SELECT c.value FROM jsonb_array_elements(v_calls) WITH ORDINALITY AS c (value, ord)
                                    ORDER BY c.ord);
@@ -473,7 +491,7 @@ BEGIN
     FOR v_row IN
         WITH batch AS (
             SELECT s.agent_id AS id, s.epoch, s.input_ids, s.message AS content, s.tool_calls,
-                   s.usage, s.stop_reason, count(*) OVER (PARTITION BY s.agent_id) AS copies
+                   s.usage, s.stop_reason, s.config_version, count(*) OVER (PARTITION BY s.agent_id) AS copies
               FROM unnest(p_steps) AS s
         ), locked AS MATERIALIZED (
             SELECT a.id, a.state, a.lease_epoch, a.lease_expires_at
@@ -510,7 +528,8 @@ BEGIN
             ELSE
                 outcome := 'committed';
                 step_id := holdfast.write_model_step(v_row.id, v_row.epoch, v_row.input_ids,
-                    v_row.content, v_row.tool_calls, v_row.usage, v_row.stop_reason);
+                    v_row.content, v_row.tool_calls, v_row.usage, v_row.stop_reason,
+                    v_row.config_version);
             END IF;
         END IF;
         RETURN NEXT;
@@ -522,17 +541,18 @@ $$;
 -- release the agent: the group commit's batch of one, its outcome raised as
 -- the single-step callers have always seen it. Locks the agent row. Raises
 -- HF001 (lease lost), HF404 (no such agent), HF422 (a malformed message or
--- tool call, the field named). Returns the step id.
+-- tool call, the field named). p_config_version as in write_model_step.
+-- Returns the step id.
 CREATE OR REPLACE FUNCTION holdfast.commit_model_step(
     p_agent uuid, p_epoch bigint, p_input_ids uuid[], p_message jsonb,
-    p_tool_calls jsonb, p_usage jsonb, p_stop_reason text)
+    p_tool_calls jsonb, p_usage jsonb, p_stop_reason text, p_config_version integer DEFAULT NULL)
 RETURNS uuid LANGUAGE plpgsql AS $$
 DECLARE
     v_result record;
 BEGIN
     SELECT r.outcome, r.step_id, r.message, r.field INTO v_result
       FROM holdfast.commit_model_steps(ARRAY[ROW(p_agent, p_epoch, p_input_ids, p_message,
-               p_tool_calls, p_usage, p_stop_reason)::holdfast.model_step]) r;
+               p_tool_calls, p_usage, p_stop_reason, p_config_version)::holdfast.model_step]) r;
     IF v_result.outcome = 'committed' THEN
         RETURN v_result.step_id;
     END IF;

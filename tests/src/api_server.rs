@@ -203,6 +203,7 @@ pub async fn waiting_tool_call(
         }],
         usage: json!({}),
         stop_reason: Some("tool_use".into()),
+        config_version: None,
     };
     let step_id = store::commit_model_step(client, claim, &step)
         .await

@@ -1797,6 +1797,7 @@ async fn a_turn_shows_its_duration_tokens_and_cost_and_the_agent_its_usage() {
             tool_calls: vec![],
             usage: json!({"input_tokens": 1000, "output_tokens": 500}),
             stop_reason: Some("end_turn".into()),
+            config_version: None,
         },
     )
     .await
@@ -2084,6 +2085,7 @@ async fn an_expanded_turn_shows_its_steps_as_a_waterfall_with_a_retried_model_ca
             }],
             usage: json!({"input_tokens": 10, "output_tokens": 5}),
             stop_reason: Some("tool_use".into()),
+            config_version: None,
         },
     )
     .await
@@ -2104,6 +2106,7 @@ async fn an_expanded_turn_shows_its_steps_as_a_waterfall_with_a_retried_model_ca
             tool_calls: vec![],
             usage: json!({"input_tokens": 20, "output_tokens": 5}),
             stop_reason: Some("end_turn".into()),
+            config_version: None,
         },
     )
     .await
@@ -2281,6 +2284,7 @@ async fn a_budget_approval_waits_in_the_inbox_and_approving_it_in_place_removes_
             }],
             usage: json!({"input_tokens": 15, "output_tokens": 5}),
             stop_reason: Some("tool_use".into()),
+            config_version: None,
         },
     )
     .await
@@ -2455,6 +2459,7 @@ async fn the_search_box_finds_an_agent_by_a_word_only_in_its_answer() {
             tool_calls: vec![],
             usage: json!({"input_tokens": 1, "output_tokens": 1}),
             stop_reason: Some("end_turn".into()),
+            config_version: None,
         },
     )
     .await

@@ -227,6 +227,7 @@ mod tests {
                 &json!({"model": {"provider": "anthropic", "name": "m"}, "system": "be brief"}),
             )
             .unwrap(),
+            config_version: 1,
             turn_open: true,
             model_attempts: 0,
             turn_model_steps: 1,

@@ -379,6 +379,7 @@ async fn model_step(
         tool_calls,
         usage: serde_json::to_value(response.usage).unwrap_or(Value::Null),
         stop_reason: response.stop_reason,
+        config_version: Some(context.config_version),
     }))
 }
 

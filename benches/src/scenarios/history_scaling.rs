@@ -210,6 +210,7 @@ async fn cycles(
             tool_calls: vec![],
             usage: json!({"input_tokens": 10, "output_tokens": 2}),
             stop_reason: Some("end_turn".into()),
+            config_version: None,
         };
         let started = Instant::now();
         store::commit_model_step(session, claim, &step).await?;

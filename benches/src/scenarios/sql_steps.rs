@@ -238,5 +238,6 @@ fn model_step(input_ids: Vec<Uuid>) -> ModelStep {
         }],
         usage: json!({"input_tokens": 10, "output_tokens": 5}),
         stop_reason: Some("tool_use".into()),
+        config_version: None,
     }
 }

@@ -38,6 +38,11 @@ pub struct ModelStep {
     pub tool_calls: Vec<NewToolCall>,
     pub usage: Value,
     pub stop_reason: Option<String>,
+    /// The agent config version the request was built from
+    /// ([`StepContext::config_version`]); `model.response` names it even
+    /// when an `"apply": "now"` change replaced it during the call. `None`:
+    /// the version in force when the step is saved.
+    pub config_version: Option<i32>,
 }
 
 /// What one `maintenance_tick` did.
@@ -147,6 +152,8 @@ pub struct StepContext {
     pub agent_id: Uuid,
     /// The config as stored now (a change applies to the next step).
     pub config: AgentConfig,
+    /// The version number of `config` (`agent_config_versions`).
+    pub config_version: i32,
     pub turn_open: bool,
     pub model_attempts: i32,
     /// Model steps committed in the open turn (0 before its first call's

@@ -116,6 +116,7 @@ struct ModelStepRow {
     tool_calls: Value,
     usage: Value,
     stop_reason: Option<String>,
+    config_version: Option<i32>,
 }
 
 impl ModelStepRow {
@@ -141,6 +142,7 @@ impl ModelStepRow {
                 .stop_reason
                 .as_deref()
                 .map(|s| storable_str(s).into_owned()),
+            config_version: step.config_version,
         })
     }
 }
@@ -157,7 +159,7 @@ pub async fn commit_model_step(
     let row = ModelStepRow::new(claim, step)?;
     let row = query_one_prepared(
         client,
-        "SELECT holdfast.commit_model_step($1, $2, $3, $4, $5, $6, $7)",
+        "SELECT holdfast.commit_model_step($1, $2, $3, $4, $5, $6, $7, $8)",
         &[
             &row.agent_id,
             &row.epoch,
@@ -166,6 +168,7 @@ pub async fn commit_model_step(
             &row.tool_calls,
             &row.usage,
             &row.stop_reason,
+            &row.config_version,
         ],
     )
     .await?;
@@ -498,6 +501,7 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
     Ok(StepContext {
         agent_id: agent,
         config,
+        config_version: row.get("config_version"),
         turn_open: row.get("turn_open"),
         model_attempts: row.get("model_attempts"),
         turn_model_steps: row.get("turn_model_steps"),

@@ -330,10 +330,10 @@ async fn maintenance_fires_the_slot_after_the_spring_forward_gap_and_plans_the_s
     );
 }
 
-/// The downtime the test gives maintenance: the 30 s shortened,
-/// with `HOLDFAST_SCHEDULE_LATE_AFTER` shortened to match (what matters is
-/// that the downtime outlasts the tolerance and spans many slots).
-const DOWNTIME: Duration = Duration::from_secs(10);
+/// How long maintenance is down: 30 s, many times the test's
+/// `HOLDFAST_SCHEDULE_LATE_AFTER` of 2 s, and thirty slots of the
+/// every-second schedule.
+const DOWNTIME: Duration = Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn after_maintenance_downtime_once_fires_once_and_skip_skips() {
@@ -410,7 +410,7 @@ async fn after_maintenance_downtime_once_fires_once_and_skip_skips() {
     let skips = skipped(&client, skip).await;
     assert_eq!(skips.len(), 1);
     assert_eq!(skips[0].0, "missed");
-    // The every-second schedule: the ~10 slots of the downtime gave one
+    // The every-second schedule: the ~30 slots of the downtime gave one
     // fire, not one per slot, and one skipped record covering the rest.
     let fast_fires = fired(&client, &fast).await;
     let last_before = fires_before.last().unwrap().0;

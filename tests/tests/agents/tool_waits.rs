@@ -70,6 +70,7 @@ async fn agent_with_calls(
             tool_calls,
             usage: json!({}),
             stop_reason: Some("tool_use".into()),
+            config_version: None,
         },
     )
     .await
@@ -367,6 +368,7 @@ async fn a_subagent_is_created_once_and_its_answer_completes_the_parent_call() {
             tool_calls: vec![],
             usage: json!({}),
             stop_reason: Some("end_turn".into()),
+            config_version: None,
         },
     )
     .await

@@ -385,6 +385,7 @@ async fn a_call_runs_as_the_kind_it_was_committed_with_not_as_a_later_config_say
         }],
         usage: json!({"input_tokens": 1, "output_tokens": 1}),
         stop_reason: Some("tool_use".into()),
+        config_version: None,
     };
     store::commit_model_step(&client, claim, &step)
         .await

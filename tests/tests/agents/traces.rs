@@ -333,6 +333,7 @@ async fn an_input_that_arrives_during_a_step_opens_the_next_turn_under_its_own_t
         tool_calls: vec![],
         usage: json!({}),
         stop_reason: Some("end_turn".into()),
+        config_version: None,
     };
     store::commit_model_step(&client, claim, &step)
         .await

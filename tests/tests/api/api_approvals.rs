@@ -71,6 +71,7 @@ async fn model_step_with_calls(
         tool_calls,
         usage: json!({}),
         stop_reason: Some("tool_use".into()),
+        config_version: None,
     };
     let step_id = store::commit_model_step(client, claim, &step)
         .await

@@ -141,6 +141,7 @@ async fn a_result_while_a_worker_holds_the_agent_is_settled_by_its_release() {
         ],
         usage: json!({}),
         stop_reason: Some("tool_use".into()),
+        config_version: None,
     };
     store::commit_model_step(&client, claim, &step)
         .await

@@ -319,6 +319,7 @@ async fn only_a_custom_call_accepts_a_client_result() {
         }],
         usage: json!({}),
         stop_reason: Some("tool_use".into()),
+        config_version: None,
     };
     store::commit_model_step(&client, claim, &step)
         .await

@@ -391,3 +391,65 @@ async fn a_turn_keeps_its_config_version_after_a_next_turn_patch_and_the_next_tu
     let types = holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
     assert!(types.contains("config.updated") && types.contains("turn.started"));
 }
+
+/// An `"apply": "now"` change that lands while a model call is in flight
+/// does not rename that call: its `model.response` (and its step's model)
+/// is the version the request was built from, and the next call uses the
+/// new version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_model_call_in_flight_during_an_apply_now_patch_reports_the_version_it_was_built_from() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, key) = project_key(&client).await;
+    let config = json!({"model": {"provider": "anthropic", "name": "claude-test"},
+                        "system": "v1", "tools": [{"type": "custom", "name": "lookup"}]});
+    let agent = store::create_agent(&client, project, &config)
+        .await
+        .unwrap();
+    let fake = FakeProvider::start().await;
+    fake.push(Reply::tool_calls(vec![("lookup", json!({"order": "A-7"}))]).hold_before_headers());
+    fake.push(Reply::text("Found it."));
+    let _worker = spawn_worker("w-apply-now", &db.config, &fake, &[]);
+    let server = ApiServer::start(&db).await;
+    send(&client, agent, "find A-7", InputMode::Steer).await;
+
+    // The first call, built from version 1, is held at the provider while
+    // version 2 (another system prompt and model) is applied now.
+    fake.wait_until_held(1).await;
+    let response = server
+        .request(Method::PATCH, &format!("/v1/agents/{agent}"), &key)
+        .json(&json!({"system": "v2", "apply": "now",
+                      "model": {"provider": "anthropic", "name": "claude-test-2"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let view: Value = response.json().await.unwrap();
+    assert_eq!(view["config_version"], 2);
+    fake.release();
+
+    answer_waiting_call(&client, agent, json!("in stock")).await;
+    wait_for_events(&client, agent, "turn.completed", 1, T).await;
+
+    let systems: Vec<String> = fake.requests().iter().map(|r| system_of(&r.body)).collect();
+    assert_eq!(systems, ["v1", "v2"]);
+    assert_eq!(event_versions(&client, agent, "turn.started").await, [1]);
+    assert_eq!(
+        event_versions(&client, agent, "model.response").await,
+        [1, 2],
+        "each model.response names the version its request was built from"
+    );
+    let models: Vec<String> = client
+        .query(
+            "SELECT model FROM holdfast.steps WHERE agent_id = $1 AND kind = 'model' \
+              ORDER BY step_seq",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(models, ["claude-test", "claude-test-2"]);
+    holdfast_tests::event_schemas::assert_saved_events_match(&client).await;
+}

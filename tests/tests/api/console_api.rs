@@ -396,6 +396,7 @@ async fn answered(client: &tokio_postgres::Client, agent: Uuid, input: &str, ans
             tool_calls: vec![],
             usage: json!({"input_tokens": 1, "output_tokens": 1}),
             stop_reason: Some("end_turn".into()),
+            config_version: None,
         },
     )
     .await

@@ -339,6 +339,7 @@ async fn last_turn_says_how_each_agents_latest_turn_went_and_the_list_filters_by
             tool_calls: vec![],
             usage: json!({"input_tokens": 1000, "output_tokens": 500}),
             stop_reason: Some("end_turn".into()),
+            config_version: None,
         },
     )
     .await
@@ -457,6 +458,7 @@ async fn project_usage_sums_each_days_model_calls_by_model_with_cost() {
                 tool_calls: vec![],
                 usage: json!({"input_tokens": 1000, "output_tokens": 500}),
                 stop_reason: Some("end_turn".into()),
+                config_version: None,
             },
         )
         .await

@@ -56,6 +56,7 @@ fn calls_step(input_ids: Vec<Uuid>, calls: &[(&str, ToolKind)]) -> ModelStep {
             .collect(),
         usage: json!({}),
         stop_reason: Some("tool_use".into()),
+        config_version: None,
     }
 }
 

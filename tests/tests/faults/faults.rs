@@ -62,6 +62,7 @@ async fn maintenance_killed_mid_reap_recovers_the_agent_exactly_once() {
         }],
         usage: json!({}),
         stop_reason: Some("tool_use".into()),
+        config_version: None,
     };
     store::commit_model_step(&client, claim, &step)
         .await

@@ -89,6 +89,7 @@ async fn agent_waiting_on_command(client: &Client, project: Uuid, machine: Uuid)
         }],
         usage: json!({}),
         stop_reason: Some("tool_use".into()),
+        config_version: None,
     };
     let step_id = store::commit_model_step(client, claim, &step)
         .await

@@ -84,6 +84,7 @@ async fn releasing_a_stuck_agent_by_the_recipe_fences_its_holder_and_reruns_noth
         }],
         usage: json!({}),
         stop_reason: Some("tool_use".into()),
+        config_version: None,
     };
     store::commit_model_step(&wedged, first, &step)
         .await

@@ -42,6 +42,7 @@ async fn agent_running_an_external_call(client: &Client, worker: &str) -> (Uuid,
         }],
         usage: json!({}),
         stop_reason: Some("tool_use".into()),
+        config_version: None,
     };
     store::commit_model_step(client, claim, &step)
         .await

@@ -106,6 +106,7 @@ async fn commit_run_command(
         }],
         usage: json!({}),
         stop_reason: Some("tool_use".into()),
+        config_version: None,
     };
     let step_id = store::commit_model_step(client, claim, &step)
         .await

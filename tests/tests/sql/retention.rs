@@ -58,6 +58,7 @@ fn text_step(inputs: Vec<Uuid>, text: &str) -> ModelStep {
         tool_calls: vec![],
         usage: json!({"input_tokens": 1, "output_tokens": 1}),
         stop_reason: Some("end_turn".into()),
+        config_version: None,
     }
 }
 
@@ -92,6 +93,7 @@ async fn finished_turn_with_a_tool(client: &Client, agent: Uuid) -> Uuid {
         }],
         usage: json!({"input_tokens": 1, "output_tokens": 1}),
         stop_reason: Some("tool_use".into()),
+        config_version: None,
     };
     store::commit_model_step(client, c, &step).await.unwrap();
     let call: Uuid = client
@@ -610,6 +612,7 @@ async fn finished_turn_with_images(
         }],
         usage: json!({"input_tokens": 1, "output_tokens": 1}),
         stop_reason: Some("tool_use".into()),
+        config_version: None,
     };
     store::commit_model_step(client, c, &step).await.unwrap();
     let call: Uuid = client

@@ -49,6 +49,7 @@ fn text_step(input_ids: Vec<Uuid>) -> ModelStep {
         tool_calls: vec![],
         usage: json!({"input_tokens": 3, "output_tokens": 2}),
         stop_reason: Some("end_turn".into()),
+        config_version: None,
     }
 }
 
@@ -68,6 +69,7 @@ fn tool_step(input_ids: Vec<Uuid>, kinds: &[ToolKind]) -> ModelStep {
             .collect(),
         usage: json!({}),
         stop_reason: Some("tool_use".into()),
+        config_version: None,
     }
 }
 
@@ -487,7 +489,7 @@ async fn a_group_commit_refuses_an_invalid_row_only_for_its_agent() {
                  SELECT ROW(c.agent, c.epoch,
                             ARRAY(SELECT i.id FROM holdfast.inputs i
                                    WHERE i.agent_id = c.agent AND i.consumed_at IS NULL),
-                            c.message, c.tool_calls, '{}', 'end_turn')::holdfast.model_step
+                            c.message, c.tool_calls, '{}', 'end_turn', NULL)::holdfast.model_step
                    FROM unnest($1::uuid[], $2::bigint[], $3::jsonb[], $4::jsonb[])
                         AS c (agent, epoch, message, tool_calls))) r",
             &[
