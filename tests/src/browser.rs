@@ -187,12 +187,18 @@ impl Browser {
         .await;
     }
 
+    /// Click the element matching `css`. A page that re-renders between the
+    /// find and the click replaces the element; the click then goes to the
+    /// replacement, as a person's would.
     pub async fn click(&self, css: &str) {
-        self.element(css)
-            .await
-            .click()
-            .await
-            .unwrap_or_else(|e| panic!("click {css}: {e}"));
+        let mut attempts = 0;
+        loop {
+            match self.element(css).await.click().await {
+                Ok(_) => return,
+                Err(e) if e.is_stale_element_reference() && attempts < 10 => attempts += 1,
+                Err(e) => panic!("click {css}: {e}"),
+            }
+        }
     }
 
     /// Double-click the element matching `css`: one WebDriver action of two

@@ -97,7 +97,7 @@ async fn chaos_retention() {
 async fn chaos_failover() {
     run(Plan {
         agents: 4,
-        turns: 1,
+        turns: 2,
         workers: 2,
         min_kills: 2,
         postgres_restarts: 0,
