@@ -1,13 +1,17 @@
 //! A full disk under Postgres: its data directory and WAL on a small tmpfs
 //! (`SmallDiskCluster`, which needs root) that the test fills while the API
-//! takes an input and a worker saves a paid model response, then frees.
+//! takes an input and a worker saves a paid model response or a tool's
+//! result, then frees.
 
 use std::time::Duration;
 
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{error_of, project_key, ApiServer};
+use holdfast_tests::mcp_server::McpTestServer;
 use holdfast_tests::process::HoldfastProcess;
-use holdfast_tests::scenario::{count_events, saved_text, spawn_worker, wait_for_event};
+use holdfast_tests::scenario::{
+    count_events, saved_text, spawn_worker, start_turn, wait_for_event,
+};
 use holdfast_tests::small_disk::SmallDiskCluster;
 use holdfast_tests::{new_agent, wait_until};
 use reqwest::{Method, StatusCode};
@@ -177,4 +181,97 @@ async fn a_full_disk_refuses_inputs_with_503_keeps_the_paid_response_and_resumes
     assert_eq!(fake.request_count(), 2, "one model call per turn");
     assert!(!worker.log_text().contains("panicked"));
     assert!(!maintenance.has_exited());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tool_result_refused_by_a_full_disk_mid_batch_is_kept_and_saved_once_space_returns() {
+    let disk = SmallDiskCluster::start(160).await;
+    let config = disk.config();
+    let (client, connection) = config.connect().await.unwrap();
+    tokio::spawn(connection);
+    let fake = FakeProvider::start().await;
+    let mcp = McpTestServer::start().await;
+    mcp.hold_calls();
+    // The tool echoes its input: a result past what a page holds, which
+    // Postgres needs new pages to save.
+    let big = incompressible_text(64 * 1024);
+    fake.push(Reply::tool_calls(vec![(
+        "big__echo",
+        json!({"message": big}),
+    )]));
+    fake.set_default(Reply::text("echoed"));
+    let worker = spawn_worker(
+        "tools-on-a-full-disk",
+        &config,
+        &fake,
+        &[
+            ("HOLDFAST_EGRESS_ALLOW", "mcp=127.0.0.1"),
+            ("HOLDFAST_LEASE_TTL", "10s"),
+            ("HOLDFAST_LEASE_RENEW_INTERVAL", "2s"),
+        ],
+    );
+    let agent = start_turn(
+        &client,
+        json!([{"type": "mcp", "name": "big", "url": mcp.url}]),
+        "echo it",
+    )
+    .await;
+    // The call is marked running (committed before its IO); the tool holds.
+    wait_until(Duration::from_secs(30), "the echo call runs", || async {
+        client
+            .query_one(
+                "SELECT count(*) FROM holdfast.tool_calls WHERE agent_id = $1 AND status = 'running'",
+                &[&agent],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            == 1
+    })
+    .await;
+
+    disk.fill();
+    mcp.release_calls();
+
+    // The result cannot be saved: the worker keeps it and saves it again
+    // with a backoff; the step does not fail (whose retry would find the
+    // call interrupted and its result lost) and nothing is called again.
+    wait_until(
+        Duration::from_secs(30),
+        "the worker retries the tool result's save three times",
+        || async {
+            worker
+                .log_text()
+                .matches("Postgres is out of disk space")
+                .count()
+                >= 3
+        },
+    )
+    .await;
+    assert_eq!(count_events(&client, agent, "tool_call.completed").await, 0);
+    assert_eq!(count_events(&client, agent, "step.retry").await, 0);
+    assert_eq!(fake.request_count(), 1);
+
+    disk.free();
+    wait_for_event(&client, agent, "turn.completed", Duration::from_secs(60)).await;
+    assert_eq!(count_events(&client, agent, "step.retry").await, 0);
+    assert_eq!(
+        count_events(&client, agent, "tool_call.interrupted").await,
+        0
+    );
+    assert_eq!(count_events(&client, agent, "tool_call.completed").await, 1);
+    let output: serde_json::Value = client
+        .query_one(
+            "SELECT output FROM holdfast.tool_calls WHERE agent_id = $1",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        output.to_string().contains(&big),
+        "the tool's result is saved whole"
+    );
+    assert_eq!(fake.request_count(), 2, "one model call after the tool");
+    assert!(!worker.log_text().contains("panicked"));
 }
