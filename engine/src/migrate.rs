@@ -93,6 +93,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0053_attachment_sources_index.sql",
         sql: include_str!("../../sql/0053_attachment_sources_index.sql"),
     },
+    Migration {
+        version: 57,
+        name: "0057_cancelled_commands_may_have_run.sql",
+        sql: include_str!("../../sql/0057_cancelled_commands_may_have_run.sql"),
+    },
 ];
 
 /// The line of an area file after which its functions and triggers begin.
