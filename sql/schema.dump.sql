@@ -569,7 +569,7 @@ CREATE TABLE holdfast.commands (
     limit_reached text,
     live_output_bytes integer DEFAULT 0 NOT NULL,
     live_output_at timestamp with time zone,
-    CONSTRAINT commands_accepted_iff_handed_out CHECK (((state = ANY (ARRAY['queued'::text, 'failed'::text, 'cancelled'::text])) = (accepted_at IS NULL))),
+    CONSTRAINT commands_accepted_iff_handed_out CHECK (((state = 'cancelled'::text) OR ((state = ANY (ARRAY['queued'::text, 'failed'::text])) = (accepted_at IS NULL)))),
     CONSTRAINT commands_command_check CHECK ((command <> ''::text)),
     CONSTRAINT commands_finished_has_result CHECK (((state <> 'finished'::text) OR (result_state = 'finished'::text))),
     CONSTRAINT commands_limit_has_result CHECK (((limit_reached IS NULL) OR (result_state = 'finished'::text))),
@@ -1594,6 +1594,23 @@ CREATE FUNCTION holdfast.command_result_output(p_command holdfast.commands) RETU
                                       WHEN 'memory' THEN '--command-memory-mib'
                                       ELSE '--command-processes' END))
            ELSE '{}'::jsonb END
+$$;
+
+
+--
+-- Name: commands_to_stop(uuid, jsonb); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.commands_to_stop(p_machine uuid, p_commands jsonb) RETURNS uuid[]
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(array_agg(c.id ORDER BY c.id), '{}')
+      FROM holdfast.commands c
+     WHERE c.machine_id = p_machine
+       AND c.id IN (SELECT (e.value ->> 'id')::uuid
+                      FROM jsonb_array_elements(coalesce(p_commands, '[]')) e
+                     WHERE e.value ->> 'state' IN ('accepted', 'running'))
+       AND c.state = 'cancelled' AND c.accepted_at IS NOT NULL AND c.result_state IS NULL
 $$;
 
 
@@ -5990,7 +6007,8 @@ BEGIN
         PERFORM holdfast.raise('HF409', format('command %s was never accepted (it is %s)', p_command, v_command.state));
     END IF;
     UPDATE holdfast.commands
-       SET state = p_state, result_state = p_state, exit_code = p_exit_code, signal = p_signal,
+       SET state = CASE WHEN state = 'cancelled' THEN state ELSE p_state END,
+           result_state = p_state, exit_code = p_exit_code, signal = p_signal,
            timed_out = coalesce(p_timed_out, false), stdout = coalesce(p_stdout, ''),
            stderr = coalesce(p_stderr, ''), stdout_truncated = coalesce(p_stdout_truncated, false),
            stderr_truncated = coalesce(p_stderr_truncated, false), result_at = holdfast.now(),
@@ -6003,6 +6021,11 @@ BEGIN
     v_is_error := p_state = 'unknown' OR v_command.timed_out OR p_limit IS NOT NULL;
     v_data := jsonb_build_object('command_id', v_command.id, 'tool_call_id', v_command.tool_call_id,
                                  'machine_id', v_command.machine_id) || v_output;
+    IF v_command.state = 'cancelled' THEN
+        v_data := v_data || jsonb_build_object('reason', 'cancelled', 'message',
+            'The tool call was cancelled while the command ran: the machine stopped it '
+            || '(SIGTERM to its process group, then SIGKILL). It was not run again.');
+    END IF;
     IF v_call.status = 'waiting' THEN
         PERFORM holdfast.complete_waiting_call(v_call, v_output, v_is_error, v_event,
                                                v_data || jsonb_build_object('late', false));
@@ -6385,8 +6408,8 @@ CREATE FUNCTION holdfast.tg_tool_calls_cancel_command() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    UPDATE holdfast.commands SET state = 'cancelled', resolved_at = holdfast.now()
-     WHERE tool_call_id = NEW.id AND state = 'queued';
+    UPDATE holdfast.commands SET state = 'cancelled', reason = 'cancelled', resolved_at = holdfast.now()
+     WHERE tool_call_id = NEW.id AND state IN ('queued', 'accepted');
     RETURN NULL;
 END
 $$;

@@ -2,12 +2,14 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use holdfast_api::rate_limit::{parse_rate_limit, RateLimit, DEFAULT_RATE_LIMIT};
 use holdfast_api::ApiConfig;
 use holdfast_engine::connect::{self, ConnectConfig};
 use holdfast_engine::domain::AttachmentQuotas;
+use holdfast_engine::duration::parse_duration;
 use holdfast_engine::egress::EgressPolicy;
 use holdfast_engine::secrets::SecretKey;
 use holdfast_engine::store;
@@ -32,6 +34,15 @@ pub struct ApiArgs {
         value_parser = parse_rate_limit,
     )]
     rate_limit: RateLimitSetting,
+    /// How long a request may take to be answered (a stream: until its
+    /// headers); past it, 503 `timeout`. At least 1s.
+    #[arg(
+        long = "api-request-timeout",
+        env = "HOLDFAST_API_REQUEST_TIMEOUT",
+        default_value = "30s",
+        value_parser = parse_request_timeout,
+    )]
+    request_timeout: Duration,
     #[command(flatten)]
     group_commit: GroupCommitArgs,
     #[command(flatten)]
@@ -144,10 +155,21 @@ pub async fn run(db: &Database, args: ApiArgs, egress: Arc<EgressPolicy>) -> Res
         egress,
         metrics_token: args.metrics.token(),
         rate_limit: args.rate_limit,
+        request_timeout: args.request_timeout,
         group_commit: args.group_commit.settings(),
         secret_key: SecretKey::from_lookup(|name| std::env::var(name).ok())?,
         ..ApiConfig::new(db.config.clone())
     };
     holdfast_api::serve(config, listener, shutdown).await?;
     Ok(())
+}
+
+/// `--api-request-timeout`: a duration of at least a second (a claim's
+/// long-poll answers a second before it).
+fn parse_request_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = parse_duration(text)?;
+    if timeout < Duration::from_secs(1) {
+        return Err(format!("{text}: the request timeout must be at least 1s"));
+    }
+    Ok(timeout)
 }

@@ -98,6 +98,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0054_model_step_config_version.sql",
         sql: include_str!("../../sql/0054_model_step_config_version.sql"),
     },
+    Migration {
+        version: 57,
+        name: "0057_cancelled_commands_may_have_run.sql",
+        sql: include_str!("../../sql/0057_cancelled_commands_may_have_run.sql"),
+    },
 ];
 
 /// The line of an area file after which its functions and triggers begin.

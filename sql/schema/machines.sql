@@ -51,9 +51,11 @@ CREATE INDEX machines_project_idx ON holdfast.machines (project_id, id);
 CREATE UNIQUE INDEX machines_live_name_unique ON holdfast.machines (project_id, name) WHERE (deleted_at IS NULL);
 
 -- One command per run_command tool call. `reason` says why the server
--- decided an outcome without the machine's result (failed, unreachable, or
--- unknown after a daemon restart); it stays when a late result arrives, as
--- the record of what the agent was given. The result columns hold what the
+-- decided an outcome without the machine's result (failed, unreachable,
+-- unknown after a daemon restart, cancelled); it stays when a late result
+-- arrives, as the record of what the agent was given. A cancelled command
+-- may have been accepted (accepted_at): its daemon then stops its process
+-- and reports the result. The result columns hold what the
 -- machine reported, whenever it arrived.
 CREATE TABLE holdfast.commands (
     id uuid DEFAULT holdfast.uuid_v7() NOT NULL,
@@ -89,7 +91,7 @@ CREATE TABLE holdfast.commands (
     live_output_bytes integer DEFAULT 0 NOT NULL,
     live_output_at timestamptz,
     CONSTRAINT commands_live_output_bytes_check CHECK (live_output_bytes >= 0),
-    CONSTRAINT commands_accepted_iff_handed_out CHECK ((state IN ('queued', 'failed', 'cancelled')) = (accepted_at IS NULL)),
+    CONSTRAINT commands_accepted_iff_handed_out CHECK ((state = 'cancelled') OR ((state IN ('queued', 'failed')) = (accepted_at IS NULL))),
     CONSTRAINT commands_command_check CHECK (command <> ''),
     CONSTRAINT commands_finished_has_result CHECK ((state <> 'finished') OR (result_state = 'finished')),
     CONSTRAINT commands_limit_has_result CHECK ((limit_reached IS NULL) OR (result_state = 'finished')),
@@ -321,20 +323,38 @@ BEGIN
 END
 $$;
 
--- A queued command whose tool call is cancelled (its turn was cancelled or
--- failed) is never handed out. An accepted one runs on; its result is
--- recorded when it comes (late: true).
+-- A command whose tool call is cancelled (its turn was cancelled or
+-- failed) is cancelled with it: a queued one is never handed out; an
+-- accepted one is named in its daemon's next heartbeat answer
+-- (commands_to_stop), and the daemon stops its process and reports what it
+-- came to, recorded with late: true and reason `cancelled`
+-- (submit_command_result). Neither is ever handed out again.
 CREATE OR REPLACE FUNCTION holdfast.tg_tool_calls_cancel_command() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE holdfast.commands SET state = 'cancelled', resolved_at = holdfast.now()
-     WHERE tool_call_id = NEW.id AND state = 'queued';
+    UPDATE holdfast.commands SET state = 'cancelled', reason = 'cancelled', resolved_at = holdfast.now()
+     WHERE tool_call_id = NEW.id AND state IN ('queued', 'accepted');
     RETURN NULL;
 END
 $$;
 CREATE TRIGGER _300_cancel_command AFTER UPDATE OF status ON holdfast.tool_calls
     FOR EACH ROW WHEN (NEW.status = 'cancelled' AND OLD.status <> 'cancelled' AND NEW.kind = 'command')
     EXECUTE FUNCTION holdfast.tg_tool_calls_cancel_command();
+
+-- The commands of a daemon's report (p_commands, as machine_heartbeat takes
+-- it) that its machine must stop: cancelled after they were accepted, with
+-- no result yet. The heartbeat's answer names them; the daemon ends their
+-- processes and reports their results. Reads only.
+CREATE OR REPLACE FUNCTION holdfast.commands_to_stop(p_machine uuid, p_commands jsonb)
+RETURNS uuid[] LANGUAGE sql STABLE AS $$
+    SELECT coalesce(array_agg(c.id ORDER BY c.id), '{}')
+      FROM holdfast.commands c
+     WHERE c.machine_id = p_machine
+       AND c.id IN (SELECT (e.value ->> 'id')::uuid
+                      FROM jsonb_array_elements(coalesce(p_commands, '[]')) e
+                     WHERE e.value ->> 'state' IN ('accepted', 'running'))
+       AND c.state = 'cancelled' AND c.accepted_at IS NOT NULL AND c.result_state IS NULL
+$$;
 
 -- Register a machine in a project. The token (new_machine_token) is
 -- returned here once and stored only as its SHA-256 (holdfast.api_key_hash:
@@ -579,7 +599,8 @@ $$;
 --   The agent already moved on (machine_unreachable, unknown after a daemon
 --     restart, a cancelled turn): the result is kept on the command and
 --     recorded as the same event with late: true; the tool call keeps what
---     it has. Returns 'late'.
+--     it has. A cancelled command stays cancelled, and its event says so
+--     (reason `cancelled`): the daemon stopped it. Returns 'late'.
 --   The same result again (a daemon resending after a restart): nothing
 --     changes, no event. Returns 'duplicate'. A different result: HF409.
 --
@@ -630,7 +651,8 @@ BEGIN
         PERFORM holdfast.raise('HF409', format('command %s was never accepted (it is %s)', p_command, v_command.state));
     END IF;
     UPDATE holdfast.commands
-       SET state = p_state, result_state = p_state, exit_code = p_exit_code, signal = p_signal,
+       SET state = CASE WHEN state = 'cancelled' THEN state ELSE p_state END,
+           result_state = p_state, exit_code = p_exit_code, signal = p_signal,
            timed_out = coalesce(p_timed_out, false), stdout = coalesce(p_stdout, ''),
            stderr = coalesce(p_stderr, ''), stdout_truncated = coalesce(p_stdout_truncated, false),
            stderr_truncated = coalesce(p_stderr_truncated, false), result_at = holdfast.now(),
@@ -643,6 +665,11 @@ BEGIN
     v_is_error := p_state = 'unknown' OR v_command.timed_out OR p_limit IS NOT NULL;
     v_data := jsonb_build_object('command_id', v_command.id, 'tool_call_id', v_command.tool_call_id,
                                  'machine_id', v_command.machine_id) || v_output;
+    IF v_command.state = 'cancelled' THEN
+        v_data := v_data || jsonb_build_object('reason', 'cancelled', 'message',
+            'The tool call was cancelled while the command ran: the machine stopped it '
+            || '(SIGTERM to its process group, then SIGKILL). It was not run again.');
+    END IF;
     IF v_call.status = 'waiting' THEN
         PERFORM holdfast.complete_waiting_call(v_call, v_output, v_is_error, v_event,
                                                v_data || jsonb_build_object('late', false));

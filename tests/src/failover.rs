@@ -4,17 +4,30 @@
 //! primary was, so the pair can fail over again. Clients reach it with one
 //! multi-host config (`target_session_attrs=read-write`) that finds
 //! whichever side is the primary. Both are stopped and removed on drop.
+//! [`FailoverPair::serve_tls`] makes both sides serve TLS over TCP too, as a
+//! managed Postgres does, for clients that connect with `sslmode=verify-full`.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use holdfast_engine::cluster::{ClusterOptions, LocalCluster};
+use holdfast_engine::cluster::{ClusterOptions, LocalCluster, SUPERUSER};
 use holdfast_engine::connect::ConnectConfig;
 use holdfast_engine::migrate;
 use tokio_postgres::Client;
 use uuid::Uuid;
 
+use rcgen::{CertificateParams, DnType, KeyPair};
+
+use crate::tls_cluster::{install_server_certificate, PASSWORD};
+use crate::tls_server::certificate_authority;
 use crate::wait_until;
+
+/// The TCP address side `i` serves TLS on after [`FailoverPair::serve_tls`]
+/// (loopback has all of 127.0.0.0/8, so both sides keep port 5432, which
+/// also names their sockets).
+fn tls_address(side: usize) -> String {
+    format!("127.0.0.{}", side + 2)
+}
 
 pub struct FailoverPair {
     /// Index 0 and 1 are the two places (data and socket directories);
@@ -71,6 +84,81 @@ impl FailoverPair {
             "host={} port=5432,5432 user={} dbname=postgres target_session_attrs=read-write",
             sockets.join(","),
             holdfast_engine::cluster::SUPERUSER
+        ))
+        .unwrap()
+    }
+
+    /// Make both sides serve TLS over TCP as well (they keep their sockets,
+    /// which replication and this harness use): side `i` on
+    /// `127.0.0.{i+2}:5432`, with one certificate for both addresses from a
+    /// CA made here, `hostssl` lines with SCRAM passwords, and the
+    /// superuser's password [`PASSWORD`]. Each side is restarted (the
+    /// standby first). For one failover: a standby built later copies the
+    /// primary's configuration, its address included.
+    pub async fn serve_tls(&mut self) {
+        let primary = connect_to(self.sides[self.primary].as_ref().unwrap()).await;
+        primary
+            .batch_execute(&format!("ALTER ROLE {SUPERUSER} PASSWORD '{PASSWORD}'"))
+            .await
+            .unwrap();
+        let (ca, ca_pem) = certificate_authority("Holdfast failover test CA");
+        let server_key = KeyPair::generate().unwrap();
+        let mut server = CertificateParams::new(vec![tls_address(0), tls_address(1)]).unwrap();
+        server
+            .distinguished_name
+            .push(DnType::CommonName, "holdfast-failover-pair");
+        let server_cert = server.signed_by(&server_key, &ca).unwrap();
+        std::fs::write(self.tls_ca_file(), ca_pem).unwrap();
+        for side in [1 - self.primary, self.primary] {
+            let cluster = self.sides[side].take().unwrap();
+            let data = cluster.data_dir();
+            install_server_certificate(&data, &server_cert.pem(), &server_key.serialize_pem());
+            let conf = data.join("postgresql.conf");
+            let mut text = std::fs::read_to_string(&conf).unwrap();
+            text.push_str(&format!(
+                "\n# TLS over TCP, as a managed Postgres serves it\n\
+                 listen_addresses = '{}'\nssl = on\nssl_cert_file = 'server.crt'\n\
+                 ssl_key_file = 'server.key'\n",
+                tls_address(side)
+            ));
+            std::fs::write(&conf, text).unwrap();
+            // First: the cluster's own lines reject every TCP connection.
+            let hba = data.join("pg_hba.conf");
+            let text = std::fs::read_to_string(&hba).unwrap();
+            std::fs::write(
+                &hba,
+                format!("hostssl all all 127.0.0.0/8 scram-sha-256\n{text}"),
+            )
+            .unwrap();
+            let cluster = tokio::task::spawn_blocking(move || {
+                cluster.stop().expect("stop a side to serve TLS");
+                cluster.restart().expect("restart a side serving TLS");
+                cluster
+            })
+            .await
+            .unwrap();
+            self.sides[side] = Some(cluster);
+        }
+    }
+
+    /// The CA of [`Self::serve_tls`] (PEM), beside the first side's data:
+    /// removed with the pair.
+    fn tls_ca_file(&self) -> PathBuf {
+        self.dirs[0].join("tls-ca.pem")
+    }
+
+    /// After [`Self::serve_tls`]: every process's config to reach the pair
+    /// over TLS, `host=a,b target_session_attrs=read-write
+    /// sslmode=verify-full sslrootcert=CA`.
+    pub fn tls_config(&self) -> ConnectConfig {
+        let ca_file = self.tls_ca_file();
+        assert!(ca_file.exists(), "serve_tls first");
+        ConnectConfig::parse(&format!(
+            "host={},{} port=5432,5432 user={SUPERUSER} password={PASSWORD} dbname=postgres \
+             target_session_attrs=read-write sslmode=verify-full sslrootcert={}",
+            tls_address(0),
+            tls_address(1),
+            ca_file.display()
         ))
         .unwrap()
     }

@@ -6,7 +6,8 @@
 //!   call counts first and then waits for [`McpTestServer::release_calls`]
 //!   (the counter shows the tool ran; the caller has no answer yet).
 //! - `fail`: answers with `isError: true`.
-//! - `echo`: answers its arguments as text and as `structuredContent`.
+//! - `echo`: answers its arguments as text and as `structuredContent`;
+//!   while [`McpTestServer::hold_calls`] is armed, it waits too.
 //! - `binary`: answers text holding U+0000, as a tool that reads a binary
 //!   file would (Postgres text can't store it).
 //! - `chart`: answers text, a PNG and an SVG image.
@@ -141,6 +142,8 @@ impl ServerHandler for TestTools {
             )])
             .into()),
             "echo" => {
+                let mut holding = self.shared.holding.subscribe();
+                let _ = holding.wait_for(|holding| !*holding).await;
                 let mut result = CallToolResult::success(vec![ContentBlock::text(
                     Value::Object(arguments.clone()).to_string(),
                 )]);

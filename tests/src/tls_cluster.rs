@@ -5,7 +5,7 @@
 //! what clients give as `sslrootcert`.
 
 use std::os::unix::fs::{chown, MetadataExt, PermissionsExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use rcgen::{CertificateParams, DnType, KeyPair};
 
@@ -14,6 +14,19 @@ use crate::{PrivateCluster, ScratchDir};
 
 /// The superuser's password on a [`TlsCluster`].
 pub const PASSWORD: &str = "tls-test-password";
+
+/// Write `server.crt` and `server.key` into the data directory `data`,
+/// owned by the server's user and private to it (or Postgres refuses to
+/// start), for `ssl_cert_file = 'server.crt'`, `ssl_key_file = 'server.key'`.
+pub fn install_server_certificate(data: &Path, cert_pem: &str, key_pem: &str) {
+    let owner = std::fs::metadata(data).unwrap();
+    for (name, contents) in [("server.crt", cert_pem), ("server.key", key_pem)] {
+        let path = data.join(name);
+        std::fs::write(&path, contents).unwrap();
+        chown(&path, Some(owner.uid()), Some(owner.gid())).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+}
 
 pub struct TlsCluster {
     pub cluster: PrivateCluster,
@@ -54,19 +67,8 @@ impl TlsCluster {
         std::fs::write(&ca_file, ca_pem).unwrap();
         std::fs::write(&other_ca_file, other_ca_pem).unwrap();
 
-        // The key must belong to the server's user and be private to it,
-        // or Postgres refuses to start.
         let data = cluster.cluster.data_dir();
-        let owner = std::fs::metadata(&data).unwrap();
-        for (name, contents) in [
-            ("server.crt", server_cert.pem()),
-            ("server.key", server_key.serialize_pem()),
-        ] {
-            let path = data.join(name);
-            std::fs::write(&path, contents).unwrap();
-            chown(&path, Some(owner.uid()), Some(owner.gid())).unwrap();
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        }
+        install_server_certificate(&data, &server_cert.pem(), &server_key.serialize_pem());
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("find a free port")

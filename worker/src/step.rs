@@ -110,29 +110,44 @@ async fn finish(
     unsaved(claim, &error)
 }
 
-/// Save `result`, waiting out a full disk. Postgres refusing the write for
-/// want of space is no fault of the step: saved as a step failure, each
-/// retry would call the model again (each call paid for) and the last would
-/// fail the turn. The result is kept instead and saved again after a
-/// backoff, for as long as the worker renews the lease; a stop (lease lost,
-/// cancel, drain) ends the wait with the refused write's error.
+/// Save `result`, waiting out a full disk ([`waiting_out_a_full_disk`]).
 async fn save_waiting_out_a_full_disk(
     deps: &StepDeps,
     claim: Claim,
     result: StepResult,
     stop: &StopSignal,
 ) -> Result<StepOutcome> {
+    waiting_out_a_full_disk(claim, stop, || save(deps, claim, result.clone())).await
+}
+
+/// Make one of a step's writes (its result, or a tool result mid-batch),
+/// waiting out a full disk. Postgres refusing the write for want of space
+/// is no fault of the step: counted as a step failure, each retry would do
+/// the work again (a model call paid for, a tool's IO repeated) and the
+/// last would fail the turn. What was to be written is kept instead and
+/// written again after a backoff, for as long as the worker renews the
+/// lease; a stop (lease lost, cancel, drain) ends the wait with the refused
+/// write's error.
+pub(crate) async fn waiting_out_a_full_disk<T, W, F>(
+    claim: Claim,
+    stop: &StopSignal,
+    mut write: W,
+) -> Result<T>
+where
+    W: FnMut() -> F,
+    F: Future<Output = Result<T>>,
+{
     let mut attempt = 0;
     loop {
-        let error = match save(deps, claim, result.clone()).await {
+        let error = match write().await {
             Err(error) if error.is_storage_full() => error,
-            saved => return saved,
+            written => return written,
         };
         metrics::counter!("holdfast_storage_full_total", "process" => "worker").increment(1);
         attempt += 1;
         let delay = FULL_DISK_BACKOFF.delay(attempt, None);
         tracing::error!(agent_id = %claim.agent_id, %error, ?delay,
-            "Postgres is out of disk space: the step's result is kept and saved again after a delay");
+            "Postgres is out of disk space: what the step wrote is kept and written again after a delay");
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
             _ = stop.stopped() => return Err(error),
@@ -248,7 +263,7 @@ async fn decide_and_run(
             tracing::debug!(calls = calls.len(), "tool batch");
             // Boxed, as the tool definitions below: a step future's size is
             // that of its largest state, and each in-flight step holds one.
-            Box::pin(toolbox::run_batch(deps, claim, context, calls)).await?;
+            Box::pin(toolbox::run_batch(deps, claim, stop, context, calls)).await?;
             Ok(StepResult::BatchDone)
         }
         NextAction::Model => model_step(deps, claim, stop, context).await,

@@ -22,6 +22,8 @@ use serde_json::{json, Value};
 
 use crate::deps::StepDeps;
 use crate::spans;
+use crate::step::waiting_out_a_full_disk;
+use crate::stop::StopSignal;
 use crate::tools::mcp::McpServerConfig;
 use crate::tools::schema::validate_input;
 use crate::tools::web_fetch::{web_fetch, web_fetch_definition};
@@ -241,6 +243,7 @@ fn run_command_definition() -> ToolDefinition {
 pub async fn run_batch(
     deps: &StepDeps,
     claim: Claim,
+    stop: &StopSignal,
     context: &StepContext,
     calls: Vec<ToolCallRecord>,
 ) -> Result<()> {
@@ -252,16 +255,17 @@ pub async fn run_batch(
         let tool = match checked_tool(&context.config, &call) {
             Ok(tool) => tool,
             Err(output) => {
-                commit(deps, claim, &call, output).await?;
+                commit(deps, claim, stop, &call, output).await?;
                 continue;
             }
         };
         match call.kind {
             ToolKind::External => {
-                {
+                waiting_out_a_full_disk(claim, stop, || async {
                     let client = deps.pool.get().await?;
-                    store::start_tool_call(&store::Pooled(&client), claim, call.id).await?;
-                }
+                    store::start_tool_call(&store::Pooled(&client), claim, call.id).await
+                })
+                .await?;
                 let server = match tool {
                     ToolEntry::Mcp { url, .. } => reqwest::Url::parse(url).ok(),
                     _ => None,
@@ -271,14 +275,14 @@ pub async fn run_batch(
                     .with_context(span.clone())
                     .await;
                 spans::end_tool_call(&span, output.is_error);
-                commit(deps, claim, &call, output).await?;
+                commit(deps, claim, stop, &call, output).await?;
             }
-            ToolKind::Internal => spawn_subagent(deps, claim, context, tool, &call).await?,
+            ToolKind::Internal => spawn_subagent(deps, claim, stop, context, tool, &call).await?,
             // Waiting kinds never reach a batch as pending: checked_tool()
             // caught the only way they could (invalid input).
             ToolKind::Custom | ToolKind::Question | ToolKind::Command => {
                 let output = ToolOutput::error(format!("Tool {:?} cannot run here.", call.name));
-                commit(deps, claim, &call, output).await?;
+                commit(deps, claim, stop, &call, output).await?;
             }
         }
     }
@@ -314,20 +318,27 @@ fn checked_tool<'a>(
     Ok(tool)
 }
 
+/// Commit a call's result, waiting out a full disk: the tool has run, and
+/// a refused save must not make its step a failure (whose retry would find
+/// the call interrupted and its result lost).
 async fn commit(
     deps: &StepDeps,
     claim: Claim,
+    stop: &StopSignal,
     call: &ToolCallRecord,
     output: ToolOutput,
 ) -> Result<()> {
-    let client = deps.pool.get().await?;
-    store::commit_tool_result(
-        &store::Pooled(&client),
-        claim,
-        call.id,
-        &output.output,
-        output.is_error,
-    )
+    waiting_out_a_full_disk(claim, stop, || async {
+        let client = deps.pool.get().await?;
+        store::commit_tool_result(
+            &store::Pooled(&client),
+            claim,
+            call.id,
+            &output.output,
+            output.is_error,
+        )
+        .await
+    })
     .await?;
     Ok(())
 }
@@ -365,6 +376,7 @@ async fn run_external(deps: &StepDeps, tool: &ToolEntry, call: &ToolCallRecord) 
 async fn spawn_subagent(
     deps: &StepDeps,
     claim: Claim,
+    stop: &StopSignal,
     context: &StepContext,
     tool: &ToolEntry,
     call: &ToolCallRecord,
@@ -404,7 +416,7 @@ async fn spawn_subagent(
                 field.unwrap_or_default()
             ));
             drop(client);
-            commit(deps, claim, call, output).await
+            commit(deps, claim, stop, call, output).await
         }
         Err(e) => Err(e),
     }

@@ -1,5 +1,5 @@
 //! `/v1/machine/...`, the daemon's routes, with its machine token:
-//! heartbeats, long-poll claims (each returned command is accepted, and no
+//! heartbeats (whose answers name the commands to stop), long-poll claims (each returned command is accepted, and no
 //! claim returns it again), live output while a command runs, and results.
 //!
 //! The claim long-poll waits for a hint between claims: the `holdfast_commands`
@@ -46,7 +46,8 @@ pub const CLAIM_POLL_WITHOUT_LISTEN: Duration = Duration::from_millis(500);
 const DEFAULT_CLAIM_MAX: i32 = 10;
 
 /// Record a heartbeat: the machine is online, and a wake attempt (if any)
-/// has succeeded.
+/// has succeeded. The answer names the reported commands whose tool calls
+/// were cancelled since they were accepted: the daemon stops them.
 #[utoipa::path(
     post,
     path = "/v1/machine/heartbeat",
@@ -86,6 +87,7 @@ pub async fn heartbeat(
     Ok(Json(HeartbeatView {
         machine_id: machine.machine_id,
         heartbeat_at: recorded.heartbeat_at,
+        cancelled_commands: recorded.cancelled_commands,
     }))
 }
 

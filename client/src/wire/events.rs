@@ -375,7 +375,9 @@ pub struct CommandOutcomeData {
     /// Why it failed or is unknown: `machine_not_configured`,
     /// `unknown_machine`, `invalid_input`, `accept_timeout`,
     /// `machine_offline`, `machine_deleted`, `daemon_lost_record`,
-    /// `cpu_time_limit`, `memory_limit`, `process_limit`.
+    /// `cpu_time_limit`, `memory_limit`, `process_limit`; `cancelled` on
+    /// the late result of a command its machine stopped because its call
+    /// was cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

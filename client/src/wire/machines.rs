@@ -222,6 +222,11 @@ impl From<&Heartbeat> for HeartbeatRequest {
 pub struct HeartbeatView {
     pub machine_id: Uuid,
     pub heartbeat_at: DateTime<Utc>,
+    /// Commands of this heartbeat's report whose tool calls were cancelled
+    /// after they were accepted: end their processes (SIGTERM to the
+    /// process group, SIGKILL after a grace) and report their results.
+    #[serde(default)]
+    pub cancelled_commands: Vec<Uuid>,
 }
 
 /// A command handed to this machine: run it once.

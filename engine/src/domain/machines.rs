@@ -95,11 +95,14 @@ pub struct Heartbeat {
 }
 
 /// What a heartbeat did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeartbeatRecorded {
     pub heartbeat_at: DateTime<Utc>,
     /// The live session this start took the machine over from.
     pub replaced_session: Option<Uuid>,
+    /// The reported commands whose tool calls were cancelled after they
+    /// were accepted: the daemon stops them.
+    pub cancelled_commands: Vec<Uuid>,
 }
 
 /// A command handed to a machine by a claim: run it once.

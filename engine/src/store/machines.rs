@@ -118,8 +118,8 @@ pub async fn machine_heartbeat(
     })?;
     let row = client
         .query_one(
-            "SELECT heartbeat_at, replaced_session \
-               FROM holdfast.machine_heartbeat($1, $2, $3, $4, $5, $6, $7)",
+            "SELECT h.heartbeat_at, h.replaced_session, holdfast.commands_to_stop($1, $2) \
+               FROM holdfast.machine_heartbeat($1, $2, $3, $4, $5, $6, $7) h",
             &[
                 &machine,
                 &commands,
@@ -134,6 +134,7 @@ pub async fn machine_heartbeat(
     Ok(HeartbeatRecorded {
         heartbeat_at: row.get(0),
         replaced_session: row.get(1),
+        cancelled_commands: row.get(2),
     })
 }
 

@@ -560,7 +560,8 @@ export interface paths {
         put?: never;
         /**
          * Record a heartbeat: the machine is online, and a wake attempt (if any)
-         *     has succeeded.
+         *     has succeeded. The answer names the reported commands whose tool calls
+         *     were cancelled since they were accepted: the daemon stops them.
          */
         post: operations["heartbeat"];
         delete?: never;
@@ -1361,7 +1362,9 @@ export interface components {
              * @description Why it failed or is unknown: `machine_not_configured`,
              *     `unknown_machine`, `invalid_input`, `accept_timeout`,
              *     `machine_offline`, `machine_deleted`, `daemon_lost_record`,
-             *     `cpu_time_limit`, `memory_limit`, `process_limit`.
+             *     `cpu_time_limit`, `memory_limit`, `process_limit`; `cancelled` on
+             *     the late result of a command its machine stopped because its call
+             *     was cancelled.
              */
             reason?: string | null;
             /** Format: int64 */
@@ -1796,6 +1799,12 @@ export interface components {
             started?: boolean;
         };
         HeartbeatView: {
+            /**
+             * @description Commands of this heartbeat's report whose tool calls were cancelled
+             *     after they were accepted: end their processes (SIGTERM to the
+             *     process group, SIGKILL after a grace) and report their results.
+             */
+            cancelled_commands?: string[];
             /** Format: date-time */
             heartbeat_at: string;
             /** Format: uuid */

@@ -16,10 +16,11 @@ use holdfast_tests::api_server::{error_of, project_key, ApiServer};
 use holdfast_tests::partition_proxy::PartitionProxy;
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{
-    agent_with_input, count_events, last_event_data, spawn_worker, wait_for_event,
+    agent_with_input, count_events, free_port, last_event_data, spawn_api_on, spawn_worker,
+    wait_for_event,
 };
 use holdfast_tests::{new_agent, wait_until, MaintenanceLoop, PrivateCluster, ScratchDir, TestDb};
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -131,16 +132,24 @@ async fn a_partitioned_api_answers_503_in_bounded_time_and_an_input_retried_afte
     tokio::spawn(connection);
     let (project, key) = project_key(&client).await;
     let agent = new_agent(&client, project).await;
+    // A real `server api` process with its request timeout set.
     let request_timeout = Duration::from_secs(3);
-    let api = ApiServer::start_on(&proxy.config("postgres"), |config| {
-        config.request_timeout = request_timeout;
-    })
+    let port = free_port();
+    let _api = spawn_api_on(
+        "partitioned-api",
+        &proxy.config("postgres"),
+        port,
+        &[("HOLDFAST_API_REQUEST_TIMEOUT", "3s")],
+    )
     .await;
-    let agent_path = format!("/v1/agents/{agent}");
-    let input_path = format!("/v1/agents/{agent}/inputs");
-    let read = || api.request(Method::GET, &agent_path, &key);
+    let http = holdfast_engine::outbound::client_builder().build().unwrap();
+    let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
+    let agent_url = url(&format!("/v1/agents/{agent}"));
+    let input_url = url(&format!("/v1/agents/{agent}/inputs"));
+    let read = || http.get(&agent_url).bearer_auth(&key);
     let write = || {
-        api.request(Method::POST, &input_path, &key)
+        http.post(&input_url)
+            .bearer_auth(&key)
             .header("Idempotency-Key", "sent-into-the-partition")
             .json(&json!({"content": "hello"}))
     };
@@ -151,7 +160,7 @@ async fn a_partitioned_api_answers_503_in_bounded_time_and_an_input_retried_afte
     // instead of hanging.
     proxy.cut();
     let (ready, got, sent) = tokio::join!(
-        timed_error(api.http.get(api.url("/readyz"))),
+        timed_error(http.get(url("/readyz"))),
         timed_error(read()),
         timed_error(write()),
     );
@@ -173,12 +182,7 @@ async fn a_partitioned_api_answers_503_in_bounded_time_and_an_input_retried_afte
         assert!(took < request_timeout + margin, "answered after {took:?}");
     }
     assert_eq!(
-        api.http
-            .get(api.url("/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
+        http.get(url("/healthz")).send().await.unwrap().status(),
         StatusCode::OK,
         "the process itself stays alive"
     );

@@ -1,7 +1,8 @@
 //! Postgres over TLS, against a real TLS-only server (`ssl = on`,
 //! `hostssl` lines only, SCRAM passwords): real `holdfast` processes run a
-//! turn over `sslmode=verify-full`, and the ways a connection can fail say
-//! their cause in one line.
+//! turn over `sslmode=verify-full`, also across a failover from a primary
+//! to its synchronous standby, and the ways a connection can fail say their
+//! cause in one line.
 
 use std::process::Command;
 use std::time::Duration;
@@ -9,9 +10,14 @@ use std::time::Duration;
 use holdfast_engine::connect::ConnectConfig;
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
+use holdfast_tests::api_server::project_key;
+use holdfast_tests::failover::FailoverPair;
 use holdfast_tests::process::holdfast_bin;
-use holdfast_tests::scenario::{spawn_api, spawn_worker, wait_for_event};
+use holdfast_tests::scenario::{
+    count_events, free_port, spawn_api, spawn_api_on, spawn_worker, wait_for_event, wait_for_events,
+};
 use holdfast_tests::tls_cluster::TlsCluster;
+use holdfast_tests::wait_until;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio_postgres::Client;
@@ -199,5 +205,142 @@ async fn connection_failures_name_their_cause_in_one_line() {
             .await
             .unwrap_or_else(|e| panic!("{host} {params}: {e}"));
         assert!(uses_tls(&client).await, "{host} {params}");
+    }
+}
+
+/// The TCP sessions of other clients on the server `client` is on, as
+/// (application_name, ssl).
+async fn tcp_sessions(client: &Client) -> Vec<(String, bool)> {
+    client
+        .query(
+            "SELECT a.application_name, s.ssl FROM pg_stat_activity a \
+             JOIN pg_stat_ssl s USING (pid) \
+             WHERE a.client_addr IS NOT NULL AND a.backend_type = 'client backend' \
+               AND a.pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn processes_reconnect_over_verify_full_tls_to_a_promoted_standby_and_lose_nothing() {
+    let mut pair = FailoverPair::start().await;
+    pair.serve_tls().await;
+    let config = pair.tls_config();
+    // The harness's own sessions go through the sockets.
+    let (client, connection) = pair.config().connect().await.unwrap();
+    tokio::spawn(connection);
+    let (project, key) = project_key(&client).await;
+    let fake = FakeProvider::start().await;
+    fake.set_default(Reply::text("answered"));
+    let _worker = spawn_worker(
+        "tls-failover-worker",
+        &config,
+        &fake,
+        &[
+            ("HOLDFAST_LEASE_TTL", "10s"),
+            ("HOLDFAST_LEASE_RENEW_INTERVAL", "2s"),
+        ],
+    );
+    let port = free_port();
+    let _api = spawn_api_on("tls-failover-api", &config, port, &[]).await;
+    let base = format!("http://127.0.0.1:{port}");
+    let http = holdfast_engine::outbound::client_builder().build().unwrap();
+    // Sent until answered 201 (503 while the API reconnects), with one
+    // Idempotency-Key: at most one input per key.
+    let send = |agent: uuid::Uuid, text: String| {
+        let http = http.clone();
+        let url = format!("{base}/v1/agents/{agent}/inputs");
+        let key = key.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                let answer = http
+                    .post(&url)
+                    .bearer_auth(&key)
+                    .header("Idempotency-Key", &text)
+                    .json(&json!({"content": text}))
+                    .send()
+                    .await
+                    .unwrap();
+                match answer.status() {
+                    StatusCode::CREATED | StatusCode::OK => return,
+                    StatusCode::SERVICE_UNAVAILABLE if tokio::time::Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    other => panic!("{text}: {other}: {}", answer.text().await.unwrap()),
+                }
+            }
+        }
+    };
+    let agents: Vec<uuid::Uuid> = {
+        let mut agents = Vec::new();
+        for _ in 0..3 {
+            agents.push(holdfast_tests::new_agent(&client, project).await);
+        }
+        agents
+    };
+    for (i, agent) in agents.iter().enumerate() {
+        send(*agent, format!("before-{i}")).await;
+    }
+    for agent in &agents {
+        wait_for_event(&client, *agent, "turn.completed", Duration::from_secs(60)).await;
+    }
+    let before = tcp_sessions(&client).await;
+    assert!(before.len() >= 2, "API and worker sessions: {before:?}");
+    assert!(before.iter().all(|(_, ssl)| *ssl), "{before:?}");
+
+    pair.kill_primary();
+    pair.promote_standby().await;
+    let (client, connection) = pair.config().connect().await.unwrap();
+    tokio::spawn(connection);
+    for (i, agent) in agents.iter().enumerate() {
+        send(*agent, format!("after-{i}")).await;
+    }
+    for agent in &agents {
+        wait_for_events(
+            &client,
+            *agent,
+            "turn.completed",
+            2,
+            Duration::from_secs(90),
+        )
+        .await;
+    }
+
+    // The processes found the new primary by themselves, over verify-full
+    // TLS: the API's LISTEN session among them.
+    wait_until(
+        Duration::from_secs(30),
+        "the API's LISTEN session on the new primary",
+        || async {
+            tcp_sessions(&client)
+                .await
+                .iter()
+                .any(|(name, _)| name == holdfast_api::fanout::LISTEN_APPLICATION_NAME)
+        },
+    )
+    .await;
+    let after = tcp_sessions(&client).await;
+    assert!(after.len() >= 2, "API and worker sessions: {after:?}");
+    assert!(after.iter().all(|(_, ssl)| *ssl), "{after:?}");
+    // Nothing acknowledged was lost: every input answered 201, before the
+    // kill and after, is there once, with its turn.
+    for agent in &agents {
+        let inputs: i64 = client
+            .query_one(
+                "SELECT count(*) FROM holdfast.inputs WHERE agent_id = $1",
+                &[agent],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(inputs, 2);
+        assert_eq!(count_events(&client, *agent, "turn.completed").await, 2);
+        assert_eq!(count_events(&client, *agent, "model.response").await, 2);
     }
 }

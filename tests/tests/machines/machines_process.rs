@@ -338,6 +338,178 @@ async fn a_daemon_killed_mid_command_and_restarted_runs_nothing_twice_and_the_tu
     );
 }
 
+/// The host pids of the processes whose command line holds `needle` (read
+/// from /proc; a zombie's command line is empty, so a process that exited
+/// and was not yet reaped does not count).
+fn processes_with(needle: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            cmdline.contains(needle).then_some(pid)
+        })
+        .collect()
+}
+
+/// Bounds the time from a cancel to the command's processes being gone: a
+/// heartbeat (200 ms in these tests), then SIGTERM and, past the stop grace
+/// (5 s), SIGKILL, with room for a loaded machine.
+const STOPPED_WITHIN: Duration = Duration::from_secs(20);
+
+/// A command that marks that it ran, then sleeps for `secs` (a number
+/// no other process here sleeps for, so /proc finds its processes).
+fn sleeping_command(secs: u32) -> String {
+    format!("echo ran >> marker; sleep {secs}")
+}
+
+/// Cancel the agent's turn through the API and wait for `turn.cancelled`.
+async fn cancel_turn(rig: &Rig, agent: Uuid) {
+    rig.server
+        .client(&rig.key)
+        .cancel_agent(agent)
+        .await
+        .unwrap();
+    wait_for_event(&rig.client, agent, "turn.cancelled", WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancelling_an_accepted_command_stops_its_process_and_no_daemon_runs_it_again() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let (machine, token) = rig.register("box").await;
+    let state = rig.dir.state("state");
+    let mut first = rig.daemon("daemon-1", &token, &state);
+    let _worker = rig.worker("w");
+    let needle = "sleep 7301";
+    let agent = rig.agent_running(machine, &sleeping_command(7301)).await;
+    rig.wait_for_marker().await;
+    wait_until(WAIT, "the command's sleep runs", || async {
+        !processes_with(needle).is_empty()
+    })
+    .await;
+
+    cancel_turn(&rig, agent).await;
+    let cancelled_at = std::time::Instant::now();
+    wait_until(
+        STOPPED_WITHIN,
+        "the command's processes are gone",
+        || async { processes_with(needle).is_empty() },
+    )
+    .await;
+    let took = cancelled_at.elapsed();
+
+    // The outcome is on the timeline: the turn was cancelled, and the
+    // machine's report of the stopped command is recorded as cancelled.
+    wait_for_event(&rig.client, agent, "command.finished", WAIT).await;
+    assert_eq!(count_events(&rig.client, agent, "turn.cancelled").await, 1);
+    let finished = last_event_data(&rig.client, agent, "command.finished").await;
+    assert_eq!(finished["late"], true, "{finished}");
+    assert_eq!(finished["reason"], "cancelled", "{finished}");
+    assert_eq!(
+        finished["exit_code"],
+        Value::Null,
+        "killed by a signal: {finished}"
+    );
+    assert!(finished["signal"].is_number(), "{finished}");
+    assert_eq!(rig.command_state(agent).await, "cancelled");
+    assert!(took < STOPPED_WITHIN, "stopped in {took:?}");
+
+    // A restarted daemon (same journal) runs nothing again, and no claim
+    // hands the command out again.
+    let first_session = daemon_session(&rig.client, machine).await;
+    first.signal("KILL");
+    first.wait_exit(WAIT).await;
+    let _second = rig.daemon("daemon-2", &token, &state);
+    wait_until(WAIT, "the second daemon serves the machine", || async {
+        daemon_session(&rig.client, machine).await != first_session
+    })
+    .await;
+    wait_for_heartbeats(&rig.client, machine, 5).await;
+    assert_eq!(rig.dir.marker_lines(), 1, "the command ran once");
+    assert!(processes_with(needle).is_empty());
+    assert_eq!(
+        count_events(&rig.client, agent, "command.accepted").await,
+        1
+    );
+    assert_eq!(rig.command_state(agent).await, "cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_command_cancelled_while_its_daemon_is_down_is_stopped_by_the_restarted_daemon() {
+    let rig = Rig::start().await;
+    let _maintenance = rig.maintenance("5m", "30s");
+    let (machine, token) = rig.register("box").await;
+    let state = rig.dir.state("state");
+    let mut first = rig.daemon("daemon-1", &token, &state);
+    let _worker = rig.worker("w");
+    let needle = "sleep 7302";
+    let agent = rig.agent_running(machine, &sleeping_command(7302)).await;
+    rig.wait_for_marker().await;
+    wait_until(WAIT, "the command's sleep runs", || async {
+        !processes_with(needle).is_empty()
+    })
+    .await;
+
+    // The daemon dies; its command runs on in its own process group, and
+    // the turn is cancelled while no daemon can be told.
+    first.signal("KILL");
+    first.wait_exit(WAIT).await;
+    cancel_turn(&rig, agent).await;
+    assert!(!processes_with(needle).is_empty(), "the command still runs");
+
+    // The restarted daemon finds the process in its journal, learns from
+    // its first heartbeat's answer that the call was cancelled, and stops it.
+    let _second = rig.daemon("daemon-2", &token, &state);
+    let restarted_at = std::time::Instant::now();
+    wait_until(
+        STOPPED_WITHIN,
+        "the command's processes are gone",
+        || async { processes_with(needle).is_empty() },
+    )
+    .await;
+    let took = restarted_at.elapsed();
+    // Its exit status went with the first daemon: the result is unknown,
+    // recorded as cancelled.
+    wait_for_event(&rig.client, agent, "command.unknown", WAIT).await;
+    let unknown = last_event_data(&rig.client, agent, "command.unknown").await;
+    assert_eq!(unknown["late"], true, "{unknown}");
+    assert_eq!(unknown["reason"], "cancelled", "{unknown}");
+    assert_eq!(rig.command_state(agent).await, "cancelled");
+    assert_eq!(rig.dir.marker_lines(), 1, "the command ran once");
+    assert_eq!(
+        count_events(&rig.client, agent, "command.accepted").await,
+        1
+    );
+    assert!(took < STOPPED_WITHIN, "stopped in {took:?}");
+}
+
+/// Wait until the machine has recorded `n` more heartbeats.
+async fn wait_for_heartbeats(client: &Client, machine: Uuid, n: usize) {
+    for _ in 0..n {
+        let before = last_heartbeat(client, machine).await;
+        wait_until(WAIT, "a heartbeat", || async {
+            last_heartbeat(client, machine).await != before
+        })
+        .await;
+    }
+}
+
+async fn last_heartbeat(client: &Client, machine: Uuid) -> Option<chrono::DateTime<chrono::Utc>> {
+    client
+        .query_one(
+            "SELECT last_heartbeat_at FROM holdfast.machines WHERE id = $1",
+            &[&machine],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_daemon_restarted_with_a_wiped_state_dir_runs_nothing_twice_and_accepts_new_work() {
     let rig = Rig::start().await;

@@ -736,7 +736,7 @@ async fn a_restarted_daemon_takes_over_and_unrecorded_commands_become_unknown() 
 }
 
 #[tokio::test]
-async fn a_cancelled_turn_never_hands_out_its_queued_command() {
+async fn a_cancelled_turn_never_hands_out_its_queued_command_and_stops_its_accepted_one() {
     let db = TestDb::new().await;
     let client = db.connect().await;
     let project = new_project(&client).await;
@@ -749,18 +749,69 @@ async fn a_cancelled_turn_never_hands_out_its_queued_command() {
         .unwrap()
         .is_empty());
 
-    // An accepted command runs on; its result after a cancel is late.
+    // An accepted command is cancelled too: the heartbeats that report it
+    // running name it to be stopped until its result comes, which is
+    // recorded late, as the stopped command's, and leaves it cancelled.
     let (agent, _, command) = queued_command(&client, project, machine, "runs").await;
     store::claim_commands(&client, machine, 10, Some(session))
         .await
         .unwrap();
+    let running = vec![ReportedCommand {
+        id: command,
+        state: DaemonCommandState::Running,
+        pid: Some(42),
+    }];
+    let report = Heartbeat {
+        session,
+        started: false,
+        commands: running,
+        sandboxed: None,
+        single_session: false,
+    };
+    let to_stop = |report: Heartbeat| {
+        let client = &client;
+        async move {
+            store::machine_heartbeat(client, machine, &report, None)
+                .await
+                .unwrap()
+                .cancelled_commands
+        }
+    };
+    assert!(
+        to_stop(report.clone()).await.is_empty(),
+        "not cancelled yet"
+    );
     store::request_cancel(&client, agent).await.unwrap();
-    assert_eq!(command_state(&client, command).await.0, "accepted");
+    assert_eq!(command_state(&client, command).await.0, "cancelled");
+    assert_eq!(to_stop(report.clone()).await, vec![command]);
+    assert_eq!(
+        to_stop(report.clone()).await,
+        vec![command],
+        "until its result"
+    );
+    assert!(store::claim_commands(&client, machine, 10, Some(session))
+        .await
+        .unwrap()
+        .is_empty());
     assert_eq!(
         store::submit_command_result(&client, machine, command, &finished("x"))
             .await
             .unwrap(),
         CommandResultOutcome::Late
+    );
+    assert_eq!(command_state(&client, command).await.0, "cancelled");
+    assert!(to_stop(report).await.is_empty());
+    let late: Value = client
+        .query_one(
+            "SELECT data FROM holdfast.events WHERE agent_id = $1 AND type = 'command.finished'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        (&late["late"], &late["reason"]),
+        (&json!(true), &json!("cancelled"))
     );
 }
 

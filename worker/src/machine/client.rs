@@ -53,11 +53,13 @@ impl ApiClient {
         })
     }
 
-    pub async fn heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), CallError> {
+    /// Send a heartbeat; the answer is the reported commands to stop
+    /// (their tool calls were cancelled).
+    pub async fn heartbeat(&self, heartbeat: &Heartbeat) -> Result<Vec<Uuid>, CallError> {
         self.api
             .heartbeat(&HeartbeatRequest::from(heartbeat))
             .await
-            .map(drop)
+            .map(|answer| answer.cancelled_commands)
             .map_err(|e| classify(e, true))
     }
 

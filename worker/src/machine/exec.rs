@@ -40,6 +40,9 @@ use super::sandbox::{Held, Sandbox};
 const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 /// How often a process of an earlier daemon run is looked at.
 const ORPHAN_POLL: Duration = Duration::from_millis(200);
+/// How long a command asked to stop (its tool call was cancelled) has after
+/// SIGTERM before everything of it is killed.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
 /// The daemon's variables every command gets (those that are set).
 pub const BASE_ENVIRONMENT: [&str; 5] = ["PATH", "HOME", "LANG", "TERM", "USER"];
 /// A command's PATH when the daemon has none.
@@ -69,21 +72,32 @@ pub fn command_environment(pass: &[String]) -> Vec<(OsString, OsString)> {
     environment
 }
 
-/// Run `command` to its end (or its timeout, or a limit) with exactly
-/// `environment` ([`command_environment`]), in `sandbox` unless it is
-/// `None` (`--sandbox none`). `started` is told the process before the
-/// command runs; if it fails (the journal cannot be written), everything
-/// is killed and the error returned. What the command prints is also
-/// copied to `live` as it comes, to be relayed while it runs.
+/// What the daemon sees of a running command and how it stops it.
+#[derive(Default)]
+pub struct RunHandle {
+    /// What the command prints, copied as it comes, to be relayed while it
+    /// runs.
+    pub live: Arc<LiveOutput>,
+    /// Cancelled when the server says the command's tool call was
+    /// cancelled: the command is stopped ([`STOP_GRACE`]).
+    pub stop: CancellationToken,
+}
+
+/// Run `command` to its end (or its timeout, a limit, or `handle.stop`)
+/// with exactly `environment` ([`command_environment`]), in `sandbox`
+/// unless it is `None` (`--sandbox none`). `started` is told the process
+/// before the command runs; if it fails (the journal cannot be written),
+/// everything is killed and the error returned.
 pub async fn run(
     command: &ClaimedCommand,
     work_dir: &Path,
     environment: &[(OsString, OsString)],
     max_output_bytes: usize,
     sandbox: Option<&Sandbox>,
-    live: &Arc<LiveOutput>,
+    handle: &RunHandle,
     started: impl FnOnce(Process) -> io::Result<()>,
 ) -> io::Result<CommandResult> {
+    let live = &handle.live;
     let launched = match sandbox {
         Some(sandbox) => sandbox
             .start(
@@ -167,6 +181,17 @@ pub async fn run(
             kill();
             (child.wait().await?, false, Some(limit))
         }
+        _ = handle.stop.cancelled() => {
+            signal_command(&process, Signal::SIGTERM);
+            let status = match tokio::time::timeout(STOP_GRACE, child.wait()).await {
+                Ok(status) => status?,
+                Err(_) => {
+                    kill();
+                    child.wait().await?
+                }
+            };
+            (status, false, None)
+        }
     };
     // In a sandbox, what the command left running ends with it (its PID
     // namespace goes with its first process). Without one, a background
@@ -248,13 +273,37 @@ async fn watch_limits(cgroup: Option<&CommandCgroup>) -> CommandLimit {
 /// Kill everything of a command: its process group, and its sandbox's
 /// first process (which takes the sandbox's PID namespace with it).
 pub fn kill_command(process: &Process) {
-    kill_group(process.pid);
+    signal_command(process, Signal::SIGKILL);
+}
+
+/// Send `signal` to a command's process group and its sandbox's first
+/// process. (The sandbox's first process is its PID namespace's init: it
+/// ignores a SIGTERM it has no handler for, and SIGKILL ends the namespace.)
+fn signal_command(process: &Process, signal: Signal) {
+    signal_group(process.pid, signal);
     if let Some(pid) = process.sandbox_pid.and_then(|pid| i32::try_from(pid).ok()) {
-        match nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL) {
+        match nix::sys::signal::kill(Pid::from_raw(pid), signal) {
             Ok(()) | Err(Errno::ESRCH) => {}
-            Err(e) => tracing::warn!(pid, error = %e, "killing a command's sandbox"),
+            Err(e) => tracing::warn!(pid, error = %e, %signal, "signalling a command's sandbox"),
         }
     }
+}
+
+/// Stop a process started by an earlier run of the daemon whose command's
+/// tool call was cancelled, as [`run`] stops its own: SIGTERM, then, after
+/// [`STOP_GRACE`], SIGKILL to everything of it. Returns once it is gone.
+pub async fn stop_orphan(process: Process) {
+    signal_command(&process, Signal::SIGTERM);
+    let _ = tokio::time::timeout(STOP_GRACE, async {
+        while is_alive(&process) {
+            tokio::time::sleep(ORPHAN_POLL).await;
+        }
+    })
+    .await;
+    // What is left (everything, past the grace; a sandbox's processes once
+    // its first one ended) is killed.
+    wait_for_orphan(process, Utc::now()).await;
+    kill_command(&process);
 }
 
 /// Wait until a process started by an earlier run of the daemon is gone.
@@ -280,15 +329,15 @@ pub fn is_alive(process: &Process) -> bool {
     process.start_ticks.is_none_or(|ticks| ticks == start_ticks)
 }
 
-/// Kill a command's process group (its pid is its group id). A group that
-/// is already gone is fine.
-pub fn kill_group(pid: u32) {
+/// Send `signal` to a command's process group (its pid is its group id).
+/// A group that is already gone is fine.
+fn signal_group(pid: u32, signal: Signal) {
     let Ok(pid) = i32::try_from(pid) else {
         return;
     };
-    match killpg(Pid::from_raw(pid), Signal::SIGKILL) {
+    match killpg(Pid::from_raw(pid), signal) {
         Ok(()) | Err(Errno::ESRCH) => {}
-        Err(e) => tracing::warn!(pid, error = %e, "killing a command's process group"),
+        Err(e) => tracing::warn!(pid, error = %e, %signal, "signalling a command's process group"),
     }
 }
 

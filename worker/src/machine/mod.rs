@@ -10,6 +10,11 @@
 //!   id, every command its journal holds) takes the machine over.
 //! - It heartbeats every `heartbeat_interval` with the state of each
 //!   journaled command (the server keeps it as their last known state).
+//!   The answer names the commands whose tool calls were cancelled: each is
+//!   stopped (SIGTERM to its process group, SIGKILL after
+//!   [`exec::STOP_GRACE`]) and its result reported as any other. A
+//!   cancelled command is never handed out again, and a restarted daemon
+//!   runs nothing of its journal again, so it never runs twice.
 //! - It long-polls for commands with as many free slots as it has; each
 //!   command returned is journaled before its process starts ([`exec`]).
 //! - While a command runs, what it prints is relayed every 250 ms
@@ -32,6 +37,7 @@ pub mod limits;
 pub mod live;
 pub mod sandbox;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -152,6 +158,7 @@ pub async fn run(settings: Settings, shutdown: Shutdown) -> anyhow::Result<()> {
         halt: shutdown.abort.child_token(),
         fatal: Mutex::new(None),
         slots: Arc::new(Semaphore::new(settings.concurrency)),
+        stops: Mutex::default(),
         settings,
     });
     let mut running = JoinSet::new();
@@ -202,11 +209,33 @@ struct Daemon {
     fatal: Mutex<Option<anyhow::Error>>,
     /// One permit per command running.
     slots: Arc<Semaphore>,
+    /// How to stop each command running or watched, by id: a heartbeat's
+    /// answer naming one (its tool call was cancelled) stops it.
+    stops: Mutex<HashMap<Uuid, CancellationToken>>,
 }
 
 impl Daemon {
     fn journal(&self) -> MutexGuard<'_, Journal> {
         self.journal.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn stops(&self) -> MutexGuard<'_, HashMap<Uuid, CancellationToken>> {
+        self.stops.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Stop the commands a heartbeat's answer named (their tool calls were
+    /// cancelled). One not running here yet is named again by the next
+    /// heartbeat's answer, until its result is recorded.
+    fn stop_cancelled(&self, cancelled: &[Uuid]) {
+        let stops = self.stops();
+        for id in cancelled {
+            if let Some(stop) = stops.get(id) {
+                if !stop.is_cancelled() {
+                    tracing::info!(command = %id, "the command's tool call was cancelled: stopping it");
+                    stop.cancel();
+                }
+            }
+        }
     }
 
     /// Give up: keep the first reason, stop everything.
@@ -261,7 +290,10 @@ impl Daemon {
                 single_session: self.settings.single_session,
             };
             match self.client.heartbeat(&heartbeat).await {
-                Ok(()) => return,
+                Ok(cancelled) => {
+                    self.stop_cancelled(&cancelled);
+                    return;
+                }
                 Err(e @ (CallError::Unauthorized(_) | CallError::Rejected { .. })) => {
                     self.fail(e.into());
                     return;
@@ -356,9 +388,10 @@ async fn execute(
 ) {
     let id = command.id;
     let run = spans::start_command(&command);
-    let live = Arc::new(live::LiveOutput::default());
+    let handle = exec::RunHandle::default();
+    daemon.stops().insert(id, handle.stop.clone());
     // Ends with the command: its result carries the whole output.
-    let relay = tokio::spawn(live::relay(daemon.client.clone(), id, live.clone()));
+    let relay = tokio::spawn(live::relay(daemon.client.clone(), id, handle.live.clone()));
     let outcome = match workspace_dir(&daemon.settings.work_dir, &command) {
         Ok(dir) => {
             exec::run(
@@ -367,7 +400,7 @@ async fn execute(
                 &daemon.command_environment,
                 daemon.settings.max_output_bytes,
                 daemon.sandbox.as_ref(),
-                &live,
+                &handle,
                 |process| daemon.journal().record_started(id, process),
             )
             .await
@@ -375,6 +408,7 @@ async fn execute(
         Err(e) => Err(e),
     };
     relay.abort();
+    daemon.stops().remove(&id);
     spans::end_command(&run, outcome.as_ref().ok());
     match outcome {
         Ok(result) => {
@@ -413,20 +447,31 @@ fn workspace_dir(work_dir: &Path, command: &ClaimedCommand) -> std::io::Result<P
     }
 }
 
-/// Watch a command whose process outlived the previous daemon run; its
-/// exit status is lost with that run, so its result is `unknown`.
+/// Watch a command whose process outlived the previous daemon run (and
+/// stop it if its tool call is cancelled); its exit status is lost with
+/// that run, so its result is `unknown`.
 async fn watch_orphan(
     daemon: Arc<Daemon>,
     command: ClaimedCommand,
     process: Process,
     _slot: Option<OwnedSemaphorePermit>,
 ) {
+    let id = command.id;
+    let stop = CancellationToken::new();
+    daemon.stops().insert(id, stop.clone());
     let deadline =
         process.started_at + chrono::Duration::seconds(i64::from(command.timeout_secs.max(1)));
+    let ended = async {
+        tokio::select! {
+            _ = exec::wait_for_orphan(process, deadline) => {}
+            _ = stop.cancelled() => exec::stop_orphan(process).await,
+        }
+    };
     tokio::select! {
-        _ = exec::wait_for_orphan(process, deadline) => daemon.finish(command.id, CommandResult::unknown()),
+        _ = ended => daemon.finish(id, CommandResult::unknown()),
         _ = daemon.halt.cancelled() => {}
     }
+    daemon.stops().remove(&id);
 }
 
 /// Send journaled results until each is acknowledged. Ends once
@@ -512,7 +557,7 @@ async fn heartbeat_loop(daemon: Arc<Daemon>, stop: CancellationToken) {
             single_session: daemon.settings.single_session,
         };
         match daemon.client.heartbeat(&heartbeat).await {
-            Ok(()) => {}
+            Ok(cancelled) => daemon.stop_cancelled(&cancelled),
             Err(e @ (CallError::Unauthorized(_) | CallError::Superseded(_))) => {
                 daemon.fail(e.into());
                 return;

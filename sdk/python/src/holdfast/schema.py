@@ -216,6 +216,7 @@ class Health(TypedDict):
 
 
 class HeartbeatView(TypedDict):
+    cancelled_commands: NotRequired[list[str]]
     heartbeat_at: str
     machine_id: str
 
