@@ -99,10 +99,10 @@ async fn finish(
     }
     if retry_as_failure && !matches!(error, Error::LeaseLost(_)) {
         tracing::warn!(agent_id = %claim.agent_id, %error, "saving the step's result failed");
-        let failed = StepResult::StepFailed {
+        let mut failed = StepResult::StepFailed {
             message: error.to_string(),
         };
-        match save(deps, claim, failed).await {
+        match save(deps, claim, &mut failed).await {
             Ok(outcome) => return outcome,
             Err(e) => return unsaved(claim, &e),
         }
@@ -119,12 +119,12 @@ async fn finish(
 async fn save_waiting_out_a_full_disk(
     deps: &StepDeps,
     claim: Claim,
-    result: StepResult,
+    mut result: StepResult,
     stop: &StopSignal,
 ) -> Result<StepOutcome> {
     let mut attempt = 0;
     loop {
-        let error = match save(deps, claim, result.clone()).await {
+        let error = match save(deps, claim, &mut result).await {
             Err(error) if error.is_storage_full() => error,
             saved => return saved,
         };
