@@ -64,10 +64,22 @@ pub trait GroupWrite: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<Result<Self::Saved>>>> + Send;
 }
 
+/// A write that was not saved: why, and the write itself, handed back so
+/// its caller can try again without having kept a copy.
+#[derive(Debug)]
+pub struct Refused<T> {
+    pub error: Error,
+    /// `None` only when the committing task ended with the write in hand.
+    pub item: Option<T>,
+}
+
+/// What a write's caller gets: saved, or refused with the write back.
+type Outcome<W> = std::result::Result<<W as GroupWrite>::Saved, Refused<<W as GroupWrite>::Item>>;
+
 /// A write waiting for its commit, and where its outcome goes.
 struct Pending<W: GroupWrite> {
     item: W::Item,
-    outcome: oneshot::Sender<Result<W::Saved>>,
+    outcome: oneshot::Sender<Outcome<W>>,
 }
 
 /// The handle writes commit through. The committing task ends, after its
@@ -95,12 +107,24 @@ impl<W: GroupWrite> GroupCommitter<W> {
     /// Save `item` (with whichever writes join its commit). Returns what a
     /// commit of its own would have returned.
     pub async fn commit(&self, item: W::Item) -> Result<W::Saved> {
+        self.try_commit(item).await.map_err(|refused| refused.error)
+    }
+
+    /// As [`GroupCommitter::commit`], with a refused write handed back.
+    pub async fn try_commit(&self, item: W::Item) -> Outcome<W> {
         let (outcome, answer) = oneshot::channel();
-        self.queue
-            .send(Pending { item, outcome })
-            .await
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        if let Err(unsent) = self.queue.send(Pending { item, outcome }).await {
+            return Err(Refused {
+                error: stopped(),
+                item: Some(unsent.0.item),
+            });
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(Refused {
+                error: stopped(),
+                item: None,
+            })
+        })
     }
 }
 
@@ -174,13 +198,16 @@ async fn commit<W: GroupWrite>(pool: Pool, batch: Vec<Pending<W>>) {
     match W::commit_batch(&pool, &items).await {
         Ok(outcomes) => {
             let mut outcomes = outcomes.into_iter();
-            for sender in senders {
-                let _ = sender.send(outcomes.next().unwrap_or_else(|| Err(lost_write())));
+            for (item, sender) in items.into_iter().zip(senders) {
+                let outcome = outcomes.next().unwrap_or_else(|| Err(lost_write()));
+                let _ = sender.send(handed_back::<W>(outcome, item));
             }
         }
         Err(error) if items.len() == 1 => {
-            if let Some(sender) = senders.into_iter().next() {
-                let _ = sender.send(Err(error));
+            if let (Some(item), Some(sender)) =
+                (items.into_iter().next(), senders.into_iter().next())
+            {
+                let _ = sender.send(handed_back::<W>(Err(error), item));
             }
         }
         Err(error) => {
@@ -189,8 +216,16 @@ async fn commit<W: GroupWrite>(pool: Pool, batch: Vec<Pending<W>>) {
                 let outcome = W::commit_batch(&pool, std::slice::from_ref(&item))
                     .await
                     .and_then(|mut outcomes| outcomes.pop().unwrap_or_else(|| Err(lost_write())));
-                let _ = sender.send(outcome);
+                let _ = sender.send(handed_back::<W>(outcome, item));
             }
         }
     }
+}
+
+/// `outcome` for its caller, with `item` handed back when it was refused.
+fn handed_back<W: GroupWrite>(outcome: Result<W::Saved>, item: W::Item) -> Outcome<W> {
+    outcome.map_err(|error| Refused {
+        error,
+        item: Some(item),
+    })
 }

@@ -13,6 +13,7 @@
 use std::time::{Duration, Instant};
 
 use holdfast_engine::domain::{Claim, ModelStep};
+use holdfast_engine::group_commit::Refused;
 use holdfast_engine::store::{self, OverBudget};
 use holdfast_engine::Result;
 use serde_json::Value;
@@ -21,7 +22,7 @@ use uuid::Uuid;
 use crate::deps::StepDeps;
 
 /// What a step came to.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub enum StepResult {
     /// Nothing to do (the claim raced a change): release the agent.
     Nothing,
@@ -115,8 +116,10 @@ impl StepResult {
 }
 
 /// Save `result` for `claim`: the one place a step's end is written. An
-/// error is the write's (a lost lease is [`holdfast_engine::Error::LeaseLost`]).
-pub async fn save(deps: &StepDeps, claim: Claim, result: StepResult) -> Result<StepOutcome> {
+/// error is the write's (a lost lease is [`holdfast_engine::Error::LeaseLost`]),
+/// and `result` is left as it was, to be saved again, except when the
+/// group committer has stopped with a model response in hand.
+pub async fn save(deps: &StepDeps, claim: Claim, result: &mut StepResult) -> Result<StepOutcome> {
     let kind = result.kind();
     let started = Instant::now();
     let outcome = write(deps, claim, result).await;
@@ -125,7 +128,7 @@ pub async fn save(deps: &StepDeps, claim: Claim, result: StepResult) -> Result<S
     outcome
 }
 
-async fn write(deps: &StepDeps, claim: Claim, result: StepResult) -> Result<StepOutcome> {
+async fn write(deps: &StepDeps, claim: Claim, result: &mut StepResult) -> Result<StepOutcome> {
     let release = |outcome| async move {
         let client = deps.pool.get().await?;
         store::release_agent(&store::Pooled(&client), claim, None).await?;
@@ -135,9 +138,22 @@ async fn write(deps: &StepDeps, claim: Claim, result: StepResult) -> Result<Step
         StepResult::Nothing => release(StepOutcome::Nothing).await,
         StepResult::BatchDone => release(StepOutcome::Committed).await,
         StepResult::Drained => release(StepOutcome::Released).await,
-        StepResult::ModelResponse(step) => {
-            deps.committer.commit((claim, step)).await?;
-            Ok(StepOutcome::Committed)
+        StepResult::ModelResponse(kept) => {
+            // Moved into the group commit, and back if it is refused: a
+            // response is not copied to be saved.
+            match deps
+                .committer
+                .try_commit((claim, std::mem::take(kept)))
+                .await
+            {
+                Ok(_) => Ok(StepOutcome::Committed),
+                Err(Refused { error, item }) => {
+                    if let Some((_, step)) = item {
+                        *kept = step;
+                    }
+                    Err(error)
+                }
+            }
         }
         StepResult::ModelRetry {
             error,
@@ -147,7 +163,7 @@ async fn write(deps: &StepDeps, claim: Claim, result: StepResult) -> Result<Step
         } => {
             let client = deps.pool.get().await?;
             let retrying =
-                store::commit_model_retry(&**client, claim, &error, delay, max_retries, &input_ids)
+                store::commit_model_retry(&**client, claim, error, *delay, *max_retries, input_ids)
                     .await?;
             Ok(if retrying {
                 StepOutcome::Retrying
@@ -161,13 +177,13 @@ async fn write(deps: &StepDeps, claim: Claim, result: StepResult) -> Result<Step
             input_ids,
         } => {
             let client = deps.pool.get().await?;
-            store::fail_turn(&**client, claim, &error_type, &message, &input_ids).await?;
+            store::fail_turn(&**client, claim, error_type, message, input_ids).await?;
             Ok(StepOutcome::Failed)
         }
         StepResult::OverBudget { input_ids } => {
             let client = deps.pool.get().await?;
             Ok(
-                match store::end_turn_over_budget(&**client, claim, &input_ids).await? {
+                match store::end_turn_over_budget(&**client, claim, input_ids).await? {
                     OverBudget::Failed => StepOutcome::Failed,
                     OverBudget::Asked | OverBudget::Released => StepOutcome::Released,
                 },
@@ -179,7 +195,7 @@ async fn write(deps: &StepDeps, claim: Claim, result: StepResult) -> Result<Step
             usage,
         } => {
             let client = deps.pool.get().await?;
-            store::commit_compaction(&**client, claim, &summary, keep_from_seq, &usage).await?;
+            store::commit_compaction(&**client, claim, summary, *keep_from_seq, usage).await?;
             Ok(StepOutcome::Committed)
         }
         StepResult::Cancelled => {
@@ -189,7 +205,7 @@ async fn write(deps: &StepDeps, claim: Claim, result: StepResult) -> Result<Step
         }
         StepResult::Interrupted { input_ids } => {
             let client = deps.pool.get().await?;
-            store::commit_model_interrupt(&**client, claim, &input_ids).await?;
+            store::commit_model_interrupt(&**client, claim, input_ids).await?;
             Ok(StepOutcome::Released)
         }
         StepResult::StepFailed { message } => {
@@ -199,7 +215,7 @@ async fn write(deps: &StepDeps, claim: Claim, result: StepResult) -> Result<Step
             let attempt = u32::try_from(failures).unwrap_or(0).saturating_add(1);
             let delay = settings.step_backoff.delay(attempt, None);
             let max = i32::try_from(settings.step_max_attempts).unwrap_or(i32::MAX);
-            if store::fail_step(&**client, claim, &message, delay, max).await? {
+            if store::fail_step(&**client, claim, message, delay, max).await? {
                 Ok(StepOutcome::Retrying)
             } else {
                 tracing::warn!(agent_id = %claim.agent_id, "step failed too often: the turn failed");

@@ -99,10 +99,10 @@ async fn finish(
     }
     if retry_as_failure && !matches!(error, Error::LeaseLost(_)) {
         tracing::warn!(agent_id = %claim.agent_id, %error, "saving the step's result failed");
-        let failed = StepResult::StepFailed {
+        let mut failed = StepResult::StepFailed {
             message: error.to_string(),
         };
-        match save(deps, claim, failed).await {
+        match save(deps, claim, &mut failed).await {
             Ok(outcome) => return outcome,
             Err(e) => return unsaved(claim, &e),
         }
@@ -110,47 +110,56 @@ async fn finish(
     unsaved(claim, &error)
 }
 
-/// Save `result`, waiting out a full disk ([`waiting_out_a_full_disk`]).
+/// Save `result`, waiting out a full disk ([`FullDiskWait`]).
 async fn save_waiting_out_a_full_disk(
     deps: &StepDeps,
     claim: Claim,
-    result: StepResult,
+    mut result: StepResult,
     stop: &StopSignal,
 ) -> Result<StepOutcome> {
-    waiting_out_a_full_disk(claim, stop, || save(deps, claim, result.clone())).await
+    let mut wait = FullDiskWait::new(claim, stop);
+    loop {
+        match save(deps, claim, &mut result).await {
+            Err(error) if error.is_storage_full() => wait.after(error).await?,
+            saved => return saved,
+        }
+    }
 }
 
-/// Make one of a step's writes (its result, or a tool result mid-batch),
-/// waiting out a full disk. Postgres refusing the write for want of space
-/// is no fault of the step: counted as a step failure, each retry would do
-/// the work again (a model call paid for, a tool's IO repeated) and the
-/// last would fail the turn. What was to be written is kept instead and
-/// written again after a backoff, for as long as the worker renews the
-/// lease; a stop (lease lost, cancel, drain) ends the wait with the refused
-/// write's error.
-pub(crate) async fn waiting_out_a_full_disk<T, W, F>(
+/// The wait between attempts at one of a step's writes (its result, or a
+/// tool result mid-batch) that Postgres refused for want of space. That is
+/// no fault of the step: counted as a step failure, each retry would do the
+/// work again (a model call paid for, a tool's IO repeated) and the last
+/// would fail the turn. What was to be written is kept instead and written
+/// again after a backoff, for as long as the worker renews the lease; a
+/// stop (lease lost, cancel, drain) ends the wait with the refused write's
+/// error.
+pub(crate) struct FullDiskWait<'a> {
     claim: Claim,
-    stop: &StopSignal,
-    mut write: W,
-) -> Result<T>
-where
-    W: FnMut() -> F,
-    F: Future<Output = Result<T>>,
-{
-    let mut attempt = 0;
-    loop {
-        let error = match write().await {
-            Err(error) if error.is_storage_full() => error,
-            written => return written,
-        };
+    stop: &'a StopSignal,
+    attempt: u32,
+}
+
+impl<'a> FullDiskWait<'a> {
+    pub(crate) fn new(claim: Claim, stop: &'a StopSignal) -> Self {
+        Self {
+            claim,
+            stop,
+            attempt: 0,
+        }
+    }
+
+    /// Wait out the backoff after `error`, a write refused for a full disk;
+    /// `Err(error)` if the step is stopped first.
+    pub(crate) async fn after(&mut self, error: Error) -> Result<()> {
         metrics::counter!("holdfast_storage_full_total", "process" => "worker").increment(1);
-        attempt += 1;
-        let delay = FULL_DISK_BACKOFF.delay(attempt, None);
-        tracing::error!(agent_id = %claim.agent_id, %error, ?delay,
+        self.attempt += 1;
+        let delay = FULL_DISK_BACKOFF.delay(self.attempt, None);
+        tracing::error!(agent_id = %self.claim.agent_id, %error, ?delay,
             "Postgres is out of disk space: what the step wrote is kept and written again after a delay");
         tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = stop.stopped() => return Err(error),
+            _ = tokio::time::sleep(delay) => Ok(()),
+            _ = self.stop.stopped() => Err(error),
         }
     }
 }

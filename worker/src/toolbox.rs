@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 
 use crate::deps::StepDeps;
 use crate::spans;
-use crate::step::waiting_out_a_full_disk;
+use crate::step::FullDiskWait;
 use crate::stop::StopSignal;
 use crate::tools::mcp::McpServerConfig;
 use crate::tools::schema::validate_input;
@@ -261,11 +261,17 @@ pub async fn run_batch(
         };
         match call.kind {
             ToolKind::External => {
-                waiting_out_a_full_disk(claim, stop, || async {
-                    let client = deps.pool.get().await?;
-                    store::start_tool_call(&store::Pooled(&client), claim, call.id).await
-                })
-                .await?;
+                let mut wait = FullDiskWait::new(claim, stop);
+                loop {
+                    let started = {
+                        let client = deps.pool.get().await?;
+                        store::start_tool_call(&store::Pooled(&client), claim, call.id).await
+                    };
+                    match started {
+                        Err(error) if error.is_storage_full() => wait.after(error).await?,
+                        started => break started?,
+                    }
+                }
                 let server = match tool {
                     ToolEntry::Mcp { url, .. } => reqwest::Url::parse(url).ok(),
                     _ => None,
@@ -328,19 +334,24 @@ async fn commit(
     call: &ToolCallRecord,
     output: ToolOutput,
 ) -> Result<()> {
-    waiting_out_a_full_disk(claim, stop, || async {
-        let client = deps.pool.get().await?;
-        store::commit_tool_result(
-            &store::Pooled(&client),
-            claim,
-            call.id,
-            &output.output,
-            output.is_error,
-        )
-        .await
-    })
-    .await?;
-    Ok(())
+    let mut wait = FullDiskWait::new(claim, stop);
+    loop {
+        let committed = {
+            let client = deps.pool.get().await?;
+            store::commit_tool_result(
+                &store::Pooled(&client),
+                claim,
+                call.id,
+                &output.output,
+                output.is_error,
+            )
+            .await
+        };
+        match committed {
+            Err(error) if error.is_storage_full() => wait.after(error).await?,
+            committed => return committed.map(drop),
+        }
+    }
 }
 
 async fn run_external(deps: &StepDeps, tool: &ToolEntry, call: &ToolCallRecord) -> ToolOutput {
