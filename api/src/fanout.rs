@@ -38,10 +38,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use holdfast_engine::backoff::Backoff;
 use holdfast_engine::connect::{self, ConnectConfig};
 use holdfast_engine::provider::DeltaKind;
 use holdfast_engine::store;
+use holdfast_outbound::backoff::Backoff;
 use serde::Deserialize;
 use tokio::sync::{broadcast, mpsc, watch, Mutex as AsyncMutex};
 use tokio::task::JoinHandle;
@@ -540,7 +540,7 @@ async fn read_new_events(
 }
 
 /// An event as streams send it.
-pub fn wire_event(event: &holdfast_engine::domain::Event) -> WireEvent {
+pub fn wire_event(event: &holdfast_wire::domain::Event) -> WireEvent {
     WireEvent {
         seq: event.seq,
         kind: event.kind.clone(),

@@ -15,8 +15,8 @@ use std::sync::{Arc, OnceLock};
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::IntoResponse;
-use holdfast_client::wire::error::ErrorBody;
 use holdfast_engine::store;
+use holdfast_wire::api::error::ErrorBody;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use sha2::{Digest, Sha256};

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use holdfast_engine::domain::MachineRegistered;
-use holdfast_engine::duration::parse_duration;
 use holdfast_engine::store;
+use holdfast_wire::domain::MachineRegistered;
+use holdfast_wire::duration::parse_duration;
 use holdfast_worker::machine::limits::Limits;
 use holdfast_worker::machine::sandbox::{CommandNetwork, SandboxSettings};
 use holdfast_worker::machine::{self, Settings, Shutdown};

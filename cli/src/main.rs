@@ -21,9 +21,9 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use clap_complete::Shell;
-use holdfast_client::wire::approvals::Decision;
-use holdfast_engine::outbound;
 use holdfast_engine::telemetry::Telemetry;
+use holdfast_outbound as outbound;
+use holdfast_wire::api::approvals::Decision;
 
 use database::DatabaseArgs;
 use server::{Server, ServerCommand};

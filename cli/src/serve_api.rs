@@ -7,10 +7,10 @@ use anyhow::{Context, Result};
 use holdfast_api::rate_limit::{parse_rate_limit, RateLimit, DEFAULT_RATE_LIMIT};
 use holdfast_api::ApiConfig;
 use holdfast_engine::connect::{self, ConnectConfig};
-use holdfast_engine::domain::AttachmentQuotas;
 use holdfast_engine::egress::EgressPolicy;
 use holdfast_engine::secrets::SecretKey;
 use holdfast_engine::store;
+use holdfast_wire::domain::AttachmentQuotas;
 use tokio_util::sync::CancellationToken;
 
 use crate::database::Database;

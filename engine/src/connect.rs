@@ -34,8 +34,8 @@ use tokio_postgres::{AsyncMessage, Client, Config, Notification, Socket, Stateme
 use tokio_postgres_rustls::MakeRustlsConnect;
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::Backoff;
 use crate::error::{Error, Result};
+use holdfast_outbound::backoff::Backoff;
 
 /// A connection's driver, as [`ConnectConfig::connect`] returns it next to
 /// its client: spawn it (or poll it for notifications).
@@ -441,7 +441,7 @@ fn quote_value(value: &str) -> String {
 /// The rustls client for `tls`: the process's crypto provider, and a
 /// certificate verifier for its verification level.
 fn client_config(tls: &TlsSettings) -> Result<ClientConfig> {
-    let provider = crate::outbound::crypto_provider();
+    let provider = holdfast_outbound::crypto_provider();
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| invalid_root_cert(tls, e.to_string()))?;

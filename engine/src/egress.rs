@@ -484,11 +484,11 @@ impl EgressPolicy {
     }
 
     /// A reqwest client builder for `kind`: the process's TLS configuration
-    /// ([`crate::outbound::client_builder`]), names resolved through the
+    /// ([`holdfast_outbound::client_builder`]), names resolved through the
     /// policy, and proxy variables ignored. Callers add their timeouts
     /// and a redirect policy that calls [`EgressPolicy::check_url`] (or none).
     pub fn client_builder(self: &Arc<Self>, kind: EgressKind) -> reqwest::ClientBuilder {
-        crate::outbound::client_builder()
+        holdfast_outbound::client_builder()
             .no_proxy()
             .dns_resolver(Arc::new(EgressResolver {
                 policy: self.clone(),

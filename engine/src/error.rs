@@ -135,6 +135,15 @@ impl From<tokio_postgres::Error> for Error {
     }
 }
 
+impl From<holdfast_wire::config::InvalidConfig> for Error {
+    fn from(e: holdfast_wire::config::InvalidConfig) -> Self {
+        Error::Invalid {
+            field: Some(e.field),
+            message: e.message,
+        }
+    }
+}
+
 impl From<deadpool_postgres::PoolError> for Error {
     fn from(e: deadpool_postgres::PoolError) -> Self {
         match e {

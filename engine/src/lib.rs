@@ -1,23 +1,16 @@
 //! Holdfast's engine: the typed SQL surface (the only Rust that names SQL
-//! functions), the domain types, the migration runner and the embedded
-//! Postgres helper. Workers, the API and the CLI are thin layers over this.
+//! functions), the migration runner and the embedded Postgres
+//! helper. Workers, the API and the CLI are thin layers over this.
 
-pub mod backoff;
 pub mod cluster;
-pub mod config;
 pub mod connect;
-pub mod domain;
-pub mod duration;
 pub mod egress;
 pub mod error;
 pub mod group_commit;
 pub mod migrate;
-pub mod outbound;
 pub mod pg_text;
 pub mod provider;
-pub mod schedule;
 pub mod secrets;
-pub mod sse;
 pub mod store;
 pub mod telemetry;
 

@@ -19,7 +19,7 @@ use base64::Engine;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::domain::SealedKey;
+use holdfast_wire::domain::SealedKey;
 
 /// The environment variable holding the operator's secret key.
 pub const SECRET_KEY_ENV: &str = "HOLDFAST_SECRET_KEY";

@@ -123,7 +123,7 @@ fn batch_outcomes<T>(
 }
 
 /// A text column holding one of `T`'s strings (a domain enum's, see
-/// [`crate::domain`]); a string `T` does not know is [`Error::Invalid`]
+/// [`holdfast_wire::domain`]); a string `T` does not know is [`Error::Invalid`]
 /// naming `field`.
 fn parse_text<T: FromStr>(text: &str, field: &str) -> Result<T> {
     text.parse().map_err(|_| Error::Invalid {

@@ -63,7 +63,7 @@ impl Telemetry {
         if !configured {
             return Ok(Telemetry::disabled());
         }
-        let client = crate::outbound::blocking_client_builder()
+        let client = holdfast_outbound::blocking_client_builder()
             .timeout(export_timeout(&var))
             .build()
             .map_err(|e| TelemetryError(format!("building the OTLP HTTP client: {e}")))?;

@@ -275,7 +275,7 @@ async fn readiness_fails_when_postgres_is_unreachable() {
         listener,
         shutdown.clone(),
     ));
-    let http = holdfast_engine::outbound::client_builder().build().unwrap();
+    let http = holdfast_outbound::client_builder().build().unwrap();
     let health = http
         .get(format!("http://{addr}/healthz"))
         .send()

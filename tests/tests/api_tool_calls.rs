@@ -308,14 +308,14 @@ async fn only_a_custom_call_accepts_a_client_result() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    let step = holdfast_engine::domain::ModelStep {
+    let step = holdfast_wire::domain::ModelStep {
         input_ids: inputs,
         message: vec![json!({"type": "text", "text": "fetching"})],
-        tool_calls: vec![holdfast_engine::domain::NewToolCall {
+        tool_calls: vec![holdfast_wire::domain::NewToolCall {
             provider_id: "toolu_x".into(),
             name: "web_fetch".into(),
             input: json!({}),
-            kind: holdfast_engine::domain::ToolKind::External,
+            kind: holdfast_wire::domain::ToolKind::External,
         }],
         usage: json!({}),
         stop_reason: Some("tool_use".into()),

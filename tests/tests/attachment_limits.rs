@@ -12,13 +12,13 @@
 use std::time::Duration;
 
 use base64::Engine;
-use holdfast_engine::domain::AttachmentQuotas;
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Protocol, Reply};
 use holdfast_tests::api_server::{error_of, project_key, ApiServer};
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{agent_with_config, spawn_worker, wait_for_events};
 use holdfast_tests::{wait_until, TestDb};
+use holdfast_wire::domain::AttachmentQuotas;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio_postgres::Client;

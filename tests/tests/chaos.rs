@@ -747,7 +747,7 @@ async fn follow_stream(
     agent: Uuid,
     done: Arc<AtomicBool>,
 ) -> (Vec<i64>, usize) {
-    let http = holdfast_engine::outbound::client_builder().build().unwrap();
+    let http = holdfast_outbound::client_builder().build().unwrap();
     let mut seqs: Vec<i64> = Vec::new();
     let mut reconnects = 0;
     loop {

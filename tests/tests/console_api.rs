@@ -390,7 +390,7 @@ async fn answered(client: &tokio_postgres::Client, agent: Uuid, input: &str, ans
     store::commit_model_step(
         client,
         claim,
-        &holdfast_engine::domain::ModelStep {
+        &holdfast_wire::domain::ModelStep {
             input_ids: vec![created.input_id],
             message: vec![json!({"type": "text", "text": answer})],
             tool_calls: vec![],

@@ -92,3 +92,50 @@ fn the_release_binary_links_exactly_one_reqwest() {
         found.get("http")
     );
 }
+
+/// The packages `package` links into its library and binaries (normal
+/// edges only: no build scripts, no dev-dependencies), on every target.
+fn linked_packages(package: &str, options: &[&str]) -> BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(cargo)
+        .args(["tree", "--locked", "--target", "all", "--edges", "normal"])
+        .args(["--prefix", "none", "--format", "{p}", "-p", package])
+        .args(options)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo tree");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let found: BTreeSet<String> = stdout
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    assert!(found.contains(package), "{stdout}");
+    found
+}
+
+/// Crates a program that only talks to the API over HTTP has no use for:
+/// the Postgres driver, the provider-key cipher, the OTLP exporter.
+const SERVER_ONLY: &[&str] = &[
+    "tokio-postgres",
+    "postgres-types",
+    "deadpool-postgres",
+    "aes-gcm",
+    "opentelemetry",
+    "opentelemetry_sdk",
+    "opentelemetry-otlp",
+];
+
+#[test]
+fn the_rust_client_links_no_postgres_cipher_or_telemetry() {
+    let found = linked_packages("holdfast-client", &[]);
+    for name in SERVER_ONLY {
+        assert!(!found.contains(*name), "holdfast-client links {name}");
+    }
+    assert!(found.contains("holdfast-wire"), "{found:?}");
+}

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use holdfast_engine::domain::NewModelEndpoint;
 use holdfast_engine::secrets::SecretKey;
 use holdfast_engine::store;
 use holdfast_fakes::FakeProvider;
@@ -15,6 +14,7 @@ use holdfast_tests::mcp_server::McpTestServer;
 use holdfast_tests::process::holdfast_bin;
 use holdfast_tests::scenario::{spawn_worker, wait_for_event};
 use holdfast_tests::TestDb;
+use holdfast_wire::domain::NewModelEndpoint;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use uuid::Uuid;

@@ -6,7 +6,6 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::{store, Error};
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::scenario::{
@@ -14,6 +13,7 @@ use holdfast_tests::scenario::{
     spawn_worker, wait_for_event,
 };
 use holdfast_tests::{wait_until, TestDb};
+use holdfast_wire::domain::{Claim, ModelStep, NewToolCall, ToolKind};
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 use uuid::Uuid;

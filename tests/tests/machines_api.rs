@@ -6,11 +6,11 @@ use holdfast_engine::egress::EgressPolicy;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use holdfast_engine::domain::{ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::store;
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::counting_http::CountingServer;
 use holdfast_tests::{wait_until, TestDb};
+use holdfast_wire::domain::{ModelStep, NewToolCall, ToolKind};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio_postgres::Client;

@@ -10,8 +10,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use holdfast_client::wire::machines::{HeartbeatRequest, RegisterMachineRequest, WakeRequest};
-use holdfast_engine::domain::InputMode;
 use holdfast_engine::telemetry::TraceHeaders;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{project_key, ApiServer};
@@ -19,6 +17,8 @@ use holdfast_tests::otlp_receiver::OtlpReceiver;
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{count_events, last_event_data, spawn_worker, wait_for_event};
 use holdfast_tests::{wait_until, ScratchDir, TestDb};
+use holdfast_wire::api::machines::{HeartbeatRequest, RegisterMachineRequest, WakeRequest};
+use holdfast_wire::domain::InputMode;
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 use uuid::Uuid;

@@ -9,7 +9,6 @@
 
 use std::time::{Duration, Instant};
 
-use holdfast_client::wire::machines::RegisterMachineRequest;
 use holdfast_engine::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{error_of, project_key, ApiServer};
@@ -19,6 +18,7 @@ use holdfast_tests::scenario::{
     agent_with_input, count_events, last_event_data, spawn_worker, wait_for_event,
 };
 use holdfast_tests::{new_agent, wait_until, MaintenanceLoop, PrivateCluster, ScratchDir, TestDb};
+use holdfast_wire::api::machines::RegisterMachineRequest;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
@@ -90,7 +90,7 @@ async fn a_partitioned_worker_notices_stops_and_its_agent_moves_after_the_lease(
     fake.release();
     let refused = holdfast_engine::store::release_agent(
         &client,
-        holdfast_engine::domain::Claim {
+        holdfast_wire::domain::Claim {
             agent_id: agent,
             epoch,
         },

@@ -76,7 +76,7 @@ async fn migrate_api_and_worker_run_a_turn_over_verify_full() {
     let _worker = spawn_worker("tls-worker", &config, &fake, &[]);
     let (_api, base) = spawn_api("tls-api", &config).await;
 
-    let http = holdfast_engine::outbound::client_builder().build().unwrap();
+    let http = holdfast_outbound::client_builder().build().unwrap();
     let created = http
         .post(format!("{base}/v1/agents"))
         .bearer_auth(&key.key)

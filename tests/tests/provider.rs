@@ -6,12 +6,12 @@ use holdfast_engine::egress::EgressPolicy;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use holdfast_engine::config::{ModelConfig, Provider, ReasoningEffort, ServiceTier, Thinking};
 use holdfast_engine::provider::{
     ContentBlock, Delta, DeltaKind, Message, ModelError, ModelRequest, ModelResponse, ModelTarget,
     ProviderSettings, Providers, Role, ToolDefinition,
 };
 use holdfast_fakes::{FakeProvider, Protocol, Reply};
+use holdfast_wire::config::{ModelConfig, Provider, ReasoningEffort, ServiceTier, Thinking};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 

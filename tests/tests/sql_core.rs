@@ -5,10 +5,10 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::future::join_all;
-use holdfast_engine::domain::{AgentState, Claim, InputMode, ModelStep, NewToolCall, ToolKind};
 use holdfast_engine::{migrate, store, Error};
 use holdfast_tests::scenario::{agent_state, event_types, pending_inputs};
 use holdfast_tests::{new_agent, project_and_agent, wait_for_lock_wait_in, wait_until, TestDb};
+use holdfast_wire::domain::{AgentState, Claim, InputMode, ModelStep, NewToolCall, ToolKind};
 use serde_json::{json, Value};
 use tokio_postgres::{AsyncMessage, Client, GenericClient};
 use uuid::Uuid;
@@ -1182,7 +1182,7 @@ async fn a_ready_hint_deferred_past_the_commit_is_sent_by_send_pending_wake_and_
         json!("hello"),
         None,
         None,
-        holdfast_engine::domain::InputMode::Steer,
+        holdfast_wire::domain::InputMode::Steer,
     )];
     let outcomes = store::create_inputs(&client, &batch).await.unwrap();
     assert!(outcomes[0].is_ok(), "{:?}", outcomes[0]);

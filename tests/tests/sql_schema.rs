@@ -8,13 +8,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use holdfast_engine::config::Provider;
-use holdfast_engine::domain::{
+use holdfast_engine::migrate::{self, MIGRATIONS, SCHEMA_FILES};
+use holdfast_tests::TestDb;
+use holdfast_wire::config::Provider;
+use holdfast_wire::domain::{
     AgentState, ApprovalStatus, CommandResultState, InputMode, QuestionStatus, ToolCallStatus,
     ToolKind, TurnOutcome, WebhookDeliveryStatus,
 };
-use holdfast_engine::migrate::{self, MIGRATIONS, SCHEMA_FILES};
-use holdfast_tests::TestDb;
 use strum::VariantArray;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;

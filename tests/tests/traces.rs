@@ -8,7 +8,6 @@ mod webhooks_support;
 
 use std::time::Duration;
 
-use holdfast_engine::domain::{InputMode, ModelStep};
 use holdfast_engine::store;
 use holdfast_engine::telemetry::TraceHeaders;
 use holdfast_fakes::{FakeProvider, Reply};
@@ -18,6 +17,7 @@ use holdfast_tests::otlp_receiver::{OtlpReceiver, ReceivedSpan};
 use holdfast_tests::scenario::{agent_with_input, event_types, spawn_worker, wait_for_event};
 use holdfast_tests::tls_server::PrivateCa;
 use holdfast_tests::{default_config, project_and_agent, wait_until, MaintenanceLoop, TestDb};
+use holdfast_wire::domain::{InputMode, ModelStep};
 use reqwest::Method;
 use serde_json::json;
 use webhooks_support::{spawn_maintenance, Behaviour, Receiver};

@@ -252,14 +252,14 @@ async fn a_receiver_that_always_fails_gets_deliveries_marked_failed_after_the_wi
             &client,
             project,
             endpoint,
-            holdfast_engine::domain::WebhookDeliveryFilter::default(),
+            holdfast_wire::domain::WebhookDeliveryFilter::default(),
         )
         .await
         .unwrap();
         let listed = listed.iter().find(|d| d.id == id).unwrap();
         assert_eq!(
             listed.status,
-            holdfast_engine::domain::WebhookDeliveryStatus::Failed
+            holdfast_wire::domain::WebhookDeliveryStatus::Failed
         );
         assert_eq!(listed.attempts, attempts);
     }

@@ -281,7 +281,7 @@ async fn a_cancel_stops_a_hanging_model_call_within_a_second() {
     let outcome = holdfast_engine::store::request_cancel(&client, agent)
         .await
         .unwrap();
-    assert_eq!(outcome, holdfast_engine::domain::CancelOutcome::Requested);
+    assert_eq!(outcome, holdfast_wire::domain::CancelOutcome::Requested);
     fake.wait_for_aborted(1).await;
     let stopped = requested.elapsed();
     wait_for_event(&client, agent, "turn.cancelled", Duration::from_secs(10)).await;

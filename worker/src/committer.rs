@@ -9,9 +9,9 @@
 use std::collections::HashMap;
 
 use deadpool_postgres::Pool;
-use holdfast_engine::domain::{Claim, ModelStep};
 use holdfast_engine::group_commit::{GroupCommitter, GroupWrite};
 use holdfast_engine::{store, Error, Result};
+use holdfast_wire::domain::{Claim, ModelStep};
 use uuid::Uuid;
 
 /// Model steps, grouped by agent: a second step of an agent already in the

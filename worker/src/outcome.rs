@@ -12,9 +12,9 @@
 
 use std::time::{Duration, Instant};
 
-use holdfast_engine::domain::{Claim, ModelStep};
 use holdfast_engine::store::{self, OverBudget};
 use holdfast_engine::Result;
+use holdfast_wire::domain::{Claim, ModelStep};
 use serde_json::Value;
 use uuid::Uuid;
 

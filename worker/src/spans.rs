@@ -13,12 +13,12 @@
 
 use std::time::SystemTime;
 
-use holdfast_engine::domain::{
-    AttemptTrace, Claim, ClaimedCommand, ClaimedWebhookDelivery, CommandResult, LostAttempt,
-};
 use holdfast_engine::provider::{ModelError, ModelRequest, ModelResponse};
 use holdfast_engine::telemetry::{
     attempt_span_id, start_child, start_span, start_span_with_id, stored_context, tracer,
+};
+use holdfast_wire::domain::{
+    AttemptTrace, Claim, ClaimedCommand, ClaimedWebhookDelivery, CommandResult, LostAttempt,
 };
 use opentelemetry::trace::{
     Link, SpanContext, SpanKind, Status, TraceContextExt, TraceFlags, TraceState, Tracer,

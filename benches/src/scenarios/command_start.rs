@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use chrono::Utc;
-use holdfast_engine::config::CommandWorkspace;
-use holdfast_engine::domain::ClaimedCommand;
+use holdfast_wire::config::CommandWorkspace;
+use holdfast_wire::domain::ClaimedCommand;
 use holdfast_worker::machine::exec;
 use holdfast_worker::machine::sandbox::{Sandbox, SandboxSettings};
 use serde_json::json;

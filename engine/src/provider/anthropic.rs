@@ -41,8 +41,8 @@ use super::{
     media_blocks, ContentBlock, Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Role,
     Usage,
 };
-use crate::config::{ModelConfig, ToolChoice, ToolEntry};
-use crate::sse::SseEvent;
+use holdfast_outbound::sse::SseEvent;
+use holdfast_wire::config::{ModelConfig, ToolChoice, ToolEntry};
 
 pub(crate) const API_VERSION: &str = "2023-06-01";
 

@@ -27,11 +27,11 @@ use super::media::{body_bytes, RequestFiles};
 use super::openai::{self, OpenAiStream};
 use super::responses::{self, ResponsesStream};
 use super::{Delta, DeltaKind, ModelError, ModelRequest, ModelResponse, Provider};
-use crate::domain::{ModelDestination, ModelRoute};
-use crate::duration::parse_duration;
 use crate::egress::{EgressKind, EgressPolicy};
 use crate::secrets::SecretKey;
-use crate::sse::{SseDecoder, SseEvent};
+use holdfast_outbound::sse::{SseDecoder, SseEvent};
+use holdfast_wire::domain::{ModelDestination, ModelRoute};
+use holdfast_wire::duration::parse_duration;
 
 pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
@@ -280,7 +280,7 @@ pub(crate) fn forward(deltas: Option<&UnboundedSender<Delta>>, kind: DeltaKind, 
 
 impl Providers {
     pub fn new(settings: ProviderSettings) -> Result<Self, ProviderSetupError> {
-        let http = crate::outbound::client_builder()
+        let http = holdfast_outbound::client_builder()
             .connect_timeout(settings.connect_timeout)
             .user_agent(concat!("holdfast/", env!("CARGO_PKG_VERSION")))
             .build()

@@ -227,7 +227,7 @@ fn clip(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ModelConfig, Provider};
+    use holdfast_wire::config::{ModelConfig, Provider};
     use serde_json::json;
 
     #[test]

@@ -12,7 +12,7 @@
 //!   the model's context window), and on [`ModelError::ContextTooLong`]:
 //!   [`compaction_split`] / [`summary_request`] / [`summary_message`];
 //! - [`Providers::complete`] to make the call (drop the future to cancel);
-//! - on [`ModelError::Retryable`]: [`crate::backoff::Backoff::delay`]`(attempt, retry_after)`
+//! - on [`ModelError::Retryable`]: [`holdfast_outbound::backoff::Backoff::delay`]`(attempt, retry_after)`
 //!   for the durable `run_after`.
 
 use std::time::Duration;
@@ -37,7 +37,8 @@ pub use client::{
 pub use compaction::{compaction_split, estimate_tokens, summary_message, summary_request};
 pub use media::{attachment_ids, RequestFiles, StoredFile};
 // `config.model`, which requests carry and clients are picked by.
-use crate::config::{ModelConfig, Provider, ToolEntry};
+use holdfast_wire::config::{ModelConfig, Provider, ToolEntry};
+use holdfast_wire::domain::Usage;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -263,46 +264,6 @@ pub struct ModelRequest {
     /// The config's tools the provider runs inside the call (Anthropic's
     /// web search and web fetch), sent in the provider's own form.
     pub provider_tools: Vec<ToolEntry>,
-}
-
-/// What one model call used, as the provider reported it: `model.response`'s
-/// and `context.compacted`'s `usage` (`{}` from a SQL client that committed
-/// a step without one).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(default)]
-#[schema(as = ModelUsage)]
-pub struct Usage {
-    /// The whole prompt, its cached parts included.
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// Of `input_tokens`, read from the provider's prompt cache (Anthropic
-    /// `cache_read_input_tokens`); absent when none.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub cache_read_tokens: u64,
-    /// Of `input_tokens`, written to the prompt cache (Anthropic
-    /// `cache_creation_input_tokens`); absent when none.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub cache_write_tokens: u64,
-    /// Of `output_tokens`, the reasoning a reasoning model did before
-    /// answering (OpenAI `completion_tokens_details.reasoning_tokens`;
-    /// Anthropic counts thinking in `output_tokens` without a split);
-    /// absent when none.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub reasoning_tokens: u64,
-    /// Requests the provider's own server tools made (Anthropic's
-    /// `usage.server_tool_use`: web searches and fetches); absent when none.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub server_tool_requests: u64,
-    /// Of `server_tool_requests`, Anthropic's web searches
-    /// (`usage.server_tool_use.web_search_requests`): billed per search on
-    /// top of tokens, so the step's cost counts them
-    /// (`holdfast.add_server_tool_cost`); absent when none.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub web_search_requests: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 /// A finished model response: text and tool_use blocks, in order.

@@ -29,8 +29,8 @@ use super::{
     media_blocks, ContentBlock, Delta, DeltaKind, MediaSource, ModelError, ModelRequest,
     ModelResponse, Role, Usage,
 };
-use crate::config::ToolChoice;
-use crate::sse::SseEvent;
+use holdfast_outbound::sse::SseEvent;
+use holdfast_wire::config::ToolChoice;
 
 /// The request body.
 pub(crate) fn request_body(request: &ModelRequest) -> Value {

@@ -45,7 +45,7 @@ use super::{
     media_blocks, ContentBlock, Delta, DeltaKind, MediaSource, ModelError, ModelRequest,
     ModelResponse, Role, Usage,
 };
-use crate::sse::SseEvent;
+use holdfast_outbound::sse::SseEvent;
 
 /// The request body.
 pub(crate) fn request_body(request: &ModelRequest) -> Value {
@@ -371,8 +371,8 @@ fn failure(error: &Value) -> ModelError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ModelConfig, Provider};
     use crate::provider::Message;
+    use holdfast_wire::config::{ModelConfig, Provider};
 
     #[test]
     fn history_becomes_input_items_with_reasoning_sent_back_verbatim() {

@@ -9,12 +9,12 @@ use uuid::Uuid;
 
 use super::prepared::{query_prepared, with_wake_after_commit, Prepared};
 use super::{batch_outcomes, parse_text};
-use crate::domain::{
+use crate::error::{Error, Result};
+use crate::telemetry::TraceHeaders;
+use holdfast_wire::domain::{
     Agent, AgentState, AttachmentQuotas, CancelOutcome, ConfigVersion, ForkPoint, Input,
     InputCreated, InputMode, LimitMaxima, PostedInput, TurnOutcome, WaitingInputs,
 };
-use crate::error::{Error, Result};
-use crate::telemetry::TraceHeaders;
 
 /// Write the operator's limit maxima (`holdfast.set_limit_maxima`).
 pub async fn set_limit_maxima(client: &impl GenericClient, maxima: &LimitMaxima) -> Result<()> {

@@ -17,8 +17,8 @@ use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::agents::agent_from_row;
-use crate::domain::{Agent, AgentState, TurnOutcome};
 use crate::error::Result;
+use holdfast_wire::domain::{Agent, AgentState, TurnOutcome};
 
 /// A project as its own keys see it.
 #[derive(Clone, Debug)]

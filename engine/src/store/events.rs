@@ -3,8 +3,8 @@
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
-use crate::domain::Event;
 use crate::error::Result;
+use holdfast_wire::domain::Event;
 
 /// Events of an agent after `after_seq`, oldest first, at most `limit`.
 pub async fn events_after(

@@ -3,8 +3,8 @@
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
-use crate::domain::{ApiKeyCreated, ApiKeyListed, ApiKeyOwner, ApiKeyRevoked};
 use crate::error::Result;
+use holdfast_wire::domain::{ApiKeyCreated, ApiKeyListed, ApiKeyOwner, ApiKeyRevoked};
 
 /// Create an API key for `project_name` (the project is created if needed).
 /// The clear key is in the result and nowhere else.

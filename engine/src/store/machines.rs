@@ -9,15 +9,15 @@ use tokio_postgres::{GenericClient, Row};
 use uuid::Uuid;
 
 use super::parse_text;
-use crate::config::CommandWorkspace;
-use crate::domain::{
+use crate::error::{Error, Result};
+use crate::pg_text::storable_str;
+use holdfast_wire::config::CommandWorkspace;
+use holdfast_wire::domain::{
     ClaimedCommand, CommandResult, CommandResultOutcome, Heartbeat, HeartbeatRecorded,
     LiveOutputOutcome, MachineIdentity, MachineRegistered, MachineStatus, MachineTickReport,
     MachineWake, LIVE_OUTPUT_MAX_BYTES, LIVE_OUTPUT_MIN_INTERVAL,
 };
-use crate::duration::to_interval;
-use crate::error::{Error, Result};
-use crate::pg_text::storable_str;
+use holdfast_wire::duration::to_interval;
 
 /// Register a machine in `project`; the answer carries its token (show it
 /// once). A taken name is [`Error::Conflict`]; a bad name or wake URL is

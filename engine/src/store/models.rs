@@ -4,10 +4,10 @@
 use tokio_postgres::{GenericClient, Row};
 use uuid::Uuid;
 
-use crate::domain::{
+use crate::error::Result;
+use holdfast_wire::domain::{
     ModelDestination, ModelEndpoint, ModelRoute, NewModelEndpoint, ProviderKeyStatus, SealedKey,
 };
-use crate::error::Result;
 
 /// Add an operator model endpoint; [`Error::Conflict`] when the name is taken.
 pub async fn add_model_endpoint(

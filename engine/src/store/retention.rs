@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use tokio_postgres::GenericClient;
 
-use crate::domain::RetentionReport;
-use crate::duration::to_interval;
 use crate::error::Result;
+use holdfast_wire::domain::RetentionReport;
+use holdfast_wire::duration::to_interval;
 
 /// Set how long a project keeps its finished agents' events, webhook
 /// deliveries, tool outputs, input contents and attachments; `None` keeps

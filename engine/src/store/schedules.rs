@@ -9,10 +9,10 @@ use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::parse_text;
-use crate::domain::{DueSchedule, NewSchedule, Schedule};
-use crate::duration::to_interval;
 use crate::error::Result;
-use crate::schedule::FirePlan;
+use holdfast_wire::domain::{DueSchedule, NewSchedule, Schedule};
+use holdfast_wire::duration::to_interval;
+use holdfast_wire::schedule::FirePlan;
 
 /// The columns [`schedule_from_row`] reads, of `holdfast.schedules s`.
 const SCHEDULE_COLUMNS: &str = "s.id, s.agent_id, s.cron, s.timezone, \

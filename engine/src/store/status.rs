@@ -3,8 +3,8 @@
 
 use tokio_postgres::GenericClient;
 
-use crate::domain::{StuckAgent, WorkerLeases};
 use crate::error::Result;
+use holdfast_wire::domain::{StuckAgent, WorkerLeases};
 
 /// The agents per state (the `holdfast.queue_depth` view).
 pub async fn queue_depth(client: &impl GenericClient) -> Result<Vec<(String, i64)>> {

@@ -16,15 +16,15 @@ use uuid::Uuid;
 use super::models::model_route_from_row;
 use super::parse_text;
 use super::prepared::{execute_prepared, query_one_prepared, query_prepared, Prepared};
-use crate::config::AgentConfig;
-use crate::domain::{
-    AgentState, AttemptTrace, Claim, HistoryMessage, LostAttempt, MaintenanceReport, ModelStep,
-    PendingInput, Renewal, StepContext, ToolCallRecord,
-};
-use crate::duration::to_interval;
 use crate::error::{Error, Result};
 use crate::pg_text::{make_storable, storable_str};
 use crate::provider::{DeltaKind, RequestFiles, StoredFile};
+use holdfast_wire::config::AgentConfig;
+use holdfast_wire::domain::{
+    AgentState, AttemptTrace, Claim, HistoryMessage, LostAttempt, MaintenanceReport, ModelStep,
+    PendingInput, Renewal, StepContext, ToolCallRecord,
+};
+use holdfast_wire::duration::to_interval;
 
 /// Claim up to `max` ready agents for `worker`. Call it on the worker's own
 /// long-lived session: the session's backend pid is recorded on each claim,

@@ -6,8 +6,8 @@ use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::prepared::{execute_prepared, Prepared};
-use crate::domain::Claim;
 use crate::error::Result;
+use holdfast_wire::domain::Claim;
 
 /// Where to fork an agent: one event of its timeline, the end of one of
 /// its turns, or (neither) its last event.

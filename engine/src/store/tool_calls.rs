@@ -8,9 +8,9 @@ use uuid::Uuid;
 
 use super::prepared::{query_one_prepared, query_prepared, with_wake_after_commit, Prepared};
 use super::{batch_outcomes, parse_text};
-use crate::domain::{Approval, ApprovalStatus, ApprovalSubject, Question, QuestionStatus};
-use crate::domain::{ToolCall, ToolCallStatus, ToolKind};
 use crate::error::{Error, Result};
+use holdfast_wire::domain::{Approval, ApprovalStatus, ApprovalSubject, Question, QuestionStatus};
+use holdfast_wire::domain::{ToolCall, ToolCallStatus, ToolKind};
 
 /// The columns [`tool_call_from_row`] reads, as a literal (a macro, so that
 /// statements built from it stay `&'static str` and can be prepared once).

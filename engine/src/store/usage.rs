@@ -6,8 +6,8 @@ use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::parse_text;
-use crate::domain::{AgentUsage, Claim, ModelPrice, ProjectUsage};
 use crate::error::{Error, Result};
+use holdfast_wire::domain::{AgentUsage, Claim, ModelPrice, ProjectUsage};
 
 /// The usage of `agent` in `project`: its sum and each turn's; `None` when
 /// the project has no such agent.

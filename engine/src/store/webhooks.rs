@@ -7,13 +7,13 @@ use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::parse_text;
-use crate::domain::Event;
-use crate::domain::{
+use crate::error::Result;
+use holdfast_wire::domain::Event;
+use holdfast_wire::domain::{
     ClaimedWebhookDelivery, CreatedWebhookEndpoint, RecordedAttempt, WebhookDelivery,
     WebhookDeliveryFilter, WebhookDeliveryStatus, WebhookEndpoint, WebhookQueueStats,
 };
-use crate::duration::to_interval;
-use crate::error::Result;
+use holdfast_wire::duration::to_interval;
 
 /// Create a webhook endpoint in `project`; the answer carries the signing
 /// secret (show it once). `allow_private` is the deployment's setting

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use holdfast_client::wire::machines::{HeartbeatRequest, OutputRequest, ResultRequest};
 use holdfast_client::{ApiFailure, Client};
-use holdfast_engine::domain::{
+use holdfast_wire::api::machines::{HeartbeatRequest, OutputRequest, ResultRequest};
+use holdfast_wire::domain::{
     ClaimedCommand, CommandResult, CommandResultOutcome, Heartbeat, LiveOutputOutcome,
 };
 use reqwest::StatusCode;

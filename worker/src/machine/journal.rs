@@ -21,7 +21,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
-use holdfast_engine::domain::{ClaimedCommand, CommandResult, DaemonCommandState, ReportedCommand};
+use holdfast_wire::domain::{ClaimedCommand, CommandResult, DaemonCommandState, ReportedCommand};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -202,7 +202,7 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use holdfast_engine::domain::CommandResultState;
+    use holdfast_wire::domain::CommandResultState;
 
     fn command() -> ClaimedCommand {
         ClaimedCommand {

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use holdfast_engine::domain::CommandLimit;
+use holdfast_wire::domain::CommandLimit;
 
 /// Limits of each command.
 #[derive(Clone, Debug)]

@@ -37,9 +37,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
-use holdfast_engine::backoff::Backoff;
-use holdfast_engine::config::CommandWorkspace;
-use holdfast_engine::domain::{ClaimedCommand, CommandResult, Heartbeat};
+use holdfast_outbound::backoff::Backoff;
+use holdfast_wire::config::CommandWorkspace;
+use holdfast_wire::domain::{ClaimedCommand, CommandResult, Heartbeat};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -631,7 +631,7 @@ fn keep_ends(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use holdfast_engine::domain::CommandResultState;
+    use holdfast_wire::domain::CommandResultState;
 
     #[test]
     fn pass_env_names_are_variable_names_and_never_the_token() {

@@ -4,7 +4,7 @@
 //! `{"type": "mcp", "name": "<prefix>", "url": "https://…", "headers"?: {…}}`.
 //! The model sees each of the server's tools as `<prefix>__<tool>`; the
 //! prefix keeps tools of different servers (and built-in tools) apart, and
-//! [`holdfast_engine::config::split_mcp_tool_name`] maps a call back to its server and tool.
+//! [`holdfast_wire::config::split_mcp_tool_name`] maps a call back to its server and tool.
 //!
 //! Each operation opens its own MCP session (initialize handshake, one
 //! request, close): no connection state outlives a step, so any worker can
@@ -29,10 +29,10 @@ use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use holdfast_engine::config::{prefixed_tool_name, ToolEntry, MCP_NAME_SEPARATOR};
 use holdfast_engine::egress::{check_mcp_header, refusal_in, EgressKind, EgressPolicy};
 use holdfast_engine::provider::ToolDefinition;
 use holdfast_engine::telemetry;
+use holdfast_wire::config::{prefixed_tool_name, ToolEntry, MCP_NAME_SEPARATOR};
 use lru::LruCache;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{

@@ -24,10 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use encoding_rs::{Encoding, UTF_8};
-use holdfast_engine::config::ToolEntry;
 use holdfast_engine::egress::{refusal_in, EgressKind, EgressPolicy};
 use holdfast_engine::provider::ToolDefinition;
 use holdfast_engine::telemetry;
+use holdfast_wire::config::ToolEntry;
 use reqwest::header::CONTENT_TYPE;
 use reqwest::{redirect, Url};
 use serde::Deserialize;

@@ -1,8 +1,8 @@
 //! `/v1/agents/{id}/inputs` and `/v1/inputs/{id}`: messages for an agent,
 //! how each joins its turns (the steering mode), and the saved inputs.
 
+use crate::domain::{Input, InputMode, InputStatus};
 use chrono::{DateTime, Utc};
-use holdfast_engine::domain::{Input, InputMode, InputStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;

@@ -1,7 +1,7 @@
 //! `/v1/webhooks`: endpoints and their deliveries.
 
+use crate::domain::{WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint};
 use chrono::{DateTime, Utc};
-use holdfast_engine::domain::{WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;

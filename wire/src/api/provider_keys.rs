@@ -1,7 +1,7 @@
 //! `/v1/provider-keys`: the project's own model provider keys (write-only).
 
-use holdfast_engine::config::Provider;
-use holdfast_engine::domain::ProviderKeyStatus;
+use crate::config::Provider;
+use crate::domain::ProviderKeyStatus;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 

@@ -90,3 +90,43 @@ pub struct ModelPrice {
     pub cache_write_usd_per_mtok: Option<f64>,
     pub updated_at: DateTime<Utc>,
 }
+
+/// What one model call used, as the provider reported it: `model.response`'s
+/// and `context.compacted`'s `usage` (`{}` from a SQL client that committed
+/// a step without one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default)]
+#[schema(as = ModelUsage)]
+pub struct Usage {
+    /// The whole prompt, its cached parts included.
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Of `input_tokens`, read from the provider's prompt cache (Anthropic
+    /// `cache_read_input_tokens`); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    /// Of `input_tokens`, written to the prompt cache (Anthropic
+    /// `cache_creation_input_tokens`); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+    /// Of `output_tokens`, the reasoning a reasoning model did before
+    /// answering (OpenAI `completion_tokens_details.reasoning_tokens`;
+    /// Anthropic counts thinking in `output_tokens` without a split);
+    /// absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
+    /// Requests the provider's own server tools made (Anthropic's
+    /// `usage.server_tool_use`: web searches and fetches); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub server_tool_requests: u64,
+    /// Of `server_tool_requests`, Anthropic's web searches
+    /// (`usage.server_tool_use.web_search_requests`): billed per search on
+    /// top of tokens, so the step's cost counts them
+    /// (`holdfast.add_server_tool_cost`); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub web_search_requests: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}

@@ -1,9 +1,9 @@
 //! `/v1/agents`: agents, their lists and cancels.
 
+use crate::config::AgentConfig;
+use crate::domain::{Agent, AgentState, CancelOutcome, ConfigVersion, ForkPoint};
+pub use crate::domain::{LastTurn, TurnError, TurnOutcome};
 use chrono::{DateTime, Utc};
-use holdfast_engine::config::AgentConfig;
-use holdfast_engine::domain::{Agent, AgentState, CancelOutcome, ConfigVersion, ForkPoint};
-pub use holdfast_engine::domain::{LastTurn, TurnError, TurnOutcome};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;

@@ -17,7 +17,6 @@ use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 use utoipa::ToSchema;
 
 use crate::domain::ToolKind;
-use crate::error::{Error, Result};
 
 /// An agent's configuration (the body of `POST /v1/agents`; `PATCH` takes a
 /// JSON merge patch of it).
@@ -672,15 +671,22 @@ pub enum BudgetOnExceeded {
     Ask,
 }
 
+/// A config that does not parse: the field that does not fit and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {field}: {message}")]
+pub struct InvalidConfig {
+    pub field: String,
+    pub message: String,
+}
+
 impl AgentConfig {
     /// Parse a config; the error names the field that does not fit
-    /// (`model.max_tokens`, `tools[2]`, `model.thinking.budget_tokens`), as
-    /// `Error::Invalid`.
-    pub fn from_value(value: &Value) -> Result<AgentConfig> {
+    /// (`model.max_tokens`, `tools[2]`, `model.thinking.budget_tokens`).
+    pub fn from_value(value: &Value) -> Result<AgentConfig, InvalidConfig> {
         // serde would also read a struct from an array of its fields.
         if !value.is_object() {
-            return Err(Error::Invalid {
-                field: Some("config".into()),
+            return Err(InvalidConfig {
+                field: "config".into(),
                 message: "config must be a JSON object".into(),
             });
         }
@@ -699,16 +705,13 @@ impl AgentConfig {
                 (_, Some(name)) => format!("{path}.{name}"),
                 (_, None) => path,
             };
-            Error::Invalid {
-                field: Some(field),
-                message,
-            }
+            InvalidConfig { field, message }
         })?;
         config
             .model
             .check()
-            .map_err(|(field, message)| Error::Invalid {
-                field: Some(format!("model.{field}")),
+            .map_err(|(field, message)| InvalidConfig {
+                field: format!("model.{field}"),
                 message,
             })?;
         Ok(config)
@@ -888,8 +891,8 @@ mod tests {
             (json!([]), "config"),
         ] {
             match AgentConfig::from_value(&config) {
-                Err(Error::Invalid {
-                    field: Some(named),
+                Err(InvalidConfig {
+                    field: named,
                     message,
                 }) => {
                     assert!(named.starts_with(field), "{config}: {named} ({message})");

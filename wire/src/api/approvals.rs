@@ -1,9 +1,7 @@
 //! Approvals and questions, the waits a person answers.
 
+use crate::domain::{Approval, ApprovalStatus, ApprovalSubject, Question, QuestionStatus};
 use chrono::{DateTime, Utc};
-use holdfast_engine::domain::{
-    Approval, ApprovalStatus, ApprovalSubject, Question, QuestionStatus,
-};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;

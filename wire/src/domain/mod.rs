@@ -43,7 +43,7 @@ pub use steps::{
     MaintenanceReport, ModelStep, PendingInput, Renewal, StepContext, ToolCallRecord,
 };
 pub use tool_calls::{NewToolCall, ToolCall, ToolCallStatus, ToolKind};
-pub use usage::{AgentUsage, DayUsage, ModelPrice, ProjectUsage, TokenUsage, TurnUsage};
+pub use usage::{AgentUsage, DayUsage, ModelPrice, ProjectUsage, TokenUsage, TurnUsage, Usage};
 pub use webhooks::{
     ClaimedWebhookDelivery, CreatedWebhookEndpoint, RecordedAttempt, WebhookDelivery,
     WebhookDeliveryFilter, WebhookDeliveryStatus, WebhookEndpoint, WebhookQueueStats,

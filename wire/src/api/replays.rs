@@ -1,8 +1,8 @@
 //! Forks and replays: `POST /v1/agents/{id}/fork`, `POST|GET
 //! /v1/agents/{id}/replays`, `GET /v1/replays/{id}`.
 
+use crate::domain::TokenUsage;
 use chrono::{DateTime, Utc};
-use holdfast_engine::domain::TokenUsage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;

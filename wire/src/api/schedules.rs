@@ -1,9 +1,9 @@
 //! `/v1/agents/{id}/schedules`: inputs an agent is sent at the slots of a
 //! cron expression or every fixed interval.
 
+use crate::domain::{InputMode, Schedule};
+use crate::schedule::{format_every, MissedPolicy};
 use chrono::{DateTime, Utc};
-use holdfast_engine::domain::{InputMode, Schedule};
-use holdfast_engine::schedule::{format_every, MissedPolicy};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;

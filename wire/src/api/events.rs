@@ -9,10 +9,10 @@
 
 use std::borrow::Cow;
 
+use crate::config::AgentConfig;
+use crate::domain::Usage;
+use crate::domain::{Event, ForkPoint, InputMode, TokenUsage, TurnError};
 use chrono::{DateTime, Utc};
-use holdfast_engine::config::AgentConfig;
-use holdfast_engine::domain::{Event, ForkPoint, InputMode, TokenUsage, TurnError};
-use holdfast_engine::provider::Usage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::openapi::schema::{

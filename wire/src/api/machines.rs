@@ -1,12 +1,12 @@
 //! `/v1/machines` (a project's machines, with its API key) and `/v1/machine/...` (a daemon's calls, with the machine token).
 
-use chrono::{DateTime, Utc};
-use holdfast_engine::config::CommandWorkspace;
-use holdfast_engine::domain::{
+use crate::config::CommandWorkspace;
+use crate::domain::{
     ClaimedCommand, CommandLimit, CommandResult, CommandResultOutcome, CommandResultState,
     DaemonCommandState, Heartbeat, LiveOutputOutcome, MachineRegistered, MachineStatus,
     ReportedCommand,
 };
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;

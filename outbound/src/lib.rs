@@ -5,7 +5,7 @@
 //! [`client_builder`] or [`blocking_client_builder`], so all of them verify
 //! servers against the same roots with the same provider. The kinds a
 //! tenant or a model can aim then add the egress policy's resolver on top
-//! ([`crate::egress::EgressPolicy::client_builder`]).
+//! (`EgressPolicy::client_builder`, in the egress module).
 //!
 //! The trust store is the operating system's roots (read as OpenSSL does:
 //! `SSL_CERT_FILE` / `SSL_CERT_DIR`, else the distribution's bundle, e.g.
@@ -97,6 +97,7 @@ pub fn client_builder() -> reqwest::ClientBuilder {
 
 /// [`client_builder`] for the blocking client (the OTLP exporter's, which
 /// runs on the SDK's own thread). Build it outside an async runtime.
+#[cfg(feature = "blocking")]
 pub fn blocking_client_builder() -> reqwest::blocking::ClientBuilder {
     reqwest::blocking::Client::builder().use_preconfigured_tls(trust().tls.clone())
 }
@@ -173,3 +174,6 @@ fn tls_config(roots: RootCertStore) -> ClientConfig {
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     config
 }
+
+pub mod backoff;
+pub mod sse;

@@ -1,7 +1,7 @@
 //! Tool calls, and a custom tool's result.
 
+use crate::domain::{ToolCall, ToolCallStatus, ToolKind};
 use chrono::{DateTime, Utc};
-use holdfast_engine::domain::{ToolCall, ToolCallStatus, ToolKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
