@@ -11,9 +11,9 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use holdfast_engine::egress::{check_mcp_header, EgressKind, EgressPolicy};
-use holdfast_engine::store::console;
-use holdfast_engine::store::{self, ConfigApply};
+use holdfast_db::store::console;
+use holdfast_db::store::{self, ConfigApply};
+use holdfast_providers::egress::{check_mcp_header, EgressKind, EgressPolicy};
 use holdfast_wire::api::agents::{
     AgentList, AgentView, CancelView, ConfigVersionList, ConfigVersionView, ListOrder, StateName,
     TurnOutcome,
@@ -76,7 +76,7 @@ pub(crate) async fn parse_config(
     value: &Value,
     egress: &EgressPolicy,
 ) -> Result<AgentConfig, ApiError> {
-    let config = AgentConfig::from_value(value).map_err(holdfast_engine::Error::from)?;
+    let config = AgentConfig::from_value(value).map_err(holdfast_db::Error::from)?;
     for (at, entry) in mcp_entries(value, String::new()) {
         if let Some(headers) = entry.get("headers").and_then(Value::as_object) {
             for name in headers.keys() {

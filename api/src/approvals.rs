@@ -7,7 +7,7 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use holdfast_engine::{store, Error};
+use holdfast_db::{store, Error};
 use holdfast_wire::api::approvals::{
     AnswerRequest, ApprovalList, ApprovalStatusName, ApprovalView, DecisionRequest, QuestionList,
     QuestionStatusName, QuestionView,

@@ -3,7 +3,7 @@
 
 use axum::extract::State;
 use axum::Json;
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_wire::api::error::ErrorBody;
 use holdfast_wire::api::events::{EventList, EventView};
 use serde::Deserialize;

@@ -5,7 +5,7 @@
 
 use axum::extract::State;
 use axum::Json;
-use holdfast_engine::store::console;
+use holdfast_db::store::console;
 use holdfast_wire::api::error::ErrorBody;
 use holdfast_wire::api::inbox::{Inbox, InboxItem, InboxKind};
 use serde::Deserialize;

@@ -9,7 +9,7 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_wire::api::error::ErrorBody;
 use holdfast_wire::api::provider_keys::{ProviderKeyBody, ProviderKeyList, ProviderKeyView};
 

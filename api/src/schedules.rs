@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{TimeDelta, Utc};
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_wire::api::error::ErrorBody;
 use holdfast_wire::api::schedules::{
     CreateScheduleRequest, ScheduleList, ScheduleView, UpdateScheduleRequest,

@@ -28,7 +28,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_wire::api::error::ErrorBody;
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;

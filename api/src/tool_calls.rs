@@ -6,10 +6,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use deadpool_postgres::Pool;
-use holdfast_engine::group_commit::GroupWrite;
-use holdfast_engine::provider::inline_media_bytes;
-use holdfast_engine::store::ToolResult;
-use holdfast_engine::{store, Error, Result};
+use holdfast_db::group_commit::GroupWrite;
+use holdfast_db::store::ToolResult;
+use holdfast_db::{store, Error, Result};
+use holdfast_providers::inline_media_bytes;
 use holdfast_wire::api::error::ErrorBody;
 use holdfast_wire::api::tool_calls::{
     KindName, StatusFilter, ToolCallList, ToolCallView, ToolResultRequest,

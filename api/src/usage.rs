@@ -5,7 +5,7 @@
 
 use axum::extract::State;
 use axum::Json;
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_wire::api::error::ErrorBody;
 use holdfast_wire::api::usage::{AgentUsage, ProjectUsage};
 use uuid::Uuid;

@@ -6,8 +6,8 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use holdfast_engine::egress::EgressKind;
-use holdfast_engine::store;
+use holdfast_db::store;
+use holdfast_providers::egress::EgressKind;
 use holdfast_wire::api::error::ErrorBody;
 use holdfast_wire::api::webhooks::{
     CreateWebhookRequest, CreatedWebhookView, DeliveryList, DeliveryStatusName, DeliveryView,

@@ -1,7 +1,7 @@
 //! Many SSE clients on one agent's `GET /v1/agents/{id}/stream`: each a
 //! task on its own HTTP connection that records when every saved event
 //! (`id: SEQ`) arrives. Opened with the shared API client and read with
-//! the engine's SSE decoder, as the CLI and the demo read streams.
+//! holdfast-outbound's SSE decoder, as the CLI and the demo read streams.
 
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_wire::domain::MachineRegistered;
 use holdfast_wire::duration::parse_duration;
 use holdfast_worker::machine::limits::Limits;
@@ -341,7 +341,7 @@ impl LocalMachine {
             Some((id, saved_name)) if name.is_none_or(|name| name == saved_name) => {
                 match store::rotate_machine_token(client, project, id).await {
                     Ok(machine) => Some(machine),
-                    Err(holdfast_engine::Error::NotFound(_)) => None,
+                    Err(holdfast_db::Error::NotFound(_)) => None,
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -353,7 +353,7 @@ impl LocalMachine {
                 let name = name.map_or_else(host_machine_name, str::to_owned);
                 match store::register_machine(client, project, &name, None).await {
                     Ok(registered) => registered,
-                    Err(holdfast_engine::Error::Conflict(_)) => bail!(
+                    Err(holdfast_db::Error::Conflict(_)) => bail!(
                         "this project already has a machine named {name:?}, but {} does not \
                          record it; pick another name with --local-machine-name",
                         record.display()

@@ -21,8 +21,8 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use clap_complete::Shell;
-use holdfast_engine::telemetry::Telemetry;
 use holdfast_outbound as outbound;
+use holdfast_telemetry::Telemetry;
 use holdfast_wire::api::approvals::Decision;
 
 use database::DatabaseArgs;

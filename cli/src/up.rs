@@ -25,9 +25,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use holdfast_api::ApiConfig;
-use holdfast_engine::connect::ConnectConfig;
-use holdfast_engine::egress::EgressPolicy;
-use holdfast_engine::store;
+use holdfast_db::connect::ConnectConfig;
+use holdfast_db::store;
+use holdfast_providers::egress::EgressPolicy;
 use holdfast_worker::machine::Shutdown as MachineShutdown;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::JoinSet;

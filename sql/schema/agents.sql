@@ -477,7 +477,7 @@ BEGIN
         PERFORM holdfast.raise('HF422', format('%s is an %s setting (provider "%s")', v_name, CASE WHEN v_owner = 'anthropic' THEN 'Anthropic' ELSE 'OpenAI' END, v_owner), 'model.' || v_name);
     END IF;
     -- The budget is below the output limit: max_tokens, else the worker's
-    -- default 4096 (DEFAULT_MAX_TOKENS in engine/src/provider/anthropic.rs).
+    -- default 4096 (DEFAULT_MAX_TOKENS in providers/src/anthropic.rs).
     IF v_value ->> 'type' = 'enabled'
        AND (v_value ->> 'budget_tokens')::bigint NOT BETWEEN 1024
            AND coalesce((p_config #>> '{model,max_tokens}')::bigint, 4096) - 1 THEN

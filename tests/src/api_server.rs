@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 
 use holdfast_api::{ApiConfig, ServeError};
-use holdfast_engine::connect::ConnectConfig;
-use holdfast_engine::store;
+use holdfast_db::connect::ConnectConfig;
+use holdfast_db::store;
 use holdfast_wire::api::operations::Health;
 use holdfast_wire::domain::{Claim, ModelStep, NewToolCall, ToolKind};
 use reqwest::{Method, RequestBuilder};

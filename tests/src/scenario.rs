@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use holdfast_engine::connect::{ConnectConfig, Session};
-use holdfast_engine::store;
+use holdfast_db::connect::{ConnectConfig, Session};
+use holdfast_db::store;
 use holdfast_fakes::FakeProvider;
 use serde_json::{json, Value};
 use tokio_postgres::Client;

@@ -8,7 +8,7 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use holdfast_api::rate_limit::RateLimit;
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_tests::api_server::{error_of, waiting_custom_call, ApiServer};
 use holdfast_tests::api_sse::{SseItem, SseReader};
 use holdfast_tests::TestDb;

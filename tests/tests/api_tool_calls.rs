@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use futures::future::join_all;
-use holdfast_engine::group_commit::GroupCommit;
-use holdfast_engine::store;
+use holdfast_db::group_commit::GroupCommit;
+use holdfast_db::store;
 use holdfast_tests::api_server::{project_key, waiting_custom_call, ApiServer};
 use holdfast_tests::scenario::{agent_state, event_types};
 use holdfast_tests::{default_config, TestDb};

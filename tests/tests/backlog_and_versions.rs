@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use holdfast_engine::store::{self, ConfigApply};
+use holdfast_db::store::{self, ConfigApply};
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::scenario::{answer_waiting_call, spawn_worker, wait_for_events};

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use holdfast_engine::store::{self, NewModelPrice};
-use holdfast_engine::Error;
+use holdfast_db::store::{self, NewModelPrice};
+use holdfast_db::Error;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::scenario::{
     agent_state, agent_with_config, answer_waiting_call, count_events, last_event_data,

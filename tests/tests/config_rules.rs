@@ -5,7 +5,7 @@
 //! agent — and a field the config does not have is refused by both, named
 //! the same way.
 
-use holdfast_engine::Error;
+use holdfast_db::Error;
 use holdfast_tests::TestDb;
 use holdfast_wire::config::AgentConfig;
 use serde_json::{json, Value};

@@ -22,8 +22,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use fantoccini::key::Key;
-use holdfast_engine::store;
-use holdfast_engine::store::NewModelPrice;
+use holdfast_db::store;
+use holdfast_db::store::NewModelPrice;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{project_key, waiting_tool_call, ApiServer};
 use holdfast_tests::browser::Browser;

@@ -17,9 +17,9 @@ use std::time::Duration;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use holdfast_api::ApiConfig;
-use holdfast_engine::egress::EgressPolicy;
-use holdfast_engine::provider::{ModelRequest, ProviderSettings, Providers};
-use holdfast_engine::store;
+use holdfast_db::store;
+use holdfast_providers::egress::EgressPolicy;
+use holdfast_providers::{ModelRequest, ProviderSettings, Providers};
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::{new_agent, wait_until, TestDb};
 use holdfast_wire::config::Provider;
@@ -287,7 +287,7 @@ async fn an_agent_model_base_url_goes_through_the_policy() {
             };
             // A project allowed custom URLs: the one path a tenant-chosen
             // model URL takes.
-            let target = holdfast_engine::provider::ModelTarget::CustomUrl {
+            let target = holdfast_providers::ModelTarget::CustomUrl {
                 base_url: url,
                 project_key: None,
             };

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_tests::{project_and_agent, wait_for_lock_wait, TestDb};
 use holdfast_wire::domain::{AgentState, ModelStep, NewToolCall, ToolKind};
 use serde_json::json;

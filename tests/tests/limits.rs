@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use holdfast_engine::{store, Error};
+use holdfast_db::{store, Error};
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::scenario::{
     agent_state, agent_with_config, count_events, last_event_data, pending_inputs, saved_text,

@@ -2,11 +2,11 @@
 //! API key, the daemon's routes with a machine token, credentials that do
 //! not cross, long-poll claims, idempotent results, wake attempts.
 
-use holdfast_engine::egress::EgressPolicy;
+use holdfast_providers::egress::EgressPolicy;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::counting_http::CountingServer;
 use holdfast_tests::{wait_until, TestDb};

@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use holdfast_engine::{store, Error};
+use holdfast_db::{store, Error};
 use holdfast_tests::scenario::agent_state;
 use holdfast_tests::TestDb;
 use holdfast_wire::domain::{

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{error_of, project_key, ApiServer};
 use holdfast_tests::partition_proxy::PartitionProxy;
@@ -88,7 +88,7 @@ async fn a_partitioned_worker_notices_stops_and_its_agent_moves_after_the_lease(
     // stopped already), and a write with its epoch is refused.
     proxy.heal();
     fake.release();
-    let refused = holdfast_engine::store::release_agent(
+    let refused = holdfast_db::store::release_agent(
         &client,
         holdfast_wire::domain::Claim {
             agent_id: agent,
@@ -98,7 +98,7 @@ async fn a_partitioned_worker_notices_stops_and_its_agent_moves_after_the_lease(
     )
     .await;
     assert!(
-        matches!(refused, Err(holdfast_engine::Error::LeaseLost(_))),
+        matches!(refused, Err(holdfast_db::Error::LeaseLost(_))),
         "a write with the cut-off worker's epoch is refused: {refused:?}"
     );
     assert_eq!(count_events(&client, agent, "model.response").await, 1);

@@ -6,8 +6,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use holdfast_engine::connect::ConnectConfig;
-use holdfast_engine::store;
+use holdfast_db::connect::ConnectConfig;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::process::holdfast_bin;
 use holdfast_tests::scenario::{spawn_api, spawn_worker, wait_for_event};
@@ -42,7 +42,7 @@ fn migrate_fails(url: &str) -> String {
     lines[0].to_owned()
 }
 
-async fn connect(url: &str) -> holdfast_engine::Result<Client> {
+async fn connect(url: &str) -> holdfast_db::Result<Client> {
     let (client, connection) = ConnectConfig::parse(url)?.connect().await?;
     tokio::spawn(connection);
     Ok(client)

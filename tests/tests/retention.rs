@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_tests::process::holdfast_bin;
 use holdfast_tests::{new_agent, TestDb};
 use holdfast_wire::domain::{ModelStep, NewToolCall, ToolKind};

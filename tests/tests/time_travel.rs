@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{call, error_of, project_key, ApiServer};
 use holdfast_tests::scenario::{

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::future::join_all;
-use holdfast_engine::{store, Error};
+use holdfast_db::{store, Error};
 use holdfast_tests::scenario::event_types;
 use holdfast_tests::TestDb;
 use holdfast_wire::domain::{Claim, ModelStep, NewToolCall, ToolKind};

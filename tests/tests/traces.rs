@@ -8,9 +8,9 @@ mod webhooks_support;
 
 use std::time::Duration;
 
-use holdfast_engine::store;
-use holdfast_engine::telemetry::TraceHeaders;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
+use holdfast_telemetry::TraceHeaders;
 use holdfast_tests::api_server::{error_of, project_key, ApiServer};
 use holdfast_tests::mcp_server::McpTestServer;
 use holdfast_tests::otlp_receiver::{OtlpReceiver, ReceivedSpan};

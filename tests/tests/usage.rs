@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use holdfast_engine::store::{self, NewModelPrice};
+use holdfast_db::store::{self, NewModelPrice};
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{error_of, project_key, ApiServer};
 use holdfast_tests::scenario::{

@@ -6,7 +6,7 @@ mod webhooks_support;
 
 use std::time::Duration;
 
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_tests::{new_agent, project_and_agent, wait_until, TestDb};
 use serde_json::json;
 use tokio::process::Child;

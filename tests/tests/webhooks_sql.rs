@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use holdfast_engine::{store, Error};
+use holdfast_db::{store, Error};
 use holdfast_tests::{new_agent, project_and_agent, TestDb};
 use holdfast_wire::domain::{RecordedAttempt, WebhookDeliveryFilter, WebhookDeliveryStatus};
 use serde_json::json;

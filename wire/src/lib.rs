@@ -9,4 +9,5 @@ pub mod api;
 pub mod config;
 pub mod domain;
 pub mod duration;
+pub mod pg_text;
 pub mod schedule;

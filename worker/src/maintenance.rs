@@ -17,7 +17,7 @@
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use holdfast_engine::{connect, store};
+use holdfast_db::{connect, store};
 use holdfast_outbound::backoff::Backoff;
 use tokio_util::sync::CancellationToken;
 
@@ -291,7 +291,7 @@ async fn tick(pool: &Pool, settings: &Settings) -> anyhow::Result<()> {
         )
         .await?;
         let queue = store::webhook_queue_stats(&**client).await?;
-        Ok::<_, holdfast_engine::Error>((report, machines, queue))
+        Ok::<_, holdfast_db::Error>((report, machines, queue))
     };
     let (report, machines, queue) = tokio::time::timeout(DB_CALL_TIMEOUT, work).await??;
     metrics::counter!("holdfast_maintenance_ticks_total").increment(1);

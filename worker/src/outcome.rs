@@ -12,8 +12,8 @@
 
 use std::time::{Duration, Instant};
 
-use holdfast_engine::store::{self, OverBudget};
-use holdfast_engine::Result;
+use holdfast_db::store::{self, OverBudget};
+use holdfast_db::Result;
 use holdfast_wire::domain::{Claim, ModelStep};
 use serde_json::Value;
 use uuid::Uuid;
@@ -115,7 +115,7 @@ impl StepResult {
 }
 
 /// Save `result` for `claim`: the one place a step's end is written. An
-/// error is the write's (a lost lease is [`holdfast_engine::Error::LeaseLost`]).
+/// error is the write's (a lost lease is [`holdfast_db::Error::LeaseLost`]).
 pub async fn save(deps: &StepDeps, claim: Claim, result: StepResult) -> Result<StepOutcome> {
     let kind = result.kind();
     let started = Instant::now();

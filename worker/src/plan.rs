@@ -2,7 +2,7 @@
 //! decided from its [`StepContext`] (the saved state, read fresh at every
 //! attempt). Pure functions, so they are tested without a database.
 
-use holdfast_engine::provider::{
+use holdfast_providers::{
     compaction_split, summary_message, summary_request, ContentBlock, Message, ModelRequest, Role,
     ToolDefinition,
 };

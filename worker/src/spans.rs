@@ -3,7 +3,7 @@
 //! per tool call (`execute_tool {name}`); one per webhook delivery attempt
 //! (`POST`, a child of its event's turn); and, in the machine daemon, one
 //! per command run (`run_command`, a child of the turn that queued it). All
-//! no-ops when tracing is off ([`holdfast_engine::telemetry`]).
+//! no-ops when tracing is off ([`holdfast_telemetry`]).
 //!
 //! Nothing is replayed, so a step's span is emitted once, by the attempt
 //! that ran it. An attempt whose worker died cannot end its own span: the
@@ -13,8 +13,8 @@
 
 use std::time::SystemTime;
 
-use holdfast_engine::provider::{ModelError, ModelRequest, ModelResponse};
-use holdfast_engine::telemetry::{
+use holdfast_providers::{ModelError, ModelRequest, ModelResponse};
+use holdfast_telemetry::{
     attempt_span_id, start_child, start_span, start_span_with_id, stored_context, tracer,
 };
 use holdfast_wire::domain::{

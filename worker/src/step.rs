@@ -8,11 +8,11 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use holdfast_engine::provider::{
+use holdfast_db::{store, Error, Result};
+use holdfast_outbound::backoff::Backoff;
+use holdfast_providers::{
     attachment_ids, ContentBlock, ModelError, ModelRequest, ModelTarget, RequestFiles,
 };
-use holdfast_engine::{store, Error, Result};
-use holdfast_outbound::backoff::Backoff;
 use holdfast_wire::config::ModelConfig;
 use holdfast_wire::domain::{Claim, ModelStep, NewToolCall, StepContext, Usage};
 use opentelemetry::context::FutureExt as _;

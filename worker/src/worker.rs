@@ -13,10 +13,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use holdfast_engine::connect::{self, ConnectConfig, Session};
-use holdfast_engine::provider::Providers;
-use holdfast_engine::{store, Error, Result};
+use holdfast_db::connect::{self, ConnectConfig, Session};
+use holdfast_db::{store, Error, Result};
 use holdfast_outbound::backoff::Backoff;
+use holdfast_providers::Providers;
 use holdfast_wire::domain::Claim;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_postgres::Notification;

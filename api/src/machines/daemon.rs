@@ -19,7 +19,7 @@ use std::time::Duration;
 use axum::extract::{ConnectInfo, State};
 use axum::http::Extensions;
 use axum::Json;
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_wire::api::error::ErrorBody;
 use holdfast_wire::api::machines::{
     ClaimedCommandView, ClaimedList, HeartbeatRequest, HeartbeatView, OutputRequest, OutputView,

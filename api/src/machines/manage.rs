@@ -10,8 +10,8 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
-use holdfast_engine::egress::{refusal_in, EgressKind, EgressPolicy};
-use holdfast_engine::store;
+use holdfast_db::store;
+use holdfast_providers::egress::{refusal_in, EgressKind, EgressPolicy};
 use holdfast_wire::api::error::ErrorBody;
 use holdfast_wire::api::machines::{
     MachineCreated, MachineList, MachineView, RegisterMachineRequest, WakeRequest, WakeView,

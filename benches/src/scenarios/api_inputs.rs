@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use holdfast_client::{Answer, CallError, Client, Retry};
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_wire::api::inputs::{InputRequest, InputView};
 use holdfast_wire::domain::InputMode;
 use serde_json::json;

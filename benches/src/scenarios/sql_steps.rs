@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use holdfast_engine::{connect, store};
+use holdfast_db::{connect, store};
 use holdfast_wire::domain::{ModelStep, NewToolCall, ToolKind};
 use serde_json::json;
 use uuid::Uuid;

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use holdfast_engine::pg_text::storable_str;
 use holdfast_wire::domain::{ClaimedCommand, CommandLimit, CommandResult, CommandResultState};
+use holdfast_wire::pg_text::storable_str;
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;

@@ -8,11 +8,11 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use holdfast_engine::pg_text::storable_str;
 use holdfast_wire::api::machines::OutputRequest;
 use holdfast_wire::domain::{
     LiveOutputOutcome, LIVE_OUTPUT_MAX_BYTES, LIVE_OUTPUT_MIN_INTERVAL, LIVE_OUTPUT_PIECE_MAX_BYTES,
 };
+use holdfast_wire::pg_text::storable_str;
 use uuid::Uuid;
 
 use super::client::{ApiClient, CallError};

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::prepared::{query_prepared, with_wake_after_commit, Prepared};
 use super::{batch_outcomes, parse_text};
 use crate::error::{Error, Result};
-use crate::telemetry::TraceHeaders;
+use holdfast_telemetry::TraceHeaders;
 use holdfast_wire::domain::{
     Agent, AgentState, AttachmentQuotas, CancelOutcome, ConfigVersion, ForkPoint, Input,
     InputCreated, InputMode, LimitMaxima, PostedInput, TurnOutcome, WaitingInputs,

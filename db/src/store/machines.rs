@@ -10,7 +10,6 @@ use uuid::Uuid;
 
 use super::parse_text;
 use crate::error::{Error, Result};
-use crate::pg_text::storable_str;
 use holdfast_wire::config::CommandWorkspace;
 use holdfast_wire::domain::{
     ClaimedCommand, CommandResult, CommandResultOutcome, Heartbeat, HeartbeatRecorded,
@@ -18,6 +17,7 @@ use holdfast_wire::domain::{
     MachineWake, LIVE_OUTPUT_MAX_BYTES, LIVE_OUTPUT_MIN_INTERVAL,
 };
 use holdfast_wire::duration::to_interval;
+use holdfast_wire::pg_text::storable_str;
 
 /// Register a machine in `project`; the answer carries its token (show it
 /// once). A taken name is [`Error::Conflict`]; a bad name or wake URL is

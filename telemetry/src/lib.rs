@@ -50,7 +50,7 @@ impl Telemetry {
     /// (or the traces-only variant) is set and not empty. The exporter
     /// itself reads the other standard variables (`OTEL_SERVICE_NAME`,
     /// `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_BSP_SCHEDULE_DELAY`, ...).
-    /// The exporter's client comes from [`crate::outbound`] (the process's
+    /// The exporter's client comes from [`holdfast_outbound`] (the process's
     /// trust store, `HOLDFAST_CA_BUNDLE` included). Call it outside an async
     /// runtime: the blocking HTTP client it builds must not be created on one.
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Self, TelemetryError> {

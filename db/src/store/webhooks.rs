@@ -17,7 +17,7 @@ use holdfast_wire::duration::to_interval;
 
 /// Create a webhook endpoint in `project`; the answer carries the signing
 /// secret (show it once). `allow_private` is the deployment's setting
-/// ([`crate::egress::EgressPolicy::allows_any_special`] for webhooks). A bad url or event
+/// ([`holdfast_providers::egress::EgressPolicy::allows_any_special`] for webhooks). A bad url or event
 /// list is [`Error::Invalid`] naming `url` or `events`.
 pub async fn create_webhook_endpoint(
     client: &impl GenericClient,

@@ -7,7 +7,7 @@
 //! before [`compaction_split`] with [`summary_message`] of the answer.
 
 use super::{media_blocks, ContentBlock, MediaSource, Message, ModelRequest, Role};
-use crate::provider::history::tool_result_text;
+use crate::history::tool_result_text;
 
 /// Tokens counted for each message's framing (role markers and the like).
 const TOKENS_PER_MESSAGE: u64 = 3;

@@ -1,4 +1,6 @@
-//! Model providers: the provider-neutral request and response types.
+//! Model providers: the provider-neutral request and response types, and
+//! what every call out of Holdfast to an address a tenant chose goes
+//! through ([`egress`]), and the sealing of provider keys ([`secrets`]).
 //!
 //! A [`ModelRequest`] is rebuilt from the database at every attempt (so inputs
 //! and config changes that arrived meanwhile apply to a retry); the provider
@@ -25,10 +27,12 @@ mod anthropic;
 mod classify;
 mod client;
 mod compaction;
+pub mod egress;
 mod history;
 mod media;
 mod openai;
 mod responses;
+pub mod secrets;
 
 pub use client::{
     ModelTarget, ProviderSettings, ProviderSetupError, Providers, DEFAULT_ANTHROPIC_BASE_URL,

@@ -371,7 +371,7 @@ fn failure(error: &Value) -> ModelError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::Message;
+    use crate::Message;
     use holdfast_wire::config::{ModelConfig, Provider};
 
     #[test]

@@ -17,14 +17,14 @@ use super::models::model_route_from_row;
 use super::parse_text;
 use super::prepared::{execute_prepared, query_one_prepared, query_prepared, Prepared};
 use crate::error::{Error, Result};
-use crate::pg_text::{make_storable, storable_str};
-use crate::provider::{DeltaKind, RequestFiles, StoredFile};
+use holdfast_providers::{DeltaKind, RequestFiles, StoredFile};
 use holdfast_wire::config::AgentConfig;
 use holdfast_wire::domain::{
     AgentState, AttemptTrace, Claim, HistoryMessage, LostAttempt, MaintenanceReport, ModelStep,
     PendingInput, Renewal, StepContext, ToolCallRecord,
 };
 use holdfast_wire::duration::to_interval;
+use holdfast_wire::pg_text::{make_storable, storable_str};
 
 /// Claim up to `max` ready agents for `worker`. Call it on the worker's own
 /// long-lived session: the session's backend pid is recorded on each claim,
@@ -553,7 +553,7 @@ fn from_json<T: serde::de::DeserializeOwned>(value: Value, field: &str) -> Resul
 }
 
 /// The bytes of `agent`'s stored files `ids` (what a model request's
-/// messages reference, [`crate::provider::attachment_ids`]), each read
+/// messages reference, [`holdfast_providers::attachment_ids`]), each read
 /// once, as bytea (no base64 on the wire). Rows are taken one at a time, so
 /// at most one file is held twice. A file that is gone is left out (the
 /// call then fails naming it).

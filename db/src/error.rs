@@ -1,8 +1,8 @@
-//! The engine's error type, and the one place SQLSTATEs become Rust variants.
+//! The database layer's error type, and the one place SQLSTATEs become Rust variants.
 
 use tokio_postgres::error::SqlState;
 
-/// Errors from the engine. SQL functions raise Holdfast's own SQLSTATEs
+/// Errors from the database layer. SQL functions raise Holdfast's own SQLSTATEs
 /// (`HF001`, `HF404`, `HF409`, `HF422`); [`Error::from`] maps them here and
 /// nowhere else, so callers branch on variants, not on codes.
 #[derive(Debug, thiserror::Error)]
