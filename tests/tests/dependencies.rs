@@ -139,3 +139,27 @@ fn the_rust_client_links_no_postgres_cipher_or_telemetry() {
     }
     assert!(found.contains("holdfast-wire"), "{found:?}");
 }
+
+/// The machine daemon runs on users' hosts and talks to the API over HTTP:
+/// no Postgres driver, no provider-key cipher, none of the server's HTTP
+/// stack, MCP client or schema validator. (It does export its command
+/// spans over OTLP, so OpenTelemetry is in.)
+#[test]
+fn the_machine_daemon_links_no_database_or_server_crates() {
+    let found = linked_packages("holdfast-machine", &[]);
+    for name in [
+        "tokio-postgres",
+        "postgres-types",
+        "deadpool-postgres",
+        "aes-gcm",
+        "axum",
+        "rmcp",
+        "jsonschema",
+        "holdfast-db",
+        "holdfast-providers",
+        "holdfast-worker",
+    ] {
+        assert!(!found.contains(name), "holdfast-machine links {name}");
+    }
+    assert!(found.contains("holdfast-client"), "{found:?}");
+}

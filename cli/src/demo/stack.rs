@@ -159,7 +159,7 @@ impl Stack {
             services,
             workers: Vec::new(),
             daemon: None,
-            machine: crate::machine::host_machine_name(),
+            machine: crate::local_machine::host_machine_name(),
         };
         for name in WORKERS {
             let worker = spawn_worker(name, &connection_string, &dir)?;

@@ -1,4 +1,4 @@
-//! The machine daemon (`holdfast machine`): runs on a user's machine, talks
+//! The machine daemon (`holdfast-machine`, or `holdfast machine run`): runs on a user's machine, talks
 //! to the Holdfast API with the machine's token, and runs the commands
 //! agents ask for (`run_command`), each at most once.
 //!
@@ -26,11 +26,13 @@
 //! A second signal exits at once; the journal covers what was left.
 
 pub mod client;
+pub mod command;
 pub mod exec;
 pub mod journal;
 pub mod limits;
 pub mod live;
 pub mod sandbox;
+mod spans;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -45,7 +47,6 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::spans;
 use client::{ApiClient, CallError};
 use journal::{Entry, Journal, Process};
 use sandbox::{Sandbox, SandboxSettings};
