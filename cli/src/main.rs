@@ -2,6 +2,7 @@
 
 mod client;
 mod database;
+#[cfg(feature = "demo")]
 mod demo;
 mod endpoints;
 mod keys;
@@ -63,6 +64,7 @@ enum Command {
     /// Postgres by default). Applies pending migrations at start.
     Up(Box<Server<up::UpArgs>>),
     /// A self-contained showcase: a crash mid-answer and the recovery (no API key, no network).
+    #[cfg(feature = "demo")]
     Demo(demo::DemoArgs),
     /// Apply the SQL migrations in sql/ (idempotent; safe to run concurrently).
     Migrate(DatabaseArgs),
@@ -202,7 +204,12 @@ fn parser() -> clap::Command {
     let mut listing = String::new();
     for (heading, names) in COMMAND_GROUPS {
         listing.push_str(&format!("{heading}:\n"));
-        for name in *names {
+        // A command left out of this build (`demo` without its feature) is
+        // not listed.
+        for name in names
+            .iter()
+            .filter(|name| parser.find_subcommand(name).is_some())
+        {
             let about = parser
                 .find_subcommand(name)
                 .and_then(|command| command.get_about())
@@ -244,23 +251,23 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    let speaks_to_people = matches!(
-        cli.command,
-        Command::Demo(_)
-            | Command::Agents { .. }
-            | Command::Send(_)
-            | Command::Tail(_)
-            | Command::Pending(_)
-            | Command::Approve(_)
-            | Command::Deny(_)
-            | Command::Answer(_)
-            | Command::Result(_)
-            | Command::Inputs { .. }
-            | Command::Machines { .. }
-            | Command::Replay(_)
-            | Command::Completions { .. }
-            | Command::CliReference
-    );
+    let speaks_to_people = is_demo(&cli.command)
+        || matches!(
+            cli.command,
+            Command::Agents { .. }
+                | Command::Send(_)
+                | Command::Tail(_)
+                | Command::Pending(_)
+                | Command::Approve(_)
+                | Command::Deny(_)
+                | Command::Answer(_)
+                | Command::Result(_)
+                | Command::Inputs { .. }
+                | Command::Machines { .. }
+                | Command::Replay(_)
+                | Command::Completions { .. }
+                | Command::CliReference
+        );
     let default_log = if speaks_to_people { "warn" } else { "info" };
     init_tracing(cli.log.as_deref().unwrap_or(default_log), cli.log_json);
     // The crypto provider and the trust store, before anything connects.
@@ -322,6 +329,7 @@ async fn dispatch(command: Command) -> Result<()> {
             up::run(up.database.open_here().await?, up.role, egress).await
         }
         // The demo brings its own Postgres.
+        #[cfg(feature = "demo")]
         Command::Demo(args) => demo::run(args).await,
         Command::Migrate(database) => {
             let applied = database.open().await?.migrate().await?;
@@ -418,6 +426,18 @@ fn cli_reference() -> String {
         groups.join("\n\n")
     ));
     clap_markdown::help_markdown_command_custom(&parser, &options)
+}
+
+/// True for `holdfast demo` (a command only a build with the `demo`
+/// feature has).
+#[cfg(feature = "demo")]
+fn is_demo(command: &Command) -> bool {
+    matches!(command, Command::Demo(_))
+}
+
+#[cfg(not(feature = "demo"))]
+fn is_demo(_: &Command) -> bool {
+    false
 }
 
 fn init_tracing(filter: &str, json: bool) {

@@ -163,3 +163,17 @@ fn the_machine_daemon_links_no_database_or_server_crates() {
     }
     assert!(found.contains("holdfast-client"), "{found:?}");
 }
+
+/// The scripted model server is in the release binary only for `holdfast
+/// demo` (the `demo` feature, on by default): a build without the feature
+/// links no fake provider.
+#[test]
+fn the_scripted_model_server_is_linked_only_for_the_demo() {
+    let with_demo = linked_packages("holdfast", &[]);
+    assert!(with_demo.contains("holdfast-fakes"), "{with_demo:?}");
+    let without = linked_packages("holdfast", &["--no-default-features"]);
+    assert!(
+        !without.contains("holdfast-fakes"),
+        "holdfast --no-default-features links holdfast-fakes"
+    );
+}

@@ -127,36 +127,37 @@ pub async fn ensure_project(client: &impl GenericClient, name: &str) -> Result<U
     Ok(row.get(0))
 }
 
-/// The config is masked (`mask_config_secrets`): these rows are for clients.
+/// The columns [`agent_from_row`] reads, by these names. The config is
+/// masked (`mask_config_secrets`): these rows are for clients.
 pub(super) const AGENT_COLUMNS: &str =
-    "id, project_id, holdfast.mask_config_secrets(config), state, turn_open, cancel_requested_at, \
-                             last_event_seq, created_at, updated_at, state_changed_at, \
-                             holdfast.agent_last_turn(agents), config_version, next_turn_config_version, \
-                             forked_from_agent_id, forked_from_seq";
+    "id, project_id, holdfast.mask_config_secrets(config) AS config, state, turn_open, \
+     cancel_requested_at, last_event_seq, created_at, updated_at, state_changed_at, \
+     holdfast.agent_last_turn(agents) AS last_turn, config_version, next_turn_config_version, \
+     forked_from_agent_id, forked_from_seq";
 
 pub(super) fn agent_from_row(row: &tokio_postgres::Row) -> Result<Agent> {
     Ok(Agent {
-        id: row.get(0),
-        project_id: row.get(1),
-        config: row.get(2),
-        state: parse_text(row.get(3), "state")?,
-        turn_open: row.get(4),
-        cancel_requested_at: row.get(5),
-        last_event_seq: row.get(6),
-        created_at: row.get(7),
-        updated_at: row.get(8),
-        state_changed_at: row.get(9),
+        id: row.get("id"),
+        project_id: row.get("project_id"),
+        config: row.get("config"),
+        state: parse_text(row.get("state"), "state")?,
+        turn_open: row.get("turn_open"),
+        cancel_requested_at: row.get("cancel_requested_at"),
+        last_event_seq: row.get("last_event_seq"),
+        created_at: row.get("created_at"),
+        updated_at: row.get("updated_at"),
+        state_changed_at: row.get("state_changed_at"),
         last_turn: row
-            .get::<_, Option<Value>>(10)
+            .get::<_, Option<Value>>("last_turn")
             .map(serde_json::from_value)
             .transpose()
             .map_err(|e| Error::Migration(format!("agent_last_turn document: {e}")))?,
-        config_version: row.get(11),
-        next_turn_config_version: row.get(12),
+        config_version: row.get("config_version"),
+        next_turn_config_version: row.get("next_turn_config_version"),
         // Both or neither (agents_forked_from_complete).
         forked_from: row
-            .get::<_, Option<Uuid>>(13)
-            .zip(row.get::<_, Option<i64>>(14))
+            .get::<_, Option<Uuid>>("forked_from_agent_id")
+            .zip(row.get::<_, Option<i64>>("forked_from_seq"))
             .map(|(agent_id, seq)| ForkPoint { agent_id, seq }),
     })
 }

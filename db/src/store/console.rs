@@ -116,17 +116,17 @@ pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Optio
 }
 
 /// The activity-ordered agent list's statement (the columns of
-/// `AGENT_COLUMNS`, the config masked by `mask_config_secrets` as there,
-/// then the activity). Public so a test can EXPLAIN
+/// `AGENT_COLUMNS` by the same names, the config masked by
+/// `mask_config_secrets` as there, then the `activity`). Public so a test can EXPLAIN
 /// exactly what runs. `coalesce(last_event_at, created_at)` is the
 /// expression the activity indexes are built on, and the text searches
 /// repeat the text indexes' expressions and size predicate
 /// (sql/schema/agents.sql, sql/schema/steps.sql) so the planner uses them.
 pub const AGENTS_BY_ACTIVITY_SQL: &str = "\
-SELECT id, project_id, holdfast.mask_config_secrets(config), state, turn_open, cancel_requested_at, \
-       last_event_seq, created_at, updated_at, state_changed_at, holdfast.agent_last_turn(agents), \
-       config_version, next_turn_config_version, forked_from_agent_id, forked_from_seq, \
-       coalesce(last_event_at, created_at) \
+SELECT id, project_id, holdfast.mask_config_secrets(config) AS config, state, turn_open, \
+       cancel_requested_at, last_event_seq, created_at, updated_at, state_changed_at, \
+       holdfast.agent_last_turn(agents) AS last_turn, config_version, next_turn_config_version, \
+       forked_from_agent_id, forked_from_seq, coalesce(last_event_at, created_at) AS activity \
   FROM holdfast.agents \
  WHERE project_id = $1 AND replay_id IS NULL \
    AND ($2::text IS NULL OR state = $2) \
@@ -183,7 +183,7 @@ pub async fn agents_by_activity(
         .map(|row| {
             Ok(AgentActivity {
                 agent: agent_from_row(row)?,
-                activity: row.get(15),
+                activity: row.get("activity"),
             })
         })
         .collect()
