@@ -6807,7 +6807,7 @@ BEGIN
        OR p_config #>> '{model,name}' = '' THEN
         PERFORM holdfast.raise('HF422', 'model.name must be a non-empty string', 'model.name');
     END IF;
-    -- MAX_MODEL_NAME_CHARS in engine/src/config.rs: the name is a metrics
+    -- MAX_MODEL_NAME_CHARS in wire/src/config.rs: the name is a metrics
     -- label, which a tenant must not make arbitrarily large.
     IF char_length(p_config #>> '{model,name}') > 256 THEN
         PERFORM holdfast.raise('HF422', 'model.name must be at most 256 characters', 'model.name');
@@ -6827,7 +6827,7 @@ BEGIN
         PERFORM holdfast.raise('HF422', 'model.max_tokens must be an integer from 1 to 4294967295', 'model.max_tokens');
     END IF;
     -- The sampling and provider settings (ModelConfig::check in
-    -- engine/src/config.rs): first each one's type, then which
+    -- wire/src/config.rs): first each one's type, then which
     -- provider has it, then its range.
     v_value := p_config #> '{model,thinking}';
     IF v_value IS NOT NULL THEN
@@ -6910,7 +6910,7 @@ BEGIN
         PERFORM holdfast.raise('HF422', format('%s is an %s setting (provider "%s")', v_name, CASE WHEN v_owner = 'anthropic' THEN 'Anthropic' ELSE 'OpenAI' END, v_owner), 'model.' || v_name);
     END IF;
     -- The budget is below the output limit: max_tokens, else the worker's
-    -- default 4096 (DEFAULT_MAX_TOKENS in engine/src/provider/anthropic.rs).
+    -- default 4096 (DEFAULT_MAX_TOKENS in providers/src/anthropic.rs).
     IF v_value ->> 'type' = 'enabled'
        AND (v_value ->> 'budget_tokens')::bigint NOT BETWEEN 1024
            AND coalesce((p_config #>> '{model,max_tokens}')::bigint, 4096) - 1 THEN

@@ -11,16 +11,16 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use holdfast_client::wire::agents::{
+use holdfast_db::store::console;
+use holdfast_db::store::{self, ConfigApply};
+use holdfast_providers::egress::{check_mcp_header, EgressKind, EgressPolicy};
+use holdfast_wire::api::agents::{
     AgentList, AgentView, CancelView, ConfigVersionList, ConfigVersionView, ListOrder, StateName,
     TurnOutcome,
 };
-use holdfast_client::wire::error::ErrorBody;
-use holdfast_engine::config::AgentConfig;
-use holdfast_engine::domain::{Agent, CancelOutcome};
-use holdfast_engine::egress::{check_mcp_header, EgressKind, EgressPolicy};
-use holdfast_engine::store::console;
-use holdfast_engine::store::{self, ConfigApply};
+use holdfast_wire::api::error::ErrorBody;
+use holdfast_wire::config::AgentConfig;
+use holdfast_wire::domain::{Agent, CancelOutcome};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use utoipa::IntoParams;
@@ -76,7 +76,7 @@ pub(crate) async fn parse_config(
     value: &Value,
     egress: &EgressPolicy,
 ) -> Result<AgentConfig, ApiError> {
-    let config = AgentConfig::from_value(value)?;
+    let config = AgentConfig::from_value(value).map_err(holdfast_db::Error::from)?;
     for (at, entry) in mcp_entries(value, String::new()) {
         if let Some(headers) = entry.get("headers").and_then(Value::as_object) {
             for name in headers.keys() {

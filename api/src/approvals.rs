@@ -7,12 +7,12 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use holdfast_client::wire::approvals::{
+use holdfast_db::{store, Error};
+use holdfast_wire::api::approvals::{
     AnswerRequest, ApprovalList, ApprovalStatusName, ApprovalView, DecisionRequest, QuestionList,
     QuestionStatusName, QuestionView,
 };
-use holdfast_client::wire::error::ErrorBody;
-use holdfast_engine::{store, Error};
+use holdfast_wire::api::error::ErrorBody;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::IntoParams;

@@ -5,8 +5,8 @@
 use axum::extract::State;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use holdfast_client::wire::error::ErrorBody;
-use holdfast_engine::store;
+use holdfast_db::store;
+use holdfast_wire::api::error::ErrorBody;
 use uuid::Uuid;
 
 use crate::auth::Caller;

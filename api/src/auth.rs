@@ -10,7 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
-use holdfast_engine::store;
+use holdfast_db::store;
 use uuid::Uuid;
 
 use crate::error::ApiError;

@@ -5,8 +5,8 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use holdfast_engine::egress::EgressRefused;
-use holdfast_engine::Error;
+use holdfast_db::Error;
+use holdfast_providers::egress::EgressRefused;
 use serde_json::{json, Value};
 
 /// An error answer: status, machine-readable type, human message.

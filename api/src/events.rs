@@ -3,9 +3,9 @@
 
 use axum::extract::State;
 use axum::Json;
-use holdfast_client::wire::error::ErrorBody;
-use holdfast_client::wire::events::{EventList, EventView};
-use holdfast_engine::store;
+use holdfast_db::store;
+use holdfast_wire::api::error::ErrorBody;
+use holdfast_wire::api::events::{EventList, EventView};
 use serde::Deserialize;
 use utoipa::IntoParams;
 use uuid::Uuid;

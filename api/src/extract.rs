@@ -3,7 +3,7 @@
 //! `invalid_request` naming the field, over the body limit → 413), path
 //! parameters (a bad UUID → 400) and query strings.
 //!
-//! Tenant text Postgres cannot store (U+0000, see `holdfast_engine::pg_text`)
+//! Tenant text Postgres cannot store (U+0000, see `holdfast_wire::pg_text`)
 //! is refused here, in every string and object key of a JSON body and in
 //! every query parameter, with 400 `invalid_request` naming the field: every
 //! route takes its input through these extractors, so none can forget, and
@@ -15,7 +15,7 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
-use holdfast_engine::pg_text::{find_nul, make_storable};
+use holdfast_wire::pg_text::{find_nul, make_storable};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -39,7 +39,7 @@ where
 
 /// A machine daemon's JSON body: what a machine reports (a command's
 /// output) is kept, so U+0000 in it becomes U+FFFD instead of a refusal
-/// (`holdfast_engine::pg_text`).
+/// (`holdfast_wire::pg_text`).
 pub struct MachineJson<T>(pub T);
 
 impl<S, T> FromRequest<S> for MachineJson<T>

@@ -38,10 +38,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use holdfast_engine::backoff::Backoff;
-use holdfast_engine::connect::{self, ConnectConfig};
-use holdfast_engine::provider::DeltaKind;
-use holdfast_engine::store;
+use holdfast_db::connect::{self, ConnectConfig};
+use holdfast_db::store;
+use holdfast_outbound::backoff::Backoff;
+use holdfast_providers::DeltaKind;
 use serde::Deserialize;
 use tokio::sync::{broadcast, mpsc, watch, Mutex as AsyncMutex};
 use tokio::task::JoinHandle;
@@ -205,7 +205,7 @@ impl Fanout {
 
     /// Follow an agent's feed. Subscribe before reading the table: whatever
     /// commits after the subscription reaches the stream through it.
-    pub async fn subscribe(&self, agent: Uuid) -> holdfast_engine::Result<Subscription> {
+    pub async fn subscribe(&self, agent: Uuid) -> holdfast_db::Result<Subscription> {
         if let Some(receiver) = self.inner.join(agent) {
             return Ok(self.subscription(agent, receiver));
         }
@@ -350,7 +350,7 @@ impl Inner {
     /// After a (re)connect, before the wake-up: register every feed's watch
     /// with the new LISTEN session (pid `listener`), so that what commits
     /// from now on is hinted to it.
-    async fn watch_all(&self, listener: i32) -> holdfast_engine::Result<()> {
+    async fn watch_all(&self, listener: i32) -> holdfast_db::Result<()> {
         let mut current = self.listener.lock().await;
         let watches: Vec<(Uuid, Uuid)> = lock(&self.feeds)
             .iter()
@@ -540,7 +540,7 @@ async fn read_new_events(
 }
 
 /// An event as streams send it.
-pub fn wire_event(event: &holdfast_engine::domain::Event) -> WireEvent {
+pub fn wire_event(event: &holdfast_wire::domain::Event) -> WireEvent {
     WireEvent {
         seq: event.seq,
         kind: event.kind.clone(),

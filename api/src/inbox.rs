@@ -5,9 +5,9 @@
 
 use axum::extract::State;
 use axum::Json;
-use holdfast_client::wire::error::ErrorBody;
-use holdfast_client::wire::inbox::{Inbox, InboxItem, InboxKind};
-use holdfast_engine::store::console;
+use holdfast_db::store::console;
+use holdfast_wire::api::error::ErrorBody;
+use holdfast_wire::api::inbox::{Inbox, InboxItem, InboxKind};
 use serde::Deserialize;
 use serde_json::Value;
 use utoipa::IntoParams;

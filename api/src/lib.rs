@@ -1,5 +1,5 @@
 //! Holdfast's HTTP API: a thin shell over the SQL functions. It
-//! authenticates, validates, calls SQL through `holdfast_engine::store`, and
+//! authenticates, validates, calls SQL through `holdfast_db::store`, and
 //! maps SQLSTATEs to HTTP. Live streams are fed by one LISTEN connection per
 //! process ([`fanout`]).
 //!
@@ -54,7 +54,7 @@ pub use state::{ApiConfig, AppState};
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error(transparent)]
-    Engine(#[from] holdfast_engine::Error),
+    Engine(#[from] holdfast_db::Error),
     #[error("serving HTTP: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -15,8 +15,8 @@ use std::sync::{Arc, OnceLock};
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::IntoResponse;
-use holdfast_client::wire::error::ErrorBody;
-use holdfast_engine::store;
+use holdfast_db::store;
+use holdfast_wire::api::error::ErrorBody;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use sha2::{Digest, Sha256};
@@ -128,7 +128,7 @@ fn database_metrics(by_state: &[(String, i64)], events: i64) -> String {
     text
 }
 
-async fn scrape_database(state: &AppState) -> holdfast_engine::Result<(Vec<(String, i64)>, i64)> {
+async fn scrape_database(state: &AppState) -> holdfast_db::Result<(Vec<(String, i64)>, i64)> {
     let db = state.pool().get().await?;
     let by_state = store::queue_depth(&**db).await?;
     let events = store::events_written(&**db).await?;

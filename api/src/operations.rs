@@ -7,12 +7,12 @@
 
 use axum::extract::State;
 use axum::Json;
-use holdfast_client::wire::error::ErrorBody;
-use holdfast_client::wire::operations::{
+use holdfast_db::store::console;
+use holdfast_wire::api::error::ErrorBody;
+use holdfast_wire::api::operations::{
     DeliveryFailureView, MachineActivityView, OperationsView, RunningCommandView, StuckAgentView,
     WebhookBacklogView, WorkerView,
 };
-use holdfast_engine::store::console;
 
 use crate::auth::Caller;
 use crate::error::ApiError;

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::Json;
-use holdfast_client::wire::error::ErrorBody;
-use holdfast_client::wire::operations::Health;
+use holdfast_wire::api::error::ErrorBody;
+use holdfast_wire::api::operations::Health;
 
 use crate::error::ApiError;
 use crate::state::AppState;

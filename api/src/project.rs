@@ -3,9 +3,9 @@
 
 use axum::extract::State;
 use axum::Json;
-use holdfast_client::wire::error::ErrorBody;
-use holdfast_client::wire::operations::ProjectView;
-use holdfast_engine::store::console;
+use holdfast_db::store::console;
+use holdfast_wire::api::error::ErrorBody;
+use holdfast_wire::api::operations::ProjectView;
 
 use crate::auth::Caller;
 use crate::error::ApiError;

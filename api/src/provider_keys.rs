@@ -9,15 +9,15 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use holdfast_client::wire::error::ErrorBody;
-use holdfast_client::wire::provider_keys::{ProviderKeyBody, ProviderKeyList, ProviderKeyView};
-use holdfast_engine::store;
+use holdfast_db::store;
+use holdfast_wire::api::error::ErrorBody;
+use holdfast_wire::api::provider_keys::{ProviderKeyBody, ProviderKeyList, ProviderKeyView};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath};
 use crate::state::AppState;
-use holdfast_engine::config::Provider;
+use holdfast_wire::config::Provider;
 
 /// `anthropic` or `openai`, or a 404 naming the choices (as an unknown
 /// route would be).

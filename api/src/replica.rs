@@ -21,7 +21,7 @@ use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
 use deadpool_postgres::{Object, Pool};
-use holdfast_engine::store;
+use holdfast_db::store;
 use tokio_postgres::types::PgLsn;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;

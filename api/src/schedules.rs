@@ -1,6 +1,6 @@
 //! `/v1/agents/{id}/schedules`: create, list, read, pause or resume, and
 //! delete an agent's schedules. The cron expression, time zone and interval
-//! are checked here and the first slot computed (engine/src/schedule.rs);
+//! are checked here and the first slot computed (wire/src/schedule.rs);
 //! SQL checks the rest and stores it (sql/schema/schedules.sql), and the
 //! maintenance process fires it.
 
@@ -8,13 +8,13 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{TimeDelta, Utc};
-use holdfast_client::wire::error::ErrorBody;
-use holdfast_client::wire::schedules::{
+use holdfast_db::store;
+use holdfast_wire::api::error::ErrorBody;
+use holdfast_wire::api::schedules::{
     CreateScheduleRequest, ScheduleList, ScheduleView, UpdateScheduleRequest,
 };
-use holdfast_engine::domain::NewSchedule;
-use holdfast_engine::schedule::{self, Recurrence, Timing};
-use holdfast_engine::store;
+use holdfast_wire::domain::NewSchedule;
+use holdfast_wire::schedule::{self, Recurrence, Timing};
 use uuid::Uuid;
 
 use crate::auth::Caller;

@@ -4,10 +4,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Object, Pool};
-use holdfast_engine::connect::{self, ConnectConfig};
-use holdfast_engine::egress::EgressPolicy;
-use holdfast_engine::group_commit::{GroupCommit, GroupCommitter};
-use holdfast_engine::secrets::SecretKey;
+use holdfast_db::connect::{self, ConnectConfig};
+use holdfast_db::group_commit::{GroupCommit, GroupCommitter};
+use holdfast_providers::egress::EgressPolicy;
+use holdfast_providers::secrets::SecretKey;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -142,7 +142,7 @@ impl AppState {
     pub fn start(
         config: ApiConfig,
         shutdown: CancellationToken,
-    ) -> holdfast_engine::Result<(AppState, JoinHandle<()>)> {
+    ) -> holdfast_db::Result<(AppState, JoinHandle<()>)> {
         let pool = connect::pool(config.database.clone(), config.pool_size)?;
         let read_replica = match &config.read_database {
             Some(read) => Some(ReadReplica::new(connect::pool(
@@ -255,7 +255,7 @@ impl AppState {
     /// A pooled connection, or 503 when none frees up in time.
     pub async fn db(&self) -> Result<Object, ApiError> {
         match tokio::time::timeout(self.inner.config.pool_wait, self.inner.pool.get()).await {
-            Ok(result) => result.map_err(|e| ApiError::from(holdfast_engine::Error::from(e))),
+            Ok(result) => result.map_err(|e| ApiError::from(holdfast_db::Error::from(e))),
             Err(_) => Err(ApiError::unavailable(
                 "no database connection free in time; retry later",
             )),

@@ -28,8 +28,8 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
-use holdfast_client::wire::error::ErrorBody;
-use holdfast_engine::store;
+use holdfast_db::store;
+use holdfast_wire::api::error::ErrorBody;
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
@@ -68,7 +68,7 @@ pub struct StreamQuery {
         StreamQuery,
     ),
     responses(
-        (status = 200, description = "an SSE stream: saved events (`id: SEQ`, `event: TYPE`, `data: JSON`), live deltas (`event: delta` for answer text, `event: thinking_delta` for extended thinking; data `{\"text\", \"epoch\"}`), a running command's output (`event: command_output`; data `{\"command_id\", \"tool_call_id\", \"stream\", \"text\", \"limit_reached\"}`), heartbeat comments", content_type = "text/event-stream", body = holdfast_engine::sse::SseEvent),
+        (status = 200, description = "an SSE stream: saved events (`id: SEQ`, `event: TYPE`, `data: JSON`), live deltas (`event: delta` for answer text, `event: thinking_delta` for extended thinking; data `{\"text\", \"epoch\"}`), a running command's output (`event: command_output`; data `{\"command_id\", \"tool_call_id\", \"stream\", \"text\", \"limit_reached\"}`), heartbeat comments", content_type = "text/event-stream", body = holdfast_outbound::sse::SseEvent),
         (status = 400, description = "bad Last-Event-ID or after", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),

@@ -6,15 +6,15 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use deadpool_postgres::Pool;
-use holdfast_client::wire::error::ErrorBody;
-use holdfast_client::wire::tool_calls::{
+use holdfast_db::group_commit::GroupWrite;
+use holdfast_db::store::ToolResult;
+use holdfast_db::{store, Error, Result};
+use holdfast_providers::inline_media_bytes;
+use holdfast_wire::api::error::ErrorBody;
+use holdfast_wire::api::tool_calls::{
     KindName, StatusFilter, ToolCallList, ToolCallView, ToolResultRequest,
 };
-use holdfast_engine::domain::ToolCall;
-use holdfast_engine::group_commit::GroupWrite;
-use holdfast_engine::provider::inline_media_bytes;
-use holdfast_engine::store::ToolResult;
-use holdfast_engine::{store, Error, Result};
+use holdfast_wire::domain::ToolCall;
 use serde::Deserialize;
 use serde_json::Value;
 use utoipa::IntoParams;

@@ -5,9 +5,9 @@
 
 use axum::extract::State;
 use axum::Json;
-use holdfast_client::wire::error::ErrorBody;
-use holdfast_client::wire::usage::{AgentUsage, ProjectUsage};
-use holdfast_engine::store;
+use holdfast_db::store;
+use holdfast_wire::api::error::ErrorBody;
+use holdfast_wire::api::usage::{AgentUsage, ProjectUsage};
 use uuid::Uuid;
 
 use crate::auth::Caller;

@@ -6,14 +6,14 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use holdfast_client::wire::error::ErrorBody;
-use holdfast_client::wire::webhooks::{
+use holdfast_db::store;
+use holdfast_providers::egress::EgressKind;
+use holdfast_wire::api::error::ErrorBody;
+use holdfast_wire::api::webhooks::{
     CreateWebhookRequest, CreatedWebhookView, DeliveryList, DeliveryStatusName, DeliveryView,
     WebhookList, WebhookView,
 };
-use holdfast_engine::domain::WebhookDeliveryFilter;
-use holdfast_engine::egress::EgressKind;
-use holdfast_engine::store;
+use holdfast_wire::domain::WebhookDeliveryFilter;
 use serde::Deserialize;
 use serde_json::Value;
 use utoipa::IntoParams;

@@ -102,7 +102,7 @@ impl<'a> Fleet<'a> {
         ];
         let process = self.bench.holdfast.spawn(name, &["server", "api"], &envs)?;
         let base = format!("http://{listen}");
-        let client = holdfast_engine::outbound::client_builder().build()?;
+        let client = holdfast_outbound::client_builder().build()?;
         let deadline = std::time::Instant::now() + STARTUP_LIMIT;
         loop {
             let ready = client

@@ -24,7 +24,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
-use holdfast_engine::connect::ConnectConfig;
+use holdfast_db::connect::ConnectConfig;
 use serde_json::{json, Value};
 
 use crate::postgres::BenchCluster;

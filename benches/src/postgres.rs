@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use holdfast_engine::cluster::{ClusterOptions, LocalCluster, SUPERUSER};
-use holdfast_engine::connect::{self, ConnectConfig};
+use holdfast_db::cluster::{ClusterOptions, LocalCluster, SUPERUSER};
+use holdfast_db::connect::{self, ConnectConfig};
 use serde_json::{json, Value};
 use tokio::sync::OnceCell;
 use tokio_postgres::Client;

@@ -1,7 +1,7 @@
 //! Many SSE clients on one agent's `GET /v1/agents/{id}/stream`: each a
 //! task on its own HTTP connection that records when every saved event
 //! (`id: SEQ`) arrives. Opened with the shared API client and read with
-//! the engine's SSE decoder, as the CLI and the demo read streams.
+//! holdfast-outbound's SSE decoder, as the CLI and the demo read streams.
 
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 use holdfast_client::Client;
-use holdfast_engine::sse::SseDecoder;
+use holdfast_outbound::sse::SseDecoder;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
@@ -33,9 +33,7 @@ impl StreamClients {
     /// Open `n` streams on `agent` and return once every one has its
     /// response headers (it is registered with the API's fan-out by then).
     pub async fn open(base: &str, key: &str, agent: Uuid, n: usize) -> Result<StreamClients> {
-        let http = holdfast_engine::outbound::client_builder()
-            .http1_only()
-            .build()?;
+        let http = holdfast_outbound::client_builder().http1_only().build()?;
         let api = Client::with_http(http, base, key);
         let (stop, stop_rx) = watch::channel(false);
         let highest: Arc<Vec<AtomicI64>> = Arc::new((0..n).map(|_| AtomicI64::new(0)).collect());

@@ -9,16 +9,16 @@ pub mod replay;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use holdfast_client::follow::{follow, StreamItem};
-use holdfast_client::wire::agents::StateName;
-use holdfast_client::wire::approvals::{
+use holdfast_client::{CallError, Client};
+use holdfast_wire::api::agents::StateName;
+use holdfast_wire::api::approvals::{
     AnswerRequest, ApprovalStatusName, ApprovalView, Decision, DecisionRequest, QuestionStatusName,
     QuestionView,
 };
-use holdfast_client::wire::inputs::InputRequest;
-use holdfast_client::wire::machines::RegisterMachineRequest;
-use holdfast_client::wire::tool_calls::{KindName, StatusFilter, ToolCallView, ToolResultRequest};
-use holdfast_client::{CallError, Client};
-use holdfast_engine::domain::{CancelOutcome, InputMode, WaitingInputs};
+use holdfast_wire::api::inputs::InputRequest;
+use holdfast_wire::api::machines::RegisterMachineRequest;
+use holdfast_wire::api::tool_calls::{KindName, StatusFilter, ToolCallView, ToolResultRequest};
+use holdfast_wire::domain::{CancelOutcome, InputMode, WaitingInputs};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 use clap::Args;
-use holdfast_engine::cluster::{ClusterOptions, LocalCluster};
-use holdfast_engine::connect::{self, ConnectConfig};
-use holdfast_engine::{migrate, store};
+use holdfast_db::cluster::{ClusterOptions, LocalCluster};
+use holdfast_db::connect::{self, ConnectConfig};
+use holdfast_db::{migrate, store};
 use tokio_postgres::config::Host;
 
 /// The embedded cluster's home, relative to the working directory.

@@ -5,8 +5,8 @@
 
 use anyhow::Result;
 use clap::Subcommand;
-use holdfast_engine::domain::NewModelEndpoint;
-use holdfast_engine::store;
+use holdfast_db::store;
+use holdfast_wire::domain::NewModelEndpoint;
 
 use crate::database::Database;
 

@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 use clap::Subcommand;
-use holdfast_engine::store;
+use holdfast_db::store;
 
 use crate::database::Database;
 

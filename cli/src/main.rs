@@ -2,10 +2,11 @@
 
 mod client;
 mod database;
+#[cfg(feature = "demo")]
 mod demo;
 mod endpoints;
 mod keys;
-mod machine;
+mod local_machine;
 mod maintenance;
 mod prices;
 mod projects;
@@ -21,9 +22,10 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use clap_complete::Shell;
-use holdfast_client::wire::approvals::Decision;
-use holdfast_engine::outbound;
-use holdfast_engine::telemetry::Telemetry;
+use holdfast_machine::command as machine;
+use holdfast_outbound as outbound;
+use holdfast_telemetry::Telemetry;
+use holdfast_wire::api::approvals::Decision;
 
 use database::DatabaseArgs;
 use server::{Server, ServerCommand};
@@ -62,6 +64,7 @@ enum Command {
     /// Postgres by default). Applies pending migrations at start.
     Up(Box<Server<up::UpArgs>>),
     /// A self-contained showcase: a crash mid-answer and the recovery (no API key, no network).
+    #[cfg(feature = "demo")]
     Demo(demo::DemoArgs),
     /// Apply the SQL migrations in sql/ (idempotent; safe to run concurrently).
     Migrate(DatabaseArgs),
@@ -201,7 +204,12 @@ fn parser() -> clap::Command {
     let mut listing = String::new();
     for (heading, names) in COMMAND_GROUPS {
         listing.push_str(&format!("{heading}:\n"));
-        for name in *names {
+        // A command left out of this build (`demo` without its feature) is
+        // not listed.
+        for name in names
+            .iter()
+            .filter(|name| parser.find_subcommand(name).is_some())
+        {
             let about = parser
                 .find_subcommand(name)
                 .and_then(|command| command.get_about())
@@ -243,23 +251,23 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    let speaks_to_people = matches!(
-        cli.command,
-        Command::Demo(_)
-            | Command::Agents { .. }
-            | Command::Send(_)
-            | Command::Tail(_)
-            | Command::Pending(_)
-            | Command::Approve(_)
-            | Command::Deny(_)
-            | Command::Answer(_)
-            | Command::Result(_)
-            | Command::Inputs { .. }
-            | Command::Machines { .. }
-            | Command::Replay(_)
-            | Command::Completions { .. }
-            | Command::CliReference
-    );
+    let speaks_to_people = is_demo(&cli.command)
+        || matches!(
+            cli.command,
+            Command::Agents { .. }
+                | Command::Send(_)
+                | Command::Tail(_)
+                | Command::Pending(_)
+                | Command::Approve(_)
+                | Command::Deny(_)
+                | Command::Answer(_)
+                | Command::Result(_)
+                | Command::Inputs { .. }
+                | Command::Machines { .. }
+                | Command::Replay(_)
+                | Command::Completions { .. }
+                | Command::CliReference
+        );
     let default_log = if speaks_to_people { "warn" } else { "info" };
     init_tracing(cli.log.as_deref().unwrap_or(default_log), cli.log_json);
     // The crypto provider and the trust store, before anything connects.
@@ -321,6 +329,7 @@ async fn dispatch(command: Command) -> Result<()> {
             up::run(up.database.open_here().await?, up.role, egress).await
         }
         // The demo brings its own Postgres.
+        #[cfg(feature = "demo")]
         Command::Demo(args) => demo::run(args).await,
         Command::Migrate(database) => {
             let applied = database.open().await?.migrate().await?;
@@ -417,6 +426,18 @@ fn cli_reference() -> String {
         groups.join("\n\n")
     ));
     clap_markdown::help_markdown_command_custom(&parser, &options)
+}
+
+/// True for `holdfast demo` (a command only a build with the `demo`
+/// feature has).
+#[cfg(feature = "demo")]
+fn is_demo(command: &Command) -> bool {
+    matches!(command, Command::Demo(_))
+}
+
+#[cfg(not(feature = "demo"))]
+fn is_demo(_: &Command) -> bool {
+    false
 }
 
 fn init_tracing(filter: &str, json: bool) {

@@ -7,8 +7,8 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use anyhow::Result;
-use holdfast_engine::duration::parse_duration;
-use holdfast_engine::egress::EgressPolicy;
+use holdfast_providers::egress::EgressPolicy;
+use holdfast_wire::duration::parse_duration;
 use holdfast_worker::maintenance::{self, Settings};
 use holdfast_worker::webhooks::DispatcherSettings;
 use tokio::signal::unix::{signal, SignalKind};

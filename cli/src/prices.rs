@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 use clap::Subcommand;
-use holdfast_engine::store::{self, NewModelPrice};
+use holdfast_db::store::{self, NewModelPrice};
 
 use crate::database::Database;
 

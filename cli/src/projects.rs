@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Subcommand;
-use holdfast_engine::duration::parse_duration;
-use holdfast_engine::store;
+use holdfast_db::store;
+use holdfast_wire::duration::parse_duration;
 
 use crate::database::Database;
 

@@ -7,12 +7,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use holdfast_api::rate_limit::{parse_rate_limit, RateLimit, DEFAULT_RATE_LIMIT};
 use holdfast_api::ApiConfig;
-use holdfast_engine::connect::{self, ConnectConfig};
-use holdfast_engine::domain::AttachmentQuotas;
-use holdfast_engine::duration::parse_duration;
-use holdfast_engine::egress::EgressPolicy;
-use holdfast_engine::secrets::SecretKey;
-use holdfast_engine::store;
+use holdfast_db::connect::{self, ConnectConfig};
+use holdfast_db::store;
+use holdfast_providers::egress::EgressPolicy;
+use holdfast_providers::secrets::SecretKey;
+use holdfast_wire::domain::AttachmentQuotas;
+use holdfast_wire::duration::parse_duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::database::Database;

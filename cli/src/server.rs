@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use holdfast_engine::egress::EgressPolicy;
+use holdfast_providers::egress::EgressPolicy;
 
 use crate::database::DatabaseArgs;
 use crate::maintenance::MaintenanceArgs;

@@ -25,17 +25,18 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use holdfast_api::ApiConfig;
-use holdfast_engine::connect::ConnectConfig;
-use holdfast_engine::egress::EgressPolicy;
-use holdfast_engine::store;
-use holdfast_worker::machine::Shutdown as MachineShutdown;
+use holdfast_db::connect::ConnectConfig;
+use holdfast_db::store;
+use holdfast_machine::command::{make_undumpable, SandboxArgs, LOCAL_STATE_DIR};
+use holdfast_machine::Shutdown as MachineShutdown;
+use holdfast_providers::egress::EgressPolicy;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::database::Database;
-use crate::machine::{make_undumpable, LocalMachine, SandboxArgs, LOCAL_STATE_DIR};
+use crate::local_machine::LocalMachine;
 use crate::maintenance::MaintenanceArgs;
 use crate::run_worker::WorkerArgs;
 use crate::serve_api::{AttachmentQuotaArgs, ListenArgs, MetricsArgs};
@@ -210,7 +211,7 @@ async fn serve(db: &Database, args: UpArgs, egress: Arc<EgressPolicy>) -> Result
         let api_shutdown = api_shutdown.clone();
         tasks.spawn(async move {
             let (stopping, abort) = (stop.stop.clone(), stop.abort.clone());
-            let daemon = holdfast_worker::machine::run(settings, stop);
+            let daemon = holdfast_machine::run(settings, stop);
             tokio::pin!(daemon);
             // On Ctrl-C the daemon claims nothing more; the commands it
             // runs get the workers' drain time to finish and report through

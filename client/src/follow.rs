@@ -11,8 +11,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use holdfast_engine::backoff::Backoff;
-use holdfast_engine::sse::{SseDecoder, SseEvent};
+use holdfast_outbound::backoff::Backoff;
+use holdfast_outbound::sse::{SseDecoder, SseEvent};
 
 use crate::http::{CallError, Client};
 

@@ -5,30 +5,30 @@
 
 use std::time::Duration;
 
-use holdfast_engine::backoff::Backoff;
+use holdfast_outbound::backoff::Backoff;
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::wire::agents::{AgentList, AgentView, CancelView, StateName};
-use crate::wire::approvals::{
+use holdfast_wire::api::agents::{AgentList, AgentView, CancelView, StateName};
+use holdfast_wire::api::approvals::{
     AnswerRequest, ApprovalList, ApprovalStatusName, ApprovalView, DecisionRequest, QuestionList,
     QuestionStatusName, QuestionView,
 };
-use crate::wire::events::EventList;
-use crate::wire::inputs::{InputList, InputRequest, InputView};
-use crate::wire::machines::{
+use holdfast_wire::api::events::EventList;
+use holdfast_wire::api::inputs::{InputList, InputRequest, InputView};
+use holdfast_wire::api::machines::{
     ClaimedList, HeartbeatRequest, HeartbeatView, MachineCreated, MachineList, OutputRequest,
     OutputView, RegisterMachineRequest, ResultRequest, ResultView, WakeRequest, WakeView,
 };
-use crate::wire::replays::{ReplayReport, ReplayRequest};
-use crate::wire::tool_calls::{
+use holdfast_wire::api::replays::{ReplayReport, ReplayRequest};
+use holdfast_wire::api::tool_calls::{
     KindName, StatusFilter, ToolCallList, ToolCallView, ToolResultRequest,
 };
-use crate::wire::usage::AgentUsage;
-use holdfast_engine::domain::WaitingInputs;
+use holdfast_wire::api::usage::AgentUsage;
+use holdfast_wire::domain::WaitingInputs;
 
 /// Tries of a request that may be repeated, when it failed in transit or
 /// with 503.
@@ -176,9 +176,9 @@ pub struct Client {
 
 impl Client {
     /// A client of its own (10 s to connect, the process's trust store:
-    /// [`holdfast_engine::outbound`]), sending `user_agent`.
+    /// [`holdfast_outbound`]), sending `user_agent`.
     pub fn new(base_url: &str, token: &str, user_agent: &str) -> Result<Client, reqwest::Error> {
-        let http = holdfast_engine::outbound::client_builder()
+        let http = holdfast_outbound::client_builder()
             .connect_timeout(Duration::from_secs(10))
             .user_agent(user_agent)
             .build()?;

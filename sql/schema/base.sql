@@ -99,12 +99,12 @@ $$;
 
 -- True when a URL host names a special-purpose (non-public) address: the
 -- local names (`localhost`, `*.localhost`, `.local`, `.internal`,
--- `.home.arpa`), IP literals in the refused ranges of engine/src/egress.rs,
+-- `.home.arpa`), IP literals in the refused ranges of providers/src/egress.rs,
 -- and numeric hosts that are not a plain dotted quad (URL parsers read
 -- `127.1` or `2130706433` as 127.0.0.1). p_host is lower case, without
 -- brackets or port. A DNS name that resolves to a private address is not
 -- caught here: the dispatcher checks resolved addresses before it connects.
--- The ranges are engine/src/egress.rs's table (the IANA special-purpose
+-- The ranges are providers/src/egress.rs's table (the IANA special-purpose
 -- registries' not-globally-reachable blocks, with their globally reachable
 -- exceptions). SQL checks a webhook URL's *literal* at registration, so a
 -- plain SQL call cannot register http://169.254.169.254/; Rust checks every

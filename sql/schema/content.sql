@@ -94,7 +94,7 @@ $$;
 -- Whether a tool's output is content blocks (and not any JSON to be sent as
 -- its text): an array of objects typed text, image or document with at
 -- least one image or document. The worker's rule is the same
--- (ContentBlock::media_blocks in engine/src/provider/mod.rs). Pure.
+-- (ContentBlock::media_blocks in providers/src/lib.rs). Pure.
 -- PL/pgSQL: called on every tool result, most of them not arrays.
 CREATE OR REPLACE FUNCTION holdfast.is_media_blocks(p_output jsonb)
 RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$

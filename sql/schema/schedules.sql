@@ -8,7 +8,7 @@
 -- A schedule sends its agent an input (content and mode) at each slot: the
 -- instants a cron expression names in an IANA time zone, or start_at (else
 -- creation + every) and every interval after it, from start_at until
--- end_at. Cron and time zones are computed in Rust (engine/src/schedule.rs,
+-- end_at. Cron and time zones are computed in Rust (wire/src/schedule.rs,
 -- the croner and chrono-tz crates): the caller of create_schedule, and
 -- maintenance after each slot, hand SQL the next slot (next_fire_at). SQL
 -- keeps the fence: maintenance claims due schedules FOR UPDATE SKIP LOCKED
@@ -68,7 +68,7 @@ CREATE INDEX schedules_due_idx ON holdfast.schedules (next_fire_at) WHERE (pause
 -- ==== functions and triggers ====
 
 -- Create a schedule for an agent of p_project; p_next_fire_at is its first
--- slot, computed by the caller (engine/src/schedule.rs; NULL: no slot
+-- slot, computed by the caller (wire/src/schedule.rs; NULL: no slot
 -- before end_at, so it is ended from the start). Checks what SQL can: the
 -- agent (HF404; HF409 archived), cron or every and not both, every at
 -- least a second, a time zone Postgres knows, end_at after start_at, the

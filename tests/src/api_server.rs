@@ -4,10 +4,10 @@
 use std::net::SocketAddr;
 
 use holdfast_api::{ApiConfig, ServeError};
-use holdfast_client::wire::operations::Health;
-use holdfast_engine::connect::ConnectConfig;
-use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
-use holdfast_engine::store;
+use holdfast_db::connect::ConnectConfig;
+use holdfast_db::store;
+use holdfast_wire::api::operations::Health;
+use holdfast_wire::domain::{Claim, ModelStep, NewToolCall, ToolKind};
 use reqwest::{Method, RequestBuilder};
 use serde_json::json;
 use tokio::task::JoinHandle;
@@ -84,7 +84,7 @@ impl ApiServer {
             addr,
             // Never through a proxy: egress tests set proxy variables in
             // this process to prove the server ignores them.
-            http: holdfast_engine::outbound::client_builder()
+            http: holdfast_outbound::client_builder()
                 .no_proxy()
                 .build()
                 .expect("an HTTP client"),

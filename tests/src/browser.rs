@@ -72,7 +72,7 @@ impl Browser {
             .spawn()
             .expect("start chromedriver");
         let driver_url = format!("http://127.0.0.1:{port}");
-        let http = holdfast_engine::outbound::client_builder().build().unwrap();
+        let http = holdfast_outbound::client_builder().build().unwrap();
         let status = format!("{driver_url}/status");
         wait_until(PAGE_TIMEOUT, "chromedriver answers /status", || async {
             http.get(&status)

@@ -10,9 +10,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use holdfast_engine::cluster::{ClusterOptions, LocalCluster, SUPERUSER};
-use holdfast_engine::connect::ConnectConfig;
-use holdfast_engine::migrate;
+use holdfast_db::cluster::{ClusterOptions, LocalCluster, SUPERUSER};
+use holdfast_db::connect::ConnectConfig;
+use holdfast_db::migrate;
 use tokio_postgres::Client;
 use uuid::Uuid;
 
@@ -83,7 +83,7 @@ impl FailoverPair {
         ConnectConfig::parse(&format!(
             "host={} port=5432,5432 user={} dbname=postgres target_session_attrs=read-write",
             sockets.join(","),
-            holdfast_engine::cluster::SUPERUSER
+            holdfast_db::cluster::SUPERUSER
         ))
         .unwrap()
     }

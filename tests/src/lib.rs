@@ -26,9 +26,9 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use holdfast_engine::cluster::{ClusterOptions, LocalCluster};
-use holdfast_engine::connect::{self, ConnectConfig};
-use holdfast_engine::migrate;
+use holdfast_db::cluster::{ClusterOptions, LocalCluster};
+use holdfast_db::connect::{self, ConnectConfig};
+use holdfast_db::migrate;
 use tokio_postgres::Client;
 use uuid::Uuid;
 
@@ -340,10 +340,10 @@ impl Drop for ScratchDir {
 /// by looking (a row appears, a process exits), never a fixed sleep.
 /// A config for `dbname` as the test superuser over TCP on 127.0.0.1:`port`
 /// (a pooler or proxy in front of a test cluster).
-pub fn loopback_config(port: u16, dbname: &str) -> holdfast_engine::connect::ConnectConfig {
-    holdfast_engine::connect::ConnectConfig::parse(&format!(
+pub fn loopback_config(port: u16, dbname: &str) -> holdfast_db::connect::ConnectConfig {
+    holdfast_db::connect::ConnectConfig::parse(&format!(
         "host=127.0.0.1 port={port} user={} dbname={dbname} sslmode=disable",
-        holdfast_engine::cluster::SUPERUSER
+        holdfast_db::cluster::SUPERUSER
     ))
     .unwrap()
 }
@@ -436,10 +436,7 @@ impl MaintenanceLoop {
             loop {
                 if let Ok((client, connection)) = config.connect().await {
                     let connection = tokio::spawn(connection);
-                    while holdfast_engine::store::maintenance_tick(&client)
-                        .await
-                        .is_ok()
-                    {
+                    while holdfast_db::store::maintenance_tick(&client).await.is_ok() {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                     connection.abort();

@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use holdfast_engine::cluster::LocalCluster;
-use holdfast_engine::connect::ConnectConfig;
+use holdfast_db::cluster::LocalCluster;
+use holdfast_db::connect::ConnectConfig;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::sync::watch;

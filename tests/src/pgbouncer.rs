@@ -5,8 +5,8 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use holdfast_engine::cluster::LocalCluster;
-use holdfast_engine::connect::ConnectConfig;
+use holdfast_db::cluster::LocalCluster;
+use holdfast_db::connect::ConnectConfig;
 
 use crate::scenario::free_port;
 use crate::ScratchDir;
@@ -38,7 +38,7 @@ impl PgBouncer {
         };
         std::fs::write(
             dir.join("userlist.txt"),
-            format!("\"{}\" \"\"\n", holdfast_engine::cluster::SUPERUSER),
+            format!("\"{}\" \"\"\n", holdfast_db::cluster::SUPERUSER),
         )
         .unwrap();
         std::fs::write(

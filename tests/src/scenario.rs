@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use holdfast_engine::connect::{ConnectConfig, Session};
-use holdfast_engine::store;
+use holdfast_db::connect::{ConnectConfig, Session};
+use holdfast_db::store;
 use holdfast_fakes::FakeProvider;
 use serde_json::{json, Value};
 use tokio_postgres::Client;
@@ -66,7 +66,7 @@ pub async fn spawn_api_on(
     ];
     envs.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
     let api = HoldfastProcess::spawn(name, &["server", "api"], &envs);
-    let http = holdfast_engine::outbound::client_builder().build().unwrap();
+    let http = holdfast_outbound::client_builder().build().unwrap();
     let health = format!("http://127.0.0.1:{port}/healthz");
     wait_until(
         Duration::from_secs(60),

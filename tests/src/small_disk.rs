@@ -8,9 +8,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 
-use holdfast_engine::cluster::{ClusterOptions, LocalCluster};
-use holdfast_engine::connect::ConnectConfig;
-use holdfast_engine::migrate;
+use holdfast_db::cluster::{ClusterOptions, LocalCluster};
+use holdfast_db::connect::ConnectConfig;
+use holdfast_db::migrate;
 use uuid::Uuid;
 
 pub struct SmallDiskCluster {

@@ -63,14 +63,13 @@ impl PrivateCa {
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         let chain = vec![CertificateDer::from(cert.der().to_vec())];
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        let mut config = rustls::ServerConfig::builder_with_provider(
-            holdfast_engine::outbound::crypto_provider(),
-        )
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .unwrap();
+        let mut config =
+            rustls::ServerConfig::builder_with_provider(holdfast_outbound::crypto_provider())
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(chain, key)
+                .unwrap();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let origin = format!("https://localhost:{}", tcp.local_addr().unwrap().port());

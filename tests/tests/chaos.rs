@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use holdfast_engine::connect::ConnectConfig;
-use holdfast_engine::store;
+use holdfast_db::connect::ConnectConfig;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_sse::SseReader;
 use holdfast_tests::counting_http::CountingServer;
@@ -217,7 +217,7 @@ impl Db {
     async fn with<T, F, Fut>(&self, f: F) -> Option<T>
     where
         F: FnOnce(Client) -> Fut,
-        Fut: std::future::Future<Output = (Client, Result<T, holdfast_engine::Error>)>,
+        Fut: std::future::Future<Output = (Client, Result<T, holdfast_db::Error>)>,
     {
         let mut slot = self.client.lock().await;
         let client = match slot.take() {
@@ -444,7 +444,7 @@ async fn run(plan: Plan) {
                             )
                             .await
                             .map(|rows| rows.iter().map(|r| r.get(0)).collect())
-                            .map_err(holdfast_engine::Error::from);
+                            .map_err(holdfast_db::Error::from);
                         (c, r)
                     })
                     .await
@@ -474,7 +474,7 @@ async fn run(plan: Plan) {
                                         )
                                         .await
                                         .map(|r| r.get(0))
-                                        .map_err(holdfast_engine::Error::from);
+                                        .map_err(holdfast_db::Error::from);
                                     (c, r)
                                 })
                                 .await;
@@ -546,7 +546,7 @@ async fn run(plan: Plan) {
                             )
                             .await
                             .map(|r| r.get(0))
-                            .map_err(holdfast_engine::Error::from);
+                            .map_err(holdfast_db::Error::from);
                         (c, r)
                     })
                     .await;
@@ -581,7 +581,7 @@ async fn run(plan: Plan) {
                             .query_one(&seed, &[])
                             .await
                             .map(|r| r.get::<_, String>(0))
-                            .map_err(holdfast_engine::Error::from);
+                            .map_err(holdfast_db::Error::from);
                         (c, r)
                     })
                     .await;
@@ -596,7 +596,7 @@ async fn run(plan: Plan) {
                             .query_one("SELECT to_regclass('holdfast.' || $1) IS NULL", &[name])
                             .await
                             .map(|r| r.get::<_, bool>(0))
-                            .map_err(holdfast_engine::Error::from);
+                            .map_err(holdfast_db::Error::from);
                         (c, r)
                     })
                     .await;
@@ -744,7 +744,7 @@ async fn follow_stream(
     agent: Uuid,
     done: Arc<AtomicBool>,
 ) -> (Vec<i64>, usize) {
-    let http = holdfast_engine::outbound::client_builder().build().unwrap();
+    let http = holdfast_outbound::client_builder().build().unwrap();
     let mut seqs: Vec<i64> = Vec::new();
     let mut reconnects = 0;
     loop {
@@ -883,7 +883,7 @@ async fn drive_once(db: &Db, agents: &[(usize, Uuid)], turns: usize) {
                 )
                 .await?;
             }
-            Ok::<(), holdfast_engine::Error>(())
+            Ok::<(), holdfast_db::Error>(())
         }
         .await;
         (c, r)

@@ -22,9 +22,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use fantoccini::key::Key;
-use holdfast_engine::domain::{Claim, Heartbeat, ModelStep, ToolKind};
-use holdfast_engine::store;
-use holdfast_engine::store::NewModelPrice;
+use holdfast_db::store;
+use holdfast_db::store::NewModelPrice;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{project_key, waiting_tool_call, ApiServer};
 use holdfast_tests::browser::Browser;
@@ -33,6 +32,7 @@ use holdfast_tests::scenario::{
     agent_state, answer_waiting_call, count_events, spawn_worker, wait_for_event, wait_for_events,
 };
 use holdfast_tests::{default_config, wait_for_lock_wait, TestDb};
+use holdfast_wire::domain::{Claim, Heartbeat, ModelStep, ToolKind};
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 use uuid::Uuid;
@@ -2077,7 +2077,7 @@ async fn an_expanded_turn_shows_its_steps_as_a_waterfall_with_a_retried_model_ca
             message: vec![
                 json!({"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "invoice 9"}}),
             ],
-            tool_calls: vec![holdfast_engine::domain::NewToolCall {
+            tool_calls: vec![holdfast_wire::domain::NewToolCall {
                 provider_id: "toolu_1".into(),
                 name: "lookup".into(),
                 input: json!({"q": "invoice 9"}),
@@ -2276,7 +2276,7 @@ async fn a_budget_approval_waits_in_the_inbox_and_approving_it_in_place_removes_
             message: vec![
                 json!({"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}}),
             ],
-            tool_calls: vec![holdfast_engine::domain::NewToolCall {
+            tool_calls: vec![holdfast_wire::domain::NewToolCall {
                 provider_id: "toolu_1".into(),
                 name: "lookup".into(),
                 input: json!({}),
@@ -2656,22 +2656,18 @@ async fn an_image_input_shows_as_a_thumbnail_fetched_with_the_key() {
 
 /// The ids of an agent's queued inputs, in the order turns will take them.
 async fn queue_order(client: &Client, agent: Uuid) -> Vec<Uuid> {
-    store::list_inputs(
-        client,
-        agent,
-        holdfast_engine::domain::WaitingInputs::Queued,
-    )
-    .await
-    .unwrap()
-    .iter()
-    .map(|i| i.id)
-    .collect()
+    store::list_inputs(client, agent, holdfast_wire::domain::WaitingInputs::Queued)
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| i.id)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_page_moves_promotes_and_cancels_queued_inputs_and_pauses_resumes_and_deletes_schedules(
 ) {
-    use holdfast_engine::domain::InputMode;
+    use holdfast_wire::domain::InputMode;
     let console = Console::start().await;
     let agent = console.new_agent(&default_config()).await;
     // A turn no worker runs keeps the queue waiting.

@@ -17,12 +17,12 @@ use std::time::Duration;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use holdfast_api::ApiConfig;
-use holdfast_engine::config::Provider;
-use holdfast_engine::egress::EgressPolicy;
-use holdfast_engine::provider::{ModelRequest, ProviderSettings, Providers};
-use holdfast_engine::store;
+use holdfast_db::store;
+use holdfast_providers::egress::EgressPolicy;
+use holdfast_providers::{ModelRequest, ProviderSettings, Providers};
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::{new_agent, wait_until, TestDb};
+use holdfast_wire::config::Provider;
 use holdfast_worker::maintenance::{self, Settings};
 use holdfast_worker::tools::mcp::{self, McpLimits, McpServerConfig};
 use holdfast_worker::tools::web_fetch::{web_fetch, web_fetch_client, WebFetchLimits};
@@ -276,9 +276,9 @@ async fn an_agent_model_base_url_goes_through_the_policy() {
         let providers = &providers;
         async move {
             let request = ModelRequest {
-                model: holdfast_engine::config::ModelConfig {
+                model: holdfast_wire::config::ModelConfig {
                     base_url: Some(url.clone()),
-                    ..holdfast_engine::config::ModelConfig::new(Provider::Openai, "m")
+                    ..holdfast_wire::config::ModelConfig::new(Provider::Openai, "m")
                 },
                 system: None,
                 messages: vec![],
@@ -287,7 +287,7 @@ async fn an_agent_model_base_url_goes_through_the_policy() {
             };
             // A project allowed custom URLs: the one path a tenant-chosen
             // model URL takes.
-            let target = holdfast_engine::provider::ModelTarget::CustomUrl {
+            let target = holdfast_providers::ModelTarget::CustomUrl {
                 base_url: url,
                 project_key: None,
             };
@@ -309,7 +309,7 @@ async fn machine_wake_urls_go_through_the_policy() {
     let (project, key) = project_key(&client).await;
     let counter = AtomicU64::new(0);
     // The harness's client would read the proxy variables this binary sets.
-    let http = holdfast_engine::outbound::client_builder()
+    let http = holdfast_outbound::client_builder()
         .no_proxy()
         .build()
         .unwrap();

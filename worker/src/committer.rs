@@ -1,7 +1,7 @@
 //! The worker's group commit of model steps: steps that finish within a
 //! short window (`HOLDFAST_COMMIT_WINDOW`), or until `HOLDFAST_COMMIT_BATCH`
 //! are waiting, are saved in one transaction by
-//! `holdfast.commit_model_steps` ([`holdfast_engine::group_commit`]). Each
+//! `holdfast.commit_model_steps` ([`holdfast_db::group_commit`]). Each
 //! agent is fenced on its own in SQL: a lost lease or a malformed response
 //! refuses only that agent's step, and each step's caller gets the outcome
 //! a commit of its own would have had.
@@ -9,9 +9,9 @@
 use std::collections::HashMap;
 
 use deadpool_postgres::Pool;
-use holdfast_engine::domain::{Claim, ModelStep};
-use holdfast_engine::group_commit::{GroupCommitter, GroupWrite};
-use holdfast_engine::{store, Error, Result};
+use holdfast_db::group_commit::{GroupCommitter, GroupWrite};
+use holdfast_db::{store, Error, Result};
+use holdfast_wire::domain::{Claim, ModelStep};
 use uuid::Uuid;
 
 /// Model steps, grouped by agent: a second step of an agent already in the

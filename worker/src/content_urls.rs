@@ -9,8 +9,8 @@
 
 use std::collections::HashMap;
 
-use holdfast_engine::egress::{EgressKind, EgressPolicy, EgressRefused};
-use holdfast_engine::provider::{ContentBlock, MediaSource, Message};
+use holdfast_providers::egress::{EgressKind, EgressPolicy, EgressRefused};
+use holdfast_providers::{ContentBlock, MediaSource, Message};
 use reqwest::Url;
 use serde_json::{json, Value};
 
@@ -129,7 +129,7 @@ fn inner_url(block: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use holdfast_engine::provider::Role;
+    use holdfast_providers::Role;
 
     #[tokio::test]
     async fn refused_urls_are_left_out_with_the_reason_and_public_ones_kept() {

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use holdfast_engine::domain::Claim;
-use holdfast_engine::provider::{Delta, DeltaKind};
-use holdfast_engine::store;
+use holdfast_db::store;
+use holdfast_providers::{Delta, DeltaKind};
+use holdfast_wire::domain::Claim;
 use tokio::sync::mpsc;
 
 const FLUSH_EVERY: Duration = Duration::from_millis(50);

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use deadpool_postgres::Pool;
-use holdfast_engine::provider::Providers;
+use holdfast_providers::Providers;
 
 use crate::committer::Committer;
 use crate::settings::WorkerSettings;

@@ -1,11 +1,10 @@
 //! Holdfast's long-running processes: the worker (claims agents and runs
-//! their steps), the maintenance loop, and the machine daemon.
+//! their steps) and the maintenance loop.
 
 pub mod committer;
 pub mod content_urls;
 pub mod deltas;
 pub mod deps;
-pub mod machine;
 pub mod maintenance;
 pub mod outcome;
 pub mod plan;

@@ -17,8 +17,8 @@
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use holdfast_engine::backoff::Backoff;
-use holdfast_engine::{connect, store};
+use holdfast_db::{connect, store};
+use holdfast_outbound::backoff::Backoff;
 use tokio_util::sync::CancellationToken;
 
 use crate::webhooks::{self, DispatcherSettings};
@@ -38,7 +38,7 @@ pub struct Settings {
     /// Time between two retention passes (`HOLDFAST_RETENTION_INTERVAL`).
     pub retention_interval: Duration,
     /// A schedule's slot more than this late is missed
-    /// (`HOLDFAST_SCHEDULE_LATE_AFTER`; engine/src/schedule.rs).
+    /// (`HOLDFAST_SCHEDULE_LATE_AFTER`; wire/src/schedule.rs).
     pub schedule_late_after: Duration,
     pub webhooks: DispatcherSettings,
 }
@@ -179,7 +179,7 @@ async fn retention_pass(pool: &Pool, shutdown: &CancellationToken) -> anyhow::Re
             metrics::counter!("holdfast_retention_pruned_total", "kind" => kind)
                 .increment(count.unsigned_abs());
         }
-        if report != holdfast_engine::domain::RetentionReport::default() {
+        if report != holdfast_wire::domain::RetentionReport::default() {
             tracing::info!(
                 partitions_created = report.partitions_created,
                 partitions_dropped = report.partitions_dropped,
@@ -221,7 +221,7 @@ async fn schedule_loop(settings: Settings, pool: Pool, shutdown: CancellationTok
 }
 
 /// Claim due schedules (SKIP LOCKED: another maintenance process takes the
-/// others), decide each one's slots (engine/src/schedule.rs) and advance it
+/// others), decide each one's slots (wire/src/schedule.rs) and advance it
 /// in the same transaction, batch after batch while batches come back full.
 /// A crash before the commit leaves the slots due for the next pass; the
 /// fence in advance_schedule and the slot's idempotency key keep a slot
@@ -263,15 +263,15 @@ async fn schedule_pass(
 }
 
 fn fire_plan(
-    schedule: &holdfast_engine::domain::DueSchedule,
+    schedule: &holdfast_wire::domain::DueSchedule,
     late_after: Duration,
-) -> Result<holdfast_engine::schedule::FirePlan, String> {
-    let recurrence = holdfast_engine::schedule::recurrence(
+) -> Result<holdfast_wire::schedule::FirePlan, String> {
+    let recurrence = holdfast_wire::schedule::recurrence(
         schedule.cron.as_deref(),
         &schedule.timezone,
         schedule.every,
     )?;
-    let timing = holdfast_engine::schedule::Timing {
+    let timing = holdfast_wire::schedule::Timing {
         recurrence,
         start_at: schedule.start_at,
         created_at: schedule.created_at,
@@ -291,7 +291,7 @@ async fn tick(pool: &Pool, settings: &Settings) -> anyhow::Result<()> {
         )
         .await?;
         let queue = store::webhook_queue_stats(&**client).await?;
-        Ok::<_, holdfast_engine::Error>((report, machines, queue))
+        Ok::<_, holdfast_db::Error>((report, machines, queue))
     };
     let (report, machines, queue) = tokio::time::timeout(DB_CALL_TIMEOUT, work).await??;
     metrics::counter!("holdfast_maintenance_ticks_total").increment(1);
@@ -311,7 +311,7 @@ async fn tick(pool: &Pool, settings: &Settings) -> anyhow::Result<()> {
         metrics::counter!("holdfast_maintenance_commands_total", "outcome" => outcome)
             .increment(count.unsigned_abs());
     }
-    if machines != holdfast_engine::domain::MachineTickReport::default() {
+    if machines != holdfast_wire::domain::MachineTickReport::default() {
         tracing::info!(
             lost = machines.lost,
             accept_timeout = machines.accept_timeout,

@@ -12,10 +12,10 @@
 
 use std::time::{Duration, Instant};
 
-use holdfast_engine::domain::{Claim, ModelStep};
-use holdfast_engine::group_commit::Refused;
-use holdfast_engine::store::{self, OverBudget};
-use holdfast_engine::Result;
+use holdfast_db::group_commit::Refused;
+use holdfast_db::store::{self, OverBudget};
+use holdfast_db::Result;
+use holdfast_wire::domain::{Claim, ModelStep};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -116,7 +116,7 @@ impl StepResult {
 }
 
 /// Save `result` for `claim`: the one place a step's end is written. An
-/// error is the write's (a lost lease is [`holdfast_engine::Error::LeaseLost`]),
+/// error is the write's (a lost lease is [`holdfast_db::Error::LeaseLost`]),
 /// and `result` is left as it was, to be saved again, except when the
 /// group committer has stopped with a model response in hand.
 pub async fn save(deps: &StepDeps, claim: Claim, result: &mut StepResult) -> Result<StepOutcome> {

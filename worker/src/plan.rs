@@ -2,12 +2,12 @@
 //! decided from its [`StepContext`] (the saved state, read fresh at every
 //! attempt). Pure functions, so they are tested without a database.
 
-use holdfast_engine::config::ToolChoice;
-use holdfast_engine::domain::{StepContext, ToolCallRecord};
-use holdfast_engine::provider::{
+use holdfast_providers::{
     compaction_split, summary_message, summary_request, ContentBlock, Message, ModelRequest, Role,
     ToolDefinition,
 };
+use holdfast_wire::config::ToolChoice;
+use holdfast_wire::domain::{StepContext, ToolCallRecord};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -212,8 +212,8 @@ fn input_blocks(content: &Value) -> Vec<ContentBlock> {
 
 #[cfg(test)]
 mod tests {
-    use holdfast_engine::config::AgentConfig;
-    use holdfast_engine::domain::{
+    use holdfast_wire::config::AgentConfig;
+    use holdfast_wire::domain::{
         HistoryMessage, ModelDestination, ModelRoute, PendingInput, ToolKind,
     };
     use uuid::Uuid;

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use holdfast_engine::backoff::Backoff;
-use holdfast_engine::domain::LimitMaxima;
-use holdfast_engine::egress::EgressPolicy;
-use holdfast_engine::group_commit::GroupCommit;
+use holdfast_db::group_commit::GroupCommit;
+use holdfast_outbound::backoff::Backoff;
+use holdfast_providers::egress::EgressPolicy;
+use holdfast_wire::domain::LimitMaxima;
 
 use crate::tools::web_search::WebSearchLimits;
 

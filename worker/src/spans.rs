@@ -1,9 +1,9 @@
 //! The worker's trace spans (docs/api.md, "Tracing"): one per step attempt,
 //! a child per model call (GenAI semantic conventions: `chat {model}`) and
 //! per tool call (`execute_tool {name}`); one per webhook delivery attempt
-//! (`POST`, a child of its event's turn); and, in the machine daemon, one
-//! per command run (`run_command`, a child of the turn that queued it). All
-//! no-ops when tracing is off ([`holdfast_engine::telemetry`]).
+//! (`POST`, a child of its event's turn). (The machine daemon's span of a
+//! command run is holdfast-machine's.) All no-ops when tracing is off
+//! ([`holdfast_telemetry`]).
 //!
 //! Nothing is replayed, so a step's span is emitted once, by the attempt
 //! that ran it. An attempt whose worker died cannot end its own span: the
@@ -13,13 +13,11 @@
 
 use std::time::SystemTime;
 
-use holdfast_engine::domain::{
-    AttemptTrace, Claim, ClaimedCommand, ClaimedWebhookDelivery, CommandResult, LostAttempt,
-};
-use holdfast_engine::provider::{ModelError, ModelRequest, ModelResponse};
-use holdfast_engine::telemetry::{
+use holdfast_providers::{ModelError, ModelRequest, ModelResponse};
+use holdfast_telemetry::{
     attempt_span_id, start_child, start_span, start_span_with_id, stored_context, tracer,
 };
+use holdfast_wire::domain::{AttemptTrace, Claim, ClaimedWebhookDelivery, LostAttempt};
 use opentelemetry::trace::{
     Link, SpanContext, SpanKind, Status, TraceContextExt, TraceFlags, TraceState, Tracer,
 };
@@ -244,62 +242,6 @@ pub fn end_webhook_delivery(attempt: &Context, status: Option<u16>, error: Optio
         let error_type = status.map_or_else(|| "request_error".to_owned(), |c| c.to_string());
         span.set_attribute(KeyValue::new("error.type", error_type));
         span.set_status(Status::error(error.to_owned()));
-    }
-    span.end();
-}
-
-/// Start the span of a machine command's run (`run_command`), a child of
-/// the trace context of the turn that queued it when it had one. The
-/// command's text is not an attribute: the model wrote it, and it may carry
-/// what the operator's trace backend should not see.
-pub fn start_command(command: &ClaimedCommand) -> Context {
-    let parent = stored_context(
-        command.traceparent.as_deref(),
-        command.tracestate.as_deref(),
-    );
-    start_span(
-        &parent,
-        "run_command",
-        SpanKind::Internal,
-        vec![
-            KeyValue::new("holdfast.agent.id", command.agent_id.to_string()),
-            KeyValue::new("holdfast.command.id", command.id.to_string()),
-            KeyValue::new("holdfast.tool_call.id", command.tool_call_id.to_string()),
-        ],
-    )
-}
-
-/// End a command run's span with how it ended (`None`: its outcome could
-/// not be known). A non-zero exit, a signal or a timeout marks it an error.
-pub fn end_command(run: &Context, result: Option<&CommandResult>) {
-    let span = run.span();
-    let error = match result {
-        None => Some("unknown"),
-        Some(result) => {
-            if let Some(code) = result.exit_code {
-                span.set_attribute(KeyValue::new("process.exit.code", i64::from(code)));
-            }
-            if let Some(signal) = result.signal {
-                span.set_attribute(KeyValue::new("holdfast.command.signal", i64::from(signal)));
-            }
-            span.set_attribute(KeyValue::new(
-                "holdfast.command.timed_out",
-                result.timed_out,
-            ));
-            if result.timed_out {
-                Some("timeout")
-            } else if result.signal.is_some() {
-                Some("signal")
-            } else if result.exit_code.is_some_and(|code| code != 0) {
-                Some("exit_code")
-            } else {
-                None
-            }
-        }
-    };
-    if let Some(error) = error {
-        span.set_attribute(KeyValue::new("error.type", error));
-        span.set_status(Status::error(format!("the command ended: {error}")));
     }
     span.end();
 }

@@ -8,13 +8,13 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use holdfast_engine::backoff::Backoff;
-use holdfast_engine::config::ModelConfig;
-use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, StepContext};
-use holdfast_engine::provider::{
-    attachment_ids, ContentBlock, ModelError, ModelRequest, ModelTarget, RequestFiles, Usage,
+use holdfast_db::{store, Error, Result};
+use holdfast_outbound::backoff::Backoff;
+use holdfast_providers::{
+    attachment_ids, ContentBlock, ModelError, ModelRequest, ModelTarget, RequestFiles,
 };
-use holdfast_engine::{store, Error, Result};
+use holdfast_wire::config::ModelConfig;
+use holdfast_wire::domain::{Claim, ModelStep, NewToolCall, StepContext, Usage};
 use opentelemetry::context::FutureExt as _;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;

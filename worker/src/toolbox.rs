@@ -13,10 +13,10 @@
 //! | `run_command` (`machine`) | command: handed to a machine once | `run_command` |
 //! | `anthropic_web_search`, `anthropic_web_fetch` | none here: Anthropic runs them inside the model call | `web_search`, `web_fetch` |
 
-use holdfast_engine::config::{split_mcp_tool_name, AgentConfig, ToolEntry};
-use holdfast_engine::domain::{Claim, StepContext, ToolCallRecord, ToolKind};
-use holdfast_engine::provider::ToolDefinition;
-use holdfast_engine::{store, Error, Result};
+use holdfast_db::{store, Error, Result};
+use holdfast_providers::ToolDefinition;
+use holdfast_wire::config::{split_mcp_tool_name, AgentConfig, ToolEntry};
+use holdfast_wire::domain::{Claim, StepContext, ToolCallRecord, ToolKind};
 use opentelemetry::context::FutureExt as _;
 use serde_json::{json, Value};
 

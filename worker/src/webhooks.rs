@@ -20,11 +20,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use chrono::Utc;
 use deadpool_postgres::Pool;
-use holdfast_engine::backoff::Backoff;
-use holdfast_engine::domain::{ClaimedWebhookDelivery, RecordedAttempt};
-use holdfast_engine::egress::{refusal_in, EgressKind, EgressPolicy};
-use holdfast_engine::telemetry::outbound_headers_of;
-use holdfast_engine::{connect, store};
+use holdfast_db::{connect, store};
+use holdfast_outbound::backoff::Backoff;
+use holdfast_providers::egress::{refusal_in, EgressKind, EgressPolicy};
+use holdfast_telemetry::outbound_headers_of;
+use holdfast_wire::domain::{ClaimedWebhookDelivery, RecordedAttempt};
 use reqwest::header::{HeaderMap, CONTENT_TYPE, RETRY_AFTER};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;

@@ -13,11 +13,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use holdfast_engine::backoff::Backoff;
-use holdfast_engine::connect::{self, ConnectConfig, Session};
-use holdfast_engine::domain::Claim;
-use holdfast_engine::provider::Providers;
-use holdfast_engine::{store, Error, Result};
+use holdfast_db::connect::{self, ConnectConfig, Session};
+use holdfast_db::{store, Error, Result};
+use holdfast_outbound::backoff::Backoff;
+use holdfast_providers::Providers;
+use holdfast_wire::domain::Claim;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_postgres::Notification;
 use tokio_util::sync::CancellationToken;
@@ -67,7 +67,7 @@ pub async fn run(
         field: Some("web_fetch".into()),
         message: e.to_string(),
     })?;
-    let web_search_client = holdfast_engine::outbound::client_builder()
+    let web_search_client = holdfast_outbound::client_builder()
         .connect_timeout(Duration::from_secs(10))
         .user_agent(concat!(
             "holdfast/",

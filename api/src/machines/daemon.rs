@@ -19,13 +19,13 @@ use std::time::Duration;
 use axum::extract::{ConnectInfo, State};
 use axum::http::Extensions;
 use axum::Json;
-use holdfast_client::wire::error::ErrorBody;
-use holdfast_client::wire::machines::{
+use holdfast_db::store;
+use holdfast_wire::api::error::ErrorBody;
+use holdfast_wire::api::machines::{
     ClaimedCommandView, ClaimedList, HeartbeatRequest, HeartbeatView, OutputRequest, OutputView,
     ResultRequest, ResultView,
 };
-use holdfast_engine::domain::{CommandResult, Heartbeat, LIVE_OUTPUT_PIECE_MAX_BYTES};
-use holdfast_engine::store;
+use holdfast_wire::domain::{CommandResult, Heartbeat, LIVE_OUTPUT_PIECE_MAX_BYTES};
 use serde::Deserialize;
 use tokio::time::Instant;
 use utoipa::IntoParams;

@@ -10,13 +10,13 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
-use holdfast_client::wire::error::ErrorBody;
-use holdfast_client::wire::machines::{
+use holdfast_db::store;
+use holdfast_providers::egress::{refusal_in, EgressKind, EgressPolicy};
+use holdfast_wire::api::error::ErrorBody;
+use holdfast_wire::api::machines::{
     MachineCreated, MachineList, MachineView, RegisterMachineRequest, WakeRequest, WakeView,
 };
-use holdfast_engine::domain::MachineWake;
-use holdfast_engine::egress::{refusal_in, EgressKind, EgressPolicy};
-use holdfast_engine::store;
+use holdfast_wire::domain::MachineWake;
 use serde_json::json;
 use uuid::Uuid;
 

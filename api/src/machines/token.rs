@@ -7,7 +7,7 @@
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
-use holdfast_engine::store;
+use holdfast_db::store;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 

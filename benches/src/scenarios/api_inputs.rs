@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use holdfast_client::wire::inputs::{InputRequest, InputView};
 use holdfast_client::{Answer, CallError, Client, Retry};
-use holdfast_engine::domain::InputMode;
-use holdfast_engine::store;
+use holdfast_db::store;
+use holdfast_wire::api::inputs::{InputRequest, InputView};
+use holdfast_wire::domain::InputMode;
 use serde_json::json;
 use uuid::Uuid;
 
@@ -41,9 +41,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     let fleet = Fleet::new(bench, DB, None);
     let (api, base) = fleet.api("bench-inputs-api").await?;
 
-    let http = holdfast_engine::outbound::client_builder()
-        .http1_only()
-        .build()?;
+    let http = holdfast_outbound::client_builder().http1_only().build()?;
     let http_api = Client::with_http(http, &base, &key.key);
     let input = Arc::new(InputRequest {
         content: json!("Hello from the benchmark."),

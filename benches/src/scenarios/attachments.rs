@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use base64::Engine;
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Protocol, Reply};
 use serde_json::{json, Value};
 use tokio_postgres::Client;

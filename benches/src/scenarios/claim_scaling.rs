@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use holdfast_engine::store;
+use holdfast_db::store;
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 use uuid::Uuid;

@@ -3,17 +3,17 @@
 //! output read, exit status), in its sandbox (bubblewrap, seccomp, the
 //! command's cgroups or rlimits, made and removed per command) and with
 //! `--sandbox none` (`sh -c` as the daemon's user): the same code the
-//! daemon runs (`holdfast_worker::machine::exec::run`). Samples alternate
+//! daemon runs (`holdfast_machine::exec::run`). Samples alternate
 //! between the two, so both see the same load; neither needs Postgres.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use chrono::Utc;
-use holdfast_engine::config::CommandWorkspace;
-use holdfast_engine::domain::ClaimedCommand;
-use holdfast_worker::machine::exec;
-use holdfast_worker::machine::sandbox::{Sandbox, SandboxSettings};
+use holdfast_machine::exec;
+use holdfast_machine::sandbox::{Sandbox, SandboxSettings};
+use holdfast_wire::config::CommandWorkspace;
+use holdfast_wire::domain::ClaimedCommand;
 use serde_json::json;
 use uuid::Uuid;
 

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use holdfast_engine::store;
+use holdfast_db::store;
 use serde_json::json;
 
 use super::agent_config;

@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use holdfast_engine::domain::ModelStep;
-use holdfast_engine::store;
+use holdfast_db::store;
+use holdfast_wire::domain::ModelStep;
 use serde_json::json;
 use tokio_postgres::Client;
 use uuid::Uuid;

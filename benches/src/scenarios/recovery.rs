@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use rand::Rng;
 use serde_json::json;

@@ -11,8 +11,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use holdfast_engine::domain::{ModelStep, NewToolCall, ToolKind};
-use holdfast_engine::{connect, store};
+use holdfast_db::{connect, store};
+use holdfast_wire::domain::{ModelStep, NewToolCall, ToolKind};
 use serde_json::json;
 use uuid::Uuid;
 

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use futures::{StreamExt, TryStreamExt};
-use holdfast_engine::connect::{self, ConnectConfig};
-use holdfast_engine::store;
+use holdfast_db::connect::{self, ConnectConfig};
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use serde_json::{json, Value};
 use uuid::Uuid;

@@ -5,9 +5,9 @@
 use std::io::Write;
 
 use holdfast_client::follow::SavedEvent;
-use holdfast_client::wire::agents::AgentView;
-use holdfast_client::wire::inputs::InputView;
-use holdfast_client::wire::machines::MachineView;
+use holdfast_wire::api::agents::AgentView;
+use holdfast_wire::api::inputs::InputView;
+use holdfast_wire::api::machines::MachineView;
 use serde_json::Value;
 
 use super::Pending;

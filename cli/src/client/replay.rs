@@ -7,9 +7,9 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use futures::StreamExt;
-use holdfast_client::wire::replays::{ReplayReport, ReplayRequest, ReplayStatus};
 use holdfast_client::Client;
-use holdfast_engine::domain::TokenUsage;
+use holdfast_wire::api::replays::{ReplayReport, ReplayRequest, ReplayStatus};
+use holdfast_wire::domain::TokenUsage;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 

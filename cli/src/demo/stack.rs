@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use holdfast_api::ApiConfig;
-use holdfast_client::wire::machines::RegisterMachineRequest;
 use holdfast_client::Client as ApiClient;
-use holdfast_engine::cluster::{ClusterOptions, LocalCluster};
-use holdfast_engine::connect::ConnectConfig;
-use holdfast_engine::domain::NewModelEndpoint;
-use holdfast_engine::{migrate, store};
+use holdfast_db::cluster::{ClusterOptions, LocalCluster};
+use holdfast_db::connect::ConnectConfig;
+use holdfast_db::{migrate, store};
 use holdfast_fakes::FakeProvider;
+use holdfast_wire::api::machines::RegisterMachineRequest;
+use holdfast_wire::domain::NewModelEndpoint;
 use holdfast_worker::maintenance;
 use tokio::process::{Child, Command};
 use tokio::task::JoinSet;
@@ -159,7 +159,7 @@ impl Stack {
             services,
             workers: Vec::new(),
             daemon: None,
-            machine: crate::machine::host_machine_name(),
+            machine: crate::local_machine::host_machine_name(),
         };
         for name in WORKERS {
             let worker = spawn_worker(name, &connection_string, &dir)?;

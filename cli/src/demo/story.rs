@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use holdfast_client::follow::{follow, SavedEvent, StreamItem};
-use holdfast_client::wire::approvals::{ApprovalStatusName, Decision, DecisionRequest};
-use holdfast_client::wire::inputs::InputRequest;
-use holdfast_client::wire::tool_calls::{KindName, StatusFilter, ToolResultRequest};
-use holdfast_engine::domain::InputMode;
+use holdfast_wire::api::approvals::{ApprovalStatusName, Decision, DecisionRequest};
+use holdfast_wire::api::inputs::InputRequest;
+use holdfast_wire::api::tool_calls::{KindName, StatusFilter, ToolResultRequest};
+use holdfast_wire::domain::InputMode;
 use serde_json::json;
 use tokio::sync::mpsc;
 use uuid::Uuid;

@@ -2,8 +2,8 @@
 //! server that counts hits, MCP against a real rmcp Streamable HTTP server,
 //! and tool input validation. No database: these modules do IO only.
 
-use holdfast_engine::config::{split_mcp_tool_name, ToolEntry};
-use holdfast_engine::egress::EgressPolicy;
+use holdfast_providers::egress::EgressPolicy;
+use holdfast_wire::config::{split_mcp_tool_name, ToolEntry};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

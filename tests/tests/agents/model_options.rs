@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::scenario::{
     agent_with_config, answer_waiting_call, spawn_worker, streamed_deltas, wait_for_events,
@@ -113,7 +113,7 @@ async fn thinking_streams_live_as_thinking_deltas_apart_from_the_answer_text() {
         ])
         .trickle(Duration::from_millis(20)),
     );
-    let mut session = holdfast_engine::connect::listen(&db.config, &["holdfast_stream"])
+    let mut session = holdfast_db::connect::listen(&db.config, &["holdfast_stream"])
         .await
         .unwrap();
     let _worker = spawn_worker("w-thinking-deltas", &db.config, &fake, &[]);

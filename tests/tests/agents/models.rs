@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::scenario::{
     agent_state, agent_with_input, count_events, event_types, last_event_data, saved_text,
@@ -288,7 +288,7 @@ async fn live_deltas_concatenate_to_the_saved_response_text() {
     let fake = FakeProvider::start().await;
     let text = "The quick brown fox jumps over the lazy dog, twice over.";
     fake.push(Reply::text(text).trickle(Duration::from_millis(20)));
-    let mut session = holdfast_engine::connect::listen(&db.config, &["holdfast_stream"])
+    let mut session = holdfast_db::connect::listen(&db.config, &["holdfast_stream"])
         .await
         .unwrap();
     let _w = spawn_worker("w-deltas", &db.config, &fake, &[]);

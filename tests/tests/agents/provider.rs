@@ -2,16 +2,16 @@
 //! shapes, streaming assembly, error classes, retry hints, timeouts and
 //! cancellation, for both the Anthropic and the OpenAI protocol.
 
-use holdfast_engine::egress::EgressPolicy;
+use holdfast_providers::egress::EgressPolicy;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use holdfast_engine::config::{ModelConfig, Provider, ReasoningEffort, ServiceTier, Thinking};
-use holdfast_engine::provider::{
+use holdfast_fakes::{FakeProvider, Protocol, Reply};
+use holdfast_providers::{
     ContentBlock, Delta, DeltaKind, Message, ModelError, ModelRequest, ModelResponse, ModelTarget,
     ProviderSettings, Providers, Role, ToolDefinition,
 };
-use holdfast_fakes::{FakeProvider, Protocol, Reply};
+use holdfast_wire::config::{ModelConfig, Provider, ReasoningEffort, ServiceTier, Thinking};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 

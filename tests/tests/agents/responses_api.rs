@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Protocol, Reply};
 use holdfast_tests::scenario::{
     agent_with_config, answer_waiting_call, event_types, last_event_data, spawn_worker,
@@ -145,7 +145,7 @@ async fn reasoning_summaries_and_text_stream_live_as_their_own_delta_kinds() {
         ])
         .trickle(Duration::from_millis(20)),
     );
-    let mut session = holdfast_engine::connect::listen(&db.config, &["holdfast_stream"])
+    let mut session = holdfast_db::connect::listen(&db.config, &["holdfast_stream"])
         .await
         .unwrap();
     let _worker = spawn_worker("w-responses-deltas", &db.config, &fake, &[]);

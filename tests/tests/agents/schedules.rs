@@ -8,12 +8,12 @@
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use holdfast_engine::domain::{InputMode, NewSchedule};
-use holdfast_engine::schedule::{self, MissedPolicy, Recurrence, Timing};
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::{new_agent, wait_until, TestDb};
+use holdfast_wire::domain::{InputMode, NewSchedule};
+use holdfast_wire::schedule::{self, MissedPolicy, Recurrence, Timing};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio_postgres::Client;

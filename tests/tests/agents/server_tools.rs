@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::scenario::{
     event_types, last_event_data, spawn_worker, start_turn, wait_for_events,

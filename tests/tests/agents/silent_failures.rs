@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{call, project_key, ApiServer};
 use holdfast_tests::mcp_server::McpTestServer;
@@ -302,7 +302,7 @@ async fn a_database_error_says_what_postgres_said() {
         )
         .await
         .unwrap_err();
-    let text = holdfast_engine::Error::from(error).to_string();
+    let text = holdfast_db::Error::from(error).to_string();
     for part in [
         "database: ",
         "ERROR 55P03: the claim was refused",

@@ -5,8 +5,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use holdfast_engine::domain::{InputMode, InputStatus, WaitingInputs};
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::mcp_server::McpTestServer;
@@ -16,6 +15,7 @@ use holdfast_tests::scenario::{
     wait_for_event, wait_for_events,
 };
 use holdfast_tests::{new_agent, wait_until, MaintenanceLoop, TestDb};
+use holdfast_wire::domain::{InputMode, InputStatus, WaitingInputs};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio_postgres::Client;

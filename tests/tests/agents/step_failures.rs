@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::counting_http::CountingServer;
 use holdfast_tests::scenario::{

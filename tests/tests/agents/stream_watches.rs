@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use holdfast_engine::connect::{self, Session};
-use holdfast_engine::store;
+use holdfast_db::connect::{self, Session};
+use holdfast_db::store;
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::api_sse::SseReader;
 use holdfast_tests::{new_agent, project_and_agent, wait_for_lock_wait_in, TestDb};

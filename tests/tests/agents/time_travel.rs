@@ -7,15 +7,15 @@
 
 use std::time::Duration;
 
-use holdfast_client::wire::replays::{ReplayReport, ReplayStatus};
-use holdfast_engine::domain::{CommandResult, CommandResultState};
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{call, error_of, project_key, ApiServer};
 use holdfast_tests::scenario::{
     answer_waiting_call, count_events, event_types, last_event_data, spawn_worker, wait_for_events,
 };
 use holdfast_tests::{wait_until, MaintenanceLoop, TestDb};
+use holdfast_wire::api::replays::{ReplayReport, ReplayStatus};
+use holdfast_wire::domain::{CommandResult, CommandResultState};
 use reqwest::Method;
 use serde_json::{json, Value};
 use tokio_postgres::Client;

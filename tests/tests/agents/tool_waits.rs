@@ -4,10 +4,10 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::future::join_all;
-use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
-use holdfast_engine::{store, Error};
+use holdfast_db::{store, Error};
 use holdfast_tests::scenario::event_types;
 use holdfast_tests::TestDb;
+use holdfast_wire::domain::{Claim, ModelStep, NewToolCall, ToolKind};
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 use uuid::Uuid;

@@ -3,8 +3,7 @@
 
 use std::time::Duration;
 
-use holdfast_engine::domain::{ModelStep, NewToolCall, ToolKind};
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::counting_http::CountingServer;
 use holdfast_tests::mcp_server::McpTestServer;
@@ -13,6 +12,7 @@ use holdfast_tests::scenario::{
     spawn_worker, start_turn, wait_for_event, wait_for_events,
 };
 use holdfast_tests::{wait_for_lock_wait, wait_until, MaintenanceLoop, TestDb};
+use holdfast_wire::domain::{ModelStep, NewToolCall, ToolKind};
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 use uuid::Uuid;

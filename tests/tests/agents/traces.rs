@@ -6,10 +6,9 @@
 
 use std::time::Duration;
 
-use holdfast_engine::domain::{InputMode, ModelStep};
-use holdfast_engine::store;
-use holdfast_engine::telemetry::TraceHeaders;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
+use holdfast_telemetry::TraceHeaders;
 use holdfast_tests::api_server::{error_of, project_key, ApiServer};
 use holdfast_tests::mcp_server::McpTestServer;
 use holdfast_tests::otlp_receiver::{OtlpReceiver, ReceivedSpan};
@@ -17,6 +16,7 @@ use holdfast_tests::scenario::{agent_with_input, event_types, spawn_worker, wait
 use holdfast_tests::tls_server::PrivateCa;
 use holdfast_tests::webhook_receiver::{spawn_maintenance, Behaviour, Receiver};
 use holdfast_tests::{default_config, project_and_agent, wait_until, MaintenanceLoop, TestDb};
+use holdfast_wire::domain::{InputMode, ModelStep};
 use reqwest::Method;
 use serde_json::json;
 

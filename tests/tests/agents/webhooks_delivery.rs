@@ -2,12 +2,12 @@
 //! 127.0.0.1, run in-process (`maintenance::run`); every request is checked
 //! by an independent Standard Webhooks verifier (Python).
 
-use holdfast_engine::egress::EgressPolicy;
+use holdfast_providers::egress::EgressPolicy;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_tests::webhook_receiver::{
     assert_every_event_received, count_status, deliveries, hook, Behaviour, Receiver,
 };
@@ -250,14 +250,14 @@ async fn a_receiver_that_always_fails_gets_deliveries_marked_failed_after_the_wi
             &client,
             project,
             endpoint,
-            holdfast_engine::domain::WebhookDeliveryFilter::default(),
+            holdfast_wire::domain::WebhookDeliveryFilter::default(),
         )
         .await
         .unwrap();
         let listed = listed.iter().find(|d| d.id == id).unwrap();
         assert_eq!(
             listed.status,
-            holdfast_engine::domain::WebhookDeliveryStatus::Failed
+            holdfast_wire::domain::WebhookDeliveryStatus::Failed
         );
         assert_eq!(listed.attempts, attempts);
     }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_tests::webhook_receiver::{
     assert_every_event_received, count_status, deliveries, hook, spawn_maintenance, Behaviour,
     Receiver,

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use holdfast_engine::connect::ConnectConfig;
+use holdfast_db::connect::ConnectConfig;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{
@@ -278,10 +278,10 @@ async fn a_cancel_stops_a_hanging_model_call_within_a_second() {
     fake.wait_for_requests(1).await;
 
     let requested = Instant::now();
-    let outcome = holdfast_engine::store::request_cancel(&client, agent)
+    let outcome = holdfast_db::store::request_cancel(&client, agent)
         .await
         .unwrap();
-    assert_eq!(outcome, holdfast_engine::domain::CancelOutcome::Requested);
+    assert_eq!(outcome, holdfast_wire::domain::CancelOutcome::Requested);
     fake.wait_for_aborted(1).await;
     let stopped = requested.elapsed();
     wait_for_event(&client, agent, "turn.cancelled", Duration::from_secs(10)).await;
@@ -300,7 +300,7 @@ async fn a_cancel_stops_a_hanging_model_call_within_a_second() {
     assert_eq!(state, "idle");
 
     // The next input starts a normal turn.
-    holdfast_engine::store::create_input(&client, agent, &json!("again"), None)
+    holdfast_db::store::create_input(&client, agent, &json!("again"), None)
         .await
         .unwrap();
     wait_for_event(&client, agent, "turn.completed", Duration::from_secs(30)).await;

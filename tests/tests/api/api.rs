@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use futures::future::join_all;
-use holdfast_engine::group_commit::GroupCommit;
-use holdfast_engine::store;
+use holdfast_db::group_commit::GroupCommit;
+use holdfast_db::store;
 use holdfast_tests::api_server::{error_of, project_key, raw_http, waiting_custom_call, ApiServer};
 use holdfast_tests::api_sse::SseReader;
 use holdfast_tests::scenario::event_types;

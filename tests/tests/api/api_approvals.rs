@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_tests::api_server::{call, project_key, ApiServer};
 use holdfast_tests::TestDb;
+use holdfast_wire::domain::{Claim, ModelStep, NewToolCall, ToolKind};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio_postgres::Client;

@@ -8,11 +8,11 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use holdfast_api::rate_limit::RateLimit;
-use holdfast_engine::config::ModelConfig;
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_tests::api_server::{error_of, waiting_custom_call, ApiServer};
 use holdfast_tests::api_sse::{SseItem, SseReader};
 use holdfast_tests::TestDb;
+use holdfast_wire::config::ModelConfig;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};

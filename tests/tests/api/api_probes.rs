@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use holdfast_api::ApiConfig;
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::api_sse::SseReader;
 use holdfast_tests::{default_config, wait_until, TestDb};
@@ -260,7 +260,7 @@ async fn readiness_fails_when_postgres_is_unreachable() {
     let port = unused.local_addr().unwrap().port();
     drop(unused);
     let mut database =
-        holdfast_engine::connect::ConnectConfig::parse("host=127.0.0.1 sslmode=disable").unwrap();
+        holdfast_db::connect::ConnectConfig::parse("host=127.0.0.1 sslmode=disable").unwrap();
     database
         .postgres
         .port(port)
@@ -275,7 +275,7 @@ async fn readiness_fails_when_postgres_is_unreachable() {
         listener,
         shutdown.clone(),
     ));
-    let http = holdfast_engine::outbound::client_builder().build().unwrap();
+    let http = holdfast_outbound::client_builder().build().unwrap();
     let health = http
         .get(format!("http://{addr}/healthz"))
         .send()

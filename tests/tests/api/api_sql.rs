@@ -3,15 +3,15 @@
 
 use std::time::Duration;
 
-use holdfast_engine::domain::{
-    AgentState, CancelOutcome, InputMode, InputStatus, ModelStep, NewToolCall, ToolCallStatus,
-    ToolKind,
-};
-use holdfast_engine::store::{ConfigApply, NewInput};
-use holdfast_engine::{store, Error};
+use holdfast_db::store::{ConfigApply, NewInput};
+use holdfast_db::{store, Error};
 use holdfast_tests::api_server::waiting_custom_call;
 use holdfast_tests::scenario::{agent_state, event_types};
 use holdfast_tests::{default_config, project_and_agent, wait_for_lock_wait, TestDb};
+use holdfast_wire::domain::{
+    AgentState, CancelOutcome, InputMode, InputStatus, ModelStep, NewToolCall, ToolCallStatus,
+    ToolKind,
+};
 use serde_json::json;
 use uuid::Uuid;
 

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use futures::future::join_all;
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::api_sse::{SseItem, SseReader};
 use holdfast_tests::{default_config, wait_until, TestDb};

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use futures::future::join_all;
-use holdfast_engine::group_commit::GroupCommit;
-use holdfast_engine::store;
+use holdfast_db::group_commit::GroupCommit;
+use holdfast_db::store;
 use holdfast_tests::api_server::{project_key, waiting_custom_call, ApiServer};
 use holdfast_tests::scenario::{agent_state, event_types};
 use holdfast_tests::{default_config, TestDb};
@@ -308,14 +308,14 @@ async fn only_a_custom_call_accepts_a_client_result() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    let step = holdfast_engine::domain::ModelStep {
+    let step = holdfast_wire::domain::ModelStep {
         input_ids: inputs,
         message: vec![json!({"type": "text", "text": "fetching"})],
-        tool_calls: vec![holdfast_engine::domain::NewToolCall {
+        tool_calls: vec![holdfast_wire::domain::NewToolCall {
             provider_id: "toolu_x".into(),
             name: "web_fetch".into(),
             input: json!({}),
-            kind: holdfast_engine::domain::ToolKind::External,
+            kind: holdfast_wire::domain::ToolKind::External,
         }],
         usage: json!({}),
         stop_reason: Some("tool_use".into()),

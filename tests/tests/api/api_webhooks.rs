@@ -1,8 +1,8 @@
 //! The webhook routes over a real socket: create (secret once), list,
 //! deliveries, delete, project isolation, bad input.
 
-use holdfast_engine::egress::EgressPolicy;
-use holdfast_engine::store;
+use holdfast_db::store;
+use holdfast_providers::egress::EgressPolicy;
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::{default_config, TestDb};
 use reqwest::{Method, StatusCode};

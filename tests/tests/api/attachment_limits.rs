@@ -12,13 +12,13 @@
 use std::time::Duration;
 
 use base64::Engine;
-use holdfast_engine::domain::AttachmentQuotas;
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Protocol, Reply};
 use holdfast_tests::api_server::{error_of, project_key, ApiServer};
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{agent_with_config, spawn_worker, wait_for_events};
 use holdfast_tests::{wait_until, TestDb};
+use holdfast_wire::domain::AttachmentQuotas;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio_postgres::Client;
@@ -441,7 +441,7 @@ async fn a_concurrent_writer_past_the_project_quota_is_refused_by_the_trigger() 
     holdfast_tests::wait_for_lock_wait_in(&client, &db.name, "%create_input%").await;
     first_writer.batch_execute("COMMIT").await.unwrap();
     let (_second_writer, result) = writing.await.unwrap();
-    let error = holdfast_engine::Error::from(result.unwrap_err()).to_string();
+    let error = holdfast_db::Error::from(result.unwrap_err()).to_string();
     assert!(
         error.contains("attachment_quota_exceeded")
             && error.contains("max_attachment_bytes_per_project is 1000"),
@@ -566,7 +566,7 @@ async fn input_batches_storing_files_for_two_projects_never_deadlock() {
     let (_first_batch, first) = first.await.unwrap();
     let (_second_batch, second) = second.await.unwrap();
     let describe = |r: Result<usize, tokio_postgres::Error>| {
-        r.map_err(|e| holdfast_engine::Error::from(e).to_string())
+        r.map_err(|e| holdfast_db::Error::from(e).to_string())
     };
     assert_eq!(describe(first), Ok(2), "the first batch");
     assert_eq!(describe(second), Ok(2), "the second batch");

@@ -3,7 +3,7 @@
 //! and that they show what "nothing lost, nothing run twice" forbids — a
 //! second result for one call, a gap in the timeline.
 
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_tests::api_server::waiting_custom_call;
 use holdfast_tests::scenario::event_types;
 use holdfast_tests::{project_and_agent, TestDb};

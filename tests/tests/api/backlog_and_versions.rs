@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-use holdfast_engine::domain::InputMode;
-use holdfast_engine::store::{self, ConfigApply};
+use holdfast_db::store::{self, ConfigApply};
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::scenario::{answer_waiting_call, spawn_worker, wait_for_events};
 use holdfast_tests::{new_agent, TestDb};
+use holdfast_wire::domain::InputMode;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio_postgres::Client;

@@ -5,10 +5,8 @@
 
 use std::time::Duration;
 
-use holdfast_client::wire::approvals::ApprovalView;
-use holdfast_engine::domain::ApprovalStatus;
-use holdfast_engine::store::{self, NewModelPrice};
-use holdfast_engine::Error;
+use holdfast_db::store::{self, NewModelPrice};
+use holdfast_db::Error;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::scenario::{
     agent_state, agent_with_config, answer_waiting_call, count_events, last_event_data,
@@ -16,6 +14,8 @@ use holdfast_tests::scenario::{
 };
 use holdfast_tests::wait_until;
 use holdfast_tests::TestDb;
+use holdfast_wire::api::approvals::ApprovalView;
+use holdfast_wire::domain::ApprovalStatus;
 use serde_json::{json, Value};
 use uuid::Uuid;
 

@@ -5,9 +5,9 @@
 //! agent — and a field the config does not have is refused by both, named
 //! the same way.
 
-use holdfast_engine::config::AgentConfig;
-use holdfast_engine::Error;
+use holdfast_db::Error;
 use holdfast_tests::TestDb;
+use holdfast_wire::config::AgentConfig;
 use serde_json::{json, Value};
 
 fn model() -> Value {
@@ -546,7 +546,7 @@ async fn sql_and_the_typed_config_accept_and_refuse_the_same_configs() {
 
     for (config, field) in invalid() {
         let sql = field_of(sql_verdict(&client, &config).await.unwrap_err());
-        let typed = field_of(AgentConfig::from_value(&config).unwrap_err());
+        let typed = AgentConfig::from_value(&config).unwrap_err().field;
         assert!(
             sql.starts_with(field),
             "SQL named {sql:?} for {config}, expected {field:?}"

@@ -4,8 +4,8 @@
 //! its plan over 100,000 agents, and the operations overview.
 
 use chrono::{DateTime, Utc};
-use holdfast_engine::store;
-use holdfast_engine::store::console::AGENTS_BY_ACTIVITY_SQL;
+use holdfast_db::store;
+use holdfast_db::store::console::AGENTS_BY_ACTIVITY_SQL;
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::{default_config, TestDb};
 use reqwest::{Method, StatusCode};
@@ -390,7 +390,7 @@ async fn answered(client: &tokio_postgres::Client, agent: Uuid, input: &str, ans
     store::commit_model_step(
         client,
         claim,
-        &holdfast_engine::domain::ModelStep {
+        &holdfast_wire::domain::ModelStep {
             input_ids: vec![created.input_id],
             message: vec![json!({"type": "text", "text": answer})],
             tool_calls: vec![],

@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
-use holdfast_engine::domain::{Claim, ModelStep, ToolKind};
-use holdfast_engine::store;
-use holdfast_engine::store::NewModelPrice;
+use holdfast_db::store;
+use holdfast_db::store::NewModelPrice;
 use holdfast_tests::api_server::{call, error_of, project_key, waiting_tool_call, ApiServer};
 use holdfast_tests::{default_config, TestDb};
+use holdfast_wire::domain::{Claim, ModelStep, ToolKind};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio_postgres::Client;

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use base64::Engine;
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Protocol, Reply};
 use holdfast_tests::api_server::{error_of, project_key, raw_http, ApiServer};
 use holdfast_tests::mcp_server::{McpTestServer, CHART_PNG};

@@ -6,15 +6,15 @@
 
 use std::time::Duration;
 
-use holdfast_engine::domain::NewModelEndpoint;
-use holdfast_engine::secrets::SecretKey;
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_fakes::FakeProvider;
+use holdfast_providers::secrets::SecretKey;
 use holdfast_tests::api_server::{call, ApiServer};
 use holdfast_tests::mcp_server::McpTestServer;
 use holdfast_tests::process::holdfast_bin;
 use holdfast_tests::scenario::{spawn_worker, wait_for_event};
 use holdfast_tests::TestDb;
+use holdfast_wire::domain::NewModelEndpoint;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -40,7 +40,7 @@ impl Setup {
             config.secret_key = Some(SecretKey::parse(SECRET_KEY).unwrap());
             // The MCP test servers listen on loopback.
             config.egress = std::sync::Arc::new(
-                holdfast_engine::egress::EgressPolicy::parse("mcp=127.0.0.1").unwrap(),
+                holdfast_providers::egress::EgressPolicy::parse("mcp=127.0.0.1").unwrap(),
             );
         })
         .await;
@@ -567,7 +567,7 @@ async fn mcp_headers_nested_in_subagent_configs_are_masked_in_every_read_and_kep
     let db = TestDb::new().await;
     let api = ApiServer::start_with(&db, |config| {
         config.egress = std::sync::Arc::new(
-            holdfast_engine::egress::EgressPolicy::parse("mcp=127.0.0.1").unwrap(),
+            holdfast_providers::egress::EgressPolicy::parse("mcp=127.0.0.1").unwrap(),
         );
     })
     .await;

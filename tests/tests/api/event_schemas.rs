@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use holdfast_api::ApiConfig;
-use holdfast_engine::egress::EgressPolicy;
 use holdfast_fakes::{FakeProvider, Reply};
+use holdfast_providers::egress::EgressPolicy;
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::event_schemas::{assert_events_match, event_validator, resolve, schema_at};
 use holdfast_tests::scenario::{last_event_data, spawn_worker, wait_for_event, wait_for_events};

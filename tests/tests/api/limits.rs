@@ -6,14 +6,14 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
-use holdfast_engine::{store, Error};
+use holdfast_db::{store, Error};
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::scenario::{
     agent_state, agent_with_config, count_events, last_event_data, pending_inputs, saved_text,
     spawn_worker, wait_for_event,
 };
 use holdfast_tests::{wait_until, TestDb};
+use holdfast_wire::domain::{Claim, ModelStep, NewToolCall, ToolKind};
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 use uuid::Uuid;

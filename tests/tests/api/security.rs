@@ -8,10 +8,10 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use holdfast_api::rate_limit::{RateLimit, FAILED_LOOKUPS};
-use holdfast_engine::domain::ToolKind;
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_tests::api_server::{project_key, waiting_tool_call, ApiServer};
 use holdfast_tests::{PrivateCluster, TestDb};
+use holdfast_wire::domain::ToolKind;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio_postgres::Client;

@@ -5,14 +5,14 @@
 
 use std::time::Duration;
 
-use holdfast_engine::domain::TokenUsage;
-use holdfast_engine::store::{self, NewModelPrice};
+use holdfast_db::store::{self, NewModelPrice};
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{error_of, project_key, ApiServer};
 use holdfast_tests::scenario::{
     answer_waiting_call, last_event_data, spawn_worker, wait_for_events,
 };
 use holdfast_tests::TestDb;
+use holdfast_wire::domain::TokenUsage;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use holdfast_engine::connect::ConnectConfig;
+use holdfast_db::connect::ConnectConfig;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{error_of, project_key, ApiServer};
 use holdfast_tests::mcp_server::McpTestServer;

@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use holdfast_engine::domain::{ModelStep, NewToolCall, ToolKind};
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::counting_http::CountingServer;
 use holdfast_tests::process::HoldfastProcess;
@@ -15,6 +14,7 @@ use holdfast_tests::scenario::{
 use holdfast_tests::{
     wait_for_lock_wait, wait_for_lock_wait_in, wait_until, MaintenanceLoop, TestDb,
 };
+use holdfast_wire::domain::{ModelStep, NewToolCall, ToolKind};
 use serde_json::json;
 use uuid::Uuid;
 

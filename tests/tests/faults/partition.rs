@@ -9,8 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use holdfast_client::wire::machines::RegisterMachineRequest;
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{error_of, project_key, ApiServer};
 use holdfast_tests::partition_proxy::PartitionProxy;
@@ -20,6 +19,7 @@ use holdfast_tests::scenario::{
     wait_for_event,
 };
 use holdfast_tests::{new_agent, wait_until, MaintenanceLoop, PrivateCluster, ScratchDir, TestDb};
+use holdfast_wire::api::machines::RegisterMachineRequest;
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -89,9 +89,9 @@ async fn a_partitioned_worker_notices_stops_and_its_agent_moves_after_the_lease(
     // stopped already), and a write with its epoch is refused.
     proxy.heal();
     fake.release();
-    let refused = holdfast_engine::store::release_agent(
+    let refused = holdfast_db::store::release_agent(
         &client,
-        holdfast_engine::domain::Claim {
+        holdfast_wire::domain::Claim {
             agent_id: agent,
             epoch,
         },
@@ -99,7 +99,7 @@ async fn a_partitioned_worker_notices_stops_and_its_agent_moves_after_the_lease(
     )
     .await;
     assert!(
-        matches!(refused, Err(holdfast_engine::Error::LeaseLost(_))),
+        matches!(refused, Err(holdfast_db::Error::LeaseLost(_))),
         "a write with the cut-off worker's epoch is refused: {refused:?}"
     );
     assert_eq!(count_events(&client, agent, "model.response").await, 1);
@@ -142,7 +142,7 @@ async fn a_partitioned_api_answers_503_in_bounded_time_and_an_input_retried_afte
         &[("HOLDFAST_API_REQUEST_TIMEOUT", "3s")],
     )
     .await;
-    let http = holdfast_engine::outbound::client_builder().build().unwrap();
+    let http = holdfast_outbound::client_builder().build().unwrap();
     let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
     let agent_url = url(&format!("/v1/agents/{agent}"));
     let input_url = url(&format!("/v1/agents/{agent}/inputs"));

@@ -7,8 +7,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use holdfast_engine::connect::ConnectConfig;
-use holdfast_engine::store;
+use holdfast_db::connect::ConnectConfig;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::project_key;
 use holdfast_tests::failover::FailoverPair;
@@ -48,7 +48,7 @@ fn migrate_fails(url: &str) -> String {
     lines[0].to_owned()
 }
 
-async fn connect(url: &str) -> holdfast_engine::Result<Client> {
+async fn connect(url: &str) -> holdfast_db::Result<Client> {
     let (client, connection) = ConnectConfig::parse(url)?.connect().await?;
     tokio::spawn(connection);
     Ok(client)
@@ -82,7 +82,7 @@ async fn migrate_api_and_worker_run_a_turn_over_verify_full() {
     let _worker = spawn_worker("tls-worker", &config, &fake, &[]);
     let (_api, base) = spawn_api("tls-api", &config).await;
 
-    let http = holdfast_engine::outbound::client_builder().build().unwrap();
+    let http = holdfast_outbound::client_builder().build().unwrap();
     let created = http
         .post(format!("{base}/v1/agents"))
         .bearer_auth(&key.key)
@@ -249,7 +249,7 @@ async fn processes_reconnect_over_verify_full_tls_to_a_promoted_standby_and_lose
     let port = free_port();
     let _api = spawn_api_on("tls-failover-api", &config, port, &[]).await;
     let base = format!("http://127.0.0.1:{port}");
-    let http = holdfast_engine::outbound::client_builder().build().unwrap();
+    let http = holdfast_outbound::client_builder().build().unwrap();
     // Sent until answered 201 (503 while the API reconnects), with one
     // Idempotency-Key: at most one input per key.
     let send = |agent: uuid::Uuid, text: String| {

@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use holdfast_engine::connect::ConnectConfig;
-use holdfast_engine::store;
+use holdfast_db::connect::ConnectConfig;
+use holdfast_db::store;
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::api_sse::SseReader;
 use holdfast_tests::{default_config, wait_until, PrivateCluster, StandbyCluster};

@@ -2,15 +2,15 @@
 //! API key, the daemon's routes with a machine token, credentials that do
 //! not cross, long-poll claims, idempotent results, wake attempts.
 
-use holdfast_engine::egress::EgressPolicy;
+use holdfast_providers::egress::EgressPolicy;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use holdfast_engine::domain::{ModelStep, NewToolCall, ToolKind};
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::counting_http::CountingServer;
 use holdfast_tests::{wait_until, TestDb};
+use holdfast_wire::domain::{ModelStep, NewToolCall, ToolKind};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio_postgres::Client;

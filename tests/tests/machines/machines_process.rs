@@ -10,15 +10,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use holdfast_client::wire::machines::{HeartbeatRequest, RegisterMachineRequest, WakeRequest};
-use holdfast_engine::domain::InputMode;
-use holdfast_engine::telemetry::TraceHeaders;
 use holdfast_fakes::{FakeProvider, Reply};
+use holdfast_telemetry::TraceHeaders;
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::otlp_receiver::OtlpReceiver;
 use holdfast_tests::process::HoldfastProcess;
 use holdfast_tests::scenario::{count_events, last_event_data, spawn_worker, wait_for_event};
 use holdfast_tests::{wait_until, ScratchDir, TestDb};
+use holdfast_wire::api::machines::{HeartbeatRequest, RegisterMachineRequest, WakeRequest};
+use holdfast_wire::domain::InputMode;
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 use uuid::Uuid;
@@ -177,10 +177,10 @@ impl Rig {
             "model": {"provider": "anthropic", "name": "claude-test"},
             "tools": [tool],
         });
-        let agent = holdfast_engine::store::create_agent(&self.client, self.project, &config)
+        let agent = holdfast_db::store::create_agent(&self.client, self.project, &config)
             .await
             .unwrap();
-        holdfast_engine::store::create_input(&self.client, agent, &json!("run it"), None)
+        holdfast_db::store::create_input(&self.client, agent, &json!("run it"), None)
             .await
             .unwrap();
         agent
@@ -582,10 +582,10 @@ async fn commands_accepted_together_recover_in_order_after_a_daemon_restart_and_
         "model": {"provider": "anthropic", "name": "claude-test"},
         "tools": [{"type": "run_command", "machine": machine}],
     });
-    let agent = holdfast_engine::store::create_agent(&rig.client, rig.project, &config)
+    let agent = holdfast_db::store::create_agent(&rig.client, rig.project, &config)
         .await
         .unwrap();
-    holdfast_engine::store::create_input(&rig.client, agent, &json!("run them"), None)
+    holdfast_db::store::create_input(&rig.client, agent, &json!("run them"), None)
         .await
         .unwrap();
     wait_until(WAIT, "the three commands run at once", || async {
@@ -1035,14 +1035,14 @@ async fn a_command_run_is_a_span_of_the_turn_that_queued_it() {
         "model": {"provider": "anthropic", "name": "claude-test"},
         "tools": [{"type": "run_command", "machine": machine}],
     });
-    let agent = holdfast_engine::store::create_agent(&rig.client, rig.project, &config)
+    let agent = holdfast_db::store::create_agent(&rig.client, rig.project, &config)
         .await
         .unwrap();
     let trace = TraceHeaders {
         traceparent: format!("00-{TRACE_ID}-{PARENT_ID}-01"),
         tracestate: None,
     };
-    holdfast_engine::store::create_traced_input(
+    holdfast_db::store::create_traced_input(
         &rig.client,
         agent,
         &json!("run it"),

@@ -88,7 +88,7 @@ async fn old_names_run_their_new_commands_after_a_one_line_note() {
         &["api", "--listen", &listen],
         std::slice::from_ref(&database),
     );
-    let http = holdfast_engine::outbound::client_builder().build().unwrap();
+    let http = holdfast_outbound::client_builder().build().unwrap();
     wait_until(WAIT, "`holdfast api` answers /healthz", || async {
         http.get(format!("{url}/healthz"))
             .send()

@@ -92,3 +92,88 @@ fn the_release_binary_links_exactly_one_reqwest() {
         found.get("http")
     );
 }
+
+/// The packages `package` links into its library and binaries (normal
+/// edges only: no build scripts, no dev-dependencies), on every target.
+fn linked_packages(package: &str, options: &[&str]) -> BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(cargo)
+        .args(["tree", "--locked", "--target", "all", "--edges", "normal"])
+        .args(["--prefix", "none", "--format", "{p}", "-p", package])
+        .args(options)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo tree");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let found: BTreeSet<String> = stdout
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    assert!(found.contains(package), "{stdout}");
+    found
+}
+
+/// Crates a program that only talks to the API over HTTP has no use for:
+/// the Postgres driver, the provider-key cipher, the OTLP exporter.
+const SERVER_ONLY: &[&str] = &[
+    "tokio-postgres",
+    "postgres-types",
+    "deadpool-postgres",
+    "aes-gcm",
+    "opentelemetry",
+    "opentelemetry_sdk",
+    "opentelemetry-otlp",
+];
+
+#[test]
+fn the_rust_client_links_no_postgres_cipher_or_telemetry() {
+    let found = linked_packages("holdfast-client", &[]);
+    for name in SERVER_ONLY {
+        assert!(!found.contains(*name), "holdfast-client links {name}");
+    }
+    assert!(found.contains("holdfast-wire"), "{found:?}");
+}
+
+/// The machine daemon runs on users' hosts and talks to the API over HTTP:
+/// no Postgres driver, no provider-key cipher, none of the server's HTTP
+/// stack, MCP client or schema validator. (It does export its command
+/// spans over OTLP, so OpenTelemetry is in.)
+#[test]
+fn the_machine_daemon_links_no_database_or_server_crates() {
+    let found = linked_packages("holdfast-machine", &[]);
+    for name in [
+        "tokio-postgres",
+        "postgres-types",
+        "deadpool-postgres",
+        "aes-gcm",
+        "axum",
+        "rmcp",
+        "jsonschema",
+        "holdfast-db",
+        "holdfast-providers",
+        "holdfast-worker",
+    ] {
+        assert!(!found.contains(name), "holdfast-machine links {name}");
+    }
+    assert!(found.contains("holdfast-client"), "{found:?}");
+}
+
+/// The scripted model server is in the release binary only for `holdfast
+/// demo` (the `demo` feature, on by default): a build without the feature
+/// links no fake provider.
+#[test]
+fn the_scripted_model_server_is_linked_only_for_the_demo() {
+    let with_demo = linked_packages("holdfast", &[]);
+    assert!(with_demo.contains("holdfast-fakes"), "{with_demo:?}");
+    let without = linked_packages("holdfast", &["--no-default-features"]);
+    assert!(
+        !without.contains("holdfast-fakes"),
+        "holdfast --no-default-features links holdfast-fakes"
+    );
+}

@@ -8,7 +8,7 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-use holdfast_engine::cluster::{ClusterOptions, LocalCluster};
+use holdfast_db::cluster::{ClusterOptions, LocalCluster};
 use holdfast_tests::{PrivateCluster, ScratchDir};
 
 /// The uid the server process runs as (postmaster.pid's first line).

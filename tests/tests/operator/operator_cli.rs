@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use holdfast_api::{ApiConfig, ServeError};
-use holdfast_engine::cluster::{ClusterOptions, LocalCluster};
-use holdfast_engine::connect::ConnectConfig;
-use holdfast_engine::store;
+use holdfast_db::cluster::{ClusterOptions, LocalCluster};
+use holdfast_db::connect::ConnectConfig;
+use holdfast_db::store;
 use holdfast_fakes::{FakeProvider, Reply};
 use holdfast_tests::api_server::{project_key, ApiServer};
 use holdfast_tests::process::holdfast_bin;

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use holdfast_engine::domain::{Claim, ModelStep, NewToolCall, ToolKind};
-use holdfast_engine::{store, Error};
+use holdfast_db::{store, Error};
 use holdfast_tests::{default_config, project_and_agent, TestDb};
+use holdfast_wire::domain::{Claim, ModelStep, NewToolCall, ToolKind};
 use serde_json::json;
 use tokio_postgres::Client;
 use uuid::Uuid;

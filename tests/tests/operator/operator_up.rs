@@ -183,7 +183,7 @@ async fn api(
     body: Option<Value>,
 ) -> (StatusCode, Value) {
     call_at(
-        &holdfast_engine::outbound::client_builder().build().unwrap(),
+        &holdfast_outbound::client_builder().build().unwrap(),
         &up.url,
         method,
         path,

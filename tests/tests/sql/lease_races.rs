@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use holdfast_engine::domain::{AgentState, ModelStep, NewToolCall, ToolKind};
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_tests::{project_and_agent, wait_for_lock_wait, TestDb};
+use holdfast_wire::domain::{AgentState, ModelStep, NewToolCall, ToolKind};
 use serde_json::json;
 use tokio_postgres::Client;
 use uuid::Uuid;
@@ -87,7 +87,7 @@ async fn a_renewal_blocked_behind_the_reaper_loses() {
 
     // The holder's renewal queues behind the reaper's row lock.
     let holder = db.connect().await;
-    let claim = holdfast_engine::domain::Claim {
+    let claim = holdfast_wire::domain::Claim {
         agent_id: agent,
         epoch,
     };
@@ -119,7 +119,7 @@ async fn a_reaper_never_waits_on_or_overrides_a_renewal_in_progress() {
     let db = TestDb::new().await;
     let client = db.connect().await;
     let (agent, epoch) = agent_running_an_external_call(&client, "w").await;
-    let claim = holdfast_engine::domain::Claim {
+    let claim = holdfast_wire::domain::Claim {
         agent_id: agent,
         epoch,
     };
@@ -195,7 +195,7 @@ async fn a_drained_release_interrupts_an_in_flight_external_call() {
     let db = TestDb::new().await;
     let client = db.connect().await;
     let (agent, epoch) = agent_running_an_external_call(&client, "w").await;
-    let claim = holdfast_engine::domain::Claim {
+    let claim = holdfast_wire::domain::Claim {
         agent_id: agent,
         epoch,
     };

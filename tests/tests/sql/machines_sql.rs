@@ -7,13 +7,13 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use holdfast_engine::domain::{
+use holdfast_db::{store, Error};
+use holdfast_tests::scenario::agent_state;
+use holdfast_tests::TestDb;
+use holdfast_wire::domain::{
     Claim, CommandResult, CommandResultOutcome, CommandResultState, DaemonCommandState, Heartbeat,
     ModelStep, NewToolCall, ReportedCommand, ToolKind,
 };
-use holdfast_engine::{store, Error};
-use holdfast_tests::scenario::agent_state;
-use holdfast_tests::TestDb;
 use serde_json::{json, Value};
 use tokio_postgres::{Client, GenericClient};
 use uuid::Uuid;

@@ -2,12 +2,12 @@
 //! releases expired leases and the leases of dead sessions, and it rides out
 //! a Postgres restart (reconnects, LISTENs again, keeps delivering webhooks).
 
-use holdfast_engine::egress::EgressPolicy;
+use holdfast_providers::egress::EgressPolicy;
 use std::sync::Arc;
 use std::time::Duration;
 
-use holdfast_engine::connect::ConnectConfig;
-use holdfast_engine::store;
+use holdfast_db::connect::ConnectConfig;
+use holdfast_db::store;
 use holdfast_tests::webhook_receiver::{count_status, hook, Behaviour, Receiver};
 use holdfast_tests::{project_and_agent, wait_until, PrivateCluster, TestDb};
 use holdfast_worker::maintenance::{self, Settings};

@@ -13,10 +13,10 @@
 
 use std::time::Duration;
 
-use holdfast_engine::domain::{ModelStep, NewToolCall, ToolKind};
-use holdfast_engine::store;
+use holdfast_db::store;
 use holdfast_tests::process::holdfast_bin;
 use holdfast_tests::{new_agent, TestDb};
+use holdfast_wire::domain::{ModelStep, NewToolCall, ToolKind};
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 use uuid::Uuid;
@@ -40,7 +40,7 @@ async fn set_clock(client: &Client, offset: &str) {
         .unwrap();
 }
 
-async fn claim(client: &Client, agent: Uuid) -> holdfast_engine::domain::Claim {
+async fn claim(client: &Client, agent: Uuid) -> holdfast_wire::domain::Claim {
     let claims = store::claim_agents(client, "w-retention", 100, LEASE)
         .await
         .unwrap();

@@ -5,10 +5,10 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::future::join_all;
-use holdfast_engine::domain::{AgentState, Claim, InputMode, ModelStep, NewToolCall, ToolKind};
-use holdfast_engine::{migrate, store, Error};
+use holdfast_db::{migrate, store, Error};
 use holdfast_tests::scenario::{agent_state, event_types, pending_inputs};
 use holdfast_tests::{new_agent, project_and_agent, wait_for_lock_wait_in, wait_until, TestDb};
+use holdfast_wire::domain::{AgentState, Claim, InputMode, ModelStep, NewToolCall, ToolKind};
 use serde_json::{json, Value};
 use tokio_postgres::{AsyncMessage, Client, GenericClient};
 use uuid::Uuid;
@@ -1102,7 +1102,7 @@ async fn bad_input_is_rejected_with_the_field_named_and_nothing_written() {
 
 /// The next notification `session` receives, within five seconds.
 async fn next_notification(
-    session: &mut holdfast_engine::connect::Session,
+    session: &mut holdfast_db::connect::Session,
 ) -> tokio_postgres::Notification {
     tokio::time::timeout(Duration::from_secs(5), session.notifications.recv())
         .await
@@ -1116,7 +1116,7 @@ async fn an_agent_becoming_ready_notifies_workers_once_per_transaction() {
     let client = db.connect().await;
     let (project, agent) = project_and_agent(&client).await;
     let other = new_agent(&client, project).await;
-    let mut session = holdfast_engine::connect::listen(&db.config, &["holdfast_ready"])
+    let mut session = holdfast_db::connect::listen(&db.config, &["holdfast_ready"])
         .await
         .unwrap();
 
@@ -1143,7 +1143,7 @@ async fn a_ready_hint_deferred_past_the_commit_is_sent_by_send_pending_wake_and_
     let client = db.connect().await;
     let (project, agent) = project_and_agent(&client).await;
     let other = new_agent(&client, project).await;
-    let mut session = holdfast_engine::connect::listen(&db.config, &["holdfast_ready"])
+    let mut session = holdfast_db::connect::listen(&db.config, &["holdfast_ready"])
         .await
         .unwrap();
     let defer = "SELECT set_config('holdfast.wake_after_commit', 'on', false)";
@@ -1184,7 +1184,7 @@ async fn a_ready_hint_deferred_past_the_commit_is_sent_by_send_pending_wake_and_
         json!("hello"),
         None,
         None,
-        holdfast_engine::domain::InputMode::Steer,
+        holdfast_wire::domain::InputMode::Steer,
     )];
     let outcomes = store::create_inputs(&client, &batch).await.unwrap();
     assert!(outcomes[0].is_ok(), "{:?}", outcomes[0]);

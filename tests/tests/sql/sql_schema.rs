@@ -8,13 +8,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use holdfast_engine::config::Provider;
-use holdfast_engine::domain::{
+use holdfast_db::migrate::{self, MIGRATIONS, SCHEMA_FILES};
+use holdfast_tests::TestDb;
+use holdfast_wire::config::Provider;
+use holdfast_wire::domain::{
     AgentState, ApprovalStatus, CommandResultState, InputMode, QuestionStatus, ToolCallStatus,
     ToolKind, TurnOutcome, WebhookDeliveryStatus,
 };
-use holdfast_engine::migrate::{self, MIGRATIONS, SCHEMA_FILES};
-use holdfast_tests::TestDb;
 use strum::VariantArray;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
@@ -45,7 +45,7 @@ const SCHEMA_DUMP: &str = "sql/schema.dump.sql";
 /// on the day), and without the lines that change from run to run or with
 /// the dumping client's version.
 fn schema_dump(db: &TestDb) -> String {
-    let bin = holdfast_engine::cluster::find_bin_dir().expect("PostgreSQL binaries");
+    let bin = holdfast_db::cluster::find_bin_dir().expect("PostgreSQL binaries");
     let output = std::process::Command::new(bin.join("pg_dump"))
         .args([
             "--schema-only",

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use holdfast_engine::domain::{RecordedAttempt, WebhookDeliveryFilter, WebhookDeliveryStatus};
-use holdfast_engine::{store, Error};
+use holdfast_db::{store, Error};
 use holdfast_tests::{new_agent, project_and_agent, TestDb};
+use holdfast_wire::domain::{RecordedAttempt, WebhookDeliveryFilter, WebhookDeliveryStatus};
 use serde_json::json;
 use tokio_postgres::Client;
 use uuid::Uuid;
@@ -493,7 +493,7 @@ async fn a_full_endpoint_does_not_take_the_slots_of_others() {
     let first = store::claim_webhook_deliveries(&client, 4, LEASE, 2)
         .await
         .unwrap();
-    let per = |batch: &[holdfast_engine::domain::ClaimedWebhookDelivery], e: Uuid| {
+    let per = |batch: &[holdfast_wire::domain::ClaimedWebhookDelivery], e: Uuid| {
         batch.iter().filter(|c| c.endpoint_id == e).count()
     };
     assert_eq!(per(&first, slow), 2, "capped at 2 in flight");

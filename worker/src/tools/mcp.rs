@@ -4,7 +4,7 @@
 //! `{"type": "mcp", "name": "<prefix>", "url": "https://…", "headers"?: {…}}`.
 //! The model sees each of the server's tools as `<prefix>__<tool>`; the
 //! prefix keeps tools of different servers (and built-in tools) apart, and
-//! [`holdfast_engine::config::split_mcp_tool_name`] maps a call back to its server and tool.
+//! [`holdfast_wire::config::split_mcp_tool_name`] maps a call back to its server and tool.
 //!
 //! Each operation opens its own MCP session (initialize handshake, one
 //! request, close): no connection state outlives a step, so any worker can
@@ -14,12 +14,12 @@
 //! Every operation is bounded by a timeout and a response size cap.
 //!
 //! The server URL is the tenant's, so requests go through the egress policy
-//! (kind `mcp`, [`holdfast_engine::egress`]): rmcp gets a reqwest client of
+//! (kind `mcp`, [`holdfast_providers::egress`]): rmcp gets a reqwest client of
 //! ours whose resolver checks every address, which ignores proxy variables,
 //! and which follows only same-origin 307/308 redirects (as rmcp's own
 //! client does: they keep the JSON-RPC body; the host, and so the checked
 //! addresses, stay the same). Tenant headers are limited to
-//! [`holdfast_engine::egress::check_mcp_header`]: the API refuses others,
+//! [`holdfast_providers::egress::check_mcp_header`]: the API refuses others,
 //! and a config written past it (over SQL) makes the server unusable, so
 //! its tools are reported unavailable on the timeline rather than sent
 //! without a header the tenant set.
@@ -29,10 +29,10 @@ use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use holdfast_engine::config::{prefixed_tool_name, ToolEntry, MCP_NAME_SEPARATOR};
-use holdfast_engine::egress::{check_mcp_header, refusal_in, EgressKind, EgressPolicy};
-use holdfast_engine::provider::ToolDefinition;
-use holdfast_engine::telemetry;
+use holdfast_providers::egress::{check_mcp_header, refusal_in, EgressKind, EgressPolicy};
+use holdfast_providers::ToolDefinition;
+use holdfast_telemetry as telemetry;
+use holdfast_wire::config::{prefixed_tool_name, ToolEntry, MCP_NAME_SEPARATOR};
 use lru::LruCache;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{

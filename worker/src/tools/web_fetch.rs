@@ -2,7 +2,7 @@
 //!
 //! Bounded in every direction, because the URL comes from a model: only
 //! http and https; only addresses the egress policy allows for `web_fetch`
-//! ([`holdfast_engine::egress`]: public ones, plus what the operator allows
+//! ([`holdfast_providers::egress`]: public ones, plus what the operator allows
 //! with `HOLDFAST_EGRESS_ALLOW`), so a prompt-injected model cannot reach
 //! cloud metadata, localhost or the internal network (IP literals are
 //! checked before the request and at every redirect, host names when they
@@ -24,10 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use encoding_rs::{Encoding, UTF_8};
-use holdfast_engine::config::ToolEntry;
-use holdfast_engine::egress::{refusal_in, EgressKind, EgressPolicy};
-use holdfast_engine::provider::ToolDefinition;
-use holdfast_engine::telemetry;
+use holdfast_providers::egress::{refusal_in, EgressKind, EgressPolicy};
+use holdfast_providers::ToolDefinition;
+use holdfast_telemetry as telemetry;
+use holdfast_wire::config::ToolEntry;
 use reqwest::header::CONTENT_TYPE;
 use reqwest::{redirect, Url};
 use serde::Deserialize;

@@ -24,9 +24,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use holdfast_engine::backoff::Backoff;
-use holdfast_engine::config::ToolEntry;
-use holdfast_engine::provider::ToolDefinition;
+use holdfast_outbound::backoff::Backoff;
+use holdfast_providers::ToolDefinition;
+use holdfast_wire::config::ToolEntry;
 use reqwest::header::{HeaderValue, ACCEPT, RETRY_AFTER};
 use reqwest::{StatusCode, Url};
 use serde::Deserialize;

@@ -1,6 +1,0 @@
-//! `GET /v1/agents/{id}/usage` and `GET /v1/usage`: an agent's and a
-//! project's model usage. The types are the
-//! engine's own ([`holdfast_engine::domain`]), read from the database as
-//! the API sends them, so the two cannot drift.
-
-pub use holdfast_engine::domain::{AgentUsage, DayUsage, ProjectUsage, TokenUsage, TurnUsage};

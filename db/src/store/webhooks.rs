@@ -1,0 +1,236 @@
+//! Webhook endpoints and the delivery outbox (sql/schema/webhooks.sql).
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_postgres::GenericClient;
+use uuid::Uuid;
+
+use super::parse_text;
+use crate::error::Result;
+use holdfast_wire::domain::Event;
+use holdfast_wire::domain::{
+    ClaimedWebhookDelivery, CreatedWebhookEndpoint, RecordedAttempt, WebhookDelivery,
+    WebhookDeliveryFilter, WebhookDeliveryStatus, WebhookEndpoint, WebhookQueueStats,
+};
+use holdfast_wire::duration::to_interval;
+
+/// Create a webhook endpoint in `project`; the answer carries the signing
+/// secret (show it once). `allow_private` is the deployment's setting
+/// ([`holdfast_providers::egress::EgressPolicy::allows_any_special`] for webhooks). A bad url or event
+/// list is [`Error::Invalid`] naming `url` or `events`.
+pub async fn create_webhook_endpoint(
+    client: &impl GenericClient,
+    project: Uuid,
+    url: &str,
+    events: &Value,
+    description: Option<&str>,
+    allow_private: bool,
+) -> Result<CreatedWebhookEndpoint> {
+    let row = client
+        .query_one(
+            "SELECT id, url, events, description, secret, created_at \
+               FROM holdfast.create_webhook_endpoint($1, $2, $3, $4, $5)",
+            &[&project, &url, events, &description, &allow_private],
+        )
+        .await?;
+    Ok(CreatedWebhookEndpoint {
+        endpoint: WebhookEndpoint {
+            id: row.get(0),
+            url: row.get(1),
+            events: row.get(2),
+            description: row.get(3),
+            created_at: row.get(5),
+        },
+        secret: row.get(4),
+    })
+}
+
+/// Delete an endpoint of `project` (its pending deliveries end as failed);
+/// [`Error::NotFound`] when it is not there.
+pub async fn delete_webhook_endpoint(
+    client: &impl GenericClient,
+    project: Uuid,
+    endpoint: Uuid,
+) -> Result<()> {
+    client
+        .execute(
+            "SELECT holdfast.delete_webhook_endpoint($1, $2)",
+            &[&project, &endpoint],
+        )
+        .await?;
+    Ok(())
+}
+
+/// The live endpoints of `project`, oldest first, without secrets.
+pub async fn list_webhook_endpoints(
+    client: &impl GenericClient,
+    project: Uuid,
+) -> Result<Vec<WebhookEndpoint>> {
+    let rows = client
+        .query(
+            "SELECT id, url, events, description, created_at \
+               FROM holdfast.list_webhook_endpoints($1)",
+            &[&project],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| WebhookEndpoint {
+            id: r.get(0),
+            url: r.get(1),
+            events: r.get(2),
+            description: r.get(3),
+            created_at: r.get(4),
+        })
+        .collect())
+}
+
+/// Deliveries of an endpoint of `project`, newest first;
+/// [`Error::NotFound`] when the endpoint is not there.
+pub async fn list_webhook_deliveries(
+    client: &impl GenericClient,
+    project: Uuid,
+    endpoint: Uuid,
+    filter: WebhookDeliveryFilter,
+) -> Result<Vec<WebhookDelivery>> {
+    let status = filter.status.map(|s| match s {
+        WebhookDeliveryStatus::Pending => "pending",
+        WebhookDeliveryStatus::Delivered => "delivered",
+        WebhookDeliveryStatus::Failed => "failed",
+    });
+    let rows = client
+        .query(
+            "SELECT id, endpoint_id, agent_id, event_seq, event_id, event_type, status, attempts, \
+                    last_status_code, last_error, next_attempt_at, last_attempt_at, created_at, \
+                    delivered_at, failed_at \
+               FROM holdfast.list_webhook_deliveries($1, $2, $3, $4, $5)",
+            &[&project, &endpoint, &status, &filter.limit, &filter.before],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(WebhookDelivery {
+                id: r.get(0),
+                endpoint_id: r.get(1),
+                agent_id: r.get(2),
+                event_seq: r.get(3),
+                event_id: r.get(4),
+                event_type: r.get(5),
+                status: parse_text(r.get(6), "status")?,
+                attempts: r.get(7),
+                last_status_code: r.get(8),
+                last_error: r.get(9),
+                next_attempt_at: r.get(10),
+                last_attempt_at: r.get(11),
+                created_at: r.get(12),
+                delivered_at: r.get(13),
+                failed_at: r.get(14),
+            })
+        })
+        .collect()
+}
+
+/// Claim up to `max` due webhook deliveries for one dispatcher, each held for
+/// `lease` (then it comes due again by itself), at most `max_per_endpoint`
+/// in flight per endpoint across all dispatchers.
+pub async fn claim_webhook_deliveries(
+    client: &impl GenericClient,
+    max: i32,
+    lease: Duration,
+    max_per_endpoint: i32,
+) -> Result<Vec<ClaimedWebhookDelivery>> {
+    let rows = client
+        .query(
+            "SELECT delivery_id, attempt, endpoint_id, url, secret, due_at, \
+                    event_seq, event_id, agent_id, event_type, event_data, event_created_at, \
+                    trace_parent, trace_state \
+               FROM holdfast.claim_webhook_deliveries($1, $2::text::interval, $3)",
+            &[&max, &to_interval(lease), &max_per_endpoint],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| ClaimedWebhookDelivery {
+            delivery_id: r.get(0),
+            attempt: r.get(1),
+            endpoint_id: r.get(2),
+            url: r.get(3),
+            secret: r.get(4),
+            due_at: r.get(5),
+            event: Event {
+                seq: r.get(6),
+                id: r.get(7),
+                agent_id: r.get(8),
+                kind: r.get(9),
+                data: r.get(10),
+                created_at: r.get(11),
+            },
+            trace_parent: r.get(12),
+            trace_state: r.get(13),
+        })
+        .collect())
+}
+
+/// Record the outcome of one attempt: `status_code` when the receiver
+/// answered, `error` otherwise (or with a non-2xx answer). Not a 2xx: retry
+/// after `retry_delay`, but not past `retry_window` after the event.
+pub async fn record_webhook_attempt(
+    client: &impl GenericClient,
+    delivery: &ClaimedWebhookDelivery,
+    status_code: Option<i32>,
+    error: Option<&str>,
+    retry_delay: Duration,
+    retry_window: Duration,
+) -> Result<RecordedAttempt> {
+    let row = client
+        .query_one(
+            "SELECT holdfast.record_webhook_attempt($1, $2, $3, $4, $5, $6::text::interval, $7::text::interval)",
+            &[
+                &delivery.event.agent_id,
+                &delivery.delivery_id,
+                &delivery.attempt,
+                &status_code,
+                &error,
+                &to_interval(retry_delay),
+                &to_interval(retry_window),
+            ],
+        )
+        .await?;
+    parse_text(row.get(0), "record_webhook_attempt")
+}
+
+/// Give back claims whose attempt has no outcome (shutdown mid-request): they
+/// are due again at once, for any dispatcher. Returns how many were released.
+pub async fn release_webhook_deliveries(
+    client: &impl GenericClient,
+    claims: &[(Uuid, i32)],
+) -> Result<i32> {
+    let ids: Vec<Uuid> = claims.iter().map(|c| c.0).collect();
+    let attempts: Vec<i32> = claims.iter().map(|c| c.1).collect();
+    let row = client
+        .query_one(
+            "SELECT holdfast.release_webhook_deliveries($1, $2)",
+            &[&ids, &attempts],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// The dispatchers' backlog: the oldest due delivery's wait, requests in flight.
+pub async fn webhook_queue_stats(client: &impl GenericClient) -> Result<WebhookQueueStats> {
+    let row = client
+        .query_one(
+            "SELECT coalesce((SELECT extract(epoch FROM holdfast.now() - min(next_attempt_at))::float8 \
+                                FROM holdfast.webhook_deliveries \
+                               WHERE status = 'pending' AND next_attempt_at <= holdfast.now()), 0), \
+                    (SELECT count(*) FROM holdfast.webhook_deliveries \
+                      WHERE claimed_until IS NOT NULL AND claimed_until > holdfast.now())",
+            &[],
+        )
+        .await?;
+    Ok(WebhookQueueStats {
+        oldest_due_seconds: row.get(0),
+        in_flight: row.get(1),
+    })
+}
