@@ -18,6 +18,7 @@ pub mod browser;
 pub mod counting_http;
 pub mod event_schemas;
 pub mod failover;
+pub mod invariants;
 pub mod mcp_server;
 pub mod otlp_receiver;
 

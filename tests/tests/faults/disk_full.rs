@@ -183,6 +183,7 @@ async fn a_full_disk_refuses_inputs_with_503_keeps_the_paid_response_and_resumes
     assert_eq!(fake.request_count(), 2, "one model call per turn");
     assert!(!worker.log_text().contains("panicked"));
     assert!(!maintenance.has_exited());
+    holdfast_tests::invariants::assert_at_rest(&client, &[answered, refused]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -276,6 +277,7 @@ async fn a_tool_result_refused_by_a_full_disk_mid_batch_is_kept_and_saved_once_s
     );
     assert_eq!(fake.request_count(), 2, "one model call after the tool");
     assert!(!worker.log_text().contains("panicked"));
+    holdfast_tests::invariants::assert_at_rest(&client, &[agent]).await;
 }
 
 /// A client on `config`, once Postgres answers (its connection driven in the
@@ -450,4 +452,5 @@ async fn a_full_pg_wal_stops_postgres_the_api_answers_503_and_after_a_restart_no
     );
     assert!(!worker.log_text().contains("panicked"));
     assert!(!maintenance.has_exited(), "{}", maintenance.log_text());
+    holdfast_tests::invariants::assert_at_rest(&client, &[paid, busy]).await;
 }

@@ -199,6 +199,7 @@ async fn a_deploy_that_sigterms_every_worker_loses_no_step_and_waits_out_no_leas
             "{agent}"
         );
     }
+    holdfast_tests::invariants::assert_at_rest(&client, &agents).await;
 }
 
 /// The worker's commit goes through but the worker never gets to release:
@@ -287,4 +288,5 @@ async fn a_worker_killed_between_commit_and_release_never_reruns_the_step() {
     // The held page answers "released": the model saw the saved result.
     let last = fake.last_request().unwrap();
     assert!(last.body.to_string().contains("released"), "{}", last.body);
+    holdfast_tests::invariants::assert_at_rest(&client, &[agent]).await;
 }

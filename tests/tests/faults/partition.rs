@@ -110,6 +110,7 @@ async fn a_partitioned_worker_notices_stops_and_its_agent_moves_after_the_lease(
         "{}",
         cut_off.log_text()
     );
+    holdfast_tests::invariants::assert_at_rest(&client, &[agent]).await;
 }
 
 /// `request`, sent now: its status, error type and how long the answer took.
@@ -325,4 +326,5 @@ async fn a_partitioned_machine_daemon_runs_its_command_once_and_its_result_and_n
     }
     assert!(!daemon.has_exited(), "{}", daemon.log_text());
     assert!(!daemon.log_text().contains("panicked"));
+    holdfast_tests::invariants::assert_at_rest(&client, &[first, second]).await;
 }

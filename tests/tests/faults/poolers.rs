@@ -112,4 +112,5 @@ async fn a_session_mode_pooler_works_as_a_direct_connection_does() {
         "{postgres_log}"
     );
     assert_eq!(count_events(&client, agent, "model.response").await, 1);
+    holdfast_tests::invariants::assert_at_rest(&client, &[agent]).await;
 }

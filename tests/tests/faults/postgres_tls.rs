@@ -130,6 +130,7 @@ async fn migrate_api_and_worker_run_a_turn_over_verify_full() {
         .collect();
     assert!(sessions.len() >= 2, "API and worker sessions: {sessions:?}");
     assert!(sessions.iter().all(|(_, ssl)| *ssl), "{sessions:?}");
+    holdfast_tests::invariants::assert_at_rest(&client, &[agent_id]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -343,4 +344,5 @@ async fn processes_reconnect_over_verify_full_tls_to_a_promoted_standby_and_lose
         assert_eq!(count_events(&client, *agent, "turn.completed").await, 2);
         assert_eq!(count_events(&client, *agent, "model.response").await, 2);
     }
+    holdfast_tests::invariants::assert_at_rest(&client, &agents).await;
 }
