@@ -168,7 +168,12 @@ async fn a_full_disk_refuses_inputs_with_503_keeps_the_paid_response_and_resumes
     // Space returns: the kept response is saved whole, once, and the turn
     // ends; the refused input, sent again, is taken and answered.
     disk.free();
+    let freed = std::time::Instant::now();
     wait_for_event(&client, answered, "turn.completed", Duration::from_secs(60)).await;
+    println!(
+        "full disk: space freed to the kept response saved and its turn finished: {:?}",
+        freed.elapsed()
+    );
     assert_eq!(count_events(&client, answered, "model.response").await, 1);
     assert!(saved_text(&client, answered).await.contains(&big_answer));
     let again = api

@@ -64,6 +64,7 @@ async fn a_partitioned_worker_notices_stops_and_its_agent_moves_after_the_lease(
     )
     .await;
     let noticed_in = cut_at.elapsed();
+    println!("partitioned worker stopped its step after {noticed_in:?}");
     assert!(
         noticed_in < Duration::from_secs(8),
         "noticed within the lease: {noticed_in:?}"
@@ -166,6 +167,10 @@ async fn a_partitioned_api_answers_503_in_bounded_time_and_an_input_retried_afte
         timed_error(write()),
     );
     let margin = Duration::from_secs(2);
+    println!(
+        "partitioned API: readyz 503 after {:?}, a read after {:?}, an input after {:?}",
+        ready.2, got.2, sent.2
+    );
     assert_eq!(
         (ready.0, ready.1.as_str()),
         (StatusCode::SERVICE_UNAVAILABLE, "unavailable")

@@ -102,6 +102,7 @@ async fn a_session_mode_pooler_works_as_a_direct_connection_does() {
     let _second = spawn_worker("session-w2", &pooled, &fake, &env);
     wait_for_event(&client, agent, "turn.completed", Duration::from_secs(40)).await;
     let recovered_in = killed.elapsed();
+    println!("through a session-mode pooler, SIGKILL to the turn finished by another worker: {recovered_in:?}");
     assert!(
         recovered_in < Duration::from_secs(30),
         "released from its dead session, not by the 60 s lease: {recovered_in:?}"

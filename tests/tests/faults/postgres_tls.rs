@@ -296,6 +296,7 @@ async fn processes_reconnect_over_verify_full_tls_to_a_promoted_standby_and_lose
     assert!(before.iter().all(|(_, ssl)| *ssl), "{before:?}");
 
     pair.kill_primary();
+    let killed = std::time::Instant::now();
     pair.promote_standby().await;
     let (client, connection) = pair.config().connect().await.unwrap();
     tokio::spawn(connection);
@@ -312,6 +313,11 @@ async fn processes_reconnect_over_verify_full_tls_to_a_promoted_standby_and_lose
         )
         .await;
     }
+    println!(
+        "over TLS, primary SIGKILL to a second turn finished on the promoted standby for all {} agents: {:?}",
+        agents.len(),
+        killed.elapsed()
+    );
 
     // The processes found the new primary by themselves, over verify-full
     // TLS: the API's LISTEN session among them.
