@@ -1,7 +1,8 @@
 //! Typed calls of Holdfast's SQL functions. This module is the one place in
 //! Rust that knows their names and signatures; workers and the API call these
-//! wrappers, never ad-hoc SQL. Each takes any client (a pooled connection, a
-//! dedicated session or a transaction).
+//! wrappers, never ad-hoc SQL. Each takes `client: &impl` [`Prepared`], and
+//! a caller passes a reference to what it holds: `&db` for a pooled
+//! connection, the worker's claim session, a bare client, a transaction.
 //!
 //! By area: [`steps`] (the worker), [`agents`], [`events`], [`keys`],
 //! [`tool_calls`], [`webhooks`], [`machines`], [`status`], [`models`],

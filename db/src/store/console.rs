@@ -4,8 +4,8 @@
 //! every one scoped to one project. Reads only: the console's writes go
 //! through the same wrappers as every other client's.
 //!
-//! Queries here run as one-off statements (not [`super::Prepared`]), so
-//! each is planned with its parameters: the `$n IS NULL OR …` filters fold
+//! Queries here run as one-off statements (not
+//! [`super::Prepared::statement`]s), so each is planned with its parameters: the `$n IS NULL OR …` filters fold
 //! away and the keyset condition becomes an index condition.
 
 use std::collections::BTreeMap;
@@ -13,10 +13,11 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use strum::VariantArray;
-use tokio_postgres::GenericClient;
+
 use uuid::Uuid;
 
 use super::agents::agent_from_row;
+use super::prepared::Prepared;
 use crate::error::Result;
 use holdfast_wire::domain::{Agent, AgentState, TurnOutcome};
 
@@ -68,7 +69,7 @@ pub struct AgentActivity {
 }
 
 /// The project `project` with its agent counts; `None` if it does not exist.
-pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Option<Project>> {
+pub async fn project(client: &impl Prepared, project: Uuid) -> Result<Option<Project>> {
     let Some(row) = client
         .query_opt(
             "SELECT name FROM holdfast.projects WHERE id = $1",
@@ -153,7 +154,7 @@ SELECT id, project_id, holdfast.mask_config_secrets(config) AS config, state, tu
 /// Agents of `project` matching `filter`, newest activity first, below
 /// `before` when given, at most `limit`.
 pub async fn agents_by_activity(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     filter: &AgentFilter,
     before: Option<ActivityCursor>,
@@ -269,7 +270,7 @@ const SECTION_LIMIT: i64 = 100;
 
 /// The operations overview of `project` (from the DBA views, narrowed to
 /// the project).
-pub async fn operations(client: &impl GenericClient, project_id: Uuid) -> Result<Operations> {
+pub async fn operations(client: &impl Prepared, project_id: Uuid) -> Result<Operations> {
     let agents_by_state = project(client, project_id)
         .await?
         .map(|p| p.agents_by_state)
@@ -414,7 +415,7 @@ pub struct InboxCursor {
 /// `after`, at most `limit` (`holdfast.inbox`): the document
 /// `{"items": [...], "total": n}`.
 pub async fn inbox(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     filter: &InboxFilter<'_>,
     after: Option<InboxCursor>,

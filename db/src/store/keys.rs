@@ -1,17 +1,14 @@
 //! API keys (sql/schema/api_keys.sql): hashes only.
 
-use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
+use super::prepared::Prepared;
 use crate::error::Result;
 use holdfast_wire::domain::{ApiKeyCreated, ApiKeyListed, ApiKeyOwner, ApiKeyRevoked};
 
 /// Create an API key for `project_name` (the project is created if needed).
 /// The clear key is in the result and nowhere else.
-pub async fn create_api_key(
-    client: &impl GenericClient,
-    project_name: &str,
-) -> Result<ApiKeyCreated> {
+pub async fn create_api_key(client: &impl Prepared, project_name: &str) -> Result<ApiKeyCreated> {
     let row = client
         .query_one(
             "SELECT key_id, project_id, prefix, key FROM holdfast.create_api_key($1)",
@@ -28,7 +25,7 @@ pub async fn create_api_key(
 
 /// Who `key` speaks for; `None` when it is unknown or revoked.
 pub async fn authenticate_api_key(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     key: &str,
 ) -> Result<Option<ApiKeyOwner>> {
     let row = client
@@ -44,7 +41,7 @@ pub async fn authenticate_api_key(
 }
 
 /// Whether the key `key_id` still authenticates (exists, not revoked).
-pub async fn api_key_active(client: &impl GenericClient, key_id: Uuid) -> Result<bool> {
+pub async fn api_key_active(client: &impl Prepared, key_id: Uuid) -> Result<bool> {
     let row = client
         .query_one("SELECT holdfast.api_key_active($1)", &[&key_id])
         .await?;
@@ -52,7 +49,7 @@ pub async fn api_key_active(client: &impl GenericClient, key_id: Uuid) -> Result
 }
 
 /// Revoke the key named by its id, prefix or full text (idempotent).
-pub async fn revoke_api_key(client: &impl GenericClient, key_ref: &str) -> Result<ApiKeyRevoked> {
+pub async fn revoke_api_key(client: &impl Prepared, key_ref: &str) -> Result<ApiKeyRevoked> {
     let row = client
         .query_one(
             "SELECT key_id, project_id, prefix, revoked_at FROM holdfast.revoke_api_key($1)",
@@ -70,7 +67,7 @@ pub async fn revoke_api_key(client: &impl GenericClient, key_ref: &str) -> Resul
 /// The API keys, revoked ones included, oldest first; only `project`'s
 /// when given.
 pub async fn list_api_keys(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Option<&str>,
 ) -> Result<Vec<ApiKeyListed>> {
     let rows = client

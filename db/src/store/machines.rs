@@ -5,10 +5,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::types::Type;
-use tokio_postgres::{GenericClient, Row};
+use tokio_postgres::Row;
 use uuid::Uuid;
 
 use super::parse_text;
+use super::prepared::Prepared;
 use crate::error::{Error, Result};
 use holdfast_wire::config::CommandWorkspace;
 use holdfast_wire::domain::{
@@ -23,7 +24,7 @@ use holdfast_wire::pg_text::storable_str;
 /// once). A taken name is [`Error::Conflict`]; a bad name or wake URL is
 /// [`Error::Invalid`] naming `name` or `wake_url`.
 pub async fn register_machine(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     name: &str,
     wake_url: Option<&str>,
@@ -42,7 +43,7 @@ pub async fn register_machine(
 /// the old one is refused from now on and the daemon session it served
 /// ends. [`Error::NotFound`] for a machine of another project or a deleted one.
 pub async fn rotate_machine_token(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     machine: Uuid,
 ) -> Result<MachineRegistered> {
@@ -72,11 +73,7 @@ fn machine_with_token(row: &Row) -> MachineRegistered {
 /// unfinished commands end (queued ones fail, accepted ones become
 /// unknown), their agents moving on. Returns how many commands ended.
 /// [`Error::NotFound`] for a machine of another project or a deleted one.
-pub async fn delete_machine(
-    client: &impl GenericClient,
-    project: Uuid,
-    machine: Uuid,
-) -> Result<i32> {
+pub async fn delete_machine(client: &impl Prepared, project: Uuid, machine: Uuid) -> Result<i32> {
     let row = client
         .query_one(
             "SELECT holdfast.delete_machine($1, $2)",
@@ -88,7 +85,7 @@ pub async fn delete_machine(
 
 /// The machine `token` belongs to; `None` when it is unknown.
 pub async fn authenticate_machine(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     token: &str,
 ) -> Result<Option<MachineIdentity>> {
     let row = client
@@ -107,7 +104,7 @@ pub async fn authenticate_machine(
 /// serves the machine (another daemon process started) is
 /// [`Error::Conflict`].
 pub async fn machine_heartbeat(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     machine: Uuid,
     heartbeat: &Heartbeat,
     peer: Option<&str>,
@@ -141,7 +138,7 @@ pub async fn machine_heartbeat(
 /// Accept up to `max` of the machine's queued commands for the daemon
 /// `session`: each is returned by this call and never again.
 pub async fn claim_commands(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     machine: Uuid,
     max: i32,
     session: Option<Uuid>,
@@ -185,7 +182,7 @@ pub async fn claim_commands(
 /// command is [`Error::NotFound`]; a different result after one was
 /// recorded is [`Error::Conflict`].
 pub async fn submit_command_result(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     machine: Uuid,
     command: Uuid,
     result: &CommandResult,
@@ -217,7 +214,7 @@ pub async fn submit_command_result(
 /// becomes U+FFFD (Postgres text cannot hold it). `NotFound` when the
 /// command is not on `machine`.
 pub async fn relay_command_output(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     machine: Uuid,
     command: Uuid,
     stdout: &str,
@@ -241,10 +238,7 @@ pub async fn relay_command_output(
 }
 
 /// The machines of `project`, oldest first, with their online state.
-pub async fn list_machines(
-    client: &impl GenericClient,
-    project: Uuid,
-) -> Result<Vec<MachineStatus>> {
+pub async fn list_machines(client: &impl Prepared, project: Uuid) -> Result<Vec<MachineStatus>> {
     let rows = client
         .query(
             "SELECT id, name, wake_url, created_at, last_heartbeat_at, online, wake_until, \
@@ -272,7 +266,7 @@ pub async fn list_machines(
 /// Start a wake attempt on a machine of `project` for `window`: its queued
 /// commands wait that long instead of failing as offline.
 pub async fn start_machine_wake(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     machine: Uuid,
     window: Duration,
@@ -295,7 +289,7 @@ pub async fn start_machine_wake(
 /// One machine sweep (lost, unaccepted, offline and unreachable commands),
 /// enforcing `accept_timeout` and `offline_after`.
 pub async fn machine_tick(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     accept_timeout: Duration,
     offline_after: Duration,
 ) -> Result<MachineTickReport> {
@@ -320,7 +314,7 @@ pub struct UnsandboxedMachine {
 }
 
 /// Online machines whose daemon runs with `--sandbox none`.
-pub async fn unsandboxed_machines(client: &impl GenericClient) -> Result<Vec<UnsandboxedMachine>> {
+pub async fn unsandboxed_machines(client: &impl Prepared) -> Result<Vec<UnsandboxedMachine>> {
     let rows = client
         .query(
             "SELECT machine_id, project_id, name, last_heartbeat_at \

@@ -5,10 +5,11 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio_postgres::GenericClient;
+
 use uuid::Uuid;
 
 use super::parse_text;
+use super::prepared::Prepared;
 use crate::error::Result;
 use holdfast_wire::domain::{DueSchedule, NewSchedule, Schedule};
 use holdfast_wire::duration::to_interval;
@@ -50,7 +51,7 @@ fn schedule_from_row(row: &tokio_postgres::Row) -> Result<Schedule> {
 /// [`crate::Error::NotFound`], [`crate::Error::Conflict`] (archived) or
 /// [`crate::Error::Invalid`] naming the field.
 pub async fn create_schedule(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     schedule: &NewSchedule,
 ) -> Result<Schedule> {
@@ -83,7 +84,7 @@ pub async fn create_schedule(
 
 /// The schedules of an agent of `project`, oldest first.
 pub async fn list_schedules(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     agent: Uuid,
 ) -> Result<Vec<Schedule>> {
@@ -101,7 +102,7 @@ pub async fn list_schedules(
 
 /// One schedule of an agent of `project`.
 pub async fn get_schedule(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     agent: Uuid,
     schedule: Uuid,
@@ -120,7 +121,7 @@ pub async fn get_schedule(
 
 /// Pause, or resume from `next_fire_at` (`holdfast.set_schedule_paused`).
 pub async fn set_schedule_paused(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     schedule: Uuid,
     paused: bool,
@@ -138,11 +139,7 @@ pub async fn set_schedule_paused(
 }
 
 /// Delete a schedule of `project` (`holdfast.delete_schedule`).
-pub async fn delete_schedule(
-    client: &impl GenericClient,
-    project: Uuid,
-    schedule: Uuid,
-) -> Result<()> {
+pub async fn delete_schedule(client: &impl Prepared, project: Uuid, schedule: Uuid) -> Result<()> {
     client
         .execute(
             "SELECT holdfast.delete_schedule($1, $2)",
@@ -154,10 +151,7 @@ pub async fn delete_schedule(
 
 /// Claim up to `batch` due schedules, locked until `client`'s transaction
 /// ends (`holdfast.claim_due_schedules`, SKIP LOCKED).
-pub async fn claim_due_schedules(
-    client: &impl GenericClient,
-    batch: i32,
-) -> Result<Vec<DueSchedule>> {
+pub async fn claim_due_schedules(client: &impl Prepared, batch: i32) -> Result<Vec<DueSchedule>> {
     let rows = client
         .query(
             "SELECT id, cron, timezone, every_ms, start_at, end_at, missed, next_fire_at, \
@@ -188,7 +182,7 @@ pub async fn claim_due_schedules(
 /// (`holdfast.advance_schedule`); returns its outcome: `fired`,
 /// `replayed`, `skipped`, `refused` or `stale`.
 pub async fn advance_schedule(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     schedule: Uuid,
     due: DateTime<Utc>,
     plan: &FirePlan,

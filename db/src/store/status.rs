@@ -1,13 +1,12 @@
 //! What `holdfast status` and the operations views show: queue depth,
 //! workers' leases, stuck agents.
 
-use tokio_postgres::GenericClient;
-
+use super::prepared::Prepared;
 use crate::error::Result;
 use holdfast_wire::domain::{StuckAgent, WorkerLeases};
 
 /// The agents per state (the `holdfast.queue_depth` view).
-pub async fn queue_depth(client: &impl GenericClient) -> Result<Vec<(String, i64)>> {
+pub async fn queue_depth(client: &impl Prepared) -> Result<Vec<(String, i64)>> {
     let rows = client
         .query(
             "SELECT state, agents FROM holdfast.queue_depth ORDER BY state",
@@ -18,7 +17,7 @@ pub async fn queue_depth(client: &impl GenericClient) -> Result<Vec<(String, i64
 }
 
 /// Per worker: agents held, the soonest lease expiry (`holdfast.worker_leases`).
-pub async fn worker_leases(client: &impl GenericClient) -> Result<Vec<WorkerLeases>> {
+pub async fn worker_leases(client: &impl Prepared) -> Result<Vec<WorkerLeases>> {
     let rows = client
         .query(
             "SELECT worker, agents_held, oldest_lease_expires_at, last_claim_at, \
@@ -40,7 +39,7 @@ pub async fn worker_leases(client: &impl GenericClient) -> Result<Vec<WorkerLeas
 }
 
 /// Agents that need a look (`holdfast.stuck_agents`), at most `limit`.
-pub async fn stuck_agents(client: &impl GenericClient, limit: i64) -> Result<Vec<StuckAgent>> {
+pub async fn stuck_agents(client: &impl Prepared, limit: i64) -> Result<Vec<StuckAgent>> {
     let rows = client
         .query(
             "SELECT agent_id, state, lease_owner, lease_expires_at, state_changed_at, reason \

@@ -3,7 +3,7 @@
 
 use postgres_types::ToSql;
 use serde_json::Value;
-use tokio_postgres::GenericClient;
+
 use uuid::Uuid;
 
 use super::prepared::{query_one_prepared, query_prepared, with_wake_after_commit, Prepared};
@@ -122,7 +122,7 @@ pub async fn submit_tool_results(
 
 /// A tool call of `project`'s agents; `None` when missing or another project's.
 pub async fn get_tool_call(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     tool_call: Uuid,
 ) -> Result<Option<ToolCall>> {
@@ -142,7 +142,7 @@ pub async fn get_tool_call(
 /// An agent's tool calls in `statuses` (all when empty), of `kind` when
 /// given, in the order the model asked for them.
 pub async fn list_tool_calls(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     agent: Uuid,
     statuses: &[ToolCallStatus],
     kind: Option<ToolKind>,
@@ -168,7 +168,7 @@ pub async fn list_tool_calls(
 /// decision again by the same person is accepted again. Returns the
 /// approval's status after the call.
 pub async fn answer_approval(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     approval: Uuid,
     decision: &str,
     by: &str,
@@ -186,7 +186,7 @@ pub async fn answer_approval(
 /// Answer a question: first answer wins; the same answer again by the same
 /// person is accepted again.
 pub async fn answer_question(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     question: Uuid,
     answer: &str,
     by: &str,
@@ -234,7 +234,7 @@ fn approval_from_row(row: &tokio_postgres::Row) -> Result<Approval> {
 
 /// An approval of `project`'s agents; `None` when missing or another project's.
 pub async fn get_approval(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     approval: Uuid,
 ) -> Result<Option<Approval>> {
@@ -254,7 +254,7 @@ pub async fn get_approval(
 
 /// An agent's approvals in `status` (all when `None`), oldest first.
 pub async fn list_approvals(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     agent: Uuid,
     status: Option<ApprovalStatus>,
     limit: i64,
@@ -293,7 +293,7 @@ fn question_from_row(row: &tokio_postgres::Row) -> Result<Question> {
 
 /// A question of `project`'s agents; `None` when missing or another project's.
 pub async fn get_question(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     question: Uuid,
 ) -> Result<Option<Question>> {
@@ -312,7 +312,7 @@ pub async fn get_question(
 
 /// An agent's questions in `status` (all when `None`), oldest first.
 pub async fn list_questions(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     agent: Uuid,
     status: Option<QuestionStatus>,
     limit: i64,

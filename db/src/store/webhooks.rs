@@ -3,10 +3,11 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio_postgres::GenericClient;
+
 use uuid::Uuid;
 
 use super::parse_text;
+use super::prepared::Prepared;
 use crate::error::Result;
 use holdfast_wire::domain::Event;
 use holdfast_wire::domain::{
@@ -20,7 +21,7 @@ use holdfast_wire::duration::to_interval;
 /// ([`holdfast_providers::egress::EgressPolicy::allows_any_special`] for webhooks). A bad url or event
 /// list is [`Error::Invalid`] naming `url` or `events`.
 pub async fn create_webhook_endpoint(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     url: &str,
     events: &Value,
@@ -49,7 +50,7 @@ pub async fn create_webhook_endpoint(
 /// Delete an endpoint of `project` (its pending deliveries end as failed);
 /// [`Error::NotFound`] when it is not there.
 pub async fn delete_webhook_endpoint(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     endpoint: Uuid,
 ) -> Result<()> {
@@ -64,7 +65,7 @@ pub async fn delete_webhook_endpoint(
 
 /// The live endpoints of `project`, oldest first, without secrets.
 pub async fn list_webhook_endpoints(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
 ) -> Result<Vec<WebhookEndpoint>> {
     let rows = client
@@ -89,7 +90,7 @@ pub async fn list_webhook_endpoints(
 /// Deliveries of an endpoint of `project`, newest first;
 /// [`Error::NotFound`] when the endpoint is not there.
 pub async fn list_webhook_deliveries(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     endpoint: Uuid,
     filter: WebhookDeliveryFilter,
@@ -135,7 +136,7 @@ pub async fn list_webhook_deliveries(
 /// `lease` (then it comes due again by itself), at most `max_per_endpoint`
 /// in flight per endpoint across all dispatchers.
 pub async fn claim_webhook_deliveries(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     max: i32,
     lease: Duration,
     max_per_endpoint: i32,
@@ -176,7 +177,7 @@ pub async fn claim_webhook_deliveries(
 /// answered, `error` otherwise (or with a non-2xx answer). Not a 2xx: retry
 /// after `retry_delay`, but not past `retry_window` after the event.
 pub async fn record_webhook_attempt(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     delivery: &ClaimedWebhookDelivery,
     status_code: Option<i32>,
     error: Option<&str>,
@@ -203,7 +204,7 @@ pub async fn record_webhook_attempt(
 /// Give back claims whose attempt has no outcome (shutdown mid-request): they
 /// are due again at once, for any dispatcher. Returns how many were released.
 pub async fn release_webhook_deliveries(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     claims: &[(Uuid, i32)],
 ) -> Result<i32> {
     let ids: Vec<Uuid> = claims.iter().map(|c| c.0).collect();
@@ -218,7 +219,7 @@ pub async fn release_webhook_deliveries(
 }
 
 /// The dispatchers' backlog: the oldest due delivery's wait, requests in flight.
-pub async fn webhook_queue_stats(client: &impl GenericClient) -> Result<WebhookQueueStats> {
+pub async fn webhook_queue_stats(client: &impl Prepared) -> Result<WebhookQueueStats> {
     let row = client
         .query_one(
             "SELECT coalesce((SELECT extract(epoch FROM holdfast.now() - min(next_attempt_at))::float8 \
