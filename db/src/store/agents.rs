@@ -110,8 +110,8 @@ pub async fn create_traced_input(
         )
         .await?;
     Ok(InputCreated {
-        input_id: row.get(0),
-        replayed: row.get(1),
+        input_id: row.get("input_id"),
+        replayed: row.get("replayed"),
     })
 }
 
@@ -210,8 +210,8 @@ pub async fn get_attachment(
         )
         .await?;
     Ok(row.map(|r| Attachment {
-        media_type: r.get(0),
-        data: r.get(1),
+        media_type: r.get("media_type"),
+        data: r.get("data"),
     }))
 }
 
@@ -300,8 +300,10 @@ pub async fn list_config_versions(
 ) -> Result<Vec<ConfigVersion>> {
     let rows = client
         .query(
-            "SELECT version, holdfast.mask_config_secrets(config), created_at \
-               FROM holdfast.agent_config_versions WHERE agent_id = $1 ORDER BY version",
+            &format!(
+                "SELECT {CONFIG_VERSION_COLUMNS} \
+                   FROM holdfast.agent_config_versions WHERE agent_id = $1 ORDER BY version"
+            ),
             &[&agent],
         )
         .await?;
@@ -316,19 +318,26 @@ pub async fn get_config_version(
 ) -> Result<Option<ConfigVersion>> {
     let row = client
         .query_opt(
-            "SELECT version, holdfast.mask_config_secrets(config), created_at \
-               FROM holdfast.agent_config_versions WHERE agent_id = $1 AND version = $2",
+            &format!(
+                "SELECT {CONFIG_VERSION_COLUMNS} \
+                   FROM holdfast.agent_config_versions WHERE agent_id = $1 AND version = $2"
+            ),
             &[&agent, &version],
         )
         .await?;
     Ok(row.as_ref().map(config_version_from_row))
 }
 
+/// The columns [`config_version_from_row`] reads, by these names, of
+/// `holdfast.agent_config_versions`; the config is masked.
+const CONFIG_VERSION_COLUMNS: &str =
+    "version, holdfast.mask_config_secrets(config) AS config, created_at";
+
 fn config_version_from_row(row: &tokio_postgres::Row) -> ConfigVersion {
     ConfigVersion {
-        version: row.get(0),
-        config: row.get(1),
-        created_at: row.get(2),
+        version: row.get("version"),
+        config: row.get("config"),
+        created_at: row.get("created_at"),
     }
 }
 

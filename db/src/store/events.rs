@@ -23,12 +23,12 @@ pub async fn events_after(
     Ok(rows
         .iter()
         .map(|r| Event {
-            seq: r.get(0),
-            id: r.get(1),
-            agent_id: r.get(2),
-            kind: r.get(3),
-            data: r.get(4),
-            created_at: r.get(5),
+            seq: r.get("seq"),
+            id: r.get("id"),
+            agent_id: r.get("agent_id"),
+            kind: r.get("type"),
+            data: r.get("data"),
+            created_at: r.get("created_at"),
         })
         .collect())
 }

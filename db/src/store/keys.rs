@@ -16,10 +16,10 @@ pub async fn create_api_key(client: &impl Prepared, project_name: &str) -> Resul
         )
         .await?;
     Ok(ApiKeyCreated {
-        key_id: row.get(0),
-        project_id: row.get(1),
-        prefix: row.get(2),
-        key: row.get(3),
+        key_id: row.get("key_id"),
+        project_id: row.get("project_id"),
+        prefix: row.get("prefix"),
+        key: row.get("key"),
     })
 }
 
@@ -35,8 +35,8 @@ pub async fn authenticate_api_key(
         )
         .await?;
     Ok(row.map(|r| ApiKeyOwner {
-        key_id: r.get(0),
-        project_id: r.get(1),
+        key_id: r.get("key_id"),
+        project_id: r.get("project_id"),
     }))
 }
 
@@ -57,10 +57,10 @@ pub async fn revoke_api_key(client: &impl Prepared, key_ref: &str) -> Result<Api
         )
         .await?;
     Ok(ApiKeyRevoked {
-        key_id: row.get(0),
-        project_id: row.get(1),
-        prefix: row.get(2),
-        revoked_at: row.get(3),
+        key_id: row.get("key_id"),
+        project_id: row.get("project_id"),
+        prefix: row.get("prefix"),
+        revoked_at: row.get("revoked_at"),
     })
 }
 
@@ -72,7 +72,7 @@ pub async fn list_api_keys(
 ) -> Result<Vec<ApiKeyListed>> {
     let rows = client
         .query(
-            "SELECT k.id, p.name, k.prefix, k.created_at, k.revoked_at \
+            "SELECT k.id AS key_id, p.name AS project, k.prefix, k.created_at, k.revoked_at \
                FROM holdfast.api_keys k JOIN holdfast.projects p ON p.id = k.project_id \
               WHERE $1::text IS NULL OR p.name = $1 \
               ORDER BY k.created_at, k.id",
@@ -82,11 +82,11 @@ pub async fn list_api_keys(
     Ok(rows
         .iter()
         .map(|r| ApiKeyListed {
-            key_id: r.get(0),
-            project: r.get(1),
-            prefix: r.get(2),
-            created_at: r.get(3),
-            revoked_at: r.get(4),
+            key_id: r.get("key_id"),
+            project: r.get("project"),
+            prefix: r.get("prefix"),
+            created_at: r.get("created_at"),
+            revoked_at: r.get("revoked_at"),
         })
         .collect())
 }

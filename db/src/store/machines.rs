@@ -60,12 +60,12 @@ pub async fn rotate_machine_token(
 /// A `(machine_id, name, wake_url, token_prefix, token, created_at)` row.
 fn machine_with_token(row: &Row) -> MachineRegistered {
     MachineRegistered {
-        machine_id: row.get(0),
-        name: row.get(1),
-        wake_url: row.get(2),
-        token_prefix: row.get(3),
-        token: row.get(4),
-        created_at: row.get(5),
+        machine_id: row.get("machine_id"),
+        name: row.get("name"),
+        wake_url: row.get("wake_url"),
+        token_prefix: row.get("token_prefix"),
+        token: row.get("token"),
+        created_at: row.get("created_at"),
     }
 }
 
@@ -95,8 +95,8 @@ pub async fn authenticate_machine(
         )
         .await?;
     Ok(row.map(|r| MachineIdentity {
-        machine_id: r.get(0),
-        project_id: r.get(1),
+        machine_id: r.get("machine_id"),
+        project_id: r.get("project_id"),
     }))
 }
 
@@ -115,7 +115,8 @@ pub async fn machine_heartbeat(
     })?;
     let row = client
         .query_one(
-            "SELECT h.heartbeat_at, h.replaced_session, holdfast.commands_to_stop($1, $2) \
+            "SELECT h.heartbeat_at, h.replaced_session, \
+                    holdfast.commands_to_stop($1, $2) AS cancelled_commands \
                FROM holdfast.machine_heartbeat($1, $2, $3, $4, $5, $6, $7) h",
             &[
                 &machine,
@@ -129,9 +130,9 @@ pub async fn machine_heartbeat(
         )
         .await?;
     Ok(HeartbeatRecorded {
-        heartbeat_at: row.get(0),
-        replaced_session: row.get(1),
-        cancelled_commands: row.get(2),
+        heartbeat_at: row.get("heartbeat_at"),
+        replaced_session: row.get("replaced_session"),
+        cancelled_commands: row.get("cancelled_commands"),
     })
 }
 
@@ -162,15 +163,15 @@ pub async fn claim_commands(
     Ok(rows
         .iter()
         .map(|r| ClaimedCommand {
-            id: r.get(0),
-            tool_call_id: r.get(1),
-            agent_id: r.get(2),
-            command: r.get(3),
-            timeout_secs: r.get(4),
-            accepted_at: r.get(5),
-            traceparent: r.get(6),
-            tracestate: r.get(7),
-            workspace: match r.get::<_, &str>(8) {
+            id: r.get("command_id"),
+            tool_call_id: r.get("tool_call_id"),
+            agent_id: r.get("agent_id"),
+            command: r.get("command"),
+            timeout_secs: r.get("timeout_secs"),
+            accepted_at: r.get("accepted_at"),
+            traceparent: r.get("trace_parent"),
+            tracestate: r.get("trace_state"),
+            workspace: match r.get::<_, &str>("workspace") {
                 "agent" => CommandWorkspace::Agent,
                 _ => CommandWorkspace::Machine,
             },
@@ -250,15 +251,15 @@ pub async fn list_machines(client: &impl Prepared, project: Uuid) -> Result<Vec<
     Ok(rows
         .iter()
         .map(|r| MachineStatus {
-            id: r.get(0),
-            name: r.get(1),
-            wake_url: r.get(2),
-            created_at: r.get(3),
-            last_heartbeat_at: r.get(4),
-            online: r.get(5),
-            wake_until: r.get(6),
-            queued_commands: r.get(7),
-            running_commands: r.get(8),
+            id: r.get("id"),
+            name: r.get("name"),
+            wake_url: r.get("wake_url"),
+            created_at: r.get("created_at"),
+            last_heartbeat_at: r.get("last_heartbeat_at"),
+            online: r.get("online"),
+            wake_until: r.get("wake_until"),
+            queued_commands: r.get("queued_commands"),
+            running_commands: r.get("running_commands"),
         })
         .collect())
 }
@@ -279,10 +280,10 @@ pub async fn start_machine_wake(
         )
         .await?;
     Ok(MachineWake {
-        machine_id: row.get(0),
-        name: row.get(1),
-        wake_url: row.get(2),
-        wake_until: row.get(3),
+        machine_id: row.get("machine_id"),
+        name: row.get("name"),
+        wake_url: row.get("wake_url"),
+        wake_until: row.get("wake_until"),
     })
 }
 
@@ -325,10 +326,10 @@ pub async fn unsandboxed_machines(client: &impl Prepared) -> Result<Vec<Unsandbo
     Ok(rows
         .iter()
         .map(|r| UnsandboxedMachine {
-            machine_id: r.get(0),
-            project_id: r.get(1),
-            name: r.get(2),
-            last_heartbeat_at: r.get(3),
+            machine_id: r.get("machine_id"),
+            project_id: r.get("project_id"),
+            name: r.get("name"),
+            last_heartbeat_at: r.get("last_heartbeat_at"),
         })
         .collect())
 }

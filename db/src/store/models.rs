@@ -40,14 +40,14 @@ pub async fn list_model_endpoints(client: &impl Prepared) -> Result<Vec<ModelEnd
     Ok(rows
         .iter()
         .map(|r| ModelEndpoint {
-            name: r.get(0),
-            kind: r.get(1),
-            base_url: r.get(2),
-            credential_env: r.get(3),
-            project: r.get(4),
-            models: r.get(5),
-            agents: r.get(6),
-            created_at: r.get(7),
+            name: r.get("name"),
+            kind: r.get("kind"),
+            base_url: r.get("base_url"),
+            credential_env: r.get("credential_env"),
+            project: r.get("project_name"),
+            models: r.get("models"),
+            agents: r.get("agents"),
+            created_at: r.get("created_at"),
         })
         .collect())
 }
@@ -125,9 +125,9 @@ pub async fn list_project_provider_keys(
 
 fn provider_key_status(row: &Row) -> ProviderKeyStatus {
     ProviderKeyStatus {
-        provider: row.get(0),
-        created_at: row.get(1),
-        updated_at: row.get(2),
+        provider: row.get("provider"),
+        created_at: row.get("created_at"),
+        updated_at: row.get("updated_at"),
     }
 }
 

@@ -43,12 +43,12 @@ pub async fn retention_tick(client: &impl Prepared, batch: i32) -> Result<Retent
         )
         .await?;
     Ok(RetentionReport {
-        partitions_created: partitions.get(0),
-        partitions_dropped: partitions.get(1),
-        events_deleted: row.get(0),
-        deliveries_deleted: row.get(1),
-        tool_outputs_pruned: row.get(2),
-        inputs_pruned: row.get(3),
-        attachments_deleted: row.get(4),
+        partitions_created: partitions.get("partitions_created"),
+        partitions_dropped: partitions.get("partitions_dropped"),
+        events_deleted: row.get("events_deleted"),
+        deliveries_deleted: row.get("deliveries_deleted"),
+        tool_outputs_pruned: row.get("tool_outputs_pruned"),
+        inputs_pruned: row.get("inputs_pruned"),
+        attachments_deleted: row.get("attachments_deleted"),
     })
 }

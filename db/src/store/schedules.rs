@@ -15,10 +15,11 @@ use holdfast_wire::domain::{DueSchedule, NewSchedule, Schedule};
 use holdfast_wire::duration::to_interval;
 use holdfast_wire::schedule::FirePlan;
 
-/// The columns [`schedule_from_row`] reads, of `holdfast.schedules s`.
+/// The columns [`schedule_from_row`] reads, by these names, of
+/// `holdfast.schedules s`.
 const SCHEDULE_COLUMNS: &str = "s.id, s.agent_id, s.cron, s.timezone, \
-     (extract(epoch FROM s.every) * 1000)::bigint, s.content, s.mode, s.start_at, s.end_at, \
-     s.missed, s.paused_at, s.next_fire_at, s.ended_at, s.last_fired_at, s.fire_count, \
+     (extract(epoch FROM s.every) * 1000)::bigint AS every_ms, s.content, s.mode, s.start_at, \
+     s.end_at, s.missed, s.paused_at, s.next_fire_at, s.ended_at, s.last_fired_at, s.fire_count, \
      s.created_at, s.updated_at";
 
 fn millis(value: Option<i64>) -> Option<Duration> {
@@ -27,23 +28,23 @@ fn millis(value: Option<i64>) -> Option<Duration> {
 
 fn schedule_from_row(row: &tokio_postgres::Row) -> Result<Schedule> {
     Ok(Schedule {
-        id: row.get(0),
-        agent_id: row.get(1),
-        cron: row.get(2),
-        timezone: row.get(3),
-        every: millis(row.get(4)),
-        content: row.get(5),
-        mode: parse_text(row.get(6), "mode")?,
-        start_at: row.get(7),
-        end_at: row.get(8),
-        missed: parse_text(row.get(9), "missed")?,
-        paused_at: row.get(10),
-        next_fire_at: row.get(11),
-        ended_at: row.get(12),
-        last_fired_at: row.get(13),
-        fire_count: row.get(14),
-        created_at: row.get(15),
-        updated_at: row.get(16),
+        id: row.get("id"),
+        agent_id: row.get("agent_id"),
+        cron: row.get("cron"),
+        timezone: row.get("timezone"),
+        every: millis(row.get("every_ms")),
+        content: row.get("content"),
+        mode: parse_text(row.get("mode"), "mode")?,
+        start_at: row.get("start_at"),
+        end_at: row.get("end_at"),
+        missed: parse_text(row.get("missed"), "missed")?,
+        paused_at: row.get("paused_at"),
+        next_fire_at: row.get("next_fire_at"),
+        ended_at: row.get("ended_at"),
+        last_fired_at: row.get("last_fired_at"),
+        fire_count: row.get("fire_count"),
+        created_at: row.get("created_at"),
+        updated_at: row.get("updated_at"),
     })
 }
 
@@ -163,16 +164,16 @@ pub async fn claim_due_schedules(client: &impl Prepared, batch: i32) -> Result<V
     rows.iter()
         .map(|row| {
             Ok(DueSchedule {
-                id: row.get(0),
-                cron: row.get(1),
-                timezone: row.get(2),
-                every: millis(row.get(3)),
-                start_at: row.get(4),
-                end_at: row.get(5),
-                missed: parse_text(row.get(6), "missed")?,
-                due: row.get(7),
-                created_at: row.get(8),
-                now: row.get(9),
+                id: row.get("id"),
+                cron: row.get("cron"),
+                timezone: row.get("timezone"),
+                every: millis(row.get("every_ms")),
+                start_at: row.get("start_at"),
+                end_at: row.get("end_at"),
+                missed: parse_text(row.get("missed"), "missed")?,
+                due: row.get("next_fire_at"),
+                created_at: row.get("created_at"),
+                now: row.get("now"),
             })
         })
         .collect()

@@ -85,13 +85,13 @@ pub async fn list_model_prices(client: &impl Prepared) -> Result<Vec<ModelPrice>
     Ok(rows
         .iter()
         .map(|r| ModelPrice {
-            provider: r.get(0),
-            model: r.get(1),
-            input_usd_per_mtok: r.get(2),
-            output_usd_per_mtok: r.get(3),
-            cache_read_usd_per_mtok: r.get(4),
-            cache_write_usd_per_mtok: r.get(5),
-            updated_at: r.get(6),
+            provider: r.get("provider"),
+            model: r.get("model"),
+            input_usd_per_mtok: r.get("input_usd_per_mtok"),
+            output_usd_per_mtok: r.get("output_usd_per_mtok"),
+            cache_read_usd_per_mtok: r.get("cache_read_usd_per_mtok"),
+            cache_write_usd_per_mtok: r.get("cache_write_usd_per_mtok"),
+            updated_at: r.get("updated_at"),
         })
         .collect())
 }

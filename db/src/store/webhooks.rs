@@ -37,13 +37,13 @@ pub async fn create_webhook_endpoint(
         .await?;
     Ok(CreatedWebhookEndpoint {
         endpoint: WebhookEndpoint {
-            id: row.get(0),
-            url: row.get(1),
-            events: row.get(2),
-            description: row.get(3),
-            created_at: row.get(5),
+            id: row.get("id"),
+            url: row.get("url"),
+            events: row.get("events"),
+            description: row.get("description"),
+            created_at: row.get("created_at"),
         },
-        secret: row.get(4),
+        secret: row.get("secret"),
     })
 }
 
@@ -78,11 +78,11 @@ pub async fn list_webhook_endpoints(
     Ok(rows
         .iter()
         .map(|r| WebhookEndpoint {
-            id: r.get(0),
-            url: r.get(1),
-            events: r.get(2),
-            description: r.get(3),
-            created_at: r.get(4),
+            id: r.get("id"),
+            url: r.get("url"),
+            events: r.get("events"),
+            description: r.get("description"),
+            created_at: r.get("created_at"),
         })
         .collect())
 }
@@ -112,21 +112,21 @@ pub async fn list_webhook_deliveries(
     rows.iter()
         .map(|r| {
             Ok(WebhookDelivery {
-                id: r.get(0),
-                endpoint_id: r.get(1),
-                agent_id: r.get(2),
-                event_seq: r.get(3),
-                event_id: r.get(4),
-                event_type: r.get(5),
-                status: parse_text(r.get(6), "status")?,
-                attempts: r.get(7),
-                last_status_code: r.get(8),
-                last_error: r.get(9),
-                next_attempt_at: r.get(10),
-                last_attempt_at: r.get(11),
-                created_at: r.get(12),
-                delivered_at: r.get(13),
-                failed_at: r.get(14),
+                id: r.get("id"),
+                endpoint_id: r.get("endpoint_id"),
+                agent_id: r.get("agent_id"),
+                event_seq: r.get("event_seq"),
+                event_id: r.get("event_id"),
+                event_type: r.get("event_type"),
+                status: parse_text(r.get("status"), "status")?,
+                attempts: r.get("attempts"),
+                last_status_code: r.get("last_status_code"),
+                last_error: r.get("last_error"),
+                next_attempt_at: r.get("next_attempt_at"),
+                last_attempt_at: r.get("last_attempt_at"),
+                created_at: r.get("created_at"),
+                delivered_at: r.get("delivered_at"),
+                failed_at: r.get("failed_at"),
             })
         })
         .collect()
@@ -153,22 +153,22 @@ pub async fn claim_webhook_deliveries(
     Ok(rows
         .iter()
         .map(|r| ClaimedWebhookDelivery {
-            delivery_id: r.get(0),
-            attempt: r.get(1),
-            endpoint_id: r.get(2),
-            url: r.get(3),
-            secret: r.get(4),
-            due_at: r.get(5),
+            delivery_id: r.get("delivery_id"),
+            attempt: r.get("attempt"),
+            endpoint_id: r.get("endpoint_id"),
+            url: r.get("url"),
+            secret: r.get("secret"),
+            due_at: r.get("due_at"),
             event: Event {
-                seq: r.get(6),
-                id: r.get(7),
-                agent_id: r.get(8),
-                kind: r.get(9),
-                data: r.get(10),
-                created_at: r.get(11),
+                seq: r.get("event_seq"),
+                id: r.get("event_id"),
+                agent_id: r.get("agent_id"),
+                kind: r.get("event_type"),
+                data: r.get("event_data"),
+                created_at: r.get("event_created_at"),
             },
-            trace_parent: r.get(12),
-            trace_state: r.get(13),
+            trace_parent: r.get("trace_parent"),
+            trace_state: r.get("trace_state"),
         })
         .collect())
 }
@@ -224,14 +224,16 @@ pub async fn webhook_queue_stats(client: &impl Prepared) -> Result<WebhookQueueS
         .query_one(
             "SELECT coalesce((SELECT extract(epoch FROM holdfast.now() - min(next_attempt_at))::float8 \
                                 FROM holdfast.webhook_deliveries \
-                               WHERE status = 'pending' AND next_attempt_at <= holdfast.now()), 0), \
+                               WHERE status = 'pending' AND next_attempt_at <= holdfast.now()), 0) \
+                      AS oldest_due_seconds, \
                     (SELECT count(*) FROM holdfast.webhook_deliveries \
-                      WHERE claimed_until IS NOT NULL AND claimed_until > holdfast.now())",
+                      WHERE claimed_until IS NOT NULL AND claimed_until > holdfast.now()) \
+                      AS in_flight",
             &[],
         )
         .await?;
     Ok(WebhookQueueStats {
-        oldest_due_seconds: row.get(0),
-        in_flight: row.get(1),
+        oldest_due_seconds: row.get("oldest_due_seconds"),
+        in_flight: row.get("in_flight"),
     })
 }
