@@ -173,7 +173,7 @@ pub(super) async fn execute_prepared(
 }
 
 /// Run `write` (statements of `client` that may ready agents) with its
-/// `holdfast_ready` hint sent after its commit, by a statement of its own
+/// wake hint (`NOTIFY holdfast_ready`) sent after its commit, by a statement of its own
 /// (`holdfast.send_pending_wake`), instead of from inside the committing
 /// transaction: there the hint holds Postgres's notify queue lock through
 /// the commit's WAL flush, and concurrent writers that hint commit one at a
@@ -193,7 +193,7 @@ pub(super) async fn with_wake_after_commit<T>(
     .await?;
     let written = write.await;
     if let Err(error) = execute_prepared(client, "SELECT holdfast.send_pending_wake()", &[]).await {
-        tracing::warn!(%error, "the ready hint after a commit was not sent");
+        tracing::warn!(%error, "the wake hint after a commit was not sent");
     }
     written
 }

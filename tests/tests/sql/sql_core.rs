@@ -1137,7 +1137,7 @@ async fn an_agent_becoming_ready_notifies_workers_once_per_transaction() {
 }
 
 #[tokio::test]
-async fn a_ready_hint_deferred_past_the_commit_is_sent_by_send_pending_wake_and_dropped_with_a_rollback(
+async fn a_wake_hint_deferred_past_the_commit_is_sent_by_send_pending_wake_and_dropped_with_a_rollback(
 ) {
     let db = TestDb::new().await;
     let client = db.connect().await;
