@@ -234,7 +234,7 @@ async fn schedule_pass(
     loop {
         let work = async {
             let mut client = pool.get().await?;
-            let tx = tokio_postgres::Client::transaction(&mut client).await?;
+            let tx = client.transaction().await?;
             let due = store::claim_due_schedules(&tx, SCHEDULE_BATCH).await?;
             for schedule in &due {
                 let outcome = match fire_plan(schedule, late_after) {
