@@ -6148,10 +6148,10 @@ $$;
 
 
 --
--- Name: tg_agents_notify_ready(); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: tg_agents_send_wake(); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.tg_agents_notify_ready() RETURNS trigger
+CREATE FUNCTION holdfast.tg_agents_send_wake() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
@@ -8770,10 +8770,10 @@ CREATE TRIGGER _900_notify_queued AFTER INSERT ON holdfast.commands FOR EACH ROW
 
 
 --
--- Name: agents _900_notify_ready; Type: TRIGGER; Schema: holdfast; Owner: -
+-- Name: agents _900_send_wake; Type: TRIGGER; Schema: holdfast; Owner: -
 --
 
-CREATE TRIGGER _900_notify_ready AFTER INSERT OR UPDATE OF state ON holdfast.agents FOR EACH ROW WHEN ((new.state = 'ready'::text)) EXECUTE FUNCTION holdfast.tg_agents_notify_ready();
+CREATE TRIGGER _900_send_wake AFTER INSERT OR UPDATE OF state ON holdfast.agents FOR EACH ROW WHEN ((new.state = 'ready'::text)) EXECUTE FUNCTION holdfast.tg_agents_send_wake();
 
 
 --

@@ -155,7 +155,7 @@ pub async fn create_agent(
 ) -> Result<impl IntoResponse, ApiError> {
     parse_config(&config, &state.config().egress).await?;
     let db = state.db().await?;
-    let id = store::create_agent(&**db, caller.project_id, &config).await?;
+    let id = store::create_agent(&db, caller.project_id, &config).await?;
     record_agent(id);
     let agent = load(&db, &caller, id).await?;
     Ok((
@@ -192,7 +192,7 @@ pub async fn list_agents(
     }
     let db = state.db().await?;
     let mut agents = store::list_agents(
-        &**db,
+        &db,
         caller.project_id,
         query.state.map(Into::into),
         query.outcome,
@@ -237,7 +237,7 @@ async fn list_by_activity(
     filter.outcome = query.outcome;
     let db = state.db().await?;
     let mut agents =
-        console::agents_by_activity(&**db, caller.project_id, &filter, before, limit + 1).await?;
+        console::agents_by_activity(&db, caller.project_id, &filter, before, limit + 1).await?;
     let has_more = agents.len() as i64 > limit;
     agents.truncate(limit as usize);
     let next_cursor = agents
@@ -392,12 +392,12 @@ pub async fn patch_agent(
     let newest = agent
         .next_turn_config_version
         .unwrap_or(agent.config_version);
-    let mut patched = store::get_config_version(&**db, id, newest)
+    let mut patched = store::get_config_version(&db, id, newest)
         .await?
         .map_or(agent.config, |v| v.config);
     json_patch::merge(&mut patched, &patch);
     parse_config(&patched, &state.config().egress).await?;
-    store::patch_agent_config(&**db, id, &patch, apply).await?;
+    store::patch_agent_config(&db, id, &patch, apply).await?;
     Ok(Json(load(&db, &caller, id).await?.into()))
 }
 
@@ -417,10 +417,10 @@ pub async fn list_config_versions(
 ) -> Result<Json<ConfigVersionList>, ApiError> {
     record_agent(id);
     let db = state.db().await?;
-    if !store::agent_in_project(&**db, caller.project_id, id).await? {
+    if !store::agent_in_project(&db, caller.project_id, id).await? {
         return Err(ApiError::agent_not_found(id));
     }
-    let versions = store::list_config_versions(&**db, id).await?;
+    let versions = store::list_config_versions(&db, id).await?;
     Ok(Json(ConfigVersionList {
         versions: versions.into_iter().map(ConfigVersionView::from).collect(),
     }))
@@ -441,10 +441,10 @@ pub async fn get_config_version(
 ) -> Result<Json<ConfigVersionView>, ApiError> {
     record_agent(id);
     let db = state.db().await?;
-    if !store::agent_in_project(&**db, caller.project_id, id).await? {
+    if !store::agent_in_project(&db, caller.project_id, id).await? {
         return Err(ApiError::agent_not_found(id));
     }
-    let found = store::get_config_version(&**db, id, version).await?;
+    let found = store::get_config_version(&db, id, version).await?;
     let found = found.ok_or_else(|| {
         ApiError::not_found(format!("agent {id} has no config version {version}"))
     })?;
@@ -473,10 +473,10 @@ pub async fn cancel_agent(
 ) -> Result<impl IntoResponse, ApiError> {
     record_agent(id);
     let db = state.db().await?;
-    if !store::agent_in_project(&**db, caller.project_id, id).await? {
+    if !store::agent_in_project(&db, caller.project_id, id).await? {
         return Err(ApiError::agent_not_found(id));
     }
-    let outcome = store::request_cancel(&**db, id).await?;
+    let outcome = store::request_cancel(&db, id).await?;
     let agent = load(&db, &caller, id).await?;
     let status = match outcome {
         CancelOutcome::Cancelled => StatusCode::OK,
@@ -511,9 +511,9 @@ pub async fn archive_agent(
 ) -> Result<Json<AgentView>, ApiError> {
     record_agent(id);
     let db = state.db().await?;
-    if !store::agent_in_project(&**db, caller.project_id, id).await? {
+    if !store::agent_in_project(&db, caller.project_id, id).await? {
         return Err(ApiError::agent_not_found(id));
     }
-    store::archive_agent(&**db, id).await?;
+    store::archive_agent(&db, id).await?;
     Ok(Json(load(&db, &caller, id).await?.into()))
 }

@@ -53,10 +53,10 @@ pub async fn list_approvals(
     record_agent(id);
     let limit = page_limit(query.limit)?;
     let db = state.db().await?;
-    if !store::agent_in_project(&**db, caller.project_id, id).await? {
+    if !store::agent_in_project(&db, caller.project_id, id).await? {
         return Err(ApiError::agent_not_found(id));
     }
-    let approvals = store::list_approvals(&**db, id, query.status.map(Into::into), limit).await?;
+    let approvals = store::list_approvals(&db, id, query.status.map(Into::into), limit).await?;
     Ok(Json(ApprovalList {
         approvals: approvals.into_iter().map(ApprovalView::from).collect(),
     }))
@@ -84,12 +84,12 @@ pub async fn decide_approval(
     ApiJson(request): ApiJson<DecisionRequest>,
 ) -> Result<Json<ApprovalView>, ApiError> {
     let db = state.db().await?;
-    let approval = store::get_approval(&**db, caller.project_id, id)
+    let approval = store::get_approval(&db, caller.project_id, id)
         .await?
         .ok_or_else(|| approval_not_found(id))?;
     record_agent(approval.agent_id);
     let decided = store::answer_approval(
-        &**db,
+        &db,
         id,
         request.decision.as_str(),
         &request.by,
@@ -97,7 +97,7 @@ pub async fn decide_approval(
     )
     .await;
     let current = || async {
-        store::get_approval(&**db, caller.project_id, id)
+        store::get_approval(&db, caller.project_id, id)
             .await?
             .map(ApprovalView::from)
             .ok_or_else(|| approval_not_found(id))
@@ -137,10 +137,10 @@ pub async fn list_questions(
     record_agent(id);
     let limit = page_limit(query.limit)?;
     let db = state.db().await?;
-    if !store::agent_in_project(&**db, caller.project_id, id).await? {
+    if !store::agent_in_project(&db, caller.project_id, id).await? {
         return Err(ApiError::agent_not_found(id));
     }
-    let questions = store::list_questions(&**db, id, query.status.map(Into::into), limit).await?;
+    let questions = store::list_questions(&db, id, query.status.map(Into::into), limit).await?;
     Ok(Json(QuestionList {
         questions: questions.into_iter().map(QuestionView::from).collect(),
     }))
@@ -168,13 +168,13 @@ pub async fn answer_question(
     ApiJson(request): ApiJson<AnswerRequest>,
 ) -> Result<Json<QuestionView>, ApiError> {
     let db = state.db().await?;
-    let question = store::get_question(&**db, caller.project_id, id)
+    let question = store::get_question(&db, caller.project_id, id)
         .await?
         .ok_or_else(|| question_not_found(id))?;
     record_agent(question.agent_id);
-    let answered = store::answer_question(&**db, id, &request.answer, &request.by).await;
+    let answered = store::answer_question(&db, id, &request.answer, &request.by).await;
     let current = || async {
-        store::get_question(&**db, caller.project_id, id)
+        store::get_question(&db, caller.project_id, id)
             .await?
             .map(QuestionView::from)
             .ok_or_else(|| question_not_found(id))

@@ -47,7 +47,7 @@ pub async fn get_attachment(
 ) -> Result<Response, ApiError> {
     record_agent(agent);
     let db = state.db().await?;
-    let attachment = store::get_attachment(&**db, caller.project_id, agent, id)
+    let attachment = store::get_attachment(&db, caller.project_id, agent, id)
         .await?
         .ok_or_else(|| {
             ApiError::not_found(format!("attachment {id} of agent {agent} not found"))

@@ -46,7 +46,7 @@ impl FromRequestParts<AppState> for Caller {
             .ok_or_else(|| ApiError::unauthorized("expected Authorization: Bearer <api key>"))?;
         let owner = look_up(state, client_address(parts), key, |key| async move {
             let db = state.db().await?;
-            Ok(store::authenticate_api_key(&**db, &key).await?)
+            Ok(store::authenticate_api_key(&db, &key).await?)
         })
         .await?
         .ok_or_else(|| ApiError::unauthorized("invalid or revoked API key"))?;

@@ -57,10 +57,10 @@ pub async fn list_events(
     let limit = page_limit(query.limit)?;
     let min_lsn = parse_min_lsn(query.min_lsn.as_deref())?;
     let db = state.read_db(Some(caller.key_id), min_lsn).await?;
-    if !store::agent_in_project(&**db, caller.project_id, id).await? {
+    if !store::agent_in_project(&db, caller.project_id, id).await? {
         return Err(ApiError::agent_not_found(id));
     }
-    let mut events = store::events_after(&**db, id, after, limit + 1).await?;
+    let mut events = store::events_after(&db, id, after, limit + 1).await?;
     let has_more = events.len() as i64 > limit;
     events.truncate(limit as usize);
     Ok(Json(EventList {

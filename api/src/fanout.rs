@@ -224,9 +224,9 @@ impl Fanout {
         let start = {
             let db = self.inner.pool.get().await?;
             if let Some(pid) = *listener {
-                store::watch_agent_events(&**db, watch, agent, pid).await?;
+                store::watch_agent_events(&db, watch, agent, pid).await?;
             }
-            store::last_event_seq(&**db, agent).await?.unwrap_or(0)
+            store::last_event_seq(&db, agent).await?.unwrap_or(0)
         };
         let (signals, receiver) = broadcast::channel(FEED_CAPACITY);
         let (inbox, inbox_rx) = mpsc::channel(INBOX_CAPACITY);
@@ -358,7 +358,7 @@ impl Inner {
             .collect();
         let db = self.pool.get().await?;
         for (agent, watch) in watches {
-            store::watch_agent_events(&**db, watch, agent, listener).await?;
+            store::watch_agent_events(&db, watch, agent, listener).await?;
         }
         *current = Some(listener);
         Ok(())
@@ -382,7 +382,7 @@ impl Inner {
             let _listener = inner.listener.lock().await;
             let dropped = async {
                 let db = inner.pool.get().await?;
-                store::unwatch_agent_events(&**db, watch).await
+                store::unwatch_agent_events(&db, watch).await
             }
             .await;
             if let Err(e) = dropped {
@@ -517,7 +517,7 @@ async fn read_new_events(
     loop {
         let page = async {
             let db = pool.get().await?;
-            store::events_after(&**db, agent, *position, READ_PAGE).await
+            store::events_after(&db, agent, *position, READ_PAGE).await
         }
         .await;
         let events = match page {

@@ -71,7 +71,7 @@ pub async fn get_inbox(
         metadata: metadata.as_ref(),
     };
     let db = state.db().await?;
-    let document = console::inbox(&**db, caller.project_id, &filter, after, limit + 1).await?;
+    let document = console::inbox(&db, caller.project_id, &filter, after, limit + 1).await?;
     let InboxDocument { mut items, total } = serde_json::from_value(document).map_err(|e| {
         tracing::error!(error = %e, "holdfast.inbox returned a document the API cannot read");
         ApiError::internal()

@@ -111,7 +111,7 @@ impl GroupWrite for Inputs {
 
     async fn commit_batch(pool: &Pool, inputs: &[NewInput]) -> Result<Vec<Result<PostedInput>>> {
         let client = pool.get().await?;
-        store::create_inputs(&store::Pooled(&client), inputs).await
+        store::create_inputs(&client, inputs).await
     }
 }
 
@@ -145,11 +145,11 @@ pub async fn list_inputs(
 ) -> Result<Json<InputList>, ApiError> {
     record_agent(id);
     let db = state.db().await?;
-    if !store::agent_in_project(&**db, caller.project_id, id).await? {
+    if !store::agent_in_project(&db, caller.project_id, id).await? {
         return Err(ApiError::agent_not_found(id));
     }
     let which = query.status.unwrap_or(WaitingInputs::Queued);
-    let inputs = store::list_inputs(&**db, id, which).await?;
+    let inputs = store::list_inputs(&db, id, which).await?;
     Ok(Json(InputList {
         inputs: inputs.into_iter().map(InputView::from).collect(),
     }))
@@ -177,13 +177,13 @@ pub async fn remove_input(
 ) -> Result<Json<InputView>, ApiError> {
     let not_found = || ApiError::not_found(format!("input {id} not found"));
     let db = state.db().await?;
-    let input = store::get_input(&**db, id).await?.ok_or_else(not_found)?;
-    if !store::agent_in_project(&**db, caller.project_id, input.agent_id).await? {
+    let input = store::get_input(&db, id).await?.ok_or_else(not_found)?;
+    if !store::agent_in_project(&db, caller.project_id, input.agent_id).await? {
         return Err(not_found());
     }
     record_agent(input.agent_id);
-    store::remove_input(&**db, id).await?;
-    let input = store::get_input(&**db, id)
+    store::remove_input(&db, id).await?;
+    let input = store::get_input(&db, id)
         .await?
         .ok_or_else(ApiError::internal)?;
     Ok(Json(InputView::from(input)))
@@ -214,12 +214,12 @@ pub async fn update_input(
 ) -> Result<Json<InputView>, ApiError> {
     let not_found = || ApiError::not_found(format!("input {id} not found"));
     let db = state.db().await?;
-    let input = store::get_input(&**db, id).await?.ok_or_else(not_found)?;
-    if !store::agent_in_project(&**db, caller.project_id, input.agent_id).await? {
+    let input = store::get_input(&db, id).await?.ok_or_else(not_found)?;
+    if !store::agent_in_project(&db, caller.project_id, input.agent_id).await? {
         return Err(not_found());
     }
     record_agent(input.agent_id);
-    let input = store::update_input(&**db, id, request.mode, request.position).await?;
+    let input = store::update_input(&db, id, request.mode, request.position).await?;
     Ok(Json(InputView::from(input)))
 }
 

@@ -130,7 +130,7 @@ fn database_metrics(by_state: &[(String, i64)], events: i64) -> String {
 
 async fn scrape_database(state: &AppState) -> holdfast_db::Result<(Vec<(String, i64)>, i64)> {
     let db = state.pool().get().await?;
-    let by_state = store::queue_depth(&**db).await?;
-    let events = store::events_written(&**db).await?;
+    let by_state = store::queue_depth(&db).await?;
+    let events = store::events_written(&db).await?;
     Ok((by_state, events))
 }

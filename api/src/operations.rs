@@ -30,7 +30,7 @@ pub async fn get_operations(
     caller: Caller,
 ) -> Result<Json<OperationsView>, ApiError> {
     let db = state.db().await?;
-    let ops = console::operations(&**db, caller.project_id).await?;
+    let ops = console::operations(&db, caller.project_id).await?;
     Ok(Json(OperationsView {
         agents_by_state: ops.agents_by_state,
         workers: ops

@@ -25,7 +25,7 @@ pub async fn get_project(
     let db = state.db().await?;
     // A key exists only for an existing project; a missing one is a race with
     // a deletion, answered like a revoked key.
-    let project = console::project(&**db, caller.project_id)
+    let project = console::project(&db, caller.project_id)
         .await?
         .ok_or_else(|| ApiError::unauthorized("the key's project no longer exists"))?;
     Ok(Json(ProjectView {

@@ -66,8 +66,7 @@ pub async fn set_provider_key(
     })?;
     let sealed = secret.seal_provider_key(caller.project_id, provider, key);
     let db = state.db().await?;
-    let status =
-        store::set_project_provider_key(&**db, caller.project_id, provider, &sealed).await?;
+    let status = store::set_project_provider_key(&db, caller.project_id, provider, &sealed).await?;
     Ok(Json(status.into()))
 }
 
@@ -83,7 +82,7 @@ pub async fn list_provider_keys(
     caller: Caller,
 ) -> Result<Json<ProviderKeyList>, ApiError> {
     let db = state.db().await?;
-    let keys = store::list_project_provider_keys(&**db, caller.project_id).await?;
+    let keys = store::list_project_provider_keys(&db, caller.project_id).await?;
     Ok(Json(ProviderKeyList {
         provider_keys: keys.into_iter().map(ProviderKeyView::from).collect(),
     }))
@@ -105,6 +104,6 @@ pub async fn delete_provider_key(
 ) -> Result<StatusCode, ApiError> {
     let provider = provider_name(&provider)?;
     let db = state.db().await?;
-    store::delete_project_provider_key(&**db, caller.project_id, provider).await?;
+    store::delete_project_provider_key(&db, caller.project_id, provider).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -106,7 +106,7 @@ pub async fn fork_agent(
     .await?;
     let at = request.at.unwrap_or_default();
     let fork = store::fork_agent(
-        &**db,
+        &db,
         caller.project_id,
         id,
         store::ForkAt {
@@ -163,7 +163,7 @@ pub async fn create_replay(
     .await?;
     let turns = request.turns.unwrap_or_default();
     let replay = store::create_replay(
-        &**db,
+        &db,
         caller.project_id,
         id,
         request.config.as_ref(),
@@ -195,7 +195,7 @@ pub async fn list_replays(
 ) -> Result<Json<ReplayList>, ApiError> {
     record_agent(id);
     let db = state.db().await?;
-    let list = store::list_replays(&**db, caller.project_id, id)
+    let list = store::list_replays(&db, caller.project_id, id)
         .await?
         .ok_or_else(|| ApiError::agent_not_found(id))?;
     Ok(Json(typed(list, "list_replays")?))

@@ -22,8 +22,8 @@ use axum::middleware::Next;
 use axum::response::Response;
 use deadpool_postgres::{Object, Pool};
 use holdfast_db::store;
+use holdfast_db::store::Prepared;
 use tokio_postgres::types::PgLsn;
-use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use crate::error::ApiError;
@@ -94,7 +94,7 @@ impl ReadReplica {
                 return Some(db);
             };
             loop {
-                match store::wal_replayed(&**db).await {
+                match store::wal_replayed(&db).await {
                     // Not a standby: it has every commit.
                     Ok(None) => return Some(db),
                     Ok(Some(replayed)) if replayed >= needed => return Some(db),
@@ -127,7 +127,7 @@ pub fn parse_min_lsn(value: Option<&str>) -> Result<Option<PgLsn>, ApiError> {
 /// 400 naming `min_lsn` when it is past the primary's current WAL position:
 /// no replica reaches it, so the read would wait out `read_replica_wait`
 /// polling the replica, then read from the primary anyway.
-async fn refuse_future_lsn(primary: &impl GenericClient, min_lsn: PgLsn) -> Result<(), ApiError> {
+async fn refuse_future_lsn(primary: &impl Prepared, min_lsn: PgLsn) -> Result<(), ApiError> {
     let current = store::wal_position(primary).await?;
     if min_lsn > current {
         return Err(ApiError::invalid(
@@ -151,12 +151,12 @@ impl AppState {
         let Some(replica) = self.read_replica() else {
             let db = self.db().await?;
             if let Some(min_lsn) = min_lsn {
-                refuse_future_lsn(&**db, min_lsn).await?;
+                refuse_future_lsn(&db, min_lsn).await?;
             }
             return Ok(db);
         };
         if let Some(min_lsn) = min_lsn {
-            refuse_future_lsn(&**self.db().await?, min_lsn).await?;
+            refuse_future_lsn(&self.db().await?, min_lsn).await?;
         }
         let needed = key_id.and_then(|key| replica.last_write(key)).max(min_lsn);
         match replica
@@ -196,7 +196,7 @@ pub async fn stamp_writes(
     // Read after the handler's commit, so at or past it.
     let position = async {
         let db = state.db().await.ok()?;
-        store::wal_position(&**db).await.ok()
+        store::wal_position(&db).await.ok()
     }
     .await;
     match position {

@@ -95,7 +95,7 @@ pub async fn create_schedule(
         next_fire_at: timing.first_at_or_after(now),
     };
     let db = state.db().await?;
-    let created = store::create_schedule(&**db, caller.project_id, &new).await?;
+    let created = store::create_schedule(&db, caller.project_id, &new).await?;
     Ok((StatusCode::CREATED, Json(created.into())))
 }
 
@@ -114,10 +114,10 @@ pub async fn list_schedules(
 ) -> Result<Json<ScheduleList>, ApiError> {
     record_agent(id);
     let db = state.db().await?;
-    if !store::agent_in_project(&**db, caller.project_id, id).await? {
+    if !store::agent_in_project(&db, caller.project_id, id).await? {
         return Err(ApiError::agent_not_found(id));
     }
-    let schedules = store::list_schedules(&**db, caller.project_id, id).await?;
+    let schedules = store::list_schedules(&db, caller.project_id, id).await?;
     Ok(Json(ScheduleList {
         schedules: schedules.into_iter().map(ScheduleView::from).collect(),
     }))
@@ -142,7 +142,7 @@ pub async fn get_schedule(
 ) -> Result<Json<ScheduleView>, ApiError> {
     record_agent(id);
     let db = state.db().await?;
-    let found = store::get_schedule(&**db, caller.project_id, id, schedule_id).await?;
+    let found = store::get_schedule(&db, caller.project_id, id, schedule_id).await?;
     Ok(Json(
         found.ok_or_else(|| schedule_not_found(schedule_id))?.into(),
     ))
@@ -165,7 +165,7 @@ pub async fn update_schedule(
 ) -> Result<Json<ScheduleView>, ApiError> {
     record_agent(id);
     let db = state.db().await?;
-    let found = store::get_schedule(&**db, caller.project_id, id, schedule_id)
+    let found = store::get_schedule(&db, caller.project_id, id, schedule_id)
         .await?
         .ok_or_else(|| schedule_not_found(schedule_id))?;
     let next_fire_at = if request.paused {
@@ -182,7 +182,7 @@ pub async fn update_schedule(
         .next_after(Utc::now())
     };
     let updated = store::set_schedule_paused(
-        &**db,
+        &db,
         caller.project_id,
         schedule_id,
         request.paused,
@@ -207,12 +207,12 @@ pub async fn delete_schedule(
 ) -> Result<StatusCode, ApiError> {
     record_agent(id);
     let db = state.db().await?;
-    if store::get_schedule(&**db, caller.project_id, id, schedule_id)
+    if store::get_schedule(&db, caller.project_id, id, schedule_id)
         .await?
         .is_none()
     {
         return Err(schedule_not_found(schedule_id));
     }
-    store::delete_schedule(&**db, caller.project_id, schedule_id).await?;
+    store::delete_schedule(&db, caller.project_id, schedule_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

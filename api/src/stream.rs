@@ -102,7 +102,7 @@ pub async fn stream_events(
     };
     {
         let db = state.db().await?;
-        if !store::agent_in_project(&**db, caller.project_id, id).await? {
+        if !store::agent_in_project(&db, caller.project_id, id).await? {
             return Err(ApiError::agent_not_found(id));
         }
     }
@@ -220,7 +220,7 @@ impl Pump {
         let Ok(db) = self.state.db().await else {
             return Ok(());
         };
-        match store::api_key_active(&**db, key_id).await {
+        match store::api_key_active(&db, key_id).await {
             Ok(false) => Err(Stop::Revoked),
             Ok(true) | Err(_) => Ok(()),
         }
@@ -253,7 +253,7 @@ impl Pump {
                     self.state.db().await
                 }
                 .map_err(|_| Stop::Database)?;
-                store::events_after(&**db, self.agent, self.last_seq, CATCH_UP_PAGE)
+                store::events_after(&db, self.agent, self.last_seq, CATCH_UP_PAGE)
                     .await
                     .map_err(|_| Stop::Database)
             }

@@ -61,11 +61,11 @@ pub async fn list_tool_calls(
     let limit = page_limit(query.limit)?;
     let statuses = query.status.map(StatusFilter::statuses).unwrap_or_default();
     let db = state.db().await?;
-    if !store::agent_in_project(&**db, caller.project_id, id).await? {
+    if !store::agent_in_project(&db, caller.project_id, id).await? {
         return Err(ApiError::agent_not_found(id));
     }
     let calls =
-        store::list_tool_calls(&**db, id, &statuses, query.kind.map(Into::into), limit).await?;
+        store::list_tool_calls(&db, id, &statuses, query.kind.map(Into::into), limit).await?;
     Ok(Json(ToolCallList {
         tool_calls: calls.into_iter().map(ToolCallView::from).collect(),
     }))
@@ -96,7 +96,7 @@ pub async fn submit_tool_result(
 ) -> Result<Json<ToolCallView>, ApiError> {
     // The connection is handed back before the commit: the group commit
     // takes its own, and a request waiting on it must not hold one.
-    let call = store::get_tool_call(&**state.db().await?, caller.project_id, id)
+    let call = store::get_tool_call(&state.db().await?, caller.project_id, id)
         .await?
         .ok_or_else(|| ApiError::tool_call_not_found(id))?;
     record_agent(call.agent_id);
@@ -120,7 +120,7 @@ pub async fn submit_tool_result(
     match state.tool_results().commit(result).await {
         Ok(call) => Ok(Json(call.into())),
         Err(Error::Conflict(message)) => {
-            let current = store::get_tool_call(&**state.db().await?, caller.project_id, id)
+            let current = store::get_tool_call(&state.db().await?, caller.project_id, id)
                 .await?
                 .ok_or_else(|| ApiError::tool_call_not_found(id))?;
             let current = serde_json::to_value(ToolCallView::from(current)).unwrap_or(Value::Null);
@@ -148,6 +148,6 @@ impl GroupWrite for ToolResults {
 
     async fn commit_batch(pool: &Pool, results: &[ToolResult]) -> Result<Vec<Result<ToolCall>>> {
         let client = pool.get().await?;
-        store::submit_tool_results(&store::Pooled(&client), results).await
+        store::submit_tool_results(&client, results).await
     }
 }

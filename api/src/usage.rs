@@ -33,7 +33,7 @@ pub async fn get_agent_usage(
 ) -> Result<Json<AgentUsage>, ApiError> {
     record_agent(id);
     let db = state.db().await?;
-    store::agent_usage(&**db, caller.project_id, id)
+    store::agent_usage(&db, caller.project_id, id)
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::agent_not_found(id))
@@ -69,6 +69,6 @@ pub async fn get_project_usage(
     let since = chrono::Utc::now().date_naive() - chrono::Days::new(days as u64 - 1);
     let db = state.db().await?;
     Ok(Json(
-        store::project_usage(&**db, caller.project_id, since).await?,
+        store::project_usage(&db, caller.project_id, since).await?,
     ))
 }

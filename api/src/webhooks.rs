@@ -52,7 +52,7 @@ pub async fn create_webhook(
     let db = state.db().await?;
     let events = Value::from(request.events);
     let created = store::create_webhook_endpoint(
-        &**db,
+        &db,
         caller.project_id,
         &request.url,
         &events,
@@ -81,7 +81,7 @@ pub async fn list_webhooks(
     caller: Caller,
 ) -> Result<Json<WebhookList>, ApiError> {
     let db = state.db().await?;
-    let endpoints = store::list_webhook_endpoints(&**db, caller.project_id).await?;
+    let endpoints = store::list_webhook_endpoints(&db, caller.project_id).await?;
     Ok(Json(WebhookList {
         webhooks: endpoints.into_iter().map(WebhookView::from).collect(),
     }))
@@ -101,7 +101,7 @@ pub async fn delete_webhook(
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<StatusCode, ApiError> {
     let db = state.db().await?;
-    store::delete_webhook_endpoint(&**db, caller.project_id, id).await?;
+    store::delete_webhook_endpoint(&db, caller.project_id, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -146,7 +146,7 @@ pub async fn list_deliveries(
         limit,
         before: query.before,
     };
-    let deliveries = store::list_webhook_deliveries(&**db, caller.project_id, id, filter).await?;
+    let deliveries = store::list_webhook_deliveries(&db, caller.project_id, id, filter).await?;
     Ok(Json(DeliveryList {
         deliveries: deliveries.into_iter().map(DeliveryView::from).collect(),
     }))

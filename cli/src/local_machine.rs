@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use holdfast_db::store;
+use holdfast_db::store::Prepared;
 use holdfast_machine::sandbox::SandboxSettings;
 use holdfast_machine::Settings;
 use holdfast_wire::domain::MachineRegistered;
 use serde_json::{json, Value};
-use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 /// This host's name as a machine name (letters, digits, `.`, `_`, `-`; at
@@ -64,7 +64,7 @@ impl LocalMachine {
     /// otherwise a newly registered one named `name` (default: this host's
     /// name), whose record replaces the old one.
     pub async fn ensure(
-        client: &impl GenericClient,
+        client: &impl Prepared,
         project: Uuid,
         dir: &Path,
         name: Option<&str>,

@@ -823,7 +823,7 @@ impl Session {
 /// Refuse a server behind which Holdfast's connections would share Postgres
 /// sessions: a pooler in transaction or statement mode (PgBouncer's
 /// `pool_mode = transaction`). Holdfast keeps statements prepared on its
-/// connections, LISTENs for wake-ups, and knows a worker's leases by its
+/// connections, LISTENs for wake hints, and knows a worker's leases by its
 /// session; behind such a pooler the statements vanish between
 /// transactions (`prepared statement "s3" does not exist`), notifications
 /// go to whichever client holds the backend, and the lease's session is
@@ -879,7 +879,7 @@ pub async fn require_session_per_connection(config: &ConnectConfig, setting: &st
             message: format!(
                 "it reaches a pooler that shares Postgres sessions between its clients \
                  (transaction or statement pooling: {seen}). Holdfast keeps statements \
-                 prepared on its connections, LISTENs for wake-ups and knows a worker's \
+                 prepared on its connections, LISTENs for wake hints and knows a worker's \
                  leases by its session, none of which survives a change of backend. {}",
                 SESSION_POOLING_FIX
             ),

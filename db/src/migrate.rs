@@ -238,7 +238,7 @@ async fn apply_pending(client: &mut Client) -> Result<Vec<&'static str>> {
         )
         .await?
         .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .map(|r| (r.get("version"), r.get("name"), r.get("checksum")))
         .collect();
     if recorded.is_empty() {
         return install(client).await;
@@ -395,7 +395,8 @@ async fn apply_code(client: &mut Client) -> Result<Vec<&'static str>> {
         .iter()
         .filter(|file| {
             !recorded.iter().any(|r| {
-                r.get::<_, &str>(0) == file.name && r.get::<_, &str>(1) == file.code_checksum()
+                r.get::<_, &str>("name") == file.name
+                    && r.get::<_, &str>("checksum") == file.code_checksum()
             })
         })
         .map(|file| file.name)
@@ -457,12 +458,12 @@ async fn apply_code(client: &mut Client) -> Result<Vec<&'static str>> {
 pub async fn pending(client: &Client) -> Result<Vec<&'static str>> {
     let tables = client
         .query_one(
-            "SELECT to_regclass('holdfast.schema_migrations') IS NOT NULL,
-                    to_regclass('holdfast.schema_functions') IS NOT NULL",
+            "SELECT to_regclass('holdfast.schema_migrations') IS NOT NULL AS migrations,
+                    to_regclass('holdfast.schema_functions') IS NOT NULL AS functions",
             &[],
         )
         .await?;
-    let applied: Vec<i32> = match tables.get(0) {
+    let applied: Vec<i32> = match tables.get("migrations") {
         true => client
             .query("SELECT version FROM holdfast.schema_migrations", &[])
             .await?
@@ -474,12 +475,12 @@ pub async fn pending(client: &Client) -> Result<Vec<&'static str>> {
     if applied.is_empty() {
         return Ok(SCHEMA_FILES.iter().map(|f| f.name).collect());
     }
-    let code: Vec<(String, String)> = match tables.get(1) {
+    let code: Vec<(String, String)> = match tables.get("functions") {
         true => client
             .query("SELECT name, checksum FROM holdfast.schema_functions", &[])
             .await?
             .iter()
-            .map(|r| (r.get(0), r.get(1)))
+            .map(|r| (r.get("name"), r.get("checksum")))
             .collect(),
         false => Vec::new(),
     };

@@ -1,7 +1,8 @@
 //! Typed calls of Holdfast's SQL functions. This module is the one place in
 //! Rust that knows their names and signatures; workers and the API call these
-//! wrappers, never ad-hoc SQL. Each takes any client (a pooled connection, a
-//! dedicated session or a transaction).
+//! wrappers, never ad-hoc SQL. Each takes `client: &impl` [`Prepared`], and
+//! a caller passes a reference to what it holds: `&db` for a pooled
+//! connection, the worker's claim session, a bare client, a transaction.
 //!
 //! By area: [`steps`] (the worker), [`agents`], [`events`], [`keys`],
 //! [`tool_calls`], [`webhooks`], [`machines`], [`status`], [`models`],
@@ -99,17 +100,17 @@ fn batch_outcomes<T>(
 ) -> Vec<Result<T>> {
     let mut outcomes: Vec<Option<Result<T>>> = (0..count).map(|_| None).collect();
     for row in rows {
-        let message = || row.get::<_, Option<String>>(2).unwrap_or_default();
-        let outcome: &str = row.get(1);
+        let message = || row.get::<_, Option<String>>("message").unwrap_or_default();
+        let outcome: &str = row.get("outcome");
         let outcome = saved(outcome, row).unwrap_or_else(|| match outcome {
             "not_found" => Err(Error::NotFound(message())),
             "conflict" => Err(Error::Conflict(message())),
             _ => Err(Error::Invalid {
-                field: row.get(3),
+                field: row.get("field"),
                 message: message(),
             }),
         });
-        let slot = usize::try_from(row.get::<_, i32>(0) - 1)
+        let slot = usize::try_from(row.get::<_, i32>("ord") - 1)
             .ok()
             .and_then(|index| outcomes.get_mut(index));
         if let Some(slot) = slot {

@@ -314,16 +314,17 @@ $$;
 CREATE TRIGGER _100_state_changed BEFORE UPDATE OF state ON holdfast.agents
     FOR EACH ROW EXECUTE FUNCTION holdfast.tg_agents_state_changed();
 
--- Wake workers when an agent becomes claimable. The payload is empty on
--- purpose: Postgres folds identical notifications within a transaction, so a
--- transaction that readies 1,000 agents sends one hint, not 1,000. Workers
+-- The wake hint: NOTIFY holdfast_ready when an agent becomes claimable, so
+-- idle workers claim at once. The payload is empty on purpose: Postgres
+-- folds identical notifications within a transaction, so a transaction
+-- that readies 1,000 agents sends one hint, not 1,000. Workers
 -- claim whatever is ready; they do not need the id. Agents readied with a
 -- future run_after are woken by maintenance_tick when the time comes.
 -- A session that set holdfast.wake_after_commit (send_pending_wake's
 -- caller) gets the hint noted instead, in a session setting that the
 -- transaction's commit keeps and its rollback drops, and sends it after
 -- the commit: see send_pending_wake.
-CREATE OR REPLACE FUNCTION holdfast.tg_agents_notify_ready() RETURNS trigger
+CREATE OR REPLACE FUNCTION holdfast.tg_agents_send_wake() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.run_after <= holdfast.now() THEN
@@ -336,16 +337,16 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER _900_notify_ready AFTER INSERT OR UPDATE OF state ON holdfast.agents
+CREATE TRIGGER _900_send_wake AFTER INSERT OR UPDATE OF state ON holdfast.agents
     FOR EACH ROW WHEN (NEW.state = 'ready')
-    EXECUTE FUNCTION holdfast.tg_agents_notify_ready();
+    EXECUTE FUNCTION holdfast.tg_agents_send_wake();
 
--- The ready hint of the session's last writes, sent after their commit.
+-- The wake hint of the session's last writes, sent after their commit.
 -- A transaction that NOTIFYs holds Postgres's notify queue lock from its
 -- pre-commit through its WAL flush, so concurrent writers that each hint
 -- wait on each other's flushes (`Lock: object`), one commit at a time. A
 -- writer that sets holdfast.wake_after_commit to 'on' (session level)
--- before its write gets its hint noted by tg_agents_notify_ready, and
+-- before its write gets its hint noted by tg_agents_send_wake, and
 -- calls this right after the commit, as a statement of its own: this
 -- transaction writes no WAL, so it holds the lock for an instant. It
 -- turns wake_after_commit off again and sends holdfast_ready when the

@@ -35,11 +35,10 @@ impl GroupWrite for ModelSteps {
     async fn commit_batch(pool: &Pool, items: &[Self::Item]) -> Result<Vec<Result<Uuid>>> {
         let client = pool.get().await?;
         let steps: Vec<(Claim, &ModelStep)> = items.iter().map(|(c, s)| (*c, s)).collect();
-        let mut outcomes: HashMap<Uuid, Result<Uuid>> =
-            store::commit_model_steps(&store::Pooled(&client), &steps)
-                .await?
-                .into_iter()
-                .collect();
+        let mut outcomes: HashMap<Uuid, Result<Uuid>> = store::commit_model_steps(&client, &steps)
+            .await?
+            .into_iter()
+            .collect();
         Ok(items
             .iter()
             .map(|(claim, _)| {

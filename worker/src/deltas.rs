@@ -75,9 +75,7 @@ async fn flush(pool: &Pool, claim: Claim, buffer: &mut Buffer) {
         }
     };
     for chunk in chunks(&text, MAX_TEXT_PER_NOTIFY) {
-        if let Err(e) =
-            store::stream_delta(&store::Pooled(&client), claim, buffer.kind, chunk).await
-        {
+        if let Err(e) = store::stream_delta(&client, claim, buffer.kind, chunk).await {
             tracing::debug!(error = %e, "dropping a delta");
         }
     }

@@ -165,7 +165,7 @@ async fn retention_pass(pool: &Pool, shutdown: &CancellationToken) -> anyhow::Re
     loop {
         let work = async {
             let client = pool.get().await?;
-            Ok::<_, anyhow::Error>(store::retention_tick(&**client, RETENTION_BATCH).await?)
+            Ok::<_, anyhow::Error>(store::retention_tick(&client, RETENTION_BATCH).await?)
         };
         let report = tokio::time::timeout(DB_CALL_TIMEOUT, work).await??;
         for (kind, count) in [
@@ -234,7 +234,7 @@ async fn schedule_pass(
     loop {
         let work = async {
             let mut client = pool.get().await?;
-            let tx = tokio_postgres::Client::transaction(&mut client).await?;
+            let tx = client.transaction().await?;
             let due = store::claim_due_schedules(&tx, SCHEDULE_BATCH).await?;
             for schedule in &due {
                 let outcome = match fire_plan(schedule, late_after) {
@@ -285,12 +285,12 @@ async fn tick(pool: &Pool, settings: &Settings) -> anyhow::Result<()> {
         let client = pool.get().await?;
         let report = store::maintenance_tick(&**client).await?;
         let machines = store::machine_tick(
-            &**client,
+            &client,
             settings.command_accept_timeout,
             settings.machine_offline_after,
         )
         .await?;
-        let queue = store::webhook_queue_stats(&**client).await?;
+        let queue = store::webhook_queue_stats(&client).await?;
         Ok::<_, holdfast_db::Error>((report, machines, queue))
     };
     let (report, machines, queue) = tokio::time::timeout(DB_CALL_TIMEOUT, work).await??;

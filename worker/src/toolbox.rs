@@ -249,7 +249,7 @@ pub async fn run_batch(
 ) -> Result<()> {
     if context.replay {
         let client = deps.pool.get().await?;
-        return store::answer_replay_calls(&store::Pooled(&client), claim).await;
+        return store::answer_replay_calls(&client, claim).await;
     }
     for call in calls {
         let tool = match checked_tool(&context.config, &call) {
@@ -265,7 +265,7 @@ pub async fn run_batch(
                 loop {
                     let started = {
                         let client = deps.pool.get().await?;
-                        store::start_tool_call(&store::Pooled(&client), claim, call.id).await
+                        store::start_tool_call(&client, claim, call.id).await
                     };
                     match started {
                         Err(error) if error.is_storage_full() => wait.after(error).await?,
@@ -338,14 +338,8 @@ async fn commit(
     loop {
         let committed = {
             let client = deps.pool.get().await?;
-            store::commit_tool_result(
-                &store::Pooled(&client),
-                claim,
-                call.id,
-                &output.output,
-                output.is_error,
-            )
-            .await
+            store::commit_tool_result(&client, claim, call.id, &output.output, output.is_error)
+                .await
         };
         match committed {
             Err(error) if error.is_storage_full() => wait.after(error).await?,

@@ -227,7 +227,7 @@ async fn claim(
 ) -> anyhow::Result<Vec<ClaimedWebhookDelivery>> {
     let work = async {
         let client = ctx.pool.get().await?;
-        store::claim_webhook_deliveries(&**client, max, lease, ctx.settings.max_per_endpoint).await
+        store::claim_webhook_deliveries(&client, max, lease, ctx.settings.max_per_endpoint).await
     };
     Ok(tokio::time::timeout(DB_CALL_TIMEOUT, work).await??)
 }
@@ -406,7 +406,7 @@ async fn record(ctx: &Context, delivery: &ClaimedWebhookDelivery, attempt: &Atte
         let work = async {
             let client = ctx.pool.get().await?;
             store::record_webhook_attempt(
-                &**client,
+                &client,
                 delivery,
                 status,
                 attempt.error.as_deref(),
@@ -475,7 +475,7 @@ async fn release(pool: &Pool, claims: &[(Uuid, i32)]) {
     }
     let work = async {
         let client = pool.get().await?;
-        store::release_webhook_deliveries(&**client, claims).await
+        store::release_webhook_deliveries(&client, claims).await
     };
     match tokio::time::timeout(Duration::from_secs(5), work).await {
         Ok(Ok(released)) => tracing::info!(released, "released webhook deliveries in flight"),

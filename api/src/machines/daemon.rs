@@ -72,7 +72,7 @@ pub async fn heartbeat(
     let heartbeat = Heartbeat::from(request);
     let db = state.db().await?;
     let recorded =
-        store::machine_heartbeat(&**db, machine.machine_id, &heartbeat, peer.as_deref()).await?;
+        store::machine_heartbeat(&db, machine.machine_id, &heartbeat, peer.as_deref()).await?;
     if let Some(replaced) = recorded.replaced_session {
         // The agents with commands on the machine see it on their
         // timelines (`machine.session_replaced`); the operator sees it here.
@@ -146,9 +146,9 @@ pub async fn claim_commands(
         let claimed = {
             let db = state.db().await?;
             if !first {
-                machine.revalidate(&**db).await?;
+                machine.revalidate(&db).await?;
             }
-            store::claim_commands(&**db, machine.machine_id, max, Some(query.session)).await?
+            store::claim_commands(&db, machine.machine_id, max, Some(query.session)).await?
         };
         first = false;
         let now = Instant::now();
@@ -198,7 +198,7 @@ pub async fn submit_result(
 ) -> Result<Json<ResultView>, ApiError> {
     let db = state.db().await?;
     let result = CommandResult::from(request);
-    let outcome = store::submit_command_result(&**db, machine.machine_id, id, &result).await?;
+    let outcome = store::submit_command_result(&db, machine.machine_id, id, &result).await?;
     Ok(Json(ResultView {
         command_id: id,
         outcome,
@@ -243,7 +243,7 @@ pub async fn relay_output(
     }
     let db = state.db().await?;
     let outcome = store::relay_command_output(
-        &**db,
+        &db,
         machine.machine_id,
         id,
         &request.stdout,

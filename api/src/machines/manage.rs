@@ -58,7 +58,7 @@ pub async fn register_machine(
     }
     let db = state.db().await?;
     let created = store::register_machine(
-        &**db,
+        &db,
         caller.project_id,
         &request.name,
         request.wake_url.as_deref(),
@@ -93,7 +93,7 @@ pub async fn rotate_machine_token(
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<MachineCreated>, ApiError> {
     let db = state.db().await?;
-    let rotated = store::rotate_machine_token(&**db, caller.project_id, id).await?;
+    let rotated = store::rotate_machine_token(&db, caller.project_id, id).await?;
     Ok(Json(MachineCreated::from(rotated)))
 }
 
@@ -121,7 +121,7 @@ pub async fn delete_machine(
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<StatusCode, ApiError> {
     let db = state.db().await?;
-    let ended = store::delete_machine(&**db, caller.project_id, id).await?;
+    let ended = store::delete_machine(&db, caller.project_id, id).await?;
     tracing::info!(machine = %id, commands_ended = ended, "machine deleted");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -139,7 +139,7 @@ pub async fn list_machines(
     caller: Caller,
 ) -> Result<Json<MachineList>, ApiError> {
     let db = state.db().await?;
-    let machines = store::list_machines(&**db, caller.project_id).await?;
+    let machines = store::list_machines(&db, caller.project_id).await?;
     Ok(Json(MachineList {
         machines: machines.into_iter().map(MachineView::from).collect(),
     }))
@@ -181,13 +181,8 @@ pub async fn wake_machine(
     }
     let wake = {
         let db = state.db().await?;
-        store::start_machine_wake(
-            &**db,
-            caller.project_id,
-            id,
-            Duration::from_secs(window_secs),
-        )
-        .await?
+        store::start_machine_wake(&db, caller.project_id, id, Duration::from_secs(window_secs))
+            .await?
     };
     let (wake_url_status, wake_url_error) = match &wake.wake_url {
         Some(url) => call_wake_url(url, &wake, &state.config().egress).await,

@@ -8,7 +8,7 @@ use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use holdfast_db::store;
-use tokio_postgres::GenericClient;
+use holdfast_db::store::Prepared;
 use uuid::Uuid;
 
 use crate::auth::{client_address, look_up};
@@ -31,7 +31,7 @@ impl MachineCaller {
     /// 401 unless the token still belongs to this machine: a long-poll
     /// outlives the check made when it began, and the token may have been
     /// rotated or the machine deleted meanwhile.
-    pub async fn revalidate(&self, client: &impl GenericClient) -> Result<(), ApiError> {
+    pub async fn revalidate(&self, client: &impl Prepared) -> Result<(), ApiError> {
         match store::authenticate_machine(client, &self.token).await? {
             Some(machine) if machine.machine_id == self.machine_id => Ok(()),
             _ => Err(revoked()),
@@ -77,7 +77,7 @@ impl FromRequestParts<AppState> for MachineCaller {
         }
         let machine = look_up(state, client_address(parts), token, |token| async move {
             let db = state.db().await?;
-            Ok(store::authenticate_machine(&**db, &token).await?)
+            Ok(store::authenticate_machine(&db, &token).await?)
         })
         .await?
         .ok_or_else(revoked)?;

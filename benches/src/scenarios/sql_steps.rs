@@ -71,7 +71,6 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
         let pool = pool.clone();
         tasks.push(tokio::spawn(async move {
             let pooled = pool.get().await?;
-            let client = store::Pooled(&pooled);
             let name = format!("bench-sql-{s}");
             pooled
                 .execute("SELECT set_config('application_name', $1, false)", &[&name])
@@ -91,7 +90,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
             let mut empty_claims = 0u64;
             while Instant::now() < deadline {
                 let began = Instant::now();
-                let Some(claim) = store::claim_agents(&client, &name, 1, LEASE).await?.pop() else {
+                let Some(claim) = store::claim_agents(&pooled, &name, 1, LEASE).await?.pop() else {
                     empty_claims += 1;
                     continue;
                 };
@@ -102,7 +101,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
                     .map(|r| r.get(0))
                     .collect();
                 let step = model_step(inputs);
-                let (_, saved) = store::commit_model_steps(&client, &[(claim, &step)])
+                let (_, saved) = store::commit_model_steps(&pooled, &[(claim, &step)])
                     .await?
                     .pop()
                     .context("commit_model_steps returned no outcome")?;
@@ -112,7 +111,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
                     .await
                     .context("the model step left no waiting custom call")?
                     .get(0);
-                store::submit_tool_result(&client, call, &json!({"answer": 42}), false).await?;
+                store::submit_tool_result(&pooled, call, &json!({"answer": 42}), false).await?;
                 cycles.push(began.elapsed());
                 ended.push(started.elapsed().as_secs_f64());
             }

@@ -305,13 +305,7 @@ async fn answer_tool_calls(config: &ConnectConfig, agents: usize, steps: usize) 
                 let pool = pool.clone();
                 async move {
                     let client = pool.get().await?;
-                    store::submit_tool_result(
-                        &store::Pooled(&client),
-                        call,
-                        &json!({"answer": 42}),
-                        false,
-                    )
-                    .await?;
+                    store::submit_tool_result(&client, call, &json!({"answer": 42}), false).await?;
                     anyhow::Ok(())
                 }
             })

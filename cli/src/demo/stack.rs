@@ -260,7 +260,13 @@ impl Stack {
                 &[&agent],
             )
             .await?;
-        Ok(row.map(|r| (r.get(0), r.get(1), r.get(2))))
+        Ok(row.map(|r| {
+            (
+                r.get("lease_owner"),
+                r.get("lease_epoch"),
+                r.get("lease_pid"),
+            )
+        }))
     }
 
     pub(super) fn log_paths(&self) -> String {

@@ -4,7 +4,7 @@
 
 use postgres_types::ToSql;
 use serde_json::Value;
-use tokio_postgres::GenericClient;
+
 use uuid::Uuid;
 
 use super::prepared::{query_prepared, with_wake_after_commit, Prepared};
@@ -17,7 +17,7 @@ use holdfast_wire::domain::{
 };
 
 /// Write the operator's limit maxima (`holdfast.set_limit_maxima`).
-pub async fn set_limit_maxima(client: &impl GenericClient, maxima: &LimitMaxima) -> Result<()> {
+pub async fn set_limit_maxima(client: &impl Prepared, maxima: &LimitMaxima) -> Result<()> {
     client
         .execute(
             "SELECT holdfast.set_limit_maxima($1, $2, $3, $4, $5)",
@@ -35,7 +35,7 @@ pub async fn set_limit_maxima(client: &impl GenericClient, maxima: &LimitMaxima)
 
 /// Write the operator's attachment quotas (`holdfast.set_attachment_quotas`).
 pub async fn set_attachment_quotas(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     quotas: &AttachmentQuotas,
 ) -> Result<()> {
     client
@@ -49,7 +49,7 @@ pub async fn set_attachment_quotas(
 
 /// Cap (or with `None`, uncap) how many of a project's agents run at once.
 pub async fn set_project_max_running(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project_name: &str,
     max_running: Option<i32>,
 ) -> Result<()> {
@@ -63,11 +63,7 @@ pub async fn set_project_max_running(
 }
 
 /// Create an agent; an invalid config is [`Error::Invalid`] naming the field.
-pub async fn create_agent(
-    client: &impl GenericClient,
-    project: Uuid,
-    config: &Value,
-) -> Result<Uuid> {
+pub async fn create_agent(client: &impl Prepared, project: Uuid, config: &Value) -> Result<Uuid> {
     let row = client
         .query_one("SELECT holdfast.create_agent($1, $2)", &[&project, config])
         .await?;
@@ -76,7 +72,7 @@ pub async fn create_agent(
 
 /// Add an input, idempotently when `idempotency_key` is given.
 pub async fn create_input(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     agent: Uuid,
     content: &Value,
     idempotency_key: Option<&str>,
@@ -96,7 +92,7 @@ pub async fn create_input(
 /// (the steps of the turn it opens are children of it) and its steering
 /// mode.
 pub async fn create_traced_input(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     agent: Uuid,
     content: &Value,
     idempotency_key: Option<&str>,
@@ -114,13 +110,13 @@ pub async fn create_traced_input(
         )
         .await?;
     Ok(InputCreated {
-        input_id: row.get(0),
-        replayed: row.get(1),
+        input_id: row.get("input_id"),
+        replayed: row.get("replayed"),
     })
 }
 
 /// Create a project if it does not exist; returns its id.
-pub async fn ensure_project(client: &impl GenericClient, name: &str) -> Result<Uuid> {
+pub async fn ensure_project(client: &impl Prepared, name: &str) -> Result<Uuid> {
     let row = client
         .query_one("SELECT holdfast.ensure_project($1)", &[&name])
         .await?;
@@ -165,7 +161,7 @@ pub(super) fn agent_from_row(row: &tokio_postgres::Row) -> Result<Agent> {
 /// An agent of `project`, its config masked for showing; `None` when it
 /// does not exist or belongs to another project.
 pub async fn get_agent(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     agent: Uuid,
 ) -> Result<Option<Agent>> {
@@ -181,11 +177,7 @@ pub async fn get_agent(
 }
 
 /// True when `agent` exists in `project` (a cheap scope check before a write).
-pub async fn agent_in_project(
-    client: &impl GenericClient,
-    project: Uuid,
-    agent: Uuid,
-) -> Result<bool> {
+pub async fn agent_in_project(client: &impl Prepared, project: Uuid, agent: Uuid) -> Result<bool> {
     let row = client
         .query_opt(
             "SELECT 1 FROM holdfast.agents WHERE id = $1 AND project_id = $2",
@@ -204,7 +196,7 @@ pub struct Attachment {
 
 /// Attachment `id` of `agent`, if the agent is in `project` and has it.
 pub async fn get_attachment(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     agent: Uuid,
     id: Uuid,
@@ -218,8 +210,8 @@ pub async fn get_attachment(
         )
         .await?;
     Ok(row.map(|r| Attachment {
-        media_type: r.get(0),
-        data: r.get(1),
+        media_type: r.get("media_type"),
+        data: r.get("data"),
     }))
 }
 
@@ -227,7 +219,7 @@ pub async fn get_attachment(
 /// UUIDv7), after the id `after`, in `state` and with the last turn's
 /// `outcome` when given, at most `limit`.
 pub async fn list_agents(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     state: Option<AgentState>,
     outcome: Option<TurnOutcome>,
@@ -267,7 +259,7 @@ pub enum ConfigApply {
 /// returns the config saved, masked. Header values `"***"` keep the stored
 /// values.
 pub async fn update_agent_config(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     agent: Uuid,
     config: &Value,
     apply: ConfigApply,
@@ -286,7 +278,7 @@ pub async fn update_agent_config(
 /// version, applied under the agent's row lock; returns the config saved,
 /// masked.
 pub async fn patch_agent_config(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     agent: Uuid,
     patch: &Value,
     apply: ConfigApply,
@@ -303,13 +295,15 @@ pub async fn patch_agent_config(
 
 /// An agent's config versions, oldest first, configs masked.
 pub async fn list_config_versions(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     agent: Uuid,
 ) -> Result<Vec<ConfigVersion>> {
     let rows = client
         .query(
-            "SELECT version, holdfast.mask_config_secrets(config), created_at \
-               FROM holdfast.agent_config_versions WHERE agent_id = $1 ORDER BY version",
+            &format!(
+                "SELECT {CONFIG_VERSION_COLUMNS} \
+                   FROM holdfast.agent_config_versions WHERE agent_id = $1 ORDER BY version"
+            ),
             &[&agent],
         )
         .await?;
@@ -318,30 +312,37 @@ pub async fn list_config_versions(
 
 /// One config version of an agent, masked.
 pub async fn get_config_version(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     agent: Uuid,
     version: i32,
 ) -> Result<Option<ConfigVersion>> {
     let row = client
         .query_opt(
-            "SELECT version, holdfast.mask_config_secrets(config), created_at \
-               FROM holdfast.agent_config_versions WHERE agent_id = $1 AND version = $2",
+            &format!(
+                "SELECT {CONFIG_VERSION_COLUMNS} \
+                   FROM holdfast.agent_config_versions WHERE agent_id = $1 AND version = $2"
+            ),
             &[&agent, &version],
         )
         .await?;
     Ok(row.as_ref().map(config_version_from_row))
 }
 
+/// The columns [`config_version_from_row`] reads, by these names, of
+/// `holdfast.agent_config_versions`; the config is masked.
+const CONFIG_VERSION_COLUMNS: &str =
+    "version, holdfast.mask_config_secrets(config) AS config, created_at";
+
 fn config_version_from_row(row: &tokio_postgres::Row) -> ConfigVersion {
     ConfigVersion {
-        version: row.get(0),
-        config: row.get(1),
-        created_at: row.get(2),
+        version: row.get("version"),
+        config: row.get("config"),
+        created_at: row.get("created_at"),
     }
 }
 
 /// Archive an idle agent (no new inputs); [`Error::Conflict`] otherwise.
-pub async fn archive_agent(client: &impl GenericClient, agent: Uuid) -> Result<()> {
+pub async fn archive_agent(client: &impl Prepared, agent: Uuid) -> Result<()> {
     client
         .execute("SELECT holdfast.archive_agent($1)", &[&agent])
         .await?;
@@ -349,7 +350,7 @@ pub async fn archive_agent(client: &impl GenericClient, agent: Uuid) -> Result<(
 }
 
 /// Cancel an agent's current turn: at once, or by asking its worker to stop.
-pub async fn request_cancel(client: &impl GenericClient, agent: Uuid) -> Result<CancelOutcome> {
+pub async fn request_cancel(client: &impl Prepared, agent: Uuid) -> Result<CancelOutcome> {
     let row = client
         .query_one("SELECT holdfast.request_cancel($1)", &[&agent])
         .await?;
@@ -389,7 +390,7 @@ fn input_from_row_at(row: &tokio_postgres::Row, first: usize) -> Result<Input> {
 }
 
 /// One input by id.
-pub async fn get_input(client: &impl GenericClient, input: Uuid) -> Result<Option<Input>> {
+pub async fn get_input(client: &impl Prepared, input: Uuid) -> Result<Option<Input>> {
     let row = client
         .query_opt(
             &format!("SELECT {INPUT_COLUMNS} FROM holdfast.inputs WHERE id = $1"),
@@ -474,7 +475,7 @@ pub async fn create_inputs(
 /// An agent's inputs that still wait (queued, or pending in the open
 /// turn: both bounded by what waits), oldest first.
 pub async fn list_inputs(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     agent: Uuid,
     which: WaitingInputs,
 ) -> Result<Vec<Input>> {
@@ -501,7 +502,7 @@ pub async fn list_inputs(
 
 /// Take back a queued input (`holdfast.remove_input`): [`Error::NotFound`],
 /// or [`Error::Conflict`] when a turn has taken it. Returns its agent.
-pub async fn remove_input(client: &impl GenericClient, input: Uuid) -> Result<Uuid> {
+pub async fn remove_input(client: &impl Prepared, input: Uuid) -> Result<Uuid> {
     let row = client
         .query_one("SELECT holdfast.remove_input($1)", &[&input])
         .await?;
@@ -513,7 +514,7 @@ pub async fn remove_input(client: &impl GenericClient, input: Uuid) -> Result<Uu
 /// [`Error::NotFound`], [`Error::Conflict`] (it no longer waits, or the
 /// change does not apply to it), [`Error::Invalid`] naming the field.
 pub async fn update_input(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     input: Uuid,
     mode: Option<InputMode>,
     position: Option<i32>,

@@ -4,8 +4,8 @@
 //! every one scoped to one project. Reads only: the console's writes go
 //! through the same wrappers as every other client's.
 //!
-//! Queries here run as one-off statements (not [`super::Prepared`]), so
-//! each is planned with its parameters: the `$n IS NULL OR …` filters fold
+//! Queries here run as one-off statements (not
+//! [`super::Prepared::statement`]s), so each is planned with its parameters: the `$n IS NULL OR …` filters fold
 //! away and the keyset condition becomes an index condition.
 
 use std::collections::BTreeMap;
@@ -13,10 +13,11 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use strum::VariantArray;
-use tokio_postgres::GenericClient;
+
 use uuid::Uuid;
 
 use super::agents::agent_from_row;
+use super::prepared::Prepared;
 use crate::error::Result;
 use holdfast_wire::domain::{Agent, AgentState, TurnOutcome};
 
@@ -68,7 +69,7 @@ pub struct AgentActivity {
 }
 
 /// The project `project` with its agent counts; `None` if it does not exist.
-pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Option<Project>> {
+pub async fn project(client: &impl Prepared, project: Uuid) -> Result<Option<Project>> {
     let Some(row) = client
         .query_opt(
             "SELECT name FROM holdfast.projects WHERE id = $1",
@@ -84,13 +85,14 @@ pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Optio
         .collect();
     let counts = client
         .query(
-            "SELECT state, count(*) FROM holdfast.agents WHERE project_id = $1 GROUP BY state",
+            "SELECT state, count(*) AS agents FROM holdfast.agents WHERE project_id = $1 \
+              GROUP BY state",
             &[&project],
         )
         .await?;
     for row in counts {
-        let state: AgentState = super::parse_text(row.get(0), "state")?;
-        agents_by_state.insert(state.to_string(), row.get(1));
+        let state: AgentState = super::parse_text(row.get("state"), "state")?;
+        agents_by_state.insert(state.to_string(), row.get("agents"));
     }
     let mut agents_by_last_turn_outcome: BTreeMap<String, i64> = TurnOutcome::VARIANTS
         .iter()
@@ -98,18 +100,19 @@ pub async fn project(client: &impl GenericClient, project: Uuid) -> Result<Optio
         .collect();
     let counts = client
         .query(
-            "SELECT last_turn_outcome, count(*) FROM holdfast.agents \
+            "SELECT last_turn_outcome, count(*) AS agents FROM holdfast.agents \
               WHERE project_id = $1 AND last_turn_outcome IS NOT NULL GROUP BY last_turn_outcome",
             &[&project],
         )
         .await?;
     for row in counts {
-        let outcome: TurnOutcome = super::parse_text(row.get(0), "last_turn_outcome")?;
-        agents_by_last_turn_outcome.insert(outcome.to_string(), row.get(1));
+        let outcome: TurnOutcome =
+            super::parse_text(row.get("last_turn_outcome"), "last_turn_outcome")?;
+        agents_by_last_turn_outcome.insert(outcome.to_string(), row.get("agents"));
     }
     Ok(Some(Project {
         id: project,
-        name: row.get(0),
+        name: row.get("name"),
         agents_by_state,
         agents_by_last_turn_outcome,
     }))
@@ -153,7 +156,7 @@ SELECT id, project_id, holdfast.mask_config_secrets(config) AS config, state, tu
 /// Agents of `project` matching `filter`, newest activity first, below
 /// `before` when given, at most `limit`.
 pub async fn agents_by_activity(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     filter: &AgentFilter,
     before: Option<ActivityCursor>,
@@ -269,15 +272,16 @@ const SECTION_LIMIT: i64 = 100;
 
 /// The operations overview of `project` (from the DBA views, narrowed to
 /// the project).
-pub async fn operations(client: &impl GenericClient, project_id: Uuid) -> Result<Operations> {
+pub async fn operations(client: &impl Prepared, project_id: Uuid) -> Result<Operations> {
     let agents_by_state = project(client, project_id)
         .await?
         .map(|p| p.agents_by_state)
         .unwrap_or_default();
     let workers = client
         .query(
-            "SELECT lease_owner, count(*), min(lease_expires_at), \
-                    (array_agg(id ORDER BY id))[1:20] \
+            "SELECT lease_owner, count(*) AS agents_held, \
+                    min(lease_expires_at) AS soonest_lease_expiry, \
+                    (array_agg(id ORDER BY id))[1:20] AS agents \
                FROM holdfast.agents \
               WHERE project_id = $1 AND state = 'running' \
               GROUP BY lease_owner ORDER BY lease_owner LIMIT $2",
@@ -286,15 +290,15 @@ pub async fn operations(client: &impl GenericClient, project_id: Uuid) -> Result
         .await?
         .iter()
         .map(|r| WorkerHolding {
-            worker: r.get(0),
-            agents_held: r.get(1),
-            soonest_lease_expiry: r.get(2),
-            agents: r.get(3),
+            worker: r.get("lease_owner"),
+            agents_held: r.get("agents_held"),
+            soonest_lease_expiry: r.get("soonest_lease_expiry"),
+            agents: r.get("agents"),
         })
         .collect();
     let stuck = client
         .query(
-            "SELECT s.agent_id, s.state, s.reason, s.state_changed_at \
+            "SELECT s.agent_id, s.state, s.reason, s.state_changed_at AS since \
                FROM holdfast.stuck_agents s JOIN holdfast.agents a ON a.id = s.agent_id \
               WHERE a.project_id = $1 ORDER BY s.state_changed_at, s.agent_id LIMIT $2",
             &[&project_id, &SECTION_LIMIT],
@@ -302,10 +306,10 @@ pub async fn operations(client: &impl GenericClient, project_id: Uuid) -> Result
         .await?
         .iter()
         .map(|r| StuckAgentRow {
-            agent_id: r.get(0),
-            state: r.get(1),
-            reason: r.get(2),
-            since: r.get(3),
+            agent_id: r.get("agent_id"),
+            state: r.get("state"),
+            reason: r.get("reason"),
+            since: r.get("since"),
         })
         .collect();
     let mut webhooks: Vec<WebhookBacklog> = client
@@ -317,20 +321,21 @@ pub async fn operations(client: &impl GenericClient, project_id: Uuid) -> Result
         .await?
         .iter()
         .map(|r| WebhookBacklog {
-            endpoint_id: r.get(0),
-            url: r.get(1),
-            pending: r.get(2),
-            due: r.get(3),
-            in_flight: r.get(4),
-            failed: r.get(5),
-            oldest_due_at: r.get(6),
+            endpoint_id: r.get("endpoint_id"),
+            url: r.get("url"),
+            pending: r.get("pending"),
+            due: r.get("due"),
+            in_flight: r.get("in_flight"),
+            failed: r.get("failed"),
+            oldest_due_at: r.get("oldest_due_at"),
             recent_failures: Vec::new(),
         })
         .collect();
     for endpoint in &mut webhooks {
         endpoint.recent_failures = client
             .query(
-                "SELECT id, event_type, status, attempts, last_status_code, last_error, last_attempt_at \
+                "SELECT id AS delivery_id, event_type, status, attempts, last_status_code, \
+                        last_error, last_attempt_at \
                    FROM holdfast.webhook_deliveries \
                   WHERE endpoint_id = $1 AND status <> 'delivered' AND last_attempt_at IS NOT NULL \
                     AND (last_error IS NOT NULL OR last_status_code IS NOT NULL) \
@@ -340,13 +345,13 @@ pub async fn operations(client: &impl GenericClient, project_id: Uuid) -> Result
             .await?
             .iter()
             .map(|r| DeliveryFailure {
-                delivery_id: r.get(0),
-                event_type: r.get(1),
-                status: r.get(2),
-                attempts: r.get(3),
-                last_status_code: r.get(4),
-                last_error: r.get(5),
-                last_attempt_at: r.get(6),
+                delivery_id: r.get("delivery_id"),
+                event_type: r.get("event_type"),
+                status: r.get("status"),
+                attempts: r.get("attempts"),
+                last_status_code: r.get("last_status_code"),
+                last_error: r.get("last_error"),
+                last_attempt_at: r.get("last_attempt_at"),
             })
             .collect();
     }
@@ -359,28 +364,28 @@ pub async fn operations(client: &impl GenericClient, project_id: Uuid) -> Result
         .await?
         .iter()
         .map(|r| MachineActivity {
-            machine_id: r.get(0),
-            name: r.get(1),
-            online: r.get(2),
-            last_heartbeat_at: r.get(3),
-            queued: r.get(4),
+            machine_id: r.get("machine_id"),
+            name: r.get("name"),
+            online: r.get("online"),
+            last_heartbeat_at: r.get("last_heartbeat_at"),
+            queued: r.get("queued"),
             running: Vec::new(),
         })
         .collect();
     for machine in &mut machines {
         machine.running = client
             .query(
-                "SELECT id, agent_id, command, accepted_at FROM holdfast.commands \
+                "SELECT id AS command_id, agent_id, command, accepted_at FROM holdfast.commands \
                   WHERE machine_id = $1 AND state = 'accepted' ORDER BY accepted_at LIMIT 20",
                 &[&machine.machine_id],
             )
             .await?
             .iter()
             .map(|r| RunningCommand {
-                command_id: r.get(0),
-                agent_id: r.get(1),
-                command: r.get(2),
-                accepted_at: r.get(3),
+                command_id: r.get("command_id"),
+                agent_id: r.get("agent_id"),
+                command: r.get("command"),
+                accepted_at: r.get("accepted_at"),
             })
             .collect();
     }
@@ -414,7 +419,7 @@ pub struct InboxCursor {
 /// `after`, at most `limit` (`holdfast.inbox`): the document
 /// `{"items": [...], "total": n}`.
 pub async fn inbox(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     filter: &InboxFilter<'_>,
     after: Option<InboxCursor>,

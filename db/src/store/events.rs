@@ -1,14 +1,14 @@
 //! Agents' timelines (sql/schema/events.sql).
 
-use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
+use super::prepared::Prepared;
 use crate::error::Result;
 use holdfast_wire::domain::Event;
 
 /// Events of an agent after `after_seq`, oldest first, at most `limit`.
 pub async fn events_after(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     agent: Uuid,
     after_seq: i64,
     limit: i64,
@@ -23,18 +23,18 @@ pub async fn events_after(
     Ok(rows
         .iter()
         .map(|r| Event {
-            seq: r.get(0),
-            id: r.get(1),
-            agent_id: r.get(2),
-            kind: r.get(3),
-            data: r.get(4),
-            created_at: r.get(5),
+            seq: r.get("seq"),
+            id: r.get("id"),
+            agent_id: r.get("agent_id"),
+            kind: r.get("type"),
+            data: r.get("data"),
+            created_at: r.get("created_at"),
         })
         .collect())
 }
 
 /// The seq of an agent's latest event; `None` when the agent does not exist.
-pub async fn last_event_seq(client: &impl GenericClient, agent: Uuid) -> Result<Option<i64>> {
+pub async fn last_event_seq(client: &impl Prepared, agent: Uuid) -> Result<Option<i64>> {
     let row = client
         .query_opt(
             "SELECT last_event_seq FROM holdfast.agents WHERE id = $1",
@@ -46,7 +46,7 @@ pub async fn last_event_seq(client: &impl GenericClient, agent: Uuid) -> Result<
 
 /// Events written so far, over all agents: the sum of the per-agent gap-free
 /// sequences, exact and monotonic (for the `/metrics` counter).
-pub async fn events_written(client: &impl GenericClient) -> Result<i64> {
+pub async fn events_written(client: &impl Prepared) -> Result<i64> {
     let row = client
         .query_one(
             "SELECT coalesce(sum(last_event_seq), 0)::bigint FROM holdfast.agents",
@@ -61,7 +61,7 @@ pub async fn events_written(client: &impl GenericClient) -> Result<i64> {
 /// commit on, the agent's events are hinted on `holdfast_events`. Call it
 /// before reading the agent's events (see `holdfast.watch_agent_events`).
 pub async fn watch_agent_events(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     watch: Uuid,
     agent: Uuid,
     listener_pid: i32,
@@ -76,7 +76,7 @@ pub async fn watch_agent_events(
 }
 
 /// Drop the stream watch `watch` (unknown ids are ignored).
-pub async fn unwatch_agent_events(client: &impl GenericClient, watch: Uuid) -> Result<()> {
+pub async fn unwatch_agent_events(client: &impl Prepared, watch: Uuid) -> Result<()> {
     client
         .execute("SELECT holdfast.unwatch_agent_events($1)", &[&watch])
         .await?;

@@ -5,10 +5,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::types::Type;
-use tokio_postgres::{GenericClient, Row};
+use tokio_postgres::Row;
 use uuid::Uuid;
 
 use super::parse_text;
+use super::prepared::Prepared;
 use crate::error::{Error, Result};
 use holdfast_wire::config::CommandWorkspace;
 use holdfast_wire::domain::{
@@ -23,7 +24,7 @@ use holdfast_wire::pg_text::storable_str;
 /// once). A taken name is [`Error::Conflict`]; a bad name or wake URL is
 /// [`Error::Invalid`] naming `name` or `wake_url`.
 pub async fn register_machine(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     name: &str,
     wake_url: Option<&str>,
@@ -42,7 +43,7 @@ pub async fn register_machine(
 /// the old one is refused from now on and the daemon session it served
 /// ends. [`Error::NotFound`] for a machine of another project or a deleted one.
 pub async fn rotate_machine_token(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     machine: Uuid,
 ) -> Result<MachineRegistered> {
@@ -59,12 +60,12 @@ pub async fn rotate_machine_token(
 /// A `(machine_id, name, wake_url, token_prefix, token, created_at)` row.
 fn machine_with_token(row: &Row) -> MachineRegistered {
     MachineRegistered {
-        machine_id: row.get(0),
-        name: row.get(1),
-        wake_url: row.get(2),
-        token_prefix: row.get(3),
-        token: row.get(4),
-        created_at: row.get(5),
+        machine_id: row.get("machine_id"),
+        name: row.get("name"),
+        wake_url: row.get("wake_url"),
+        token_prefix: row.get("token_prefix"),
+        token: row.get("token"),
+        created_at: row.get("created_at"),
     }
 }
 
@@ -72,11 +73,7 @@ fn machine_with_token(row: &Row) -> MachineRegistered {
 /// unfinished commands end (queued ones fail, accepted ones become
 /// unknown), their agents moving on. Returns how many commands ended.
 /// [`Error::NotFound`] for a machine of another project or a deleted one.
-pub async fn delete_machine(
-    client: &impl GenericClient,
-    project: Uuid,
-    machine: Uuid,
-) -> Result<i32> {
+pub async fn delete_machine(client: &impl Prepared, project: Uuid, machine: Uuid) -> Result<i32> {
     let row = client
         .query_one(
             "SELECT holdfast.delete_machine($1, $2)",
@@ -88,7 +85,7 @@ pub async fn delete_machine(
 
 /// The machine `token` belongs to; `None` when it is unknown.
 pub async fn authenticate_machine(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     token: &str,
 ) -> Result<Option<MachineIdentity>> {
     let row = client
@@ -98,8 +95,8 @@ pub async fn authenticate_machine(
         )
         .await?;
     Ok(row.map(|r| MachineIdentity {
-        machine_id: r.get(0),
-        project_id: r.get(1),
+        machine_id: r.get("machine_id"),
+        project_id: r.get("project_id"),
     }))
 }
 
@@ -107,7 +104,7 @@ pub async fn authenticate_machine(
 /// serves the machine (another daemon process started) is
 /// [`Error::Conflict`].
 pub async fn machine_heartbeat(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     machine: Uuid,
     heartbeat: &Heartbeat,
     peer: Option<&str>,
@@ -118,7 +115,8 @@ pub async fn machine_heartbeat(
     })?;
     let row = client
         .query_one(
-            "SELECT h.heartbeat_at, h.replaced_session, holdfast.commands_to_stop($1, $2) \
+            "SELECT h.heartbeat_at, h.replaced_session, \
+                    holdfast.commands_to_stop($1, $2) AS cancelled_commands \
                FROM holdfast.machine_heartbeat($1, $2, $3, $4, $5, $6, $7) h",
             &[
                 &machine,
@@ -132,16 +130,16 @@ pub async fn machine_heartbeat(
         )
         .await?;
     Ok(HeartbeatRecorded {
-        heartbeat_at: row.get(0),
-        replaced_session: row.get(1),
-        cancelled_commands: row.get(2),
+        heartbeat_at: row.get("heartbeat_at"),
+        replaced_session: row.get("replaced_session"),
+        cancelled_commands: row.get("cancelled_commands"),
     })
 }
 
 /// Accept up to `max` of the machine's queued commands for the daemon
 /// `session`: each is returned by this call and never again.
 pub async fn claim_commands(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     machine: Uuid,
     max: i32,
     session: Option<Uuid>,
@@ -165,15 +163,15 @@ pub async fn claim_commands(
     Ok(rows
         .iter()
         .map(|r| ClaimedCommand {
-            id: r.get(0),
-            tool_call_id: r.get(1),
-            agent_id: r.get(2),
-            command: r.get(3),
-            timeout_secs: r.get(4),
-            accepted_at: r.get(5),
-            traceparent: r.get(6),
-            tracestate: r.get(7),
-            workspace: match r.get::<_, &str>(8) {
+            id: r.get("command_id"),
+            tool_call_id: r.get("tool_call_id"),
+            agent_id: r.get("agent_id"),
+            command: r.get("command"),
+            timeout_secs: r.get("timeout_secs"),
+            accepted_at: r.get("accepted_at"),
+            traceparent: r.get("trace_parent"),
+            tracestate: r.get("trace_state"),
+            workspace: match r.get::<_, &str>("workspace") {
                 "agent" => CommandWorkspace::Agent,
                 _ => CommandWorkspace::Machine,
             },
@@ -185,7 +183,7 @@ pub async fn claim_commands(
 /// command is [`Error::NotFound`]; a different result after one was
 /// recorded is [`Error::Conflict`].
 pub async fn submit_command_result(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     machine: Uuid,
     command: Uuid,
     result: &CommandResult,
@@ -217,7 +215,7 @@ pub async fn submit_command_result(
 /// becomes U+FFFD (Postgres text cannot hold it). `NotFound` when the
 /// command is not on `machine`.
 pub async fn relay_command_output(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     machine: Uuid,
     command: Uuid,
     stdout: &str,
@@ -241,10 +239,7 @@ pub async fn relay_command_output(
 }
 
 /// The machines of `project`, oldest first, with their online state.
-pub async fn list_machines(
-    client: &impl GenericClient,
-    project: Uuid,
-) -> Result<Vec<MachineStatus>> {
+pub async fn list_machines(client: &impl Prepared, project: Uuid) -> Result<Vec<MachineStatus>> {
     let rows = client
         .query(
             "SELECT id, name, wake_url, created_at, last_heartbeat_at, online, wake_until, \
@@ -256,15 +251,15 @@ pub async fn list_machines(
     Ok(rows
         .iter()
         .map(|r| MachineStatus {
-            id: r.get(0),
-            name: r.get(1),
-            wake_url: r.get(2),
-            created_at: r.get(3),
-            last_heartbeat_at: r.get(4),
-            online: r.get(5),
-            wake_until: r.get(6),
-            queued_commands: r.get(7),
-            running_commands: r.get(8),
+            id: r.get("id"),
+            name: r.get("name"),
+            wake_url: r.get("wake_url"),
+            created_at: r.get("created_at"),
+            last_heartbeat_at: r.get("last_heartbeat_at"),
+            online: r.get("online"),
+            wake_until: r.get("wake_until"),
+            queued_commands: r.get("queued_commands"),
+            running_commands: r.get("running_commands"),
         })
         .collect())
 }
@@ -272,7 +267,7 @@ pub async fn list_machines(
 /// Start a wake attempt on a machine of `project` for `window`: its queued
 /// commands wait that long instead of failing as offline.
 pub async fn start_machine_wake(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     machine: Uuid,
     window: Duration,
@@ -285,17 +280,17 @@ pub async fn start_machine_wake(
         )
         .await?;
     Ok(MachineWake {
-        machine_id: row.get(0),
-        name: row.get(1),
-        wake_url: row.get(2),
-        wake_until: row.get(3),
+        machine_id: row.get("machine_id"),
+        name: row.get("name"),
+        wake_url: row.get("wake_url"),
+        wake_until: row.get("wake_until"),
     })
 }
 
 /// One machine sweep (lost, unaccepted, offline and unreachable commands),
 /// enforcing `accept_timeout` and `offline_after`.
 pub async fn machine_tick(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     accept_timeout: Duration,
     offline_after: Duration,
 ) -> Result<MachineTickReport> {
@@ -320,7 +315,7 @@ pub struct UnsandboxedMachine {
 }
 
 /// Online machines whose daemon runs with `--sandbox none`.
-pub async fn unsandboxed_machines(client: &impl GenericClient) -> Result<Vec<UnsandboxedMachine>> {
+pub async fn unsandboxed_machines(client: &impl Prepared) -> Result<Vec<UnsandboxedMachine>> {
     let rows = client
         .query(
             "SELECT machine_id, project_id, name, last_heartbeat_at \
@@ -331,10 +326,10 @@ pub async fn unsandboxed_machines(client: &impl GenericClient) -> Result<Vec<Uns
     Ok(rows
         .iter()
         .map(|r| UnsandboxedMachine {
-            machine_id: r.get(0),
-            project_id: r.get(1),
-            name: r.get(2),
-            last_heartbeat_at: r.get(3),
+            machine_id: r.get("machine_id"),
+            project_id: r.get("project_id"),
+            name: r.get("name"),
+            last_heartbeat_at: r.get("last_heartbeat_at"),
         })
         .collect())
 }

@@ -1,19 +1,17 @@
 //! Model endpoints (operator), provider keys (project) and model routing
 //! (worker) (sql/schema/endpoints.sql).
 
-use tokio_postgres::{GenericClient, Row};
+use tokio_postgres::Row;
 use uuid::Uuid;
 
+use super::prepared::Prepared;
 use crate::error::Result;
 use holdfast_wire::domain::{
     ModelDestination, ModelEndpoint, ModelRoute, NewModelEndpoint, ProviderKeyStatus, SealedKey,
 };
 
 /// Add an operator model endpoint; [`Error::Conflict`] when the name is taken.
-pub async fn add_model_endpoint(
-    client: &impl GenericClient,
-    endpoint: &NewModelEndpoint,
-) -> Result<()> {
+pub async fn add_model_endpoint(client: &impl Prepared, endpoint: &NewModelEndpoint) -> Result<()> {
     client
         .execute(
             "SELECT FROM holdfast.add_model_endpoint($1, $2, $3, $4, $5, $6)",
@@ -31,7 +29,7 @@ pub async fn add_model_endpoint(
 }
 
 /// Every operator model endpoint, by name.
-pub async fn list_model_endpoints(client: &impl GenericClient) -> Result<Vec<ModelEndpoint>> {
+pub async fn list_model_endpoints(client: &impl Prepared) -> Result<Vec<ModelEndpoint>> {
     let rows = client
         .query(
             "SELECT name, kind, base_url, credential_env, project_name, models, agents, created_at \
@@ -42,20 +40,20 @@ pub async fn list_model_endpoints(client: &impl GenericClient) -> Result<Vec<Mod
     Ok(rows
         .iter()
         .map(|r| ModelEndpoint {
-            name: r.get(0),
-            kind: r.get(1),
-            base_url: r.get(2),
-            credential_env: r.get(3),
-            project: r.get(4),
-            models: r.get(5),
-            agents: r.get(6),
-            created_at: r.get(7),
+            name: r.get("name"),
+            kind: r.get("kind"),
+            base_url: r.get("base_url"),
+            credential_env: r.get("credential_env"),
+            project: r.get("project_name"),
+            models: r.get("models"),
+            agents: r.get("agents"),
+            created_at: r.get("created_at"),
         })
         .collect())
 }
 
 /// Remove an operator model endpoint; returns how many agents still name it.
-pub async fn remove_model_endpoint(client: &impl GenericClient, name: &str) -> Result<i64> {
+pub async fn remove_model_endpoint(client: &impl Prepared, name: &str) -> Result<i64> {
     let row = client
         .query_one("SELECT holdfast.remove_model_endpoint($1)", &[&name])
         .await?;
@@ -65,7 +63,7 @@ pub async fn remove_model_endpoint(client: &impl GenericClient, name: &str) -> R
 /// Allow or forbid tenant-set `model.base_url` for the project named
 /// `project` ([`Error::NotFound`] when there is none).
 pub async fn set_project_custom_model_urls(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: &str,
     allowed: bool,
 ) -> Result<()> {
@@ -81,7 +79,7 @@ pub async fn set_project_custom_model_urls(
 /// Allow (or forbid) a project's agents Anthropic's server tools
 /// (`holdfast.set_project_server_tools`).
 pub async fn set_project_server_tools(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: &str,
     allowed: bool,
 ) -> Result<()> {
@@ -96,7 +94,7 @@ pub async fn set_project_server_tools(
 
 /// Store a project's own provider key, already sealed.
 pub async fn set_project_provider_key(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     provider: &str,
     key: &SealedKey,
@@ -113,7 +111,7 @@ pub async fn set_project_provider_key(
 
 /// The providers `project` has its own key for (never the keys).
 pub async fn list_project_provider_keys(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
 ) -> Result<Vec<ProviderKeyStatus>> {
     let rows = client
@@ -127,15 +125,15 @@ pub async fn list_project_provider_keys(
 
 fn provider_key_status(row: &Row) -> ProviderKeyStatus {
     ProviderKeyStatus {
-        provider: row.get(0),
-        created_at: row.get(1),
-        updated_at: row.get(2),
+        provider: row.get("provider"),
+        created_at: row.get("created_at"),
+        updated_at: row.get("updated_at"),
     }
 }
 
 /// Delete a project's own provider key ([`Error::NotFound`] when none is set).
 pub async fn delete_project_provider_key(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     provider: &str,
 ) -> Result<()> {

@@ -2,8 +2,7 @@
 
 use std::time::Duration;
 
-use tokio_postgres::GenericClient;
-
+use super::prepared::Prepared;
 use crate::error::Result;
 use holdfast_wire::domain::RetentionReport;
 use holdfast_wire::duration::to_interval;
@@ -12,7 +11,7 @@ use holdfast_wire::duration::to_interval;
 /// deliveries, tool outputs, input contents and attachments; `None` keeps
 /// them forever.
 pub async fn set_project_retention(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project_name: &str,
     events: Option<Duration>,
 ) -> Result<()> {
@@ -28,7 +27,7 @@ pub async fn set_project_retention(
 /// One retention pass: create upcoming partitions and drop expired ones
 /// (committed first, so no lock on `events` is held while rows are
 /// pruned), then prune at most `batch` rows of each kind.
-pub async fn retention_tick(client: &impl GenericClient, batch: i32) -> Result<RetentionReport> {
+pub async fn retention_tick(client: &impl Prepared, batch: i32) -> Result<RetentionReport> {
     let partitions = client
         .query_one(
             "SELECT partitions_created, partitions_dropped FROM holdfast.maintain_event_partitions()",
@@ -44,12 +43,12 @@ pub async fn retention_tick(client: &impl GenericClient, batch: i32) -> Result<R
         )
         .await?;
     Ok(RetentionReport {
-        partitions_created: partitions.get(0),
-        partitions_dropped: partitions.get(1),
-        events_deleted: row.get(0),
-        deliveries_deleted: row.get(1),
-        tool_outputs_pruned: row.get(2),
-        inputs_pruned: row.get(3),
-        attachments_deleted: row.get(4),
+        partitions_created: partitions.get("partitions_created"),
+        partitions_dropped: partitions.get("partitions_dropped"),
+        events_deleted: row.get("events_deleted"),
+        deliveries_deleted: row.get("deliveries_deleted"),
+        tool_outputs_pruned: row.get("tool_outputs_pruned"),
+        inputs_pruned: row.get("inputs_pruned"),
+        attachments_deleted: row.get("attachments_deleted"),
     })
 }

@@ -5,19 +5,21 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio_postgres::GenericClient;
+
 use uuid::Uuid;
 
 use super::parse_text;
+use super::prepared::Prepared;
 use crate::error::Result;
 use holdfast_wire::domain::{DueSchedule, NewSchedule, Schedule};
 use holdfast_wire::duration::to_interval;
 use holdfast_wire::schedule::FirePlan;
 
-/// The columns [`schedule_from_row`] reads, of `holdfast.schedules s`.
+/// The columns [`schedule_from_row`] reads, by these names, of
+/// `holdfast.schedules s`.
 const SCHEDULE_COLUMNS: &str = "s.id, s.agent_id, s.cron, s.timezone, \
-     (extract(epoch FROM s.every) * 1000)::bigint, s.content, s.mode, s.start_at, s.end_at, \
-     s.missed, s.paused_at, s.next_fire_at, s.ended_at, s.last_fired_at, s.fire_count, \
+     (extract(epoch FROM s.every) * 1000)::bigint AS every_ms, s.content, s.mode, s.start_at, \
+     s.end_at, s.missed, s.paused_at, s.next_fire_at, s.ended_at, s.last_fired_at, s.fire_count, \
      s.created_at, s.updated_at";
 
 fn millis(value: Option<i64>) -> Option<Duration> {
@@ -26,23 +28,23 @@ fn millis(value: Option<i64>) -> Option<Duration> {
 
 fn schedule_from_row(row: &tokio_postgres::Row) -> Result<Schedule> {
     Ok(Schedule {
-        id: row.get(0),
-        agent_id: row.get(1),
-        cron: row.get(2),
-        timezone: row.get(3),
-        every: millis(row.get(4)),
-        content: row.get(5),
-        mode: parse_text(row.get(6), "mode")?,
-        start_at: row.get(7),
-        end_at: row.get(8),
-        missed: parse_text(row.get(9), "missed")?,
-        paused_at: row.get(10),
-        next_fire_at: row.get(11),
-        ended_at: row.get(12),
-        last_fired_at: row.get(13),
-        fire_count: row.get(14),
-        created_at: row.get(15),
-        updated_at: row.get(16),
+        id: row.get("id"),
+        agent_id: row.get("agent_id"),
+        cron: row.get("cron"),
+        timezone: row.get("timezone"),
+        every: millis(row.get("every_ms")),
+        content: row.get("content"),
+        mode: parse_text(row.get("mode"), "mode")?,
+        start_at: row.get("start_at"),
+        end_at: row.get("end_at"),
+        missed: parse_text(row.get("missed"), "missed")?,
+        paused_at: row.get("paused_at"),
+        next_fire_at: row.get("next_fire_at"),
+        ended_at: row.get("ended_at"),
+        last_fired_at: row.get("last_fired_at"),
+        fire_count: row.get("fire_count"),
+        created_at: row.get("created_at"),
+        updated_at: row.get("updated_at"),
     })
 }
 
@@ -50,7 +52,7 @@ fn schedule_from_row(row: &tokio_postgres::Row) -> Result<Schedule> {
 /// [`crate::Error::NotFound`], [`crate::Error::Conflict`] (archived) or
 /// [`crate::Error::Invalid`] naming the field.
 pub async fn create_schedule(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     schedule: &NewSchedule,
 ) -> Result<Schedule> {
@@ -83,7 +85,7 @@ pub async fn create_schedule(
 
 /// The schedules of an agent of `project`, oldest first.
 pub async fn list_schedules(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     agent: Uuid,
 ) -> Result<Vec<Schedule>> {
@@ -101,7 +103,7 @@ pub async fn list_schedules(
 
 /// One schedule of an agent of `project`.
 pub async fn get_schedule(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     agent: Uuid,
     schedule: Uuid,
@@ -120,7 +122,7 @@ pub async fn get_schedule(
 
 /// Pause, or resume from `next_fire_at` (`holdfast.set_schedule_paused`).
 pub async fn set_schedule_paused(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     schedule: Uuid,
     paused: bool,
@@ -138,11 +140,7 @@ pub async fn set_schedule_paused(
 }
 
 /// Delete a schedule of `project` (`holdfast.delete_schedule`).
-pub async fn delete_schedule(
-    client: &impl GenericClient,
-    project: Uuid,
-    schedule: Uuid,
-) -> Result<()> {
+pub async fn delete_schedule(client: &impl Prepared, project: Uuid, schedule: Uuid) -> Result<()> {
     client
         .execute(
             "SELECT holdfast.delete_schedule($1, $2)",
@@ -154,10 +152,7 @@ pub async fn delete_schedule(
 
 /// Claim up to `batch` due schedules, locked until `client`'s transaction
 /// ends (`holdfast.claim_due_schedules`, SKIP LOCKED).
-pub async fn claim_due_schedules(
-    client: &impl GenericClient,
-    batch: i32,
-) -> Result<Vec<DueSchedule>> {
+pub async fn claim_due_schedules(client: &impl Prepared, batch: i32) -> Result<Vec<DueSchedule>> {
     let rows = client
         .query(
             "SELECT id, cron, timezone, every_ms, start_at, end_at, missed, next_fire_at, \
@@ -169,16 +164,16 @@ pub async fn claim_due_schedules(
     rows.iter()
         .map(|row| {
             Ok(DueSchedule {
-                id: row.get(0),
-                cron: row.get(1),
-                timezone: row.get(2),
-                every: millis(row.get(3)),
-                start_at: row.get(4),
-                end_at: row.get(5),
-                missed: parse_text(row.get(6), "missed")?,
-                due: row.get(7),
-                created_at: row.get(8),
-                now: row.get(9),
+                id: row.get("id"),
+                cron: row.get("cron"),
+                timezone: row.get("timezone"),
+                every: millis(row.get("every_ms")),
+                start_at: row.get("start_at"),
+                end_at: row.get("end_at"),
+                missed: parse_text(row.get("missed"), "missed")?,
+                due: row.get("next_fire_at"),
+                created_at: row.get("created_at"),
+                now: row.get("now"),
             })
         })
         .collect()
@@ -188,7 +183,7 @@ pub async fn claim_due_schedules(
 /// (`holdfast.advance_schedule`); returns its outcome: `fired`,
 /// `replayed`, `skipped`, `refused` or `stale`.
 pub async fn advance_schedule(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     schedule: Uuid,
     due: DateTime<Utc>,
     plan: &FirePlan,

@@ -2,7 +2,7 @@
 //! history used again.
 
 use serde_json::Value;
-use tokio_postgres::GenericClient;
+
 use uuid::Uuid;
 
 use super::prepared::{execute_prepared, Prepared};
@@ -21,7 +21,7 @@ pub struct ForkAt {
 /// `version`) changed by `patch` (`holdfast.fork_agent`); returns the
 /// fork's id.
 pub async fn fork_agent(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     agent: Uuid,
     at: ForkAt,
@@ -41,7 +41,7 @@ pub async fn fork_agent(
 /// config (or its config `version`) changed by `patch`
 /// (`holdfast.create_replay`); returns the replay's id.
 pub async fn create_replay(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     agent: Uuid,
     patch: Option<&Value>,
@@ -61,7 +61,7 @@ pub async fn create_replay(
 /// A replay's report (`holdfast.replay_report`), `None` when it is not in
 /// `project`.
 pub async fn replay_report(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     replay: Uuid,
 ) -> Result<Option<Value>> {
@@ -77,7 +77,7 @@ pub async fn replay_report(
 /// `agent`'s replays (`holdfast.list_replays`), `None` when the agent is
 /// not in `project`.
 pub async fn list_replays(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     agent: Uuid,
 ) -> Result<Option<Value>> {

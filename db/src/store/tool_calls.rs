@@ -3,7 +3,7 @@
 
 use postgres_types::ToSql;
 use serde_json::Value;
-use tokio_postgres::GenericClient;
+
 use uuid::Uuid;
 
 use super::prepared::{query_one_prepared, query_prepared, with_wake_after_commit, Prepared};
@@ -122,7 +122,7 @@ pub async fn submit_tool_results(
 
 /// A tool call of `project`'s agents; `None` when missing or another project's.
 pub async fn get_tool_call(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     tool_call: Uuid,
 ) -> Result<Option<ToolCall>> {
@@ -142,7 +142,7 @@ pub async fn get_tool_call(
 /// An agent's tool calls in `statuses` (all when empty), of `kind` when
 /// given, in the order the model asked for them.
 pub async fn list_tool_calls(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     agent: Uuid,
     statuses: &[ToolCallStatus],
     kind: Option<ToolKind>,
@@ -168,7 +168,7 @@ pub async fn list_tool_calls(
 /// decision again by the same person is accepted again. Returns the
 /// approval's status after the call.
 pub async fn answer_approval(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     approval: Uuid,
     decision: &str,
     by: &str,
@@ -186,7 +186,7 @@ pub async fn answer_approval(
 /// Answer a question: first answer wins; the same answer again by the same
 /// person is accepted again.
 pub async fn answer_question(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     question: Uuid,
     answer: &str,
     by: &str,
@@ -200,19 +200,21 @@ pub async fn answer_question(
     Ok(())
 }
 
+/// The columns [`approval_from_row`] reads, by these names, of
+/// `holdfast.approvals p` and its tool call `t`.
 const APPROVAL_COLUMNS: &str =
-    "p.id, p.agent_id, p.kind, p.tool_call_id, t.name, t.input, p.budget, \
-                                p.status, p.decided_by, p.reason, p.created_at, p.decided_at";
+    "p.id, p.agent_id, p.kind, p.tool_call_id, t.name AS tool_name, t.input AS tool_input, \
+     p.budget, p.status, p.decided_by, p.reason, p.created_at, p.decided_at";
 
 fn approval_from_row(row: &tokio_postgres::Row) -> Result<Approval> {
-    let kind: &str = row.get(2);
+    let kind: &str = row.get("kind");
     let subject = match kind {
         "tool_call" => ApprovalSubject::ToolCall {
-            tool_call_id: row.get(3),
-            tool_name: row.get(4),
-            tool_input: row.get(5),
+            tool_call_id: row.get("tool_call_id"),
+            tool_name: row.get("tool_name"),
+            tool_input: row.get("tool_input"),
         },
-        "budget" => ApprovalSubject::Budget(row.get(6)),
+        "budget" => ApprovalSubject::Budget(row.get("budget")),
         other => {
             return Err(Error::Invalid {
                 field: Some("kind".into()),
@@ -221,20 +223,20 @@ fn approval_from_row(row: &tokio_postgres::Row) -> Result<Approval> {
         }
     };
     Ok(Approval {
-        id: row.get(0),
-        agent_id: row.get(1),
+        id: row.get("id"),
+        agent_id: row.get("agent_id"),
         subject,
-        status: parse_text(row.get(7), "status")?,
-        decided_by: row.get(8),
-        reason: row.get(9),
-        created_at: row.get(10),
-        decided_at: row.get(11),
+        status: parse_text(row.get("status"), "status")?,
+        decided_by: row.get("decided_by"),
+        reason: row.get("reason"),
+        created_at: row.get("created_at"),
+        decided_at: row.get("decided_at"),
     })
 }
 
 /// An approval of `project`'s agents; `None` when missing or another project's.
 pub async fn get_approval(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     approval: Uuid,
 ) -> Result<Option<Approval>> {
@@ -254,7 +256,7 @@ pub async fn get_approval(
 
 /// An agent's approvals in `status` (all when `None`), oldest first.
 pub async fn list_approvals(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     agent: Uuid,
     status: Option<ApprovalStatus>,
     limit: i64,
@@ -274,26 +276,28 @@ pub async fn list_approvals(
     rows.iter().map(approval_from_row).collect()
 }
 
+/// The columns [`question_from_row`] reads, by these names, of
+/// `holdfast.questions q`.
 const QUESTION_COLUMNS: &str = "q.id, q.agent_id, q.tool_call_id, q.question, q.status, q.answer, \
                                 q.answered_by, q.created_at, q.answered_at";
 
 fn question_from_row(row: &tokio_postgres::Row) -> Result<Question> {
     Ok(Question {
-        id: row.get(0),
-        agent_id: row.get(1),
-        tool_call_id: row.get(2),
-        question: row.get(3),
-        status: parse_text(row.get(4), "status")?,
-        answer: row.get(5),
-        answered_by: row.get(6),
-        created_at: row.get(7),
-        answered_at: row.get(8),
+        id: row.get("id"),
+        agent_id: row.get("agent_id"),
+        tool_call_id: row.get("tool_call_id"),
+        question: row.get("question"),
+        status: parse_text(row.get("status"), "status")?,
+        answer: row.get("answer"),
+        answered_by: row.get("answered_by"),
+        created_at: row.get("created_at"),
+        answered_at: row.get("answered_at"),
     })
 }
 
 /// A question of `project`'s agents; `None` when missing or another project's.
 pub async fn get_question(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     question: Uuid,
 ) -> Result<Option<Question>> {
@@ -312,7 +316,7 @@ pub async fn get_question(
 
 /// An agent's questions in `status` (all when `None`), oldest first.
 pub async fn list_questions(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     agent: Uuid,
     status: Option<QuestionStatus>,
     limit: i64,

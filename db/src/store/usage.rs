@@ -2,17 +2,18 @@
 
 use serde_json::Value;
 use strum::{EnumString, IntoStaticStr};
-use tokio_postgres::GenericClient;
+
 use uuid::Uuid;
 
 use super::parse_text;
+use super::prepared::Prepared;
 use crate::error::{Error, Result};
 use holdfast_wire::domain::{AgentUsage, Claim, ModelPrice, ProjectUsage};
 
 /// The usage of `agent` in `project`: its sum and each turn's; `None` when
 /// the project has no such agent.
 pub async fn agent_usage(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     agent: Uuid,
 ) -> Result<Option<AgentUsage>> {
@@ -30,7 +31,7 @@ pub async fn agent_usage(
 /// `project`'s usage by UTC day and model from `since` on
 /// (`holdfast.project_usage`).
 pub async fn project_usage(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     since: chrono::NaiveDate,
 ) -> Result<ProjectUsage> {
@@ -43,7 +44,7 @@ pub async fn project_usage(
 
 /// Set a model's price (USD per million tokens; `None` cache prices: the
 /// input price). [`Error::Invalid`] names a field out of range.
-pub async fn set_model_price(client: &impl GenericClient, price: &NewModelPrice<'_>) -> Result<()> {
+pub async fn set_model_price(client: &impl Prepared, price: &NewModelPrice<'_>) -> Result<()> {
     client
         .execute(
             "SELECT holdfast.set_model_price($1, $2, $3::float8::numeric, $4::float8::numeric, \
@@ -72,7 +73,7 @@ pub struct NewModelPrice<'a> {
 }
 
 /// Every price, by provider and model.
-pub async fn list_model_prices(client: &impl GenericClient) -> Result<Vec<ModelPrice>> {
+pub async fn list_model_prices(client: &impl Prepared) -> Result<Vec<ModelPrice>> {
     let rows = client
         .query(
             "SELECT provider, model, input_usd_per_mtok::float8, output_usd_per_mtok::float8, \
@@ -84,20 +85,20 @@ pub async fn list_model_prices(client: &impl GenericClient) -> Result<Vec<ModelP
     Ok(rows
         .iter()
         .map(|r| ModelPrice {
-            provider: r.get(0),
-            model: r.get(1),
-            input_usd_per_mtok: r.get(2),
-            output_usd_per_mtok: r.get(3),
-            cache_read_usd_per_mtok: r.get(4),
-            cache_write_usd_per_mtok: r.get(5),
-            updated_at: r.get(6),
+            provider: r.get("provider"),
+            model: r.get("model"),
+            input_usd_per_mtok: r.get("input_usd_per_mtok"),
+            output_usd_per_mtok: r.get("output_usd_per_mtok"),
+            cache_read_usd_per_mtok: r.get("cache_read_usd_per_mtok"),
+            cache_write_usd_per_mtok: r.get("cache_write_usd_per_mtok"),
+            updated_at: r.get("updated_at"),
         })
         .collect())
 }
 
 /// Remove a model's price; returns whether it had one.
 pub async fn remove_model_price(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     provider: &str,
     model: &str,
 ) -> Result<bool> {
@@ -127,7 +128,7 @@ pub enum OverBudget {
 /// have sent go into the history) or waits on a budget approval.
 /// [`Error::LeaseLost`] when the lease is gone.
 pub async fn end_turn_over_budget(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     claim: Claim,
     input_ids: &[Uuid],
 ) -> Result<OverBudget> {

@@ -3,10 +3,11 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio_postgres::GenericClient;
+
 use uuid::Uuid;
 
 use super::parse_text;
+use super::prepared::Prepared;
 use crate::error::Result;
 use holdfast_wire::domain::Event;
 use holdfast_wire::domain::{
@@ -20,7 +21,7 @@ use holdfast_wire::duration::to_interval;
 /// ([`holdfast_providers::egress::EgressPolicy::allows_any_special`] for webhooks). A bad url or event
 /// list is [`Error::Invalid`] naming `url` or `events`.
 pub async fn create_webhook_endpoint(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     url: &str,
     events: &Value,
@@ -36,20 +37,20 @@ pub async fn create_webhook_endpoint(
         .await?;
     Ok(CreatedWebhookEndpoint {
         endpoint: WebhookEndpoint {
-            id: row.get(0),
-            url: row.get(1),
-            events: row.get(2),
-            description: row.get(3),
-            created_at: row.get(5),
+            id: row.get("id"),
+            url: row.get("url"),
+            events: row.get("events"),
+            description: row.get("description"),
+            created_at: row.get("created_at"),
         },
-        secret: row.get(4),
+        secret: row.get("secret"),
     })
 }
 
 /// Delete an endpoint of `project` (its pending deliveries end as failed);
 /// [`Error::NotFound`] when it is not there.
 pub async fn delete_webhook_endpoint(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     endpoint: Uuid,
 ) -> Result<()> {
@@ -64,7 +65,7 @@ pub async fn delete_webhook_endpoint(
 
 /// The live endpoints of `project`, oldest first, without secrets.
 pub async fn list_webhook_endpoints(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
 ) -> Result<Vec<WebhookEndpoint>> {
     let rows = client
@@ -77,11 +78,11 @@ pub async fn list_webhook_endpoints(
     Ok(rows
         .iter()
         .map(|r| WebhookEndpoint {
-            id: r.get(0),
-            url: r.get(1),
-            events: r.get(2),
-            description: r.get(3),
-            created_at: r.get(4),
+            id: r.get("id"),
+            url: r.get("url"),
+            events: r.get("events"),
+            description: r.get("description"),
+            created_at: r.get("created_at"),
         })
         .collect())
 }
@@ -89,7 +90,7 @@ pub async fn list_webhook_endpoints(
 /// Deliveries of an endpoint of `project`, newest first;
 /// [`Error::NotFound`] when the endpoint is not there.
 pub async fn list_webhook_deliveries(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     project: Uuid,
     endpoint: Uuid,
     filter: WebhookDeliveryFilter,
@@ -111,21 +112,21 @@ pub async fn list_webhook_deliveries(
     rows.iter()
         .map(|r| {
             Ok(WebhookDelivery {
-                id: r.get(0),
-                endpoint_id: r.get(1),
-                agent_id: r.get(2),
-                event_seq: r.get(3),
-                event_id: r.get(4),
-                event_type: r.get(5),
-                status: parse_text(r.get(6), "status")?,
-                attempts: r.get(7),
-                last_status_code: r.get(8),
-                last_error: r.get(9),
-                next_attempt_at: r.get(10),
-                last_attempt_at: r.get(11),
-                created_at: r.get(12),
-                delivered_at: r.get(13),
-                failed_at: r.get(14),
+                id: r.get("id"),
+                endpoint_id: r.get("endpoint_id"),
+                agent_id: r.get("agent_id"),
+                event_seq: r.get("event_seq"),
+                event_id: r.get("event_id"),
+                event_type: r.get("event_type"),
+                status: parse_text(r.get("status"), "status")?,
+                attempts: r.get("attempts"),
+                last_status_code: r.get("last_status_code"),
+                last_error: r.get("last_error"),
+                next_attempt_at: r.get("next_attempt_at"),
+                last_attempt_at: r.get("last_attempt_at"),
+                created_at: r.get("created_at"),
+                delivered_at: r.get("delivered_at"),
+                failed_at: r.get("failed_at"),
             })
         })
         .collect()
@@ -135,7 +136,7 @@ pub async fn list_webhook_deliveries(
 /// `lease` (then it comes due again by itself), at most `max_per_endpoint`
 /// in flight per endpoint across all dispatchers.
 pub async fn claim_webhook_deliveries(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     max: i32,
     lease: Duration,
     max_per_endpoint: i32,
@@ -152,22 +153,22 @@ pub async fn claim_webhook_deliveries(
     Ok(rows
         .iter()
         .map(|r| ClaimedWebhookDelivery {
-            delivery_id: r.get(0),
-            attempt: r.get(1),
-            endpoint_id: r.get(2),
-            url: r.get(3),
-            secret: r.get(4),
-            due_at: r.get(5),
+            delivery_id: r.get("delivery_id"),
+            attempt: r.get("attempt"),
+            endpoint_id: r.get("endpoint_id"),
+            url: r.get("url"),
+            secret: r.get("secret"),
+            due_at: r.get("due_at"),
             event: Event {
-                seq: r.get(6),
-                id: r.get(7),
-                agent_id: r.get(8),
-                kind: r.get(9),
-                data: r.get(10),
-                created_at: r.get(11),
+                seq: r.get("event_seq"),
+                id: r.get("event_id"),
+                agent_id: r.get("agent_id"),
+                kind: r.get("event_type"),
+                data: r.get("event_data"),
+                created_at: r.get("event_created_at"),
             },
-            trace_parent: r.get(12),
-            trace_state: r.get(13),
+            trace_parent: r.get("trace_parent"),
+            trace_state: r.get("trace_state"),
         })
         .collect())
 }
@@ -176,7 +177,7 @@ pub async fn claim_webhook_deliveries(
 /// answered, `error` otherwise (or with a non-2xx answer). Not a 2xx: retry
 /// after `retry_delay`, but not past `retry_window` after the event.
 pub async fn record_webhook_attempt(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     delivery: &ClaimedWebhookDelivery,
     status_code: Option<i32>,
     error: Option<&str>,
@@ -203,7 +204,7 @@ pub async fn record_webhook_attempt(
 /// Give back claims whose attempt has no outcome (shutdown mid-request): they
 /// are due again at once, for any dispatcher. Returns how many were released.
 pub async fn release_webhook_deliveries(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     claims: &[(Uuid, i32)],
 ) -> Result<i32> {
     let ids: Vec<Uuid> = claims.iter().map(|c| c.0).collect();
@@ -218,19 +219,21 @@ pub async fn release_webhook_deliveries(
 }
 
 /// The dispatchers' backlog: the oldest due delivery's wait, requests in flight.
-pub async fn webhook_queue_stats(client: &impl GenericClient) -> Result<WebhookQueueStats> {
+pub async fn webhook_queue_stats(client: &impl Prepared) -> Result<WebhookQueueStats> {
     let row = client
         .query_one(
             "SELECT coalesce((SELECT extract(epoch FROM holdfast.now() - min(next_attempt_at))::float8 \
                                 FROM holdfast.webhook_deliveries \
-                               WHERE status = 'pending' AND next_attempt_at <= holdfast.now()), 0), \
+                               WHERE status = 'pending' AND next_attempt_at <= holdfast.now()), 0) \
+                      AS oldest_due_seconds, \
                     (SELECT count(*) FROM holdfast.webhook_deliveries \
-                      WHERE claimed_until IS NOT NULL AND claimed_until > holdfast.now())",
+                      WHERE claimed_until IS NOT NULL AND claimed_until > holdfast.now()) \
+                      AS in_flight",
             &[],
         )
         .await?;
     Ok(WebhookQueueStats {
-        oldest_due_seconds: row.get(0),
-        in_flight: row.get(1),
+        oldest_due_seconds: row.get("oldest_due_seconds"),
+        in_flight: row.get("in_flight"),
     })
 }

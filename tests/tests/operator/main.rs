@@ -12,3 +12,4 @@ mod operator_cli;
 mod operator_demo;
 mod operator_docs;
 mod operator_up;
+mod source_rules;

@@ -15,7 +15,7 @@ use holdfast_wire::domain::{
     ModelStep, NewToolCall, ReportedCommand, ToolKind,
 };
 use serde_json::{json, Value};
-use tokio_postgres::{Client, GenericClient};
+use tokio_postgres::Client;
 use uuid::Uuid;
 
 const ACCEPT: Duration = Duration::from_secs(300);
@@ -70,7 +70,7 @@ fn run_command_config(machine: Value) -> Value {
 /// Commit a model step whose one tool call is run_command with `input`;
 /// returns the step's claim (released by the commit) and the call's id.
 async fn commit_run_command(
-    client: &impl GenericClient,
+    client: &impl store::Prepared,
     agent: Uuid,
     input: Value,
 ) -> (Claim, Uuid) {

@@ -1137,7 +1137,7 @@ async fn an_agent_becoming_ready_notifies_workers_once_per_transaction() {
 }
 
 #[tokio::test]
-async fn a_ready_hint_deferred_past_the_commit_is_sent_by_send_pending_wake_and_dropped_with_a_rollback(
+async fn a_wake_hint_deferred_past_the_commit_is_sent_by_send_pending_wake_and_dropped_with_a_rollback(
 ) {
     let db = TestDb::new().await;
     let client = db.connect().await;
@@ -1664,10 +1664,10 @@ async fn hot_path_cycle(client: &impl store::Prepared, project: Uuid, agent: Uui
 /// and have no statistics: a statement prepared on the connection runs on
 /// a generic plan from its sixth execution, as the functions' statements
 /// do from their first.
-async fn cache_hot_path_plans(pooled: &deadpool_postgres::ClientWrapper, project: Uuid) {
+async fn cache_hot_path_plans(pooled: &deadpool_postgres::Object, project: Uuid) {
     for _ in 0..6 {
         let agent = new_agent(pooled, project).await;
-        hot_path_cycle(&store::Pooled(pooled), project, agent).await;
+        hot_path_cycle(pooled, project, agent).await;
     }
 }
 
@@ -1686,7 +1686,6 @@ async fn a_sessions_cached_hot_path_plans_stay_index_lookups_as_the_tables_grow(
     let db = TestDb::new().await;
     let pool = db.pool(1);
     let pooled = pool.get().await.unwrap();
-    let session = store::Pooled(&pooled);
     let (project, _) = project_and_agent(&pooled).await;
     cache_hot_path_plans(&pooled, project).await;
 
@@ -1744,7 +1743,7 @@ async fn a_sessions_cached_hot_path_plans_stay_index_lookups_as_the_tables_grow(
     // One transaction, so that its own table reads can be read back before
     // they reach the shared statistics.
     pooled.batch_execute("BEGIN").await.unwrap();
-    hot_path_cycle(&session, project, next).await;
+    hot_path_cycle(&pooled, project, next).await;
     let scans: Vec<(String, i64, i64)> = pooled
         .query(
             "SELECT x.relname::text, x.seq_scan, x.seq_tup_read
@@ -1776,7 +1775,6 @@ async fn a_sessions_cached_claim_plan_reads_a_few_entries_however_many_agents_ar
     let db = TestDb::new().await;
     let pool = db.pool(1);
     let pooled = pool.get().await.unwrap();
-    let session = store::Pooled(&pooled);
     let (project, _) = project_and_agent(&pooled).await;
     cache_hot_path_plans(&pooled, project).await;
 
@@ -1791,7 +1789,7 @@ async fn a_sessions_cached_claim_plan_reads_a_few_entries_however_many_agents_ar
                       WHERE schemaname = 'holdfast' AND relname = 'agents'";
     pooled.batch_execute("BEGIN").await.unwrap();
     let before: i64 = pooled.query_one(rows_read, &[]).await.unwrap().get(0);
-    let claims = store::claim_agents(&session, "w", 1, TTL).await.unwrap();
+    let claims = store::claim_agents(&pooled, "w", 1, TTL).await.unwrap();
     assert_eq!(claims.len(), 1);
     let read = pooled
         .query_one(rows_read, &[])

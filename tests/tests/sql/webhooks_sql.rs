@@ -29,7 +29,7 @@ async fn endpoint(client: &Client, project: Uuid, events: serde_json::Value) -> 
     .id
 }
 
-async fn input(client: &impl tokio_postgres::GenericClient, agent: Uuid) {
+async fn input(client: &impl store::Prepared, agent: Uuid) {
     store::create_input(client, agent, &json!("hello"), None)
         .await
         .unwrap();
