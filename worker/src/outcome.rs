@@ -9,13 +9,18 @@
 //! [`crate::committer::Committer`]). Tool results are the exception: each
 //! is saved inside its batch as soon as it is in hand (the toolbox), so a
 //! crash later in the batch never loses it.
+//!
+//! A step that leaves its agent ready (a model response whose tool calls
+//! the worker runs, a finished tool batch) keeps the lease when nothing
+//! else waits to be claimed ([`StepOutcome::LeaseKept`]): the worker takes
+//! the agent's next step at once, without a release and a re-claim.
 
 use std::time::{Duration, Instant};
 
 use holdfast_db::group_commit::Refused;
 use holdfast_db::store::{self, OverBudget};
 use holdfast_db::Result;
-use holdfast_wire::domain::{Claim, ModelStep};
+use holdfast_wire::domain::{AgentState, Claim, ModelStep};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -70,6 +75,12 @@ pub enum StepResult {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StepOutcome {
     Committed,
+    /// Committed, and the agent stayed ready: its lease is kept, at the
+    /// step's epoch + 1, for the next step (no release, no re-claim),
+    /// running until the lease ttl from before `since`.
+    LeaseKept {
+        since: Instant,
+    },
     Retrying,
     Failed,
     Cancelled,
@@ -85,7 +96,7 @@ pub enum StepOutcome {
 impl StepOutcome {
     pub fn as_str(self) -> &'static str {
         match self {
-            StepOutcome::Committed => "committed",
+            StepOutcome::Committed | StepOutcome::LeaseKept { .. } => "committed",
             StepOutcome::Retrying => "retrying",
             StepOutcome::Failed => "failed",
             StepOutcome::Cancelled => "cancelled",
@@ -136,16 +147,32 @@ async fn write(deps: &StepDeps, claim: Claim, result: &mut StepResult) -> Result
     };
     match result {
         StepResult::Nothing => release(StepOutcome::Nothing).await,
-        StepResult::BatchDone => release(StepOutcome::Committed).await,
+        StepResult::BatchDone => {
+            let since = Instant::now();
+            let client = deps.pool.get().await?;
+            let state = store::release_or_keep_agent(
+                &store::Pooled(&client),
+                claim,
+                deps.settings.lease_ttl,
+            )
+            .await?;
+            Ok(if state == AgentState::Running {
+                StepOutcome::LeaseKept { since }
+            } else {
+                StepOutcome::Committed
+            })
+        }
         StepResult::Drained => release(StepOutcome::Released).await,
         StepResult::ModelResponse(kept) => {
             // Moved into the group commit, and back if it is refused: a
             // response is not copied to be saved.
+            let since = Instant::now();
             match deps
                 .committer
                 .try_commit((claim, std::mem::take(kept)))
                 .await
             {
+                Ok(saved) if saved.lease_kept => Ok(StepOutcome::LeaseKept { since }),
                 Ok(_) => Ok(StepOutcome::Committed),
                 Err(Refused { error, item }) => {
                     if let Some((_, step)) = item {
