@@ -3556,7 +3556,13 @@ BEGIN
     IF NOT coalesce(p_name = ANY (holdfast.limit_names()), false) THEN
         PERFORM holdfast.raise('HF422', format('unknown limit %s', p_name), 'limits');
     END IF;
-    SELECT (to_jsonb(s) ->> p_name)::integer INTO v_max FROM holdfast.limit_settings s;
+    SELECT CASE p_name
+               WHEN 'max_model_steps_per_turn' THEN s.max_model_steps_per_turn
+               WHEN 'max_tool_calls_per_response' THEN s.max_tool_calls_per_response
+               WHEN 'max_subagent_depth' THEN s.max_subagent_depth
+               WHEN 'max_live_children' THEN s.max_live_children
+               WHEN 'max_descendants' THEN s.max_descendants END
+      INTO v_max FROM holdfast.limit_settings s;
     RETURN v_max;
 END
 $$;
@@ -6372,6 +6378,9 @@ CREATE FUNCTION holdfast.tg_events_webhook_outbox() RETURNS trigger
 DECLARE
     v_inserted integer;
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM holdfast.webhook_endpoints e WHERE e.deleted_at IS NULL) THEN
+        RETURN NULL;
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM holdfast.webhook_endpoints e
                     WHERE e.deleted_at IS NULL
                       AND e.project_id IN (SELECT a.project_id FROM new_events n
