@@ -2597,6 +2597,22 @@ $$;
 
 
 --
+-- Name: end_tool_batch(uuid, bigint, uuid, jsonb, boolean, interval); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.end_tool_batch(p_agent uuid, p_epoch bigint, p_tool_call uuid, p_output jsonb, p_is_error boolean, p_lease_ttl interval DEFAULT NULL::interval) RETURNS text
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+BEGIN
+    PERFORM holdfast.commit_tool_result(p_agent, p_epoch, p_tool_call, p_output, p_is_error);
+    PERFORM holdfast.interrupt_running_calls(p_agent);
+    RETURN (holdfast.settle_agent_with(p_agent, '{}', '{}', NULL, p_lease_ttl => p_lease_ttl)).state;
+END
+$$;
+
+
+--
 -- Name: end_turn_budget_exceeded(uuid, jsonb, uuid[]); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 

@@ -705,7 +705,8 @@ $$;
 
 -- Save one tool call's result with its event, fenced by the worker's lease.
 -- The agent stays leased (a batch may hold more calls); the worker releases it
--- with release_agent when its batch is done. The step's and the event's seqs
+-- with release_agent when its batch is done, or saves the batch's last result
+-- with end_tool_batch. The step's and the event's seqs
 -- come from one agent UPDATE. Image and document blocks are kept as
 -- keep_tool_output keeps them (stored once; a bad one left out with a note).
 -- Raises HF001 (lease lost), HF404 (no such call on this agent), HF409 (the
@@ -748,6 +749,22 @@ BEGIN
     PERFORM holdfast.insert_reserved_events(p_agent, v_event_seq, ARRAY['tool_call.completed'],
         ARRAY[holdfast.tool_call_completed_data(p_tool_call, v_call.name, p_output, coalesce(p_is_error, false))]);
     RETURN v_step_id;
+END
+$$;
+
+-- A tool batch's last result and the batch's end in one transaction:
+-- commit_tool_result, then release_agent's settle (running calls
+-- interrupted, the state decided, the lease released or, with
+-- p_lease_ttl, kept at p_epoch + 1: the state returned is then 'running').
+-- Raises as commit_tool_result does; nothing is saved then.
+CREATE OR REPLACE FUNCTION holdfast.end_tool_batch(
+    p_agent uuid, p_epoch bigint, p_tool_call uuid, p_output jsonb, p_is_error boolean,
+    p_lease_ttl interval DEFAULT NULL)
+RETURNS text LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    PERFORM holdfast.commit_tool_result(p_agent, p_epoch, p_tool_call, p_output, p_is_error);
+    PERFORM holdfast.interrupt_running_calls(p_agent);
+    RETURN (holdfast.settle_agent_with(p_agent, '{}', '{}', NULL, p_lease_ttl => p_lease_ttl)).state;
 END
 $$;
 

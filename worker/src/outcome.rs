@@ -25,14 +25,16 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::deps::StepDeps;
+use crate::toolbox::LastToolResult;
 
 /// What a step came to.
 #[derive(Debug)]
 pub enum StepResult {
     /// Nothing to do (the claim raced a change): release the agent.
     Nothing,
-    /// A tool batch ran (its results are saved): release the agent.
-    BatchDone,
+    /// A tool batch ran (its results are saved, but `last`, saved with
+    /// the batch's end): release the agent, or keep its lease.
+    BatchDone { last: Option<LastToolResult> },
     /// The worker is draining: release the agent for another worker.
     Drained,
     /// The model's response, with the tool calls it asks for.
@@ -112,7 +114,7 @@ impl StepResult {
     fn kind(&self) -> &'static str {
         match self {
             StepResult::Nothing => "nothing",
-            StepResult::BatchDone => "batch_done",
+            StepResult::BatchDone { .. } => "batch_done",
             StepResult::Drained => "drained",
             StepResult::ModelResponse(_) => "model_response",
             StepResult::ModelRetry { .. } => "model_retry",
@@ -147,15 +149,25 @@ async fn write(deps: &StepDeps, claim: Claim, result: &mut StepResult) -> Result
     };
     match result {
         StepResult::Nothing => release(StepOutcome::Nothing).await,
-        StepResult::BatchDone => {
+        StepResult::BatchDone { last } => {
             let since = Instant::now();
             let client = deps.pool.get().await?;
-            let state = store::release_or_keep_agent(
-                &store::Pooled(&client),
-                claim,
-                deps.settings.lease_ttl,
-            )
-            .await?;
+            let client = store::Pooled(&client);
+            let keep_for = deps.settings.lease_ttl;
+            let state = match last {
+                Some(last) => {
+                    store::end_tool_batch(
+                        &client,
+                        claim,
+                        last.call,
+                        &last.output.output,
+                        last.output.is_error,
+                        keep_for,
+                    )
+                    .await?
+                }
+                None => store::release_or_keep_agent(&client, claim, keep_for).await?,
+            };
             Ok(if state == AgentState::Running {
                 StepOutcome::LeaseKept { since }
             } else {

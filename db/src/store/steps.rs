@@ -293,6 +293,37 @@ pub async fn commit_tool_result(
     Ok(row.get(0))
 }
 
+/// Save a tool batch's last result and end the batch in one transaction
+/// (`holdfast.end_tool_batch`): [`commit_tool_result`], then
+/// [`release_or_keep_agent`]'s settle, keeping the lease for `keep_for`
+/// when the agent stays ready and nothing else waits
+/// ([`AgentState::Running`]: the caller holds it at `claim.epoch + 1`).
+pub async fn end_tool_batch(
+    client: &impl Prepared,
+    claim: Claim,
+    tool_call: Uuid,
+    output: &Value,
+    is_error: bool,
+    keep_for: Duration,
+) -> Result<AgentState> {
+    let mut output = output.clone();
+    make_storable(&mut output);
+    let row = query_one_prepared(
+        client,
+        "SELECT holdfast.end_tool_batch($1, $2, $3, $4, $5, $6::text::interval)",
+        &[
+            &claim.agent_id,
+            &claim.epoch,
+            &tool_call,
+            &output,
+            &is_error,
+            &to_interval(keep_for),
+        ],
+    )
+    .await?;
+    parse_text(row.get(0), "state")
+}
+
 /// A tool server (or one tool of it) the model call about to be made goes
 /// without, and why.
 #[derive(Clone, Copy, Debug)]

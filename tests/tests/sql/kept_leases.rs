@@ -224,3 +224,49 @@ async fn a_lease_is_released_when_the_agent_waits_or_its_next_step_is_not_due() 
         .get(0);
     assert_eq!(state, "ready", "a backoff releases the agent");
 }
+
+#[tokio::test]
+async fn a_batchs_last_result_and_its_end_are_one_write_that_keeps_the_lease() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, agent) = project_and_agent(&client).await;
+    store::create_input(&client, agent, &json!("go"), None)
+        .await
+        .unwrap();
+    let first = store::claim_agents(&client, "w", 1, TTL).await.unwrap()[0];
+    let saved = commit_keeping(&client, first, &step_calling(ToolKind::External, vec![])).await;
+    assert!(saved.lease_kept);
+    let second = Claim {
+        epoch: first.epoch + 1,
+        ..first
+    };
+    let call = pending_call(&client, agent).await;
+
+    // The step before is refused, and nothing of its result is saved.
+    let stale = store::end_tool_batch(&client, first, call, &json!({"ok": 1}), false, TTL).await;
+    assert!(matches!(stale, Err(Error::LeaseLost(_))), "{stale:?}");
+    assert_eq!(pending_call(&client, agent).await, call);
+
+    let state = store::end_tool_batch(&client, second, call, &json!({"ok": 2}), false, TTL)
+        .await
+        .unwrap();
+    assert_eq!(
+        state,
+        AgentState::Running,
+        "the turn goes on: the lease is kept"
+    );
+    let row = client
+        .query_one(
+            "SELECT status, output FROM holdfast.tool_calls WHERE id = $1",
+            &[&call],
+        )
+        .await
+        .unwrap();
+    let (status, output): (String, serde_json::Value) = (row.get(0), row.get(1));
+    assert_eq!((status.as_str(), output), ("completed", json!({"ok": 2})));
+    assert_eq!(
+        lease(&client, agent).await.2,
+        second.epoch + 1,
+        "held at the next epoch"
+    );
+}
