@@ -8,7 +8,8 @@
 //! replace any of them (model responses already go through the group
 //! [`crate::committer::Committer`]). Tool results are the exception: each
 //! is saved inside its batch as soon as it is in hand (the toolbox), so a
-//! crash later in the batch never loses it.
+//! crash later in the batch never loses it; the batch's last is saved here,
+//! with the batch's end, in one transaction.
 //!
 //! A step that leaves its agent ready (a model response whose tool calls
 //! the worker runs, a finished tool batch) keeps the lease when nothing
