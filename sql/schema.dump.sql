@@ -1729,10 +1729,10 @@ $$;
 
 
 --
--- Name: commit_model_steps(holdfast.model_step[]); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: commit_model_steps(holdfast.model_step[], interval); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.commit_model_steps(p_steps holdfast.model_step[]) RETURNS TABLE(agent_id uuid, outcome text, step_id uuid, message text, field text)
+CREATE FUNCTION holdfast.commit_model_steps(p_steps holdfast.model_step[], p_lease_ttl interval DEFAULT NULL::interval) RETURNS TABLE(agent_id uuid, outcome text, step_id uuid, message text, field text, lease_kept boolean)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -1761,6 +1761,7 @@ BEGIN
         step_id := NULL;
         message := NULL;
         field := NULL;
+        lease_kept := false;
         IF NOT v_row.found THEN
             outcome := 'not_found';
             message := format('agent %s not found', v_row.id);
@@ -1778,9 +1779,10 @@ BEGIN
                 outcome := 'invalid';
             ELSE
                 outcome := 'committed';
-                step_id := holdfast.write_model_step(v_row.id, v_row.epoch, v_row.input_ids,
-                    v_row.content, v_row.tool_calls, v_row.usage, v_row.stop_reason,
-                    v_row.config_version);
+                SELECT w.step_id, w.lease_kept INTO step_id, lease_kept
+                  FROM holdfast.write_model_step(v_row.id, v_row.epoch, v_row.input_ids,
+                           v_row.content, v_row.tool_calls, v_row.usage, v_row.stop_reason,
+                           v_row.config_version, p_lease_ttl) w;
             END IF;
         END IF;
         RETURN NEXT;
@@ -2590,6 +2592,22 @@ BEGIN
     END LOOP;
     PERFORM set_config('lock_timeout', v_old_timeout, true);
     RETURN v_dropped;
+END
+$$;
+
+
+--
+-- Name: end_tool_batch(uuid, bigint, uuid, jsonb, boolean, interval); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.end_tool_batch(p_agent uuid, p_epoch bigint, p_tool_call uuid, p_output jsonb, p_is_error boolean, p_lease_ttl interval DEFAULT NULL::interval) RETURNS text
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+BEGIN
+    PERFORM holdfast.commit_tool_result(p_agent, p_epoch, p_tool_call, p_output, p_is_error);
+    PERFORM holdfast.interrupt_running_calls(p_agent);
+    RETURN (holdfast.settle_agent_with(p_agent, '{}', '{}', NULL, p_lease_ttl => p_lease_ttl)).state;
 END
 $$;
 
@@ -3554,7 +3572,13 @@ BEGIN
     IF NOT coalesce(p_name = ANY (holdfast.limit_names()), false) THEN
         PERFORM holdfast.raise('HF422', format('unknown limit %s', p_name), 'limits');
     END IF;
-    SELECT (to_jsonb(s) ->> p_name)::integer INTO v_max FROM holdfast.limit_settings s;
+    SELECT CASE p_name
+               WHEN 'max_model_steps_per_turn' THEN s.max_model_steps_per_turn
+               WHEN 'max_tool_calls_per_response' THEN s.max_tool_calls_per_response
+               WHEN 'max_subagent_depth' THEN s.max_subagent_depth
+               WHEN 'max_live_children' THEN s.max_live_children
+               WHEN 'max_descendants' THEN s.max_descendants END
+      INTO v_max FROM holdfast.limit_settings s;
     RETURN v_max;
 END
 $$;
@@ -4879,17 +4903,17 @@ $_$;
 
 
 --
--- Name: release_agent(uuid, bigint, timestamp with time zone); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: release_agent(uuid, bigint, timestamp with time zone, interval); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.release_agent(p_agent uuid, p_epoch bigint, p_run_after timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
+CREATE FUNCTION holdfast.release_agent(p_agent uuid, p_epoch bigint, p_run_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_lease_ttl interval DEFAULT NULL::interval) RETURNS text
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 BEGIN
     PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
     PERFORM holdfast.interrupt_running_calls(p_agent);
-    RETURN (holdfast.settle_agent_with(p_agent, '{}', '{}', p_run_after)).state;
+    RETURN (holdfast.settle_agent_with(p_agent, '{}', '{}', p_run_after, p_lease_ttl => p_lease_ttl)).state;
 END
 $$;
 
@@ -5621,10 +5645,10 @@ $$;
 
 
 --
--- Name: settle_agent_with(uuid, text[], jsonb[], timestamp with time zone, boolean, boolean, boolean, uuid[], integer, integer, boolean, holdfast.token_usage, integer, integer); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: settle_agent_with(uuid, text[], jsonb[], timestamp with time zone, boolean, boolean, boolean, uuid[], integer, integer, boolean, holdfast.token_usage, integer, integer, interval); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.settle_agent_with(p_agent uuid, p_types text[], p_data jsonb[], p_run_after timestamp with time zone, p_turn_open boolean DEFAULT NULL::boolean, p_new_runnable boolean DEFAULT false, p_new_waiting boolean DEFAULT false, p_consumed uuid[] DEFAULT '{}'::uuid[], p_new_steps integer DEFAULT 0, p_new_messages integer DEFAULT 0, p_model_step boolean DEFAULT false, p_usage holdfast.token_usage DEFAULT NULL::holdfast.token_usage, p_model_attempts integer DEFAULT NULL::integer, p_step_failures integer DEFAULT 0, OUT state text, OUT types text[], OUT last_step_seq bigint, OUT last_message_seq bigint, OUT last_event_seq bigint) RETURNS record
+CREATE FUNCTION holdfast.settle_agent_with(p_agent uuid, p_types text[], p_data jsonb[], p_run_after timestamp with time zone, p_turn_open boolean DEFAULT NULL::boolean, p_new_runnable boolean DEFAULT false, p_new_waiting boolean DEFAULT false, p_consumed uuid[] DEFAULT '{}'::uuid[], p_new_steps integer DEFAULT 0, p_new_messages integer DEFAULT 0, p_model_step boolean DEFAULT false, p_usage holdfast.token_usage DEFAULT NULL::holdfast.token_usage, p_model_attempts integer DEFAULT NULL::integer, p_step_failures integer DEFAULT 0, p_lease_ttl interval DEFAULT NULL::interval, OUT state text, OUT types text[], OUT last_step_seq bigint, OUT last_message_seq bigint, OUT last_event_seq bigint) RETURNS record
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -5641,11 +5665,13 @@ DECLARE
     -- or else on the one in force (update_agent_config).
     v_next_config_version integer;
     v_turn_config_version integer;
+    v_run_after timestamptz;
+    v_keep_lease boolean := false;
 BEGIN
     types := coalesce(p_types, '{}');
     SELECT a.state, coalesce(p_turn_open, a.turn_open), a.next_turn_config_version,
-           coalesce(a.next_turn_config_version, a.config_version)
-      INTO v_agent_state, v_turn_open, v_next_config_version, v_turn_config_version
+           coalesce(a.next_turn_config_version, a.config_version), coalesce(p_run_after, a.run_after)
+      INTO v_agent_state, v_turn_open, v_next_config_version, v_turn_config_version, v_run_after
       FROM holdfast.agents a WHERE a.id = p_agent;
     IF v_agent_state = 'archived' THEN
         state := 'archived';
@@ -5671,13 +5697,24 @@ BEGIN
               FROM holdfast.next_turn_trace_context(p_agent, p_consumed) t;
             PERFORM holdfast.admit_queued_input(p_agent);
         END IF;
+        IF p_lease_ttl IS NOT NULL AND state = 'ready' AND v_agent_state = 'running'
+           AND v_run_after <= v_now
+           AND NOT EXISTS (SELECT 1 FROM holdfast.agents o
+                            WHERE o.state = 'ready' AND greatest(o.run_after, o.state_changed_at) <= v_now) THEN
+            v_keep_lease := true;
+            state := 'running';
+        END IF;
         SELECT u.type, u.data INTO v_turn_event, v_turn_data
           FROM unnest(types, coalesce(v_data, '{}')) WITH ORDINALITY AS u (type, data, ord)
          WHERE u.type IN ('turn.started', 'turn.completed', 'turn.failed', 'turn.cancelled')
          ORDER BY u.ord DESC LIMIT 1;
         UPDATE holdfast.agents a
            SET state = settle_agent_with.state,
-               lease_owner = NULL, lease_expires_at = NULL, lease_pid = NULL, lease_backend_start = NULL,
+               lease_owner = CASE WHEN v_keep_lease THEN a.lease_owner END,
+               lease_expires_at = CASE WHEN v_keep_lease THEN v_now + p_lease_ttl END,
+               lease_pid = CASE WHEN v_keep_lease THEN a.lease_pid END,
+               lease_backend_start = CASE WHEN v_keep_lease THEN a.lease_backend_start END,
+               lease_epoch = a.lease_epoch + CASE WHEN v_keep_lease THEN 1 ELSE 0 END,
                updated_at = v_now,
                turn_open = v_turn_open OR v_open_turn,
                config = CASE WHEN v_open_turn AND v_next_config_version IS NOT NULL
@@ -5701,7 +5738,7 @@ BEGIN
                step_failures = p_step_failures,
                first_attempt_epoch = NULL, lost_attempt_epoch = NULL,
                lost_attempt_started_at = NULL, lost_attempt_ended_at = NULL,
-               run_after = coalesce(p_run_after, a.run_after),
+               run_after = v_run_after,
                last_step_seq = a.last_step_seq + p_new_steps,
                last_message_seq = a.last_message_seq + p_new_messages,
                last_event_seq = a.last_event_seq + cardinality(types),
@@ -6357,6 +6394,9 @@ CREATE FUNCTION holdfast.tg_events_webhook_outbox() RETURNS trigger
 DECLARE
     v_inserted integer;
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM holdfast.webhook_endpoints e WHERE e.deleted_at IS NULL) THEN
+        RETURN NULL;
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM holdfast.webhook_endpoints e
                     WHERE e.deleted_at IS NULL
                       AND e.project_id IN (SELECT a.project_id FROM new_events n
@@ -7273,10 +7313,10 @@ $$;
 
 
 --
--- Name: write_model_step(uuid, bigint, uuid[], jsonb, jsonb, jsonb, text, integer); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: write_model_step(uuid, bigint, uuid[], jsonb, jsonb, jsonb, text, integer, interval); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.write_model_step(p_agent uuid, p_epoch bigint, p_input_ids uuid[], p_message jsonb, p_tool_calls jsonb, p_usage jsonb, p_stop_reason text, p_config_version integer) RETURNS uuid
+CREATE FUNCTION holdfast.write_model_step(p_agent uuid, p_epoch bigint, p_input_ids uuid[], p_message jsonb, p_tool_calls jsonb, p_usage jsonb, p_stop_reason text, p_config_version integer, p_lease_ttl interval, OUT step_id uuid, OUT lease_kept boolean) RETURNS record
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -7408,15 +7448,15 @@ BEGIN
         IF v_n_calls = 0 AND NOT v_paused THEN
             v_types := array_append(v_types, 'turn.completed');
         END IF;
-        SELECT s.types, s.last_step_seq, s.last_message_seq, s.last_event_seq
-          INTO v_types, v_step_seq, v_message_seq, v_event_seq
+        SELECT s.types, s.last_step_seq, s.last_message_seq, s.last_event_seq, s.state = 'running'
+          INTO v_types, v_step_seq, v_message_seq, v_event_seq, lease_kept
           FROM holdfast.settle_agent_with(p_agent, v_types, NULL, NULL,
                    p_turn_open => v_turn_open,
                    p_new_runnable => 'pending' = ANY (v_statuses),
                    p_new_waiting => 'waiting' = ANY (v_statuses) OR 'awaiting_approval' = ANY (v_statuses),
                    p_consumed => v_input_ids,
                    p_new_steps => 1, p_new_messages => v_n_inputs + 1,
-                   p_model_step => true, p_usage => v_usage) s;
+                   p_model_step => true, p_usage => v_usage, p_lease_ttl => p_lease_ttl) s;
         v_new_turn := v_types[cardinality(v_types)] = 'turn.started';
     END IF;
 
@@ -7501,7 +7541,8 @@ BEGIN
                 NULL, NULL, jsonb_build_object('limit', v_limit, 'value', v_limit_value));
         END IF;
     END IF;
-    RETURN v_step_id;
+    step_id := v_step_id;
+    lease_kept := coalesce(lease_kept, false);
 END
 $$;
 

@@ -104,12 +104,17 @@ impl GroupWrite for Inputs {
     type Item = NewInput;
     type Saved = PostedInput;
     const KIND: &'static str = "input";
+    type Context = ();
 
     fn key(input: &NewInput) -> Uuid {
         input.agent_id
     }
 
-    async fn commit_batch(pool: &Pool, inputs: &[NewInput]) -> Result<Vec<Result<PostedInput>>> {
+    async fn commit_batch(
+        pool: &Pool,
+        _: &(),
+        inputs: &[NewInput],
+    ) -> Result<Vec<Result<PostedInput>>> {
         let client = pool.get().await?;
         store::create_inputs(&client, inputs).await
     }

@@ -154,8 +154,8 @@ impl AppState {
         let (fanout, listener) = Fanout::start(pool.clone(), &config.database, shutdown.clone());
         // Detached: it ends with the last handle, once its last commit is
         // answered, and every request holding a handle has ended by then.
-        let (tool_results, _) = GroupCommitter::start(pool.clone(), config.group_commit);
-        let (inputs, _) = GroupCommitter::start(pool.clone(), config.group_commit);
+        let (tool_results, _) = GroupCommitter::start(pool.clone(), config.group_commit, ());
+        let (inputs, _) = GroupCommitter::start(pool.clone(), config.group_commit, ());
         let state = AppState {
             inner: Arc::new(Shared {
                 rate_limiter: config.rate_limit.map(KeyRateLimiter::new),

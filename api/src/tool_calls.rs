@@ -141,12 +141,17 @@ impl GroupWrite for ToolResults {
     type Item = ToolResult;
     type Saved = ToolCall;
     const KIND: &'static str = "tool_result";
+    type Context = ();
 
     fn key(result: &ToolResult) -> Uuid {
         result.tool_call_id
     }
 
-    async fn commit_batch(pool: &Pool, results: &[ToolResult]) -> Result<Vec<Result<ToolCall>>> {
+    async fn commit_batch(
+        pool: &Pool,
+        _: &(),
+        results: &[ToolResult],
+    ) -> Result<Vec<Result<ToolCall>>> {
         let client = pool.get().await?;
         store::submit_tool_results(&client, results).await
     }

@@ -213,6 +213,12 @@ pub struct Options {
     /// attachments: bytes of each image.
     #[arg(long)]
     pub image_bytes: Option<usize>,
+    /// throughput: the model's tool calls are run by the workers, not
+    /// answered by the driver (a `lookup` call whose input the tool's
+    /// schema refuses, answered at once with an error result); each
+    /// agent's turn ends at `limits.max_model_steps_per_turn` = --steps.
+    #[arg(long)]
+    pub worker_tools: bool,
     /// throughput: jobs drained by the plain-queue baseline.
     #[arg(long)]
     pub plain_queue_jobs: Option<u32>,

@@ -49,6 +49,9 @@ pub trait GroupWrite: Send + Sync + 'static {
     type Saved: Send + 'static;
     /// The write's kind in the `holdfast_commit_batch_size{kind}` metric.
     const KIND: &'static str;
+    /// What every batch is committed with, given once to
+    /// [`GroupCommitter::start`] (the worker's lease ttl, say).
+    type Context: Clone + Send + Sync + 'static;
 
     /// Writes with the same key never share a batch: the later one goes
     /// into the next (a stale step of an earlier lease, fenced by its own
@@ -60,6 +63,7 @@ pub trait GroupWrite: Send + Sync + 'static {
     /// it was saved.
     fn commit_batch(
         pool: &Pool,
+        context: &Self::Context,
         items: &[Self::Item],
     ) -> impl Future<Output = Result<Vec<Result<Self::Saved>>>> + Send;
 }
@@ -98,9 +102,9 @@ impl<W: GroupWrite> Clone for GroupCommitter<W> {
 
 impl<W: GroupWrite> GroupCommitter<W> {
     /// Start the committing task on `pool`.
-    pub fn start(pool: Pool, settings: GroupCommit) -> (Self, JoinHandle<()>) {
+    pub fn start(pool: Pool, settings: GroupCommit, context: W::Context) -> (Self, JoinHandle<()>) {
         let (queue, waiting) = mpsc::channel(settings.batch.max(1) * 4);
-        let task = tokio::spawn(run::<W>(pool, settings, waiting));
+        let task = tokio::spawn(run::<W>(pool, settings, context, waiting));
         (GroupCommitter { queue }, task)
     }
 
@@ -137,6 +141,7 @@ fn stopped() -> Error {
 async fn run<W: GroupWrite>(
     pool: Pool,
     settings: GroupCommit,
+    context: W::Context,
     mut waiting: mpsc::Receiver<Pending<W>>,
 ) {
     let mut commits = JoinSet::new();
@@ -171,7 +176,7 @@ async fn run<W: GroupWrite>(
                 _ = tokio::time::sleep_until(deadline) => break,
             }
         }
-        commits.spawn(commit::<W>(pool.clone(), batch));
+        commits.spawn(commit::<W>(pool.clone(), context.clone(), batch));
         while commits.try_join_next().is_some() {}
     }
     while commits.join_next().await.is_some() {}
@@ -191,11 +196,11 @@ fn has_key<W: GroupWrite>(batch: &[Pending<W>], pending: &Pending<W>) -> bool {
 /// a whole (a deadlock with some other transaction, a lost connection),
 /// nothing of it was saved: each write is then committed on its own, so one
 /// write's trouble is never another's outcome.
-async fn commit<W: GroupWrite>(pool: Pool, batch: Vec<Pending<W>>) {
+async fn commit<W: GroupWrite>(pool: Pool, context: W::Context, batch: Vec<Pending<W>>) {
     metrics::histogram!("holdfast_commit_batch_size", "kind" => W::KIND).record(batch.len() as f64);
     let (items, senders): (Vec<W::Item>, Vec<_>) =
         batch.into_iter().map(|p| (p.item, p.outcome)).unzip();
-    match W::commit_batch(&pool, &items).await {
+    match W::commit_batch(&pool, &context, &items).await {
         Ok(outcomes) => {
             let mut outcomes = outcomes.into_iter();
             for (item, sender) in items.into_iter().zip(senders) {
@@ -213,7 +218,7 @@ async fn commit<W: GroupWrite>(pool: Pool, batch: Vec<Pending<W>>) {
         Err(error) => {
             tracing::warn!(%error, kind = W::KIND, writes = items.len(), "group commit failed: committing its writes one by one");
             for (item, sender) in items.into_iter().zip(senders) {
-                let outcome = W::commit_batch(&pool, std::slice::from_ref(&item))
+                let outcome = W::commit_batch(&pool, &context, std::slice::from_ref(&item))
                     .await
                     .and_then(|mut outcomes| outcomes.pop().unwrap_or_else(|| Err(lost_write())));
                 let _ = sender.send(handed_back::<W>(outcome, item));

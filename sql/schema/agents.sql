@@ -1265,6 +1265,7 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- The operator's maximum for one limit (raises HF422 for an unknown name).
+-- The column by name, not the row as jsonb: a model step reads two limits.
 CREATE OR REPLACE FUNCTION holdfast.limit_maximum(p_name text)
 RETURNS integer LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -1273,7 +1274,13 @@ BEGIN
     IF NOT coalesce(p_name = ANY (holdfast.limit_names()), false) THEN
         PERFORM holdfast.raise('HF422', format('unknown limit %s', p_name), 'limits');
     END IF;
-    SELECT (to_jsonb(s) ->> p_name)::integer INTO v_max FROM holdfast.limit_settings s;
+    SELECT CASE p_name
+               WHEN 'max_model_steps_per_turn' THEN s.max_model_steps_per_turn
+               WHEN 'max_tool_calls_per_response' THEN s.max_tool_calls_per_response
+               WHEN 'max_subagent_depth' THEN s.max_subagent_depth
+               WHEN 'max_live_children' THEN s.max_live_children
+               WHEN 'max_descendants' THEN s.max_descendants END
+      INTO v_max FROM holdfast.limit_settings s;
     RETURN v_max;
 END
 $$;

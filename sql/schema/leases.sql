@@ -183,6 +183,16 @@ $$;
 -- retry count after it (NULL: unchanged; 0 whenever a turn opens or a model
 -- step commits); p_step_failures the run of failed steps after it (0 for
 -- every ending but a failure). The lost attempt (reap_agent) is cleared.
+--
+-- p_lease_ttl, from the lease holder (the caller has checked its lease):
+-- keep the lease when the agent stays ready, so its holder takes the next
+-- step at once, without a release and a re-claim. Only when the next step
+-- is due (run_after) and no other agent is waiting to be claimed (a due
+-- ready agent: claims stay fair); then the agent stays `running`, under
+-- the same holder and session, at epoch + 1 (each step its own epoch: a
+-- write of the step before is refused, HF001, and a model step's epoch
+-- stays unique), until now + p_lease_ttl, and the returned state is
+-- 'running'. No wake hint is sent for it.
 -- The caller holds the agent's row lock. Returns the state and the seqs.
 CREATE OR REPLACE FUNCTION holdfast.settle_agent_with(
     p_agent uuid, p_types text[], p_data jsonb[], p_run_after timestamptz,
@@ -192,6 +202,7 @@ CREATE OR REPLACE FUNCTION holdfast.settle_agent_with(
     p_new_steps integer DEFAULT 0, p_new_messages integer DEFAULT 0,
     p_model_step boolean DEFAULT false, p_usage holdfast.token_usage DEFAULT NULL,
     p_model_attempts integer DEFAULT NULL, p_step_failures integer DEFAULT 0,
+    p_lease_ttl interval DEFAULT NULL,
     OUT state text, OUT types text[], OUT last_step_seq bigint, OUT last_message_seq bigint,
     OUT last_event_seq bigint)
 LANGUAGE plpgsql AS $$
@@ -209,11 +220,13 @@ DECLARE
     -- or else on the one in force (update_agent_config).
     v_next_config_version integer;
     v_turn_config_version integer;
+    v_run_after timestamptz;
+    v_keep_lease boolean := false;
 BEGIN
     types := coalesce(p_types, '{}');
     SELECT a.state, coalesce(p_turn_open, a.turn_open), a.next_turn_config_version,
-           coalesce(a.next_turn_config_version, a.config_version)
-      INTO v_agent_state, v_turn_open, v_next_config_version, v_turn_config_version
+           coalesce(a.next_turn_config_version, a.config_version), coalesce(p_run_after, a.run_after)
+      INTO v_agent_state, v_turn_open, v_next_config_version, v_turn_config_version, v_run_after
       FROM holdfast.agents a WHERE a.id = p_agent;
     IF v_agent_state = 'archived' THEN
         state := 'archived';
@@ -239,13 +252,24 @@ BEGIN
               FROM holdfast.next_turn_trace_context(p_agent, p_consumed) t;
             PERFORM holdfast.admit_queued_input(p_agent);
         END IF;
+        IF p_lease_ttl IS NOT NULL AND state = 'ready' AND v_agent_state = 'running'
+           AND v_run_after <= v_now
+           AND NOT EXISTS (SELECT 1 FROM holdfast.agents o
+                            WHERE o.state = 'ready' AND greatest(o.run_after, o.state_changed_at) <= v_now) THEN
+            v_keep_lease := true;
+            state := 'running';
+        END IF;
         SELECT u.type, u.data INTO v_turn_event, v_turn_data
           FROM unnest(types, coalesce(v_data, '{}')) WITH ORDINALITY AS u (type, data, ord)
          WHERE u.type IN ('turn.started', 'turn.completed', 'turn.failed', 'turn.cancelled')
          ORDER BY u.ord DESC LIMIT 1;
         UPDATE holdfast.agents a
            SET state = settle_agent_with.state,
-               lease_owner = NULL, lease_expires_at = NULL, lease_pid = NULL, lease_backend_start = NULL,
+               lease_owner = CASE WHEN v_keep_lease THEN a.lease_owner END,
+               lease_expires_at = CASE WHEN v_keep_lease THEN v_now + p_lease_ttl END,
+               lease_pid = CASE WHEN v_keep_lease THEN a.lease_pid END,
+               lease_backend_start = CASE WHEN v_keep_lease THEN a.lease_backend_start END,
+               lease_epoch = a.lease_epoch + CASE WHEN v_keep_lease THEN 1 ELSE 0 END,
                updated_at = v_now,
                turn_open = v_turn_open OR v_open_turn,
                config = CASE WHEN v_open_turn AND v_next_config_version IS NOT NULL
@@ -269,7 +293,7 @@ BEGIN
                step_failures = p_step_failures,
                first_attempt_epoch = NULL, lost_attempt_epoch = NULL,
                lost_attempt_started_at = NULL, lost_attempt_ended_at = NULL,
-               run_after = coalesce(p_run_after, a.run_after),
+               run_after = v_run_after,
                last_step_seq = a.last_step_seq + p_new_steps,
                last_message_seq = a.last_message_seq + p_new_messages,
                last_event_seq = a.last_event_seq + cardinality(types),
@@ -604,13 +628,17 @@ $$;
 -- mid-call (drain past its timeout, a cancelled step) cannot know whether the
 -- IO happened, so its running calls are interrupted exactly as a reap would.
 -- p_run_after delays the next claim (a durable backoff: no worker waits); it
--- is written by the settle's UPDATE. Fenced (HF001).
-CREATE OR REPLACE FUNCTION holdfast.release_agent(p_agent uuid, p_epoch bigint, p_run_after timestamptz DEFAULT NULL)
+-- is written by the settle's UPDATE. p_lease_ttl keeps the lease instead
+-- when the agent stays ready (settle_agent_with): the state returned is
+-- then 'running', and the caller holds the lease at p_epoch + 1. Fenced
+-- (HF001).
+CREATE OR REPLACE FUNCTION holdfast.release_agent(p_agent uuid, p_epoch bigint, p_run_after timestamptz DEFAULT NULL,
+                                                  p_lease_ttl interval DEFAULT NULL)
 RETURNS text LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
     PERFORM holdfast.interrupt_running_calls(p_agent);
-    RETURN (holdfast.settle_agent_with(p_agent, '{}', '{}', p_run_after)).state;
+    RETURN (holdfast.settle_agent_with(p_agent, '{}', '{}', p_run_after, p_lease_ttl => p_lease_ttl)).state;
 END
 $$;
 

@@ -236,12 +236,15 @@ $$;
 -- config version the request was built from (load_step_context; NULL: the
 -- one in force): model.response names it, and the step's provider and model
 -- are that version's, even when an "apply": "now" change replaced it while
--- the call was in flight. Reads model_prices. Raises nothing of its own.
+-- the call was in flight. p_lease_ttl keeps the lease when the agent stays
+-- ready (settle_agent_with): lease_kept says so, and the caller then holds
+-- it at p_epoch + 1. Reads model_prices. Raises nothing of its own.
 -- Returns the step id.
 CREATE OR REPLACE FUNCTION holdfast.write_model_step(
     p_agent uuid, p_epoch bigint, p_input_ids uuid[], p_message jsonb,
-    p_tool_calls jsonb, p_usage jsonb, p_stop_reason text, p_config_version integer)
-RETURNS uuid LANGUAGE plpgsql AS $$
+    p_tool_calls jsonb, p_usage jsonb, p_stop_reason text, p_config_version integer,
+    p_lease_ttl interval, OUT step_id uuid, OUT lease_kept boolean)
+LANGUAGE plpgsql AS $$
 DECLARE
     v_agent holdfast.agents;
     v_tool_calls jsonb := coalesce(p_tool_calls, '[]');
@@ -371,15 +374,15 @@ BEGIN
         IF v_n_calls = 0 AND NOT v_paused THEN
             v_types := array_append(v_types, 'turn.completed');
         END IF;
-        SELECT s.types, s.last_step_seq, s.last_message_seq, s.last_event_seq
-          INTO v_types, v_step_seq, v_message_seq, v_event_seq
+        SELECT s.types, s.last_step_seq, s.last_message_seq, s.last_event_seq, s.state = 'running'
+          INTO v_types, v_step_seq, v_message_seq, v_event_seq, lease_kept
           FROM holdfast.settle_agent_with(p_agent, v_types, NULL, NULL,
                    p_turn_open => v_turn_open,
                    p_new_runnable => 'pending' = ANY (v_statuses),
                    p_new_waiting => 'waiting' = ANY (v_statuses) OR 'awaiting_approval' = ANY (v_statuses),
                    p_consumed => v_input_ids,
                    p_new_steps => 1, p_new_messages => v_n_inputs + 1,
-                   p_model_step => true, p_usage => v_usage) s;
+                   p_model_step => true, p_usage => v_usage, p_lease_ttl => p_lease_ttl) s;
         v_new_turn := v_types[cardinality(v_types)] = 'turn.started';
     END IF;
 
@@ -464,7 +467,8 @@ BEGIN
                 NULL, NULL, jsonb_build_object('limit', v_limit, 'value', v_limit_value));
         END IF;
     END IF;
-    RETURN v_step_id;
+    step_id := v_step_id;
+    lease_kept := coalesce(lease_kept, false);
 END
 $$;
 
@@ -479,11 +483,14 @@ $$;
 -- 'committed' (with step_id), 'lease_lost', 'not_found' or 'invalid' (with
 -- message, and field when one part is to blame). An agent with two steps in
 -- one batch has both refused as invalid (a lease runs one step at a time).
+-- p_lease_ttl (the worker's lease ttl) keeps each committed agent's lease
+-- when it stays ready (settle_agent_with): lease_kept says so, and its
+-- holder then takes the agent's next step at the step's epoch + 1.
 -- Raises nothing of its own; any other error (a deadlock with a
 -- non-worker transaction, a lost connection) aborts the whole batch, and
 -- the worker then commits its steps one by one.
-CREATE OR REPLACE FUNCTION holdfast.commit_model_steps(p_steps holdfast.model_step[])
-RETURNS TABLE (agent_id uuid, outcome text, step_id uuid, message text, field text)
+CREATE OR REPLACE FUNCTION holdfast.commit_model_steps(p_steps holdfast.model_step[], p_lease_ttl interval DEFAULT NULL)
+RETURNS TABLE (agent_id uuid, outcome text, step_id uuid, message text, field text, lease_kept boolean)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_row record;
@@ -510,6 +517,7 @@ BEGIN
         step_id := NULL;
         message := NULL;
         field := NULL;
+        lease_kept := false;
         IF NOT v_row.found THEN
             outcome := 'not_found';
             message := format('agent %s not found', v_row.id);
@@ -527,9 +535,10 @@ BEGIN
                 outcome := 'invalid';
             ELSE
                 outcome := 'committed';
-                step_id := holdfast.write_model_step(v_row.id, v_row.epoch, v_row.input_ids,
-                    v_row.content, v_row.tool_calls, v_row.usage, v_row.stop_reason,
-                    v_row.config_version);
+                SELECT w.step_id, w.lease_kept INTO step_id, lease_kept
+                  FROM holdfast.write_model_step(v_row.id, v_row.epoch, v_row.input_ids,
+                           v_row.content, v_row.tool_calls, v_row.usage, v_row.stop_reason,
+                           v_row.config_version, p_lease_ttl) w;
             END IF;
         END IF;
         RETURN NEXT;
@@ -696,7 +705,8 @@ $$;
 
 -- Save one tool call's result with its event, fenced by the worker's lease.
 -- The agent stays leased (a batch may hold more calls); the worker releases it
--- with release_agent when its batch is done. The step's and the event's seqs
+-- with release_agent when its batch is done, or saves the batch's last result
+-- with end_tool_batch. The step's and the event's seqs
 -- come from one agent UPDATE. Image and document blocks are kept as
 -- keep_tool_output keeps them (stored once; a bad one left out with a note).
 -- Raises HF001 (lease lost), HF404 (no such call on this agent), HF409 (the
@@ -739,6 +749,22 @@ BEGIN
     PERFORM holdfast.insert_reserved_events(p_agent, v_event_seq, ARRAY['tool_call.completed'],
         ARRAY[holdfast.tool_call_completed_data(p_tool_call, v_call.name, p_output, coalesce(p_is_error, false))]);
     RETURN v_step_id;
+END
+$$;
+
+-- A tool batch's last result and the batch's end in one transaction:
+-- commit_tool_result, then release_agent's settle (running calls
+-- interrupted, the state decided, the lease released or, with
+-- p_lease_ttl, kept at p_epoch + 1: the state returned is then 'running').
+-- Raises as commit_tool_result does; nothing is saved then.
+CREATE OR REPLACE FUNCTION holdfast.end_tool_batch(
+    p_agent uuid, p_epoch bigint, p_tool_call uuid, p_output jsonb, p_is_error boolean,
+    p_lease_ttl interval DEFAULT NULL)
+RETURNS text LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    PERFORM holdfast.commit_tool_result(p_agent, p_epoch, p_tool_call, p_output, p_is_error);
+    PERFORM holdfast.interrupt_running_calls(p_agent);
+    RETURN (holdfast.settle_agent_with(p_agent, '{}', '{}', NULL, p_lease_ttl => p_lease_ttl)).state;
 END
 $$;
 

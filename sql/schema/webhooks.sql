@@ -252,12 +252,17 @@ $$;
 -- Events of projects without a live endpoint (most, for most projects)
 -- stop at a read-only probe: an INSERT opens webhook_deliveries and locks
 -- each of its indexes whether it writes a row or not, and the probe costs
--- a few index lookups.
+-- a few index lookups. An install without any live endpoint stops before
+-- that, at one read of the endpoints table, without joining the
+-- statement's events with their agents.
 CREATE OR REPLACE FUNCTION holdfast.tg_events_webhook_outbox() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     v_inserted integer;
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM holdfast.webhook_endpoints e WHERE e.deleted_at IS NULL) THEN
+        RETURN NULL;
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM holdfast.webhook_endpoints e
                     WHERE e.deleted_at IS NULL
                       AND e.project_id IN (SELECT a.project_id FROM new_events n

@@ -4,9 +4,12 @@
 //! `holdfast.commit_model_steps` ([`holdfast_db::group_commit`]). Each
 //! agent is fenced on its own in SQL: a lost lease or a malformed response
 //! refuses only that agent's step, and each step's caller gets the outcome
-//! a commit of its own would have had.
+//! a commit of its own would have had. An agent that stays ready stays
+//! leased to this worker (the committer's context: the lease ttl), which
+//! takes its next step at once.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use holdfast_db::group_commit::{GroupCommitter, GroupWrite};
@@ -20,25 +23,34 @@ use uuid::Uuid;
 pub struct ModelSteps;
 
 /// The handle steps commit through: `commit((claim, step))` returns the
-/// step id, or [`Error::LeaseLost`] when the lease is gone.
+/// saved step (and whether the lease was kept), or [`Error::LeaseLost`]
+/// when the lease is gone.
 pub type Committer = GroupCommitter<ModelSteps>;
 
 impl GroupWrite for ModelSteps {
     type Item = (Claim, ModelStep);
-    type Saved = Uuid;
+    type Saved = store::SavedModelStep;
     const KIND: &'static str = "model_step";
+    /// How long a lease kept for the agent's next step runs (the lease
+    /// ttl); `None` releases every agent.
+    type Context = Option<Duration>;
 
     fn key((claim, _): &Self::Item) -> Uuid {
         claim.agent_id
     }
 
-    async fn commit_batch(pool: &Pool, items: &[Self::Item]) -> Result<Vec<Result<Uuid>>> {
+    async fn commit_batch(
+        pool: &Pool,
+        keep_for: &Option<Duration>,
+        items: &[Self::Item],
+    ) -> Result<Vec<Result<store::SavedModelStep>>> {
         let client = pool.get().await?;
         let steps: Vec<(Claim, &ModelStep)> = items.iter().map(|(c, s)| (*c, s)).collect();
-        let mut outcomes: HashMap<Uuid, Result<Uuid>> = store::commit_model_steps(&client, &steps)
-            .await?
-            .into_iter()
-            .collect();
+        let mut outcomes: HashMap<Uuid, Result<store::SavedModelStep>> =
+            store::commit_model_steps_keeping_leases(&store::Pooled(&client), &steps, *keep_for)
+                .await?
+                .into_iter()
+                .collect();
         Ok(items
             .iter()
             .map(|(claim, _)| {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 use holdfast_providers::Providers;
+use tokio_util::sync::CancellationToken;
 
 use crate::committer::Committer;
 use crate::settings::WorkerSettings;
@@ -27,4 +28,7 @@ pub struct StepDeps {
     pub mcp: McpRegistry,
     /// Model steps are saved through it, grouped into shared commits.
     pub committer: Committer,
+    /// Fires when the worker starts draining: a lease kept for an agent's
+    /// next step is then released instead, for another worker.
+    pub shutdown: CancellationToken,
 }

@@ -8,26 +8,34 @@
 //! replace any of them (model responses already go through the group
 //! [`crate::committer::Committer`]). Tool results are the exception: each
 //! is saved inside its batch as soon as it is in hand (the toolbox), so a
-//! crash later in the batch never loses it.
+//! crash later in the batch never loses it; the batch's last is saved here,
+//! with the batch's end, in one transaction.
+//!
+//! A step that leaves its agent ready (a model response whose tool calls
+//! the worker runs, a finished tool batch) keeps the lease when nothing
+//! else waits to be claimed ([`StepOutcome::LeaseKept`]): the worker takes
+//! the agent's next step at once, without a release and a re-claim.
 
 use std::time::{Duration, Instant};
 
 use holdfast_db::group_commit::Refused;
 use holdfast_db::store::{self, OverBudget};
 use holdfast_db::Result;
-use holdfast_wire::domain::{Claim, ModelStep};
+use holdfast_wire::domain::{AgentState, Claim, ModelStep};
 use serde_json::Value;
 use uuid::Uuid;
 
 use crate::deps::StepDeps;
+use crate::toolbox::LastToolResult;
 
 /// What a step came to.
 #[derive(Debug)]
 pub enum StepResult {
     /// Nothing to do (the claim raced a change): release the agent.
     Nothing,
-    /// A tool batch ran (its results are saved): release the agent.
-    BatchDone,
+    /// A tool batch ran (its results are saved, but `last`, saved with
+    /// the batch's end): release the agent, or keep its lease.
+    BatchDone { last: Option<LastToolResult> },
     /// The worker is draining: release the agent for another worker.
     Drained,
     /// The model's response, with the tool calls it asks for.
@@ -70,6 +78,12 @@ pub enum StepResult {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StepOutcome {
     Committed,
+    /// Committed, and the agent stayed ready: its lease is kept, at the
+    /// step's epoch + 1, for the next step (no release, no re-claim),
+    /// running until the lease ttl from before `since`.
+    LeaseKept {
+        since: Instant,
+    },
     Retrying,
     Failed,
     Cancelled,
@@ -85,7 +99,7 @@ pub enum StepOutcome {
 impl StepOutcome {
     pub fn as_str(self) -> &'static str {
         match self {
-            StepOutcome::Committed => "committed",
+            StepOutcome::Committed | StepOutcome::LeaseKept { .. } => "committed",
             StepOutcome::Retrying => "retrying",
             StepOutcome::Failed => "failed",
             StepOutcome::Cancelled => "cancelled",
@@ -101,7 +115,7 @@ impl StepResult {
     fn kind(&self) -> &'static str {
         match self {
             StepResult::Nothing => "nothing",
-            StepResult::BatchDone => "batch_done",
+            StepResult::BatchDone { .. } => "batch_done",
             StepResult::Drained => "drained",
             StepResult::ModelResponse(_) => "model_response",
             StepResult::ModelRetry { .. } => "model_retry",
@@ -136,16 +150,42 @@ async fn write(deps: &StepDeps, claim: Claim, result: &mut StepResult) -> Result
     };
     match result {
         StepResult::Nothing => release(StepOutcome::Nothing).await,
-        StepResult::BatchDone => release(StepOutcome::Committed).await,
+        StepResult::BatchDone { last } => {
+            let since = Instant::now();
+            let client = deps.pool.get().await?;
+            let client = store::Pooled(&client);
+            let keep_for = deps.settings.lease_ttl;
+            let state = match last {
+                Some(last) => {
+                    store::end_tool_batch(
+                        &client,
+                        claim,
+                        last.call,
+                        &last.output.output,
+                        last.output.is_error,
+                        keep_for,
+                    )
+                    .await?
+                }
+                None => store::release_or_keep_agent(&client, claim, keep_for).await?,
+            };
+            Ok(if state == AgentState::Running {
+                StepOutcome::LeaseKept { since }
+            } else {
+                StepOutcome::Committed
+            })
+        }
         StepResult::Drained => release(StepOutcome::Released).await,
         StepResult::ModelResponse(kept) => {
             // Moved into the group commit, and back if it is refused: a
             // response is not copied to be saved.
+            let since = Instant::now();
             match deps
                 .committer
                 .try_commit((claim, std::mem::take(kept)))
                 .await
             {
+                Ok(saved) if saved.lease_kept => Ok(StepOutcome::LeaseKept { since }),
                 Ok(_) => Ok(StepOutcome::Committed),
                 Err(Refused { error, item }) => {
                     if let Some((_, step)) = item {

@@ -59,8 +59,14 @@ pub async fn run(deps: Arc<StepDeps>, claim: Claim, stop: StopSignal) -> StepOut
         }
         (None, Err(failure)) => finish(&deps, claim, step_failed(claim, failure), &stop).await,
         (Some(StopReason::LeaseLost), _) => StepOutcome::LeaseLost,
-        (Some(StopReason::Cancel), _) => finish(&deps, claim, StepResult::Cancelled, &stop).await,
-        (Some(StopReason::Drain), _) => finish(&deps, claim, StepResult::Drained, &stop).await,
+        (Some(StopReason::Cancel), result) => {
+            save_held_tool_result(&deps, claim, result).await;
+            finish(&deps, claim, StepResult::Cancelled, &stop).await
+        }
+        (Some(StopReason::Drain), result) => {
+            save_held_tool_result(&deps, claim, result).await;
+            finish(&deps, claim, StepResult::Drained, &stop).await
+        }
     };
     if let Some(attempt) = attempt {
         spans::end_attempt(&attempt, outcome.as_str());
@@ -70,6 +76,34 @@ pub async fn run(deps: Arc<StepDeps>, claim: Claim, stop: StopSignal) -> StepOut
         metrics::counter!("holdfast_lease_losses_total").increment(1);
     }
     outcome
+}
+
+/// A tool batch that ran to its end before a cancel or drain stopped the
+/// step holds its last result unsaved (it is saved with the batch's end):
+/// the tool ran, so its result is saved on its own before the stop's own
+/// write, as every earlier result of the batch was.
+async fn save_held_tool_result(
+    deps: &StepDeps,
+    claim: Claim,
+    result: Result<StepResult, StepFailure>,
+) {
+    let Ok(StepResult::BatchDone { last: Some(last) }) = result else {
+        return;
+    };
+    let saved = async {
+        let client = deps.pool.get().await?;
+        store::commit_tool_result(
+            &store::Pooled(&client),
+            claim,
+            last.call,
+            &last.output.output,
+            last.output.is_error,
+        )
+        .await
+    };
+    if let Err(error) = saved.await {
+        tracing::warn!(agent_id = %claim.agent_id, %error, "saving a stopped batch's last tool result failed");
+    }
 }
 
 /// Save `result`. A save refused for anything but the lease or a full disk
@@ -272,8 +306,8 @@ async fn decide_and_run(
             tracing::debug!(calls = calls.len(), "tool batch");
             // Boxed, as the tool definitions below: a step future's size is
             // that of its largest state, and each in-flight step holds one.
-            Box::pin(toolbox::run_batch(deps, claim, stop, context, calls)).await?;
-            Ok(StepResult::BatchDone)
+            let last = Box::pin(toolbox::run_batch(deps, claim, stop, context, calls)).await?;
+            Ok(StepResult::BatchDone { last })
         }
         NextAction::Model => model_step(deps, claim, stop, context).await,
     }
@@ -544,8 +578,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_step_that_does_not_panic_keeps_its_result() {
-        let ok = contained(async { Ok(StepResult::BatchDone) }).await;
-        assert!(matches!(ok, Ok(StepResult::BatchDone)));
+        let ok = contained(async { Ok(StepResult::BatchDone { last: None }) }).await;
+        assert!(matches!(ok, Ok(StepResult::BatchDone { last: None })));
         let failed = contained(async { Err(Error::LeaseLost("taken".into())) }).await;
         assert!(matches!(
             failed,

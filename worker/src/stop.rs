@@ -57,6 +57,17 @@ impl StopSignal {
         });
     }
 
+    /// Forget the interrupt inputs heard of so far: the step whose model
+    /// call they were for has ended, and the agent's next step (under a
+    /// lease it kept) loads every input still pending, these included.
+    pub fn forget_interrupts(&self) {
+        self.interrupts.send_if_modified(|inputs| {
+            let had = !inputs.is_empty();
+            inputs.clear();
+            had
+        });
+    }
+
     /// Resolves with the interrupt inputs not in `seen` (those a model call
     /// was built with) once there are any, heard of before this call or
     /// after.

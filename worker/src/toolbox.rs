@@ -19,6 +19,7 @@ use holdfast_wire::config::{split_mcp_tool_name, AgentConfig, ToolEntry};
 use holdfast_wire::domain::{Claim, StepContext, ToolCallRecord, ToolKind};
 use opentelemetry::context::FutureExt as _;
 use serde_json::{json, Value};
+use uuid::Uuid;
 
 use crate::deps::StepDeps;
 use crate::spans;
@@ -235,7 +236,9 @@ fn run_command_definition() -> ToolDefinition {
 }
 
 /// Run the runnable calls of a batch in order, each committed with its
-/// result as soon as it has one. Each runs as the kind it was committed
+/// result as soon as it has one, but the last: its result is returned, to
+/// be saved with the batch's end in one transaction (nothing runs after
+/// it that a crash could lose it to). Each runs as the kind it was committed
 /// with (a config change since does not turn it into another kind of call).
 /// External calls are marked `running` (and committed) before their IO, so
 /// a crash mid-call is seen as interrupted and never reruns the IO.
@@ -246,53 +249,69 @@ pub async fn run_batch(
     stop: &StopSignal,
     context: &StepContext,
     calls: Vec<ToolCallRecord>,
-) -> Result<()> {
+) -> Result<Option<LastToolResult>> {
     if context.replay {
         let client = deps.pool.get().await?;
-        return store::answer_replay_calls(&client, claim).await;
+        store::answer_replay_calls(&client, claim).await?;
+        return Ok(None);
     }
-    for call in calls {
-        let tool = match checked_tool(&context.config, &call) {
-            Ok(tool) => tool,
-            Err(output) => {
-                commit(deps, claim, stop, &call, output).await?;
-                continue;
-            }
-        };
-        match call.kind {
-            ToolKind::External => {
-                let mut wait = FullDiskWait::new(claim, stop);
-                loop {
-                    let started = {
-                        let client = deps.pool.get().await?;
-                        store::start_tool_call(&client, claim, call.id).await
-                    };
-                    match started {
-                        Err(error) if error.is_storage_full() => wait.after(error).await?,
-                        started => break started?,
+    let last = calls.len().saturating_sub(1);
+    for (index, call) in calls.into_iter().enumerate() {
+        let output = match checked_tool(&context.config, &call) {
+            Err(output) => output,
+            Ok(tool) => match call.kind {
+                ToolKind::External => {
+                    let mut wait = FullDiskWait::new(claim, stop);
+                    loop {
+                        let started = {
+                            let client = deps.pool.get().await?;
+                            store::start_tool_call(&client, claim, call.id).await
+                        };
+                        match started {
+                            Err(error) if error.is_storage_full() => wait.after(error).await?,
+                            started => break started?,
+                        }
                     }
+                    let server = match tool {
+                        ToolEntry::Mcp { url, .. } => reqwest::Url::parse(url).ok(),
+                        _ => None,
+                    };
+                    let span =
+                        spans::start_tool_call(&call.name, &call.provider_id, server.as_ref());
+                    let output = run_external(deps, tool, &call)
+                        .with_context(span.clone())
+                        .await;
+                    spans::end_tool_call(&span, output.is_error);
+                    output
                 }
-                let server = match tool {
-                    ToolEntry::Mcp { url, .. } => reqwest::Url::parse(url).ok(),
-                    _ => None,
-                };
-                let span = spans::start_tool_call(&call.name, &call.provider_id, server.as_ref());
-                let output = run_external(deps, tool, &call)
-                    .with_context(span.clone())
-                    .await;
-                spans::end_tool_call(&span, output.is_error);
-                commit(deps, claim, stop, &call, output).await?;
-            }
-            ToolKind::Internal => spawn_subagent(deps, claim, stop, context, tool, &call).await?,
-            // Waiting kinds never reach a batch as pending: checked_tool()
-            // caught the only way they could (invalid input).
-            ToolKind::Custom | ToolKind::Question | ToolKind::Command => {
-                let output = ToolOutput::error(format!("Tool {:?} cannot run here.", call.name));
-                commit(deps, claim, stop, &call, output).await?;
-            }
+                ToolKind::Internal => {
+                    spawn_subagent(deps, claim, stop, context, tool, &call).await?;
+                    continue;
+                }
+                // Waiting kinds never reach a batch as pending: checked_tool()
+                // caught the only way they could (invalid input).
+                ToolKind::Custom | ToolKind::Question | ToolKind::Command => {
+                    ToolOutput::error(format!("Tool {:?} cannot run here.", call.name))
+                }
+            },
+        };
+        if index == last {
+            return Ok(Some(LastToolResult {
+                call: call.id,
+                output,
+            }));
         }
+        commit(deps, claim, stop, &call, output).await?;
     }
-    Ok(())
+    Ok(None)
+}
+
+/// A batch's last result, in hand and not yet saved: it is saved with the
+/// batch's end, in one transaction (`store::end_tool_batch`).
+#[derive(Debug)]
+pub struct LastToolResult {
+    pub call: Uuid,
+    pub output: ToolOutput,
 }
 
 /// The tool a runnable call runs as, or the error result for a call that

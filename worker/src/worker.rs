@@ -8,9 +8,14 @@
 //! at once. The same session LISTENs on `holdfast_ready`, `holdfast_cancel`
 //! and `holdfast_interrupt`; notifications are hints, so the loop also polls
 //! (and renewals report cancels and interrupts).
+//!
+//! A step whose end leaves its agent ready keeps the lease (at the next
+//! epoch) when no other agent waits to be claimed, and its task takes the
+//! agent's next step at once: a busy agent stays on this worker, in its
+//! slot, without a release and a re-claim.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use holdfast_db::connect::{self, ConnectConfig, Session};
@@ -26,23 +31,36 @@ use uuid::Uuid;
 
 use crate::committer::Committer;
 use crate::deps::StepDeps;
+use crate::outcome::StepOutcome;
 use crate::settings::WorkerSettings;
 use crate::step;
 use crate::stop::{StopReason, StopSignal};
 use crate::tools::mcp::{McpLimits, McpRegistry};
 use crate::tools::web_fetch::{web_fetch_client, WebFetchLimits};
 
-/// A step in flight.
+/// An agent in flight: its lease, the task running its steps.
 struct InFlight {
-    claim: Claim,
+    lease: Arc<Mutex<HeldLease>>,
     stop: StopSignal,
-    /// The step's task: if it ever ends abnormally (a panic outside the
+    /// The steps' task: if it ever ends abnormally (a panic outside the
     /// step's own containment), the slot is still freed by this id.
     task: tokio::task::Id,
+}
+
+/// A lease this worker holds, shared by the loop that renews it and the
+/// task whose step moves it on to the next epoch when it keeps it.
+struct HeldLease {
+    epoch: i64,
     /// Until when the lease is surely still ours, on this process's
-    /// monotonic clock: measured from *before* the claim or renewal was
-    /// sent, so clock skew and slow replies only make it more cautious.
+    /// monotonic clock: measured from *before* the claim, renewal or
+    /// commit that set it was sent, so clock skew and slow replies only
+    /// make it more cautious.
     valid_until: Instant,
+}
+
+fn held(lease: &Mutex<HeldLease>) -> std::sync::MutexGuard<'_, HeldLease> {
+    // Nothing panics while holding it; a poisoned lock still holds a lease.
+    lease.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Run a worker until `shutdown` fires, then drain: stop claiming, give
@@ -79,7 +97,11 @@ pub async fn run(
             field: Some("web_search".into()),
             message: e.to_string(),
         })?;
-    let (committer, committing) = Committer::start(pool.clone(), settings.group_commit);
+    let (committer, committing) = Committer::start(
+        pool.clone(),
+        settings.group_commit,
+        Some(settings.lease_ttl),
+    );
     let deps = Arc::new(StepDeps {
         pool,
         providers,
@@ -92,6 +114,7 @@ pub async fn run(
             ..McpLimits::default()
         }),
         committer,
+        shutdown: shutdown.clone(),
     });
     let mut worker = Worker {
         settings,
@@ -187,7 +210,7 @@ impl Worker {
         tracing::info!(worker = %self.settings.name, "worker stopped");
     }
 
-    /// Act on one notification; true for a ready hint (a claim is due).
+    /// Act on one notification; true for a wake hint (a claim is due).
     fn on_notification(&self, n: &Notification) -> bool {
         match n.channel() {
             "holdfast_interrupt" => {
@@ -314,31 +337,22 @@ impl Worker {
         metrics::counter!("holdfast_claims_total").increment(claims.len() as u64);
         for claim in claims {
             let stop = StopSignal::default();
-            let span = tracing::info_span!(
-                "step",
-                agent_id = %claim.agent_id,
-                epoch = claim.epoch,
-                kind = tracing::field::Empty
-            );
-            let deps = self.deps.clone();
-            let task_stop = stop.clone();
-            let task = self.tasks.spawn(
-                async move {
-                    let started = std::time::Instant::now();
-                    let outcome = step::run(deps, claim, task_stop).await;
-                    metrics::histogram!("holdfast_step_seconds")
-                        .record(started.elapsed().as_secs_f64());
-                    tracing::debug!(outcome = outcome.as_str(), "step ended");
-                }
-                .instrument(span),
-            );
+            let lease = Arc::new(Mutex::new(HeldLease {
+                epoch: claim.epoch,
+                valid_until: sent_at + self.settings.lease_ttl,
+            }));
+            let task = self.tasks.spawn(run_steps(
+                self.deps.clone(),
+                claim,
+                stop.clone(),
+                lease.clone(),
+            ));
             self.in_flight.insert(
                 claim.agent_id,
                 InFlight {
-                    claim,
+                    lease,
                     stop,
                     task: task.id(),
-                    valid_until: sent_at + self.settings.lease_ttl,
                 },
             );
         }
@@ -352,7 +366,16 @@ impl Worker {
         if self.in_flight.is_empty() {
             return;
         }
-        let claims: Vec<Claim> = self.in_flight.values().map(|f| f.claim).collect();
+        let claims: Vec<Claim> = self
+            .in_flight
+            .iter()
+            .map(|(agent, flight)| Claim {
+                agent_id: *agent,
+                epoch: held(&flight.lease).epoch,
+            })
+            .collect();
+        let sent_epochs: HashMap<Uuid, i64> =
+            claims.iter().map(|c| (c.agent_id, c.epoch)).collect();
         let sent_at = Instant::now();
         let renewed = tokio::time::timeout(
             self.settings.renew_interval,
@@ -380,14 +403,21 @@ impl Worker {
             }
         };
         for renewal in renewals {
-            let Some(flight) = self.in_flight.get_mut(&renewal.agent_id) else {
+            let Some(flight) = self.in_flight.get(&renewal.agent_id) else {
                 continue;
             };
+            let mut lease = held(&flight.lease);
+            if sent_epochs.get(&renewal.agent_id) != Some(&lease.epoch) {
+                // A step kept the lease for the next one meanwhile: the
+                // renewal was of the epoch before, and the commit that
+                // moved it on set the lease's expiry itself.
+                continue;
+            }
             if !renewal.renewed {
                 tracing::warn!(agent = %renewal.agent_id, "lease lost");
                 flight.stop.stop(StopReason::LeaseLost);
             } else {
-                flight.valid_until = sent_at + self.settings.lease_ttl;
+                lease.valid_until = sent_at + self.settings.lease_ttl;
                 if renewal.cancel_requested {
                     flight.stop.stop(StopReason::Cancel);
                 }
@@ -402,11 +432,58 @@ impl Worker {
     /// not reach Postgres): better to stop than to overrun another worker.
     fn stop_expired_leases(&self) {
         let now = Instant::now();
-        for flight in self.in_flight.values() {
-            if now >= flight.valid_until && flight.stop.reason().is_none() {
-                tracing::warn!(agent = %flight.claim.agent_id, "lease could not be renewed in time; stopping the step");
+        for (agent, flight) in &self.in_flight {
+            if now >= held(&flight.lease).valid_until && flight.stop.reason().is_none() {
+                tracing::warn!(%agent, "lease could not be renewed in time; stopping the step");
                 flight.stop.stop(StopReason::LeaseLost);
             }
+        }
+    }
+}
+
+/// Run a claimed agent's steps: the claimed one, then the next for as long
+/// as a step's end keeps the lease (the agent stayed ready, nothing else
+/// waited to be claimed), each under its own epoch. A lease kept once the
+/// worker drains is released for another worker.
+async fn run_steps(
+    deps: Arc<StepDeps>,
+    mut claim: Claim,
+    stop: StopSignal,
+    lease: Arc<Mutex<HeldLease>>,
+) {
+    loop {
+        let span = tracing::info_span!(
+            "step",
+            agent_id = %claim.agent_id,
+            epoch = claim.epoch,
+            kind = tracing::field::Empty
+        );
+        let started = std::time::Instant::now();
+        let outcome = step::run(deps.clone(), claim, stop.clone())
+            .instrument(span.clone())
+            .await;
+        metrics::histogram!("holdfast_step_seconds").record(started.elapsed().as_secs_f64());
+        span.in_scope(|| tracing::debug!(outcome = outcome.as_str(), "step ended"));
+        let StepOutcome::LeaseKept { since } = outcome else {
+            return;
+        };
+        claim.epoch += 1;
+        {
+            let mut held = held(&lease);
+            held.epoch = claim.epoch;
+            held.valid_until = Instant::from_std(since) + deps.settings.lease_ttl;
+        }
+        stop.forget_interrupts();
+        metrics::counter!("holdfast_leases_kept_total").increment(1);
+        if deps.shutdown.is_cancelled() {
+            let released = async {
+                let client = deps.pool.get().await?;
+                store::release_agent(&store::Pooled(&client), claim, None).await
+            };
+            if let Err(error) = released.await {
+                tracing::warn!(agent_id = %claim.agent_id, %error, "releasing a kept lease while draining failed");
+            }
+            return;
         }
     }
 }

@@ -2,7 +2,11 @@
 //! each two, on W worker processes at concurrency C, against the instant
 //! fake model. Every model reply calls the custom tool `lookup`; the driver
 //! answers each call through `holdfast.submit_tool_result` (what a client's
-//! backend does) until the agent has had its S model steps.
+//! backend does) until the agent has had its S model steps. With
+//! `--worker-tools`, the workers run the tool steps themselves (the call's
+//! input fails the tool's schema, answered at once with an error result)
+//! and each agent's turn ends at its S-th model step
+//! (`limits.max_model_steps_per_turn`): the driver only starts the turns.
 //!
 //! A *step* is one durable unit of an agent's progress: a model step
 //! (claimed, run and committed by a worker) or a tool step (a tool result
@@ -35,6 +39,8 @@ const ANSWERERS: usize = 8;
 /// How often the driver looks for waiting tool calls when it found none.
 const ANSWER_POLL: Duration = Duration::from_millis(5);
 const RUN_LIMIT: Duration = Duration::from_secs(900);
+/// How often the driver looks for ended turns (`--worker-tools`).
+const TURNS_POLL: Duration = Duration::from_millis(20);
 /// The workers' statements listed by calls per model step.
 const STATEMENTS_LISTED: i64 = 12;
 
@@ -53,16 +59,23 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     crate::merge(&mut baseline, bench.plain_queue().await?);
     crate::merge(&mut baseline, bench.checkpoint_baseline().await?);
 
+    let worker_tools = bench.opts.worker_tools;
     let fake = FakeProvider::start().await;
-    fake.set_default(Reply::tool_calls(vec![(
-        LOOKUP_TOOL,
-        json!({"q": "bench"}),
-    )]));
+    let call_input = if worker_tools {
+        json!({"not_q": "bench"})
+    } else {
+        json!({"q": "bench"})
+    };
+    fake.set_default(Reply::tool_calls(vec![(LOOKUP_TOOL, call_input)]));
+    let mut config_of_each = agent_config();
+    if worker_tools {
+        config_of_each["limits"] = json!({"max_model_steps_per_turn": steps});
+    }
     let admin = connect_to(&config).await?;
     let project = store::ensure_project(&admin, "bench").await?;
     let mut ids = Vec::with_capacity(agents);
     for _ in 0..agents {
-        ids.push(store::create_agent(&admin, project, &agent_config()).await?);
+        ids.push(store::create_agent(&admin, project, &config_of_each).await?);
     }
 
     let fleet = Fleet::new(bench, DB, Some(&fake));
@@ -101,7 +114,12 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
         store::create_input(&tx, *id, &json!("Start the benchmark task."), None).await?;
     }
     tx.commit().await?;
-    let tool_results = answer_tool_calls(&driver, agents, steps).await?;
+    let tool_results = if worker_tools {
+        wait_for_turns_to_end(&driver, agents).await?;
+        0
+    } else {
+        answer_tool_calls(&driver, agents, steps).await?
+    };
     let wall = started.elapsed();
     let machine_ticks = machine_busy_ticks()?.saturating_sub(machine_ticks_before);
     let driver_ticks = cpu_ticks(std::process::id())?.saturating_sub(driver_ticks_before);
@@ -131,7 +149,8 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
         .query_one(
             "SELECT (SELECT count(*) FROM holdfast.steps WHERE kind = 'model'),
                     (SELECT count(*) FROM holdfast.tool_calls WHERE status = 'completed'),
-                    (SELECT count(*) FROM holdfast.events WHERE type IN ('model.retry', 'turn.failed')),
+                    (SELECT count(*) FROM holdfast.events WHERE type = 'model.retry'
+                        OR (type = 'turn.failed' AND data #>> '{error,type}' IS DISTINCT FROM 'limit_exceeded')),
                     (SELECT extract(epoch FROM max(created_at) FILTER (WHERE type = 'model.response')
                                             - min(created_at) FILTER (WHERE type = 'input.received'))::float8
                        FROM holdfast.events)",
@@ -251,11 +270,37 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
             "workers": workers,
             "concurrency": concurrency,
             "model": "instant fake (Anthropic protocol, streamed)",
-            "tool": "custom tool answered by the driver via holdfast.submit_tool_result",
+            "tool": if worker_tools {
+                "run by the workers: a lookup call with input its schema refuses, answered with an error"
+            } else {
+                "custom tool answered by the driver via holdfast.submit_tool_result"
+            },
         }),
         metrics,
         baseline,
     })
+}
+
+/// Wait until every agent's turn has ended (at its step limit).
+async fn wait_for_turns_to_end(config: &ConnectConfig, agents: usize) -> Result<()> {
+    let poller = connect_to(config).await?;
+    let deadline = Instant::now() + RUN_LIMIT;
+    loop {
+        let ended: i64 = poller
+            .query_one(
+                "SELECT count(*) FROM holdfast.agents WHERE last_turn_ended_at IS NOT NULL",
+                &[],
+            )
+            .await?
+            .get(0);
+        if ended as usize >= agents {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{ended} of {agents} agents finished within {RUN_LIMIT:?}");
+        }
+        tokio::time::sleep(TURNS_POLL).await;
+    }
 }
 
 /// Answer every waiting `lookup` call until each agent has had `steps`

@@ -93,6 +93,25 @@ pub async fn release_agent(
     parse_text(row.get(0), "state")
 }
 
+/// End a step that leaves its agent as it is (a tool batch whose results
+/// are saved): release the lease, or, when the agent stays ready and its
+/// next step is due with no other agent waiting, keep it for `keep_for`
+/// more, and return [`AgentState::Running`]: the caller then holds the
+/// lease at `claim.epoch + 1` and takes the next step without a re-claim.
+pub async fn release_or_keep_agent(
+    client: &impl Prepared,
+    claim: Claim,
+    keep_for: Duration,
+) -> Result<AgentState> {
+    let row = query_one_prepared(
+        client,
+        "SELECT holdfast.release_agent($1, $2, NULL, $3::text::interval)",
+        &[&claim.agent_id, &claim.epoch, &to_interval(keep_for)],
+    )
+    .await?;
+    parse_text(row.get(0), "state")
+}
+
 /// Mark an external tool call running before its IO (never rerun after a crash).
 pub async fn start_tool_call(client: &impl Prepared, claim: Claim, tool_call: Uuid) -> Result<()> {
     execute_prepared(
@@ -186,6 +205,30 @@ pub async fn commit_model_steps(
     client: &impl Prepared,
     steps: &[(Claim, &ModelStep)],
 ) -> Result<Vec<(Uuid, Result<Uuid>)>> {
+    Ok(commit_model_steps_keeping_leases(client, steps, None)
+        .await?
+        .into_iter()
+        .map(|(agent, outcome)| (agent, outcome.map(|saved| saved.step_id)))
+        .collect())
+}
+
+/// A model step the group commit saved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SavedModelStep {
+    pub step_id: Uuid,
+    /// The agent stayed ready and its holder kept the lease, now at the
+    /// step's epoch + 1 (`keep_for` given).
+    pub lease_kept: bool,
+}
+
+/// [`commit_model_steps`], with each agent that stays ready kept leased to
+/// its holder for `keep_for` more (when given): its next step is due and no
+/// other agent is waiting to be claimed (`holdfast.settle_agent_with`).
+pub async fn commit_model_steps_keeping_leases(
+    client: &impl Prepared,
+    steps: &[(Claim, &ModelStep)],
+    keep_for: Option<Duration>,
+) -> Result<Vec<(Uuid, Result<SavedModelStep>)>> {
     let mut rows = Vec::with_capacity(steps.len());
     let mut refused = Vec::new();
     for (claim, step) in steps {
@@ -200,14 +243,18 @@ pub async fn commit_model_steps(
     }
     for row in query_prepared(
         client,
-        "SELECT agent_id, outcome, step_id, message, field FROM holdfast.commit_model_steps($1)",
-        &[&rows],
+        "SELECT agent_id, outcome, step_id, message, field, lease_kept \
+           FROM holdfast.commit_model_steps($1, $2::text::interval)",
+        &[&rows, &keep_for.map(to_interval)],
     )
     .await?
     {
         let message = || row.get::<_, Option<String>>("message").unwrap_or_default();
         let outcome = match row.get::<_, &str>("outcome") {
-            "committed" => Ok(row.get("step_id")),
+            "committed" => Ok(SavedModelStep {
+                step_id: row.get("step_id"),
+                lease_kept: row.get("lease_kept"),
+            }),
             "lease_lost" => Err(Error::LeaseLost(message())),
             "not_found" => Err(Error::NotFound(message())),
             _ => Err(Error::Invalid {
@@ -244,6 +291,37 @@ pub async fn commit_tool_result(
     )
     .await?;
     Ok(row.get(0))
+}
+
+/// Save a tool batch's last result and end the batch in one transaction
+/// (`holdfast.end_tool_batch`): [`commit_tool_result`], then
+/// [`release_or_keep_agent`]'s settle, keeping the lease for `keep_for`
+/// when the agent stays ready and nothing else waits
+/// ([`AgentState::Running`]: the caller holds it at `claim.epoch + 1`).
+pub async fn end_tool_batch(
+    client: &impl Prepared,
+    claim: Claim,
+    tool_call: Uuid,
+    output: &Value,
+    is_error: bool,
+    keep_for: Duration,
+) -> Result<AgentState> {
+    let mut output = output.clone();
+    make_storable(&mut output);
+    let row = query_one_prepared(
+        client,
+        "SELECT holdfast.end_tool_batch($1, $2, $3, $4, $5, $6::text::interval)",
+        &[
+            &claim.agent_id,
+            &claim.epoch,
+            &tool_call,
+            &output,
+            &is_error,
+            &to_interval(keep_for),
+        ],
+    )
+    .await?;
+    parse_text(row.get(0), "state")
 }
 
 /// A tool server (or one tool of it) the model call about to be made goes

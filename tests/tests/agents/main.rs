@@ -3,6 +3,7 @@
 //! One test binary with a module per area, so the workspace links few
 //! executables; run one area with `cargo test -p holdfast-tests --test agents NAME::`.
 
+mod busy_agents;
 mod external_tools;
 mod model_options;
 mod models;

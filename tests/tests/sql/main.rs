@@ -3,6 +3,7 @@
 //! One test binary with a module per area, so the workspace links few
 //! executables; run one area with `cargo test -p holdfast-tests --test sql NAME::`.
 
+mod kept_leases;
 mod lease_races;
 mod machines_sql;
 mod maintenance;
