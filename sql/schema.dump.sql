@@ -813,6 +813,241 @@ $$;
 
 
 --
+-- Name: apply_model_step(uuid, bigint, uuid[], jsonb, jsonb, jsonb, text, integer, interval); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.apply_model_step(p_agent uuid, p_epoch bigint, p_input_ids uuid[], p_message jsonb, p_tool_calls jsonb, p_usage jsonb, p_stop_reason text, p_config_version integer, p_lease_ttl interval, OUT step_id uuid, OUT lease_kept boolean) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_agent holdfast.agents;
+    v_tool_calls jsonb := coalesce(p_tool_calls, '[]');
+    v_n_calls integer;
+    v_call jsonb;
+    v_require text[] := '{}';
+    v_statuses text[] := '{}';
+    v_status text;
+    v_opens_waits boolean := false;
+    v_limit text;
+    v_limit_value integer;
+    v_input_ids uuid[] := '{}';
+    v_input_contents jsonb[] := '{}';
+    v_n_inputs integer := 0;
+    v_turn_open boolean;
+    v_new_turn boolean := false;
+    v_step_id uuid;
+    v_step_seq bigint;
+    v_message_seq bigint;
+    v_event_seq bigint;
+    v_calls jsonb := '[]';
+    v_types text[];
+    v_data jsonb[];
+    -- Anthropic paused a long turn (server tools): it goes on with another
+    -- model call that sends this response back as the last message.
+    v_paused boolean := jsonb_array_length(coalesce(p_tool_calls, '[]')) = 0
+                        AND p_stop_reason IS NOT DISTINCT FROM 'pause_turn';
+    v_provider text;
+    v_model text;
+    v_usage holdfast.token_usage;
+    v_turn_usage holdfast.token_usage;
+    v_config_version integer;
+    v_model_config jsonb;
+BEGIN
+    SELECT * INTO STRICT v_agent FROM holdfast.agents WHERE id = p_agent;
+
+    -- What the response used (the config version its request was built
+    -- from, which an "apply": "now" change during the call has since
+    -- replaced), priced now, and the turn's sum with it.
+    v_config_version := coalesce(p_config_version, v_agent.config_version);
+    v_model_config := v_agent.config -> 'model';
+    IF v_config_version <> v_agent.config_version THEN
+        SELECT v.config -> 'model' INTO v_model_config FROM holdfast.agent_config_versions v
+         WHERE v.agent_id = p_agent AND v.version = v_config_version;
+    END IF;
+    v_provider := v_model_config ->> 'provider';
+    v_model := v_model_config ->> 'name';
+    v_usage := holdfast.add_server_tool_cost(
+        holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model), v_provider);
+    v_turn_usage := holdfast.add_usage(v_agent.turn_usage, v_usage);
+
+    -- Decide the calls' statuses before writing anything.
+    v_n_calls := jsonb_array_length(v_tool_calls);
+    IF v_n_calls > 0 THEN
+        v_require := ARRAY(SELECT jsonb_array_elements_text(coalesce(v_agent.config #> '{approvals,require_for}', '[]')));
+    END IF;
+    FOR v_pos IN 0 .. v_n_calls - 1 LOOP
+        v_call := v_tool_calls -> v_pos;
+        v_status := CASE
+            -- A replay's calls are answered from the recording, never
+            -- waited on (answer_replay_calls, time_travel.sql).
+            WHEN v_agent.replay_id IS NOT NULL THEN 'pending'
+            WHEN v_call ->> 'name' = ANY (v_require) THEN 'awaiting_approval'
+            WHEN v_call ->> 'kind' IN ('custom', 'question', 'command') THEN 'waiting'
+            ELSE 'pending' END;
+        v_statuses := array_append(v_statuses, v_status);
+        IF v_status = 'awaiting_approval'
+           OR (v_status = 'waiting' AND v_call ->> 'kind' IN ('question', 'command')) THEN
+            v_opens_waits := true;
+        END IF;
+    END LOOP;
+
+    -- The limits: a response whose calls (or pause) would need a model call
+    -- past the step limit, or with too many calls, keeps its calls only as
+    -- cancelled.
+    IF v_n_calls > 0 OR v_paused THEN
+        IF v_n_calls > holdfast.agent_limit(v_agent.config, 'max_tool_calls_per_response') THEN
+            v_limit := 'max_tool_calls_per_response';
+        ELSIF v_agent.turn_model_steps + 1 >= holdfast.agent_limit(v_agent.config, 'max_model_steps_per_turn') THEN
+            v_limit := 'max_model_steps_per_turn';
+        END IF;
+        IF v_limit IS NOT NULL THEN
+            v_limit_value := holdfast.agent_limit(v_agent.config, v_limit);
+            v_statuses := array_fill('cancelled'::text, ARRAY[v_n_calls]);
+            v_opens_waits := false;
+        END IF;
+    END IF;
+
+    -- The inputs the call saw (still unconsumed), in arrival order.
+    IF coalesce(cardinality(p_input_ids), 0) > 0 THEN
+        SELECT coalesce(array_agg(i.id ORDER BY i.created_at, i.id), '{}'),
+               coalesce(array_agg(i.content ORDER BY i.created_at, i.id), '{}')
+          INTO v_input_ids, v_input_contents
+          FROM holdfast.inputs i
+         WHERE i.agent_id = p_agent AND i.id = ANY (p_input_ids) AND i.consumed_at IS NULL;
+        v_n_inputs := cardinality(v_input_ids);
+    END IF;
+
+    -- No tool calls: the model has answered; the turn is complete (unless
+    -- the provider paused it).
+    v_turn_open := CASE WHEN v_n_calls = 0 AND NOT v_paused THEN false ELSE v_agent.turn_open END;
+    v_types := ARRAY['model.response'];
+    IF v_opens_waits OR v_limit IS NOT NULL THEN
+        -- Calls that open waits (their events, appended one by one below,
+        -- open them) or that a limit cancels: the step's own counters now,
+        -- and the agent settles once the waits are open (settle_agent) or
+        -- the turn has ended (end_turn_with_error).
+        UPDATE holdfast.agents
+           SET last_step_seq = last_step_seq + 1,
+               last_message_seq = last_message_seq + v_n_inputs + 1,
+               last_event_seq = last_event_seq + 1, last_event_at = holdfast.now(),
+               model_attempts = 0,
+               turn_model_steps = turn_model_steps + 1,
+               turn_usage = v_turn_usage,
+               usage = holdfast.add_usage(usage, v_usage)
+         WHERE id = p_agent
+        RETURNING last_step_seq, last_message_seq, last_event_seq
+             INTO v_step_seq, v_message_seq, v_event_seq;
+    ELSE
+        -- The step ends here: settle_agent_with decides the state (with the
+        -- calls and inputs this step is about to write), releases the agent
+        -- and reserves the step's, messages' and events' seqs (turn.started
+        -- added when the commit opens the next turn, for the inputs that came
+        -- during the call), all in its one agent UPDATE; the events follow
+        -- once the rows they name exist.
+        v_types := v_types || array_fill('tool_call.created'::text, ARRAY[v_n_calls]);
+        IF v_n_calls = 0 AND NOT v_paused THEN
+            v_types := array_append(v_types, 'turn.completed');
+        END IF;
+        SELECT s.types, s.last_step_seq, s.last_message_seq, s.last_event_seq, s.state = 'running'
+          INTO v_types, v_step_seq, v_message_seq, v_event_seq, lease_kept
+          FROM holdfast.settle_agent_with(p_agent, v_types, NULL, NULL,
+                   p_turn_open => v_turn_open,
+                   p_new_runnable => 'pending' = ANY (v_statuses),
+                   p_new_waiting => 'waiting' = ANY (v_statuses) OR 'awaiting_approval' = ANY (v_statuses),
+                   p_consumed => v_input_ids,
+                   p_new_steps => 1, p_new_messages => v_n_inputs + 1,
+                   p_model_step => true, p_usage => v_usage, p_lease_ttl => p_lease_ttl) s;
+        v_new_turn := v_types[cardinality(v_types)] = 'turn.started';
+    END IF;
+
+    INSERT INTO holdfast.steps (agent_id, step_seq, kind, epoch, turn_seq, provider, model, usage)
+    VALUES (p_agent, v_step_seq, 'model', p_epoch, v_agent.turn_seq, v_provider, v_model, v_usage)
+    RETURNING id INTO v_step_id;
+
+    -- The inputs become user messages, then the assistant's message.
+    INSERT INTO holdfast.messages (agent_id, seq, role, content, step_id, input_id)
+    SELECT p_agent, v_message_seq - v_n_inputs - 1 + m.ord, m.role, m.content, v_step_id, m.input_id
+      FROM (SELECT i.ord, 'user' AS role,
+                   CASE WHEN jsonb_typeof(i.content) = 'string'
+                        THEN jsonb_build_array(jsonb_build_object('type', 'text', 'text', i.content #>> '{}'))
+                        ELSE i.content END AS content,
+                   i.id AS input_id
+              FROM unnest(v_input_ids, v_input_contents) WITH ORDINALITY AS i (id, content, ord)
+            UNION ALL
+            SELECT v_n_inputs + 1, 'assistant', p_message, NULL) m
+     ORDER BY m.ord;
+    IF v_n_inputs > 0 THEN
+        -- consumed_at IS NULL (true of v_input_ids) lets the plan read the
+        -- agent's pending inputs (inputs_pending_idx), whatever the
+        -- table's statistics were when it was made.
+        UPDATE holdfast.inputs SET consumed_at = holdfast.now()
+         WHERE agent_id = p_agent AND id = ANY (v_input_ids) AND consumed_at IS NULL;
+    END IF;
+
+    IF v_n_calls > 0 THEN
+        WITH inserted AS (
+            INSERT INTO holdfast.tool_calls (agent_id, step_id, position, provider_id, name, input, kind, status)
+            SELECT p_agent, v_step_id, (c.ord - 1)::integer, c.value ->> 'provider_id', c.value ->> 'name',
+                   coalesce(c.value -> 'input', '{}'), c.value ->> 'kind', v_statuses[c.ord]
+              FROM jsonb_array_elements(v_tool_calls) WITH ORDINALITY AS c (value, ord)
+             ORDER BY c.ord
+            RETURNING id, position, provider_id, name, input, kind, status
+        )
+        SELECT jsonb_agg(jsonb_build_object('id', t.id, 'provider_id', t.provider_id, 'name', t.name,
+                                            'input', t.input, 'kind', t.kind, 'status', t.status)
+                         ORDER BY t.position)
+          INTO v_calls
+          FROM inserted t;
+    END IF;
+
+    v_data := ARRAY[jsonb_build_object(
+        'step_id', v_step_id, 'message', p_message, 'tool_calls', v_calls,
+        'usage', coalesce(p_usage, '{}'), 'stop_reason', p_stop_reason,
+        'config_version', v_config_version)];
+    IF NOT (v_opens_waits OR v_limit IS NOT NULL) THEN
+        v_data := v_data || ARRAY(SELECT c.value FROM jsonb_array_elements(v_calls) WITH ORDINALITY AS c (value, ord)
+                                   ORDER BY c.ord);
+        IF v_n_calls = 0 AND NOT v_paused THEN
+            v_data := array_append(v_data, jsonb_build_object('step_id', v_step_id, 'stop_reason', p_stop_reason,
+                                                              'usage', holdfast.usage_json(v_turn_usage)));
+        END IF;
+        IF v_new_turn THEN
+            -- turn.started: the version settle_agent_with opened the turn on.
+            v_data := array_append(v_data, jsonb_build_object('config_version',
+                (SELECT a.config_version FROM holdfast.agents a WHERE a.id = p_agent)));
+        END IF;
+    END IF;
+    PERFORM holdfast.insert_reserved_events(p_agent, v_event_seq, v_types, v_data);
+
+    IF v_opens_waits OR v_limit IS NOT NULL THEN
+        FOR v_call IN SELECT c.value FROM jsonb_array_elements(v_calls) WITH ORDINALITY AS c (value, ord)
+                       ORDER BY c.ord LOOP
+            PERFORM holdfast.append_event(p_agent, 'tool_call.created', v_call);
+        END LOOP;
+        IF v_limit IS NULL THEN
+            PERFORM holdfast.settle_agent(p_agent);
+        ELSE
+            PERFORM holdfast.end_turn_with_error(p_agent, 'limit_exceeded',
+                CASE
+                    WHEN v_limit = 'max_tool_calls_per_response' THEN format(
+                        'the response asked for %s tool calls; this agent may make at most %s per response (limits.%s). None of them ran.',
+                        v_n_calls, v_limit_value, v_limit)
+                    WHEN v_paused THEN format(
+                        'this turn reached %s model steps, the most this agent may take in one turn (limits.%s); the paused response was not continued.',
+                        v_limit_value, v_limit)
+                    ELSE format(
+                        'this turn reached %s model steps, the most this agent may take in one turn (limits.%s); the tool calls of the last response did not run.',
+                        v_limit_value, v_limit) END,
+                NULL, NULL, jsonb_build_object('limit', v_limit, 'value', v_limit_value));
+        END IF;
+    END IF;
+    step_id := v_step_id;
+    lease_kept := coalesce(lease_kept, false);
+END
+$$;
+
+
+--
 -- Name: archive_agent(uuid); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
@@ -1077,45 +1312,6 @@ BEGIN
             'model %s is not allowed on endpoint %s (allowed: %s)', p_model ->> 'name', v_endpoint,
             array_to_string(v_row.models, ', '));
     END IF;
-END
-$$;
-
-
---
--- Name: check_model_step(jsonb, jsonb); Type: FUNCTION; Schema: holdfast; Owner: -
---
-
-CREATE FUNCTION holdfast.check_model_step(p_message jsonb, p_tool_calls jsonb, OUT message text, OUT field text) RETURNS record
-    LANGUAGE plpgsql IMMUTABLE
-    AS $$
-DECLARE
-    v_tool_calls jsonb := coalesce(p_tool_calls, '[]');
-    v_call jsonb;
-BEGIN
-    IF jsonb_typeof(p_message) IS DISTINCT FROM 'array' THEN
-        message := 'message must be an array of content blocks';
-        field := 'message';
-        RETURN;
-    END IF;
-    IF jsonb_typeof(v_tool_calls) <> 'array' THEN
-        message := 'tool_calls must be an array';
-        field := 'tool_calls';
-        RETURN;
-    END IF;
-    FOR v_pos IN 0 .. jsonb_array_length(v_tool_calls) - 1 LOOP
-        v_call := v_tool_calls -> v_pos;
-        IF jsonb_typeof(v_call -> 'name') IS DISTINCT FROM 'string'
-           OR jsonb_typeof(v_call -> 'provider_id') IS DISTINCT FROM 'string' THEN
-            message := 'each tool call needs string name and provider_id';
-            field := format('tool_calls[%s]', v_pos);
-            RETURN;
-        END IF;
-        IF NOT coalesce(v_call ->> 'kind' IN ('external', 'internal', 'custom', 'question', 'command'), false) THEN
-            message := 'tool call kind must be external, internal, custom, question or command';
-            field := format('tool_calls[%s].kind', v_pos);
-            RETURN;
-        END IF;
-    END LOOP;
 END
 $$;
 
@@ -1714,7 +1910,7 @@ DECLARE
     v_result record;
 BEGIN
     SELECT r.outcome, r.step_id, r.message, r.field INTO v_result
-      FROM holdfast.commit_model_steps(ARRAY[ROW(p_agent, p_epoch, p_input_ids, p_message,
+      FROM holdfast.commit_model_step_batch(ARRAY[ROW(p_agent, p_epoch, p_input_ids, p_message,
                p_tool_calls, p_usage, p_stop_reason, p_config_version)::holdfast.model_step]) r;
     IF v_result.outcome = 'committed' THEN
         RETURN v_result.step_id;
@@ -1729,10 +1925,10 @@ $$;
 
 
 --
--- Name: commit_model_steps(holdfast.model_step[], interval); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: commit_model_step_batch(holdfast.model_step[], interval); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.commit_model_steps(p_steps holdfast.model_step[], p_lease_ttl interval DEFAULT NULL::interval) RETURNS TABLE(agent_id uuid, outcome text, step_id uuid, message text, field text, lease_kept boolean)
+CREATE FUNCTION holdfast.commit_model_step_batch(p_steps holdfast.model_step[], p_lease_ttl interval DEFAULT NULL::interval) RETURNS TABLE(agent_id uuid, outcome text, step_id uuid, message text, field text, lease_kept boolean)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -1774,13 +1970,13 @@ BEGIN
             field := 'agent_id';
         ELSE
             SELECT c.message, c.field INTO message, field
-              FROM holdfast.check_model_step(v_row.content, v_row.tool_calls) c;
+              FROM holdfast.model_step_refusal(v_row.content, v_row.tool_calls) c;
             IF message IS NOT NULL THEN
                 outcome := 'invalid';
             ELSE
                 outcome := 'committed';
                 SELECT w.step_id, w.lease_kept INTO step_id, lease_kept
-                  FROM holdfast.write_model_step(v_row.id, v_row.epoch, v_row.input_ids,
+                  FROM holdfast.apply_model_step(v_row.id, v_row.epoch, v_row.input_ids,
                            v_row.content, v_row.tool_calls, v_row.usage, v_row.stop_reason,
                            v_row.config_version, p_lease_ttl) w;
             END IF;
@@ -4238,6 +4434,45 @@ CREATE FUNCTION holdfast.media_signature_matches(p_media_type text, p_head bytea
                            AND substring(p_head FROM 9 FOR 4) = 'WEBP'::bytea
         WHEN 'application/pdf' THEN substring(p_head FROM 1 FOR 5) = '%PDF-'::bytea
         END, false)
+$$;
+
+
+--
+-- Name: model_step_refusal(jsonb, jsonb); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.model_step_refusal(p_message jsonb, p_tool_calls jsonb, OUT message text, OUT field text) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+    v_tool_calls jsonb := coalesce(p_tool_calls, '[]');
+    v_call jsonb;
+BEGIN
+    IF jsonb_typeof(p_message) IS DISTINCT FROM 'array' THEN
+        message := 'message must be an array of content blocks';
+        field := 'message';
+        RETURN;
+    END IF;
+    IF jsonb_typeof(v_tool_calls) <> 'array' THEN
+        message := 'tool_calls must be an array';
+        field := 'tool_calls';
+        RETURN;
+    END IF;
+    FOR v_pos IN 0 .. jsonb_array_length(v_tool_calls) - 1 LOOP
+        v_call := v_tool_calls -> v_pos;
+        IF jsonb_typeof(v_call -> 'name') IS DISTINCT FROM 'string'
+           OR jsonb_typeof(v_call -> 'provider_id') IS DISTINCT FROM 'string' THEN
+            message := 'each tool call needs string name and provider_id';
+            field := format('tool_calls[%s]', v_pos);
+            RETURN;
+        END IF;
+        IF NOT coalesce(v_call ->> 'kind' IN ('external', 'internal', 'custom', 'question', 'command'), false) THEN
+            message := 'tool call kind must be external, internal, custom, question or command';
+            field := format('tool_calls[%s].kind', v_pos);
+            RETURN;
+        END IF;
+    END LOOP;
+END
 $$;
 
 
@@ -7309,241 +7544,6 @@ CREATE FUNCTION holdfast.web_search_usd_per_request() RETURNS numeric
     LANGUAGE sql IMMUTABLE
     AS $$
     SELECT 0.01::numeric
-$$;
-
-
---
--- Name: write_model_step(uuid, bigint, uuid[], jsonb, jsonb, jsonb, text, integer, interval); Type: FUNCTION; Schema: holdfast; Owner: -
---
-
-CREATE FUNCTION holdfast.write_model_step(p_agent uuid, p_epoch bigint, p_input_ids uuid[], p_message jsonb, p_tool_calls jsonb, p_usage jsonb, p_stop_reason text, p_config_version integer, p_lease_ttl interval, OUT step_id uuid, OUT lease_kept boolean) RETURNS record
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-    v_agent holdfast.agents;
-    v_tool_calls jsonb := coalesce(p_tool_calls, '[]');
-    v_n_calls integer;
-    v_call jsonb;
-    v_require text[] := '{}';
-    v_statuses text[] := '{}';
-    v_status text;
-    v_opens_waits boolean := false;
-    v_limit text;
-    v_limit_value integer;
-    v_input_ids uuid[] := '{}';
-    v_input_contents jsonb[] := '{}';
-    v_n_inputs integer := 0;
-    v_turn_open boolean;
-    v_new_turn boolean := false;
-    v_step_id uuid;
-    v_step_seq bigint;
-    v_message_seq bigint;
-    v_event_seq bigint;
-    v_calls jsonb := '[]';
-    v_types text[];
-    v_data jsonb[];
-    -- Anthropic paused a long turn (server tools): it goes on with another
-    -- model call that sends this response back as the last message.
-    v_paused boolean := jsonb_array_length(coalesce(p_tool_calls, '[]')) = 0
-                        AND p_stop_reason IS NOT DISTINCT FROM 'pause_turn';
-    v_provider text;
-    v_model text;
-    v_usage holdfast.token_usage;
-    v_turn_usage holdfast.token_usage;
-    v_config_version integer;
-    v_model_config jsonb;
-BEGIN
-    SELECT * INTO STRICT v_agent FROM holdfast.agents WHERE id = p_agent;
-
-    -- What the response used (the config version its request was built
-    -- from, which an "apply": "now" change during the call has since
-    -- replaced), priced now, and the turn's sum with it.
-    v_config_version := coalesce(p_config_version, v_agent.config_version);
-    v_model_config := v_agent.config -> 'model';
-    IF v_config_version <> v_agent.config_version THEN
-        SELECT v.config -> 'model' INTO v_model_config FROM holdfast.agent_config_versions v
-         WHERE v.agent_id = p_agent AND v.version = v_config_version;
-    END IF;
-    v_provider := v_model_config ->> 'provider';
-    v_model := v_model_config ->> 'name';
-    v_usage := holdfast.add_server_tool_cost(
-        holdfast.price_usage(holdfast.usage_from_json(p_usage), v_provider, v_model), v_provider);
-    v_turn_usage := holdfast.add_usage(v_agent.turn_usage, v_usage);
-
-    -- Decide the calls' statuses before writing anything.
-    v_n_calls := jsonb_array_length(v_tool_calls);
-    IF v_n_calls > 0 THEN
-        v_require := ARRAY(SELECT jsonb_array_elements_text(coalesce(v_agent.config #> '{approvals,require_for}', '[]')));
-    END IF;
-    FOR v_pos IN 0 .. v_n_calls - 1 LOOP
-        v_call := v_tool_calls -> v_pos;
-        v_status := CASE
-            -- A replay's calls are answered from the recording, never
-            -- waited on (answer_replay_calls, time_travel.sql).
-            WHEN v_agent.replay_id IS NOT NULL THEN 'pending'
-            WHEN v_call ->> 'name' = ANY (v_require) THEN 'awaiting_approval'
-            WHEN v_call ->> 'kind' IN ('custom', 'question', 'command') THEN 'waiting'
-            ELSE 'pending' END;
-        v_statuses := array_append(v_statuses, v_status);
-        IF v_status = 'awaiting_approval'
-           OR (v_status = 'waiting' AND v_call ->> 'kind' IN ('question', 'command')) THEN
-            v_opens_waits := true;
-        END IF;
-    END LOOP;
-
-    -- The limits: a response whose calls (or pause) would need a model call
-    -- past the step limit, or with too many calls, keeps its calls only as
-    -- cancelled.
-    IF v_n_calls > 0 OR v_paused THEN
-        IF v_n_calls > holdfast.agent_limit(v_agent.config, 'max_tool_calls_per_response') THEN
-            v_limit := 'max_tool_calls_per_response';
-        ELSIF v_agent.turn_model_steps + 1 >= holdfast.agent_limit(v_agent.config, 'max_model_steps_per_turn') THEN
-            v_limit := 'max_model_steps_per_turn';
-        END IF;
-        IF v_limit IS NOT NULL THEN
-            v_limit_value := holdfast.agent_limit(v_agent.config, v_limit);
-            v_statuses := array_fill('cancelled'::text, ARRAY[v_n_calls]);
-            v_opens_waits := false;
-        END IF;
-    END IF;
-
-    -- The inputs the call saw (still unconsumed), in arrival order.
-    IF coalesce(cardinality(p_input_ids), 0) > 0 THEN
-        SELECT coalesce(array_agg(i.id ORDER BY i.created_at, i.id), '{}'),
-               coalesce(array_agg(i.content ORDER BY i.created_at, i.id), '{}')
-          INTO v_input_ids, v_input_contents
-          FROM holdfast.inputs i
-         WHERE i.agent_id = p_agent AND i.id = ANY (p_input_ids) AND i.consumed_at IS NULL;
-        v_n_inputs := cardinality(v_input_ids);
-    END IF;
-
-    -- No tool calls: the model has answered; the turn is complete (unless
-    -- the provider paused it).
-    v_turn_open := CASE WHEN v_n_calls = 0 AND NOT v_paused THEN false ELSE v_agent.turn_open END;
-    v_types := ARRAY['model.response'];
-    IF v_opens_waits OR v_limit IS NOT NULL THEN
-        -- Calls that open waits (their events, appended one by one below,
-        -- open them) or that a limit cancels: the step's own counters now,
-        -- and the agent settles once the waits are open (settle_agent) or
-        -- the turn has ended (end_turn_with_error).
-        UPDATE holdfast.agents
-           SET last_step_seq = last_step_seq + 1,
-               last_message_seq = last_message_seq + v_n_inputs + 1,
-               last_event_seq = last_event_seq + 1, last_event_at = holdfast.now(),
-               model_attempts = 0,
-               turn_model_steps = turn_model_steps + 1,
-               turn_usage = v_turn_usage,
-               usage = holdfast.add_usage(usage, v_usage)
-         WHERE id = p_agent
-        RETURNING last_step_seq, last_message_seq, last_event_seq
-             INTO v_step_seq, v_message_seq, v_event_seq;
-    ELSE
-        -- The step ends here: settle_agent_with decides the state (with the
-        -- calls and inputs this step is about to write), releases the agent
-        -- and reserves the step's, messages' and events' seqs (turn.started
-        -- added when the commit opens the next turn, for the inputs that came
-        -- during the call), all in its one agent UPDATE; the events follow
-        -- once the rows they name exist.
-        v_types := v_types || array_fill('tool_call.created'::text, ARRAY[v_n_calls]);
-        IF v_n_calls = 0 AND NOT v_paused THEN
-            v_types := array_append(v_types, 'turn.completed');
-        END IF;
-        SELECT s.types, s.last_step_seq, s.last_message_seq, s.last_event_seq, s.state = 'running'
-          INTO v_types, v_step_seq, v_message_seq, v_event_seq, lease_kept
-          FROM holdfast.settle_agent_with(p_agent, v_types, NULL, NULL,
-                   p_turn_open => v_turn_open,
-                   p_new_runnable => 'pending' = ANY (v_statuses),
-                   p_new_waiting => 'waiting' = ANY (v_statuses) OR 'awaiting_approval' = ANY (v_statuses),
-                   p_consumed => v_input_ids,
-                   p_new_steps => 1, p_new_messages => v_n_inputs + 1,
-                   p_model_step => true, p_usage => v_usage, p_lease_ttl => p_lease_ttl) s;
-        v_new_turn := v_types[cardinality(v_types)] = 'turn.started';
-    END IF;
-
-    INSERT INTO holdfast.steps (agent_id, step_seq, kind, epoch, turn_seq, provider, model, usage)
-    VALUES (p_agent, v_step_seq, 'model', p_epoch, v_agent.turn_seq, v_provider, v_model, v_usage)
-    RETURNING id INTO v_step_id;
-
-    -- The inputs become user messages, then the assistant's message.
-    INSERT INTO holdfast.messages (agent_id, seq, role, content, step_id, input_id)
-    SELECT p_agent, v_message_seq - v_n_inputs - 1 + m.ord, m.role, m.content, v_step_id, m.input_id
-      FROM (SELECT i.ord, 'user' AS role,
-                   CASE WHEN jsonb_typeof(i.content) = 'string'
-                        THEN jsonb_build_array(jsonb_build_object('type', 'text', 'text', i.content #>> '{}'))
-                        ELSE i.content END AS content,
-                   i.id AS input_id
-              FROM unnest(v_input_ids, v_input_contents) WITH ORDINALITY AS i (id, content, ord)
-            UNION ALL
-            SELECT v_n_inputs + 1, 'assistant', p_message, NULL) m
-     ORDER BY m.ord;
-    IF v_n_inputs > 0 THEN
-        -- consumed_at IS NULL (true of v_input_ids) lets the plan read the
-        -- agent's pending inputs (inputs_pending_idx), whatever the
-        -- table's statistics were when it was made.
-        UPDATE holdfast.inputs SET consumed_at = holdfast.now()
-         WHERE agent_id = p_agent AND id = ANY (v_input_ids) AND consumed_at IS NULL;
-    END IF;
-
-    IF v_n_calls > 0 THEN
-        WITH inserted AS (
-            INSERT INTO holdfast.tool_calls (agent_id, step_id, position, provider_id, name, input, kind, status)
-            SELECT p_agent, v_step_id, (c.ord - 1)::integer, c.value ->> 'provider_id', c.value ->> 'name',
-                   coalesce(c.value -> 'input', '{}'), c.value ->> 'kind', v_statuses[c.ord]
-              FROM jsonb_array_elements(v_tool_calls) WITH ORDINALITY AS c (value, ord)
-             ORDER BY c.ord
-            RETURNING id, position, provider_id, name, input, kind, status
-        )
-        SELECT jsonb_agg(jsonb_build_object('id', t.id, 'provider_id', t.provider_id, 'name', t.name,
-                                            'input', t.input, 'kind', t.kind, 'status', t.status)
-                         ORDER BY t.position)
-          INTO v_calls
-          FROM inserted t;
-    END IF;
-
-    v_data := ARRAY[jsonb_build_object(
-        'step_id', v_step_id, 'message', p_message, 'tool_calls', v_calls,
-        'usage', coalesce(p_usage, '{}'), 'stop_reason', p_stop_reason,
-        'config_version', v_config_version)];
-    IF NOT (v_opens_waits OR v_limit IS NOT NULL) THEN
-        v_data := v_data || ARRAY(SELECT c.value FROM jsonb_array_elements(v_calls) WITH ORDINALITY AS c (value, ord)
-                                   ORDER BY c.ord);
-        IF v_n_calls = 0 AND NOT v_paused THEN
-            v_data := array_append(v_data, jsonb_build_object('step_id', v_step_id, 'stop_reason', p_stop_reason,
-                                                              'usage', holdfast.usage_json(v_turn_usage)));
-        END IF;
-        IF v_new_turn THEN
-            -- turn.started: the version settle_agent_with opened the turn on.
-            v_data := array_append(v_data, jsonb_build_object('config_version',
-                (SELECT a.config_version FROM holdfast.agents a WHERE a.id = p_agent)));
-        END IF;
-    END IF;
-    PERFORM holdfast.insert_reserved_events(p_agent, v_event_seq, v_types, v_data);
-
-    IF v_opens_waits OR v_limit IS NOT NULL THEN
-        FOR v_call IN SELECT c.value FROM jsonb_array_elements(v_calls) WITH ORDINALITY AS c (value, ord)
-                       ORDER BY c.ord LOOP
-            PERFORM holdfast.append_event(p_agent, 'tool_call.created', v_call);
-        END LOOP;
-        IF v_limit IS NULL THEN
-            PERFORM holdfast.settle_agent(p_agent);
-        ELSE
-            PERFORM holdfast.end_turn_with_error(p_agent, 'limit_exceeded',
-                CASE
-                    WHEN v_limit = 'max_tool_calls_per_response' THEN format(
-                        'the response asked for %s tool calls; this agent may make at most %s per response (limits.%s). None of them ran.',
-                        v_n_calls, v_limit_value, v_limit)
-                    WHEN v_paused THEN format(
-                        'this turn reached %s model steps, the most this agent may take in one turn (limits.%s); the paused response was not continued.',
-                        v_limit_value, v_limit)
-                    ELSE format(
-                        'this turn reached %s model steps, the most this agent may take in one turn (limits.%s); the tool calls of the last response did not run.',
-                        v_limit_value, v_limit) END,
-                NULL, NULL, jsonb_build_object('limit', v_limit, 'value', v_limit_value));
-        END IF;
-    END IF;
-    step_id := v_step_id;
-    lease_kept := coalesce(lease_kept, false);
-END
 $$;
 
 

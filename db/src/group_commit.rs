@@ -3,7 +3,7 @@
 //! commit that NOTIFYs takes its turn at the notify queue lock), so N writes
 //! in one commit pay those once instead of N times.
 //!
-//! The worker groups its model steps ([`crate::store::commit_model_steps`]),
+//! The worker groups its model steps ([`crate::store::commit_model_step_batch`]),
 //! the API its tool results ([`crate::store::submit_tool_results`]) and
 //! inputs ([`crate::store::create_inputs`]). Each kind is a
 //! [`GroupWrite`]: its batch function is set-based SQL that checks and

@@ -39,7 +39,7 @@ $$;
 
 -- Lock the agents p_ids names (FOR UPDATE), in id order, so that two
 -- batches cannot deadlock on each other: the batch functions' first
--- statement (create_inputs, commit_model_steps, submit_tool_results).
+-- statement (create_inputs, commit_model_step_batch, submit_tool_results).
 -- Returns the locked rows; ids of no agent (or NULL) are skipped. Each
 -- agent is read by its key, one index probe per id, never as a join: those
 -- functions run with force_generic_plan, so a session keeps the plan of
@@ -135,7 +135,7 @@ LANGUAGE sql AS $$
 $$;
 
 -- turn_trace_context, leaving out the inputs in p_taken: those a step is
--- consuming in the same transaction (write_model_step, whose commit ends a
+-- consuming in the same transaction (apply_model_step, whose commit ends a
 -- turn and opens the next for the inputs that came during its call).
 CREATE OR REPLACE FUNCTION holdfast.next_turn_trace_context(
     p_agent uuid, p_taken uuid[], OUT parent text, OUT state text)
@@ -157,7 +157,7 @@ $$;
 -- The one way a step ends: decide the agent's next state (decide_state)
 -- and write it, the lease's release, the events' seqs, the turn and what
 -- the step itself changed on the agent, in one agent-row UPDATE. Every
--- ending goes through it: a committed model step (write_model_step), a
+-- ending goes through it: a committed model step (apply_model_step), a
 -- compaction, a release after tool results (release_agent), a retry, an
 -- interrupt, a failure (fail_step), a failed or cancelled turn; settle_agent
 -- is it with nothing of the step's own.
@@ -165,7 +165,7 @@ $$;
 -- p_types / p_data are the events of the ending, appended after the seqs
 -- are reserved; p_data NULL reserves the seqs only (the returned `types`,
 -- ending at `last_event_seq`), for a caller whose events name rows it
--- writes afterwards (write_model_step, insert_reserved_events). When a turn
+-- writes afterwards (apply_model_step, insert_reserved_events). When a turn
 -- opens, turn.started is added to them (and the turn's trace context set,
 -- turn_trace_context, and the oldest queued input admitted,
 -- admit_queued_input). Turn events keep the agent's last_turn_* columns:

@@ -5,8 +5,8 @@
 -- Each object is defined here once, as it is now. See docs/sql.md for how
 -- a fresh install applies these files and how a change is added.
 
--- One model response of a group commit (commit_model_steps): the
--- write_model_step arguments of one agent's step.
+-- One model response of a group commit (commit_model_step_batch): the
+-- apply_model_step arguments of one agent's step.
 CREATE TYPE holdfast.model_step AS (
 	agent_id uuid,
 	epoch bigint,
@@ -178,7 +178,7 @@ $$;
 -- of its message or tool calls (message, and the field it names), or NULLs
 -- when it is well formed. Pure: reads, locks and raises nothing, so a group
 -- commit can refuse one agent's step without aborting the others'.
-CREATE OR REPLACE FUNCTION holdfast.check_model_step(
+CREATE OR REPLACE FUNCTION holdfast.model_step_refusal(
     p_message jsonb, p_tool_calls jsonb, OUT message text, OUT field text)
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
@@ -212,9 +212,9 @@ BEGIN
 END
 $$;
 
--- Save one model response that check_model_step passed, for an agent whose
+-- Save one model response that model_step_refusal passed, for an agent whose
 -- row lock the caller holds and whose lease at p_epoch it has checked
--- (commit_model_steps does both): the inputs the call saw become user
+-- (commit_model_step_batch does both): the inputs the call saw become user
 -- messages, then the assistant's message, its tool calls and events, and
 -- the agent is released. Enforces the agent's model limits: it counts the
 -- step in turn_model_steps (reset when the commit opens a new turn). A
@@ -240,7 +240,7 @@ $$;
 -- ready (settle_agent_with): lease_kept says so, and the caller then holds
 -- it at p_epoch + 1. Reads model_prices. Raises nothing of its own.
 -- Returns the step id.
-CREATE OR REPLACE FUNCTION holdfast.write_model_step(
+CREATE OR REPLACE FUNCTION holdfast.apply_model_step(
     p_agent uuid, p_epoch bigint, p_input_ids uuid[], p_message jsonb,
     p_tool_calls jsonb, p_usage jsonb, p_stop_reason text, p_config_version integer,
     p_lease_ttl interval, OUT step_id uuid, OUT lease_kept boolean)
@@ -477,7 +477,7 @@ $$;
 -- agent of the batch (FOR UPDATE, in id order, so two batches cannot
 -- deadlock on each other) and checks each lease; then only the rows whose
 -- agent was found, is still leased at the row's epoch, appears once in the
--- batch and passes check_model_step are written (write_model_step, in agent
+-- batch and passes model_step_refusal are written (apply_model_step, in agent
 -- id order). A refused row writes nothing and aborts nothing: no savepoint,
 -- no exception. Returns one row per step, in agent id order: outcome
 -- 'committed' (with step_id), 'lease_lost', 'not_found' or 'invalid' (with
@@ -489,7 +489,7 @@ $$;
 -- Raises nothing of its own; any other error (a deadlock with a
 -- non-worker transaction, a lost connection) aborts the whole batch, and
 -- the worker then commits its steps one by one.
-CREATE OR REPLACE FUNCTION holdfast.commit_model_steps(p_steps holdfast.model_step[], p_lease_ttl interval DEFAULT NULL)
+CREATE OR REPLACE FUNCTION holdfast.commit_model_step_batch(p_steps holdfast.model_step[], p_lease_ttl interval DEFAULT NULL)
 RETURNS TABLE (agent_id uuid, outcome text, step_id uuid, message text, field text, lease_kept boolean)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
@@ -530,13 +530,13 @@ BEGIN
             field := 'agent_id';
         ELSE
             SELECT c.message, c.field INTO message, field
-              FROM holdfast.check_model_step(v_row.content, v_row.tool_calls) c;
+              FROM holdfast.model_step_refusal(v_row.content, v_row.tool_calls) c;
             IF message IS NOT NULL THEN
                 outcome := 'invalid';
             ELSE
                 outcome := 'committed';
                 SELECT w.step_id, w.lease_kept INTO step_id, lease_kept
-                  FROM holdfast.write_model_step(v_row.id, v_row.epoch, v_row.input_ids,
+                  FROM holdfast.apply_model_step(v_row.id, v_row.epoch, v_row.input_ids,
                            v_row.content, v_row.tool_calls, v_row.usage, v_row.stop_reason,
                            v_row.config_version, p_lease_ttl) w;
             END IF;
@@ -550,7 +550,7 @@ $$;
 -- release the agent: the group commit's batch of one, its outcome raised as
 -- the single-step callers have always seen it. Locks the agent row. Raises
 -- HF001 (lease lost), HF404 (no such agent), HF422 (a malformed message or
--- tool call, the field named). p_config_version as in write_model_step.
+-- tool call, the field named). p_config_version as in apply_model_step.
 -- Returns the step id.
 CREATE OR REPLACE FUNCTION holdfast.commit_model_step(
     p_agent uuid, p_epoch bigint, p_input_ids uuid[], p_message jsonb,
@@ -560,7 +560,7 @@ DECLARE
     v_result record;
 BEGIN
     SELECT r.outcome, r.step_id, r.message, r.field INTO v_result
-      FROM holdfast.commit_model_steps(ARRAY[ROW(p_agent, p_epoch, p_input_ids, p_message,
+      FROM holdfast.commit_model_step_batch(ARRAY[ROW(p_agent, p_epoch, p_input_ids, p_message,
                p_tool_calls, p_usage, p_stop_reason, p_config_version)::holdfast.model_step]) r;
     IF v_result.outcome = 'committed' THEN
         RETURN v_result.step_id;

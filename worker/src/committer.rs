@@ -1,7 +1,7 @@
 //! The worker's group commit of model steps: steps that finish within a
 //! short window (`HOLDFAST_COMMIT_WINDOW`), or until `HOLDFAST_COMMIT_BATCH`
 //! are waiting, are saved in one transaction by
-//! `holdfast.commit_model_steps` ([`holdfast_db::group_commit`]). Each
+//! `holdfast.commit_model_step_batch` ([`holdfast_db::group_commit`]). Each
 //! agent is fenced on its own in SQL: a lost lease or a malformed response
 //! refuses only that agent's step, and each step's caller gets the outcome
 //! a commit of its own would have had. An agent that stays ready stays
@@ -47,7 +47,7 @@ impl GroupWrite for ModelSteps {
         let client = pool.get().await?;
         let steps: Vec<(Claim, &ModelStep)> = items.iter().map(|(c, s)| (*c, s)).collect();
         let mut outcomes: HashMap<Uuid, Result<store::SavedModelStep>> =
-            store::commit_model_steps_keeping_leases(&store::Pooled(&client), &steps, *keep_for)
+            store::commit_model_step_batch_keeping_leases(&client, &steps, *keep_for)
                 .await?
                 .into_iter()
                 .collect();

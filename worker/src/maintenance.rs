@@ -283,7 +283,7 @@ fn fire_plan(
 async fn tick(pool: &Pool, settings: &Settings) -> anyhow::Result<()> {
     let work = async {
         let client = pool.get().await?;
-        let report = store::maintenance_tick(&**client).await?;
+        let report = store::maintenance_tick(&client).await?;
         let machines = store::machine_tick(
             &client,
             settings.command_accept_timeout,

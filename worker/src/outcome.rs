@@ -1,7 +1,7 @@
 //! What a step came to, and the one function that saves it.
 //!
 //! A step decides its result — a model response, a retry, a failed turn, a
-//! compaction, nothing — as a [`StepResult`] without writing anything, and
+//! compaction, nothing — as a [`StepDecision`] without writing anything, and
 //! [`save`] writes it: every end-of-step write is fenced by the claim's
 //! epoch in SQL, timed by kind (`holdfast_step_save_seconds{result}`) and
 //! turned into the step's [`StepOutcome`] here, so a batched commit can
@@ -28,11 +28,12 @@ use uuid::Uuid;
 use crate::deps::StepDeps;
 use crate::toolbox::LastToolResult;
 
-/// What a step came to.
+/// What a step decided, before it is written ([`save`] writes it and
+/// returns the [`StepOutcome`]).
 #[derive(Debug)]
-pub enum StepResult {
+pub enum StepDecision {
     /// Nothing to do (the claim raced a change): release the agent.
-    Nothing,
+    NoWork,
     /// A tool batch ran (its results are saved, but `last`, saved with
     /// the batch's end): release the agent, or keep its lease.
     BatchDone { last: Option<LastToolResult> },
@@ -93,7 +94,8 @@ pub enum StepOutcome {
     /// refused the write for a reason other than the lease): the lease
     /// expires and maintenance releases the agent.
     Abandoned,
-    Nothing,
+    /// The claim raced a change and found no work; the agent was released.
+    NoWork,
 }
 
 impl StepOutcome {
@@ -106,25 +108,25 @@ impl StepOutcome {
             StepOutcome::Released => "released",
             StepOutcome::LeaseLost => "lease_lost",
             StepOutcome::Abandoned => "abandoned",
-            StepOutcome::Nothing => "nothing",
+            StepOutcome::NoWork => "no_work",
         }
     }
 }
 
-impl StepResult {
+impl StepDecision {
     fn kind(&self) -> &'static str {
         match self {
-            StepResult::Nothing => "nothing",
-            StepResult::BatchDone { .. } => "batch_done",
-            StepResult::Drained => "drained",
-            StepResult::ModelResponse(_) => "model_response",
-            StepResult::ModelRetry { .. } => "model_retry",
-            StepResult::TurnFailed { .. } => "turn_failed",
-            StepResult::OverBudget { .. } => "over_budget",
-            StepResult::Compacted { .. } => "compacted",
-            StepResult::Cancelled => "cancelled",
-            StepResult::Interrupted { .. } => "interrupted",
-            StepResult::StepFailed { .. } => "step_failed",
+            StepDecision::NoWork => "no_work",
+            StepDecision::BatchDone { .. } => "batch_done",
+            StepDecision::Drained => "drained",
+            StepDecision::ModelResponse(_) => "model_response",
+            StepDecision::ModelRetry { .. } => "model_retry",
+            StepDecision::TurnFailed { .. } => "turn_failed",
+            StepDecision::OverBudget { .. } => "over_budget",
+            StepDecision::Compacted { .. } => "compacted",
+            StepDecision::Cancelled => "cancelled",
+            StepDecision::Interrupted { .. } => "interrupted",
+            StepDecision::StepFailed { .. } => "step_failed",
         }
     }
 }
@@ -133,7 +135,7 @@ impl StepResult {
 /// error is the write's (a lost lease is [`holdfast_db::Error::LeaseLost`]),
 /// and `result` is left as it was, to be saved again, except when the
 /// group committer has stopped with a model response in hand.
-pub async fn save(deps: &StepDeps, claim: Claim, result: &mut StepResult) -> Result<StepOutcome> {
+pub async fn save(deps: &StepDeps, claim: Claim, result: &mut StepDecision) -> Result<StepOutcome> {
     let kind = result.kind();
     let started = Instant::now();
     let outcome = write(deps, claim, result).await;
@@ -142,18 +144,17 @@ pub async fn save(deps: &StepDeps, claim: Claim, result: &mut StepResult) -> Res
     outcome
 }
 
-async fn write(deps: &StepDeps, claim: Claim, result: &mut StepResult) -> Result<StepOutcome> {
+async fn write(deps: &StepDeps, claim: Claim, result: &mut StepDecision) -> Result<StepOutcome> {
     let release = |outcome| async move {
         let client = deps.pool.get().await?;
-        store::release_agent(&store::Pooled(&client), claim, None).await?;
+        store::release_agent(&client, claim, None).await?;
         Ok(outcome)
     };
     match result {
-        StepResult::Nothing => release(StepOutcome::Nothing).await,
-        StepResult::BatchDone { last } => {
+        StepDecision::NoWork => release(StepOutcome::NoWork).await,
+        StepDecision::BatchDone { last } => {
             let since = Instant::now();
             let client = deps.pool.get().await?;
-            let client = store::Pooled(&client);
             let keep_for = deps.settings.lease_ttl;
             let state = match last {
                 Some(last) => {
@@ -175,8 +176,8 @@ async fn write(deps: &StepDeps, claim: Claim, result: &mut StepResult) -> Result
                 StepOutcome::Committed
             })
         }
-        StepResult::Drained => release(StepOutcome::Released).await,
-        StepResult::ModelResponse(kept) => {
+        StepDecision::Drained => release(StepOutcome::Released).await,
+        StepDecision::ModelResponse(kept) => {
             // Moved into the group commit, and back if it is refused: a
             // response is not copied to be saved.
             let since = Instant::now();
@@ -195,7 +196,7 @@ async fn write(deps: &StepDeps, claim: Claim, result: &mut StepResult) -> Result
                 }
             }
         }
-        StepResult::ModelRetry {
+        StepDecision::ModelRetry {
             error,
             delay,
             max_retries,
@@ -203,7 +204,7 @@ async fn write(deps: &StepDeps, claim: Claim, result: &mut StepResult) -> Result
         } => {
             let client = deps.pool.get().await?;
             let retrying =
-                store::commit_model_retry(&**client, claim, error, *delay, *max_retries, input_ids)
+                store::commit_model_retry(&client, claim, error, *delay, *max_retries, input_ids)
                     .await?;
             Ok(if retrying {
                 StepOutcome::Retrying
@@ -211,51 +212,51 @@ async fn write(deps: &StepDeps, claim: Claim, result: &mut StepResult) -> Result
                 StepOutcome::Failed
             })
         }
-        StepResult::TurnFailed {
+        StepDecision::TurnFailed {
             error_type,
             message,
             input_ids,
         } => {
             let client = deps.pool.get().await?;
-            store::fail_turn(&**client, claim, error_type, message, input_ids).await?;
+            store::fail_turn(&client, claim, error_type, message, input_ids).await?;
             Ok(StepOutcome::Failed)
         }
-        StepResult::OverBudget { input_ids } => {
+        StepDecision::OverBudget { input_ids } => {
             let client = deps.pool.get().await?;
             Ok(
-                match store::end_turn_over_budget(&**client, claim, input_ids).await? {
+                match store::end_turn_over_budget(&client, claim, input_ids).await? {
                     OverBudget::Failed => StepOutcome::Failed,
                     OverBudget::Asked | OverBudget::Released => StepOutcome::Released,
                 },
             )
         }
-        StepResult::Compacted {
+        StepDecision::Compacted {
             summary,
             keep_from_seq,
             usage,
         } => {
             let client = deps.pool.get().await?;
-            store::commit_compaction(&**client, claim, summary, *keep_from_seq, usage).await?;
+            store::commit_compaction(&client, claim, summary, *keep_from_seq, usage).await?;
             Ok(StepOutcome::Committed)
         }
-        StepResult::Cancelled => {
+        StepDecision::Cancelled => {
             let client = deps.pool.get().await?;
-            store::complete_cancel(&**client, claim).await?;
+            store::complete_cancel(&client, claim).await?;
             Ok(StepOutcome::Cancelled)
         }
-        StepResult::Interrupted { input_ids } => {
+        StepDecision::Interrupted { input_ids } => {
             let client = deps.pool.get().await?;
-            store::commit_model_interrupt(&**client, claim, input_ids).await?;
+            store::commit_model_interrupt(&client, claim, input_ids).await?;
             Ok(StepOutcome::Released)
         }
-        StepResult::StepFailed { message } => {
+        StepDecision::StepFailed { message } => {
             let settings = &deps.settings;
             let client = deps.pool.get().await?;
-            let failures = store::step_failures(&**client, claim.agent_id).await?;
+            let failures = store::step_failures(&client, claim.agent_id).await?;
             let attempt = u32::try_from(failures).unwrap_or(0).saturating_add(1);
             let delay = settings.step_backoff.delay(attempt, None);
             let max = i32::try_from(settings.step_max_attempts).unwrap_or(i32::MAX);
-            if store::fail_step(&**client, claim, message, delay, max).await? {
+            if store::fail_step(&client, claim, message, delay, max).await? {
                 Ok(StepOutcome::Retrying)
             } else {
                 tracing::warn!(agent_id = %claim.agent_id, "step failed too often: the turn failed");

@@ -19,7 +19,7 @@ pub enum NextAction {
     /// Call the model.
     Model,
     /// Nothing to do (the claim raced a change): release.
-    Nothing,
+    NoWork,
 }
 
 /// What the model is told about a call its turn's cancel closed.
@@ -39,7 +39,7 @@ pub fn next_action(context: &StepContext) -> NextAction {
     } else if context.turn_open || !context.pending_inputs.is_empty() {
         NextAction::Model
     } else {
-        NextAction::Nothing
+        NextAction::NoWork
     }
 }
 
@@ -293,7 +293,7 @@ mod tests {
         ctx.tool_calls[0].status = "completed".into();
         assert_eq!(next_action(&ctx), NextAction::Model);
         ctx.turn_open = false;
-        assert_eq!(next_action(&ctx), NextAction::Nothing);
+        assert_eq!(next_action(&ctx), NextAction::NoWork);
     }
 
     #[test]

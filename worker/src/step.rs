@@ -1,5 +1,5 @@
 //! One step for one claimed agent: load its saved state, decide, run, and
-//! hand what it came to ([`StepResult`]) to the one function that saves it
+//! hand what it came to ([`StepDecision`]) to the one function that saves it
 //! ([`crate::outcome::save`]).
 
 use std::any::Any;
@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::deps::StepDeps;
-use crate::outcome::{save, StepOutcome, StepResult};
+use crate::outcome::{save, StepDecision, StepOutcome};
 use crate::plan::{compaction_plan, model_request, next_action, NextAction};
 use crate::stop::{StopReason, StopSignal};
 use crate::{content_urls, deltas, spans, toolbox};
@@ -38,7 +38,7 @@ enum StepFailure {
 /// is saved) and the reason decides what is written: nothing (lease lost),
 /// `turn.cancelled` (cancel), or an explicit release (drain). A step that
 /// fails, or panics, with anything but a lost lease is saved as a step
-/// failure ([`StepResult::StepFailed`]): it never ends the task abnormally
+/// failure ([`StepDecision::StepFailed`]): it never ends the task abnormally
 /// and never releases its agent for an immediate retry — retrying at once
 /// would fail the same way, in a loop, perhaps paying for a model call
 /// each time.
@@ -47,7 +47,7 @@ pub async fn run(deps: Arc<StepDeps>, claim: Claim, stop: StopSignal) -> StepOut
     let mut attempt = None;
     let result = tokio::select! {
         result = contained(execute(&deps, claim, &stop, &mut attempt)) => result,
-        _ = stop.stopped() => Ok(StepResult::Nothing),
+        _ = stop.stopped() => Ok(StepDecision::NoWork),
     };
     let outcome = match (stop.reason(), result) {
         (None, Ok(result)) => finish(&deps, claim, result, &stop).await,
@@ -61,11 +61,11 @@ pub async fn run(deps: Arc<StepDeps>, claim: Claim, stop: StopSignal) -> StepOut
         (Some(StopReason::LeaseLost), _) => StepOutcome::LeaseLost,
         (Some(StopReason::Cancel), result) => {
             save_held_tool_result(&deps, claim, result).await;
-            finish(&deps, claim, StepResult::Cancelled, &stop).await
+            finish(&deps, claim, StepDecision::Cancelled, &stop).await
         }
         (Some(StopReason::Drain), result) => {
             save_held_tool_result(&deps, claim, result).await;
-            finish(&deps, claim, StepResult::Drained, &stop).await
+            finish(&deps, claim, StepDecision::Drained, &stop).await
         }
     };
     if let Some(attempt) = attempt {
@@ -85,15 +85,15 @@ pub async fn run(deps: Arc<StepDeps>, claim: Claim, stop: StopSignal) -> StepOut
 async fn save_held_tool_result(
     deps: &StepDeps,
     claim: Claim,
-    result: Result<StepResult, StepFailure>,
+    result: Result<StepDecision, StepFailure>,
 ) {
-    let Ok(StepResult::BatchDone { last: Some(last) }) = result else {
+    let Ok(StepDecision::BatchDone { last: Some(last) }) = result else {
         return;
     };
     let saved = async {
         let client = deps.pool.get().await?;
         store::commit_tool_result(
-            &store::Pooled(&client),
+            &client,
             claim,
             last.call,
             &last.output.output,
@@ -115,10 +115,10 @@ async fn save_held_tool_result(
 async fn finish(
     deps: &StepDeps,
     claim: Claim,
-    result: StepResult,
+    result: StepDecision,
     stop: &StopSignal,
 ) -> StepOutcome {
-    let retry_as_failure = !matches!(result, StepResult::StepFailed { .. });
+    let retry_as_failure = !matches!(result, StepDecision::StepFailed { .. });
     let error = match save_waiting_out_a_full_disk(deps, claim, result, stop).await {
         Ok(outcome) => return outcome,
         Err(error) => error,
@@ -133,7 +133,7 @@ async fn finish(
     }
     if retry_as_failure && !matches!(error, Error::LeaseLost(_)) {
         tracing::warn!(agent_id = %claim.agent_id, %error, "saving the step's result failed");
-        let mut failed = StepResult::StepFailed {
+        let mut failed = StepDecision::StepFailed {
             message: error.to_string(),
         };
         match save(deps, claim, &mut failed).await {
@@ -148,7 +148,7 @@ async fn finish(
 async fn save_waiting_out_a_full_disk(
     deps: &StepDeps,
     claim: Claim,
-    mut result: StepResult,
+    mut result: StepDecision,
     stop: &StopSignal,
 ) -> Result<StepOutcome> {
     let mut wait = FullDiskWait::new(claim, stop);
@@ -205,7 +205,7 @@ const FULL_DISK_BACKOFF: Backoff = Backoff {
 };
 
 /// The step failure to save for `failure`, logged.
-fn step_failed(claim: Claim, failure: StepFailure) -> StepResult {
+fn step_failed(claim: Claim, failure: StepFailure) -> StepDecision {
     let message = match failure {
         StepFailure::Error(e) => {
             tracing::warn!(agent_id = %claim.agent_id, error = %e, "step failed");
@@ -217,7 +217,7 @@ fn step_failed(claim: Claim, failure: StepFailure) -> StepResult {
             format!("the worker panicked: {message}")
         }
     };
-    StepResult::StepFailed { message }
+    StepDecision::StepFailed { message }
 }
 
 /// `work`'s result, with a panic inside it turned into
@@ -226,8 +226,8 @@ fn step_failed(claim: Claim, failure: StepFailure) -> StepResult {
 /// keeps its argument and the future it moves that into side by side, and
 /// this one's argument is the whole step.
 fn contained(
-    work: impl Future<Output = Result<StepResult, Error>>,
-) -> impl Future<Output = Result<StepResult, StepFailure>> {
+    work: impl Future<Output = Result<StepDecision, Error>>,
+) -> impl Future<Output = Result<StepDecision, StepFailure>> {
     AssertUnwindSafe(work)
         .catch_unwind()
         .map(|caught| match caught {
@@ -261,17 +261,13 @@ async fn execute(
     claim: Claim,
     stop: &StopSignal,
     attempt: &mut Option<opentelemetry::Context>,
-) -> Result<StepResult> {
+) -> Result<StepDecision> {
     // Boxed, like the other large awaits of a step: the load's future is
     // larger than the model call's, and a step future is as large as its
     // largest state for as long as it is in flight.
     let context = {
         let client = deps.pool.get().await?;
-        Box::pin(store::load_step_context(
-            &store::Pooled(&client),
-            claim.agent_id,
-        ))
-        .await?
+        Box::pin(store::load_step_context(&client, claim.agent_id)).await?
     };
     let trace = spans::start_attempt(claim, &context.trace);
     *attempt = Some(trace.clone());
@@ -286,14 +282,14 @@ async fn decide_and_run(
     claim: Claim,
     stop: &StopSignal,
     context: &StepContext,
-) -> Result<StepResult> {
+) -> Result<StepDecision> {
     if context.cancel_requested {
         stop.stop(StopReason::Cancel);
-        return Ok(StepResult::Cancelled);
+        return Ok(StepDecision::Cancelled);
     }
     let action = next_action(context);
     let kind = match &action {
-        NextAction::Nothing => "nothing",
+        NextAction::NoWork => "no_work",
         NextAction::Tools(_) => "tools",
         NextAction::Model => "model",
     };
@@ -301,13 +297,13 @@ async fn decide_and_run(
     spans::record_kind(kind);
     metrics::counter!("holdfast_steps_started_total", "kind" => kind).increment(1);
     match action {
-        NextAction::Nothing => Ok(StepResult::Nothing),
+        NextAction::NoWork => Ok(StepDecision::NoWork),
         NextAction::Tools(calls) => {
             tracing::debug!(calls = calls.len(), "tool batch");
             // Boxed, as the tool definitions below: a step future's size is
             // that of its largest state, and each in-flight step holds one.
             let last = Box::pin(toolbox::run_batch(deps, claim, stop, context, calls)).await?;
-            Ok(StepResult::BatchDone { last })
+            Ok(StepDecision::BatchDone { last })
         }
         NextAction::Model => model_step(deps, claim, stop, context).await,
     }
@@ -321,10 +317,10 @@ async fn model_step(
     claim: Claim,
     stop: &StopSignal,
     context: &StepContext,
-) -> Result<StepResult> {
+) -> Result<StepDecision> {
     // Before anything is paid for (a compaction's summary call included).
     if context.over_budget {
-        return Ok(StepResult::OverBudget {
+        return Ok(StepDecision::OverBudget {
             input_ids: context.pending_input_ids(),
         });
     }
@@ -343,7 +339,7 @@ async fn model_step(
             })
             .collect();
         let client = deps.pool.get().await?;
-        store::record_tools_unavailable(&**client, claim, &unavailable).await?;
+        store::record_tools_unavailable(&client, claim, &unavailable).await?;
     }
     let notice = toolbox::unavailable_notice(&tools.unavailable);
     let mut request = model_request(context, tools.definitions, notice);
@@ -355,7 +351,7 @@ async fn model_step(
             .map(|(url, reason)| (url.as_str(), reason.as_str()))
             .unzip();
         let client = deps.pool.get().await?;
-        store::record_content_left_out(&**client, claim, &urls, &reasons).await?;
+        store::record_content_left_out(&client, claim, &urls, &reasons).await?;
     }
     let target = match model_target(deps, context, &request) {
         Ok(target) => target,
@@ -369,7 +365,7 @@ async fn model_step(
         RequestFiles::default()
     } else {
         let client = deps.pool.get().await?;
-        store::load_request_files(&**client, claim.agent_id, &ids).await?
+        store::load_request_files(&client, claim.agent_id, &ids).await?
     };
     if deps.providers.should_compact(&request) {
         tracing::info!("context near the model's window: compacting first");
@@ -394,7 +390,7 @@ async fn model_step(
             drop(delta_tx);
             let _ = publisher.await;
             spans::end_interrupted_model_call(&call);
-            return Ok(StepResult::Interrupted { input_ids: interrupts });
+            return Ok(StepDecision::Interrupted { input_ids: interrupts });
         }
     };
     spans::end_model_call(&call, response.as_ref());
@@ -431,7 +427,7 @@ async fn model_step(
         .iter()
         .map(|b| serde_json::to_value(b).unwrap_or(Value::Null))
         .collect();
-    Ok(StepResult::ModelResponse(ModelStep {
+    Ok(StepDecision::ModelResponse(ModelStep {
         input_ids,
         message,
         tool_calls,
@@ -483,8 +479,8 @@ async fn compact(
     request: &ModelRequest,
     files: &RequestFiles,
     target: &ModelTarget,
-) -> StepResult {
-    let too_long = |message: String| StepResult::TurnFailed {
+) -> StepDecision {
+    let too_long = |message: String| StepDecision::TurnFailed {
         error_type: "context_length_exceeded".into(),
         message,
         input_ids: context.pending_input_ids(),
@@ -513,7 +509,7 @@ async fn compact(
         .iter()
         .filter_map(ContentBlock::text)
         .collect();
-    StepResult::Compacted {
+    StepDecision::Compacted {
         summary: text.join("\n"),
         keep_from_seq: plan.keep_from_seq,
         usage: serde_json::to_value(summary.usage).unwrap_or(Value::Null),
@@ -521,7 +517,7 @@ async fn compact(
 }
 
 /// A model call failed: retry later (durably), or end the turn.
-fn model_failed(deps: &StepDeps, context: &StepContext, error: ModelError) -> StepResult {
+fn model_failed(deps: &StepDeps, context: &StepContext, error: ModelError) -> StepDecision {
     match error {
         ModelError::Retryable {
             kind,
@@ -531,7 +527,7 @@ fn model_failed(deps: &StepDeps, context: &StepContext, error: ModelError) -> St
             let attempt = u32::try_from(context.model_attempts).unwrap_or(0) + 1;
             let delay = deps.settings.model_backoff.delay(attempt, retry_after);
             tracing::info!(attempt, ?delay, error = %message, "model call failed");
-            StepResult::ModelRetry {
+            StepDecision::ModelRetry {
                 error: json!({"type": kind, "message": message}),
                 delay,
                 max_retries: i32::try_from(deps.settings.model_max_retries).unwrap_or(i32::MAX),
@@ -541,12 +537,12 @@ fn model_failed(deps: &StepDeps, context: &StepContext, error: ModelError) -> St
         ModelError::Fatal {
             error_type,
             message,
-        } => StepResult::TurnFailed {
+        } => StepDecision::TurnFailed {
             error_type,
             message,
             input_ids: context.pending_input_ids(),
         },
-        ModelError::ContextTooLong { message } => StepResult::TurnFailed {
+        ModelError::ContextTooLong { message } => StepDecision::TurnFailed {
             error_type: "context_length_exceeded".into(),
             message,
             input_ids: context.pending_input_ids(),
@@ -565,7 +561,7 @@ mod tests {
             let bytes = "Tom &amp; Jerry";
             // A panic reachable from data, as html_text's byte slicing was.
             let _ = &bytes[index..index + 100];
-            Ok(StepResult::Nothing)
+            Ok(StepDecision::NoWork)
         };
         match contained(panicking).await {
             Err(StepFailure::Panicked(message)) => {
@@ -578,8 +574,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_step_that_does_not_panic_keeps_its_result() {
-        let ok = contained(async { Ok(StepResult::BatchDone { last: None }) }).await;
-        assert!(matches!(ok, Ok(StepResult::BatchDone { last: None })));
+        let ok = contained(async { Ok(StepDecision::BatchDone { last: None }) }).await;
+        assert!(matches!(ok, Ok(StepDecision::BatchDone { last: None })));
         let failed = contained(async { Err(Error::LeaseLost("taken".into())) }).await;
         assert!(matches!(
             failed,

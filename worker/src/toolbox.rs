@@ -423,7 +423,7 @@ async fn spawn_subagent(
         .and_then(Value::as_str)
         .unwrap_or_default();
     let client = deps.pool.get().await?;
-    match store::spawn_subagent(&**client, claim, call.id, &child_config, prompt).await {
+    match store::spawn_subagent(&client, claim, call.id, &child_config, prompt).await {
         Ok(Some(child)) => {
             tracing::info!(%child, "subagent started");
             Ok(())

@@ -478,7 +478,7 @@ async fn run_steps(
         if deps.shutdown.is_cancelled() {
             let released = async {
                 let client = deps.pool.get().await?;
-                store::release_agent(&store::Pooled(&client), claim, None).await
+                store::release_agent(&client, claim, None).await
             };
             if let Err(error) = released.await {
                 tracing::warn!(agent_id = %claim.agent_id, %error, "releasing a kept lease while draining failed");

@@ -1,7 +1,7 @@
 //! `sql_steps`: the SQL of a step with nothing else running. C sessions
 //! each loop over the calls a worker and a custom tool's integration make
 //! for one model step and one tool step: `claim_agents` (one agent), the
-//! claimed turn's inputs, `commit_model_steps` (a response with one custom
+//! claimed turn's inputs, `commit_model_step_batch` (a response with one custom
 //! call), `submit_tool_result`. No worker process, no model, no HTTP, so
 //! the figure is Postgres's share of a step alone: steps/s and Postgres CPU
 //! per step, against `pgbench -N` of the same run. Low noise next to
@@ -101,10 +101,10 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
                     .map(|r| r.get(0))
                     .collect();
                 let step = model_step(inputs);
-                let (_, saved) = store::commit_model_steps(&pooled, &[(claim, &step)])
+                let (_, saved) = store::commit_model_step_batch(&pooled, &[(claim, &step)])
                     .await?
                     .pop()
-                    .context("commit_model_steps returned no outcome")?;
+                    .context("commit_model_step_batch returned no outcome")?;
                 let step_id = saved?;
                 let call: Uuid = pooled
                     .query_one(&waiting_call, &[&claim.agent_id, &step_id])
@@ -164,7 +164,7 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
             "sessions": sessions,
             "seconds": seconds,
             "agents": agent_count,
-            "cycle": "claim_agents(1) → turn_inputs → commit_model_steps (one custom call) → the call's id → submit_tool_result, each its own transaction",
+            "cycle": "claim_agents(1) → turn_inputs → commit_model_step_batch (one custom call) → the call's id → submit_tool_result, each its own transaction",
         }),
         metrics: json!({
             "steps": steps,

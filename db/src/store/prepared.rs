@@ -117,20 +117,6 @@ impl<'a> Prepared for deadpool_postgres::Transaction<'a> {
     }
 }
 
-/// A pooled connection borrowed as its wrapper; the same as passing the
-/// pooled connection itself, which is the calling style to use.
-pub struct Pooled<'a>(pub &'a deadpool_postgres::ClientWrapper);
-
-impl Prepared for Pooled<'_> {
-    type Client = tokio_postgres::Client;
-    fn client(&self) -> &tokio_postgres::Client {
-        self.0
-    }
-    fn statement(&self, sql: &'static str) -> impl Future<Output = PgResult<Statement>> + Send {
-        self.0.prepare_cached(sql)
-    }
-}
-
 impl Prepared for Session {
     type Client = tokio_postgres::Client;
     fn client(&self) -> &tokio_postgres::Client {

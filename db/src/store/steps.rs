@@ -10,7 +10,6 @@ use futures::TryStreamExt;
 use postgres_types::ToSql;
 use serde::Deserialize;
 use serde_json::Value;
-use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::models::model_route_from_row;
@@ -25,6 +24,7 @@ use holdfast_wire::domain::{
 };
 use holdfast_wire::duration::to_interval;
 use holdfast_wire::pg_text::{make_storable, storable_str};
+use tokio_postgres::GenericClient;
 
 /// Claim up to `max` ready agents for `worker`. Call it on the worker's own
 /// long-lived session: the session's backend pid is recorded on each claim,
@@ -44,8 +44,8 @@ pub async fn claim_agents(
     Ok(rows
         .iter()
         .map(|r| Claim {
-            agent_id: r.get(0),
-            epoch: r.get(1),
+            agent_id: r.get("agent_id"),
+            epoch: r.get("epoch"),
         })
         .collect())
 }
@@ -69,10 +69,10 @@ pub async fn renew_leases(
     Ok(rows
         .iter()
         .map(|r| Renewal {
-            agent_id: r.get(0),
-            renewed: r.get(1),
-            cancel_requested: r.get(2),
-            interrupt_input: r.get(3),
+            agent_id: r.get("agent_id"),
+            renewed: r.get("renewed"),
+            cancel_requested: r.get("cancel_requested"),
+            interrupt_input: r.get("interrupt_input"),
         })
         .collect())
 }
@@ -195,17 +195,17 @@ pub async fn commit_model_step(
 }
 
 /// Save several agents' model responses in one statement (the worker's
-/// group commit, `holdfast.commit_model_steps`), each agent fenced on its
+/// group commit, `holdfast.commit_model_step_batch`), each agent fenced on its
 /// own: a lost lease or a malformed response refuses only that agent's step.
 /// Returns each step's agent and outcome (the step id, or the error a single
 /// commit would have raised), in agent id order. `Err` only when the whole
 /// batch failed (nothing of it was saved when `client` commits nothing
 /// else).
-pub async fn commit_model_steps(
+pub async fn commit_model_step_batch(
     client: &impl Prepared,
     steps: &[(Claim, &ModelStep)],
 ) -> Result<Vec<(Uuid, Result<Uuid>)>> {
-    Ok(commit_model_steps_keeping_leases(client, steps, None)
+    Ok(commit_model_step_batch_keeping_leases(client, steps, None)
         .await?
         .into_iter()
         .map(|(agent, outcome)| (agent, outcome.map(|saved| saved.step_id)))
@@ -221,10 +221,10 @@ pub struct SavedModelStep {
     pub lease_kept: bool,
 }
 
-/// [`commit_model_steps`], with each agent that stays ready kept leased to
+/// [`commit_model_step_batch`], with each agent that stays ready kept leased to
 /// its holder for `keep_for` more (when given): its next step is due and no
 /// other agent is waiting to be claimed (`holdfast.settle_agent_with`).
-pub async fn commit_model_steps_keeping_leases(
+pub async fn commit_model_step_batch_keeping_leases(
     client: &impl Prepared,
     steps: &[(Claim, &ModelStep)],
     keep_for: Option<Duration>,
@@ -244,7 +244,7 @@ pub async fn commit_model_steps_keeping_leases(
     for row in query_prepared(
         client,
         "SELECT agent_id, outcome, step_id, message, field, lease_kept \
-           FROM holdfast.commit_model_steps($1, $2::text::interval)",
+           FROM holdfast.commit_model_step_batch($1, $2::text::interval)",
         &[&rows, &keep_for.map(to_interval)],
     )
     .await?
@@ -340,7 +340,7 @@ pub struct UnavailableTool<'a> {
 /// `unavailable` (the agent stays leased). The names and reasons may carry
 /// a server's text: made storable.
 pub async fn record_tools_unavailable(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     claim: Claim,
     unavailable: &[UnavailableTool<'_>],
 ) -> Result<()> {
@@ -361,7 +361,7 @@ pub async fn record_tools_unavailable(
 /// URL the model call about to be made goes without (the egress policy
 /// refused it at use; the agent stays leased). Made storable.
 pub async fn record_content_left_out(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     claim: Claim,
     urls: &[&str],
     reasons: &[&str],
@@ -388,7 +388,7 @@ pub async fn record_content_left_out(
 /// inputs the call saw (`input_ids`) become history with the error.
 /// Returns true while retrying, false when the budget is exhausted.
 pub async fn commit_model_retry(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     claim: Claim,
     error: &Value,
     delay: Duration,
@@ -416,7 +416,7 @@ pub async fn commit_model_retry(
 
 /// End the turn with a fatal model error (no retry).
 pub async fn fail_turn(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     claim: Claim,
     error_type: &str,
     message: &str,
@@ -442,7 +442,7 @@ pub async fn fail_turn(
 /// `max_attempts`-th failure in a row, end the turn with `internal_error`
 /// (`false`). `message` may carry a model's or tool's text: made storable.
 pub async fn fail_step(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     claim: Claim,
     message: &str,
     delay: Duration,
@@ -464,7 +464,7 @@ pub async fn fail_step(
 }
 
 /// How many steps of `agent` failed in a row (see [`fail_step`]).
-pub async fn step_failures(client: &impl GenericClient, agent: Uuid) -> Result<i32> {
+pub async fn step_failures(client: &impl Prepared, agent: Uuid) -> Result<i32> {
     let row = client
         .query_one(
             "SELECT step_failures FROM holdfast.agents WHERE id = $1",
@@ -475,7 +475,7 @@ pub async fn step_failures(client: &impl GenericClient, agent: Uuid) -> Result<i
 }
 
 /// The worker half of a cancel: close the turn as cancelled and release.
-pub async fn complete_cancel(client: &impl GenericClient, claim: Claim) -> Result<AgentState> {
+pub async fn complete_cancel(client: &impl Prepared, claim: Claim) -> Result<AgentState> {
     let row = client
         .query_one(
             "SELECT holdfast.complete_cancel($1, $2)",
@@ -640,12 +640,13 @@ fn from_json<T: serde::de::DeserializeOwned>(value: Value, field: &str) -> Resul
 /// at most one file is held twice. A file that is gone is left out (the
 /// call then fails naming it).
 pub async fn load_request_files(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     agent: Uuid,
     ids: &[Uuid],
 ) -> Result<RequestFiles> {
     let mut files = HashMap::with_capacity(ids.len());
     let rows = client
+        .client()
         .query_raw(
             // A fork's or a replay's history also references the files of
             // the agents it came from (attachment_sources), shared with them.
@@ -658,10 +659,10 @@ pub async fn load_request_files(
     futures::pin_mut!(rows);
     while let Some(row) = rows.try_next().await? {
         files.insert(
-            row.get(0),
+            row.get("id"),
             StoredFile {
-                media_type: row.get(1),
-                data: row.get(2),
+                media_type: row.get("media_type"),
+                data: row.get("data"),
             },
         );
     }
@@ -672,7 +673,7 @@ pub async fn load_request_files(
 /// returns the child's id, or `None` when a subagent limit refused the spawn
 /// (the call is then completed with an error result naming the limit).
 pub async fn spawn_subagent(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     claim: Claim,
     tool_call: Uuid,
     config: &Value,
@@ -691,7 +692,7 @@ pub async fn spawn_subagent(
 /// include (`holdfast.commit_model_interrupt`): nothing of it is saved,
 /// `model.interrupted` is, and the agent is released for the call again.
 pub async fn commit_model_interrupt(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     claim: Claim,
     input_ids: &[Uuid],
 ) -> Result<()> {
@@ -707,7 +708,7 @@ pub async fn commit_model_interrupt(
 /// Save a compaction summary covering every message before `keep_from_seq`,
 /// and release the agent for its next model call.
 pub async fn commit_compaction(
-    client: &impl GenericClient,
+    client: &impl Prepared,
     claim: Claim,
     summary: &str,
     keep_from_seq: i64,
@@ -731,7 +732,7 @@ pub async fn commit_compaction(
 }
 
 /// One maintenance pass (expired and orphaned leases, due delays).
-pub async fn maintenance_tick(client: &impl GenericClient) -> Result<MaintenanceReport> {
+pub async fn maintenance_tick(client: &impl Prepared) -> Result<MaintenanceReport> {
     let row = client
         .query_one("SELECT holdfast.maintenance_tick()", &[])
         .await?;

@@ -53,9 +53,10 @@ async fn lease(client: &Client, agent: Uuid) -> (String, Option<String>, i64, Op
 }
 
 async fn commit_keeping(client: &Client, claim: Claim, step: &ModelStep) -> store::SavedModelStep {
-    let mut saved = store::commit_model_steps_keeping_leases(client, &[(claim, step)], Some(TTL))
-        .await
-        .unwrap();
+    let mut saved =
+        store::commit_model_step_batch_keeping_leases(client, &[(claim, step)], Some(TTL))
+            .await
+            .unwrap();
     saved.remove(0).1.unwrap()
 }
 
@@ -133,12 +134,15 @@ async fn a_busy_agent_stays_leased_to_its_holder_and_the_step_before_is_fenced_o
         ..second
     };
     assert_eq!(lease(&client, agent).await.2, third.epoch);
-    let stale =
-        store::commit_model_steps_keeping_leases(&client, &[(second, &text_step())], Some(TTL))
-            .await
-            .unwrap()
-            .remove(0)
-            .1;
+    let stale = store::commit_model_step_batch_keeping_leases(
+        &client,
+        &[(second, &text_step())],
+        Some(TTL),
+    )
+    .await
+    .unwrap()
+    .remove(0)
+    .1;
     assert!(matches!(stale, Err(Error::LeaseLost(_))), "{stale:?}");
     let saved = commit_keeping(&client, third, &text_step()).await;
     assert!(!saved.lease_kept, "the turn ended: the agent is released");

@@ -423,7 +423,9 @@ async fn a_group_commit_with_one_lost_lease_commits_the_others_and_refuses_that_
         steps.push(text_step(pending_inputs(&client, claim.agent_id).await));
     }
     let batch: Vec<(Claim, &ModelStep)> = claims.iter().copied().zip(&steps).collect();
-    let outcomes = store::commit_model_steps(&client, &batch).await.unwrap();
+    let outcomes = store::commit_model_step_batch(&client, &batch)
+        .await
+        .unwrap();
 
     assert_eq!(outcomes.len(), 3, "one outcome per step: {outcomes:?}");
     for (agent, outcome) in &outcomes {
@@ -485,7 +487,7 @@ async fn a_group_commit_refuses_an_invalid_row_only_for_its_agent() {
     // The three rows in one batch, each with the inputs its agent has.
     let outcomes = client
         .query(
-            "SELECT r.agent_id, r.outcome, r.field FROM holdfast.commit_model_steps(ARRAY(
+            "SELECT r.agent_id, r.outcome, r.field FROM holdfast.commit_model_step_batch(ARRAY(
                  SELECT ROW(c.agent, c.epoch,
                             ARRAY(SELECT i.id FROM holdfast.inputs i
                                    WHERE i.agent_id = c.agent AND i.consumed_at IS NULL),
@@ -566,9 +568,11 @@ async fn a_group_commit_killed_mid_transaction_leaves_nothing() {
     let batch_claims = claims.clone();
     let commit = tokio::spawn(async move {
         let batch: Vec<(Claim, &ModelStep)> = batch_claims.iter().copied().zip(&steps).collect();
-        store::commit_model_steps(&worker, &batch).await.map(|_| ())
+        store::commit_model_step_batch(&worker, &batch)
+            .await
+            .map(|_| ())
     });
-    wait_for_lock_wait_in(&setup, &db.name, "%commit_model_steps%").await;
+    wait_for_lock_wait_in(&setup, &db.name, "%commit_model_step_batch%").await;
     let wrote_a_step: bool = setup
         .query_one(
             "SELECT count(*) > 0 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
@@ -723,7 +727,7 @@ async fn every_way_a_step_ends_resets_the_failure_count() {
             let claim = claim_after_a_failure(&client, agent).await;
             let step = step(pending_inputs(&client, agent).await);
             if grouped {
-                let outcomes = store::commit_model_steps(&client, &[(claim, &step)])
+                let outcomes = store::commit_model_step_batch(&client, &[(claim, &step)])
                     .await
                     .unwrap();
                 assert!(outcomes[0].1.is_ok(), "{:?}", outcomes[0].1);
@@ -1603,7 +1607,7 @@ async fn hot_path_cycle(client: &impl store::Prepared, project: Uuid, agent: Uui
     assert_eq!(claim.agent_id, agent, "the cycle's agent is the one ready");
     store::load_step_context(client, agent).await.unwrap();
     let step = tool_step(vec![input.input.id], &[ToolKind::Custom]);
-    let committed = store::commit_model_steps(client, &[(claim, &step)])
+    let committed = store::commit_model_step_batch(client, &[(claim, &step)])
         .await
         .unwrap();
     assert!(committed[0].1.is_ok(), "{committed:?}");
@@ -1633,7 +1637,7 @@ async fn hot_path_cycle(client: &impl store::Prepared, project: Uuid, agent: Uui
         .unwrap();
     store::load_step_context(client, agent).await.unwrap();
     let step = tool_step(vec![], &[ToolKind::External]);
-    let committed = store::commit_model_steps(client, &[(claim, &step)])
+    let committed = store::commit_model_step_batch(client, &[(claim, &step)])
         .await
         .unwrap();
     assert!(committed[0].1.is_ok(), "{committed:?}");
@@ -1653,7 +1657,7 @@ async fn hot_path_cycle(client: &impl store::Prepared, project: Uuid, agent: Uui
     let claim = store::claim_agents(client, "w", 1, TTL).await.unwrap()[0];
     store::load_step_context(client, agent).await.unwrap();
     let step = text_step(vec![]);
-    let committed = store::commit_model_steps(client, &[(claim, &step)])
+    let committed = store::commit_model_step_batch(client, &[(claim, &step)])
         .await
         .unwrap();
     assert!(committed[0].1.is_ok(), "{committed:?}");
@@ -1720,7 +1724,9 @@ async fn a_sessions_cached_hot_path_plans_stay_index_lookups_as_the_tables_grow(
         .map(|c| tool_step(inputs.remove(&c.agent_id).unwrap(), &[ToolKind::Custom]))
         .collect();
     let batch: Vec<(Claim, &ModelStep)> = claims.iter().copied().zip(&steps).collect();
-    store::commit_model_steps(&grower, &batch).await.unwrap();
+    store::commit_model_step_batch(&grower, &batch)
+        .await
+        .unwrap();
     grower
         .execute(
             "SELECT holdfast.submit_tool_results(ARRAY(
@@ -1737,7 +1743,9 @@ async fn a_sessions_cached_hot_path_plans_stay_index_lookups_as_the_tables_grow(
     assert_eq!(claims.len(), 1000);
     let step = text_step(vec![]);
     let batch: Vec<(Claim, &ModelStep)> = claims.iter().map(|c| (*c, &step)).collect();
-    store::commit_model_steps(&grower, &batch).await.unwrap();
+    store::commit_model_step_batch(&grower, &batch)
+        .await
+        .unwrap();
 
     let next = new_agent(&pooled, project).await;
     // One transaction, so that its own table reads can be read back before
