@@ -202,8 +202,9 @@ async fn a_deploy_that_sigterms_every_worker_loses_no_step_and_waits_out_no_leas
     holdfast_tests::invariants::assert_at_rest(&client, &agents).await;
 }
 
-/// The worker's commit goes through but the worker never gets to release:
-/// the commit of its web_fetch result is held on the agent's row lock, the
+/// The worker's commit goes through but the worker never takes its next
+/// step: the commit of its web_fetch result with the batch's end (which
+/// keeps the lease for the next step) is held on the agent's row lock, the
 /// worker is frozen (SIGSTOP) while blocked, the lock is let go so Postgres
 /// finishes the commit on the worker's behalf, then the worker is
 /// SIGKILLed still holding the lease. The saved result is final: another
@@ -238,7 +239,7 @@ async fn a_worker_killed_between_commit_and_release_never_reruns_the_step() {
         .await
         .unwrap();
     site.release_held();
-    wait_for_lock_wait_in(&client, &db.name, "%commit_tool_result%").await;
+    wait_for_lock_wait_in(&client, &db.name, "%end_tool_batch%").await;
     first.signal("STOP");
     row_lock.commit().await.unwrap();
     wait_for_event(
@@ -258,7 +259,11 @@ async fn a_worker_killed_between_commit_and_release_never_reruns_the_step() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(owner.as_deref(), Some("w1"), "killed before its release");
+    assert_eq!(
+        owner.as_deref(),
+        Some("w1"),
+        "killed still holding the lease"
+    );
 
     let _maintenance = MaintenanceLoop::start(&db.config);
     let _second = spawn_worker("w2", &db.config, &fake, &env);

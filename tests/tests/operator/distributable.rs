@@ -55,6 +55,12 @@ const CROSS_AGENT: &[(&str, &str)] = &[
         "c.endpoint_id = v_row.endpoint_id",
         "claim_webhook_deliveries",
     ),
+    // A step keeps its agent's lease only while no other agent waits to be
+    // claimed: fairness across agents, as the claim's.
+    (
+        "greatest(o.run_after, o.state_changed_at) <= v_now",
+        "settle_agent_with",
+    ),
     // A gauge over the whole queue.
     ("min(next_attempt_at)", "webhook_queue_stats"),
 ];
