@@ -900,8 +900,16 @@ async fn check_invariants(
     agents: &[(usize, Uuid)],
     turns: usize,
 ) -> Vec<String> {
-    let ids: Vec<Uuid> = agents.iter().map(|(_, agent)| *agent).collect();
-    let mut violations = holdfast_tests::invariants::violations_at_rest(client, &ids).await;
+    // Every agent in the database, not only the driven ones: no lease left
+    // held and none stuck anywhere.
+    let every_agent: Vec<Uuid> = client
+        .query("SELECT id FROM holdfast.agents", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let mut violations = holdfast_tests::invariants::violations_at_rest(client, &every_agent).await;
     let markers = machine_dir.markers();
     for (k, agent) in agents {
         // What the database recorded, counted by the audit view the demo's
