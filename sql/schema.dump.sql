@@ -938,7 +938,7 @@ BEGIN
         RETURNING last_step_seq, last_message_seq, last_event_seq
              INTO v_step_seq, v_message_seq, v_event_seq;
     ELSE
-        -- The step ends here: settle_agent_with decides the state (with the
+        -- The step ends here: settle_agent decides the state (with the
         -- calls and inputs this step is about to write), releases the agent
         -- and reserves the step's, messages' and events' seqs (turn.started
         -- added when the commit opens the next turn, for the inputs that came
@@ -950,7 +950,7 @@ BEGIN
         END IF;
         SELECT s.types, s.last_step_seq, s.last_message_seq, s.last_event_seq, s.state = 'running'
           INTO v_types, v_step_seq, v_message_seq, v_event_seq, lease_kept
-          FROM holdfast.settle_agent_with(p_agent, v_types, NULL, NULL,
+          FROM holdfast.settle_agent(p_agent, v_types, NULL, NULL,
                    p_turn_open => v_turn_open,
                    p_new_runnable => 'pending' = ANY (v_statuses),
                    p_new_waiting => 'waiting' = ANY (v_statuses) OR 'awaiting_approval' = ANY (v_statuses),
@@ -1012,7 +1012,7 @@ BEGIN
                                                               'usage', holdfast.usage_json(v_turn_usage)));
         END IF;
         IF v_new_turn THEN
-            -- turn.started: the version settle_agent_with opened the turn on.
+            -- turn.started: the version settle_agent opened the turn on.
             v_data := array_append(v_data, jsonb_build_object('config_version',
                 (SELECT a.config_version FROM holdfast.agents a WHERE a.id = p_agent)));
         END IF;
@@ -1269,7 +1269,7 @@ BEGIN
     UPDATE holdfast.approvals SET status = 'cancelled'
      WHERE agent_id = p_agent AND kind = 'budget' AND status = 'pending';
     UPDATE holdfast.agents SET cancel_requested_at = NULL WHERE id = p_agent AND cancel_requested_at IS NOT NULL;
-    RETURN (holdfast.settle_agent_with(p_agent, ARRAY['turn.cancelled'],
+    RETURN (holdfast.settle_agent(p_agent, ARRAY['turn.cancelled'],
         ARRAY[jsonb_build_object('cancelled_tool_calls', v_cancelled)], NULL,
         p_turn_open => false, p_model_attempts => p_model_attempts)).state;
 END
@@ -1865,7 +1865,7 @@ CREATE FUNCTION holdfast.commit_model_interrupt(p_agent uuid, p_epoch bigint, p_
     AS $$
 BEGIN
     PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
-    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['model.interrupted'],
+    PERFORM holdfast.settle_agent(p_agent, ARRAY['model.interrupted'],
         ARRAY[jsonb_build_object('input_ids', to_jsonb(coalesce(p_input_ids, '{}')))], NULL);
 END
 $$;
@@ -1888,7 +1888,7 @@ BEGIN
             p_input_ids, p_error);
         RETURN 'exhausted';
     END IF;
-    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['model.retry'],
+    PERFORM holdfast.settle_agent(p_agent, ARRAY['model.retry'],
         ARRAY[jsonb_build_object(
             'attempt', v_attempt,
             'delay_ms', floor(extract(epoch FROM p_delay) * 1000)::bigint,
@@ -2578,10 +2578,10 @@ $$;
 
 
 --
--- Name: decide_state(uuid, boolean, boolean, boolean, uuid[]); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: decide_next_state(uuid, boolean, boolean, boolean, uuid[]); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.decide_state(p_agent uuid, p_turn_open boolean, p_new_runnable boolean, p_new_waiting boolean, p_consumed uuid[]) RETURNS text
+CREATE FUNCTION holdfast.decide_next_state(p_agent uuid, p_turn_open boolean, p_new_runnable boolean, p_new_waiting boolean, p_consumed uuid[], OUT state text, OUT opens_turn boolean) RETURNS record
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -2593,21 +2593,24 @@ BEGIN
       INTO v_runnable, v_waiting
       FROM holdfast.tool_calls t
      WHERE t.agent_id = p_agent AND t.status NOT IN ('completed', 'cancelled');
+    opens_turn := false;
     IF v_runnable OR p_new_runnable THEN
-        RETURN 'ready';
+        state := 'ready';
     ELSIF v_waiting OR p_new_waiting THEN
-        RETURN 'waiting';
+        state := 'waiting';
     ELSIF p_turn_open AND EXISTS (SELECT 1 FROM holdfast.approvals p
                                    WHERE p.agent_id = p_agent AND p.kind = 'budget' AND p.status = 'pending') THEN
-        RETURN 'waiting';
+        state := 'waiting';
     ELSIF p_turn_open THEN
-        RETURN 'ready';
+        state := 'ready';
     ELSIF EXISTS (SELECT 1 FROM holdfast.inputs i
                    WHERE i.agent_id = p_agent AND i.consumed_at IS NULL AND i.removed_at IS NULL
                      AND NOT (i.id = ANY (coalesce(p_consumed, '{}')))) THEN
-        RETURN 'new_turn';
+        state := 'ready';
+        opens_turn := true;
+    ELSE
+        state := 'idle';
     END IF;
-    RETURN 'idle';
 END
 $$;
 
@@ -2803,7 +2806,7 @@ CREATE FUNCTION holdfast.end_tool_batch(p_agent uuid, p_epoch bigint, p_tool_cal
 BEGIN
     PERFORM holdfast.commit_tool_result(p_agent, p_epoch, p_tool_call, p_output, p_is_error);
     PERFORM holdfast.interrupt_running_calls(p_agent);
-    RETURN (holdfast.settle_agent_with(p_agent, '{}', '{}', NULL, p_lease_ttl => p_lease_ttl)).state;
+    RETURN (holdfast.settle_agent(p_agent, p_lease_ttl => p_lease_ttl)).state;
 END
 $$;
 
@@ -2846,7 +2849,7 @@ BEGIN
     IF v_agent.config #>> '{budget,on_exceeded}' = 'ask' THEN
         INSERT INTO holdfast.approvals (agent_id, kind, budget) VALUES (p_agent, 'budget', v_exceeded)
         RETURNING id INTO v_approval;
-        PERFORM holdfast.settle_agent_with(p_agent, ARRAY['approval.requested'],
+        PERFORM holdfast.settle_agent(p_agent, ARRAY['approval.requested'],
             ARRAY[jsonb_build_object('approval_id', v_approval, 'kind', 'budget', 'budget', v_exceeded)], NULL);
         RETURN 'asked';
     END IF;
@@ -2883,7 +2886,7 @@ BEGIN
       FROM holdfast.agents a WHERE a.id = p_agent;
     UPDATE holdfast.tool_calls SET status = 'cancelled'
      WHERE agent_id = p_agent AND status IN ('pending', 'awaiting_approval', 'waiting');
-    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['turn.failed'],
+    PERFORM holdfast.settle_agent(p_agent, ARRAY['turn.failed'],
         ARRAY[jsonb_build_object(
             'error', jsonb_build_object('type', p_error_type, 'message', p_message)
                      || coalesce(p_error_fields, '{}')
@@ -3042,7 +3045,7 @@ BEGIN
         RETURN 'failed';
     END IF;
     v_retry_at := holdfast.now() + p_delay;
-    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['step.retry'], ARRAY[jsonb_build_object(
+    PERFORM holdfast.settle_agent(p_agent, ARRAY['step.retry'], ARRAY[jsonb_build_object(
         'attempt', v_failures, 'max_attempts', p_max_attempts,
         'delay_ms', floor(extract(epoch FROM p_delay) * 1000)::bigint, 'retry_at', v_retry_at,
         'error', jsonb_build_object('type', 'internal_error', 'message', p_message))], v_retry_at,
@@ -4941,7 +4944,7 @@ BEGIN
     RETURNING * INTO v_lost;
     -- The timeline says why the step stopped and will run again: without it a
     -- lost model call leaves no trace but the time that passed.
-    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['worker.lost'], ARRAY[jsonb_build_object(
+    PERFORM holdfast.settle_agent(p_agent, ARRAY['worker.lost'], ARRAY[jsonb_build_object(
         'reason', p_reason, 'worker', v_lost.lease_owner, 'epoch', v_lost.lease_epoch - 1)], NULL);
     -- The dead holder's attempt, for its span (emitted by the next attempt,
     -- which links to the step's first attempt). Its start is the claim's
@@ -5148,7 +5151,7 @@ CREATE FUNCTION holdfast.release_agent(p_agent uuid, p_epoch bigint, p_run_after
 BEGIN
     PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
     PERFORM holdfast.interrupt_running_calls(p_agent);
-    RETURN (holdfast.settle_agent_with(p_agent, '{}', '{}', p_run_after, p_lease_ttl => p_lease_ttl)).state;
+    RETURN (holdfast.settle_agent(p_agent, p_run_after => p_run_after, p_lease_ttl => p_lease_ttl)).state;
 END
 $$;
 
@@ -5869,21 +5872,10 @@ $$;
 
 
 --
--- Name: settle_agent(uuid); Type: FUNCTION; Schema: holdfast; Owner: -
+-- Name: settle_agent(uuid, text[], jsonb[], timestamp with time zone, boolean, boolean, boolean, uuid[], integer, integer, boolean, holdfast.token_usage, integer, integer, interval); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.settle_agent(p_agent uuid) RETURNS text
-    LANGUAGE sql
-    AS $$
-    SELECT s.state FROM holdfast.settle_agent_with(p_agent, '{}', '{}', NULL) s
-$$;
-
-
---
--- Name: settle_agent_with(uuid, text[], jsonb[], timestamp with time zone, boolean, boolean, boolean, uuid[], integer, integer, boolean, holdfast.token_usage, integer, integer, interval); Type: FUNCTION; Schema: holdfast; Owner: -
---
-
-CREATE FUNCTION holdfast.settle_agent_with(p_agent uuid, p_types text[], p_data jsonb[], p_run_after timestamp with time zone, p_turn_open boolean DEFAULT NULL::boolean, p_new_runnable boolean DEFAULT false, p_new_waiting boolean DEFAULT false, p_consumed uuid[] DEFAULT '{}'::uuid[], p_new_steps integer DEFAULT 0, p_new_messages integer DEFAULT 0, p_model_step boolean DEFAULT false, p_usage holdfast.token_usage DEFAULT NULL::holdfast.token_usage, p_model_attempts integer DEFAULT NULL::integer, p_step_failures integer DEFAULT 0, p_lease_ttl interval DEFAULT NULL::interval, OUT state text, OUT types text[], OUT last_step_seq bigint, OUT last_message_seq bigint, OUT last_event_seq bigint) RETURNS record
+CREATE FUNCTION holdfast.settle_agent(p_agent uuid, p_types text[] DEFAULT '{}'::text[], p_data jsonb[] DEFAULT '{}'::jsonb[], p_run_after timestamp with time zone DEFAULT NULL::timestamp with time zone, p_turn_open boolean DEFAULT NULL::boolean, p_new_runnable boolean DEFAULT false, p_new_waiting boolean DEFAULT false, p_consumed uuid[] DEFAULT '{}'::uuid[], p_new_steps integer DEFAULT 0, p_new_messages integer DEFAULT 0, p_model_step boolean DEFAULT false, p_usage holdfast.token_usage DEFAULT NULL::holdfast.token_usage, p_model_attempts integer DEFAULT NULL::integer, p_step_failures integer DEFAULT 0, p_lease_ttl interval DEFAULT NULL::interval, OUT state text, OUT types text[], OUT last_step_seq bigint, OUT last_message_seq bigint, OUT last_event_seq bigint) RETURNS record
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -5920,10 +5912,9 @@ BEGIN
         RETURNING a.last_step_seq, a.last_message_seq, a.last_event_seq
              INTO last_step_seq, last_message_seq, last_event_seq;
     ELSE
-        state := holdfast.decide_state(p_agent, v_turn_open, p_new_runnable, p_new_waiting, p_consumed);
-        IF state = 'new_turn' THEN
-            state := 'ready';
-            v_open_turn := true;
+        SELECT d.state, d.opens_turn INTO state, v_open_turn
+          FROM holdfast.decide_next_state(p_agent, v_turn_open, p_new_runnable, p_new_waiting, p_consumed) d;
+        IF v_open_turn THEN
             types := array_append(types, 'turn.started');
             IF p_data IS NOT NULL THEN
                 v_data := array_append(v_data, jsonb_build_object('config_version', v_turn_config_version));
@@ -5944,7 +5935,7 @@ BEGIN
          WHERE u.type IN ('turn.started', 'turn.completed', 'turn.failed', 'turn.cancelled')
          ORDER BY u.ord DESC LIMIT 1;
         UPDATE holdfast.agents a
-           SET state = settle_agent_with.state,
+           SET state = settle_agent.state,
                lease_owner = CASE WHEN v_keep_lease THEN a.lease_owner END,
                lease_expires_at = CASE WHEN v_keep_lease THEN v_now + p_lease_ttl END,
                lease_pid = CASE WHEN v_keep_lease THEN a.lease_pid END,
@@ -6405,7 +6396,7 @@ BEGIN
             -- v_agent was read for store_tool_output above; nothing since
             -- has written the agent row.
             IF v_agent.state <> 'running' THEN
-                PERFORM holdfast.settle_agent_with(tool_call.agent_id, ARRAY['tool_call.completed'], ARRAY[v_data], NULL);
+                PERFORM holdfast.settle_agent(tool_call.agent_id, ARRAY['tool_call.completed'], ARRAY[v_data], NULL);
             ELSE
                 PERFORM holdfast.append_event(tool_call.agent_id, 'tool_call.completed', v_data);
             END IF;

@@ -119,7 +119,7 @@ CREATE TABLE holdfast.agents (
     -- The bytes of its stored files, kept by the attachments triggers.
     attachment_bytes bigint DEFAULT 0 NOT NULL,
     -- The latest turn and how it ended (AgentView.last_turn); outcome and end
-    -- time are NULL while it runs. Written by settle_agent_with with the turn
+    -- time are NULL while it runs. Written by settle_agent with the turn
     -- events.
     last_turn_started_at timestamptz,
     last_turn_ended_at timestamptz,
@@ -764,7 +764,7 @@ $$;
 -- request from the database at every attempt, so it applies to the next
 -- model call, retries included. 'next_turn': while a turn is open, the turn
 -- finishes on the version it runs, and the next turn opens on this one
--- (settle_agent_with); with no turn open, the same as 'now'.
+-- (settle_agent); with no turn open, the same as 'now'.
 --
 -- A config equal to the newest changes nothing and records nothing. Locks
 -- the agent row. Raises HF404, HF409 (archived), HF422 (invalid or not

@@ -43,7 +43,7 @@ $$;
 -- immediate cancel) becomes history, so the cancelled turn does not start
 -- again by itself; inputs sent after the request, and queued inputs (not the
 -- turn's: turn_inputs), start the next turn. The agent is settled with
--- turn.cancelled (settle_agent_with; p_model_attempts as it takes it). The
+-- turn.cancelled (settle_agent; p_model_attempts as it takes it). The
 -- caller holds the agent's row lock (request_cancel; the worker's
 -- complete_cancel after its step has stopped). Returns the settled state.
 CREATE OR REPLACE FUNCTION holdfast.cancel_turn(p_agent uuid, p_model_attempts integer DEFAULT NULL)
@@ -76,7 +76,7 @@ BEGIN
     UPDATE holdfast.approvals SET status = 'cancelled'
      WHERE agent_id = p_agent AND kind = 'budget' AND status = 'pending';
     UPDATE holdfast.agents SET cancel_requested_at = NULL WHERE id = p_agent AND cancel_requested_at IS NOT NULL;
-    RETURN (holdfast.settle_agent_with(p_agent, ARRAY['turn.cancelled'],
+    RETURN (holdfast.settle_agent(p_agent, ARRAY['turn.cancelled'],
         ARRAY[jsonb_build_object('cancelled_tool_calls', v_cancelled)], NULL,
         p_turn_open => false, p_model_attempts => p_model_attempts)).state;
 END

@@ -88,14 +88,16 @@ $$;
 -- p_new_runnable / p_new_waiting say whether tool calls the caller is about
 -- to insert are pending / waiting, p_consumed lists inputs it is about to
 -- consume. An open turn waits while a budget approval of it is pending
--- (end_turn_over_budget). Returns 'ready', 'waiting', 'idle', or 'new_turn' (ready, and a
--- turn opens for waiting inputs, queued ones included: the caller appends
--- turn.started, sets turn_open, model_attempts = 0, and admits the oldest
--- queued input, admit_queued_input).
+-- (end_turn_over_budget). `state` is 'ready', 'waiting' or 'idle';
+-- `opens_turn` says a turn opens for waiting inputs, queued ones included
+-- (the state is then 'ready'; the caller appends turn.started, sets
+-- turn_open, model_attempts = 0, and admits the oldest queued input,
+-- admit_queued_input).
 -- Reads only; the caller holds the agent's row lock.
-CREATE OR REPLACE FUNCTION holdfast.decide_state(
-    p_agent uuid, p_turn_open boolean, p_new_runnable boolean, p_new_waiting boolean, p_consumed uuid[])
-RETURNS text LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION holdfast.decide_next_state(
+    p_agent uuid, p_turn_open boolean, p_new_runnable boolean, p_new_waiting boolean, p_consumed uuid[],
+    OUT state text, OUT opens_turn boolean)
+LANGUAGE plpgsql AS $$
 DECLARE
     v_runnable boolean;
     v_waiting boolean;
@@ -105,21 +107,24 @@ BEGIN
       INTO v_runnable, v_waiting
       FROM holdfast.tool_calls t
      WHERE t.agent_id = p_agent AND t.status NOT IN ('completed', 'cancelled');
+    opens_turn := false;
     IF v_runnable OR p_new_runnable THEN
-        RETURN 'ready';
+        state := 'ready';
     ELSIF v_waiting OR p_new_waiting THEN
-        RETURN 'waiting';
+        state := 'waiting';
     ELSIF p_turn_open AND EXISTS (SELECT 1 FROM holdfast.approvals p
                                    WHERE p.agent_id = p_agent AND p.kind = 'budget' AND p.status = 'pending') THEN
-        RETURN 'waiting';
+        state := 'waiting';
     ELSIF p_turn_open THEN
-        RETURN 'ready';
+        state := 'ready';
     ELSIF EXISTS (SELECT 1 FROM holdfast.inputs i
                    WHERE i.agent_id = p_agent AND i.consumed_at IS NULL AND i.removed_at IS NULL
                      AND NOT (i.id = ANY (coalesce(p_consumed, '{}')))) THEN
-        RETURN 'new_turn';
+        state := 'ready';
+        opens_turn := true;
+    ELSE
+        state := 'idle';
     END IF;
-    RETURN 'idle';
 END
 $$;
 
@@ -154,13 +159,18 @@ BEGIN
 END
 $$;
 
--- The one way a step ends: decide the agent's next state (decide_state)
+-- The one way a step ends: decide the agent's next state (decide_next_state)
 -- and write it, the lease's release, the events' seqs, the turn and what
 -- the step itself changed on the agent, in one agent-row UPDATE. Every
 -- ending goes through it: a committed model step (apply_model_step), a
 -- compaction, a release after tool results (release_agent), a retry, an
--- interrupt, a failure (fail_step), a failed or cancelled turn; settle_agent
--- is it with nothing of the step's own.
+-- interrupt, a failure (fail_step), a failed or cancelled turn, and with
+-- only p_agent (every default: no events, nothing of a step's own) an
+-- agent whose facts changed outside a step (a tool result, an approval, an
+-- unarchive). Precedence of the states: archived; runnable tool calls
+-- (ready); tool calls waiting on the outside (waiting); an open turn
+-- (ready: the model must answer); unconsumed inputs (a new turn, ready);
+-- otherwise idle.
 --
 -- p_types / p_data are the events of the ending, appended after the seqs
 -- are reserved; p_data NULL reserves the seqs only (the returned `types`,
@@ -175,7 +185,7 @@ $$;
 -- What the step wrote, all optional: p_turn_open the turn flag after it
 -- (NULL: unchanged); p_new_runnable / p_new_waiting whether tool calls it
 -- is about to insert are pending / waiting and p_consumed the inputs it is
--- about to consume (for decide_state); p_new_steps / p_new_messages the
+-- about to consume (for decide_next_state); p_new_steps / p_new_messages the
 -- step and message seqs it reserves (returned as last_step_seq,
 -- last_message_seq); p_model_step a model response, counted in
 -- turn_model_steps; p_usage what it cost, added to turn_usage (after it,
@@ -194,8 +204,8 @@ $$;
 -- stays unique), until now + p_lease_ttl, and the returned state is
 -- 'running'. No wake hint is sent for it.
 -- The caller holds the agent's row lock. Returns the state and the seqs.
-CREATE OR REPLACE FUNCTION holdfast.settle_agent_with(
-    p_agent uuid, p_types text[], p_data jsonb[], p_run_after timestamptz,
+CREATE OR REPLACE FUNCTION holdfast.settle_agent(
+    p_agent uuid, p_types text[] DEFAULT '{}', p_data jsonb[] DEFAULT '{}', p_run_after timestamptz DEFAULT NULL,
     p_turn_open boolean DEFAULT NULL,
     p_new_runnable boolean DEFAULT false, p_new_waiting boolean DEFAULT false,
     p_consumed uuid[] DEFAULT '{}',
@@ -240,10 +250,9 @@ BEGIN
         RETURNING a.last_step_seq, a.last_message_seq, a.last_event_seq
              INTO last_step_seq, last_message_seq, last_event_seq;
     ELSE
-        state := holdfast.decide_state(p_agent, v_turn_open, p_new_runnable, p_new_waiting, p_consumed);
-        IF state = 'new_turn' THEN
-            state := 'ready';
-            v_open_turn := true;
+        SELECT d.state, d.opens_turn INTO state, v_open_turn
+          FROM holdfast.decide_next_state(p_agent, v_turn_open, p_new_runnable, p_new_waiting, p_consumed) d;
+        IF v_open_turn THEN
             types := array_append(types, 'turn.started');
             IF p_data IS NOT NULL THEN
                 v_data := array_append(v_data, jsonb_build_object('config_version', v_turn_config_version));
@@ -264,7 +273,7 @@ BEGIN
          WHERE u.type IN ('turn.started', 'turn.completed', 'turn.failed', 'turn.cancelled')
          ORDER BY u.ord DESC LIMIT 1;
         UPDATE holdfast.agents a
-           SET state = settle_agent_with.state,
+           SET state = settle_agent.state,
                lease_owner = CASE WHEN v_keep_lease THEN a.lease_owner END,
                lease_expires_at = CASE WHEN v_keep_lease THEN v_now + p_lease_ttl END,
                lease_pid = CASE WHEN v_keep_lease THEN a.lease_pid END,
@@ -313,16 +322,6 @@ BEGIN
         PERFORM holdfast.insert_reserved_events(p_agent, last_event_seq, types, v_data);
     END IF;
 END
-$$;
-
--- Decide an unleased agent's state from its saved facts and release it
--- (settle_agent_with, with nothing of a step's own). The caller holds the
--- row lock. Precedence: archived; runnable tool calls (ready); tool calls
--- waiting on the outside (waiting); an open turn (ready: the model must
--- answer); unconsumed inputs (a new turn, ready); otherwise idle.
-CREATE OR REPLACE FUNCTION holdfast.settle_agent(p_agent uuid)
-RETURNS text LANGUAGE sql AS $$
-    SELECT s.state FROM holdfast.settle_agent_with(p_agent, '{}', '{}', NULL) s
 $$;
 
 -- Keep state_changed_at true for the DBA views (stuck_agents).
@@ -629,7 +628,7 @@ $$;
 -- IO happened, so its running calls are interrupted exactly as a reap would.
 -- p_run_after delays the next claim (a durable backoff: no worker waits); it
 -- is written by the settle's UPDATE. p_lease_ttl keeps the lease instead
--- when the agent stays ready (settle_agent_with): the state returned is
+-- when the agent stays ready (settle_agent): the state returned is
 -- then 'running', and the caller holds the lease at p_epoch + 1. Fenced
 -- (HF001).
 CREATE OR REPLACE FUNCTION holdfast.release_agent(p_agent uuid, p_epoch bigint, p_run_after timestamptz DEFAULT NULL,
@@ -638,7 +637,7 @@ RETURNS text LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
     PERFORM holdfast.interrupt_running_calls(p_agent);
-    RETURN (holdfast.settle_agent_with(p_agent, '{}', '{}', p_run_after, p_lease_ttl => p_lease_ttl)).state;
+    RETURN (holdfast.settle_agent(p_agent, p_run_after => p_run_after, p_lease_ttl => p_lease_ttl)).state;
 END
 $$;
 
@@ -661,7 +660,7 @@ BEGIN
     RETURNING * INTO v_lost;
     -- The timeline says why the step stopped and will run again: without it a
     -- lost model call leaves no trace but the time that passed.
-    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['worker.lost'], ARRAY[jsonb_build_object(
+    PERFORM holdfast.settle_agent(p_agent, ARRAY['worker.lost'], ARRAY[jsonb_build_object(
         'reason', p_reason, 'worker', v_lost.lease_owner, 'epoch', v_lost.lease_epoch - 1)], NULL);
     -- The dead holder's attempt, for its span (emitted by the next attempt,
     -- which links to the step's first attempt). Its start is the claim's

@@ -237,7 +237,7 @@ $$;
 -- one in force): model.response names it, and the step's provider and model
 -- are that version's, even when an "apply": "now" change replaced it while
 -- the call was in flight. p_lease_ttl keeps the lease when the agent stays
--- ready (settle_agent_with): lease_kept says so, and the caller then holds
+-- ready (settle_agent): lease_kept says so, and the caller then holds
 -- it at p_epoch + 1. Reads model_prices. Raises nothing of its own.
 -- Returns the step id.
 CREATE OR REPLACE FUNCTION holdfast.apply_model_step(
@@ -364,7 +364,7 @@ BEGIN
         RETURNING last_step_seq, last_message_seq, last_event_seq
              INTO v_step_seq, v_message_seq, v_event_seq;
     ELSE
-        -- The step ends here: settle_agent_with decides the state (with the
+        -- The step ends here: settle_agent decides the state (with the
         -- calls and inputs this step is about to write), releases the agent
         -- and reserves the step's, messages' and events' seqs (turn.started
         -- added when the commit opens the next turn, for the inputs that came
@@ -376,7 +376,7 @@ BEGIN
         END IF;
         SELECT s.types, s.last_step_seq, s.last_message_seq, s.last_event_seq, s.state = 'running'
           INTO v_types, v_step_seq, v_message_seq, v_event_seq, lease_kept
-          FROM holdfast.settle_agent_with(p_agent, v_types, NULL, NULL,
+          FROM holdfast.settle_agent(p_agent, v_types, NULL, NULL,
                    p_turn_open => v_turn_open,
                    p_new_runnable => 'pending' = ANY (v_statuses),
                    p_new_waiting => 'waiting' = ANY (v_statuses) OR 'awaiting_approval' = ANY (v_statuses),
@@ -438,7 +438,7 @@ BEGIN
                                                               'usage', holdfast.usage_json(v_turn_usage)));
         END IF;
         IF v_new_turn THEN
-            -- turn.started: the version settle_agent_with opened the turn on.
+            -- turn.started: the version settle_agent opened the turn on.
             v_data := array_append(v_data, jsonb_build_object('config_version',
                 (SELECT a.config_version FROM holdfast.agents a WHERE a.id = p_agent)));
         END IF;
@@ -484,7 +484,7 @@ $$;
 -- message, and field when one part is to blame). An agent with two steps in
 -- one batch has both refused as invalid (a lease runs one step at a time).
 -- p_lease_ttl (the worker's lease ttl) keeps each committed agent's lease
--- when it stays ready (settle_agent_with): lease_kept says so, and its
+-- when it stays ready (settle_agent): lease_kept says so, and its
 -- holder then takes the agent's next step at the step's epoch + 1.
 -- Raises nothing of its own; any other error (a deadlock with a
 -- non-worker transaction, a lost connection) aborts the whole batch, and
@@ -594,7 +594,7 @@ BEGIN
             p_input_ids, p_error);
         RETURN 'exhausted';
     END IF;
-    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['model.retry'],
+    PERFORM holdfast.settle_agent(p_agent, ARRAY['model.retry'],
         ARRAY[jsonb_build_object(
             'attempt', v_attempt,
             'delay_ms', floor(extract(epoch FROM p_delay) * 1000)::bigint,
@@ -649,7 +649,7 @@ CREATE OR REPLACE FUNCTION holdfast.commit_model_interrupt(p_agent uuid, p_epoch
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM holdfast.lock_leased_agent(p_agent, p_epoch);
-    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['model.interrupted'],
+    PERFORM holdfast.settle_agent(p_agent, ARRAY['model.interrupted'],
         ARRAY[jsonb_build_object('input_ids', to_jsonb(coalesce(p_input_ids, '{}')))], NULL);
 END
 $$;
@@ -764,7 +764,7 @@ RETURNS text LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     PERFORM holdfast.commit_tool_result(p_agent, p_epoch, p_tool_call, p_output, p_is_error);
     PERFORM holdfast.interrupt_running_calls(p_agent);
-    RETURN (holdfast.settle_agent_with(p_agent, '{}', '{}', NULL, p_lease_ttl => p_lease_ttl)).state;
+    RETURN (holdfast.settle_agent(p_agent, p_lease_ttl => p_lease_ttl)).state;
 END
 $$;
 
@@ -791,7 +791,7 @@ BEGIN
       FROM holdfast.agents a WHERE a.id = p_agent;
     UPDATE holdfast.tool_calls SET status = 'cancelled'
      WHERE agent_id = p_agent AND status IN ('pending', 'awaiting_approval', 'waiting');
-    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['turn.failed'],
+    PERFORM holdfast.settle_agent(p_agent, ARRAY['turn.failed'],
         ARRAY[jsonb_build_object(
             'error', jsonb_build_object('type', p_error_type, 'message', p_message)
                      || coalesce(p_error_fields, '{}')
@@ -847,7 +847,7 @@ BEGIN
         RETURN 'failed';
     END IF;
     v_retry_at := holdfast.now() + p_delay;
-    PERFORM holdfast.settle_agent_with(p_agent, ARRAY['step.retry'], ARRAY[jsonb_build_object(
+    PERFORM holdfast.settle_agent(p_agent, ARRAY['step.retry'], ARRAY[jsonb_build_object(
         'attempt', v_failures, 'max_attempts', p_max_attempts,
         'delay_ms', floor(extract(epoch FROM p_delay) * 1000)::bigint, 'retry_at', v_retry_at,
         'error', jsonb_build_object('type', 'internal_error', 'message', p_message))], v_retry_at,

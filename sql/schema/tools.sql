@@ -410,7 +410,7 @@ BEGIN
             -- v_agent was read for store_tool_output above; nothing since
             -- has written the agent row.
             IF v_agent.state <> 'running' THEN
-                PERFORM holdfast.settle_agent_with(tool_call.agent_id, ARRAY['tool_call.completed'], ARRAY[v_data], NULL);
+                PERFORM holdfast.settle_agent(tool_call.agent_id, ARRAY['tool_call.completed'], ARRAY[v_data], NULL);
             ELSE
                 PERFORM holdfast.append_event(tool_call.agent_id, 'tool_call.completed', v_data);
             END IF;

@@ -326,7 +326,7 @@ BEGIN
     IF v_agent.config #>> '{budget,on_exceeded}' = 'ask' THEN
         INSERT INTO holdfast.approvals (agent_id, kind, budget) VALUES (p_agent, 'budget', v_exceeded)
         RETURNING id INTO v_approval;
-        PERFORM holdfast.settle_agent_with(p_agent, ARRAY['approval.requested'],
+        PERFORM holdfast.settle_agent(p_agent, ARRAY['approval.requested'],
             ARRAY[jsonb_build_object('approval_id', v_approval, 'kind', 'budget', 'budget', v_exceeded)], NULL);
         RETURN 'asked';
     END IF;
@@ -343,7 +343,7 @@ $$;
 -- Denied: the turn ends budget_exceeded for the budget the approval asked
 -- about, with the turn's inputs (turn_inputs: not the queued ones, which
 -- wait for the next turn) into the history. The caller holds the agent's row lock; the
--- agent is waiting (a pending budget approval keeps it so: decide_state).
+-- agent is waiting (a pending budget approval keeps it so: decide_next_state).
 CREATE OR REPLACE FUNCTION holdfast.answer_budget_approval(p_approval holdfast.approvals)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE

@@ -223,7 +223,7 @@ pub struct SavedModelStep {
 
 /// [`commit_model_step_batch`], with each agent that stays ready kept leased to
 /// its holder for `keep_for` more (when given): its next step is due and no
-/// other agent is waiting to be claimed (`holdfast.settle_agent_with`).
+/// other agent is waiting to be claimed (`holdfast.settle_agent`).
 pub async fn commit_model_step_batch_keeping_leases(
     client: &impl Prepared,
     steps: &[(Claim, &ModelStep)],

@@ -59,7 +59,7 @@ const CROSS_AGENT: &[(&str, &str)] = &[
     // claimed: fairness across agents, as the claim's.
     (
         "greatest(o.run_after, o.state_changed_at) <= v_now",
-        "settle_agent_with",
+        "settle_agent",
     ),
     // A gauge over the whole queue.
     ("min(next_attempt_at)", "webhook_queue_stats"),

@@ -1,5 +1,5 @@
 //! A step whose end leaves its agent ready keeps the lease for the agent's
-//! next step (settle_agent_with's p_lease_ttl): no release and re-claim,
+//! next step (settle_agent's p_lease_ttl): no release and re-claim,
 //! the same holder at the next epoch, and the step before fenced out.
 
 use std::time::Duration;

@@ -818,6 +818,60 @@ async fn every_way_a_step_ends_resets_the_failure_count() {
     assert_eq!(step_failures(&client, agent).await, 0, "cancelled turn");
 }
 
+/// The state decision names a real state, and says apart whether a turn
+/// opens: an idle agent with an unconsumed input is `ready` and opens a
+/// turn; once the turn is open it is `ready` without opening another; an
+/// input the caller is about to consume opens nothing.
+#[tokio::test]
+async fn decide_next_state_returns_a_state_and_whether_a_turn_opens() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (_, agent) = project_and_agent(&client).await;
+    let decide = |turn_open: bool, consumed: Vec<Uuid>| {
+        let client = &client;
+        async move {
+            let row = client
+                .query_one(
+                    "SELECT state, opens_turn
+                       FROM holdfast.decide_next_state($1, $2, false, false, $3)",
+                    &[&agent, &turn_open, &consumed],
+                )
+                .await
+                .unwrap();
+            (
+                row.get::<_, String>("state"),
+                row.get::<_, bool>("opens_turn"),
+            )
+        }
+    };
+    assert_eq!(decide(false, vec![]).await, ("idle".to_owned(), false));
+    let input = store::create_input(&client, agent, &json!("hello"), None)
+        .await
+        .unwrap()
+        .input_id;
+    assert_eq!(decide(false, vec![]).await, ("ready".to_owned(), true));
+    assert_eq!(decide(true, vec![]).await, ("ready".to_owned(), false));
+    assert_eq!(decide(false, vec![input]).await, ("idle".to_owned(), false));
+
+    // The settle with only the agent's id (every other argument at its
+    // default) opened that turn when the input came.
+    let settled: String = client
+        .query_one("SELECT state FROM holdfast.settle_agent($1)", &[&agent])
+        .await
+        .unwrap()
+        .get("state");
+    assert_eq!(settled, "ready");
+    let turns: i64 = client
+        .query_one(
+            "SELECT count(*) FROM holdfast.events WHERE agent_id = $1 AND type = 'turn.started'",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(turns, 1, "a settle of an open turn opens no other");
+}
+
 /// The agent row of a committed model step is written once: the step's
 /// counters, its usage, the state, the release and the last turn all in
 /// the settle's one UPDATE (no trigger writes the row again per turn
