@@ -54,6 +54,41 @@ CREATE TYPE holdfast.new_input AS (
 
 
 --
+-- Name: step_context; Type: TYPE; Schema: holdfast; Owner: -
+--
+
+CREATE TYPE holdfast.step_context AS (
+	config jsonb,
+	config_version integer,
+	turn_open boolean,
+	model_attempts integer,
+	cancel_requested boolean,
+	context_summary text,
+	turn_model_steps integer,
+	over_budget boolean,
+	turn_trace_parent text,
+	turn_trace_state text,
+	first_attempt_epoch bigint,
+	lost_attempt_epoch bigint,
+	lost_attempt_started_at timestamp with time zone,
+	lost_attempt_ended_at timestamp with time zone,
+	messages jsonb,
+	tool_calls jsonb,
+	pending_inputs jsonb,
+	refused_field text,
+	refused_message text,
+	endpoint text,
+	custom_url text,
+	base_url text,
+	credential_env text,
+	sealed_key bytea,
+	key_fingerprint text,
+	project_id uuid,
+	replay boolean
+);
+
+
+--
 -- Name: token_usage; Type: TYPE; Schema: holdfast; Owner: -
 --
 
@@ -1477,6 +1512,29 @@ BEGIN
         RETURNING a.id, a.lease_epoch INTO agent_id, epoch;
         RETURN NEXT;
     END LOOP;
+END
+$$;
+
+
+--
+-- Name: claim_agents_with_context(text, integer, interval); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.claim_agents_with_context(p_worker text, p_max integer, p_ttl interval) RETURNS TABLE(agent_id uuid, epoch bigint, context holdfast.step_context)
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    v_ids uuid[];
+    v_epochs bigint[];
+BEGIN
+    SELECT coalesce(array_agg(c.agent_id), '{}'), coalesce(array_agg(c.epoch), '{}')
+      INTO v_ids, v_epochs
+      FROM holdfast.claim_agents(p_worker, p_max, p_ttl) c;
+    RETURN QUERY
+    SELECT u.id, u.epoch, x
+      FROM unnest(v_ids, v_epochs) AS u (id, epoch)
+      LEFT JOIN LATERAL holdfast.load_step_context(u.id) x ON true;
 END
 $$;
 
@@ -3948,7 +4006,7 @@ $$;
 -- Name: load_step_context(uuid); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.load_step_context(p_agent uuid) RETURNS TABLE(config jsonb, config_version integer, turn_open boolean, model_attempts integer, cancel_requested boolean, context_summary text, turn_model_steps integer, over_budget boolean, turn_trace_parent text, turn_trace_state text, first_attempt_epoch bigint, lost_attempt_epoch bigint, lost_attempt_started_at timestamp with time zone, lost_attempt_ended_at timestamp with time zone, messages jsonb, tool_calls jsonb, pending_inputs jsonb, refused_field text, refused_message text, endpoint text, custom_url text, base_url text, credential_env text, sealed_key bytea, key_fingerprint text, project_id uuid, replay boolean)
+CREATE FUNCTION holdfast.load_step_context(p_agent uuid) RETURNS SETOF holdfast.step_context
     LANGUAGE plpgsql STABLE
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$

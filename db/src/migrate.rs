@@ -103,6 +103,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0057_cancelled_commands_may_have_run.sql",
         sql: include_str!("../../sql/0057_cancelled_commands_may_have_run.sql"),
     },
+    Migration {
+        version: 59,
+        name: "0059_step_context_type.sql",
+        sql: include_str!("../../sql/0059_step_context_type.sql"),
+    },
 ];
 
 /// The line of an area file after which its functions and triggers begin.

@@ -64,12 +64,13 @@ pub use schedules::{
 };
 pub use status::{queue_depth, stuck_agents, worker_leases};
 pub use steps::{
-    claim_agents, commit_compaction, commit_model_interrupt, commit_model_retry, commit_model_step,
-    commit_model_step_batch, commit_model_step_batch_keeping_leases, commit_tool_result,
-    complete_cancel, end_tool_batch, fail_step, fail_turn, load_request_files, load_step_context,
-    maintenance_tick, record_content_left_out, record_tools_unavailable, release_agent,
-    release_or_keep_agent, renew_leases, spawn_subagent, start_tool_call, step_failures,
-    stream_delta, SavedModelStep, UnavailableTool,
+    claim_agents, claim_agents_with_context, commit_compaction, commit_model_interrupt,
+    commit_model_retry, commit_model_step, commit_model_step_batch,
+    commit_model_step_batch_keeping_leases, commit_tool_result, complete_cancel, end_tool_batch,
+    fail_step, fail_turn, load_request_files, load_step_context, maintenance_tick,
+    record_content_left_out, record_tools_unavailable, release_agent, release_or_keep_agent,
+    renew_leases, spawn_subagent, start_tool_call, step_failures, stream_delta, ClaimedStep,
+    SavedModelStep, UnavailableTool,
 };
 pub use time_travel::{
     answer_replay_calls, create_replay, fork_agent, list_replays, replay_report, ForkAt,

@@ -18,6 +18,38 @@ CREATE TYPE holdfast.model_step AS (
 	config_version integer
 );
 
+-- Everything a step is decided and built from (load_step_context says
+-- what each part is).
+CREATE TYPE holdfast.step_context AS (
+	config jsonb,
+	config_version integer,
+	turn_open boolean,
+	model_attempts integer,
+	cancel_requested boolean,
+	context_summary text,
+	turn_model_steps integer,
+	over_budget boolean,
+	turn_trace_parent text,
+	turn_trace_state text,
+	first_attempt_epoch bigint,
+	lost_attempt_epoch bigint,
+	lost_attempt_started_at timestamptz,
+	lost_attempt_ended_at timestamptz,
+	messages jsonb,
+	tool_calls jsonb,
+	pending_inputs jsonb,
+	refused_field text,
+	refused_message text,
+	endpoint text,
+	custom_url text,
+	base_url text,
+	credential_env text,
+	sealed_key bytea,
+	key_fingerprint text,
+	project_id uuid,
+	replay boolean
+);
+
 -- One row per committed step. A model step is one claim's work, so
 -- (agent_id, epoch) is unique for model steps: a replayed commit conflicts.
 -- Steps and messages carry no foreign keys (per-row checks on the step
@@ -81,14 +113,7 @@ CREATE INDEX messages_search_idx ON holdfast.messages USING gin (
 -- are answered from the recording). Content that references stored files keeps the
 -- references. One row, or none when the agent does not exist. Reads only.
 CREATE OR REPLACE FUNCTION holdfast.load_step_context(p_agent uuid)
-RETURNS TABLE (config jsonb, config_version integer, turn_open boolean, model_attempts integer, cancel_requested boolean,
-               context_summary text, turn_model_steps integer, over_budget boolean,
-               turn_trace_parent text, turn_trace_state text, first_attempt_epoch bigint,
-               lost_attempt_epoch bigint, lost_attempt_started_at timestamptz,
-               lost_attempt_ended_at timestamptz, messages jsonb, tool_calls jsonb,
-               pending_inputs jsonb, refused_field text, refused_message text, endpoint text,
-               custom_url text, base_url text, credential_env text, sealed_key bytea,
-               key_fingerprint text, project_id uuid, replay boolean)
+RETURNS SETOF holdfast.step_context
 LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_agent holdfast.agents;
@@ -123,6 +148,29 @@ BEGIN
            r.credential_env, r.sealed_key, r.key_fingerprint, r.project_id,
            v_agent.replay_id IS NOT NULL
       FROM holdfast.resolve_model_endpoint(p_agent, jsonb_strip_nulls(v_agent.config -> 'model')) r;
+END
+$$;
+
+-- claim_agents, and each claimed agent's step context (load_step_context),
+-- in one call: a worker's claim and its steps' first reads are one round
+-- trip and one transaction. The contexts are read after the claim, in a
+-- statement of their own, so they see the new leases. One row per claim;
+-- `context` is NULL for an agent that does not exist (never: the claim has
+-- just locked it).
+CREATE OR REPLACE FUNCTION holdfast.claim_agents_with_context(p_worker text, p_max integer, p_ttl interval)
+RETURNS TABLE (agent_id uuid, epoch bigint, context holdfast.step_context)
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    v_ids uuid[];
+    v_epochs bigint[];
+BEGIN
+    SELECT coalesce(array_agg(c.agent_id), '{}'), coalesce(array_agg(c.epoch), '{}')
+      INTO v_ids, v_epochs
+      FROM holdfast.claim_agents(p_worker, p_max, p_ttl) c;
+    RETURN QUERY
+    SELECT u.id, u.epoch, x
+      FROM unnest(v_ids, v_epochs) AS u (id, epoch)
+      LEFT JOIN LATERAL holdfast.load_step_context(u.id) x ON true;
 END
 $$;
 

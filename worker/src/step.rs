@@ -42,11 +42,19 @@ enum StepFailure {
 /// and never releases its agent for an immediate retry — retrying at once
 /// would fail the same way, in a loop, perhaps paying for a model call
 /// each time.
-pub async fn run(deps: Arc<StepDeps>, claim: Claim, stop: StopSignal) -> StepOutcome {
+///
+/// `loaded` is the agent's context when the claim read it (in the claim's
+/// transaction); without it the step reads its own.
+pub async fn run(
+    deps: Arc<StepDeps>,
+    claim: Claim,
+    loaded: Option<Result<Box<StepContext>>>,
+    stop: StopSignal,
+) -> StepOutcome {
     // The attempt's span, started once its turn's trace context is loaded.
     let mut attempt = None;
     let result = tokio::select! {
-        result = contained(execute(&deps, claim, &stop, &mut attempt)) => result,
+        result = contained(execute(&deps, claim, loaded, &stop, &mut attempt)) => result,
         _ = stop.stopped() => Ok(StepDecision::NoWork),
     };
     let outcome = match (stop.reason(), result) {
@@ -259,15 +267,19 @@ fn unsaved(claim: Claim, error: &Error) -> StepOutcome {
 async fn execute(
     deps: &StepDeps,
     claim: Claim,
+    loaded: Option<Result<Box<StepContext>>>,
     stop: &StopSignal,
     attempt: &mut Option<opentelemetry::Context>,
 ) -> Result<StepDecision> {
     // Boxed, like the other large awaits of a step: the load's future is
     // larger than the model call's, and a step future is as large as its
     // largest state for as long as it is in flight.
-    let context = {
-        let client = deps.pool.get().await?;
-        Box::pin(store::load_step_context(&client, claim.agent_id)).await?
+    let context = match loaded {
+        Some(loaded) => loaded?,
+        None => {
+            let client = deps.pool.get().await?;
+            Box::new(Box::pin(store::load_step_context(&client, claim.agent_id)).await?)
+        }
     };
     let trace = spans::start_attempt(claim, &context.trace);
     *attempt = Some(trace.clone());

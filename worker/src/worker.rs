@@ -22,7 +22,7 @@ use holdfast_db::connect::{self, ConnectConfig, Session};
 use holdfast_db::{store, Error, Result};
 use holdfast_outbound::backoff::Backoff;
 use holdfast_providers::Providers;
-use holdfast_wire::domain::Claim;
+use holdfast_wire::domain::{Claim, StepContext};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_postgres::Notification;
 use tokio_util::sync::CancellationToken;
@@ -162,10 +162,10 @@ impl Worker {
                     self.reconnect(&shutdown).await;
                     want_claim = true;
                 }
-                if want_claim {
-                    want_claim = false;
+                while want_claim {
                     self.take_queued();
-                    self.claim().await;
+                    // A full batch may have left ready agents behind.
+                    want_claim = self.claim().await;
                 }
             } else if self.in_flight.is_empty() {
                 break;
@@ -297,24 +297,32 @@ impl Worker {
         self.session = session;
     }
 
-    async fn claim(&mut self) {
+    /// Claim ready agents for the free slots, at most [`CLAIM_BATCH`] at a
+    /// time, and start their steps. True when the batch was full and a slot
+    /// is still free: claim again.
+    async fn claim(&mut self) -> bool {
         let free = self
             .settings
             .concurrency
             .saturating_sub(self.in_flight.len());
         let Some(session) = self.session.as_ref() else {
-            return;
+            return false;
         };
         if free == 0 {
-            return;
+            return false;
         }
         let sent_at = Instant::now();
-        let max = i32::try_from(free).unwrap_or(i32::MAX);
+        let max = free.min(CLAIM_BATCH);
         // Bounded like a renewal: across a partition that drops packets the
         // claim would otherwise wait forever, and the loop with it.
         let claimed = tokio::time::timeout(
             self.settings.renew_interval,
-            store::claim_agents(session, &self.settings.name, max, self.settings.lease_ttl),
+            store::claim_agents_with_context(
+                session,
+                &self.settings.name,
+                i32::try_from(max).unwrap_or(i32::MAX),
+                self.settings.lease_ttl,
+            ),
         )
         .await;
         let claims = match claimed {
@@ -324,18 +332,19 @@ impl Worker {
                 if e.is_retryable() {
                     self.session = None;
                 }
-                return;
+                return false;
             }
             Err(_) => {
                 tracing::warn!(
                     "claim timed out (no answer from Postgres within the renew interval); reconnecting"
                 );
                 self.session = None;
-                return;
+                return false;
             }
         };
         metrics::counter!("holdfast_claims_total").increment(claims.len() as u64);
-        for claim in claims {
+        let full = claims.len() == max && max < free;
+        for store::ClaimedStep { claim, context } in claims {
             let stop = StopSignal::default();
             let lease = Arc::new(Mutex::new(HeldLease {
                 epoch: claim.epoch,
@@ -344,6 +353,7 @@ impl Worker {
             let task = self.tasks.spawn(run_steps(
                 self.deps.clone(),
                 claim,
+                context.map(Box::new),
                 stop.clone(),
                 lease.clone(),
             ));
@@ -356,6 +366,7 @@ impl Worker {
                 },
             );
         }
+        full
     }
 
     /// One batched renewal of every lease in flight.
@@ -441,16 +452,19 @@ impl Worker {
     }
 }
 
-/// Run a claimed agent's steps: the claimed one, then the next for as long
-/// as a step's end keeps the lease (the agent stayed ready, nothing else
-/// waited to be claimed), each under its own epoch. A lease kept once the
-/// worker drains is released for another worker.
+/// Run a claimed agent's steps: the claimed one, on the context the claim
+/// read, then the next for as long as a step's end keeps the lease (the
+/// agent stayed ready, nothing else waited to be claimed), each under its
+/// own epoch and on a context it reads. A lease kept once the worker drains
+/// is released for another worker.
 async fn run_steps(
     deps: Arc<StepDeps>,
     mut claim: Claim,
+    claimed_context: Result<Box<StepContext>>,
     stop: StopSignal,
     lease: Arc<Mutex<HeldLease>>,
 ) {
+    let mut loaded = Some(claimed_context);
     loop {
         let span = tracing::info_span!(
             "step",
@@ -459,7 +473,7 @@ async fn run_steps(
             kind = tracing::field::Empty
         );
         let started = std::time::Instant::now();
-        let outcome = step::run(deps.clone(), claim, stop.clone())
+        let outcome = step::run(deps.clone(), claim, loaded.take(), stop.clone())
             .instrument(span.clone())
             .await;
         metrics::histogram!("holdfast_step_seconds").record(started.elapsed().as_secs_f64());
@@ -494,6 +508,12 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+/// Agents one claim takes at most. The claim reads each one's step context
+/// in its transaction, one after another, and every step of the batch
+/// starts when the last is read: a small batch keeps that wait short, and
+/// a full one is followed at once by another claim.
+const CLAIM_BATCH: usize = 8;
 
 /// How often steps are checked for a lease that may have run out.
 const LEASE_CHECK_INTERVAL: Duration = Duration::from_millis(250);

@@ -525,6 +525,55 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
     let row = rows
         .first()
         .ok_or_else(|| Error::NotFound(format!("agent {agent} not found")))?;
+    step_context_from_row(agent, row)
+}
+
+/// A claim and, read in the same transaction right after it, its agent's
+/// step context ([`claim_agents_with_context`]). The context is a result of
+/// its own: one that does not parse fails that agent's step, not the claim.
+pub struct ClaimedStep {
+    pub claim: Claim,
+    pub context: Result<StepContext>,
+}
+
+/// [`claim_agents`], and each claimed agent's [`load_step_context`], in one
+/// round trip and one transaction (`holdfast.claim_agents_with_context`).
+/// Call it on the worker's own session, as [`claim_agents`].
+pub async fn claim_agents_with_context(
+    client: &impl Prepared,
+    worker: &str,
+    max: i32,
+    ttl: Duration,
+) -> Result<Vec<ClaimedStep>> {
+    let rows = query_prepared(
+        client,
+        "SELECT c.agent_id, c.epoch, (c.context).* \
+           FROM holdfast.claim_agents_with_context($1, $2, $3::text::interval) c",
+        &[&worker, &max, &to_interval(ttl)],
+    )
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let claim = Claim {
+                agent_id: row.get("agent_id"),
+                epoch: row.get("epoch"),
+            };
+            let context = match row.get::<_, Option<Value>>("config") {
+                Some(_) => step_context_from_row(claim.agent_id, row),
+                None => Err(Error::NotFound(format!(
+                    "agent {} not found",
+                    claim.agent_id
+                ))),
+            };
+            ClaimedStep { claim, context }
+        })
+        .collect())
+}
+
+/// A step context from a row of `holdfast.step_context`'s columns (what
+/// `load_step_context` returns, and each claim's `context` expanded).
+fn step_context_from_row(agent: Uuid, row: &tokio_postgres::Row) -> Result<StepContext> {
     // Parsed once per step: every use below reads the typed config.
     let config = AgentConfig::from_value(&row.get::<_, Value>("config"))?;
     let lost_epoch: Option<i64> = row.get("lost_attempt_epoch");

@@ -8,7 +8,9 @@ use futures::future::join_all;
 use holdfast_db::{migrate, store, Error};
 use holdfast_tests::scenario::{agent_state, event_types, pending_inputs};
 use holdfast_tests::{new_agent, project_and_agent, wait_for_lock_wait_in, wait_until, TestDb};
-use holdfast_wire::domain::{AgentState, Claim, InputMode, ModelStep, NewToolCall, ToolKind};
+use holdfast_wire::domain::{
+    AgentState, Claim, InputMode, ModelStep, NewToolCall, StepContext, ToolKind,
+};
 use serde_json::{json, Value};
 use tokio_postgres::{AsyncMessage, Client, GenericClient};
 use uuid::Uuid;
@@ -1657,9 +1659,8 @@ async fn hot_path_cycle(client: &impl store::Prepared, project: Uuid, agent: Uui
     .unwrap()
     .remove(0)
     .unwrap();
-    let claim = store::claim_agents(client, "w", 1, TTL).await.unwrap()[0];
+    let (claim, _) = claim_with_context(client).await;
     assert_eq!(claim.agent_id, agent, "the cycle's agent is the one ready");
-    store::load_step_context(client, agent).await.unwrap();
     let step = tool_step(vec![input.input.id], &[ToolKind::Custom]);
     let committed = store::commit_model_step_batch(client, &[(claim, &step)])
         .await
@@ -1695,8 +1696,7 @@ async fn hot_path_cycle(client: &impl store::Prepared, project: Uuid, agent: Uui
         .await
         .unwrap();
     assert!(committed[0].1.is_ok(), "{committed:?}");
-    let claim = store::claim_agents(client, "w", 1, TTL).await.unwrap()[0];
-    let context = store::load_step_context(client, agent).await.unwrap();
+    let (claim, context) = claim_with_context(client).await;
     let call = context
         .tool_calls
         .iter()
@@ -1708,13 +1708,75 @@ async fn hot_path_cycle(client: &impl store::Prepared, project: Uuid, agent: Uui
         .await
         .unwrap();
     store::release_agent(client, claim, None).await.unwrap();
-    let claim = store::claim_agents(client, "w", 1, TTL).await.unwrap()[0];
-    store::load_step_context(client, agent).await.unwrap();
+    let (claim, _) = claim_with_context(client).await;
     let step = text_step(vec![]);
     let committed = store::commit_model_step_batch(client, &[(claim, &step)])
         .await
         .unwrap();
     assert!(committed[0].1.is_ok(), "{committed:?}");
+}
+
+/// The worker's claim of one agent, with the context the claim read.
+async fn claim_with_context(client: &impl store::Prepared) -> (Claim, StepContext) {
+    let mut claimed = store::claim_agents_with_context(client, "w", 1, TTL)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "one agent claimed");
+    let claimed = claimed.remove(0);
+    (claimed.claim, claimed.context.unwrap())
+}
+
+/// Each claimed agent's context, read in the claim's transaction, is the
+/// one its own read returns after the claim (the pending inputs, the lost
+/// attempt a reap recorded), for every agent of a batch; a claim that finds
+/// nothing returns nothing.
+#[tokio::test]
+async fn a_claim_with_context_returns_each_claimed_agents_context() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, _) = project_and_agent(&client).await;
+    assert!(store::claim_agents_with_context(&client, "w", 4, TTL)
+        .await
+        .unwrap()
+        .is_empty());
+    create_ready_agents(&client, project, 3).await;
+    // One of them was claimed before, and its lease reaped: the context
+    // carries the lost attempt.
+    let lost = store::claim_agents(&client, "w-lost", 1, TTL)
+        .await
+        .unwrap()[0];
+    client
+        .execute(
+            "UPDATE holdfast.agents SET lease_expires_at = now() - interval '1 second' WHERE id = $1",
+            &[&lost.agent_id],
+        )
+        .await
+        .unwrap();
+    store::maintenance_tick(&client).await.unwrap();
+
+    let claimed = store::claim_agents_with_context(&client, "w", 4, TTL)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 3, "every ready agent claimed once");
+    for step in claimed {
+        let (state, owner, epoch) = lease(&client, step.claim.agent_id).await;
+        assert_eq!((state.as_str(), owner.as_deref()), ("running", Some("w")));
+        assert_eq!(epoch, step.claim.epoch, "the claim's epoch is the lease's");
+        let context = step.context.unwrap();
+        assert_eq!(
+            context,
+            store::load_step_context(&client, step.claim.agent_id)
+                .await
+                .unwrap()
+        );
+        assert_eq!(context.pending_inputs.len(), 1, "the agent's input");
+        if step.claim.agent_id == lost.agent_id {
+            assert!(
+                context.trace.lost.is_some(),
+                "the reaped attempt is in the context"
+            );
+        }
+    }
 }
 
 /// Six hot-path cycles on `pooled`, each with a new agent of `project`,
