@@ -1,6 +1,8 @@
 -- 0059_step_context_type.sql — a step's context is one composite type,
--- holdfast.step_context: what load_step_context returns, and what
--- claim_agents_with_context returns for each agent it claims.
+-- holdfast.step_context: what load_step_context returns, what
+-- claim_agents_with_context returns for each agent it claims, and what a
+-- step's commit that keeps the lease returns for the agent's next step
+-- (commit_model_step_batch, end_tool_batch).
 
 CREATE TYPE holdfast.step_context AS (
 	config jsonb,
@@ -32,7 +34,9 @@ CREATE TYPE holdfast.step_context AS (
 	replay boolean
 );
 
--- load_step_context returns the type now; a function's result type cannot
--- be replaced in place, so the old one goes here and the area's code
--- (steps.sql) defines it again.
+-- These return the type now; a function's result type cannot be replaced
+-- in place, so the old ones go here and the area's code (steps.sql)
+-- defines them again.
 DROP FUNCTION IF EXISTS holdfast.load_step_context(uuid);
+DROP FUNCTION IF EXISTS holdfast.commit_model_step_batch(holdfast.model_step[], interval);
+DROP FUNCTION IF EXISTS holdfast.end_tool_batch(uuid, bigint, uuid, jsonb, boolean, interval);

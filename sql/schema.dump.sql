@@ -1986,7 +1986,7 @@ $$;
 -- Name: commit_model_step_batch(holdfast.model_step[], interval); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.commit_model_step_batch(p_steps holdfast.model_step[], p_lease_ttl interval DEFAULT NULL::interval) RETURNS TABLE(agent_id uuid, outcome text, step_id uuid, message text, field text, lease_kept boolean)
+CREATE FUNCTION holdfast.commit_model_step_batch(p_steps holdfast.model_step[], p_lease_ttl interval DEFAULT NULL::interval) RETURNS TABLE(agent_id uuid, outcome text, step_id uuid, message text, field text, lease_kept boolean, next_context holdfast.step_context)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -2016,6 +2016,7 @@ BEGIN
         message := NULL;
         field := NULL;
         lease_kept := false;
+        next_context := NULL;
         IF NOT v_row.found THEN
             outcome := 'not_found';
             message := format('agent %s not found', v_row.id);
@@ -2037,6 +2038,9 @@ BEGIN
                   FROM holdfast.apply_model_step(v_row.id, v_row.epoch, v_row.input_ids,
                            v_row.content, v_row.tool_calls, v_row.usage, v_row.stop_reason,
                            v_row.config_version, p_lease_ttl) w;
+                IF lease_kept THEN
+                    SELECT * INTO next_context FROM holdfast.load_step_context(v_row.id);
+                END IF;
             END IF;
         END IF;
         RETURN NEXT;
@@ -2857,14 +2861,17 @@ $$;
 -- Name: end_tool_batch(uuid, bigint, uuid, jsonb, boolean, interval); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
-CREATE FUNCTION holdfast.end_tool_batch(p_agent uuid, p_epoch bigint, p_tool_call uuid, p_output jsonb, p_is_error boolean, p_lease_ttl interval DEFAULT NULL::interval) RETURNS text
+CREATE FUNCTION holdfast.end_tool_batch(p_agent uuid, p_epoch bigint, p_tool_call uuid, p_output jsonb, p_is_error boolean, p_lease_ttl interval DEFAULT NULL::interval, OUT state text, OUT next_context holdfast.step_context) RETURNS record
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 BEGIN
     PERFORM holdfast.commit_tool_result(p_agent, p_epoch, p_tool_call, p_output, p_is_error);
     PERFORM holdfast.interrupt_running_calls(p_agent);
-    RETURN (holdfast.settle_agent(p_agent, p_lease_ttl => p_lease_ttl)).state;
+    state := (holdfast.settle_agent(p_agent, p_lease_ttl => p_lease_ttl)).state;
+    IF state = 'running' THEN
+        SELECT * INTO next_context FROM holdfast.load_step_context(p_agent);
+    END IF;
 END
 $$;
 

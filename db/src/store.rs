@@ -69,8 +69,8 @@ pub use steps::{
     commit_model_step_batch_keeping_leases, commit_tool_result, complete_cancel, end_tool_batch,
     fail_step, fail_turn, load_request_files, load_step_context, maintenance_tick,
     record_content_left_out, record_tools_unavailable, release_agent, release_or_keep_agent,
-    renew_leases, spawn_subagent, start_tool_call, step_failures, stream_delta, ClaimedStep,
-    SavedModelStep, UnavailableTool,
+    renew_leases, spawn_subagent, start_tool_call, step_failures, stream_delta, BatchEnd,
+    ClaimedStep, SavedModelStep, UnavailableTool,
 };
 pub use time_travel::{
     answer_replay_calls, create_replay, fork_agent, list_replays, replay_report, ForkAt,

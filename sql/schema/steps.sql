@@ -533,12 +533,15 @@ $$;
 -- one batch has both refused as invalid (a lease runs one step at a time).
 -- p_lease_ttl (the worker's lease ttl) keeps each committed agent's lease
 -- when it stays ready (settle_agent): lease_kept says so, and its
--- holder then takes the agent's next step at the step's epoch + 1.
+-- holder then takes the agent's next step at the step's epoch + 1, on
+-- next_context, the agent's step context read after the commit
+-- (load_step_context; NULL when the lease was not kept).
 -- Raises nothing of its own; any other error (a deadlock with a
 -- non-worker transaction, a lost connection) aborts the whole batch, and
 -- the worker then commits its steps one by one.
 CREATE OR REPLACE FUNCTION holdfast.commit_model_step_batch(p_steps holdfast.model_step[], p_lease_ttl interval DEFAULT NULL)
-RETURNS TABLE (agent_id uuid, outcome text, step_id uuid, message text, field text, lease_kept boolean)
+RETURNS TABLE (agent_id uuid, outcome text, step_id uuid, message text, field text, lease_kept boolean,
+               next_context holdfast.step_context)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_row record;
@@ -566,6 +569,7 @@ BEGIN
         message := NULL;
         field := NULL;
         lease_kept := false;
+        next_context := NULL;
         IF NOT v_row.found THEN
             outcome := 'not_found';
             message := format('agent %s not found', v_row.id);
@@ -587,6 +591,9 @@ BEGIN
                   FROM holdfast.apply_model_step(v_row.id, v_row.epoch, v_row.input_ids,
                            v_row.content, v_row.tool_calls, v_row.usage, v_row.stop_reason,
                            v_row.config_version, p_lease_ttl) w;
+                IF lease_kept THEN
+                    SELECT * INTO next_context FROM holdfast.load_step_context(v_row.id);
+                END IF;
             END IF;
         END IF;
         RETURN NEXT;
@@ -803,16 +810,22 @@ $$;
 -- A tool batch's last result and the batch's end in one transaction:
 -- commit_tool_result, then release_agent's settle (running calls
 -- interrupted, the state decided, the lease released or, with
--- p_lease_ttl, kept at p_epoch + 1: the state returned is then 'running').
+-- p_lease_ttl, kept at p_epoch + 1: the state returned is then 'running',
+-- with next_context, the agent's step context read after the settle, for
+-- the step the holder takes next; NULL otherwise).
 -- Raises as commit_tool_result does; nothing is saved then.
 CREATE OR REPLACE FUNCTION holdfast.end_tool_batch(
     p_agent uuid, p_epoch bigint, p_tool_call uuid, p_output jsonb, p_is_error boolean,
-    p_lease_ttl interval DEFAULT NULL)
-RETURNS text LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+    p_lease_ttl interval DEFAULT NULL,
+    OUT state text, OUT next_context holdfast.step_context)
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     PERFORM holdfast.commit_tool_result(p_agent, p_epoch, p_tool_call, p_output, p_is_error);
     PERFORM holdfast.interrupt_running_calls(p_agent);
-    RETURN (holdfast.settle_agent(p_agent, p_lease_ttl => p_lease_ttl)).state;
+    state := (holdfast.settle_agent(p_agent, p_lease_ttl => p_lease_ttl)).state;
+    IF state = 'running' THEN
+        SELECT * INTO next_context FROM holdfast.load_step_context(p_agent);
+    END IF;
 END
 $$;
 

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use holdfast_db::group_commit::Refused;
 use holdfast_db::store::{self, OverBudget};
 use holdfast_db::Result;
-use holdfast_wire::domain::{AgentState, Claim, ModelStep};
+use holdfast_wire::domain::{AgentState, Claim, ModelStep, StepContext};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -76,14 +76,16 @@ pub enum StepDecision {
 }
 
 /// How a step ended, for metrics and logs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum StepOutcome {
     Committed,
     /// Committed, and the agent stayed ready: its lease is kept, at the
     /// step's epoch + 1, for the next step (no release, no re-claim),
-    /// running until the lease ttl from before `since`.
+    /// running until the lease ttl from before `since`. `next` is the
+    /// agent's context the commit read for that step, when it did.
     LeaseKept {
         since: Instant,
+        next: Option<Box<StepContext>>,
     },
     Retrying,
     Failed,
@@ -99,7 +101,7 @@ pub enum StepOutcome {
 }
 
 impl StepOutcome {
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &'static str {
         match self {
             StepOutcome::Committed | StepOutcome::LeaseKept { .. } => "committed",
             StepOutcome::Retrying => "retrying",
@@ -156,9 +158,9 @@ async fn write(deps: &StepDeps, claim: Claim, result: &mut StepDecision) -> Resu
             let since = Instant::now();
             let client = deps.pool.get().await?;
             let keep_for = deps.settings.lease_ttl;
-            let state = match last {
+            let (state, next) = match last {
                 Some(last) => {
-                    store::end_tool_batch(
+                    let end = store::end_tool_batch(
                         &client,
                         claim,
                         last.call,
@@ -166,12 +168,16 @@ async fn write(deps: &StepDeps, claim: Claim, result: &mut StepDecision) -> Resu
                         last.output.is_error,
                         keep_for,
                     )
-                    .await?
+                    .await?;
+                    (end.state, end.next_context)
                 }
-                None => store::release_or_keep_agent(&client, claim, keep_for).await?,
+                None => (
+                    store::release_or_keep_agent(&client, claim, keep_for).await?,
+                    None,
+                ),
             };
             Ok(if state == AgentState::Running {
-                StepOutcome::LeaseKept { since }
+                StepOutcome::LeaseKept { since, next }
             } else {
                 StepOutcome::Committed
             })
@@ -186,7 +192,10 @@ async fn write(deps: &StepDeps, claim: Claim, result: &mut StepDecision) -> Resu
                 .try_commit((claim, std::mem::take(kept)))
                 .await
             {
-                Ok(saved) if saved.lease_kept => Ok(StepOutcome::LeaseKept { since }),
+                Ok(saved) if saved.lease_kept => Ok(StepOutcome::LeaseKept {
+                    since,
+                    next: saved.next_context,
+                }),
                 Ok(_) => Ok(StepOutcome::Committed),
                 Err(Refused { error, item }) => {
                     if let Some((_, step)) = item {

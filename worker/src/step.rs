@@ -80,7 +80,7 @@ pub async fn run(
         spans::end_attempt(&attempt, outcome.as_str());
     }
     metrics::counter!("holdfast_steps_total", "outcome" => outcome.as_str()).increment(1);
-    if outcome == StepOutcome::LeaseLost {
+    if matches!(outcome, StepOutcome::LeaseLost) {
         metrics::counter!("holdfast_lease_losses_total").increment(1);
     }
     outcome

@@ -455,8 +455,8 @@ impl Worker {
 /// Run a claimed agent's steps: the claimed one, on the context the claim
 /// read, then the next for as long as a step's end keeps the lease (the
 /// agent stayed ready, nothing else waited to be claimed), each under its
-/// own epoch and on a context it reads. A lease kept once the worker drains
-/// is released for another worker.
+/// own epoch and on the context the commit that kept the lease read. A
+/// lease kept once the worker drains is released for another worker.
 async fn run_steps(
     deps: Arc<StepDeps>,
     mut claim: Claim,
@@ -478,9 +478,10 @@ async fn run_steps(
             .await;
         metrics::histogram!("holdfast_step_seconds").record(started.elapsed().as_secs_f64());
         span.in_scope(|| tracing::debug!(outcome = outcome.as_str(), "step ended"));
-        let StepOutcome::LeaseKept { since } = outcome else {
+        let StepOutcome::LeaseKept { since, next } = outcome else {
             return;
         };
+        loaded = next.map(Ok);
         claim.epoch += 1;
         {
             let mut held = held(&lease);

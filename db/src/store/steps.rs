@@ -213,12 +213,15 @@ pub async fn commit_model_step_batch(
 }
 
 /// A model step the group commit saved.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SavedModelStep {
     pub step_id: Uuid,
     /// The agent stayed ready and its holder kept the lease, now at the
     /// step's epoch + 1 (`keep_for` given).
     pub lease_kept: bool,
+    /// With a kept lease, the agent's step context read in the commit's
+    /// transaction, for the next step ([`kept_lease_context`]).
+    pub next_context: Option<Box<StepContext>>,
 }
 
 /// [`commit_model_step_batch`], with each agent that stays ready kept leased to
@@ -243,8 +246,9 @@ pub async fn commit_model_step_batch_keeping_leases(
     }
     for row in query_prepared(
         client,
-        "SELECT agent_id, outcome, step_id, message, field, lease_kept \
-           FROM holdfast.commit_model_step_batch($1, $2::text::interval)",
+        "SELECT c.agent_id, c.outcome, c.step_id, c.message, c.field, c.lease_kept, \
+                (c.next_context).* \
+           FROM holdfast.commit_model_step_batch($1, $2::text::interval) c",
         &[&rows, &keep_for.map(to_interval)],
     )
     .await?
@@ -254,6 +258,7 @@ pub async fn commit_model_step_batch_keeping_leases(
             "committed" => Ok(SavedModelStep {
                 step_id: row.get("step_id"),
                 lease_kept: row.get("lease_kept"),
+                next_context: kept_lease_context(row.get("agent_id"), &row),
             }),
             "lease_lost" => Err(Error::LeaseLost(message())),
             "not_found" => Err(Error::NotFound(message())),
@@ -305,12 +310,13 @@ pub async fn end_tool_batch(
     output: &Value,
     is_error: bool,
     keep_for: Duration,
-) -> Result<AgentState> {
+) -> Result<BatchEnd> {
     let mut output = output.clone();
     make_storable(&mut output);
     let row = query_one_prepared(
         client,
-        "SELECT holdfast.end_tool_batch($1, $2, $3, $4, $5, $6::text::interval)",
+        "SELECT e.state, (e.next_context).* \
+           FROM holdfast.end_tool_batch($1, $2, $3, $4, $5, $6::text::interval) e",
         &[
             &claim.agent_id,
             &claim.epoch,
@@ -321,7 +327,28 @@ pub async fn end_tool_batch(
         ],
     )
     .await?;
-    parse_text(row.get(0), "state")
+    Ok(BatchEnd {
+        state: parse_text(row.get("state"), "state")?,
+        next_context: kept_lease_context(claim.agent_id, &row),
+    })
+}
+
+/// How a tool batch ended ([`end_tool_batch`]).
+#[derive(Debug)]
+pub struct BatchEnd {
+    /// `Running` when the lease was kept for the agent's next step.
+    pub state: AgentState,
+    /// With a kept lease, the agent's step context read in the same
+    /// transaction, for the next step ([`kept_lease_context`]).
+    pub next_context: Option<Box<StepContext>>,
+}
+
+/// The step context a commit that kept the lease read for the next step
+/// (its `next_context` expanded), when it did. One that does not parse is
+/// left out: the next step reads its own, and fails on it as any step does.
+fn kept_lease_context(agent: Uuid, row: &tokio_postgres::Row) -> Option<Box<StepContext>> {
+    row.get::<_, Option<Value>>("config")?;
+    step_context_from_row(agent, row).ok().map(Box::new)
 }
 
 /// A tool server (or one tool of it) the model call about to be made goes

@@ -92,6 +92,17 @@ async fn a_busy_agent_stays_leased_to_its_holder_and_the_step_before_is_fenced_o
     )
     .await;
     assert!(saved.lease_kept, "the agent stays ready: the lease is kept");
+    // The commit read the agent's context for that next step: the call it
+    // saved is pending in it.
+    let next = saved
+        .next_context
+        .expect("a kept lease carries the next context");
+    assert_eq!(
+        *next,
+        store::load_step_context(&client, agent).await.unwrap()
+    );
+    assert_eq!(next.tool_calls.len(), 1);
+    assert_eq!(next.tool_calls[0].status, "pending");
     assert_eq!(
         lease(&client, agent).await,
         (
@@ -146,6 +157,7 @@ async fn a_busy_agent_stays_leased_to_its_holder_and_the_step_before_is_fenced_o
     assert!(matches!(stale, Err(Error::LeaseLost(_))), "{stale:?}");
     let saved = commit_keeping(&client, third, &text_step()).await;
     assert!(!saved.lease_kept, "the turn ended: the agent is released");
+    assert!(saved.next_context.is_none(), "no next step here");
     let (state, owner, epoch, _) = lease(&client, agent).await;
     assert_eq!((state.as_str(), owner, epoch), ("idle", None, third.epoch));
 
@@ -251,14 +263,24 @@ async fn a_batchs_last_result_and_its_end_are_one_write_that_keeps_the_lease() {
     assert!(matches!(stale, Err(Error::LeaseLost(_))), "{stale:?}");
     assert_eq!(pending_call(&client, agent).await, call);
 
-    let state = store::end_tool_batch(&client, second, call, &json!({"ok": 2}), false, TTL)
+    let end = store::end_tool_batch(&client, second, call, &json!({"ok": 2}), false, TTL)
         .await
         .unwrap();
     assert_eq!(
-        state,
+        end.state,
         AgentState::Running,
         "the turn goes on: the lease is kept"
     );
+    // The batch's end read the agent's context for the model step next:
+    // the call's result is in it.
+    let next = end
+        .next_context
+        .expect("a kept lease carries the next context");
+    assert_eq!(
+        *next,
+        store::load_step_context(&client, agent).await.unwrap()
+    );
+    assert_eq!(next.tool_calls[0].output, Some(json!({"ok": 2})));
     let row = client
         .query_one(
             "SELECT status, output FROM holdfast.tool_calls WHERE id = $1",
