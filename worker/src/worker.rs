@@ -162,10 +162,10 @@ impl Worker {
                     self.reconnect(&shutdown).await;
                     want_claim = true;
                 }
-                while want_claim {
+                if want_claim {
+                    want_claim = false;
                     self.take_queued();
-                    // A full batch may have left ready agents behind.
-                    want_claim = self.claim().await;
+                    self.claim().await;
                 }
             } else if self.in_flight.is_empty() {
                 break;
@@ -297,22 +297,24 @@ impl Worker {
         self.session = session;
     }
 
-    /// Claim ready agents for the free slots, at most [`CLAIM_BATCH`] at a
-    /// time, and start their steps. True when the batch was full and a slot
-    /// is still free: claim again.
-    async fn claim(&mut self) -> bool {
+    /// Claim ready agents for every free slot, with their step contexts,
+    /// and start their steps. One claim for them all: while agents wait
+    /// ready to be claimed, every step's end releases its lease instead of
+    /// keeping it (claims stay fair), so a claim that left some behind for a
+    /// later one would turn a busy worker's kept leases into claims.
+    async fn claim(&mut self) {
         let free = self
             .settings
             .concurrency
             .saturating_sub(self.in_flight.len());
         let Some(session) = self.session.as_ref() else {
-            return false;
+            return;
         };
         if free == 0 {
-            return false;
+            return;
         }
         let sent_at = Instant::now();
-        let max = free.min(CLAIM_BATCH);
+        let max = i32::try_from(free).unwrap_or(i32::MAX);
         // Bounded like a renewal: across a partition that drops packets the
         // claim would otherwise wait forever, and the loop with it.
         let claimed = tokio::time::timeout(
@@ -320,7 +322,7 @@ impl Worker {
             store::claim_agents_with_context(
                 session,
                 &self.settings.name,
-                i32::try_from(max).unwrap_or(i32::MAX),
+                max,
                 self.settings.lease_ttl,
             ),
         )
@@ -332,18 +334,17 @@ impl Worker {
                 if e.is_retryable() {
                     self.session = None;
                 }
-                return false;
+                return;
             }
             Err(_) => {
                 tracing::warn!(
                     "claim timed out (no answer from Postgres within the renew interval); reconnecting"
                 );
                 self.session = None;
-                return false;
+                return;
             }
         };
         metrics::counter!("holdfast_claims_total").increment(claims.len() as u64);
-        let full = claims.len() == max && max < free;
         for store::ClaimedStep { claim, context } in claims {
             let stop = StopSignal::default();
             let lease = Arc::new(Mutex::new(HeldLease {
@@ -366,7 +367,6 @@ impl Worker {
                 },
             );
         }
-        full
     }
 
     /// One batched renewal of every lease in flight.
@@ -509,12 +509,6 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
-
-/// Agents one claim takes at most. The claim reads each one's step context
-/// in its transaction, one after another, and every step of the batch
-/// starts when the last is read: a small batch keeps that wait short, and
-/// a full one is followed at once by another claim.
-const CLAIM_BATCH: usize = 8;
 
 /// How often steps are checked for a lease that may have run out.
 const LEASE_CHECK_INTERVAL: Duration = Duration::from_millis(250);
