@@ -43,12 +43,12 @@ enum StepFailure {
 /// would fail the same way, in a loop, perhaps paying for a model call
 /// each time.
 ///
-/// `loaded` is the agent's context when the claim read it (in the claim's
-/// transaction); without it the step reads its own.
+/// `loaded` is the agent's context when the claim, or the commit that kept
+/// the lease, read it in its transaction; without it the step reads its own.
 pub async fn run(
     deps: Arc<StepDeps>,
     claim: Claim,
-    loaded: Option<Result<Box<StepContext>>>,
+    loaded: Option<Box<StepContext>>,
     stop: StopSignal,
 ) -> StepOutcome {
     // The attempt's span, started once its turn's trace context is loaded.
@@ -267,7 +267,7 @@ fn unsaved(claim: Claim, error: &Error) -> StepOutcome {
 async fn execute(
     deps: &StepDeps,
     claim: Claim,
-    loaded: Option<Result<Box<StepContext>>>,
+    loaded: Option<Box<StepContext>>,
     stop: &StopSignal,
     attempt: &mut Option<opentelemetry::Context>,
 ) -> Result<StepDecision> {
@@ -275,7 +275,7 @@ async fn execute(
     // larger than the model call's, and a step future is as large as its
     // largest state for as long as it is in flight.
     let context = match loaded {
-        Some(loaded) => loaded?,
+        Some(loaded) => loaded,
         None => {
             let client = deps.pool.get().await?;
             Box::new(Box::pin(store::load_step_context(&client, claim.agent_id)).await?)

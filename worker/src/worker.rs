@@ -354,7 +354,7 @@ impl Worker {
             let task = self.tasks.spawn(run_steps(
                 self.deps.clone(),
                 claim,
-                context.map(Box::new),
+                context,
                 stop.clone(),
                 lease.clone(),
             ));
@@ -460,11 +460,11 @@ impl Worker {
 async fn run_steps(
     deps: Arc<StepDeps>,
     mut claim: Claim,
-    claimed_context: Result<Box<StepContext>>,
+    claimed_context: Option<Box<StepContext>>,
     stop: StopSignal,
     lease: Arc<Mutex<HeldLease>>,
 ) {
-    let mut loaded = Some(claimed_context);
+    let mut loaded = claimed_context;
     loop {
         let span = tracing::info_span!(
             "step",
@@ -481,7 +481,7 @@ async fn run_steps(
         let StepOutcome::LeaseKept { since, next } = outcome else {
             return;
         };
-        loaded = next.map(Ok);
+        loaded = next;
         claim.epoch += 1;
         {
             let mut held = held(&lease);

@@ -220,7 +220,7 @@ pub struct SavedModelStep {
     /// step's epoch + 1 (`keep_for` given).
     pub lease_kept: bool,
     /// With a kept lease, the agent's step context read in the commit's
-    /// transaction, for the next step ([`kept_lease_context`]).
+    /// transaction, for the next step ([`read_step_context`]).
     pub next_context: Option<Box<StepContext>>,
 }
 
@@ -258,7 +258,7 @@ pub async fn commit_model_step_batch_keeping_leases(
             "committed" => Ok(SavedModelStep {
                 step_id: row.get("step_id"),
                 lease_kept: row.get("lease_kept"),
-                next_context: kept_lease_context(row.get("agent_id"), &row),
+                next_context: read_step_context(row.get("agent_id"), &row),
             }),
             "lease_lost" => Err(Error::LeaseLost(message())),
             "not_found" => Err(Error::NotFound(message())),
@@ -329,7 +329,7 @@ pub async fn end_tool_batch(
     .await?;
     Ok(BatchEnd {
         state: parse_text(row.get("state"), "state")?,
-        next_context: kept_lease_context(claim.agent_id, &row),
+        next_context: read_step_context(claim.agent_id, &row),
     })
 }
 
@@ -339,14 +339,15 @@ pub struct BatchEnd {
     /// `Running` when the lease was kept for the agent's next step.
     pub state: AgentState,
     /// With a kept lease, the agent's step context read in the same
-    /// transaction, for the next step ([`kept_lease_context`]).
+    /// transaction, for the next step ([`read_step_context`]).
     pub next_context: Option<Box<StepContext>>,
 }
 
-/// The step context a commit that kept the lease read for the next step
-/// (its `next_context` expanded), when it did. One that does not parse is
-/// left out: the next step reads its own, and fails on it as any step does.
-fn kept_lease_context(agent: Uuid, row: &tokio_postgres::Row) -> Option<Box<StepContext>> {
+/// The step context a claim or a commit that kept the lease read for the
+/// agent's next step (a `holdfast.step_context` expanded into `row`), when
+/// it did. One that does not parse is left out: the step reads its own,
+/// and fails on it as any step does.
+fn read_step_context(agent: Uuid, row: &tokio_postgres::Row) -> Option<Box<StepContext>> {
     row.get::<_, Option<Value>>("config")?;
     step_context_from_row(agent, row).ok().map(Box::new)
 }
@@ -555,12 +556,11 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
     step_context_from_row(agent, row)
 }
 
-/// A claim and, read in the same transaction right after it, its agent's
-/// step context ([`claim_agents_with_context`]). The context is a result of
-/// its own: one that does not parse fails that agent's step, not the claim.
+/// A claim and its agent's step context, read in the same transaction
+/// right after it ([`claim_agents_with_context`], [`read_step_context`]).
 pub struct ClaimedStep {
     pub claim: Claim,
-    pub context: Result<StepContext>,
+    pub context: Option<Box<StepContext>>,
 }
 
 /// [`claim_agents`], and each claimed agent's [`load_step_context`], in one
@@ -586,13 +586,7 @@ pub async fn claim_agents_with_context(
                 agent_id: row.get("agent_id"),
                 epoch: row.get("epoch"),
             };
-            let context = match row.get::<_, Option<Value>>("config") {
-                Some(_) => step_context_from_row(claim.agent_id, row),
-                None => Err(Error::NotFound(format!(
-                    "agent {} not found",
-                    claim.agent_id
-                ))),
-            };
+            let context = read_step_context(claim.agent_id, row);
             ClaimedStep { claim, context }
         })
         .collect())

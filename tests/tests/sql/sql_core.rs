@@ -1723,7 +1723,10 @@ async fn claim_with_context(client: &impl store::Prepared) -> (Claim, StepContex
         .unwrap();
     assert_eq!(claimed.len(), 1, "one agent claimed");
     let claimed = claimed.remove(0);
-    (claimed.claim, claimed.context.unwrap())
+    (
+        claimed.claim,
+        *claimed.context.expect("the claim read the context"),
+    )
 }
 
 /// Each claimed agent's context, read in the claim's transaction, is the
@@ -1762,7 +1765,7 @@ async fn a_claim_with_context_returns_each_claimed_agents_context() {
         let (state, owner, epoch) = lease(&client, step.claim.agent_id).await;
         assert_eq!((state.as_str(), owner.as_deref()), ("running", Some("w")));
         assert_eq!(epoch, step.claim.epoch, "the claim's epoch is the lease's");
-        let context = step.context.unwrap();
+        let context = *step.context.expect("the claim read the context");
         assert_eq!(
             context,
             store::load_step_context(&client, step.claim.agent_id)
