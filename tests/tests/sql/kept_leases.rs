@@ -52,6 +52,17 @@ async fn lease(client: &Client, agent: Uuid) -> (String, Option<String>, i64, Op
     (row.get(0), row.get(1), row.get(2), row.get(3))
 }
 
+/// A new agent of a new project, given an input and claimed by `w`.
+async fn claimed_agent(client: &Client) -> (Uuid, Claim) {
+    let (project, agent) = project_and_agent(client).await;
+    store::create_input(client, agent, &json!("go"), None)
+        .await
+        .unwrap();
+    let claim = store::claim_agents(client, "w", 1, TTL).await.unwrap()[0];
+    assert_eq!(claim.agent_id, agent, "the one ready agent is claimed");
+    (project, claim)
+}
+
 async fn commit_keeping(client: &Client, claim: Claim, step: &ModelStep) -> store::SavedModelStep {
     let mut saved =
         store::commit_model_step_batch_keeping_leases(client, &[(claim, step)], Some(TTL))
@@ -195,11 +206,8 @@ async fn a_busy_agent_stays_leased_to_its_holder_and_the_step_before_is_fenced_o
 async fn a_lease_is_released_when_another_agent_waits_to_be_claimed() {
     let db = TestDb::new().await;
     let client = db.connect().await;
-    let (project, agent) = project_and_agent(&client).await;
-    store::create_input(&client, agent, &json!("go"), None)
-        .await
-        .unwrap();
-    let claim = store::claim_agents(&client, "w", 1, TTL).await.unwrap()[0];
+    let (project, claim) = claimed_agent(&client).await;
+    let agent = claim.agent_id;
     let other = new_agent(&client, project).await;
     store::create_input(&client, other, &json!("me too"), None)
         .await
@@ -215,21 +223,14 @@ async fn a_lease_is_released_when_another_agent_waits_to_be_claimed() {
 async fn a_lease_is_released_when_the_agent_waits_or_its_next_step_is_not_due() {
     let db = TestDb::new().await;
     let client = db.connect().await;
-    let (_, agent) = project_and_agent(&client).await;
-    store::create_input(&client, agent, &json!("go"), None)
-        .await
-        .unwrap();
-    let claim = store::claim_agents(&client, "w", 1, TTL).await.unwrap()[0];
+    let (_, claim) = claimed_agent(&client).await;
+    let agent = claim.agent_id;
     let saved = commit_keeping(&client, claim, &step_calling(ToolKind::Custom, vec![])).await;
     assert!(!saved.lease_kept, "the agent waits on its custom tool");
     assert_eq!(lease(&client, agent).await.0, "waiting");
 
     // Ready again, with its next step in the future (a durable backoff).
-    let (_, agent) = project_and_agent(&client).await;
-    store::create_input(&client, agent, &json!("go"), None)
-        .await
-        .unwrap();
-    let claim = store::claim_agents(&client, "w", 1, TTL).await.unwrap()[0];
+    let (_, claim) = claimed_agent(&client).await;
     let state: String = client
         .query_one(
             "SELECT holdfast.release_agent($1, $2, holdfast.now() + interval '1 hour', interval '1 minute')",
@@ -245,11 +246,8 @@ async fn a_lease_is_released_when_the_agent_waits_or_its_next_step_is_not_due() 
 async fn a_batchs_last_result_and_its_end_are_one_write_that_keeps_the_lease() {
     let db = TestDb::new().await;
     let client = db.connect().await;
-    let (_, agent) = project_and_agent(&client).await;
-    store::create_input(&client, agent, &json!("go"), None)
-        .await
-        .unwrap();
-    let first = store::claim_agents(&client, "w", 1, TTL).await.unwrap()[0];
+    let (_, first) = claimed_agent(&client).await;
+    let agent = first.agent_id;
     let saved = commit_keeping(&client, first, &step_calling(ToolKind::External, vec![])).await;
     assert!(saved.lease_kept);
     let second = Claim {
