@@ -360,7 +360,7 @@ pub async fn get_agent(
     path = "/v1/agents/{id}",
     tag = "agents",
     params(("id" = Uuid, Path, description = "agent id")),
-    request_body(content = AgentConfig, description = "a merge patch of the config, with an optional top-level `\"apply\": \"now\" | \"next_turn\"`", content_type = "application/merge-patch+json"),
+    request_body(content = Object, description = "a JSON merge patch of the config (`AgentConfig`: any of its fields, `null` removing one), with an optional top-level `\"apply\": \"now\" | \"next_turn\"`", content_type = "application/merge-patch+json"),
     responses(
         (status = 200, body = AgentView),
         (status = 400, description = "the patched config is invalid, or `apply` is neither `now` nor `next_turn`; `field` names the field", body = ErrorBody),

@@ -4139,10 +4139,10 @@ export interface operations {
             };
             cookie?: never;
         };
-        /** @description a merge patch of the config, with an optional top-level `"apply": "now" | "next_turn"` */
+        /** @description a JSON merge patch of the config (`AgentConfig`: any of its fields, `null` removing one), with an optional top-level `"apply": "now" | "next_turn"` */
         requestBody: {
             content: {
-                "application/merge-patch+json": components["schemas"]["AgentConfig"];
+                "application/merge-patch+json": Record<string, unknown>;
             };
         };
         responses: {
