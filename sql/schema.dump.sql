@@ -72,9 +72,9 @@ CREATE TYPE holdfast.step_context AS (
 	lost_attempt_epoch bigint,
 	lost_attempt_started_at timestamp with time zone,
 	lost_attempt_ended_at timestamp with time zone,
-	messages jsonb,
-	tool_calls jsonb,
-	pending_inputs jsonb,
+	messages json,
+	tool_calls json,
+	pending_inputs json,
 	refused_field text,
 	refused_message text,
 	endpoint text,
@@ -4030,12 +4030,12 @@ BEGIN
            v_agent.turn_model_steps, holdfast.budget_exceeded(v_agent) IS NOT NULL,
            v_agent.turn_trace_parent, v_agent.turn_trace_state, v_agent.first_attempt_epoch,
            v_agent.lost_attempt_epoch, v_agent.lost_attempt_started_at, v_agent.lost_attempt_ended_at,
-           (SELECT coalesce(jsonb_agg(jsonb_build_object('seq', m.seq, 'role', m.role,
+           (SELECT coalesce(json_agg(json_build_object('seq', m.seq, 'role', m.role,
                                                          'content', m.content, 'step_id', m.step_id)
                                       ORDER BY m.seq), '[]')
               FROM holdfast.messages m
              WHERE m.agent_id = p_agent AND m.seq >= v_agent.context_start_seq),
-           (SELECT coalesce(jsonb_agg(jsonb_build_object('id', t.id, 'step_id', t.step_id,
+           (SELECT coalesce(json_agg(json_build_object('id', t.id, 'step_id', t.step_id,
                                                          'position', t.position, 'provider_id', t.provider_id,
                                                          'name', t.name, 'input', t.input, 'kind', t.kind,
                                                          'status', t.status, 'output', t.output,
@@ -4043,7 +4043,7 @@ BEGIN
                                       ORDER BY t.created_at, t.step_id, t.position), '[]')
               FROM holdfast.tool_calls t
              WHERE t.agent_id = p_agent),
-           (SELECT coalesce(jsonb_agg(jsonb_build_object('id', i.id, 'content', i.content)
+           (SELECT coalesce(json_agg(json_build_object('id', i.id, 'content', i.content)
                                       ORDER BY i.created_at, i.id), '[]')
               FROM holdfast.turn_inputs(p_agent) i),
            r.refused_field, r.refused_message, r.endpoint, r.custom_url, r.base_url,

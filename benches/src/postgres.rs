@@ -141,6 +141,9 @@ impl BenchCluster {
         // A statement planned on most of its calls is re-planned per row:
         // a custom plan where a generic one would do.
         let top_planned = statement_list(&admin, "total_plan_time", limit).await?;
+        // The statements a step runs most often, nested ones included: each
+        // pays an executor start-up however little it does.
+        let most_called = statement_list(&admin, "calls", limit).await?;
         let functions = match self.scenario_database() {
             Some(config) => function_stats(&config, limit).await?,
             None => Value::Null,
@@ -152,6 +155,7 @@ impl BenchCluster {
             "plan_ms": round3(totals.get(3)),
             "top": top,
             "top_planned": top_planned,
+            "most_called": most_called,
             "functions": functions,
         }))
     }

@@ -108,6 +108,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0059_step_context_type.sql",
         sql: include_str!("../../sql/0059_step_context_type.sql"),
     },
+    Migration {
+        version: 60,
+        name: "0060_step_context_json.sql",
+        sql: include_str!("../../sql/0060_step_context_json.sql"),
+    },
 ];
 
 /// The line of an area file after which its functions and triggers begin.

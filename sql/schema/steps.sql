@@ -35,9 +35,9 @@ CREATE TYPE holdfast.step_context AS (
 	lost_attempt_epoch bigint,
 	lost_attempt_started_at timestamptz,
 	lost_attempt_ended_at timestamptz,
-	messages jsonb,
-	tool_calls jsonb,
-	pending_inputs jsonb,
+	messages json,
+	tool_calls json,
+	pending_inputs json,
 	refused_field text,
 	refused_message text,
 	endpoint text,
@@ -104,14 +104,19 @@ CREATE INDEX messages_search_idx ON holdfast.messages USING gin (
 
 -- Everything a step is decided and built from, read fresh at every attempt,
 -- in one statement: the agent's step fields (its config with the version
--- number it is, which the step's commit records), its history from the context's
--- start (messages, as a jsonb array in seq order), its tool calls (in
--- creation order), the inputs of its turn not yet seen by a committed model
--- call (turn_inputs), and where a model call with its stored config.model
--- would go (resolve_model_endpoint, nulls stripped as the worker's typed
--- config serialises it), and whether it is a replay's child (its tool calls
--- are answered from the recording). Content that references stored files keeps the
--- references. One row, or none when the agent does not exist. Reads only.
+-- number it is, which the step's commit records), its history from the
+-- context's start (messages, in seq order), its tool calls (in creation
+-- order), the inputs of its turn not yet seen by a committed model call
+-- (turn_inputs), and where a model call with its stored config.model would
+-- go (resolve_model_endpoint, nulls stripped as the worker's typed config
+-- serialises it), and whether it is a replay's child (its tool calls are
+-- answered from the recording). Content that references stored files keeps
+-- the references. One row, or none when the agent does not exist. Reads
+-- only.
+-- The three lists are json, not jsonb: the worker parses them as text, and
+-- json_agg joins the stored values' text where jsonb_agg would decode each
+-- into a new binary document only for it to be printed again (half the
+-- time of a step's read, every step, over the whole history).
 CREATE OR REPLACE FUNCTION holdfast.load_step_context(p_agent uuid)
 RETURNS SETOF holdfast.step_context
 LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
@@ -128,12 +133,12 @@ BEGIN
            v_agent.turn_model_steps, holdfast.budget_exceeded(v_agent) IS NOT NULL,
            v_agent.turn_trace_parent, v_agent.turn_trace_state, v_agent.first_attempt_epoch,
            v_agent.lost_attempt_epoch, v_agent.lost_attempt_started_at, v_agent.lost_attempt_ended_at,
-           (SELECT coalesce(jsonb_agg(jsonb_build_object('seq', m.seq, 'role', m.role,
+           (SELECT coalesce(json_agg(json_build_object('seq', m.seq, 'role', m.role,
                                                          'content', m.content, 'step_id', m.step_id)
                                       ORDER BY m.seq), '[]')
               FROM holdfast.messages m
              WHERE m.agent_id = p_agent AND m.seq >= v_agent.context_start_seq),
-           (SELECT coalesce(jsonb_agg(jsonb_build_object('id', t.id, 'step_id', t.step_id,
+           (SELECT coalesce(json_agg(json_build_object('id', t.id, 'step_id', t.step_id,
                                                          'position', t.position, 'provider_id', t.provider_id,
                                                          'name', t.name, 'input', t.input, 'kind', t.kind,
                                                          'status', t.status, 'output', t.output,
@@ -141,7 +146,7 @@ BEGIN
                                       ORDER BY t.created_at, t.step_id, t.position), '[]')
               FROM holdfast.tool_calls t
              WHERE t.agent_id = p_agent),
-           (SELECT coalesce(jsonb_agg(jsonb_build_object('id', i.id, 'content', i.content)
+           (SELECT coalesce(json_agg(json_build_object('id', i.id, 'content', i.content)
                                       ORDER BY i.created_at, i.id), '[]')
               FROM holdfast.turn_inputs(p_agent) i),
            r.refused_field, r.refused_message, r.endpoint, r.custom_url, r.base_url,

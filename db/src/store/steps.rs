@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
-use postgres_types::ToSql;
+use postgres_types::{Json, ToSql};
 use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
@@ -613,7 +613,7 @@ fn step_context_from_row(agent: Uuid, row: &tokio_postgres::Row) -> Result<StepC
             },
         ),
     };
-    let messages = from_json::<Vec<MessageRow>>(row.get("messages"), "messages")?
+    let messages = step_context_list::<MessageRow>(row, "messages")?
         .into_iter()
         .map(|m| HistoryMessage {
             seq: m.seq,
@@ -622,7 +622,7 @@ fn step_context_from_row(agent: Uuid, row: &tokio_postgres::Row) -> Result<StepC
             step_id: m.step_id,
         })
         .collect();
-    let tool_calls = from_json::<Vec<ToolCallRow>>(row.get("tool_calls"), "tool_calls")?
+    let tool_calls = step_context_list::<ToolCallRow>(row, "tool_calls")?
         .into_iter()
         .map(|t| {
             Ok(ToolCallRecord {
@@ -639,7 +639,7 @@ fn step_context_from_row(agent: Uuid, row: &tokio_postgres::Row) -> Result<StepC
             })
         })
         .collect::<Result<_>>()?;
-    let pending_inputs = from_json::<Vec<InputRow>>(row.get("pending_inputs"), "pending_inputs")?
+    let pending_inputs = step_context_list::<InputRow>(row, "pending_inputs")?
         .into_iter()
         .map(|i| PendingInput {
             id: i.id,
@@ -696,12 +696,18 @@ struct InputRow {
     content: Value,
 }
 
-/// `value` (one of `load_step_context`'s arrays, built by the SQL) as `T`.
-fn from_json<T: serde::de::DeserializeOwned>(value: Value, field: &str) -> Result<T> {
-    serde_json::from_value(value).map_err(|e| Error::Invalid {
-        field: Some(field.into()),
-        message: format!("the step context's {field} did not parse: {e}"),
-    })
+/// One of the step context's lists (a json array the SQL built), parsed
+/// from its text straight into its rows.
+fn step_context_list<T: serde::de::DeserializeOwned>(
+    row: &tokio_postgres::Row,
+    field: &str,
+) -> Result<Vec<T>> {
+    row.try_get::<_, Json<Vec<T>>>(field)
+        .map(|list| list.0)
+        .map_err(|e| Error::Invalid {
+            field: Some(field.into()),
+            message: format!("the step context's {field} did not parse: {e}"),
+        })
 }
 
 /// The bytes of `agent`'s stored files `ids` (what a model request's
