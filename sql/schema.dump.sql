@@ -4042,7 +4042,12 @@ BEGIN
                                                          'is_error', t.is_error)
                                       ORDER BY t.created_at, t.step_id, t.position), '[]')
               FROM holdfast.tool_calls t
-             WHERE t.agent_id = p_agent),
+             WHERE t.agent_id = p_agent
+               AND (v_agent.context_start_seq = 0
+                    OR t.status NOT IN ('completed', 'cancelled')
+                    OR t.step_id IN (SELECT m.step_id FROM holdfast.messages m
+                                      WHERE m.agent_id = p_agent
+                                        AND m.seq >= v_agent.context_start_seq))),
            (SELECT coalesce(json_agg(json_build_object('id', i.id, 'content', i.content)
                                       ORDER BY i.created_at, i.id), '[]')
               FROM holdfast.turn_inputs(p_agent) i),

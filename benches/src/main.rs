@@ -243,7 +243,7 @@ pub struct Options {
 }
 
 /// Statements listed per scenario with --profile.
-const PROFILE_TOP: i64 = 80;
+const PROFILE_TOP: i64 = 25;
 
 /// What every scenario gets: its sizes, the cluster, the binary.
 pub struct Bench {

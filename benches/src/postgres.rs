@@ -141,9 +141,10 @@ impl BenchCluster {
         // A statement planned on most of its calls is re-planned per row:
         // a custom plan where a generic one would do.
         let top_planned = statement_list(&admin, "total_plan_time", limit).await?;
-        // The statements a step runs most often, nested ones included: each
-        // pays an executor start-up however little it does.
-        let most_called = statement_list(&admin, "calls", limit).await?;
+        // The statements run most often, nested ones included: each pays an
+        // executor start-up however little it does. All of a step's (about
+        // thirty), not the top `limit`.
+        let most_called = statement_list(&admin, "calls", MOST_CALLED).await?;
         let functions = match self.scenario_database() {
             Some(config) => function_stats(&config, limit).await?,
             None => Value::Null,
@@ -714,6 +715,9 @@ pub struct WaitSampler {
     stop: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<Result<std::collections::HashMap<String, u64>>>,
 }
+
+/// How many of the most-called statements a profile lists.
+const MOST_CALLED: i64 = 60;
 
 /// Time between two looks at pg_stat_activity.
 const WAIT_SAMPLE_EVERY: Duration = Duration::from_millis(20);

@@ -105,18 +105,18 @@ CREATE INDEX messages_search_idx ON holdfast.messages USING gin (
 -- Everything a step is decided and built from, read fresh at every attempt,
 -- in one statement: the agent's step fields (its config with the version
 -- number it is, which the step's commit records), its history from the
--- context's start (messages, in seq order), its tool calls (in creation
--- order), the inputs of its turn not yet seen by a committed model call
--- (turn_inputs), and where a model call with its stored config.model would
--- go (resolve_model_endpoint, nulls stripped as the worker's typed config
--- serialises it), and whether it is a replay's child (its tool calls are
--- answered from the recording). Content that references stored files keeps
--- the references. One row, or none when the agent does not exist. Reads
--- only.
+-- context's start (messages, in seq order), the tool calls of those
+-- messages and every open one (in creation order; a compacted agent's
+-- context does not carry the calls it compacted away), the inputs of its
+-- turn not yet seen by a committed model call (turn_inputs), where a model
+-- call with its stored config.model would go (resolve_model_endpoint,
+-- nulls stripped as the worker's typed config serialises it), and whether
+-- it is a replay's child (its tool calls are answered from the recording).
+-- Content that references stored files keeps the references. One row, or
+-- none when the agent does not exist. Reads only.
 -- The three lists are json, not jsonb: the worker parses them as text, and
 -- json_agg joins the stored values' text where jsonb_agg would decode each
--- into a new binary document only for it to be printed again (half the
--- time of a step's read, every step, over the whole history).
+-- into a new binary document only for it to be printed again.
 CREATE OR REPLACE FUNCTION holdfast.load_step_context(p_agent uuid)
 RETURNS SETOF holdfast.step_context
 LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
@@ -145,7 +145,12 @@ BEGIN
                                                          'is_error', t.is_error)
                                       ORDER BY t.created_at, t.step_id, t.position), '[]')
               FROM holdfast.tool_calls t
-             WHERE t.agent_id = p_agent),
+             WHERE t.agent_id = p_agent
+               AND (v_agent.context_start_seq = 0
+                    OR t.status NOT IN ('completed', 'cancelled')
+                    OR t.step_id IN (SELECT m.step_id FROM holdfast.messages m
+                                      WHERE m.agent_id = p_agent
+                                        AND m.seq >= v_agent.context_start_seq))),
            (SELECT coalesce(json_agg(json_build_object('id', i.id, 'content', i.content)
                                       ORDER BY i.created_at, i.id), '[]')
               FROM holdfast.turn_inputs(p_agent) i),

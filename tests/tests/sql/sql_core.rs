@@ -1782,6 +1782,86 @@ async fn a_claim_with_context_returns_each_claimed_agents_context() {
     }
 }
 
+/// `agent`'s tool calls, oldest first.
+async fn tool_call_ids(client: &Client, agent: Uuid) -> Vec<Uuid> {
+    client
+        .query(
+            "SELECT id FROM holdfast.tool_calls WHERE agent_id = $1 ORDER BY created_at, position",
+            &[&agent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// The tool calls and the message seqs `agent`'s step context carries, as
+/// its own read returns them.
+async fn context_calls_and_messages(client: &Client, agent: Uuid) -> (Vec<Uuid>, Vec<i64>) {
+    let context = store::load_step_context(client, agent).await.unwrap();
+    (
+        context.tool_calls.iter().map(|c| c.id).collect(),
+        context.messages.iter().map(|m| m.seq).collect(),
+    )
+}
+
+/// A compacted agent's step context carries the tool calls of the messages
+/// it kept and every open call, not the calls it compacted away: its read
+/// does not grow with the history it summarised.
+#[tokio::test]
+async fn a_compacted_context_carries_the_calls_of_its_kept_messages_and_the_open_ones() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, _) = project_and_agent(&client).await;
+    let agent = new_agent(&client, project).await;
+    ready(&client, agent).await;
+    // seq 1 the input, seq 2 the call A, answered.
+    let claim = claim_of(&client, agent).await;
+    let inputs = pending_inputs(&client, agent).await;
+    store::commit_model_step(&client, claim, &tool_step(inputs, &[ToolKind::External]))
+        .await
+        .unwrap();
+    let first = tool_call_ids(&client, agent).await[0];
+    let claim = claim_of(&client, agent).await;
+    store::start_tool_call(&client, claim, first).await.unwrap();
+    store::commit_tool_result(&client, claim, first, &json!("42"), false)
+        .await
+        .unwrap();
+    store::release_agent(&client, claim, None).await.unwrap();
+    // seq 3 the call B, left pending.
+    let claim = claim_of(&client, agent).await;
+    store::commit_model_step(&client, claim, &tool_step(vec![], &[ToolKind::External]))
+        .await
+        .unwrap();
+    let second = tool_call_ids(&client, agent).await[1];
+    assert_eq!(
+        context_calls_and_messages(&client, agent).await,
+        (vec![first, second], vec![1, 2, 3]),
+        "before a compaction the context has every call"
+    );
+
+    let claim = claim_of(&client, agent).await;
+    store::commit_compaction(&client, claim, "the story so far", 3, &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(
+        context_calls_and_messages(&client, agent).await,
+        (vec![second], vec![3]),
+        "the answered call of a compacted message is left out"
+    );
+
+    let claim = claim_of(&client, agent).await;
+    store::commit_compaction(&client, claim, "the story so far, again", 4, &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(
+        context_calls_and_messages(&client, agent).await,
+        (vec![second], vec![]),
+        "an open call stays, its message compacted or not"
+    );
+}
+
 /// Six hot-path cycles on `pooled`, each with a new agent of `project`,
 /// so that the session's plans are cached while the tables are nearly empty
 /// and have no statistics: a statement prepared on the connection runs on
