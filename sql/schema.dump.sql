@@ -3802,6 +3802,15 @@ $$;
 
 
 --
+-- Name: kept_lease_grace(); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.kept_lease_grace() RETURNS interval
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT interval '50 milliseconds' $$;
+
+
+--
 -- Name: latest_config_version(holdfast.agents); Type: FUNCTION; Schema: holdfast; Owner: -
 --
 
@@ -5996,7 +6005,8 @@ BEGIN
         IF p_lease_ttl IS NOT NULL AND state = 'ready' AND v_agent_state = 'running'
            AND v_run_after <= v_now
            AND NOT EXISTS (SELECT 1 FROM holdfast.agents o
-                            WHERE o.state = 'ready' AND greatest(o.run_after, o.state_changed_at) <= v_now) THEN
+                            WHERE o.state = 'ready'
+                              AND greatest(o.run_after, o.state_changed_at) <= v_now - holdfast.kept_lease_grace()) THEN
             v_keep_lease := true;
             state := 'running';
         END IF;

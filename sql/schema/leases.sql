@@ -159,6 +159,16 @@ BEGIN
 END
 $$;
 
+-- How long an agent may wait for a claim, ready and due, before the end of
+-- another agent's step gives up its kept lease for it (settle_agent's
+-- p_lease_ttl). Without it, one agent released ready made every other
+-- step's end release too, each release readied another, and the workers
+-- stayed at a release and a claim per step for as long as the load
+-- lasted. An agent released ready is claimed well inside it (the wake
+-- hint, then one claim); one that waits longer has a real queue ahead.
+CREATE OR REPLACE FUNCTION holdfast.kept_lease_grace()
+RETURNS interval LANGUAGE sql IMMUTABLE AS $$ SELECT interval '50 milliseconds' $$;
+
 -- The one way a step ends: decide the agent's next state (decide_next_state)
 -- and write it, the lease's release, the events' seqs, the turn and what
 -- the step itself changed on the agent, in one agent-row UPDATE. Every
@@ -197,8 +207,9 @@ $$;
 -- p_lease_ttl, from the lease holder (the caller has checked its lease):
 -- keep the lease when the agent stays ready, so its holder takes the next
 -- step at once, without a release and a re-claim. Only when the next step
--- is due (run_after) and no other agent is waiting to be claimed (a due
--- ready agent: claims stay fair); then the agent stays `running`, under
+-- is due (run_after) and no other agent has waited to be claimed, ready
+-- and due, for longer than kept_lease_grace() (claims stay fair); then the
+-- agent stays `running`, under
 -- the same holder and session, at epoch + 1 (each step its own epoch: a
 -- write of the step before is refused, HF001, and a model step's epoch
 -- stays unique), until now + p_lease_ttl, and the returned state is
@@ -264,7 +275,8 @@ BEGIN
         IF p_lease_ttl IS NOT NULL AND state = 'ready' AND v_agent_state = 'running'
            AND v_run_after <= v_now
            AND NOT EXISTS (SELECT 1 FROM holdfast.agents o
-                            WHERE o.state = 'ready' AND greatest(o.run_after, o.state_changed_at) <= v_now) THEN
+                            WHERE o.state = 'ready'
+                              AND greatest(o.run_after, o.state_changed_at) <= v_now - holdfast.kept_lease_grace()) THEN
             v_keep_lease := true;
             state := 'running';
         END IF;

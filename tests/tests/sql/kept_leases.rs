@@ -202,6 +202,17 @@ async fn a_busy_agent_stays_leased_to_its_holder_and_the_step_before_is_fenced_o
     );
 }
 
+/// Shift this session's database clock (`holdfast.now()`) by `offset`.
+async fn clock_later(client: &Client, offset: &str) {
+    client
+        .execute(
+            "SELECT set_config('holdfast.clock_offset', $1, false)",
+            &[&offset],
+        )
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn a_lease_is_released_when_another_agent_waits_to_be_claimed() {
     let db = TestDb::new().await;
@@ -213,10 +224,70 @@ async fn a_lease_is_released_when_another_agent_waits_to_be_claimed() {
         .await
         .unwrap();
 
+    // A second later the other agent has waited longer than the grace.
+    clock_later(&client, "1 second").await;
     let saved = commit_keeping(&client, claim, &step_calling(ToolKind::External, vec![])).await;
     assert!(!saved.lease_kept, "another agent waits: claims stay fair");
     let (state, owner, epoch, _) = lease(&client, agent).await;
     assert_eq!((state.as_str(), owner, epoch), ("ready", None, claim.epoch));
+}
+
+/// An agent that has been ready for less than `kept_lease_grace()` does
+/// not make a step's end give up its lease (it is about to be claimed);
+/// once it has waited longer, the next step's end does. The grace is
+/// widened to an hour in this test's database, so that the time between
+/// two statements cannot decide the outcome, and the wait past it is
+/// written into the other agent's row.
+#[tokio::test]
+async fn a_lease_is_kept_while_another_agent_is_ready_within_the_grace() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    client
+        .batch_execute(
+            "CREATE OR REPLACE FUNCTION holdfast.kept_lease_grace()
+             RETURNS interval LANGUAGE sql IMMUTABLE AS $$ SELECT interval '1 hour' $$",
+        )
+        .await
+        .unwrap();
+    let (project, claim) = claimed_agent(&client).await;
+    let agent = claim.agent_id;
+    let other = new_agent(&client, project).await;
+    store::create_input(&client, other, &json!("me too"), None)
+        .await
+        .unwrap();
+
+    let saved = commit_keeping(&client, claim, &step_calling(ToolKind::External, vec![])).await;
+    assert!(
+        saved.lease_kept,
+        "the other agent is ready within the grace"
+    );
+    let kept = Claim {
+        agent_id: agent,
+        epoch: claim.epoch + 1,
+    };
+    assert_eq!(lease(&client, agent).await.0, "running");
+
+    // The other agent turned ready two hours ago.
+    client
+        .execute(
+            "UPDATE holdfast.agents SET state_changed_at = state_changed_at - interval '2 hours',
+                                        run_after = run_after - interval '2 hours'
+              WHERE id = $1",
+            &[&other],
+        )
+        .await
+        .unwrap();
+    let call = pending_call(&client, agent).await;
+    store::start_tool_call(&client, kept, call).await.unwrap();
+    let end = store::end_tool_batch(&client, kept, call, &json!("done"), false, TTL)
+        .await
+        .unwrap();
+    assert_eq!(
+        end.state,
+        AgentState::Ready,
+        "the other agent has waited past the grace: the lease is released"
+    );
+    assert_eq!(lease(&client, other).await.0, "ready");
 }
 
 #[tokio::test]
