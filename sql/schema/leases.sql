@@ -243,6 +243,7 @@ DECLARE
     v_turn_config_version integer;
     v_run_after timestamptz;
     v_keep_lease boolean := false;
+    v_turn_types CONSTANT text[] := ARRAY['turn.started', 'turn.completed', 'turn.failed', 'turn.cancelled'];
 BEGIN
     types := coalesce(p_types, '{}');
     SELECT a.state, coalesce(p_turn_open, a.turn_open), a.next_turn_config_version,
@@ -280,10 +281,14 @@ BEGIN
             v_keep_lease := true;
             state := 'running';
         END IF;
-        SELECT u.type, u.data INTO v_turn_event, v_turn_data
-          FROM unnest(types, coalesce(v_data, '{}')) WITH ORDINALITY AS u (type, data, ord)
-         WHERE u.type IN ('turn.started', 'turn.completed', 'turn.failed', 'turn.cancelled')
-         ORDER BY u.ord DESC LIMIT 1;
+        -- Most endings have no turn event: the array test is an
+        -- expression, the search a statement.
+        IF types && v_turn_types THEN
+            SELECT u.type, u.data INTO v_turn_event, v_turn_data
+              FROM unnest(types, coalesce(v_data, '{}')) WITH ORDINALITY AS u (type, data, ord)
+             WHERE u.type = ANY (v_turn_types)
+             ORDER BY u.ord DESC LIMIT 1;
+        END IF;
         UPDATE holdfast.agents a
            SET state = settle_agent.state,
                lease_owner = CASE WHEN v_keep_lease THEN a.lease_owner END,
