@@ -209,11 +209,10 @@ RETURNS interval LANGUAGE sql IMMUTABLE AS $$ SELECT interval '50 milliseconds' 
 -- step at once, without a release and a re-claim. Only when the next step
 -- is due (run_after) and no other agent has waited to be claimed, ready
 -- and due, for longer than kept_lease_grace() (claims stay fair); then the
--- agent stays `running`, under
--- the same holder and session, at epoch + 1 (each step its own epoch: a
--- write of the step before is refused, HF001, and a model step's epoch
--- stays unique), until now + p_lease_ttl, and the returned state is
--- 'running'. No wake hint is sent for it.
+-- agent stays `running`, under the same holder and session, at epoch + 1
+-- (each step its own epoch: a write of the step before is refused, HF001,
+-- and a model step's epoch stays unique), until now + p_lease_ttl, and the
+-- returned state is 'running'. No wake hint is sent for it.
 -- The caller holds the agent's row lock. Returns the state and the seqs.
 CREATE OR REPLACE FUNCTION holdfast.settle_agent(
     p_agent uuid, p_types text[] DEFAULT '{}', p_data jsonb[] DEFAULT '{}', p_run_after timestamptz DEFAULT NULL,

@@ -134,16 +134,16 @@ BEGIN
            v_agent.turn_trace_parent, v_agent.turn_trace_state, v_agent.first_attempt_epoch,
            v_agent.lost_attempt_epoch, v_agent.lost_attempt_started_at, v_agent.lost_attempt_ended_at,
            (SELECT coalesce(json_agg(json_build_object('seq', m.seq, 'role', m.role,
-                                                         'content', m.content, 'step_id', m.step_id)
-                                      ORDER BY m.seq), '[]')
+                                                        'content', m.content, 'step_id', m.step_id)
+                                     ORDER BY m.seq), '[]')
               FROM holdfast.messages m
              WHERE m.agent_id = p_agent AND m.seq >= v_agent.context_start_seq),
            (SELECT coalesce(json_agg(json_build_object('id', t.id, 'step_id', t.step_id,
-                                                         'position', t.position, 'provider_id', t.provider_id,
-                                                         'name', t.name, 'input', t.input, 'kind', t.kind,
-                                                         'status', t.status, 'output', t.output,
-                                                         'is_error', t.is_error)
-                                      ORDER BY t.created_at, t.step_id, t.position), '[]')
+                                                        'position', t.position, 'provider_id', t.provider_id,
+                                                        'name', t.name, 'input', t.input, 'kind', t.kind,
+                                                        'status', t.status, 'output', t.output,
+                                                        'is_error', t.is_error)
+                                     ORDER BY t.created_at, t.step_id, t.position), '[]')
               FROM holdfast.tool_calls t
              WHERE t.agent_id = p_agent
                AND (v_agent.context_start_seq = 0
@@ -152,7 +152,7 @@ BEGIN
                                       WHERE m.agent_id = p_agent
                                         AND m.seq >= v_agent.context_start_seq))),
            (SELECT coalesce(json_agg(json_build_object('id', i.id, 'content', i.content)
-                                      ORDER BY i.created_at, i.id), '[]')
+                                     ORDER BY i.created_at, i.id), '[]')
               FROM holdfast.turn_inputs(p_agent) i),
            r.refused_field, r.refused_message, r.endpoint, r.custom_url, r.base_url,
            r.credential_env, r.sealed_key, r.key_fingerprint, r.project_id,
