@@ -213,16 +213,23 @@ async fn clock_later(client: &Client, offset: &str) {
         .unwrap();
 }
 
+/// A claimed agent, and another agent of its project made ready after
+/// the claim.
+async fn claimed_beside_a_ready_agent(client: &Client) -> (Claim, Uuid) {
+    let (project, claim) = claimed_agent(client).await;
+    let other = new_agent(client, project).await;
+    store::create_input(client, other, &json!("me too"), None)
+        .await
+        .unwrap();
+    (claim, other)
+}
+
 #[tokio::test]
 async fn a_lease_is_released_when_another_agent_waits_to_be_claimed() {
     let db = TestDb::new().await;
     let client = db.connect().await;
-    let (project, claim) = claimed_agent(&client).await;
+    let (claim, _) = claimed_beside_a_ready_agent(&client).await;
     let agent = claim.agent_id;
-    let other = new_agent(&client, project).await;
-    store::create_input(&client, other, &json!("me too"), None)
-        .await
-        .unwrap();
 
     // A second later the other agent has waited longer than the grace.
     clock_later(&client, "1 second").await;
@@ -249,12 +256,8 @@ async fn a_lease_is_kept_while_another_agent_is_ready_within_the_grace() {
         )
         .await
         .unwrap();
-    let (project, claim) = claimed_agent(&client).await;
+    let (claim, other) = claimed_beside_a_ready_agent(&client).await;
     let agent = claim.agent_id;
-    let other = new_agent(&client, project).await;
-    store::create_input(&client, other, &json!("me too"), None)
-        .await
-        .unwrap();
 
     let saved = commit_keeping(&client, claim, &step_calling(ToolKind::External, vec![])).await;
     assert!(
