@@ -348,8 +348,8 @@ pub struct BatchEnd {
 /// it did. One that does not parse is left out: the step reads its own,
 /// and fails on it as any step does.
 fn read_step_context(agent: Uuid, row: &tokio_postgres::Row) -> Option<Box<StepContext>> {
-    row.get::<_, Option<Value>>("config")?;
-    step_context_from_row(agent, row).ok().map(Box::new)
+    let config = row.get::<_, Option<Value>>("config")?;
+    step_context_from_row(agent, config, row).ok().map(Box::new)
 }
 
 /// A tool server (or one tool of it) the model call about to be made goes
@@ -553,7 +553,7 @@ pub async fn load_step_context(client: &impl Prepared, agent: Uuid) -> Result<St
     let row = rows
         .first()
         .ok_or_else(|| Error::NotFound(format!("agent {agent} not found")))?;
-    step_context_from_row(agent, row)
+    step_context_from_row(agent, row.get("config"), row)
 }
 
 /// A claim and its agent's step context, read in the same transaction
@@ -593,10 +593,15 @@ pub async fn claim_agents_with_context(
 }
 
 /// A step context from a row of `holdfast.step_context`'s columns (what
-/// `load_step_context` returns, and each claim's `context` expanded).
-fn step_context_from_row(agent: Uuid, row: &tokio_postgres::Row) -> Result<StepContext> {
+/// `load_step_context` returns, and each claim's `context` expanded), its
+/// `config` already read from the row by the caller.
+fn step_context_from_row(
+    agent: Uuid,
+    config: Value,
+    row: &tokio_postgres::Row,
+) -> Result<StepContext> {
     // Parsed once per step: every use below reads the typed config.
-    let config = AgentConfig::from_value(&row.get::<_, Value>("config"))?;
+    let config = AgentConfig::from_value(&config)?;
     let lost_epoch: Option<i64> = row.get("lost_attempt_epoch");
     let lost_started: Option<DateTime<Utc>> = row.get("lost_attempt_started_at");
     let lost_ended: Option<DateTime<Utc>> = row.get("lost_attempt_ended_at");
