@@ -298,10 +298,11 @@ impl Worker {
     }
 
     /// Claim ready agents for every free slot, with their step contexts,
-    /// and start their steps. One claim for them all: while agents wait
-    /// ready to be claimed, every step's end releases its lease instead of
-    /// keeping it (claims stay fair), so a claim that left some behind for a
-    /// later one would turn a busy worker's kept leases into claims.
+    /// and start their steps. One claim for them all: once an agent has
+    /// waited ready past `holdfast.kept_lease_grace()`, every step's end
+    /// releases its lease instead of keeping it (claims stay fair), so a
+    /// claim that left some behind for a later one would turn a busy
+    /// worker's kept leases into claims.
     async fn claim(&mut self) {
         let free = self
             .settings
