@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use holdfast_db::store;
 use holdfast_tests::process::holdfast_bin;
+use holdfast_tests::scenario::pending_inputs;
 use holdfast_tests::{new_agent, TestDb};
 use holdfast_wire::domain::{ModelStep, NewToolCall, ToolKind};
 use serde_json::{json, Value};
@@ -60,19 +61,6 @@ fn text_step(inputs: Vec<Uuid>, text: &str) -> ModelStep {
         stop_reason: Some("end_turn".into()),
         config_version: None,
     }
-}
-
-async fn pending_inputs(client: &Client, agent: Uuid) -> Vec<Uuid> {
-    client
-        .query(
-            "SELECT id FROM holdfast.inputs WHERE agent_id = $1 AND consumed_at IS NULL",
-            &[&agent],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
 }
 
 /// One whole turn: an input, a model step that calls a tool, the tool's
