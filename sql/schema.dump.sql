@@ -4028,22 +4028,35 @@ CREATE FUNCTION holdfast.load_step_context(p_agent uuid) RETURNS SETOF holdfast.
     AS $$
 DECLARE
     v_agent holdfast.agents;
+    v_model boolean;
+    v_route record;
 BEGIN
     SELECT * INTO v_agent FROM holdfast.agents a WHERE a.id = p_agent;
     IF NOT FOUND THEN
         RETURN;
     END IF;
+    v_model := NOT EXISTS (SELECT 1 FROM holdfast.tool_calls t
+                            WHERE t.agent_id = p_agent AND t.status = 'pending');
+    -- Without v_model the filter is constant false and resolves nothing:
+    -- the route's columns are NULL.
+    SELECT * INTO v_route
+      FROM holdfast.resolve_model_endpoint(p_agent, jsonb_strip_nulls(v_agent.config -> 'model')) r
+     WHERE v_model;
     RETURN QUERY
     SELECT v_agent.config, v_agent.config_version, v_agent.turn_open, v_agent.model_attempts,
-           v_agent.cancel_requested_at IS NOT NULL, v_agent.context_summary,
-           v_agent.turn_model_steps, holdfast.budget_exceeded(v_agent) IS NOT NULL,
+           v_agent.cancel_requested_at IS NOT NULL,
+           CASE WHEN v_model THEN v_agent.context_summary END,
+           v_agent.turn_model_steps,
+           CASE WHEN v_model THEN holdfast.budget_exceeded(v_agent) IS NOT NULL END,
            v_agent.turn_trace_parent, v_agent.turn_trace_state, v_agent.first_attempt_epoch,
            v_agent.lost_attempt_epoch, v_agent.lost_attempt_started_at, v_agent.lost_attempt_ended_at,
-           (SELECT coalesce(json_agg(json_build_object('seq', m.seq, 'role', m.role,
-                                                        'content', m.content, 'step_id', m.step_id)
-                                     ORDER BY m.seq), '[]')
-              FROM holdfast.messages m
-             WHERE m.agent_id = p_agent AND m.seq >= v_agent.context_start_seq),
+           CASE WHEN v_model THEN
+               (SELECT coalesce(json_agg(json_build_object('seq', m.seq, 'role', m.role,
+                                                            'content', m.content, 'step_id', m.step_id)
+                                         ORDER BY m.seq), '[]')
+                  FROM holdfast.messages m
+                 WHERE m.agent_id = p_agent AND m.seq >= v_agent.context_start_seq)
+           END,
            (SELECT coalesce(json_agg(json_build_object('id', t.id, 'step_id', t.step_id,
                                                         'position', t.position, 'provider_id', t.provider_id,
                                                         'name', t.name, 'input', t.input, 'kind', t.kind,
@@ -4052,18 +4065,19 @@ BEGIN
                                      ORDER BY t.created_at, t.step_id, t.position), '[]')
               FROM holdfast.tool_calls t
              WHERE t.agent_id = p_agent
-               AND (v_agent.context_start_seq = 0
-                    OR t.status NOT IN ('completed', 'cancelled')
-                    OR t.step_id IN (SELECT m.step_id FROM holdfast.messages m
-                                      WHERE m.agent_id = p_agent
-                                        AND m.seq >= v_agent.context_start_seq))),
-           (SELECT coalesce(json_agg(json_build_object('id', i.id, 'content', i.content)
-                                     ORDER BY i.created_at, i.id), '[]')
-              FROM holdfast.turn_inputs(p_agent) i),
-           r.refused_field, r.refused_message, r.endpoint, r.custom_url, r.base_url,
-           r.credential_env, r.sealed_key, r.key_fingerprint, r.project_id,
-           v_agent.replay_id IS NOT NULL
-      FROM holdfast.resolve_model_endpoint(p_agent, jsonb_strip_nulls(v_agent.config -> 'model')) r;
+               AND (t.status NOT IN ('completed', 'cancelled')
+                    OR v_model AND (v_agent.context_start_seq = 0
+                                    OR t.step_id IN (SELECT m.step_id FROM holdfast.messages m
+                                                      WHERE m.agent_id = p_agent
+                                                        AND m.seq >= v_agent.context_start_seq)))),
+           CASE WHEN v_model THEN
+               (SELECT coalesce(json_agg(json_build_object('id', i.id, 'content', i.content)
+                                         ORDER BY i.created_at, i.id), '[]')
+                  FROM holdfast.turn_inputs(p_agent) i)
+           END,
+           v_route.refused_field, v_route.refused_message, v_route.endpoint, v_route.custom_url,
+           v_route.base_url, v_route.credential_env, v_route.sealed_key, v_route.key_fingerprint,
+           v_agent.project_id, v_agent.replay_id IS NOT NULL;
 END
 $$;
 

@@ -2,22 +2,23 @@
 //! decided from its [`StepContext`] (the saved state, read fresh at every
 //! attempt). Pure functions, so they are tested without a database.
 
+use holdfast_db::Error;
 use holdfast_providers::{
     compaction_split, summary_message, summary_request, ContentBlock, Message, ModelRequest, Role,
     ToolDefinition,
 };
 use holdfast_wire::config::ToolChoice;
-use holdfast_wire::domain::{StepContext, ToolCallRecord};
+use holdfast_wire::domain::{ModelInput, StepContext, ToolCallRecord};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 /// What a claimed agent needs next.
 #[derive(Clone, Debug, PartialEq)]
-pub enum NextAction {
+pub enum NextAction<'a> {
     /// Run these tool calls (a batch), in order.
     Tools(Vec<ToolCallRecord>),
-    /// Call the model.
-    Model,
+    /// Call the model, with what the context read for it.
+    Model(&'a ModelInput),
     /// Nothing to do (the claim raced a change): release.
     NoWork,
 }
@@ -27,7 +28,9 @@ const CANCELLED_OUTPUT: &str = "Tool call was cancelled.";
 
 /// Decided from saved state only: runnable tool calls first (their
 /// results must exist before the model is asked again), then the model.
-pub fn next_action(context: &StepContext) -> NextAction {
+/// A context without its model input and with no call pending is an
+/// error: `load_step_context` leaves that input out only when one is.
+pub fn next_action(context: &StepContext) -> Result<NextAction<'_>, Error> {
     let runnable: Vec<ToolCallRecord> = context
         .tool_calls
         .iter()
@@ -35,12 +38,20 @@ pub fn next_action(context: &StepContext) -> NextAction {
         .cloned()
         .collect();
     if !runnable.is_empty() {
-        NextAction::Tools(runnable)
-    } else if context.turn_open || !context.pending_inputs.is_empty() {
-        NextAction::Model
+        return Ok(NextAction::Tools(runnable));
+    }
+    let Some(input) = &context.model else {
+        return Err(Error::Invalid {
+            field: Some("messages".into()),
+            message: "the step context left out the model's input, but no tool call is pending"
+                .into(),
+        });
+    };
+    Ok(if context.turn_open || !input.pending_inputs.is_empty() {
+        NextAction::Model(input)
     } else {
         NextAction::NoWork
-    }
+    })
 }
 
 /// The provider-neutral request: the compaction summary (if any), the
@@ -57,10 +68,11 @@ pub fn next_action(context: &StepContext) -> NextAction {
 /// [`crate::toolbox::unavailable_notice`]).
 pub fn model_request(
     context: &StepContext,
+    input: &ModelInput,
     tools: Vec<ToolDefinition>,
     notice: Option<String>,
 ) -> ModelRequest {
-    let (messages, _) = rendered_messages(context);
+    let (messages, _) = rendered_messages(context, input);
     let mut model = context.config.model.clone();
     let first_call = !context.turn_open || context.turn_model_steps == 0;
     if !first_call
@@ -90,19 +102,20 @@ pub fn model_request(
 /// context is all pending inputs, or the tail cannot be split).
 pub fn compaction_plan(
     context: &StepContext,
+    input: &ModelInput,
     request: &ModelRequest,
     keep_last: usize,
 ) -> Option<CompactionPlan> {
-    let (messages, seqs) = rendered_messages(context);
+    let (messages, seqs) = rendered_messages(context, input);
     let split = compaction_split(&messages, keep_last);
     if split == 0 {
         return None;
     }
-    let next_seq = context.messages.last().map_or(0, |m| m.seq) + 1;
+    let next_seq = input.messages.last().map_or(0, |m| m.seq) + 1;
     // The first kept message's seq; a pending input (no seq yet) or the
     // end means every saved message is summarised.
     let keep_from_seq = seqs.get(split).copied().flatten().unwrap_or(next_seq);
-    let first_saved = context.messages.first().map(|m| m.seq)?;
+    let first_saved = input.messages.first().map(|m| m.seq)?;
     if keep_from_seq <= first_saved {
         return None;
     }
@@ -115,14 +128,17 @@ pub fn compaction_plan(
 /// The messages of a request, each with the saved seq it came from
 /// (tool results carry their assistant message's seq; the summary and
 /// pending inputs have none).
-fn rendered_messages(context: &StepContext) -> (Vec<Message>, Vec<Option<i64>>) {
+fn rendered_messages(
+    context: &StepContext,
+    input: &ModelInput,
+) -> (Vec<Message>, Vec<Option<i64>>) {
     let mut messages = Vec::new();
     let mut seqs = Vec::new();
-    if let Some(summary) = &context.context_summary {
+    if let Some(summary) = &input.context_summary {
         messages.push(summary_message(summary));
         seqs.push(None);
     }
-    for message in &context.messages {
+    for message in &input.messages {
         let role = match message.role.as_str() {
             "assistant" => Role::Assistant,
             _ => Role::User,
@@ -148,10 +164,10 @@ fn rendered_messages(context: &StepContext) -> (Vec<Message>, Vec<Option<i64>>) 
             }
         }
     }
-    for input in &context.pending_inputs {
+    for pending in &input.pending_inputs {
         messages.push(Message {
             role: Role::User,
-            content: input_blocks(&input.content),
+            content: input_blocks(&pending.content),
         });
         seqs.push(None);
     }
@@ -232,23 +248,34 @@ mod tests {
             model_attempts: 0,
             turn_model_steps: 1,
             cancel_requested: false,
-            over_budget: false,
-            context_summary: None,
-            messages: vec![],
             tool_calls: vec![],
-            pending_inputs: vec![],
             trace: Default::default(),
             replay: false,
-            model_route: ModelRoute {
-                project_id: Uuid::nil(),
-                destination: ModelDestination::Operator {
-                    endpoint: "default".into(),
-                    base_url: None,
-                    credential_env: None,
+            model: Some(ModelInput {
+                over_budget: false,
+                context_summary: None,
+                messages: vec![],
+                pending_inputs: vec![],
+                route: ModelRoute {
+                    project_id: Uuid::nil(),
+                    destination: ModelDestination::Operator {
+                        endpoint: "default".into(),
+                        base_url: None,
+                        credential_env: None,
+                    },
+                    project_key: None,
                 },
-                project_key: None,
-            },
+            }),
         }
+    }
+
+    /// `ctx`'s model request, with no tools.
+    fn request(ctx: &StepContext) -> ModelRequest {
+        model_request(ctx, ctx.model.as_ref().unwrap(), Vec::new(), None)
+    }
+
+    fn input(ctx: &mut StepContext) -> &mut ModelInput {
+        ctx.model.as_mut().unwrap()
     }
 
     fn call(step: Uuid, status: &str, output: Option<Value>) -> ToolCallRecord {
@@ -271,13 +298,13 @@ mod tests {
         let mut ctx = context();
         ctx.config.model.tool_choice = Some(ToolChoice::Any {});
         ctx.turn_model_steps = 0;
-        let first = model_request(&ctx, Vec::new(), None);
+        let first = request(&ctx);
         assert_eq!(first.model.tool_choice, Some(ToolChoice::Any {}));
         ctx.turn_model_steps = 1;
-        let later = model_request(&ctx, Vec::new(), None);
+        let later = request(&ctx);
         assert_eq!(later.model.tool_choice, Some(ToolChoice::Auto {}));
         ctx.config.model.tool_choice = Some(ToolChoice::None {});
-        let none = model_request(&ctx, Vec::new(), None);
+        let none = request(&ctx);
         assert_eq!(
             none.model.tool_choice,
             Some(ToolChoice::None {}),
@@ -289,18 +316,31 @@ mod tests {
     fn pending_tool_calls_come_before_the_model() {
         let mut ctx = context();
         ctx.tool_calls.push(call(Uuid::nil(), "pending", None));
-        assert!(matches!(next_action(&ctx), NextAction::Tools(c) if c.len() == 1));
+        assert!(matches!(next_action(&ctx), Ok(NextAction::Tools(c)) if c.len() == 1));
         ctx.tool_calls[0].status = "completed".into();
-        assert_eq!(next_action(&ctx), NextAction::Model);
+        assert!(matches!(next_action(&ctx), Ok(NextAction::Model(_))));
         ctx.turn_open = false;
-        assert_eq!(next_action(&ctx), NextAction::NoWork);
+        assert!(matches!(next_action(&ctx), Ok(NextAction::NoWork)));
+    }
+
+    #[test]
+    fn a_context_without_its_model_input_runs_its_pending_calls_or_fails() {
+        let mut ctx = context();
+        ctx.model = None;
+        ctx.tool_calls.push(call(Uuid::nil(), "pending", None));
+        assert!(matches!(next_action(&ctx), Ok(NextAction::Tools(c)) if c.len() == 1));
+        ctx.tool_calls[0].status = "completed".into();
+        assert!(matches!(
+            next_action(&ctx),
+            Err(Error::Invalid { field: Some(field), .. }) if field == "messages"
+        ));
     }
 
     #[test]
     fn tool_results_follow_their_assistant_message_and_inputs_come_last() {
         let step = Uuid::now_v7();
         let mut ctx = context();
-        ctx.messages = vec![
+        input(&mut ctx).messages = vec![
             HistoryMessage {
                 seq: 1,
                 role: "user".into(),
@@ -316,11 +356,11 @@ mod tests {
         ];
         ctx.tool_calls
             .push(call(step, "completed", Some(json!("42"))));
-        ctx.pending_inputs.push(PendingInput {
+        input(&mut ctx).pending_inputs.push(PendingInput {
             id: Uuid::now_v7(),
             content: json!("steer"),
         });
-        let request = model_request(&ctx, vec![], None);
+        let request = request(&ctx);
         assert_eq!(request.system.as_deref(), Some("be brief"));
         let roles: Vec<Role> = request.messages.iter().map(|m| m.role).collect();
         assert_eq!(roles, [Role::User, Role::Assistant, Role::User, Role::User]);
@@ -344,14 +384,14 @@ mod tests {
     fn a_cancelled_call_is_reported_to_the_model_as_an_error() {
         let step = Uuid::now_v7();
         let mut ctx = context();
-        ctx.messages.push(HistoryMessage {
+        input(&mut ctx).messages.push(HistoryMessage {
             seq: 1,
             role: "assistant".into(),
             content: json!([{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}}]),
             step_id: Some(step),
         });
         ctx.tool_calls.push(call(step, "cancelled", None));
-        let request = model_request(&ctx, vec![], None);
+        let request = request(&ctx);
         assert!(matches!(
             &request.messages[1].content[0],
             ContentBlock::ToolResult { is_error: true, .. }

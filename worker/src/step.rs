@@ -14,7 +14,7 @@ use holdfast_providers::{
     attachment_ids, ContentBlock, ModelError, ModelRequest, ModelTarget, RequestFiles,
 };
 use holdfast_wire::config::ModelConfig;
-use holdfast_wire::domain::{Claim, ModelStep, NewToolCall, StepContext, Usage};
+use holdfast_wire::domain::{Claim, ModelInput, ModelStep, NewToolCall, StepContext, Usage};
 use opentelemetry::context::FutureExt as _;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -299,11 +299,11 @@ async fn decide_and_run(
         stop.stop(StopReason::Cancel);
         return Ok(StepDecision::Cancelled);
     }
-    let action = next_action(context);
+    let action = next_action(context)?;
     let kind = match &action {
         NextAction::NoWork => "no_work",
         NextAction::Tools(_) => "tools",
-        NextAction::Model => "model",
+        NextAction::Model(_) => "model",
     };
     tracing::Span::current().record("kind", kind);
     spans::record_kind(kind);
@@ -317,7 +317,7 @@ async fn decide_and_run(
             let last = Box::pin(toolbox::run_batch(deps, claim, stop, context, calls)).await?;
             Ok(StepDecision::BatchDone { last })
         }
-        NextAction::Model => model_step(deps, claim, stop, context).await,
+        NextAction::Model(input) => model_step(deps, claim, stop, context, input).await,
     }
 }
 
@@ -329,11 +329,12 @@ async fn model_step(
     claim: Claim,
     stop: &StopSignal,
     context: &StepContext,
+    input: &ModelInput,
 ) -> Result<StepDecision> {
     // Before anything is paid for (a compaction's summary call included).
-    if context.over_budget {
+    if input.over_budget {
         return Ok(StepDecision::OverBudget {
-            input_ids: context.pending_input_ids(),
+            input_ids: input.pending_input_ids(),
         });
     }
     // Boxed: the definitions' future (MCP discovery) is several times the
@@ -354,7 +355,7 @@ async fn model_step(
         store::record_tools_unavailable(&client, claim, &unavailable).await?;
     }
     let notice = toolbox::unavailable_notice(&tools.unavailable);
-    let mut request = model_request(context, tools.definitions, notice);
+    let mut request = model_request(context, input, tools.definitions, notice);
     let left_out =
         content_urls::leave_out_refused(&deps.settings.egress, &mut request.messages).await;
     if !left_out.is_empty() {
@@ -365,9 +366,9 @@ async fn model_step(
         let client = deps.pool.get().await?;
         store::record_content_left_out(&client, claim, &urls, &reasons).await?;
     }
-    let target = match model_target(deps, context, &request) {
+    let target = match model_target(deps, input, &request) {
         Ok(target) => target,
-        Err(error) => return Ok(model_failed(deps, context, error)),
+        Err(error) => return Ok(model_failed(deps, context, input, error)),
     };
     // The stored files the messages send, each read once, for this call
     // (and a compaction's, whose messages are among these) only; a
@@ -381,9 +382,9 @@ async fn model_step(
     };
     if deps.providers.should_compact(&request) {
         tracing::info!("context near the model's window: compacting first");
-        return Ok(compact(deps, context, &request, &files, &target).await);
+        return Ok(compact(deps, context, input, &request, &files, &target).await);
     }
-    let input_ids = context.pending_input_ids();
+    let input_ids = input.pending_input_ids();
 
     let (delta_tx, delta_rx) = mpsc::unbounded_channel();
     let publisher = tokio::spawn(deltas::publish(deps.pool.clone(), claim, delta_rx));
@@ -416,9 +417,9 @@ async fn model_step(
         Ok(response) => response,
         Err(ModelError::ContextTooLong { message }) => {
             tracing::info!(%message, "context too long: compacting");
-            return Ok(compact(deps, context, &request, &files, &target).await);
+            return Ok(compact(deps, context, input, &request, &files, &target).await);
         }
-        Err(error) => return Ok(model_failed(deps, context, error)),
+        Err(error) => return Ok(model_failed(deps, context, input, error)),
     };
     count_tokens(&context.config.model, &response.usage);
     let tool_calls = response
@@ -474,11 +475,10 @@ fn count_tokens(model: &ModelConfig, usage: &Usage) {
 /// applies at once), or the error that ends the turn.
 fn model_target(
     deps: &StepDeps,
-    context: &StepContext,
+    input: &ModelInput,
     request: &ModelRequest,
 ) -> std::result::Result<ModelTarget, ModelError> {
-    deps.providers
-        .target(&context.model_route, request.model.provider)
+    deps.providers.target(&input.route, request.model.provider)
 }
 
 /// Summarise the older history with a model call; the summary is saved,
@@ -488,6 +488,7 @@ fn model_target(
 async fn compact(
     deps: &StepDeps,
     context: &StepContext,
+    input: &ModelInput,
     request: &ModelRequest,
     files: &RequestFiles,
     target: &ModelTarget,
@@ -495,10 +496,10 @@ async fn compact(
     let too_long = |message: String| StepDecision::TurnFailed {
         error_type: "context_length_exceeded".into(),
         message,
-        input_ids: context.pending_input_ids(),
+        input_ids: input.pending_input_ids(),
     };
-    let plan = compaction_plan(context, request, COMPACTION_KEEP_LAST)
-        .or_else(|| compaction_plan(context, request, 0));
+    let plan = compaction_plan(context, input, request, COMPACTION_KEEP_LAST)
+        .or_else(|| compaction_plan(context, input, request, 0));
     let Some(plan) = plan else {
         return too_long(
             "the context is too long for the model and nothing older is left to summarise".into(),
@@ -513,7 +514,7 @@ async fn compact(
         Err(ModelError::ContextTooLong { message }) => {
             return too_long(format!("even the summary request is too long: {message}"));
         }
-        Err(error) => return model_failed(deps, context, error),
+        Err(error) => return model_failed(deps, context, input, error),
     };
     count_tokens(&context.config.model, &summary.usage);
     let text: Vec<&str> = summary
@@ -529,7 +530,12 @@ async fn compact(
 }
 
 /// A model call failed: retry later (durably), or end the turn.
-fn model_failed(deps: &StepDeps, context: &StepContext, error: ModelError) -> StepDecision {
+fn model_failed(
+    deps: &StepDeps,
+    context: &StepContext,
+    input: &ModelInput,
+    error: ModelError,
+) -> StepDecision {
     match error {
         ModelError::Retryable {
             kind,
@@ -543,7 +549,7 @@ fn model_failed(deps: &StepDeps, context: &StepContext, error: ModelError) -> St
                 error: json!({"type": kind, "message": message}),
                 delay,
                 max_retries: i32::try_from(deps.settings.model_max_retries).unwrap_or(i32::MAX),
-                input_ids: context.pending_input_ids(),
+                input_ids: input.pending_input_ids(),
             }
         }
         ModelError::Fatal {
@@ -552,12 +558,12 @@ fn model_failed(deps: &StepDeps, context: &StepContext, error: ModelError) -> St
         } => StepDecision::TurnFailed {
             error_type,
             message,
-            input_ids: context.pending_input_ids(),
+            input_ids: input.pending_input_ids(),
         },
         ModelError::ContextTooLong { message } => StepDecision::TurnFailed {
             error_type: "context_length_exceeded".into(),
             message,
-            input_ids: context.pending_input_ids(),
+            input_ids: input.pending_input_ids(),
         },
     }
 }

@@ -19,8 +19,8 @@ use crate::error::{Error, Result};
 use holdfast_providers::{DeltaKind, RequestFiles, StoredFile};
 use holdfast_wire::config::AgentConfig;
 use holdfast_wire::domain::{
-    AgentState, AttemptTrace, Claim, HistoryMessage, LostAttempt, MaintenanceReport, ModelStep,
-    PendingInput, Renewal, StepContext, ToolCallRecord,
+    AgentState, AttemptTrace, Claim, HistoryMessage, LostAttempt, MaintenanceReport, ModelInput,
+    ModelStep, PendingInput, Renewal, StepContext, ToolCallRecord,
 };
 use holdfast_wire::duration::to_interval;
 use holdfast_wire::pg_text::{make_storable, storable_str};
@@ -618,39 +618,26 @@ fn step_context_from_row(
             },
         ),
     };
-    let messages = step_context_list::<MessageRow>(row, "messages")?
-        .into_iter()
-        .map(|m| HistoryMessage {
-            seq: m.seq,
-            role: m.role,
-            content: m.content,
-            step_id: m.step_id,
+    let tool_calls = required_list(
+        step_context_list::<ToolCallRow>(row, "tool_calls")?,
+        "tool_calls",
+    )?
+    .into_iter()
+    .map(|t| {
+        Ok(ToolCallRecord {
+            id: t.id,
+            step_id: t.step_id,
+            position: t.position,
+            provider_id: t.provider_id,
+            name: t.name,
+            input: t.input,
+            kind: parse_text(&t.kind, "kind")?,
+            status: t.status,
+            output: t.output,
+            is_error: t.is_error,
         })
-        .collect();
-    let tool_calls = step_context_list::<ToolCallRow>(row, "tool_calls")?
-        .into_iter()
-        .map(|t| {
-            Ok(ToolCallRecord {
-                id: t.id,
-                step_id: t.step_id,
-                position: t.position,
-                provider_id: t.provider_id,
-                name: t.name,
-                input: t.input,
-                kind: parse_text(&t.kind, "kind")?,
-                status: t.status,
-                output: t.output,
-                is_error: t.is_error,
-            })
-        })
-        .collect::<Result<_>>()?;
-    let pending_inputs = step_context_list::<InputRow>(row, "pending_inputs")?
-        .into_iter()
-        .map(|i| PendingInput {
-            id: i.id,
-            content: i.content,
-        })
-        .collect();
+    })
+    .collect::<Result<_>>()?;
     Ok(StepContext {
         agent_id: agent,
         config,
@@ -659,15 +646,43 @@ fn step_context_from_row(
         model_attempts: row.get("model_attempts"),
         turn_model_steps: row.get("turn_model_steps"),
         cancel_requested: row.get("cancel_requested"),
+        tool_calls,
+        trace,
+        replay: row.get("replay"),
+        model: model_input_from_row(row)?,
+    })
+}
+
+/// The model's part of a step context: `None` when `load_step_context`
+/// left it out (NULL messages: a call is pending, so the step runs tools).
+fn model_input_from_row(row: &tokio_postgres::Row) -> Result<Option<ModelInput>> {
+    let Some(messages) = step_context_list::<MessageRow>(row, "messages")? else {
+        return Ok(None);
+    };
+    let messages = messages
+        .into_iter()
+        .map(|m| HistoryMessage {
+            seq: m.seq,
+            role: m.role,
+            content: m.content,
+            step_id: m.step_id,
+        })
+        .collect();
+    let pending_inputs = step_context_list::<InputRow>(row, "pending_inputs")?;
+    let pending_inputs = required_list(pending_inputs, "pending_inputs")?
+        .into_iter()
+        .map(|i| PendingInput {
+            id: i.id,
+            content: i.content,
+        })
+        .collect();
+    Ok(Some(ModelInput {
         over_budget: row.get("over_budget"),
         context_summary: row.get("context_summary"),
         messages,
-        tool_calls,
         pending_inputs,
-        trace,
-        replay: row.get("replay"),
-        model_route: model_route_from_row(row),
-    })
+        route: model_route_from_row(row),
+    }))
 }
 
 /// A message of `load_step_context`'s `messages` array.
@@ -702,17 +717,26 @@ struct InputRow {
 }
 
 /// One of the step context's lists (a json array the SQL built), parsed
-/// from its text straight into its rows.
+/// from its text straight into its rows; `None` when it was not read (NULL).
 fn step_context_list<T: serde::de::DeserializeOwned>(
     row: &tokio_postgres::Row,
     field: &str,
-) -> Result<Vec<T>> {
-    row.try_get::<_, Json<Vec<T>>>(field)
-        .map(|list| list.0)
+) -> Result<Option<Vec<T>>> {
+    row.try_get::<_, Option<Json<Vec<T>>>>(field)
+        .map(|list| list.map(|list| list.0))
         .map_err(|e| Error::Invalid {
             field: Some(field.into()),
             message: format!("the step context's {field} did not parse: {e}"),
         })
+}
+
+/// A list the step context must carry (`tool_calls` always, `pending_inputs`
+/// with its messages), or the error that names it.
+fn required_list<T>(list: Option<Vec<T>>, field: &str) -> Result<Vec<T>> {
+    list.ok_or_else(|| Error::Invalid {
+        field: Some(field.into()),
+        message: format!("the step context's {field} is missing"),
+    })
 }
 
 /// The bytes of `agent`'s stored files `ids` (what a model request's

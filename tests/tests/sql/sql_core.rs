@@ -1772,7 +1772,8 @@ async fn a_claim_with_context_returns_each_claimed_agents_context() {
                 .await
                 .unwrap()
         );
-        assert_eq!(context.pending_inputs.len(), 1, "the agent's input");
+        let model = context.model.expect("a claimed agent's model step");
+        assert_eq!(model.pending_inputs.len(), 1, "the agent's input");
         if step.claim.agent_id == lost.agent_id {
             assert!(
                 context.trace.lost.is_some(),
@@ -1797,13 +1798,32 @@ async fn tool_call_ids(client: &Client, agent: Uuid) -> Vec<Uuid> {
 }
 
 /// The tool calls and the message seqs `agent`'s step context carries, as
-/// its own read returns them.
-async fn context_calls_and_messages(client: &Client, agent: Uuid) -> (Vec<Uuid>, Vec<i64>) {
+/// its own read returns them (no seqs when it left out the model's input).
+async fn context_calls_and_messages(client: &Client, agent: Uuid) -> (Vec<Uuid>, Option<Vec<i64>>) {
     let context = store::load_step_context(client, agent).await.unwrap();
     (
         context.tool_calls.iter().map(|c| c.id).collect(),
-        context.messages.iter().map(|m| m.seq).collect(),
+        context
+            .model
+            .map(|model| model.messages.iter().map(|m| m.seq).collect()),
     )
+}
+
+/// One model step of `agent` calling one worker-run tool, and the call's
+/// result saved: the agent is ready again. Returns the call's id.
+async fn answered_call(client: &Client, agent: Uuid, inputs: Vec<Uuid>) -> Uuid {
+    let claim = claim_of(client, agent).await;
+    store::commit_model_step(client, claim, &tool_step(inputs, &[ToolKind::External]))
+        .await
+        .unwrap();
+    let call = *tool_call_ids(client, agent).await.last().unwrap();
+    let claim = claim_of(client, agent).await;
+    store::start_tool_call(client, claim, call).await.unwrap();
+    store::commit_tool_result(client, claim, call, &json!("42"), false)
+        .await
+        .unwrap();
+    store::release_agent(client, claim, None).await.unwrap();
+    call
 }
 
 /// A compacted agent's step context carries the tool calls of the messages
@@ -1816,28 +1836,13 @@ async fn a_compacted_context_carries_the_calls_of_its_kept_messages_and_the_open
     let (project, _) = project_and_agent(&client).await;
     let agent = new_agent(&client, project).await;
     ready(&client, agent).await;
-    // seq 1 the input, seq 2 the call A, answered.
-    let claim = claim_of(&client, agent).await;
+    // seq 1 the input, seq 2 the call A, seq 3 the call B, both answered.
     let inputs = pending_inputs(&client, agent).await;
-    store::commit_model_step(&client, claim, &tool_step(inputs, &[ToolKind::External]))
-        .await
-        .unwrap();
-    let first = tool_call_ids(&client, agent).await[0];
-    let claim = claim_of(&client, agent).await;
-    store::start_tool_call(&client, claim, first).await.unwrap();
-    store::commit_tool_result(&client, claim, first, &json!("42"), false)
-        .await
-        .unwrap();
-    store::release_agent(&client, claim, None).await.unwrap();
-    // seq 3 the call B, left pending.
-    let claim = claim_of(&client, agent).await;
-    store::commit_model_step(&client, claim, &tool_step(vec![], &[ToolKind::External]))
-        .await
-        .unwrap();
-    let second = tool_call_ids(&client, agent).await[1];
+    let first = answered_call(&client, agent, inputs).await;
+    let second = answered_call(&client, agent, vec![]).await;
     assert_eq!(
         context_calls_and_messages(&client, agent).await,
-        (vec![first, second], vec![1, 2, 3]),
+        (vec![first, second], Some(vec![1, 2, 3])),
         "before a compaction the context has every call"
     );
 
@@ -1847,19 +1852,96 @@ async fn a_compacted_context_carries_the_calls_of_its_kept_messages_and_the_open
         .unwrap();
     assert_eq!(
         context_calls_and_messages(&client, agent).await,
-        (vec![second], vec![3]),
+        (vec![second], Some(vec![3])),
         "the answered call of a compacted message is left out"
     );
 
+    // seq 4 the call C, a custom tool's: open, waiting for its result.
     let claim = claim_of(&client, agent).await;
-    store::commit_compaction(&client, claim, "the story so far, again", 4, &json!({}))
+    store::commit_model_step(&client, claim, &tool_step(vec![], &[ToolKind::Custom]))
+        .await
+        .unwrap();
+    let third = tool_call_ids(&client, agent).await[2];
+    assert_eq!(
+        context_calls_and_messages(&client, agent).await,
+        (vec![second, third], Some(vec![3, 4])),
+        "an open call is in the context"
+    );
+}
+
+/// A pending call means the step runs tools, which read no history: the
+/// context leaves out what only a model call reads (the messages, pending
+/// inputs, summary, budget and model route) and carries the open calls
+/// only; once the calls are answered, the next context has all of it again.
+#[tokio::test]
+async fn a_context_with_a_pending_call_leaves_out_the_models_input() {
+    let db = TestDb::new().await;
+    let client = db.connect().await;
+    let (project, _) = project_and_agent(&client).await;
+    let agent = new_agent(&client, project).await;
+    ready(&client, agent).await;
+    let inputs = pending_inputs(&client, agent).await;
+    let first = answered_call(&client, agent, inputs).await;
+    // A steering input, then a step calling two worker-run tools.
+    store::create_input(&client, agent, &json!("and then?"), None)
+        .await
+        .unwrap();
+    let claim = claim_of(&client, agent).await;
+    store::commit_model_step(
+        &client,
+        claim,
+        &tool_step(vec![], &[ToolKind::External, ToolKind::External]),
+    )
+    .await
+    .unwrap();
+    let calls = tool_call_ids(&client, agent).await;
+    assert_eq!(calls.len(), 3);
+
+    let context = store::load_step_context(&client, agent).await.unwrap();
+    assert_eq!(context.model, None, "no model input for a tool step");
+    assert_eq!(
+        context.tool_calls.iter().map(|c| c.id).collect::<Vec<_>>(),
+        calls[1..],
+        "the open calls, without the answered one"
+    );
+    let row = client
+        .query_one(
+            "SELECT c.messages IS NULL, c.pending_inputs IS NULL, c.over_budget IS NULL,
+                    c.endpoint IS NULL, c.project_id
+               FROM holdfast.load_step_context($1) c",
+            &[&agent],
+        )
         .await
         .unwrap();
     assert_eq!(
-        context_calls_and_messages(&client, agent).await,
-        (vec![second], vec![]),
-        "an open call stays, its message compacted or not"
+        (row.get(0), row.get(1), row.get(2), row.get(3)),
+        (true, true, true, true),
+        "messages, pending inputs, budget and route are not read"
     );
+    assert_eq!(row.get::<_, Uuid>(4), project, "the project is kept");
+
+    // Both calls answered: the model is next, with everything.
+    let claim = claim_of(&client, agent).await;
+    for call in &calls[1..] {
+        store::start_tool_call(&client, claim, *call).await.unwrap();
+        store::commit_tool_result(&client, claim, *call, &json!("ok"), false)
+            .await
+            .unwrap();
+    }
+    store::release_agent(&client, claim, None).await.unwrap();
+    let context = store::load_step_context(&client, agent).await.unwrap();
+    let model = context.model.expect("the model's input for a model step");
+    assert_eq!(
+        context.tool_calls.iter().map(|c| c.id).collect::<Vec<_>>(),
+        [first, calls[1], calls[2]]
+    );
+    assert_eq!(
+        model.messages.len(),
+        3,
+        "the input and two assistant messages"
+    );
+    assert_eq!(model.pending_inputs.len(), 1, "the steering input");
+    assert!(!model.over_budget);
 }
 
 /// Six hot-path cycles on `pooled`, each with a new agent of `project`,

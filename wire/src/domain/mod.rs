@@ -40,7 +40,7 @@ pub use schedules::{ConfigVersion, DueSchedule, NewSchedule, Schedule};
 pub use status::{StuckAgent, WorkerLeases};
 pub use steps::{
     AttachmentQuotas, AttemptTrace, Claim, HistoryMessage, LimitMaxima, LostAttempt,
-    MaintenanceReport, ModelStep, PendingInput, Renewal, StepContext, ToolCallRecord,
+    MaintenanceReport, ModelInput, ModelStep, PendingInput, Renewal, StepContext, ToolCallRecord,
 };
 pub use tool_calls::{NewToolCall, ToolCall, ToolCallStatus, ToolKind};
 pub use usage::{AgentUsage, DayUsage, ModelPrice, ProjectUsage, TokenUsage, TurnUsage, Usage};

@@ -160,6 +160,23 @@ pub struct StepContext {
     /// response is committed; retries do not count).
     pub turn_model_steps: i32,
     pub cancel_requested: bool,
+    /// The calls of `model`'s messages and every open call; without
+    /// `model`, the open calls only.
+    pub tool_calls: Vec<ToolCallRecord>,
+    /// What the attempt's span needs (docs/api.md, "Tracing").
+    pub trace: AttemptTrace,
+    /// A replay's child: its tool calls are answered from the recording
+    /// (`holdfast.answer_replay_calls`), never run.
+    pub replay: bool,
+    /// What only a model call reads. `None` when a call is pending: the
+    /// step runs tools, and the model is not asked before their results
+    /// are saved (its next step's context is read then).
+    pub model: Option<ModelInput>,
+}
+
+/// The part of a step context a model call is built from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelInput {
     /// A budget of `config.budget` is used up (`holdfast.budget_exceeded`):
     /// the next model call is not made.
     pub over_budget: bool,
@@ -167,16 +184,10 @@ pub struct StepContext {
     /// `messages`), if the context was ever compacted.
     pub context_summary: Option<String>,
     pub messages: Vec<HistoryMessage>,
-    pub tool_calls: Vec<ToolCallRecord>,
     pub pending_inputs: Vec<PendingInput>,
-    /// What the attempt's span needs (docs/api.md, "Tracing").
-    pub trace: AttemptTrace,
-    /// A replay's child: its tool calls are answered from the recording
-    /// (`holdfast.answer_replay_calls`), never run.
-    pub replay: bool,
     /// Where a model call with `config.model` goes, resolved with the rest
     /// (a removed endpoint or a withdrawn permission applies at this attempt).
-    pub model_route: ModelRoute,
+    pub route: ModelRoute,
 }
 
 /// The trace an attempt's span belongs in, and the attempt before it that
@@ -201,7 +212,7 @@ pub struct LostAttempt {
     pub ended_at: chrono::DateTime<chrono::Utc>,
 }
 
-impl StepContext {
+impl ModelInput {
     /// The ids of the inputs a model request built now would include.
     pub fn pending_input_ids(&self) -> Vec<Uuid> {
         self.pending_inputs.iter().map(|i| i.id).collect()
