@@ -196,6 +196,10 @@ impl Proc {
         rss_bytes(self.pid)
     }
 
+    pub fn rss_anon_bytes(&self) -> Result<u64> {
+        rss_anon_bytes(self.pid)
+    }
+
     pub fn cpu_ticks(&self) -> Result<u64> {
         cpu_ticks(self.pid)
     }
@@ -212,25 +216,31 @@ impl Proc {
 
 /// Resident set size (VmRSS) of a process.
 pub fn rss_bytes(pid: u32) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|kib| kib.parse().ok())
-        .ok_or_else(|| anyhow!("no VmRSS for pid {pid}"))?;
-    Ok(kib * 1024)
+    status_bytes(pid, "VmRSS:")
+}
+
+/// The anonymous part of a process's resident set (RssAnon): its heap and
+/// stacks. The rest of VmRSS is mostly the binary's mapped pages, whose
+/// count depends on how the file sits in the page cache (two copies of one
+/// binary differ by megabytes), not on what the process does.
+pub fn rss_anon_bytes(pid: u32) -> Result<u64> {
+    status_bytes(pid, "RssAnon:")
 }
 
 /// Peak resident set size (VmHWM) of a process since it started.
 pub fn peak_rss_bytes(pid: u32) -> Result<u64> {
+    status_bytes(pid, "VmHWM:")
+}
+
+/// A size field (`field`, with its colon) of /proc/PID/status, in bytes.
+fn status_bytes(pid: u32, field: &str) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kib: u64 = status
         .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .find_map(|line| line.strip_prefix(field))
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|kib| kib.parse().ok())
-        .ok_or_else(|| anyhow!("no VmHWM for pid {pid}"))?;
+        .ok_or_else(|| anyhow!("no {field} in /proc/{pid}/status"))?;
     Ok(kib * 1024)
 }
 

@@ -1,4 +1,4 @@
-//! `memory`: resident memory (VmRSS) of one `holdfast worker` idle and with
+//! `memory`: resident memory (VmRSS, and its anonymous part) of one `holdfast worker` idle and with
 //! N steps in flight at once (concurrency N, N agents, the fake provider
 //! holding every model reply), and of `holdfast api` idle and with N open
 //! SSE streams on one agent. Also what the worker's sessions cost Postgres:
@@ -78,44 +78,57 @@ pub async fn run(bench: &Bench) -> Result<Outcome> {
     api.stop(Duration::from_secs(10)).await?;
 
     let mut metrics = json!({
-        "worker_rss_idle_mib": round3(worker_idle as f64 / MIB),
-        "worker_rss_in_flight_mib": round3(worker_busy as f64 / MIB),
-        "worker_rss_per_in_flight_step_kib": round3(worker_busy.saturating_sub(worker_idle) as f64 / 1024.0 / in_flight as f64),
+        "worker_rss_idle_mib": round3(worker_idle.total as f64 / MIB),
+        "worker_rss_in_flight_mib": round3(worker_busy.total as f64 / MIB),
+        "worker_rss_per_in_flight_step_kib": round3(worker_busy.total.saturating_sub(worker_idle.total) as f64 / 1024.0 / in_flight as f64),
+        "worker_rss_anon_idle_mib": round3(worker_idle.anon as f64 / MIB),
+        "worker_rss_anon_in_flight_mib": round3(worker_busy.anon as f64 / MIB),
         "worker_db_sessions_in_flight": worker_sessions,
         "postgres_pss_worker_idle_mib": round3(postgres_idle as f64 / MIB),
         "postgres_pss_in_flight_mib": round3(postgres_busy as f64 / MIB),
         "seconds_until_all_in_flight": round3(all_in_flight_after.as_secs_f64()),
-        "api_rss_idle_mib": round3(api_idle as f64 / MIB),
-        "api_rss_with_streams_mib": round3(api_streams as f64 / MIB),
-        "api_rss_per_stream_kib": round3(api_streams.saturating_sub(api_idle) as f64 / 1024.0 / streams as f64),
+        "api_rss_idle_mib": round3(api_idle.total as f64 / MIB),
+        "api_rss_with_streams_mib": round3(api_streams.total as f64 / MIB),
+        "api_rss_per_stream_kib": round3(api_streams.total.saturating_sub(api_idle.total) as f64 / 1024.0 / streams as f64),
+        "api_rss_anon_idle_mib": round3(api_idle.anon as f64 / MIB),
+        "api_rss_anon_with_streams_mib": round3(api_streams.anon as f64 / MIB),
     });
     metrics["target"] = target(
         "worker RSS < 64 MiB at 1,000 in-flight steps",
-        (worker_busy as f64) < 64.0 * MIB,
+        (worker_busy.total as f64) < 64.0 * MIB,
     );
     Ok(Outcome {
         params: json!({
             "in_flight_steps": in_flight,
             "worker_concurrency": in_flight,
             "streams": streams,
-            "rss": format!("VmRSS from /proc, the largest of {RSS_SAMPLES} samples 100 ms apart"),
+            "rss": format!("VmRSS and RssAnon from /proc, the largest of {RSS_SAMPLES} samples 100 ms apart"),
         }),
         metrics,
         baseline: json!({
-            "worker_rss_idle_mib": round3(worker_idle as f64 / MIB),
-            "api_rss_idle_mib": round3(api_idle as f64 / MIB),
+            "worker_rss_idle_mib": round3(worker_idle.total as f64 / MIB),
+            "api_rss_idle_mib": round3(api_idle.total as f64 / MIB),
             "what": "the same processes idle, measured in this run",
         }),
     })
 }
 
-async fn peak_rss(process: &Proc) -> Result<u64> {
-    let mut peak = 0;
+/// The largest VmRSS and the largest RssAnon of `RSS_SAMPLES` samples.
+async fn peak_rss(process: &Proc) -> Result<Rss> {
+    let mut peak = Rss { total: 0, anon: 0 };
     for _ in 0..RSS_SAMPLES {
-        peak = peak.max(process.rss_bytes()?);
+        peak.total = peak.total.max(process.rss_bytes()?);
+        peak.anon = peak.anon.max(process.rss_anon_bytes()?);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(peak)
+}
+
+/// A process's resident memory: VmRSS, and its anonymous part (heap and
+/// stacks, without the binary's mapped pages).
+struct Rss {
+    total: u64,
+    anon: u64,
 }
 
 /// Postgres sessions of a process (by application_name).
