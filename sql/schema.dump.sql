@@ -2055,43 +2055,10 @@ $$;
 
 CREATE FUNCTION holdfast.commit_tool_result(p_agent uuid, p_epoch bigint, p_tool_call uuid, p_output jsonb, p_is_error boolean) RETURNS uuid
     LANGUAGE plpgsql
-    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
-DECLARE
-    v_agent holdfast.agents;
-    v_call holdfast.tool_calls;
-    v_step_id uuid;
-    v_step_seq bigint;
-    v_event_seq bigint;
 BEGIN
-    v_agent := holdfast.lock_leased_agent(p_agent, p_epoch);
-    SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = p_tool_call AND agent_id = p_agent FOR UPDATE;
-    IF NOT FOUND THEN
-        PERFORM holdfast.raise('HF404', format('tool call %s not found', p_tool_call));
-    END IF;
-    IF v_call.status NOT IN ('pending', 'running') THEN
-        PERFORM holdfast.raise('HF409', format('tool call %s is %s', p_tool_call, v_call.status));
-    END IF;
-    IF p_output IS NULL THEN
-        PERFORM holdfast.raise('HF422', 'output must not be null', 'output');
-    END IF;
-    -- Images and documents (an MCP server's): their files stored once.
-    p_output := holdfast.keep_tool_output(v_agent, p_output);
-    UPDATE holdfast.agents
-       SET last_step_seq = last_step_seq + 1,
-           last_event_seq = last_event_seq + 1, last_event_at = holdfast.now()
-     WHERE id = p_agent
-    RETURNING last_step_seq, last_event_seq INTO v_step_seq, v_event_seq;
-    INSERT INTO holdfast.steps (agent_id, step_seq, kind, epoch)
-    VALUES (p_agent, v_step_seq, 'tool', p_epoch) RETURNING id INTO v_step_id;
-    UPDATE holdfast.tool_calls
-       SET status = 'completed', running_epoch = NULL, output = p_output,
-           is_error = coalesce(p_is_error, false), result_step_id = v_step_id,
-           completed_at = holdfast.now()
-     WHERE id = p_tool_call;
-    PERFORM holdfast.insert_reserved_events(p_agent, v_event_seq, ARRAY['tool_call.completed'],
-        ARRAY[holdfast.tool_call_completed_data(p_tool_call, v_call.name, p_output, coalesce(p_is_error, false))]);
-    RETURN v_step_id;
+    RETURN (holdfast.save_tool_result(p_agent, p_epoch, p_tool_call, p_output, p_is_error,
+                                      false, NULL)).step_id;
 END
 $$;
 
@@ -2866,9 +2833,8 @@ CREATE FUNCTION holdfast.end_tool_batch(p_agent uuid, p_epoch bigint, p_tool_cal
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 BEGIN
-    PERFORM holdfast.commit_tool_result(p_agent, p_epoch, p_tool_call, p_output, p_is_error);
-    PERFORM holdfast.interrupt_running_calls(p_agent);
-    state := (holdfast.settle_agent(p_agent, p_lease_ttl => p_lease_ttl)).state;
+    state := (holdfast.save_tool_result(p_agent, p_epoch, p_tool_call, p_output, p_is_error,
+                                        true, p_lease_ttl)).state;
     IF state = 'running' THEN
         SELECT * INTO next_context FROM holdfast.load_step_context(p_agent);
     END IF;
@@ -5693,6 +5659,63 @@ BEGIN
         PERFORM holdfast.raise('HF404', format('machine %s not found', p_machine));
     END IF;
     PERFORM pg_notify('holdfast_commands', p_machine::text);
+END
+$$;
+
+
+--
+-- Name: save_tool_result(uuid, bigint, uuid, jsonb, boolean, boolean, interval); Type: FUNCTION; Schema: holdfast; Owner: -
+--
+
+CREATE FUNCTION holdfast.save_tool_result(p_agent uuid, p_epoch bigint, p_tool_call uuid, p_output jsonb, p_is_error boolean, p_end_batch boolean, p_lease_ttl interval, OUT state text, OUT step_id uuid) RETURNS record
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    v_agent holdfast.agents;
+    v_call holdfast.tool_calls;
+    v_data jsonb;
+    v_step_id uuid := holdfast.uuid_v7();
+    v_step_seq bigint;
+    v_event_seq bigint;
+BEGIN
+    v_agent := holdfast.lock_leased_agent(p_agent, p_epoch);
+    SELECT * INTO v_call FROM holdfast.tool_calls WHERE id = p_tool_call AND agent_id = p_agent FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM holdfast.raise('HF404', format('tool call %s not found', p_tool_call));
+    END IF;
+    IF v_call.status NOT IN ('pending', 'running') THEN
+        PERFORM holdfast.raise('HF409', format('tool call %s is %s', p_tool_call, v_call.status));
+    END IF;
+    IF p_output IS NULL THEN
+        PERFORM holdfast.raise('HF422', 'output must not be null', 'output');
+    END IF;
+    -- Images and documents (an MCP server's): their files stored once.
+    p_output := holdfast.keep_tool_output(v_agent, p_output);
+    UPDATE holdfast.tool_calls
+       SET status = 'completed', running_epoch = NULL, output = p_output,
+           is_error = coalesce(p_is_error, false), result_step_id = v_step_id,
+           completed_at = holdfast.now()
+     WHERE id = p_tool_call;
+    v_data := holdfast.tool_call_completed_data(p_tool_call, v_call.name, p_output, coalesce(p_is_error, false));
+    IF p_end_batch THEN
+        PERFORM holdfast.interrupt_running_calls(p_agent);
+        SELECT s.state, s.last_step_seq INTO state, v_step_seq
+          FROM holdfast.settle_agent(p_agent, ARRAY['tool_call.completed'], ARRAY[v_data],
+                                     p_new_steps => 1, p_lease_ttl => p_lease_ttl) s;
+    ELSE
+        UPDATE holdfast.agents
+           SET last_step_seq = last_step_seq + 1,
+               last_event_seq = last_event_seq + 1, last_event_at = holdfast.now()
+         WHERE id = p_agent
+        RETURNING last_step_seq, last_event_seq INTO v_step_seq, v_event_seq;
+        PERFORM holdfast.insert_reserved_events(p_agent, v_event_seq, ARRAY['tool_call.completed'],
+                                                ARRAY[v_data]);
+        state := 'running';
+    END IF;
+    INSERT INTO holdfast.steps (id, agent_id, step_seq, kind, epoch)
+    VALUES (v_step_id, p_agent, v_step_seq, 'tool', p_epoch);
+    step_id := v_step_id;
 END
 $$;
 

@@ -789,21 +789,31 @@ BEGIN
 END
 $$;
 
--- Save one tool call's result with its event, fenced by the worker's lease.
--- The agent stays leased (a batch may hold more calls); the worker releases it
--- with release_agent when its batch is done, or saves the batch's last result
--- with end_tool_batch. The step's and the event's seqs
--- come from one agent UPDATE. Image and document blocks are kept as
--- keep_tool_output keeps them (stored once; a bad one left out with a note).
+-- Save one tool call's result with its event, fenced by the worker's lease:
+-- commit_tool_result and end_tool_batch. The call is completed first, so
+-- that the settle below decides the state with it done. Image and document
+-- blocks are kept as keep_tool_output keeps them (stored once; a bad one
+-- left out with a note). Without p_end_batch the agent stays leased (a batch
+-- may hold more calls) and one agent UPDATE reserves the step's and the
+-- event's seqs; with it the batch ends in the same write: running calls
+-- interrupted (as release_agent does), then one settle_agent that reserves
+-- the seqs, writes the event, decides the state and releases the lease or,
+-- with p_lease_ttl, keeps it at p_epoch + 1 ('running' returned). A call
+-- still running beside the batch's last one (none is, once a batch has run:
+-- a reap interrupted those of an earlier attempt) gets its
+-- tool_call.interrupted before the last one's tool_call.completed.
 -- Raises HF001 (lease lost), HF404 (no such call on this agent), HF409 (the
--- call already has a result), HF422.
-CREATE OR REPLACE FUNCTION holdfast.commit_tool_result(
-    p_agent uuid, p_epoch bigint, p_tool_call uuid, p_output jsonb, p_is_error boolean)
-RETURNS uuid LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+-- call already has a result), HF422; nothing is saved then.
+CREATE OR REPLACE FUNCTION holdfast.save_tool_result(
+    p_agent uuid, p_epoch bigint, p_tool_call uuid, p_output jsonb, p_is_error boolean,
+    p_end_batch boolean, p_lease_ttl interval,
+    OUT state text, OUT step_id uuid)
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_agent holdfast.agents;
     v_call holdfast.tool_calls;
-    v_step_id uuid;
+    v_data jsonb;
+    v_step_id uuid := holdfast.uuid_v7();
     v_step_seq bigint;
     v_event_seq bigint;
 BEGIN
@@ -820,40 +830,59 @@ BEGIN
     END IF;
     -- Images and documents (an MCP server's): their files stored once.
     p_output := holdfast.keep_tool_output(v_agent, p_output);
-    UPDATE holdfast.agents
-       SET last_step_seq = last_step_seq + 1,
-           last_event_seq = last_event_seq + 1, last_event_at = holdfast.now()
-     WHERE id = p_agent
-    RETURNING last_step_seq, last_event_seq INTO v_step_seq, v_event_seq;
-    INSERT INTO holdfast.steps (agent_id, step_seq, kind, epoch)
-    VALUES (p_agent, v_step_seq, 'tool', p_epoch) RETURNING id INTO v_step_id;
     UPDATE holdfast.tool_calls
        SET status = 'completed', running_epoch = NULL, output = p_output,
            is_error = coalesce(p_is_error, false), result_step_id = v_step_id,
            completed_at = holdfast.now()
      WHERE id = p_tool_call;
-    PERFORM holdfast.insert_reserved_events(p_agent, v_event_seq, ARRAY['tool_call.completed'],
-        ARRAY[holdfast.tool_call_completed_data(p_tool_call, v_call.name, p_output, coalesce(p_is_error, false))]);
-    RETURN v_step_id;
+    v_data := holdfast.tool_call_completed_data(p_tool_call, v_call.name, p_output, coalesce(p_is_error, false));
+    IF p_end_batch THEN
+        PERFORM holdfast.interrupt_running_calls(p_agent);
+        SELECT s.state, s.last_step_seq INTO state, v_step_seq
+          FROM holdfast.settle_agent(p_agent, ARRAY['tool_call.completed'], ARRAY[v_data],
+                                     p_new_steps => 1, p_lease_ttl => p_lease_ttl) s;
+    ELSE
+        UPDATE holdfast.agents
+           SET last_step_seq = last_step_seq + 1,
+               last_event_seq = last_event_seq + 1, last_event_at = holdfast.now()
+         WHERE id = p_agent
+        RETURNING last_step_seq, last_event_seq INTO v_step_seq, v_event_seq;
+        PERFORM holdfast.insert_reserved_events(p_agent, v_event_seq, ARRAY['tool_call.completed'],
+                                                ARRAY[v_data]);
+        state := 'running';
+    END IF;
+    INSERT INTO holdfast.steps (id, agent_id, step_seq, kind, epoch)
+    VALUES (v_step_id, p_agent, v_step_seq, 'tool', p_epoch);
+    step_id := v_step_id;
 END
 $$;
 
--- A tool batch's last result and the batch's end in one transaction:
--- commit_tool_result, then release_agent's settle (running calls
--- interrupted, the state decided, the lease released or, with
--- p_lease_ttl, kept at p_epoch + 1: the state returned is then 'running',
--- with next_context, the agent's step context read after the settle, for
--- the step the holder takes next; NULL otherwise).
--- Raises as commit_tool_result does; nothing is saved then.
+-- One tool call's result mid-batch (save_tool_result): the agent stays
+-- leased; the worker releases it with release_agent when its batch is done,
+-- or saves the batch's last result with end_tool_batch. Raises as
+-- save_tool_result does. Returns the tool step's id.
+CREATE OR REPLACE FUNCTION holdfast.commit_tool_result(
+    p_agent uuid, p_epoch bigint, p_tool_call uuid, p_output jsonb, p_is_error boolean)
+RETURNS uuid LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN (holdfast.save_tool_result(p_agent, p_epoch, p_tool_call, p_output, p_is_error,
+                                      false, NULL)).step_id;
+END
+$$;
+
+-- A tool batch's last result and the batch's end in one transaction
+-- (save_tool_result): the state settled after it, and with a kept lease
+-- ('running', p_lease_ttl given) next_context, the agent's step context
+-- read after the settle, for the step the holder takes next; NULL
+-- otherwise. Raises as save_tool_result does; nothing is saved then.
 CREATE OR REPLACE FUNCTION holdfast.end_tool_batch(
     p_agent uuid, p_epoch bigint, p_tool_call uuid, p_output jsonb, p_is_error boolean,
     p_lease_ttl interval DEFAULT NULL,
     OUT state text, OUT next_context holdfast.step_context)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
-    PERFORM holdfast.commit_tool_result(p_agent, p_epoch, p_tool_call, p_output, p_is_error);
-    PERFORM holdfast.interrupt_running_calls(p_agent);
-    state := (holdfast.settle_agent(p_agent, p_lease_ttl => p_lease_ttl)).state;
+    state := (holdfast.save_tool_result(p_agent, p_epoch, p_tool_call, p_output, p_is_error,
+                                        true, p_lease_ttl)).state;
     IF state = 'running' THEN
         SELECT * INTO next_context FROM holdfast.load_step_context(p_agent);
     END IF;

@@ -368,3 +368,68 @@ async fn a_batchs_last_result_and_its_end_are_one_write_that_keeps_the_lease() {
         "held at the next epoch"
     );
 }
+
+/// A batch's end saves its last result and settles the agent with one
+/// write of the agent row: the settle reserves the tool step's and its
+/// event's seqs, so the step, the call's result and its event are the
+/// agent's latest, tied by the step's id.
+#[tokio::test]
+async fn a_batchs_end_writes_the_agent_row_once() {
+    let db = TestDb::new().await;
+    let mut client = db.connect().await;
+    let (_, first) = claimed_agent(&client).await;
+    let agent = first.agent_id;
+    let saved = commit_keeping(&client, first, &step_calling(ToolKind::External, vec![])).await;
+    assert!(saved.lease_kept);
+    let kept = Claim {
+        epoch: first.epoch + 1,
+        ..first
+    };
+    let call = pending_call(&client, agent).await;
+    store::start_tool_call(&client, kept, call).await.unwrap();
+
+    // The session's counts not yet sent to the statistics are in the view
+    // too: the end's own updates are the difference across it.
+    let agent_updates = "SELECT n_tup_upd FROM pg_stat_xact_user_tables
+                          WHERE relid = 'holdfast.agents'::regclass";
+    let tx = client.transaction().await.unwrap();
+    let before: i64 = tx.query_one(agent_updates, &[]).await.unwrap().get(0);
+    let state: String = tx
+        .query_one(
+            "SELECT e.state FROM holdfast.end_tool_batch($1, $2, $3, '\"done\"', false, '1 minute') e",
+            &[&agent, &kept.epoch, &call],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(state, "running", "the turn goes on: the lease is kept");
+    let after: i64 = tx.query_one(agent_updates, &[]).await.unwrap().get(0);
+    assert_eq!(
+        after - before,
+        1,
+        "one UPDATE of the agent row, the settle's"
+    );
+    tx.commit().await.unwrap();
+
+    let row = client
+        .query_one(
+            "SELECT s.kind, s.step_seq = a.last_step_seq, e.seq = a.last_event_seq, e.data
+               FROM holdfast.tool_calls t
+               JOIN holdfast.steps s ON s.agent_id = t.agent_id AND s.id = t.result_step_id
+               JOIN holdfast.agents a ON a.id = t.agent_id
+               JOIN holdfast.events e ON e.agent_id = t.agent_id AND e.type = 'tool_call.completed'
+              WHERE t.id = $1",
+            &[&call],
+        )
+        .await
+        .unwrap();
+    let (kind, latest_step, latest_event): (String, bool, bool) =
+        (row.get(0), row.get(1), row.get(2));
+    assert_eq!(
+        (kind.as_str(), latest_step, latest_event),
+        ("tool", true, true),
+        "the tool step and its event are the agent's latest"
+    );
+    let data: serde_json::Value = row.get(3);
+    assert_eq!(data["output"], json!("done"), "{data}");
+}
