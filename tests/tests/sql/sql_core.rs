@@ -1826,6 +1826,17 @@ async fn answered_call(client: &Client, agent: Uuid, inputs: Vec<Uuid>) -> Uuid 
     call
 }
 
+/// A new agent of a new project whose first model step called one
+/// worker-run tool, answered: its project, its id and the call's.
+async fn agent_with_an_answered_call(client: &Client) -> (Uuid, Uuid, Uuid) {
+    let (project, _) = project_and_agent(client).await;
+    let agent = new_agent(client, project).await;
+    ready(client, agent).await;
+    let inputs = pending_inputs(client, agent).await;
+    let call = answered_call(client, agent, inputs).await;
+    (project, agent, call)
+}
+
 /// A compacted agent's step context carries the tool calls of the messages
 /// it kept and every open call, not the calls it compacted away: its read
 /// does not grow with the history it summarised.
@@ -1833,12 +1844,8 @@ async fn answered_call(client: &Client, agent: Uuid, inputs: Vec<Uuid>) -> Uuid 
 async fn a_compacted_context_carries_the_calls_of_its_kept_messages_and_the_open_ones() {
     let db = TestDb::new().await;
     let client = db.connect().await;
-    let (project, _) = project_and_agent(&client).await;
-    let agent = new_agent(&client, project).await;
-    ready(&client, agent).await;
     // seq 1 the input, seq 2 the call A, seq 3 the call B, both answered.
-    let inputs = pending_inputs(&client, agent).await;
-    let first = answered_call(&client, agent, inputs).await;
+    let (_, agent, first) = agent_with_an_answered_call(&client).await;
     let second = answered_call(&client, agent, vec![]).await;
     assert_eq!(
         context_calls_and_messages(&client, agent).await,
@@ -1877,11 +1884,7 @@ async fn a_compacted_context_carries_the_calls_of_its_kept_messages_and_the_open
 async fn a_context_with_a_pending_call_leaves_out_the_models_input() {
     let db = TestDb::new().await;
     let client = db.connect().await;
-    let (project, _) = project_and_agent(&client).await;
-    let agent = new_agent(&client, project).await;
-    ready(&client, agent).await;
-    let inputs = pending_inputs(&client, agent).await;
-    let first = answered_call(&client, agent, inputs).await;
+    let (project, agent, first) = agent_with_an_answered_call(&client).await;
     // A steering input, then a step calling two worker-run tools.
     store::create_input(&client, agent, &json!("and then?"), None)
         .await
