@@ -145,7 +145,7 @@ fn rendered_messages(
         };
         messages.push(Message {
             role,
-            content: blocks(&message.content),
+            content: saved_blocks(&message.content),
         });
         seqs.push(Some(message.seq));
         if role == Role::Assistant {
@@ -217,6 +217,19 @@ fn blocks(content: &Value) -> Vec<ContentBlock> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// A saved message's blocks, read straight from its stored JSON text (a
+/// step renders its whole history: no JSON tree is built first). Every
+/// JSON value reads as a block (unmodelled ones as [`ContentBlock::Raw`]),
+/// so only content that is not an array takes the slower path, and renders
+/// as [`blocks`] renders it.
+fn saved_blocks(json: &str) -> Vec<ContentBlock> {
+    serde_json::from_str::<Vec<ContentBlock>>(json).unwrap_or_else(|_| {
+        serde_json::from_str::<Value>(json)
+            .map(|content| blocks(&content))
+            .unwrap_or_default()
+    })
 }
 
 fn input_blocks(content: &Value) -> Vec<ContentBlock> {
@@ -313,6 +326,26 @@ mod tests {
     }
 
     #[test]
+    fn saved_blocks_are_the_blocks_of_the_parsed_content() {
+        for content in [
+            json!([{"type": "text", "text": "hi"}]),
+            json!([{"type": "text", "text": "cited", "citations": []}]),
+            json!([{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {"a": [1, 2.5, null]}}]),
+            json!([{"type": "thinking", "thinking": "hm", "signature": "s"}]),
+            json!([{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]),
+            json!(["a bare string", 7, {"no": "type"}]),
+            json!("not an array"),
+            json!({"type": "text", "text": "an object"}),
+        ] {
+            assert_eq!(
+                saved_blocks(&content.to_string()),
+                blocks(&content),
+                "{content}"
+            );
+        }
+    }
+
+    #[test]
     fn pending_tool_calls_come_before_the_model() {
         let mut ctx = context();
         ctx.tool_calls.push(call(Uuid::nil(), "pending", None));
@@ -344,13 +377,15 @@ mod tests {
             HistoryMessage {
                 seq: 1,
                 role: "user".into(),
-                content: json!([{"type": "text", "text": "hi"}]),
+                content: json!([{"type": "text", "text": "hi"}]).to_string().into(),
                 step_id: Some(step),
             },
             HistoryMessage {
                 seq: 2,
                 role: "assistant".into(),
-                content: json!([{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}}]),
+                content: json!([{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}}])
+                    .to_string()
+                    .into(),
                 step_id: Some(step),
             },
         ];
@@ -387,7 +422,9 @@ mod tests {
         input(&mut ctx).messages.push(HistoryMessage {
             seq: 1,
             role: "assistant".into(),
-            content: json!([{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}}]),
+            content: json!([{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}}])
+                .to_string()
+                .into(),
             step_id: Some(step),
         });
         ctx.tool_calls.push(call(step, "cancelled", None));

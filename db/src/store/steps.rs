@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
 use postgres_types::{Json, ToSql};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -664,7 +665,7 @@ fn model_input_from_row(row: &tokio_postgres::Row) -> Result<Option<ModelInput>>
         .map(|m| HistoryMessage {
             seq: m.seq,
             role: m.role,
-            content: m.content,
+            content: m.content.into(),
             step_id: m.step_id,
         })
         .collect();
@@ -690,7 +691,7 @@ fn model_input_from_row(row: &tokio_postgres::Row) -> Result<Option<ModelInput>>
 struct MessageRow {
     seq: i64,
     role: String,
-    content: Value,
+    content: Box<RawValue>,
     step_id: Option<Uuid>,
 }
 

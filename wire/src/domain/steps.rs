@@ -118,7 +118,9 @@ impl Default for AttachmentQuotas {
 pub struct HistoryMessage {
     pub seq: i64,
     pub role: String,
-    pub content: Value,
+    /// Its content as stored, JSON text: the step that renders it reads
+    /// the blocks straight from the text, with no JSON tree in between.
+    pub content: Box<str>,
     /// The model step that produced it (assistant), or consumed it (user).
     pub step_id: Option<Uuid>,
 }
