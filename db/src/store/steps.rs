@@ -619,26 +619,23 @@ fn step_context_from_row(
             },
         ),
     };
-    let tool_calls = required_list(
-        step_context_list::<ToolCallRow>(row, "tool_calls")?,
-        "tool_calls",
-    )?
-    .into_iter()
-    .map(|t| {
-        Ok(ToolCallRecord {
-            id: t.id,
-            step_id: t.step_id,
-            position: t.position,
-            provider_id: t.provider_id,
-            name: t.name,
-            input: t.input,
-            kind: parse_text(&t.kind, "kind")?,
-            status: t.status,
-            output: t.output,
-            is_error: t.is_error,
+    let tool_calls = required_step_context_list::<ToolCallRow>(row, "tool_calls")?
+        .into_iter()
+        .map(|t| {
+            Ok(ToolCallRecord {
+                id: t.id,
+                step_id: t.step_id,
+                position: t.position,
+                provider_id: t.provider_id,
+                name: t.name,
+                input: t.input,
+                kind: parse_text(&t.kind, "kind")?,
+                status: t.status,
+                output: t.output,
+                is_error: t.is_error,
+            })
         })
-    })
-    .collect::<Result<_>>()?;
+        .collect::<Result<_>>()?;
     Ok(StepContext {
         agent_id: agent,
         config,
@@ -669,8 +666,7 @@ fn model_input_from_row(row: &tokio_postgres::Row) -> Result<Option<ModelInput>>
             step_id: m.step_id,
         })
         .collect();
-    let pending_inputs = step_context_list::<InputRow>(row, "pending_inputs")?;
-    let pending_inputs = required_list(pending_inputs, "pending_inputs")?
+    let pending_inputs = required_step_context_list::<InputRow>(row, "pending_inputs")?
         .into_iter()
         .map(|i| PendingInput {
             id: i.id,
@@ -733,8 +729,11 @@ fn step_context_list<T: serde::de::DeserializeOwned>(
 
 /// A list the step context must carry (`tool_calls` always, `pending_inputs`
 /// with its messages), or the error that names it.
-fn required_list<T>(list: Option<Vec<T>>, field: &str) -> Result<Vec<T>> {
-    list.ok_or_else(|| Error::Invalid {
+fn required_step_context_list<T: serde::de::DeserializeOwned>(
+    row: &tokio_postgres::Row,
+    field: &str,
+) -> Result<Vec<T>> {
+    step_context_list(row, field)?.ok_or_else(|| Error::Invalid {
         field: Some(field.into()),
         message: format!("the step context's {field} is missing"),
     })
